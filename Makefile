@@ -1,0 +1,29 @@
+# The two commands of the README: `make run` and `make test`.
+# Both set everything up on a fresh machine (venv, pip install, compiled kernel).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.ocms-installed
+
+.PHONY: test run install bench clean
+
+$(STAMP): pyproject.toml setup.py cms_core/_kernel.c
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+run: $(STAMP)
+	$(VENV)/bin/ocms run
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_decode.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info cms_core/*.so

@@ -1,0 +1,521 @@
+/*
+ * cms_core._kernel: the OCMS+RR decode hot path.
+ *
+ * For a batch of reports (a0, a1, z) and tracked values x, count per value the
+ * reports whose hash h(x) = ((a0 + a1 x) in the field) mod m equals z. The
+ * estimate is an affine function of that count (cms_core.theory), so integer
+ * counts are all the server needs and they are bit-exact with the big-integer
+ * reference in cms_core.fields.
+ *
+ * Paths:
+ *   counts_range   prime fields, tracked values = consecutive integers. The
+ *                  field value and its residue mod m are advanced
+ *                  incrementally along x (v += a1 mod p, t += a1 mod m,
+ *                  corrected by p mod m on wrap), so the inner loop is adds
+ *                  and compares over a block of reports, which the compiler
+ *                  vectorizes (target_clones: AVX-512 / AVX2 / baseline).
+ *   counts_values  any field, arbitrary tracked values: one field multiply per
+ *                  (report, value) pair: 128-bit multiply + the 2^64 = 59
+ *                  folding for 2^64 - 59, Barrett for small primes,
+ *                  carry-less multiply (PCLMULQDQ when present) for GF(2^l).
+ *   hash_residues  per-report hash of a per-report value (simulation path).
+ *
+ * "z == v mod m" is tested without division: v >= z and (v - z) divisible by
+ * m, using the multiplicative-inverse divisibility test (Granlund-Montgomery;
+ * Hacker's Delight 10-17): with m = mo * 2^k, mo odd,
+ * n % m == 0  <=>  rotr(n * mo^-1 mod 2^64, k) <= floor((2^64 - 1) / m).
+ *
+ * Every entry point releases the GIL; cms_core.kernel runs one call per thread
+ * on disjoint report slices with private count arrays and sums them.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_X86 1
+#else
+#define HAVE_X86 0
+#endif
+
+typedef unsigned __int128 u128;
+
+#define P64 UINT64_C(18446744073709551557) /* 2^64 - 59 */
+
+#if defined(__GNUC__) && !defined(__clang__) && HAVE_X86
+#define MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MULTIVERSION
+#endif
+
+/* ------------------------------------------------------------ divisibility */
+typedef struct {
+    uint64_t m, inv, lim;
+    unsigned k;
+} divtest_t;
+
+static divtest_t divtest_make(uint64_t m) {
+    divtest_t d;
+    d.m = m;
+    d.k = (unsigned)__builtin_ctzll(m);
+    uint64_t mo = m >> d.k;
+    uint64_t inv = mo; /* Newton: 5 steps double the correct bits 3 -> 96 */
+    for (int i = 0; i < 5; i++) inv *= 2 - mo * inv;
+    d.inv = inv;
+    d.lim = UINT64_MAX / m;
+    return d;
+}
+
+static inline uint64_t rotr64(uint64_t x, unsigned k) {
+    return k ? (x >> k) | (x << (64 - k)) : x;
+}
+
+/* v mod m == z, for any 64-bit v and z < m */
+static inline int residue_is(const divtest_t *d, uint64_t v, uint64_t z) {
+    return (v >= z) & (rotr64((v - z) * d->inv, d->k) <= d->lim);
+}
+
+/* ------------------------------------------------------------ prime fields */
+static inline uint64_t mulmod_p64(uint64_t a, uint64_t b) {
+    /* Branch-free: the carries below are data-dependent coin flips, and a
+     * mispredicted branch costs more than the arithmetic. */
+    u128 prod = (u128)a * b;
+    uint64_t lo = (uint64_t)prod, hi = (uint64_t)(prod >> 64);
+    u128 t = (u128)hi * 59u + lo; /* 2^64 = 59 (mod p); t < 60 * 2^64 */
+    uint64_t tlo = (uint64_t)t, thi = (uint64_t)(t >> 64);
+    uint64_t r = tlo + thi * 59u;
+    r += (uint64_t)(r < tlo) * 59u; /* wrapped once more; r is tiny, cannot wrap again */
+    r -= (uint64_t)(r >= P64) * P64;
+    return r;
+}
+
+static inline uint64_t addmod_p64(uint64_t a, uint64_t b) {
+    uint64_t s = a + b;
+    s += (uint64_t)(s < a) * 59u; /* true sum < 2p: s + 2^64 - p, stays below p */
+    s -= (uint64_t)(s >= P64) * P64;
+    return s;
+}
+
+typedef struct {
+    uint64_t p, mu; /* mu = floor((2^64 - 1) / p) */
+} barrett_t;
+
+static inline uint64_t barrett_reduce(const barrett_t *b, uint64_t s) {
+    uint64_t q = (uint64_t)(((u128)s * b->mu) >> 64);
+    uint64_t r = s - q * b->p;
+    while (r >= b->p) r -= b->p;
+    return r;
+}
+
+/* ------------------------------------------------------------ binary fields */
+static inline uint64_t clmul_soft(uint64_t a, uint64_t b, uint64_t *hi_out) {
+    uint64_t lo = 0, hi = 0;
+    for (int i = 0; i < 64; i++) {
+        if ((b >> i) & 1) {
+            lo ^= a << i;
+            if (i) hi ^= a >> (64 - i);
+        }
+    }
+    *hi_out = hi;
+    return lo;
+}
+
+#if HAVE_X86
+__attribute__((target("pclmul,sse4.1"))) static inline uint64_t clmul_hw(uint64_t a, uint64_t b, uint64_t *hi_out) {
+    __m128i p = _mm_clmulepi64_si128(_mm_cvtsi64_si128((long long)a), _mm_cvtsi64_si128((long long)b), 0);
+    *hi_out = (uint64_t)_mm_extract_epi64(p, 1);
+    return (uint64_t)_mm_cvtsi128_si64(p);
+}
+#endif
+
+/* x^64 + x^4 + x^3 + x + 1 */
+static inline uint64_t gf64_reduce(uint64_t lo, uint64_t hi) {
+    uint64_t o = (hi >> 63) ^ (hi >> 61) ^ (hi >> 60);
+    lo ^= hi ^ (hi << 1) ^ (hi << 3) ^ (hi << 4);
+    lo ^= o ^ (o << 1) ^ (o << 3) ^ (o << 4);
+    return lo;
+}
+
+/* x^128 + x^7 + x^2 + x + 1; (w3 w2 w1 w0) -> (r1 r0) */
+static inline void gf128_reduce(uint64_t w0, uint64_t w1, uint64_t w2, uint64_t w3, uint64_t *r0, uint64_t *r1) {
+    uint64_t h1 = w1 ^ w3 ^ ((w3 << 1) | (w2 >> 63)) ^ ((w3 << 2) | (w2 >> 62)) ^ ((w3 << 7) | (w2 >> 57));
+    uint64_t h0 = w0 ^ w2 ^ (w2 << 1) ^ (w2 << 2) ^ (w2 << 7);
+    uint64_t o = (w3 >> 63) ^ (w3 >> 62) ^ (w3 >> 57);
+    h0 ^= o ^ (o << 1) ^ (o << 2) ^ (o << 7);
+    *r0 = h0;
+    *r1 = h1;
+}
+
+#define DEFINE_GF(SUFFIX, CLMUL, ATTR)                                                              \
+    ATTR static inline uint64_t gf64_mul_##SUFFIX(uint64_t a, uint64_t b) {                         \
+        uint64_t hi, lo = CLMUL(a, b, &hi);                                                         \
+        return gf64_reduce(lo, hi);                                                                 \
+    }                                                                                               \
+    ATTR static inline void gf128_mul_##SUFFIX(const uint64_t *a, const uint64_t *b, uint64_t *r) { \
+        uint64_t h0, l0 = CLMUL(a[0], b[0], &h0);                                                   \
+        uint64_t h2, l2 = CLMUL(a[1], b[1], &h2);                                                   \
+        uint64_t ha, la = CLMUL(a[0], b[1], &ha);                                                   \
+        uint64_t hb, lb = CLMUL(a[1], b[0], &hb);                                                   \
+        gf128_reduce(l0, h0 ^ la ^ lb, l2 ^ ha ^ hb, h2, &r[0], &r[1]);                             \
+    }
+
+DEFINE_GF(soft, clmul_soft, )
+#if HAVE_X86
+DEFINE_GF(hw, clmul_hw, __attribute__((target("pclmul,sse4.1"))))
+#endif
+
+static int have_pclmul(void) {
+#if HAVE_X86
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("pclmul") ? 1 : 0;
+    }
+    return cached;
+#else
+    return 0;
+#endif
+}
+
+/* residue of a 128-bit value (lo, hi) mod m, m < 2^32 */
+static inline uint64_t mod128(uint64_t lo, uint64_t hi, uint64_t m, uint64_t two64_mod_m) {
+    return ((hi % m) * two64_mod_m + lo % m) % m;
+}
+
+/* =================================================== incremental range kernel */
+#define RANGE_KERNEL(NAME, VT, ST, BLOCK)                                                           \
+    MULTIVERSION static void NAME(const uint64_t *a0, const uint64_t *a1, const uint32_t *z,        \
+                                  size_t n, uint64_t p, uint64_t m, uint64_t start, size_t count,   \
+                                  int64_t *out) {                                                   \
+        VT v[BLOCK], b[BLOCK], s[BLOCK];                                                            \
+        ST t[BLOCK], dt[BLOCK], zz[BLOCK];                                                          \
+        const ST pm = (ST)(p % m), mm = (ST)m;                                                      \
+        for (size_t base = 0; base < n; base += BLOCK) {                                            \
+            size_t nb = n - base < BLOCK ? n - base : BLOCK;                                        \
+            for (size_t i = 0; i < nb; i++) {                                                       \
+                uint64_t c1 = a1[base + i];                                                         \
+                uint64_t v0 = p == P64 ? addmod_p64(mulmod_p64(c1, start), a0[base + i])            \
+                                       : (uint64_t)(((u128)c1 * start + a0[base + i]) % p);         \
+                v[i] = (VT)v0;                                                                      \
+                b[i] = (VT)(p - c1);                                                                \
+                s[i] = (VT)c1;                                                                      \
+                t[i] = (ST)(v0 % m);                                                                \
+                dt[i] = (ST)(c1 % m);                                                               \
+                zz[i] = (ST)z[base + i];                                                            \
+            }                                                                                       \
+            for (size_t x = 0; x < count; x++) {                                                    \
+                ST acc = 0;                                                                         \
+                for (size_t i = 0; i < nb; i++) {                                                   \
+                    acc += (ST)(t[i] == zz[i]);                                                     \
+                    VT vi = v[i];                                                                   \
+                    int wrap = vi >= b[i];                                                          \
+                    v[i] = wrap ? vi - b[i] : vi + s[i];                                            \
+                    ST ti = t[i] + dt[i] - (wrap ? pm : 0);                                         \
+                    ti += ti < 0 ? mm : 0;                                                          \
+                    ti -= ti >= mm ? mm : 0;                                                        \
+                    t[i] = ti;                                                                      \
+                }                                                                                   \
+                out[x] += (int64_t)acc;                                                             \
+            }                                                                                       \
+        }                                                                                           \
+    }
+
+RANGE_KERNEL(range_kernel_32, uint32_t, int32_t, 1024)
+RANGE_KERNEL(range_kernel_64, uint64_t, int64_t, 512)
+
+/* =================================================== arbitrary-values kernels */
+#define VBLOCK 256
+
+static void values_prime_small(const uint64_t *a0, const uint64_t *a1, const uint32_t *z, size_t n,
+                               uint64_t p, uint64_t m, const uint64_t *xs, size_t count, int64_t *out) {
+    barrett_t br = {p, UINT64_MAX / p};
+    divtest_t dv = divtest_make(m);
+    for (size_t base = 0; base < n; base += VBLOCK) {
+        size_t nb = n - base < VBLOCK ? n - base : VBLOCK;
+        for (size_t j = 0; j < count; j++) {
+            uint64_t x = xs[j];
+            int64_t acc = 0;
+            for (size_t i = base; i < base + nb; i++) {
+                uint64_t v = barrett_reduce(&br, a1[i] * x + a0[i]);
+                acc += residue_is(&dv, v, z[i]);
+            }
+            out[j] += acc;
+        }
+    }
+}
+
+static void values_prime_64(const uint64_t *a0, const uint64_t *a1, const uint32_t *z, size_t n,
+                            uint64_t m, const uint64_t *xs, size_t count, int64_t *out) {
+    divtest_t dv = divtest_make(m);
+    for (size_t base = 0; base < n; base += VBLOCK) {
+        size_t nb = n - base < VBLOCK ? n - base : VBLOCK;
+        for (size_t j = 0; j < count; j++) {
+            uint64_t x = xs[j];
+            int64_t acc = 0;
+            for (size_t i = base; i < base + nb; i++) {
+                uint64_t v = addmod_p64(mulmod_p64(a1[i], x), a0[i]);
+                acc += residue_is(&dv, v, z[i]);
+            }
+            out[j] += acc;
+        }
+    }
+}
+
+#define VALUES_GF64(SUFFIX, ATTR)                                                                   \
+    ATTR static void values_gf64_##SUFFIX(const uint64_t *a0, const uint64_t *a1, const uint32_t *z,\
+                                          size_t n, uint64_t m, const uint64_t *xs, size_t count,   \
+                                          int64_t *out) {                                           \
+        divtest_t dv = divtest_make(m);                                                             \
+        for (size_t base = 0; base < n; base += VBLOCK) {                                           \
+            size_t nb = n - base < VBLOCK ? n - base : VBLOCK;                                      \
+            for (size_t j = 0; j < count; j++) {                                                    \
+                uint64_t x = xs[j];                                                                 \
+                int64_t acc = 0;                                                                    \
+                for (size_t i = base; i < base + nb; i++) {                                         \
+                    uint64_t v = a0[i] ^ gf64_mul_##SUFFIX(a1[i], x);                               \
+                    acc += residue_is(&dv, v, z[i]);                                                \
+                }                                                                                   \
+                out[j] += acc;                                                                      \
+            }                                                                                       \
+        }                                                                                           \
+    }                                                                                               \
+    ATTR static void values_gf128_##SUFFIX(const uint64_t *a0, const uint64_t *a1,                  \
+                                           const uint32_t *z, size_t n, uint64_t m,                 \
+                                           const uint64_t *xs, size_t count, int64_t *out) {        \
+        uint64_t c = (uint64_t)(((u128)1 << 64) % m);                                              \
+        for (size_t base = 0; base < n; base += VBLOCK) {                                           \
+            size_t nb = n - base < VBLOCK ? n - base : VBLOCK;                                      \
+            for (size_t j = 0; j < count; j++) {                                                    \
+                int64_t acc = 0;                                                                    \
+                for (size_t i = base; i < base + nb; i++) {                                         \
+                    uint64_t r[2];                                                                  \
+                    gf128_mul_##SUFFIX(&a1[2 * i], &xs[2 * j], r);                                  \
+                    acc += mod128(r[0] ^ a0[2 * i], r[1] ^ a0[2 * i + 1], m, c) == z[i];            \
+                }                                                                                   \
+                out[j] += acc;                                                                      \
+            }                                                                                       \
+        }                                                                                           \
+    }                                                                                               \
+    ATTR static void residues_gf_##SUFFIX(const uint64_t *a0, const uint64_t *a1, const uint64_t *x,\
+                                          size_t n, int degree, uint64_t m, uint64_t *out) {        \
+        if (degree == 64) {                                                                         \
+            for (size_t i = 0; i < n; i++) out[i] = (a0[i] ^ gf64_mul_##SUFFIX(a1[i], x[i])) % m;   \
+        } else {                                                                                    \
+            uint64_t c = (uint64_t)(((u128)1 << 64) % m);                                          \
+            for (size_t i = 0; i < n; i++) {                                                        \
+                uint64_t r[2];                                                                      \
+                gf128_mul_##SUFFIX(&a1[2 * i], &x[2 * i], r);                                       \
+                out[i] = mod128(r[0] ^ a0[2 * i], r[1] ^ a0[2 * i + 1], m, c);                      \
+            }                                                                                       \
+        }                                                                                           \
+    }
+
+VALUES_GF64(soft, )
+#if HAVE_X86
+VALUES_GF64(hw, __attribute__((target("pclmul,sse4.1"))))
+#endif
+
+/* =================================================== Python bindings */
+enum { FIELD_PRIME = 0, FIELD_BINARY = 1 };
+
+static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize, const char *name) {
+    if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    if (view->itemsize != itemsize) {
+        PyErr_Format(PyExc_TypeError, "%s: expected %zd-byte items, got %zd", name, itemsize, view->itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* counts_range(a0, a1, z, p, m, start, out) -- prime fields, out[len] += matches */
+static PyObject *py_counts_range(PyObject *self, PyObject *args) {
+    PyObject *oa0, *oa1, *oz, *oout;
+    unsigned long long p, m, start;
+    if (!PyArg_ParseTuple(args, "OOOKKKO", &oa0, &oa1, &oz, &p, &m, &start, &oout)) return NULL;
+    Py_buffer a0, a1, z, out;
+    if (get_buffer(oa0, &a0, 0, 8, "a0") < 0) return NULL;
+    if (get_buffer(oa1, &a1, 0, 8, "a1") < 0) goto e0;
+    if (get_buffer(oz, &z, 0, 4, "z") < 0) goto e1;
+    if (get_buffer(oout, &out, 1, 8, "out") < 0) goto e2;
+    size_t n = (size_t)(z.len / 4);
+    if ((size_t)(a0.len / 8) != n || (size_t)(a1.len / 8) != n) {
+        PyErr_SetString(PyExc_ValueError, "a0, a1 and z must have the same length");
+        goto e3;
+    }
+    if (m < 2 || p < 2 * m || (p >= (UINT64_C(1) << 32) && p != P64)) {
+        PyErr_SetString(PyExc_ValueError, "unsupported field/hash range for the range kernel");
+        goto e3;
+    }
+    size_t count = (size_t)(out.len / 8);
+    if (count && start + count - 1 >= p) {
+        PyErr_SetString(PyExc_ValueError, "tracked range exceeds the field");
+        goto e3;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (p < (UINT64_C(1) << 31))
+        range_kernel_32(a0.buf, a1.buf, z.buf, n, p, m, start, count, out.buf);
+    else
+        range_kernel_64(a0.buf, a1.buf, z.buf, n, p, m, start, count, out.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&z);
+    PyBuffer_Release(&a1);
+    PyBuffer_Release(&a0);
+    Py_RETURN_NONE;
+e3:
+    PyBuffer_Release(&out);
+e2:
+    PyBuffer_Release(&z);
+e1:
+    PyBuffer_Release(&a1);
+e0:
+    PyBuffer_Release(&a0);
+    return NULL;
+}
+
+/* counts_values(a0, a1, z, kind, order_or_degree, m, xs, out) */
+static PyObject *py_counts_values(PyObject *self, PyObject *args) {
+    PyObject *oa0, *oa1, *oz, *oxs, *oout;
+    int kind;
+    unsigned long long order, m;
+    if (!PyArg_ParseTuple(args, "OOOiKKOO", &oa0, &oa1, &oz, &kind, &order, &m, &oxs, &oout)) return NULL;
+    Py_buffer a0, a1, z, xs, out;
+    if (get_buffer(oa0, &a0, 0, 8, "a0") < 0) return NULL;
+    if (get_buffer(oa1, &a1, 0, 8, "a1") < 0) goto e0;
+    if (get_buffer(oz, &z, 0, 4, "z") < 0) goto e1;
+    if (get_buffer(oxs, &xs, 0, 8, "xs") < 0) goto e2;
+    if (get_buffer(oout, &out, 1, 8, "out") < 0) goto e3;
+    size_t n = (size_t)(z.len / 4), count = (size_t)(out.len / 8);
+    size_t limbs = (kind == FIELD_BINARY && order == 128) ? 2 : 1;
+    if ((size_t)(a0.len / 8) != n * limbs || (size_t)(a1.len / 8) != n * limbs || (size_t)(xs.len / 8) != count * limbs) {
+        PyErr_SetString(PyExc_ValueError, "array lengths disagree");
+        goto e4;
+    }
+    if (m < 2 || m >= (UINT64_C(1) << 32)) {
+        PyErr_SetString(PyExc_ValueError, "hash range out of kernel bounds");
+        goto e4;
+    }
+    int hw = have_pclmul();
+    if (kind == FIELD_PRIME) {
+        if (!(order == P64 || order < (UINT64_C(1) << 32))) {
+            PyErr_SetString(PyExc_ValueError, "unsupported prime for the values kernel");
+            goto e4;
+        }
+    } else if (!(kind == FIELD_BINARY && (order == 64 || order == 128))) {
+        PyErr_SetString(PyExc_ValueError, "unsupported field");
+        goto e4;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == FIELD_PRIME && order == P64)
+        values_prime_64(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf);
+    else if (kind == FIELD_PRIME)
+        values_prime_small(a0.buf, a1.buf, z.buf, n, order, m, xs.buf, count, out.buf);
+    else if (order == 64) {
+#if HAVE_X86
+        if (hw) values_gf64_hw(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf); else
+#endif
+        values_gf64_soft(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf);
+    } else {
+#if HAVE_X86
+        if (hw) values_gf128_hw(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf); else
+#endif
+        values_gf128_soft(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf);
+    }
+    Py_END_ALLOW_THREADS
+    (void)hw;
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&xs);
+    PyBuffer_Release(&z);
+    PyBuffer_Release(&a1);
+    PyBuffer_Release(&a0);
+    Py_RETURN_NONE;
+e4:
+    PyBuffer_Release(&out);
+e3:
+    PyBuffer_Release(&xs);
+e2:
+    PyBuffer_Release(&z);
+e1:
+    PyBuffer_Release(&a1);
+e0:
+    PyBuffer_Release(&a0);
+    return NULL;
+}
+
+/* hash_residues(a0, a1, x, kind, order_or_degree, m, out): out[i] = h_i(x_i) mod m */
+static PyObject *py_hash_residues(PyObject *self, PyObject *args) {
+    PyObject *oa0, *oa1, *ox, *oout;
+    int kind;
+    unsigned long long order, m;
+    if (!PyArg_ParseTuple(args, "OOOiKKO", &oa0, &oa1, &ox, &kind, &order, &m, &oout)) return NULL;
+    Py_buffer a0, a1, x, out;
+    if (get_buffer(oa0, &a0, 0, 8, "a0") < 0) return NULL;
+    if (get_buffer(oa1, &a1, 0, 8, "a1") < 0) goto e0;
+    if (get_buffer(ox, &x, 0, 8, "x") < 0) goto e1;
+    if (get_buffer(oout, &out, 1, 8, "out") < 0) goto e2;
+    size_t n = (size_t)(out.len / 8);
+    size_t limbs = (kind == FIELD_BINARY && order == 128) ? 2 : 1;
+    if ((size_t)(a0.len / 8) != n * limbs || (size_t)(a1.len / 8) != n * limbs || (size_t)(x.len / 8) != n * limbs) {
+        PyErr_SetString(PyExc_ValueError, "array lengths disagree");
+        goto e3;
+    }
+    if (m < 2 || m >= (UINT64_C(1) << 32) ||
+        (kind == FIELD_PRIME && !(order == P64 || order < (UINT64_C(1) << 32))) ||
+        (kind == FIELD_BINARY && order != 64 && order != 128) || (kind != FIELD_PRIME && kind != FIELD_BINARY)) {
+        PyErr_SetString(PyExc_ValueError, "unsupported field or hash range");
+        goto e3;
+    }
+    int hw = have_pclmul();
+    const uint64_t *pa0 = a0.buf, *pa1 = a1.buf, *px = x.buf;
+    uint64_t *po = out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == FIELD_PRIME && order == P64) {
+        for (size_t i = 0; i < n; i++) po[i] = addmod_p64(mulmod_p64(pa1[i], px[i]), pa0[i]) % m;
+    } else if (kind == FIELD_PRIME) {
+        barrett_t br = {order, UINT64_MAX / order};
+        for (size_t i = 0; i < n; i++) po[i] = barrett_reduce(&br, pa1[i] * px[i] + pa0[i]) % m;
+    } else {
+#if HAVE_X86
+        if (hw) residues_gf_hw(pa0, pa1, px, n, (int)order, m, po); else
+#endif
+        residues_gf_soft(pa0, pa1, px, n, (int)order, m, po);
+    }
+    Py_END_ALLOW_THREADS
+    (void)hw;
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&a1);
+    PyBuffer_Release(&a0);
+    Py_RETURN_NONE;
+e3:
+    PyBuffer_Release(&out);
+e2:
+    PyBuffer_Release(&x);
+e1:
+    PyBuffer_Release(&a1);
+e0:
+    PyBuffer_Release(&a0);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"counts_range", py_counts_range, METH_VARARGS, "Match counts for a consecutive range (prime fields)."},
+    {"counts_values", py_counts_values, METH_VARARGS, "Match counts for arbitrary tracked values."},
+    {"hash_residues", py_hash_residues, METH_VARARGS, "Per-report hash of per-report values."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel", "OCMS+RR decode kernel", -1, methods};
+
+PyMODINIT_FUNC PyInit__kernel(void) {
+    PyObject *mod = PyModule_Create(&module);
+    if (mod && PyModule_AddIntConstant(mod, "HAVE_PCLMUL", have_pclmul()) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
+}

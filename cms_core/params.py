@@ -1,0 +1,309 @@
+"""Frozen, self-validating OCMS+RR parameters.
+
+Privacy guarantee: every report built from an :class:`OCMSParams` is
+``epsilon``-locally differentially private: the only part of a report that
+depends on the device's value is z, the output of randomized response over [m]
+with keep probability e^eps / (e^eps + m - 1); (a0, a1) are drawn independently
+of the value. Anything computed from reports (sketches, estimates) is
+post-processing and keeps the guarantee. Over time, k reports of the same
+device cost k * epsilon by sequential composition (see README, privacy model).
+
+Utility: with n reports the estimator g(x) is unbiased with variance
+:func:`cms_core.theory.estimator_variance`; MSE mode minimises the worst-case
+variance over f in [0, f*], l2 mode the summed variance over D tracked values.
+
+Validation happens once, here, with errors naming the bad value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from dataclasses import dataclass, field as dataclass_field
+from fractions import Fraction
+from functools import cached_property
+
+from . import theory
+from .errors import InvalidParameterError
+from .fields import BinaryField, FiniteField, PrimeField, choose_field
+
+#: Above this, e^eps overflows the closed forms long before it matters: the
+#: keep probability is 1 - 1e-43 and a report is effectively the raw hash.
+MAX_EPSILON = 100.0
+#: z travels as a 32-bit integer and the kernel lanes are 32/64-bit.
+MAX_HASH_RANGE = 2**32 - 1
+#: String/bytes values are mapped to 128-bit fingerprints (see values.py).
+STRING_DICTIONARY_SIZE = 2**128
+
+MODES = ("mse", "l2", "fixed")
+VALUE_DOMAINS = ("integer", "string")
+
+_FINGERPRINT_VERSION = 1
+
+
+def _check_epsilon(epsilon) -> float:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
+        raise InvalidParameterError("epsilon", epsilon, "must be a real number")
+    epsilon = float(epsilon)
+    if math.isnan(epsilon) or math.isinf(epsilon):
+        raise InvalidParameterError("epsilon", epsilon, "must be finite")
+    if epsilon <= 0:
+        raise InvalidParameterError("epsilon", epsilon, "must be > 0")
+    if epsilon > MAX_EPSILON:
+        raise InvalidParameterError("epsilon", epsilon, f"must be <= {MAX_EPSILON:g} (larger values give no meaningful privacy)")
+    return epsilon
+
+
+def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidParameterError(name, value, "must be an integer")
+    if value < minimum:
+        raise InvalidParameterError(name, value, f"must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise InvalidParameterError(name, value, f"must be <= {maximum}")
+    return value
+
+
+def _check_f_star(f_star) -> float:
+    if isinstance(f_star, bool) or not isinstance(f_star, (int, float)) or math.isnan(f_star):
+        raise InvalidParameterError("f_star", f_star, "must be a number in [0, 1]")
+    if not 0.0 <= f_star <= 1.0:
+        raise InvalidParameterError("f_star", f_star, "must be in [0, 1]")
+    return float(f_star)
+
+
+@dataclass(frozen=True)
+class OCMSParams:
+    """Parameters fixed for the life of a sketch, a topic and every report in it.
+
+    Build with :meth:`OCMSParams.build`; the constructor re-validates everything
+    so that deserialized parameters are as trustworthy as built ones.
+
+    Attributes:
+        epsilon: the LDP budget of one report, 0 < eps <= 100.
+        hash_range: m, the size of the randomized-response alphabet, >= 2.
+        field: the finite field of the hash family H_api.
+        dictionary_size: d; values are integers in [0, d) (or 128-bit string fingerprints).
+        value_domain: "integer" or "string".
+        mode: how m was chosen: "mse", "l2" or "fixed" (explicit override).
+        f_star: the prior upper bound on frequencies used by mode "mse".
+        tracked_count: D, the number of tracked values used by mode "l2".
+    """
+
+    epsilon: float
+    hash_range: int
+    field: FiniteField
+    dictionary_size: int
+    value_domain: str = "integer"
+    mode: str = "fixed"
+    f_star: float | None = None
+    tracked_count: int | None = None
+    _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "epsilon", _check_epsilon(self.epsilon))
+        _check_int("hash_range", self.hash_range, 2, MAX_HASH_RANGE)
+        if self.value_domain not in VALUE_DOMAINS:
+            raise InvalidParameterError("value_domain", self.value_domain, f"expected one of {VALUE_DOMAINS}")
+        _check_int("dictionary_size", self.dictionary_size, 1, STRING_DICTIONARY_SIZE)
+        if self.value_domain == "string" and self.dictionary_size != STRING_DICTIONARY_SIZE:
+            raise InvalidParameterError(
+                "dictionary_size", self.dictionary_size, "the string domain is the set of 128-bit fingerprints (2^128)"
+            )
+        if self.mode not in MODES:
+            raise InvalidParameterError("mode", self.mode, f"expected one of {MODES}")
+        if not isinstance(self.field, (PrimeField, BinaryField)):
+            raise InvalidParameterError("field", self.field, "must be a PrimeField or BinaryField")
+        # A prime field must hold 0..d (paper: p > d); a binary field all of [0, d).
+        needed = self.dictionary_size + 1 if isinstance(self.field, PrimeField) else self.dictionary_size
+        if self.field.order < needed:
+            raise InvalidParameterError(
+                "field", str(self.field), f"order {self.field.order} cannot hold the dictionary [0, {self.dictionary_size})"
+            )
+        if self.field.order < 2 * self.hash_range:
+            # q >= 2 at the very least; choose_field gives q >= 7 (errata 5).
+            raise InvalidParameterError("hash_range", self.hash_range, f"too large for the field {self.field}")
+        if self.f_star is not None:
+            object.__setattr__(self, "f_star", _check_f_star(self.f_star))
+        if self.tracked_count is not None:
+            _check_int("tracked_count", self.tracked_count, 1)
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def build(
+        cls,
+        epsilon: float,
+        dictionary_size: int | None = None,
+        *,
+        mode: str = "mse",
+        f_star: float = 1.0,
+        tracked_count: int | None = None,
+        hash_range: int | None = None,
+        value_domain: str = "integer",
+        field: FiniteField | None = None,
+    ) -> "OCMSParams":
+        """Choose m and the field for a privacy budget and dictionary.
+
+        Args:
+            epsilon: per-report LDP budget, finite, 0 < eps <= 100.
+            dictionary_size: d for integer values [0, d). Omit for strings.
+            mode: "mse" (minimise the worst-case MSE given the prior f*) or
+                "l2" (minimise the l2 loss over ``tracked_count`` values).
+            f_star: prior upper bound on any tracked frequency (mode "mse").
+            tracked_count: D, number of tracked values (required by "l2").
+            hash_range: explicit m (baselines, experiments); sets mode "fixed".
+            value_domain: "integer" or "string" (128-bit fingerprints).
+            field: explicit field (tests, negative controls); normally chosen.
+
+        Runtime: O(1) except the prime search, O(sqrt) Miller-Rabin rounds.
+        """
+        epsilon = _check_epsilon(epsilon)
+        if value_domain not in VALUE_DOMAINS:
+            raise InvalidParameterError("value_domain", value_domain, f"expected one of {VALUE_DOMAINS}")
+        if value_domain == "string":
+            if dictionary_size not in (None, STRING_DICTIONARY_SIZE):
+                raise InvalidParameterError("dictionary_size", dictionary_size, "is fixed to 2^128 for strings; omit it")
+            dictionary_size = STRING_DICTIONARY_SIZE
+        elif dictionary_size is None:
+            raise InvalidParameterError("dictionary_size", None, "is required for integer values")
+        dictionary_size = _check_int("dictionary_size", dictionary_size, 1, STRING_DICTIONARY_SIZE)
+        if mode not in ("mse", "l2"):
+            raise InvalidParameterError("mode", mode, "expected 'mse' or 'l2'")
+        f_star = _check_f_star(f_star)
+        if tracked_count is not None:
+            tracked_count = _check_int("tracked_count", tracked_count, 1)
+        if hash_range is not None:
+            hash_range = _check_int("hash_range", hash_range, 2, MAX_HASH_RANGE)
+            mode_used = "fixed"
+        else:
+            if mode == "l2" and tracked_count is None:
+                raise InvalidParameterError("tracked_count", None, "mode 'l2' needs the number of tracked values")
+            continuous = theory.continuous_optimal_hash_range(epsilon, mode, f_star, tracked_count)
+            if continuous > MAX_HASH_RANGE:
+                raise InvalidParameterError(
+                    "epsilon", epsilon, f"needs a hash range m~{continuous:.3g} above the maximum {MAX_HASH_RANGE}"
+                )
+            hash_range = theory.optimal_hash_range(epsilon, mode, f_star, tracked_count)
+            mode_used = mode
+        if field is None:
+            field = choose_field(dictionary_size, hash_range)
+        return cls(
+            epsilon=epsilon,
+            hash_range=hash_range,
+            field=field,
+            dictionary_size=dictionary_size,
+            value_domain=value_domain,
+            mode=mode_used,
+            f_star=f_star if mode_used == "mse" else None,
+            tracked_count=tracked_count,
+        )
+
+    # --------------------------------------------------------------- derived
+    def _cached(self, key, compute):
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    @property
+    def m(self) -> int:
+        return self.hash_range
+
+    @property
+    def keep_probability(self) -> float:
+        """P(z = h(x)) = e^eps / (e^eps + m - 1)."""
+        return theory.rr_keep_probability(self.epsilon, self.hash_range)
+
+    @property
+    def q(self) -> int:
+        return theory.field_quotient_remainder(self.field.order, self.hash_range)[0]
+
+    @property
+    def r(self) -> int:
+        return theory.field_quotient_remainder(self.field.order, self.hash_range)[1]
+
+    @property
+    def collision_probability(self) -> Fraction:
+        """c_bar of H_api, exact (errata 4)."""
+        return self._cached("c", lambda: theory.collision_probability(self.field.order, self.hash_range))
+
+    @property
+    def effective_hash_range(self) -> Fraction:
+        """m' = 1 / c_bar, exact; the estimator g(x) uses it instead of m."""
+        return self._cached("m_eff", lambda: 1 / self.collision_probability)
+
+    @property
+    def estimator_coefficients(self) -> tuple[float, float]:
+        """(A, B) with g(x) = A * matches / n + B."""
+        return self._cached(
+            "coef", lambda: theory.estimator_coefficients(self.epsilon, self.hash_range, self.effective_hash_range)
+        )
+
+    def variance(self, f, n):
+        """Var(g(x)) for true frequency f (array ok) and n reports."""
+        return theory.estimator_variance(self.epsilon, self.hash_range, float(self.collision_probability), f, n)
+
+    def worst_case_mse(self, n: float) -> float:
+        """max over f in [0, f*] (f* = 1 unless mode mse set a prior) of Var(g)."""
+        f_star = self.f_star if self.f_star is not None else 1.0
+        return float(max(self.variance(0.0, n), self.variance(f_star, n)))
+
+    def l2_loss(self, n: float, tracked_count: int | None = None) -> float:
+        count = tracked_count or self.tracked_count
+        if count is None:
+            raise InvalidParameterError("tracked_count", None, "needed for the l2 loss")
+        return float((count - 1) * self.variance(0.0, n) + self.variance(1.0, n))
+
+    @property
+    def coefficient_bytes(self) -> int:
+        """Bytes per hash coefficient on the wire: ceil(bits(order - 1) / 8)."""
+        return (self.field.bits + 7) // 8
+
+    @property
+    def z_bytes(self) -> int:
+        return ((self.hash_range - 1).bit_length() + 7) // 8
+
+    @property
+    def report_bytes(self) -> int:
+        """Payload of one report: a0, a1 and z at their minimal byte widths."""
+        return 2 * self.coefficient_bytes + self.z_bytes
+
+    @property
+    def fingerprint(self) -> bytes:
+        """8 stable bytes identifying everything a report's meaning depends on.
+
+        Covers eps (exact IEEE-754 bits), m, the field, d and the value domain;
+        not the mode/f*/D that only explain how m was chosen. Every report and
+        every serialized sketch carries it.
+        """
+
+        def compute() -> bytes:
+            h = hashlib.blake2b(digest_size=8, person=b"ocms-params")
+            h.update(struct.pack(">BdI", _FINGERPRINT_VERSION, self.epsilon, self.hash_range))
+            h.update(self.field.descriptor())
+            h.update(self.dictionary_size.to_bytes(17, "big"))
+            h.update(self.value_domain.encode())
+            return h.digest()
+
+        return self._cached("fp", compute)
+
+    def describe(self) -> dict:
+        """A JSON-friendly summary (used by ``ocms plan`` and ``/params``)."""
+        return {
+            "epsilon": self.epsilon,
+            "mode": self.mode,
+            "f_star": self.f_star,
+            "tracked_count": self.tracked_count,
+            "hash_range": self.hash_range,
+            "field": str(self.field),
+            "field_kind": self.field.kind,
+            "field_order": str(self.field.order),
+            "dictionary_size": str(self.dictionary_size),
+            "value_domain": self.value_domain,
+            "q": str(self.q),
+            "r": str(self.r),
+            "effective_hash_range": float(self.effective_hash_range),
+            "keep_probability": self.keep_probability,
+            "report_bytes": self.report_bytes,
+            "fingerprint": self.fingerprint.hex(),
+        }

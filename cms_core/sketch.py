@@ -1,0 +1,261 @@
+"""The mergeable OCMS+RR sketch: per-value match counts and n, and its estimates.
+
+State is integers only (n and, per tracked value x, the number M(x) of reports
+whose hash of x equals z), so update and merge are exact and associative, and
+any two sketches over the same parameters and tracked set add up to the sketch
+of all their reports. Estimates are computed from the counts on demand:
+
+    g(x) = A * M(x)/n + B             (Theorem g_x_def with m', errata 1 & 4)
+    Var  = estimator_variance(f = clip(g(x), 0, 1), n)   (plug-in)
+
+Verbs follow Apache DataSketches: ``update``, ``merge``, ``estimate`` (with
+bounds), ``serialize`` / ``deserialize``. Serialized bytes carry the parameter
+and tracked-set fingerprints and a CRC; deserializing refuses a mismatch.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import kernel, postprocess, theory
+from .errors import FingerprintMismatchError, InvalidParameterError, ParameterMismatchError, SerializationError
+from .params import OCMSParams
+from .reports import ReportBatch
+from .values import TrackedValues
+
+_MAGIC = b"OCMS"
+_FORMAT_VERSION = 1
+_KIND_SKETCH = 1
+_HEADER = struct.Struct("<4sBB8s8sQQB")
+_CRC = struct.Struct("<I")
+
+INTERVALS = ("normal", "chernoff")
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """Per tracked value: unbiased frequency, counts, spread and interval.
+
+    ``frequency`` is the raw unbiased g(x); ``processed`` the post-processed
+    frequency (``postprocess`` names the method; equal to ``frequency`` for
+    "none"). ``ci_low``/``ci_high`` bound the true frequency at ``confidence``
+    around the raw estimate; ``count*`` are the same quantities times n.
+    """
+
+    values: list
+    n: int
+    frequency: np.ndarray
+    processed: np.ndarray
+    variance: np.ndarray
+    std: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    confidence: float
+    interval: str
+    postprocess: str
+
+    @property
+    def count(self) -> np.ndarray:
+        return self.frequency * self.n
+
+    @property
+    def processed_count(self) -> np.ndarray:
+        return self.processed * self.n
+
+    def as_records(self) -> list[dict]:
+        """One JSON-friendly dict per value (floats, never numpy scalars)."""
+        n = self.n
+        return [
+            {
+                "value": self.values[i],
+                "frequency": float(self.frequency[i]),
+                "processed": float(self.processed[i]),
+                "count": float(self.frequency[i] * n),
+                "processed_count": float(self.processed[i] * n),
+                "std": float(self.std[i]),
+                "ci_low": float(self.ci_low[i]),
+                "ci_high": float(self.ci_high[i]),
+                "count_ci_low": float(self.ci_low[i] * n),
+                "count_ci_high": float(self.ci_high[i] * n),
+            }
+            for i in range(len(self.values))
+        ]
+
+
+def _check_confidence(confidence) -> float:
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 < confidence < 1.0:
+        raise InvalidParameterError("confidence", confidence, "must be in (0, 1)")
+    return float(confidence)
+
+
+class OCMSSketch:
+    """Match counts for a fixed tracked set under fixed parameters.
+
+    Runtime: ``update`` is O(n * D) pair checks in the compiled kernel;
+    ``merge`` O(D); ``estimate`` O(D) (O(D log D) with Norm-Sub/simplex).
+    """
+
+    __slots__ = ("_params", "_tracked", "_counts", "_n")
+
+    def __init__(self, params: OCMSParams, tracked: TrackedValues, counts: np.ndarray | None = None, n: int = 0):
+        if tracked.params_fingerprint != params.fingerprint:
+            raise ParameterMismatchError("the tracked set was built for other parameters")
+        self._params = params
+        self._tracked = tracked
+        if counts is None:
+            counts = np.zeros(len(tracked), np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        if counts.shape != (len(tracked),):
+            raise InvalidParameterError("counts", counts.shape, f"expected shape ({len(tracked)},)")
+        if n < 0 or (counts.size and (counts.min() < 0 or counts.max() > n)):
+            raise InvalidParameterError("counts", "...", "match counts must lie in [0, n]")
+        self._counts = counts.copy()
+        self._n = int(n)
+
+    # ------------------------------------------------------------ accessors
+    @property
+    def params(self) -> OCMSParams:
+        return self._params
+
+    @property
+    def tracked(self) -> TrackedValues:
+        return self._tracked
+
+    @property
+    def n(self) -> int:
+        return self._n
+
+    @property
+    def counts(self) -> np.ndarray:
+        """A read-only view of the match counts."""
+        view = self._counts.view()
+        view.flags.writeable = False
+        return view
+
+    def copy(self) -> "OCMSSketch":
+        return OCMSSketch(self._params, self._tracked, self._counts, self._n)
+
+    def __eq__(self, other) -> bool:
+        return (
+            isinstance(other, OCMSSketch)
+            and self._params.fingerprint == other._params.fingerprint
+            and self._tracked.fingerprint == other._tracked.fingerprint
+            and self._n == other._n
+            and np.array_equal(self._counts, other._counts)
+        )
+
+    __hash__ = None
+
+    # ---------------------------------------------------------------- verbs
+    def update(self, batch: ReportBatch, *, backend: str | None = None, threads: int | None = None) -> "OCMSSketch":
+        """Add a batch of reports (validated against the parameters first)."""
+        batch.validate(self._params)
+        self._counts += kernel.match_counts(self._params, batch, self._tracked, backend=backend, threads=threads)
+        self._n += len(batch)
+        return self
+
+    def merge(self, other: "OCMSSketch") -> "OCMSSketch":
+        """Add another sketch's counts; refuses other parameters or tracked sets."""
+        if other._params.fingerprint != self._params.fingerprint:
+            raise ParameterMismatchError(
+                f"cannot merge sketches with parameter fingerprints {self._params.fingerprint.hex()} "
+                f"and {other._params.fingerprint.hex()}"
+            )
+        if other._tracked.fingerprint != self._tracked.fingerprint:
+            raise ParameterMismatchError("cannot merge sketches over different tracked sets")
+        self._counts += other._counts
+        self._n += other._n
+        return self
+
+    def estimate(
+        self,
+        *,
+        confidence: float = 0.95,
+        interval: str = "normal",
+        postprocess_method: str = "none",
+        total: float | None = None,
+    ) -> Estimates:
+        """Unbiased estimates with standard deviations and confidence intervals.
+
+        interval "normal": g +- z_{conf} * std (CLT; n is large in practice).
+        interval "chernoff": g +- alpha * std with alpha from Theorem
+        cms_rr_bound; where alpha exceeds the theorem's range for this n the
+        half-width is infinite (the bound says nothing there).
+        With n = 0 every estimate is NaN and every interval infinite.
+        """
+        confidence = _check_confidence(confidence)
+        if interval not in INTERVALS:
+            raise InvalidParameterError("interval", interval, f"expected one of {INTERVALS}")
+        if postprocess_method not in postprocess.METHODS:
+            raise InvalidParameterError("postprocess", postprocess_method, f"expected one of {postprocess.METHODS}")
+        params = self._params
+        d = len(self._tracked)
+        if self._n == 0:
+            nan = np.full(d, np.nan)
+            inf = np.full(d, np.inf)
+            return Estimates(
+                self._tracked.all_labels(), 0, nan, nan.copy(), inf, inf.copy(), -inf, inf.copy(),
+                confidence, interval, postprocess_method,
+            )
+        a, b = params.estimator_coefficients
+        frequency = a * (self._counts / self._n) + b
+        variance = np.asarray(params.variance(np.clip(frequency, 0.0, 1.0), self._n), dtype=np.float64)
+        std = np.sqrt(variance)
+        if interval == "normal":
+            half = theory.normal_z(confidence) * std
+        else:
+            alpha = theory.chernoff_alpha(params.epsilon, params.hash_range, confidence)
+            covered = alpha <= theory.chernoff_alpha_max(params.epsilon, params.hash_range, self._n)
+            half = alpha * std if covered else np.full(d, math.inf)
+        processed = postprocess.apply(postprocess_method, frequency, total)
+        return Estimates(
+            self._tracked.all_labels(), self._n, frequency, processed, variance, std,
+            frequency - half, frequency + half, confidence, interval, postprocess_method,
+        )
+
+    # -------------------------------------------------------- serialization
+    def serialize(self) -> bytes:
+        """Little-endian bytes: header (magic, version, fingerprints, n, D,
+        count width), counts, CRC-32 of everything before it."""
+        width = 4 if self._n < 2**32 else 8
+        header = _HEADER.pack(
+            _MAGIC, _FORMAT_VERSION, _KIND_SKETCH, self._params.fingerprint, self._tracked.fingerprint,
+            self._n, len(self._tracked), width,
+        )
+        body = header + self._counts.astype("<u4" if width == 4 else "<i8").tobytes()
+        return body + _CRC.pack(zlib.crc32(body))
+
+    @classmethod
+    def deserialize(cls, data: bytes, params: OCMSParams, tracked: TrackedValues) -> "OCMSSketch":
+        data = bytes(data)
+        if len(data) < _HEADER.size + _CRC.size:
+            raise SerializationError(f"sketch bytes truncated: {len(data)} < {_HEADER.size + _CRC.size}")
+        magic, version, kind, params_fp, tracked_fp, n, d, width = _HEADER.unpack_from(data)
+        if magic != _MAGIC or kind != _KIND_SKETCH:
+            raise SerializationError("not an OCMS sketch (bad magic or kind)")
+        if version != _FORMAT_VERSION:
+            raise SerializationError(f"unsupported sketch format version {version}")
+        if width not in (4, 8):
+            raise SerializationError(f"bad count width {width}")
+        expected = _HEADER.size + d * width + _CRC.size
+        if len(data) != expected:
+            raise SerializationError(f"sketch bytes have length {len(data)}, expected {expected}")
+        (crc,) = _CRC.unpack_from(data, len(data) - _CRC.size)
+        if crc != zlib.crc32(data[: -_CRC.size]):
+            raise SerializationError("sketch checksum mismatch (corrupt bytes)")
+        if params_fp != params.fingerprint:
+            raise FingerprintMismatchError(
+                f"sketch was built for parameters {params_fp.hex()}, not {params.fingerprint.hex()}"
+            )
+        if tracked_fp != tracked.fingerprint or d != len(tracked):
+            raise FingerprintMismatchError("sketch was built for another tracked set")
+        counts = np.frombuffer(data, dtype="<u4" if width == 4 else "<i8", count=d, offset=_HEADER.size)
+        try:
+            return cls(params, tracked, counts.astype(np.int64), n)
+        except InvalidParameterError as exc:
+            raise SerializationError(f"inconsistent sketch state: {exc}") from exc

@@ -1,0 +1,214 @@
+"""Every closed form of OCMS+RR, each once, next to the paper's equation name.
+
+Notation (paper Sections "Revisit Count-mean Sketch" .. "Unbiased CMS with
+Imperfect Hashing", corrected by ``shared/paper-errata.md``):
+
+* ``e = e^eps``; ``m`` the hash range; ``n`` the number of reports;
+* ``f`` a true frequency in [0, 1]; ``D`` the number of tracked values;
+* ``c`` the collision probability c_bar(x, x') of the hash family, 1/m for a
+  perfectly pairwise-independent family and 1/m' for H_api (Lemma in
+  "Unbiased CMS with Imperfect Hashing").
+
+``e - 1`` is always computed as ``expm1(eps)`` so tiny epsilons keep their
+precision. Functions accept numpy arrays for ``f`` where noted.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from statistics import NormalDist
+
+import numpy as np
+
+from .errors import InvalidParameterError
+
+
+# --- Randomized response over [m] (paper Section "Background/LDP", Eq. var_rr) ---
+
+def rr_keep_probability(epsilon: float, m: int) -> float:
+    """P(z = y): e / (e + m - 1), written to stay finite for large eps."""
+    return 1.0 / (1.0 + (m - 1) * math.exp(-epsilon))
+
+
+def decode_match_value(epsilon: float, m: int) -> float:
+    """Q[v, u] for u = v: (e + m - 2) / (e - 1).
+
+    Errata 1: Algorithm 1 prints (e + m - 1)/(e - 1), which biases every
+    estimate by 1/((m - 1)(e - 1)); this is the entry of Q = P^-1.
+    """
+    return (math.expm1(epsilon) + m - 1) / math.expm1(epsilon)
+
+
+def decode_mismatch_value(epsilon: float) -> float:
+    """Q[v, u] for u != v: -1 / (e - 1) (Algorithm 1 ``Decode``, correct as printed)."""
+    return -1.0 / math.expm1(epsilon)
+
+
+def rr_variance_equal(epsilon: float, m: int) -> float:
+    """Var(R | =) of Eq. var_rr: e (m - 1) / (e - 1)^2."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.float64(math.exp(epsilon)) * (m - 1) / np.float64(math.expm1(epsilon)) ** 2
+
+
+def rr_variance_unequal(epsilon: float, m: int) -> float:
+    """Var(R | !=) of Eq. var_rr: (e + m - 2) / (e - 1)^2."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return (np.float64(math.expm1(epsilon)) + m - 1) / np.float64(math.expm1(epsilon)) ** 2
+
+
+# --- Imperfect hashing (Section "Unbiased CMS with Imperfect Hashing", errata 4) ---
+
+def field_quotient_remainder(field_order: int, m: int) -> tuple[int, int]:
+    """q, r with p^l = q m + r, exact integers."""
+    return divmod(field_order, m)
+
+
+def collision_probability(field_order: int, m: int) -> Fraction:
+    """c_bar(x1, x2) of H_api (Lemma): ((2q + 1) r + m q^2) / (m q + r)^2, exactly."""
+    q, r = field_quotient_remainder(field_order, m)
+    return Fraction((2 * q + 1) * r + m * q * q, (m * q + r) ** 2)
+
+
+def effective_hash_range(field_order: int, m: int) -> Fraction:
+    """m' = 1 / c_bar = (m q + r)^2 / ((2q + 1) r + m q^2), exactly (errata 4)."""
+    return 1 / collision_probability(field_order, m)
+
+
+# --- Estimator g(x) (Theorem g_x_def) as an affine map of the match fraction ---
+
+def estimator_coefficients(epsilon: float, m: int, m_eff: Fraction) -> tuple[float, float]:
+    """(A, B) with g(x) = A * M/n + B, M = reports whose z matches h(x).
+
+    Sum of decoded values: sum y_hat = (M (e + m - 1) - n) / (e - 1)
+    (match value (e+m-2)/(e-1), mismatch -1/(e-1)), so
+    g = m'/(n(m'-1)) * sum y_hat - 1/(m'-1)
+      = [m'(e + m - 1) / ((m'-1)(e-1))] * M/n - (m' + e - 1) / ((m'-1)(e-1)).
+    """
+    em1 = math.expm1(epsilon)
+    mp = float(m_eff)
+    mp_minus_1 = float(m_eff - 1)  # exact subtraction before rounding
+    a = mp * (em1 + m) / (mp_minus_1 * em1)
+    b = -(mp + em1) / (mp_minus_1 * em1)
+    return a, b
+
+
+def estimator_variance(epsilon: float, m: int, c_bar: float, f, n):
+    """MSE(g(x)) of Theorem g_x_def (== Var, g is unbiased), for f in [0, 1].
+
+    Var = [ (1 - f)(c V= + (1 - c) V!= + c(1 - c)) + f V= ] / (n (1 - c)^2).
+    With c = 1/m it is the pairwise closed form of the errata:
+    [(1 - f)(m + e - 1)^2 + f e m^2] / (n (m - 1)(e - 1)^2).
+    Accepts numpy arrays for f and n.
+    """
+    with np.errstate(divide="ignore", over="ignore"):  # eps -> 0: the variance is +inf
+        v_eq = rr_variance_equal(epsilon, m)
+        v_ne = rr_variance_unequal(epsilon, m)
+        f = np.asarray(f, dtype=np.float64)
+        other = c_bar * v_eq + (1.0 - c_bar) * v_ne + c_bar * (1.0 - c_bar)
+        return ((1.0 - f) * other + f * v_eq) / (np.asarray(n, dtype=np.float64) * (1.0 - c_bar) ** 2)
+
+
+def pairwise_variance(epsilon: float, m: int, f, n):
+    """Var(f_hat(x)) for a pairwise-independent family (errata closed form)."""
+    e = math.exp(epsilon)
+    em1 = math.expm1(epsilon)
+    f = np.asarray(f, dtype=np.float64)
+    with np.errstate(divide="ignore", over="ignore"):  # eps -> 0: the variance is +inf
+        return ((1.0 - f) * (m + em1) ** 2 + f * e * m * m) / (np.asarray(n, dtype=np.float64) * (m - 1) * em1**2)
+
+
+def worst_case_mse(epsilon: float, m: int, n: float, f_star: float = 1.0) -> float:
+    """max over f in [0, f*] of Var: Var is linear in f, so the max is at 0 or f*."""
+    return float(max(pairwise_variance(epsilon, m, 0.0, n), pairwise_variance(epsilon, m, f_star, n)))
+
+
+def l2_loss(epsilon: float, m: int, n: float, tracked_count: int) -> float:
+    """Worst-case l2 over D tracked values: (D - 1) Var(f=0) + Var(f=1) (errata)."""
+    return float((tracked_count - 1) * pairwise_variance(epsilon, m, 0.0, n) + pairwise_variance(epsilon, m, 1.0, n))
+
+
+def l1_bound(epsilon: float, m: int, n: float, tracked_count: int) -> float:
+    """Cauchy-Schwarz bound l1 <= sqrt(D * l2) (Section "Optimizing CMS")."""
+    return math.sqrt(tracked_count * l2_loss(epsilon, m, n, tracked_count))
+
+
+def optimized_worst_case_mse(epsilon: float, n: float, f_star: float = 1.0) -> float:
+    """Theorem optimized_mse: the continuous optimum of the worst-case MSE.
+
+    f* > 1/2: e^{eps/2} / (n (e^{eps/2} - 1)^2) (errata 7);
+    f* <= 1/2: 2 (Delta_MSE + e) / (n (e - 1)^2).
+    """
+    if f_star > 0.5:
+        return math.exp(epsilon / 2) / (n * math.expm1(epsilon / 2) ** 2)
+    return 2 * (delta_mse(epsilon, f_star) + math.exp(epsilon)) / (n * math.expm1(epsilon) ** 2)
+
+
+def delta_mse(epsilon: float, f_star: float) -> float:
+    """Delta_MSE of Theorem optimized_mse."""
+    e = math.exp(epsilon)
+    return math.exp(epsilon / 2) * math.sqrt(((1 - f_star) * e + f_star) * (f_star * e + 1 - f_star))
+
+
+def delta_l(epsilon: float, tracked_count: int) -> float:
+    """Delta_l of Theorem optimized_l1l2."""
+    e = math.exp(epsilon)
+    return math.exp(epsilon / 2) * math.sqrt((e + tracked_count - 1) * (tracked_count * e - e + 1))
+
+
+def continuous_optimal_hash_range(epsilon: float, mode: str, f_star: float = 1.0, tracked_count: int | None = None) -> float:
+    """The real-valued minimiser of the objective (HashRange, before rounding).
+
+    mse, f* > 1/2 : 1 + e^{eps/2}
+    mse, f* <= 1/2: 1 + Delta_MSE / (f* e + 1 - f*)   (errata 2: not 1 + Delta_MSE)
+    l2            : 1 + Delta_l / (e + D - 1)
+    """
+    e = math.exp(epsilon)
+    if mode == "mse":
+        if f_star > 0.5:
+            return 1 + math.exp(epsilon / 2)
+        return 1 + delta_mse(epsilon, f_star) / (f_star * e + 1 - f_star)
+    if mode == "l2":
+        return 1 + delta_l(epsilon, tracked_count) / (e + tracked_count - 1)
+    raise InvalidParameterError("mode", mode, "expected 'mse' or 'l2'")
+
+
+def hash_range_objective(epsilon: float, m: int, mode: str, f_star: float = 1.0, tracked_count: int | None = None) -> float:
+    """The exact per-report objective m minimises (n = 1)."""
+    if mode == "mse":
+        return worst_case_mse(epsilon, m, 1.0, f_star)
+    return l2_loss(epsilon, m, 1.0, tracked_count)
+
+
+def optimal_hash_range(epsilon: float, mode: str, f_star: float = 1.0, tracked_count: int | None = None) -> int:
+    """Integer m: argmin of the exact objective over floor/ceil of the optimum, m >= 2.
+
+    Errata 3: rounding to the closest integer is not always optimal (e.g. eps
+    = 0.7, f* = 1 picks one above). Ties go to the smaller m (smaller reports).
+    """
+    m_star = continuous_optimal_hash_range(epsilon, mode, f_star, tracked_count)
+    candidates = sorted({max(2, math.floor(m_star)), max(2, math.ceil(m_star))})
+    return min(candidates, key=lambda m: (hash_range_objective(epsilon, m, mode, f_star, tracked_count), m))
+
+
+# --- Confidence intervals ---
+
+def normal_z(confidence: float) -> float:
+    """Two-sided standard-normal quantile for a confidence level in (0, 1)."""
+    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
+
+
+def chernoff_alpha(epsilon: float, m: int, confidence: float) -> float:
+    """alpha with 2 exp(-alpha^2/3 * (m-1)/(e+m-1)) = 1 - confidence (Theorem cms_rr_bound)."""
+    delta = 1.0 - confidence
+    return math.sqrt(3.0 * math.log(2.0 / delta) * (math.expm1(epsilon) + m) / (m - 1))
+
+
+def chernoff_alpha_max(epsilon: float, m: int, n):
+    """Largest alpha the theorem covers: sqrt(e n / (m - 1))."""
+    return np.sqrt(math.exp(epsilon) * np.asarray(n, dtype=np.float64) / (m - 1))
+
+
+def reports_needed(variance_per_report: float, target_variance: float) -> int:
+    """Smallest n with variance_per_report / n <= target_variance (variances scale as 1/n)."""
+    return max(1, math.ceil(variance_per_report / target_variance))

@@ -1,0 +1,132 @@
+"""Mapping dictionary values to field elements, and tracked value sets.
+
+Integers: a value x of the dictionary [0, d) is the field element x.
+
+Strings and bytes (value_domain "string"): the value is mapped to the 128-bit
+integer ``blake2b(utf8(value), digest_size=16, person="ocms-value-v1")`` read
+big-endian, an element of GF(2^128). Collision bound: for N distinct strings,
+P(any two share a fingerprint) <= N (N - 1) / 2^129 (about 1.5e-21 for
+N = 10^9), so a collision is not a practical concern; if two strings did
+collide they would be counted as one value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .errors import InvalidValueError
+from .params import OCMSParams
+
+_VALUE_PERSON = b"ocms-value-v1"
+
+
+def string_fingerprint(value: str | bytes) -> int:
+    """The documented 128-bit fingerprint of a string or bytes value."""
+    data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    return int.from_bytes(hashlib.blake2b(data, digest_size=16, person=_VALUE_PERSON).digest(), "big")
+
+
+def encode_value(params: OCMSParams, value) -> int:
+    """The field element of a dictionary value, validated against ``params``."""
+    if params.value_domain == "string":
+        if isinstance(value, (str, bytes, bytearray)):
+            return string_fingerprint(value)
+        raise InvalidValueError(f"value {value!r}: the string domain takes str or bytes values")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidValueError(f"value {value!r}: the integer domain takes int values in [0, {params.dictionary_size})")
+    value = int(value)
+    if not 0 <= value < params.dictionary_size:
+        raise InvalidValueError(f"value {value}: outside the dictionary [0, {params.dictionary_size})")
+    return value
+
+
+def limbs_for(params: OCMSParams) -> int:
+    """uint64 words per field element in arrays: 1, or 2 for GF(2^128)."""
+    return 2 if params.field.bits > 64 else 1
+
+
+def elements_to_array(elements: Sequence[int], limbs: int) -> np.ndarray:
+    """Field elements (Python ints) to uint64 (n,) or little-endian-limb (n, 2) arrays."""
+    if limbs == 1:
+        return np.array(elements, dtype=np.uint64).reshape(-1)
+    out = np.empty((len(elements), 2), dtype=np.uint64)
+    mask = (1 << 64) - 1
+    for i, e in enumerate(elements):
+        out[i, 0] = e & mask
+        out[i, 1] = e >> 64
+    return out
+
+
+def array_to_elements(array: np.ndarray) -> list[int]:
+    """Inverse of :func:`elements_to_array`."""
+    if array.ndim == 1:
+        return [int(v) for v in array]
+    return [int(lo) | (int(hi) << 64) for lo, hi in array]
+
+
+@dataclass(frozen=True, eq=False)
+class TrackedValues:
+    """The ordered set of values a sketch keeps match counts for.
+
+    Either a consecutive integer range [start, stop) (the fast incremental
+    kernel path) or an explicit list of values (ints or strings). ``labels``
+    are the user-facing values; ``elements`` their field elements.
+    """
+
+    params_fingerprint: bytes
+    elements: np.ndarray
+    labels: tuple
+    range_start: int | None = None
+
+    @classmethod
+    def range(cls, params: OCMSParams, start: int, stop: int) -> "TrackedValues":
+        if params.value_domain != "integer":
+            raise InvalidValueError("an integer range needs the integer value domain")
+        if isinstance(start, bool) or isinstance(stop, bool) or not isinstance(start, int) or not isinstance(stop, int):
+            raise InvalidValueError(f"range [{start!r}, {stop!r}): bounds must be integers")
+        if not 0 <= start < stop <= params.dictionary_size:
+            raise InvalidValueError(f"range [{start}, {stop}): must be non-empty inside [0, {params.dictionary_size})")
+        if params.field.bits > 64:
+            # Binary fields beyond 64 bits keep explicit elements (no incremental path).
+            return cls.of(params, range(start, stop))
+        elements = np.arange(start, stop, dtype=np.uint64)
+        return cls(params.fingerprint, elements, (), start)
+
+    @classmethod
+    def of(cls, params: OCMSParams, values: Iterable) -> "TrackedValues":
+        labels = tuple(values)
+        if not labels:
+            raise InvalidValueError("the tracked set is empty")
+        elements = [encode_value(params, v) for v in labels]
+        if len(set(elements)) != len(elements):
+            raise InvalidValueError("the tracked set holds duplicate values")
+        return cls(params.fingerprint, elements_to_array(elements, limbs_for(params)), labels, None)
+
+    def __len__(self) -> int:
+        return int(self.elements.shape[0])
+
+    @property
+    def is_range(self) -> bool:
+        return self.range_start is not None
+
+    def label(self, index: int):
+        """The user-facing value at ``index`` (ranges compute it, lists store it)."""
+        if self.range_start is not None:
+            return self.range_start + index
+        return self.labels[index]
+
+    def all_labels(self) -> list:
+        return [self.label(i) for i in range(len(self))]
+
+    @cached_property
+    def fingerprint(self) -> bytes:
+        """8 bytes identifying the ordered tracked set (merge refuses a different one)."""
+        h = hashlib.blake2b(digest_size=8, person=b"ocms-tracked")
+        h.update(self.params_fingerprint)
+        h.update(np.ascontiguousarray(self.elements).astype("<u8").tobytes())
+        return h.digest()

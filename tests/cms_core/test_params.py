@@ -1,0 +1,110 @@
+import math
+
+import pytest
+
+from cms_core import InvalidParameterError, OCMSParams
+from cms_core.fields import PRIME_64, BinaryField, PrimeField
+from cms_core.params import MAX_EPSILON, MAX_HASH_RANGE, STRING_DICTIONARY_SIZE
+
+
+@pytest.mark.parametrize(
+    "epsilon, fragment",
+    [
+        (0.0, "epsilon=0.0: must be > 0"),
+        (-1.0, "epsilon=-1.0: must be > 0"),
+        (math.nan, "epsilon=nan: must be finite"),
+        (math.inf, "epsilon=inf: must be finite"),
+        (100.5, "epsilon=100.5: must be <= 100"),
+        ("2", "epsilon='2': must be a real number"),
+        (True, "epsilon=True: must be a real number"),
+    ],
+)
+def test_bad_epsilon_named(epsilon, fragment):
+    with pytest.raises(InvalidParameterError) as info:
+        OCMSParams.build(epsilon, 1000)
+    assert fragment in str(info.value)
+    assert info.value.name == "epsilon"
+
+
+def test_epsilon_extremes_exactly():
+    tiny = OCMSParams.build(5e-324, 1000)  # smallest positive double
+    assert tiny.hash_range == 2 and tiny.keep_probability == 0.5
+    top = OCMSParams.build(MAX_EPSILON, 10, hash_range=2)
+    assert top.epsilon == 100.0 and top.keep_probability == 1.0
+    # the optimum m for eps = 100 exceeds the hash-range limit: clear error naming epsilon
+    with pytest.raises(InvalidParameterError, match=r"epsilon=100.0: needs a hash range"):
+        OCMSParams.build(MAX_EPSILON, 10)
+    big = OCMSParams.build(44.0, 10)
+    assert big.hash_range <= MAX_HASH_RANGE
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"dictionary_size": 0}, "dictionary_size"),
+        ({"dictionary_size": None}, "dictionary_size"),
+        ({"dictionary_size": 2.5}, "dictionary_size"),
+        ({"dictionary_size": 2**128 + 1}, "dictionary_size"),
+        ({"dictionary_size": 100, "mode": "l1"}, "mode"),
+        ({"dictionary_size": 100, "f_star": 1.5}, "f_star"),
+        ({"dictionary_size": 100, "f_star": -0.1}, "f_star"),
+        ({"dictionary_size": 100, "f_star": math.nan}, "f_star"),
+        ({"dictionary_size": 100, "mode": "l2"}, "tracked_count"),
+        ({"dictionary_size": 100, "mode": "l2", "tracked_count": 0}, "tracked_count"),
+        ({"dictionary_size": 100, "hash_range": 1}, "hash_range"),
+        ({"dictionary_size": 100, "hash_range": 2**32}, "hash_range"),
+        ({"dictionary_size": 100, "value_domain": "float"}, "value_domain"),
+        ({"dictionary_size": 100, "value_domain": "string"}, "dictionary_size"),
+        ({"dictionary_size": 100, "field": PrimeField(97)}, "field"),
+        ({"dictionary_size": 2**64 + 1, "field": BinaryField(64)}, "field"),
+        ({"dictionary_size": 100, "hash_range": 60, "field": PrimeField(103)}, "hash_range"),
+    ],
+)
+def test_invalid_combinations_name_the_value(kwargs, name):
+    kwargs = dict(kwargs)
+    d = kwargs.pop("dictionary_size")
+    with pytest.raises(InvalidParameterError) as info:
+        OCMSParams.build(1.0, d, **kwargs)
+    assert info.value.name == name, str(info.value)
+
+
+def test_modes_and_fields():
+    p = OCMSParams.build(2.0, 10_000)
+    assert p.mode == "mse" and p.hash_range == 4 and p.field == PrimeField(10007)
+    l2 = OCMSParams.build(2.0, 10_000, mode="l2", tracked_count=10_000)
+    assert l2.hash_range == 8 and l2.mode == "l2"  # ~ 1 + e^eps for large D
+    fixed = OCMSParams.build(2.0, 10_000, hash_range=1024)
+    assert fixed.mode == "fixed" and fixed.field == PrimeField(10007)
+    assert OCMSParams.build(2.0, 2**40).field == PrimeField(PRIME_64)
+    assert OCMSParams.build(2.0, 2**64).field == BinaryField(64)
+    s = OCMSParams.build(2.0, value_domain="string")
+    assert s.field == BinaryField(128) and s.dictionary_size == STRING_DICTIONARY_SIZE
+    assert s.report_bytes == 16 + 16 + 1
+    assert p.report_bytes == 2 + 2 + 1  # small field -> small reports
+
+
+def test_q_r_m_prime_exact_integers():
+    p = OCMSParams.build(1.0, 2**40)
+    assert p.q * p.hash_range + p.r == PRIME_64
+    assert isinstance(p.q, int) and isinstance(p.r, int)
+    assert p.effective_hash_range != p.hash_range
+
+
+def test_fingerprint_stable_and_sensitive():
+    p = OCMSParams.build(2.0, 10_000)
+    # pinned: changing this breaks every deployed topic and stored sketch
+    assert p.fingerprint.hex() == "eee2f6ee10f1ea54"
+    assert len(p.fingerprint) == 8
+    assert p.fingerprint != OCMSParams.build(2.0000001, 10_000).fingerprint
+    assert p.fingerprint != OCMSParams.build(2.0, 10_001).fingerprint
+    assert p.fingerprint != OCMSParams.build(2.0, 10_000, hash_range=5).fingerprint
+    # mode only explains how m was chosen: same eps, m, field -> same fingerprint
+    assert p.fingerprint == OCMSParams.build(2.0, 10_000, hash_range=4).fingerprint
+
+
+def test_params_frozen_and_revalidated():
+    p = OCMSParams.build(2.0, 1000)
+    with pytest.raises(AttributeError):
+        p.epsilon = 3.0
+    with pytest.raises(InvalidParameterError):
+        OCMSParams(epsilon=-1.0, hash_range=4, field=PrimeField(1009), dictionary_size=1000)

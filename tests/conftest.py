@@ -1,0 +1,7 @@
+import sys
+from pathlib import Path
+
+# Tests import the packages from the checkout (the editable install points here too).
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))

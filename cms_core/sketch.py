@@ -186,6 +186,8 @@ class OCMSSketch:
         interval "chernoff": g +- alpha * std with alpha from Theorem
         cms_rr_bound; where alpha exceeds the theorem's range for this n the
         half-width is infinite (the bound says nothing there).
+        ``total`` is the mass Norm-Sub keeps: 1 when the tracked set is the
+        whole dictionary, else clip(sum of estimates, 0, 1) unless given.
         With n = 0 every estimate is NaN and every interval infinite.
         """
         confidence = _check_confidence(confidence)
@@ -212,6 +214,8 @@ class OCMSSketch:
             alpha = theory.chernoff_alpha(params.epsilon, params.hash_range, confidence)
             covered = alpha <= theory.chernoff_alpha_max(params.epsilon, params.hash_range, self._n)
             half = alpha * std if covered else np.full(d, math.inf)
+        if total is None and len(self._tracked) == params.dictionary_size:
+            total = 1.0  # the tracked set is the whole dictionary: frequencies sum to 1
         processed = postprocess.apply(postprocess_method, frequency, total)
         return Estimates(
             self._tracked.all_labels(), self._n, frequency, processed, variance, std,

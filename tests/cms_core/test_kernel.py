@@ -1,0 +1,107 @@
+"""The decode kernel is bit-exact with the slow big-integer reference, on every path."""
+
+import numpy as np
+import pytest
+
+from cms_core import OCMSParams, ReportBatch, Report, TrackedValues, kernel
+from cms_core.fields import PRIME_64, BinaryField, PrimeField
+from cms_core.privatize import simulate_reports
+from cms_core.values import array_to_elements, elements_to_array, limbs_for
+
+BACKENDS = ["numpy"] + (["compiled"] if kernel.BACKEND == "compiled" else [])
+
+PARAMS = {
+    "small-prime": OCMSParams.build(2.0, 1000),
+    "prime-31bit": OCMSParams.build(2.0, 2**31 + 100),  # 64-bit lanes of the range kernel
+    "prime-64": OCMSParams.build(2.0, 2**40),
+    "prime-64-even-m": OCMSParams.build(1.0, 2**40, hash_range=12),
+    "prime-64-pow2-m": OCMSParams.build(1.0, 2**40, hash_range=64),
+    "gf64": OCMSParams.build(3.0, 2**64),
+    "gf128": OCMSParams.build(3.0, value_domain="string"),
+    "tiny-field": OCMSParams.build(4.0, 10, hash_range=4, field=PrimeField(11)),
+}
+
+
+def boundary_batch(params: OCMSParams, rng, n: int = 400) -> ReportBatch:
+    """Random reports plus the corner coefficients 0, 1, order-1 and z = 0, m-1."""
+    order = params.field.order
+    corners = [0, 1, order - 1, order - 2, order // 2]
+    reports = [Report(a0, a1, z) for a0 in corners for a1 in corners for z in (0, params.hash_range - 1)]
+    reports += [
+        Report(int(rng.integers(0, 2**62)) % order * 3 % order, int(rng.integers(0, 2**62)) * 7 % order, int(rng.integers(0, params.hash_range)))
+        for _ in range(n)
+    ]
+    return ReportBatch.from_reports(params, reports)
+
+
+def tracked_sets(params: OCMSParams):
+    d = params.dictionary_size
+    if params.value_domain == "string":
+        yield TrackedValues.of(params, ["", "a", "ocms", "x" * 1000, b"\x00\xff"])
+        return
+    top = min(d, 2**64)
+    values = sorted({0, 1, 2, top - 1, top - 2, top // 2, top // 3})
+    yield TrackedValues.of(params, values)
+    if params.field.kind == "prime":
+        yield TrackedValues.range(params, 0, min(d, 300))
+        yield TrackedValues.range(params, d - min(d, 50), d)  # ends at d - 1
+
+
+@pytest.mark.parametrize("name", sorted(PARAMS))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_counts_bit_exact_with_reference(name, backend):
+    params = PARAMS[name]
+    rng = np.random.default_rng(7)
+    batch = boundary_batch(params, rng, 150)
+    for tracked in tracked_sets(params):
+        expected = kernel.reference_match_counts(params, batch, tracked)
+        got = kernel.match_counts(params, batch, tracked, backend=backend, threads=1)
+        np.testing.assert_array_equal(got, expected)
+        if backend == "compiled":
+            np.testing.assert_array_equal(kernel.match_counts(params, batch, tracked, threads=3), expected)
+
+
+@pytest.mark.parametrize("name", sorted(PARAMS))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hash_residues_bit_exact(name, backend):
+    params = PARAMS[name]
+    rng = np.random.default_rng(11)
+    batch = boundary_batch(params, rng, 200)
+    n = len(batch)
+    top = min(params.dictionary_size, 2**64) if params.value_domain == "integer" else 2**128
+    xs = [int(v) % top for v in rng.integers(0, 2**63, n)]
+    xs[:4] = [0, 1, top - 1, top // 2]
+    a0s, a1s = array_to_elements(batch.a0), array_to_elements(batch.a1)
+    expected = [params.field.hash_value(a0, a1, x) % params.hash_range for a0, a1, x in zip(a0s, a1s, xs)]
+    got = kernel.hash_residues(params, batch.a0, batch.a1, elements_to_array(xs, limbs_for(params)), backend=backend)
+    assert [int(v) for v in got] == expected
+
+
+def test_long_range_matches_values_path_and_threads():
+    # the incremental range path wraps around the field many times
+    params = OCMSParams.build(2.0, 5000)
+    rng = np.random.default_rng(3)
+    batch = simulate_reports(params, rng.integers(0, 5000, 3000).astype(np.uint64), rng)
+    rng_tracked = TrackedValues.range(params, 0, 5000)
+    listed = TrackedValues.of(params, list(range(5000)))
+    if kernel.BACKEND == "compiled":
+        a = kernel.match_counts(params, batch, rng_tracked, threads=1)
+        b = kernel.match_counts(params, batch, listed, threads=2)
+        np.testing.assert_array_equal(a, b)
+    sample = TrackedValues.of(params, [0, 17, 4999])
+    np.testing.assert_array_equal(
+        kernel.match_counts(params, batch, sample), kernel.reference_match_counts(params, batch, sample)
+    )
+
+
+def test_unknown_backend_and_bad_threads_env(monkeypatch):
+    from cms_core.errors import InvalidParameterError
+
+    params = PARAMS["small-prime"]
+    batch = boundary_batch(params, np.random.default_rng(1), 5)
+    tracked = TrackedValues.range(params, 0, 10)
+    with pytest.raises(InvalidParameterError, match="backend"):
+        kernel.match_counts(params, batch, tracked, backend="gpu")
+    monkeypatch.setenv("OCMS_DECODE_THREADS", "zero")
+    with pytest.raises(InvalidParameterError, match="OCMS_DECODE_THREADS"):
+        kernel.default_threads()

@@ -1,5 +1,7 @@
 """The decode kernel is bit-exact with the slow big-integer reference, on every path."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -105,3 +107,10 @@ def test_unknown_backend_and_bad_threads_env(monkeypatch):
     monkeypatch.setenv("OCMS_DECODE_THREADS", "zero")
     with pytest.raises(InvalidParameterError, match="OCMS_DECODE_THREADS"):
         kernel.default_threads()
+
+
+@pytest.mark.skipif(os.environ.get("OCMS_REQUIRE_KERNEL") != "1", reason="only `make test` demands the compiled kernel")
+def test_compiled_kernel_was_built():
+    # `make test` sets OCMS_REQUIRE_KERNEL=1: a silent build failure would otherwise
+    # leave CI on the slow numpy fallback with every test still green.
+    assert kernel.BACKEND == "compiled"

@@ -1,0 +1,194 @@
+"""Wire format v1: the one codec both the devices and the worker use.
+
+Layout (all integers big-endian, "network order"); see docs/wire-format.md:
+
+    offset size  field
+    0      2     magic  0x4F 0x43 ("OC")
+    2      1     version = 1
+    3      1     kind: 1 = single report, 2 = frame of reports
+    4      8     parameter fingerprint (OCMSParams.fingerprint)
+    12     4     record count (1 for a single report; 1..MAX_FRAME_RECORDS for a frame)
+    16     ...   count records of  a0 (W bytes) | a1 (W bytes) | z (Z bytes)
+
+W = ceil(bits(field order - 1) / 8) and Z = ceil(bits(m - 1) / 8) come from the
+parameters the fingerprint names, so a small field gives small reports
+(F(10007), m = 4: 2 + 2 + 1 = 5 bytes per record).
+
+Decoding validates everything and raises exactly one :class:`WireFormatError`
+subclass per fault; each carries a short ``reason`` code for dead-letter
+headers and metric labels.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Mapping
+
+import numpy as np
+
+from .errors import OCMSError
+from .params import OCMSParams
+from .reports import Report, ReportBatch
+from .values import limbs_for
+
+MAGIC = b"OC"
+VERSION = 1
+KIND_REPORT = 1
+KIND_FRAME = 2
+HEADER = struct.Struct(">2sBB8sI")
+HEADER_SIZE = HEADER.size  # 16
+#: A frame of this many 37-byte GF(2^128) records is ~37 MiB; Kafka's default limit is 1 MiB.
+MAX_FRAME_RECORDS = 1 << 20
+
+
+class WireFormatError(OCMSError, ValueError):
+    """A message that is not a valid wire-format v1 message."""
+
+    reason = "malformed"
+
+
+class BadMagicError(WireFormatError):
+    reason = "bad_magic"
+
+
+class UnsupportedVersionError(WireFormatError):
+    reason = "bad_version"
+
+
+class UnknownKindError(WireFormatError):
+    reason = "bad_kind"
+
+
+class UnknownFingerprintError(WireFormatError):
+    reason = "unknown_fingerprint"
+
+
+class TruncatedMessageError(WireFormatError):
+    reason = "truncated"
+
+
+class OversizedMessageError(WireFormatError):
+    reason = "oversized"
+
+
+class CountMismatchError(WireFormatError):
+    reason = "count_mismatch"
+
+
+class CoefficientOutOfFieldError(WireFormatError):
+    reason = "coefficient_out_of_field"
+
+
+class HashRangeError(WireFormatError):
+    reason = "z_out_of_range"
+
+
+REASONS = tuple(
+    cls.reason
+    for cls in (
+        BadMagicError, UnsupportedVersionError, UnknownKindError, UnknownFingerprintError, TruncatedMessageError,
+        OversizedMessageError, CountMismatchError, CoefficientOutOfFieldError, HashRangeError,
+    )
+)
+
+
+def record_size(params: OCMSParams) -> int:
+    return 2 * params.coefficient_bytes + params.z_bytes
+
+
+def _column_bytes(column: np.ndarray, width: int) -> np.ndarray:
+    """(n, width) uint8 big-endian bytes of a uint64 (n,) or (n, 2)-limb column."""
+    n = column.shape[0]
+    if column.ndim == 1:
+        full = column.astype(">u8").view(np.uint8).reshape(n, 8)
+        return full[:, 8 - width :]
+    hi = column[:, 1].astype(">u8").view(np.uint8).reshape(n, 8)
+    lo = column[:, 0].astype(">u8").view(np.uint8).reshape(n, 8)
+    return np.concatenate([hi, lo], axis=1)[:, 16 - width :]
+
+
+def _bytes_column(raw: np.ndarray, width: int, limbs: int) -> np.ndarray:
+    """Inverse of :func:`_column_bytes`: (n, width) uint8 -> uint64 column(s)."""
+    n = raw.shape[0]
+    padded = np.zeros((n, 8 * limbs), np.uint8)
+    padded[:, 8 * limbs - width :] = raw
+    if limbs == 1:
+        return padded.view(">u8").reshape(n).astype(np.uint64)
+    words = padded.view(">u8").reshape(n, 2).astype(np.uint64)
+    return np.ascontiguousarray(words[:, ::-1])  # little-endian limbs: [lo, hi]
+
+
+def encode_batch(params: OCMSParams, batch: ReportBatch, *, kind: int = KIND_FRAME) -> bytes:
+    """One message holding every report of ``batch`` (validated first)."""
+    batch.validate(params)
+    n = len(batch)
+    if kind == KIND_REPORT and n != 1:
+        raise CountMismatchError(f"a single-report message holds exactly 1 record, not {n}")
+    if not 1 <= n <= MAX_FRAME_RECORDS:
+        raise CountMismatchError(f"a frame holds 1..{MAX_FRAME_RECORDS} records, not {n}")
+    w, zw = params.coefficient_bytes, params.z_bytes
+    body = np.concatenate(
+        [_column_bytes(batch.a0, w), _column_bytes(batch.a1, w), _column_bytes(batch.z.astype(np.uint64), zw)], axis=1
+    )
+    return HEADER.pack(MAGIC, VERSION, kind, params.fingerprint, n) + body.tobytes()
+
+
+def encode_report(params: OCMSParams, report: Report) -> bytes:
+    """A single-report message."""
+    return encode_batch(params, ReportBatch.from_reports(params, [report]), kind=KIND_REPORT)
+
+
+def encode_frame(params: OCMSParams, batch: ReportBatch) -> bytes:
+    """A frame packing many reports (gateways, the simulator)."""
+    return encode_batch(params, batch, kind=KIND_FRAME)
+
+
+def peek_header(data: bytes) -> tuple[int, bytes, int]:
+    """(kind, fingerprint, count) after checking magic, version and kind."""
+    if len(data) < HEADER_SIZE:
+        raise TruncatedMessageError(f"message of {len(data)} bytes is shorter than the {HEADER_SIZE}-byte header")
+    magic, version, kind, fingerprint, count = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise BadMagicError(f"bad magic {magic.hex()} (expected {MAGIC.hex()})")
+    if version != VERSION:
+        raise UnsupportedVersionError(f"unsupported wire version {version} (this build reads {VERSION})")
+    if kind not in (KIND_REPORT, KIND_FRAME):
+        raise UnknownKindError(f"unknown message kind {kind}")
+    return kind, fingerprint, count
+
+
+def decode_message(data: bytes, registry: Mapping[bytes, OCMSParams]) -> tuple[OCMSParams, ReportBatch]:
+    """Parse and validate one message; ``registry`` maps fingerprints to parameters."""
+    data = bytes(data) if not isinstance(data, bytes) else data
+    kind, fingerprint, count = peek_header(data)
+    params = registry.get(fingerprint)
+    if params is None:
+        raise UnknownFingerprintError(f"unknown parameter fingerprint {fingerprint.hex()}")
+    if kind == KIND_REPORT and count != 1:
+        raise CountMismatchError(f"a single-report message must hold 1 record, header says {count}")
+    if count == 0 or count > MAX_FRAME_RECORDS:
+        raise CountMismatchError(f"record count {count} outside 1..{MAX_FRAME_RECORDS}")
+    size = record_size(params)
+    expected = HEADER_SIZE + count * size
+    if len(data) < expected:
+        raise TruncatedMessageError(f"{len(data)} bytes for {count} records of {size} bytes (need {expected})")
+    if len(data) > expected:
+        if (len(data) - HEADER_SIZE) % size == 0:
+            raise CountMismatchError(
+                f"header says {count} records but the body holds {(len(data) - HEADER_SIZE) // size}"
+            )
+        raise OversizedMessageError(f"{len(data)} bytes, expected {expected} for {count} records")
+    raw = np.frombuffer(data, np.uint8, offset=HEADER_SIZE).reshape(count, size)
+    w, zw, limbs = params.coefficient_bytes, params.z_bytes, limbs_for(params)
+    a0 = _bytes_column(raw[:, :w], w, limbs)
+    a1 = _bytes_column(raw[:, w : 2 * w], w, limbs)
+    z = _bytes_column(raw[:, 2 * w :], zw, 1)
+    if params.field.kind == "prime":
+        order = params.field.order
+        if int(a0.max()) >= order or int(a1.max()) >= order:
+            bad = int(np.argmax((a0 >= order) | (a1 >= order)))
+            raise CoefficientOutOfFieldError(f"record {bad}: a0 or a1 >= field order {order}")
+    if int(z.max()) >= params.hash_range:
+        bad = int(np.argmax(z >= params.hash_range))
+        raise HashRangeError(f"record {bad}: z={int(z[bad])} >= m={params.hash_range}")
+    return params, ReportBatch(a0, a1, z.astype(np.uint32))

@@ -1,0 +1,93 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cms_core import OCMSParams, Report, ReportBatch, wire
+from cms_core.privatize import simulate_reports
+
+VECTORS = json.loads((Path(__file__).parents[1] / "vectors" / "wire_v1.json").read_text())
+PARAMS = {name: OCMSParams.build(**{k: v for k, v in spec.items() if k != "fingerprint"})
+          for name, spec in VECTORS["param_sets"].items()}
+REGISTRY = {p.fingerprint: p for p in PARAMS.values()}
+REASON_CLASSES = {cls.reason: cls for cls in wire.WireFormatError.__subclasses__()}
+
+
+def test_fingerprints_pinned_by_vectors():
+    for name, spec in VECTORS["param_sets"].items():
+        assert PARAMS[name].fingerprint.hex() == spec["fingerprint"], name
+
+
+@pytest.mark.parametrize("vector", VECTORS["valid"], ids=lambda v: v["title"])
+def test_vector_decodes_to_fields(vector):
+    params, batch = wire.decode_message(bytes.fromhex(vector["hex"]), REGISTRY)
+    assert params is PARAMS[vector["params"]]
+    expected = [Report(int(r["a0"]), int(r["a1"]), r["z"]) for r in vector["records"]]
+    assert batch.to_reports() == expected
+
+
+@pytest.mark.parametrize("vector", VECTORS["valid"], ids=lambda v: v["title"])
+def test_fields_encode_to_vector(vector):
+    params = PARAMS[vector["params"]]
+    reports = [Report(int(r["a0"]), int(r["a1"]), r["z"]) for r in vector["records"]]
+    msg = wire.encode_batch(params, ReportBatch.from_reports(params, reports), kind=vector["kind"])
+    assert msg.hex() == vector["hex"]
+    if vector["kind"] == wire.KIND_REPORT:
+        assert wire.encode_report(params, reports[0]).hex() == vector["hex"]
+
+
+@pytest.mark.parametrize("vector", VECTORS["malformed"], ids=lambda v: v["title"])
+def test_malformed_vector_raises_its_specific_error(vector):
+    with pytest.raises(wire.WireFormatError) as info:
+        wire.decode_message(bytes.fromhex(vector["hex"]), REGISTRY)
+    assert info.value.reason == vector["reason"]
+    assert type(info.value) is REASON_CLASSES[vector["reason"]]
+
+
+def test_every_reason_has_a_malformed_vector():
+    assert {v["reason"] for v in VECTORS["malformed"]} == set(wire.REASONS)
+
+
+@pytest.mark.parametrize("name", sorted(PARAMS))
+def test_round_trip_random_frames(name):
+    params = PARAMS[name]
+    rng = np.random.default_rng(3)
+    n = 1000
+    values = rng.integers(0, 2**63, (n, 2), dtype=np.uint64) if params.field.bits > 64 else \
+        rng.integers(0, min(params.dictionary_size, 2**63), n, dtype=np.uint64)
+    batch = simulate_reports(params, values, rng)
+    msg = wire.encode_frame(params, batch)
+    assert len(msg) == wire.HEADER_SIZE + n * params.report_bytes
+    back_params, back = wire.decode_message(msg, REGISTRY)
+    assert back_params is params
+    np.testing.assert_array_equal(back.a0, batch.a0)
+    np.testing.assert_array_equal(back.a1, batch.a1)
+    np.testing.assert_array_equal(back.z, batch.z)
+
+
+def test_small_field_small_reports():
+    params = PARAMS["small"]
+    assert wire.record_size(params) == 5
+    assert len(wire.encode_report(params, Report(1, 2, 3))) == 21
+
+
+def test_encode_refuses_invalid():
+    params = PARAMS["small"]
+    with pytest.raises(Exception):
+        wire.encode_report(params, Report(10007, 0, 0))
+    with pytest.raises(wire.CountMismatchError):
+        wire.encode_batch(params, ReportBatch.from_reports(params, [Report(1, 1, 1)] * 2), kind=wire.KIND_REPORT)
+    with pytest.raises(wire.CountMismatchError):
+        wire.encode_frame(params, ReportBatch.empty(params))
+
+
+def test_foreign_bytes_never_crash():
+    rng = np.random.default_rng(0)
+    for size in list(range(0, 40)) + [100, 1000]:
+        data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        with pytest.raises(wire.WireFormatError):
+            wire.decode_message(data, REGISTRY)
+    for text in (b"", b"{}", b'{"value": 1}', "héllo".encode()):
+        with pytest.raises(wire.WireFormatError):
+            wire.decode_message(text, REGISTRY)

@@ -42,7 +42,7 @@ VALUE_DOMAINS = ("integer", "string")
 _FINGERPRINT_VERSION = 1
 
 
-def _check_epsilon(epsilon) -> float:
+def check_epsilon(epsilon) -> float:
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
         raise InvalidParameterError("epsilon", epsilon, "must be a real number")
     epsilon = float(epsilon)
@@ -102,7 +102,7 @@ class OCMSParams:
     _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "epsilon", _check_epsilon(self.epsilon))
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         _check_int("hash_range", self.hash_range, 2, MAX_HASH_RANGE)
         if self.value_domain not in VALUE_DOMAINS:
             raise InvalidParameterError("value_domain", self.value_domain, f"expected one of {VALUE_DOMAINS}")
@@ -158,7 +158,7 @@ class OCMSParams:
 
         Runtime: O(1) except the prime search, O(sqrt) Miller-Rabin rounds.
         """
-        epsilon = _check_epsilon(epsilon)
+        epsilon = check_epsilon(epsilon)
         if value_domain not in VALUE_DOMAINS:
             raise InvalidParameterError("value_domain", value_domain, f"expected one of {VALUE_DOMAINS}")
         if value_domain == "string":

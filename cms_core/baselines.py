@@ -1,0 +1,758 @@
+"""Baseline LDP frequency oracles behind one interface -- for evaluation only.
+
+Every class here exists so that benchmark and experiment scripts can loop over
+estimators uniformly (paper Section "Experiment"); none of them is a device
+path. ``simulate`` is a **simulation path**: vectorized, driven by a seeded
+numpy ``Generator``, float64 keep probabilities. A seeded PRNG is not a privacy
+mechanism; devices use :func:`cms_core.privatize.privatize` (OCMS+RR only).
+
+Each mechanism is eps-LDP per report (the only value-dependent part of a report
+goes through randomized response whose probability ratio is e^eps), and each is
+equivalent to a CMS+RR (paper Section "Connection with Existing Frequency
+Estimators"); ``equivalent_hash_range`` gives the m of that CMS+RR:
+
+=========  =========================================  ===========================
+name       mechanism                                  equivalent CMS+RR
+=========  =========================================  ===========================
+mse-ocms   OCMS+RR, m minimising the worst-case MSE   itself (m' of H_api)
+l-ocms     OCMS+RR, m minimising the l2 loss over D   itself (m' of H_api)
+he         Hadamard Encoding (Bassily-Smith)          m = 2, exactly pairwise
+cms-he     Apple's CMS + Hadamard Encoding            m' = 2/(1+c1) ~ 2m/(m+1)
+rhr        Recursive Hadamard Response (Chen et al.)  skewed: c = 1/2 or 0, R over 2^b
+olh        Optimized Local Hashing (Wang et al.)      m = round(1 + e^eps)
+=========  =========================================  ===========================
+
+Notation: e = e^eps, n reports, D tracked values, f a true frequency.
+Variances are for a fixed dataset (only the mechanism is random), as in the
+paper's Lemma var_hat_f; they come from :mod:`cms_core.theory`.
+
+Runtime: ``simulate`` is O(n); ``estimate`` is O(n * D) (chunked, so memory
+stays bounded), except CMS+HE which may instead use Apple's sketch path,
+O(n + k m log m + k D).
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import kernel, theory
+from .errors import InvalidParameterError, InvalidValueError, ParameterMismatchError
+from .params import OCMSParams, check_epsilon
+from .privatize import simulate_reports
+from .reports import ReportBatch
+from .sketch import OCMSSketch
+from .values import TrackedValues, limbs_for
+
+#: Largest dictionary the Hadamard-based oracles accept: row indices x + 1 and
+#: the matrix size K must fit in uint64.
+MAX_HADAMARD_DICTIONARY = 2**63 - 1
+#: Per-report x per-tracked-value elements processed at once by ``estimate``.
+_CHUNK_ELEMENTS = 1 << 22
+#: Seed of the fixed hash family of CMS+HE (any fixed value; see AppleCMSHE).
+DEFAULT_FAMILY_SEED = 0x0C45_2017
+
+ORACLE_NAMES = ("mse-ocms", "l-ocms", "he", "cms-he", "rhr", "olh")
+
+
+# ---------------------------------------------------------------- helpers
+def _check_values(values, dictionary_size: int, what: str = "values") -> np.ndarray:
+    """Integer array in [0, d) -> uint64 (n,); InvalidValueError otherwise."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise InvalidValueError(f"{what}: expected a 1-D integer array, got shape {arr.shape}")
+    if arr.size == 0:
+        return arr.astype(np.uint64)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise InvalidValueError(f"{what}: expected integers, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.signedinteger) and int(arr.min()) < 0:
+        raise InvalidValueError(f"{what}: value {int(arr.min())} outside the dictionary [0, {dictionary_size})")
+    if int(arr.max()) >= dictionary_size:
+        raise InvalidValueError(f"{what}: value {int(arr.max())} outside the dictionary [0, {dictionary_size})")
+    return arr.astype(np.uint64)
+
+
+def _check_tracked(tracked, dictionary_size: int) -> np.ndarray:
+    arr = _check_values(tracked, dictionary_size, "tracked")
+    if arr.size == 0:
+        raise InvalidValueError("the tracked set is empty")
+    if np.unique(arr).size != arr.size:
+        raise InvalidValueError("the tracked set holds duplicate values")
+    return arr
+
+
+def _check_hadamard_dictionary(dictionary_size) -> None:
+    if isinstance(dictionary_size, bool) or not isinstance(dictionary_size, int):
+        raise InvalidParameterError("dictionary_size", dictionary_size, "must be an integer")
+    if not 1 <= dictionary_size <= MAX_HADAMARD_DICTIONARY:
+        raise InvalidParameterError("dictionary_size", dictionary_size, f"must be in [1, {MAX_HADAMARD_DICTIONARY}]")
+
+
+def _check_rounds(total: int, rounds) -> int:
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
+        raise InvalidParameterError("rounds", rounds, "must be a positive integer")
+    if total % rounds:
+        raise InvalidParameterError("rounds", rounds, f"does not divide the {total} reports into equal rounds")
+    return total // int(rounds)
+
+
+def _next_power_of_two(n: int) -> int:
+    """Smallest power of two >= n (n >= 1)."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _hadamard_sign(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """H[i, j] = (-1)^popcount(i & j) (Sylvester order), int8, broadcast."""
+    return (1 - 2 * (np.bitwise_count(rows & columns) & 1)).astype(np.int8)
+
+
+def _binary_rr(true_sign: np.ndarray, keep_probability: float, rng: np.random.Generator) -> np.ndarray:
+    keep = rng.random(true_sign.shape[0]) < keep_probability
+    return np.where(keep, true_sign, -true_sign).astype(np.int8)
+
+
+def _check_source(reports, expected_type, source: tuple) -> None:
+    if not isinstance(reports, expected_type):
+        raise InvalidParameterError("reports", type(reports).__name__, f"expected {expected_type.__name__}")
+    if reports.source != source:
+        raise ParameterMismatchError(f"reports were simulated by {reports.source}, not {source}")
+
+
+def fwht(matrix: np.ndarray) -> np.ndarray:
+    """Fast Walsh-Hadamard transform of each row (length a power of two).
+
+    out[r, u] = sum_v matrix[r, v] * (-1)^popcount(u & v); O(rows * m log m).
+    """
+    a = np.array(matrix, dtype=np.float64)
+    rows, m = a.shape
+    if m & (m - 1):
+        raise InvalidParameterError("hash_range", m, "the Hadamard transform needs a power of two")
+    h = 1
+    while h < m:
+        a = a.reshape(rows, m // (2 * h), 2, h)
+        lo, hi = a[:, :, 0, :], a[:, :, 1, :]
+        a = np.stack((lo + hi, lo - hi), axis=2)
+        h *= 2
+    return a.reshape(rows, m)
+
+
+# ---------------------------------------------------------------- interface
+class FrequencyOracle(abc.ABC):
+    """One LDP frequency oracle, for evaluation only (simulation + decoding).
+
+    Attributes:
+        name: registry name (see :data:`ORACLE_NAMES`).
+        epsilon: per-report LDP budget; every report is epsilon-LDP.
+        dictionary_size: d; values are integers in [0, d).
+
+    ``simulate(values, rng)`` builds one report per value (simulation path,
+    seeded; never a device path). ``estimate(reports, tracked)`` returns
+    unbiased frequency estimates (fractions of n) of the tracked values.
+    ``variance(f, n)`` is the theoretical variance of one estimate whose true
+    frequency is f, from the paper's CMS variance with the mechanism's
+    equivalent parameters. ``report_bits`` is the payload of one report.
+    """
+
+    name: str
+    epsilon: float
+    dictionary_size: int
+
+    @abc.abstractmethod
+    def simulate(self, values: np.ndarray, rng: np.random.Generator):
+        """Simulation path: one report per value, seeded numpy Generator."""
+
+    @abc.abstractmethod
+    def estimate(self, reports, tracked: np.ndarray) -> np.ndarray:
+        """Unbiased frequency estimates (float64, shape (D,)); NaN when n = 0."""
+
+    @abc.abstractmethod
+    def variance(self, f, n):
+        """Theoretical Var of one estimate with true frequency f (array ok), n reports."""
+
+    @property
+    @abc.abstractmethod
+    def report_bits(self) -> int:
+        """Communication cost of one report, in bits (minimal encoding)."""
+
+    @property
+    @abc.abstractmethod
+    def equivalent_hash_range(self) -> float:
+        """m of the CMS+RR this mechanism is equivalent to (1 / collision probability)."""
+
+    def estimate_rounds(self, reports, tracked: np.ndarray, rounds: int) -> np.ndarray:
+        """Estimates of ``rounds`` equal consecutive slices of ``reports``: (rounds, D).
+
+        For experiments: simulate ``np.tile(values, rounds)`` once, then decode
+        every round independently. The default decodes slice by slice.
+        """
+        n = _check_rounds(len(reports), rounds)
+        return np.stack([self.estimate(reports.slice(r * n, (r + 1) * n), tracked) for r in range(rounds)])
+
+    def worst_case_mse(self, n: float, f_star: float = 1.0) -> float:
+        """max over f in [0, f*] of ``variance`` (linear in f: the max is at an end)."""
+        return float(max(self.variance(0.0, n), self.variance(f_star, n)))
+
+    def l2_loss(self, n: float, tracked_count: int) -> float:
+        """Worst-case l2 loss over D tracked values: (D - 1) Var(0) + Var(1)."""
+        return float((tracked_count - 1) * self.variance(0.0, n) + self.variance(1.0, n))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, epsilon={self.epsilon!r}, dictionary_size={self.dictionary_size!r})"
+
+
+class _SignedSumOracle(FrequencyOracle):
+    """Oracles whose estimate is an affine map of a mean of per-report integers.
+
+    Subclasses give ``_prepare(tracked)``, ``_signed(reports, lo, hi, prep)``
+    (an (hi - lo, D) int8 array of per-report contributions in {-1, 0, 1}) and
+    ``_finalize(mean)``. Sums are exact (int64), chunked to bound memory.
+    """
+
+    _report_type: type
+
+    @property
+    @abc.abstractmethod
+    def _source(self) -> tuple: ...
+
+    @abc.abstractmethod
+    def _prepare(self, tracked: np.ndarray): ...
+
+    @abc.abstractmethod
+    def _signed(self, reports, lo: int, hi: int, prepared) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def _finalize(self, mean: np.ndarray) -> np.ndarray: ...
+
+    def _sum(self, reports, lo: int, hi: int, prepared, d: int) -> np.ndarray:
+        step = max(1, _CHUNK_ELEMENTS // d)
+        total = np.zeros(d, np.int64)
+        for start in range(lo, hi, step):
+            total += self._signed(reports, start, min(hi, start + step), prepared).sum(axis=0, dtype=np.int64)
+        return total
+
+    def estimate(self, reports, tracked: np.ndarray) -> np.ndarray:
+        _check_source(reports, self._report_type, self._source)
+        tracked = _check_tracked(tracked, self.dictionary_size)
+        n = len(reports)
+        if n == 0:
+            return np.full(tracked.size, np.nan)
+        prepared = self._prepare(tracked)
+        return self._finalize(self._sum(reports, 0, n, prepared, tracked.size) / n)
+
+    def estimate_rounds(self, reports, tracked: np.ndarray, rounds: int) -> np.ndarray:
+        _check_source(reports, self._report_type, self._source)
+        tracked = _check_tracked(tracked, self.dictionary_size)
+        n = _check_rounds(len(reports), rounds)
+        d = tracked.size
+        if n == 0:
+            return np.full((rounds, d), np.nan)
+        prepared = self._prepare(tracked)
+        out = np.empty((rounds, d))
+        if n * d > _CHUNK_ELEMENTS:
+            for r in range(rounds):
+                out[r] = self._sum(reports, r * n, (r + 1) * n, prepared, d) / n
+        else:
+            per_chunk = max(1, _CHUNK_ELEMENTS // (n * d))
+            for r0 in range(0, rounds, per_chunk):
+                r1 = min(rounds, r0 + per_chunk)
+                signed = self._signed(reports, r0 * n, r1 * n, prepared)
+                out[r0:r1] = signed.reshape(r1 - r0, n, d).sum(axis=1, dtype=np.int64) / n
+        return self._finalize(out)
+
+
+# ---------------------------------------------------------------- OCMS+RR
+class OCMSOracle(FrequencyOracle):
+    """OCMS+RR (this library) behind the oracle interface, for evaluation only.
+
+    simulate: :func:`cms_core.privatize.simulate_reports` (simulation path);
+    estimate: :class:`cms_core.sketch.OCMSSketch` g(x) with the exact m' of
+    H_api. Privacy: eps-LDP per report (see :mod:`cms_core.params`).
+    Runtime: O(n) to simulate, O(n * D) to decode (compiled kernel).
+    Equivalent CMS+RR: itself, m' = 1 / c_bar(H_api) ~ m.
+    """
+
+    def __init__(self, params: OCMSParams, name: str | None = None):
+        if not isinstance(params, OCMSParams):
+            raise InvalidParameterError("params", type(params).__name__, "expected OCMSParams")
+        if params.value_domain != "integer":
+            raise InvalidParameterError("value_domain", params.value_domain, "the oracles take integer values")
+        if limbs_for(params) != 1:
+            raise InvalidParameterError("dictionary_size", params.dictionary_size, "the oracles take uint64 values")
+        self.params = params
+        self.name = name or {"mse": "mse-ocms", "l2": "l-ocms"}.get(params.mode, "ocms")
+        self.epsilon = params.epsilon
+        self.dictionary_size = params.dictionary_size
+
+    @classmethod
+    def mse_optimized(cls, epsilon: float, dictionary_size: int, f_star: float = 1.0) -> "OCMSOracle":
+        """MSE-OCMS+RR: m minimises the worst-case MSE over f in [0, f*]."""
+        return cls(OCMSParams.build(epsilon, dictionary_size, mode="mse", f_star=f_star))
+
+    @classmethod
+    def l_optimized(cls, epsilon: float, dictionary_size: int, tracked_count: int) -> "OCMSOracle":
+        """l-OCMS+RR: m minimises the l2 (hence the l1 bound) over D tracked values."""
+        return cls(OCMSParams.build(epsilon, dictionary_size, mode="l2", tracked_count=tracked_count))
+
+    def simulate(self, values: np.ndarray, rng: np.random.Generator) -> ReportBatch:
+        """Simulation path (seeded): reports (a0, a1, z) of OCMS+RR, one per value."""
+        return simulate_reports(self.params, _check_values(values, self.dictionary_size), rng)
+
+    def estimate(self, reports: ReportBatch, tracked: np.ndarray) -> np.ndarray:
+        if not isinstance(reports, ReportBatch):
+            raise InvalidParameterError("reports", type(reports).__name__, "expected ReportBatch")
+        tracked = _check_tracked(tracked, self.dictionary_size)
+        tv = TrackedValues.of(self.params, [int(v) for v in tracked])
+        return OCMSSketch(self.params, tv).update(reports).estimate().frequency
+
+    def variance(self, f, n):
+        """Theorem g_x_def with c_bar of H_api (theory.estimator_variance)."""
+        return self.params.variance(f, n)
+
+    @property
+    def report_bits(self) -> int:
+        """a0, a1 at the field's bit width and z in ceil(log2 m) bits."""
+        return 2 * self.params.field.bits + (self.params.hash_range - 1).bit_length()
+
+    @property
+    def equivalent_hash_range(self) -> float:
+        return float(self.params.effective_hash_range)
+
+
+class OptimizedLocalHashing(OCMSOracle):
+    """OLH (Wang et al. 2017), for evaluation only: CMS+RR with m = round(1 + e^eps).
+
+    The paper's point: OLH *is* CMS+RR with m = 1 + e^eps (and a random hash
+    per report), so it reuses the OCMS machinery with that fixed m. The
+    estimate is the standard OLH estimator (C(x)/n - 1/m) / (p - 1/m), C(x)
+    the reports supporting x, p = e/(e + m - 1), with 1/m replaced by the
+    exact collision probability of H_api (identical to g(x); equal to OLH's
+    when m' = m). Privacy: eps-LDP per report. Runtime: O(n) / O(n * D).
+    """
+
+    def __init__(self, epsilon: float, dictionary_size: int):
+        m = max(2, round(1.0 + math.exp(min(float(epsilon), 700.0))))
+        super().__init__(OCMSParams.build(epsilon, dictionary_size, hash_range=m), name="olh")
+
+
+# ---------------------------------------------------------------- HE
+@dataclass(frozen=True, eq=False)
+class HadamardReports:
+    """(column j, perturbed sign in {-1, +1}) per report."""
+
+    column: np.ndarray
+    bit: np.ndarray
+    source: tuple
+
+    def __len__(self) -> int:
+        return int(self.bit.shape[0])
+
+    def slice(self, start: int, stop: int) -> "HadamardReports":
+        return HadamardReports(self.column[start:stop], self.bit[start:stop], self.source)
+
+
+class HadamardEncoding(_SignedSumOracle):
+    """Hadamard Encoding (Bassily & Smith 2015), for evaluation only.
+
+    Client: K = the smallest power of two > d; sample a column j uniformly in
+    [K], take H[x + 1, j] = (-1)^popcount((x + 1) & j) (row 0, constant, is
+    never used), flip it with binary RR, keep probability e/(e + 1).
+    Server: f(x) = (e + 1)/(e - 1) * mean_i(bit_i * H[x + 1, j_i]).
+
+    Privacy: eps-LDP per report (j is independent of x; the sign is binary RR).
+    Runtime: O(n) to simulate, O(n * D) to decode. Equivalent CMS+RR: m = 2,
+    and the K columns are an exactly pairwise-independent family (distinct
+    Hadamard rows agree on exactly K/2 columns), so the variance is the
+    pairwise closed form with m = 2: ((e + 1)/(e - 1))^2 - f, over n.
+    Report: log2(K) + 1 bits.
+    """
+
+    _report_type = HadamardReports
+
+    def __init__(self, epsilon: float, dictionary_size: int):
+        self.epsilon = check_epsilon(epsilon)  # same validation as OCMS
+        _check_hadamard_dictionary(dictionary_size)
+        self.name = "he"
+        self.dictionary_size = dictionary_size
+        self.matrix_size = _next_power_of_two(dictionary_size + 1)
+        self.keep_probability = theory.rr_keep_probability(self.epsilon, 2)
+        self._scale = 1.0 / math.tanh(self.epsilon / 2.0)  # (e + 1)/(e - 1)
+
+    @property
+    def _source(self) -> tuple:
+        return ("he", self.epsilon, self.dictionary_size)
+
+    def simulate(self, values: np.ndarray, rng: np.random.Generator) -> HadamardReports:
+        """Simulation path (seeded): (j, RR(H[x + 1, j])) per value."""
+        x = _check_values(values, self.dictionary_size)
+        column = rng.integers(0, self.matrix_size, size=x.size, dtype=np.uint64)
+        bit = _binary_rr(_hadamard_sign(x + np.uint64(1), column), self.keep_probability, rng)
+        return HadamardReports(column, bit, self._source)
+
+    def _prepare(self, tracked):
+        return tracked + np.uint64(1)
+
+    def _signed(self, reports, lo, hi, rows):
+        return reports.bit[lo:hi, None] * _hadamard_sign(reports.column[lo:hi, None], rows[None, :])
+
+    def _finalize(self, mean):
+        return self._scale * mean
+
+    def variance(self, f, n):
+        """theory.estimator_variance with m = 2, c_bar = 1/2 (= pairwise_variance(eps, 2))."""
+        return theory.estimator_variance(self.epsilon, 2, 0.5, f, n)
+
+    @property
+    def report_bits(self) -> int:
+        return (self.matrix_size - 1).bit_length() + 1
+
+    @property
+    def equivalent_hash_range(self) -> float:
+        return 2.0
+
+
+# ---------------------------------------------------------------- CMS+HE
+@dataclass(frozen=True, eq=False)
+class AppleCMSReports:
+    """(hash index j, Hadamard column l, perturbed sign) per report."""
+
+    hash_index: np.ndarray
+    column: np.ndarray
+    bit: np.ndarray
+    source: tuple
+
+    def __len__(self) -> int:
+        return int(self.bit.shape[0])
+
+    def slice(self, start: int, stop: int) -> "AppleCMSReports":
+        return AppleCMSReports(self.hash_index[start:stop], self.column[start:stop], self.bit[start:stop], self.source)
+
+
+class AppleCMSHE(_SignedSumOracle):
+    """Apple's private Count-Mean Sketch with Hadamard encoding, for evaluation only.
+
+    Parameters as in the paper's experiments: k = 2048 hash functions, m = 1024.
+    The k functions h_j(x) = ((a_j + b_j x) in the field) mod m are drawn once
+    from H_api (the OCMS field for (d, m)) with a fixed seed. Client: pick j
+    uniformly in [k], y = h_j(x), pick l uniformly in [m], sign H[y, l], binary
+    RR with keep probability e/(e + 1); report (j, l, sign).
+    Server: Apple's sketch M[j, l] = sum of signs; with M' = M H (per-row
+    Hadamard transform) and c_e = (e + 1)/(e - 1),
+        f(x) = (c_e / n * sum_j M'[j, h_j(x)] - c1) / (1 - c1)
+             = (mean_i c_e sign_i H[h_{j_i}(x), l_i] - c1) / (1 - c1),
+    i.e. Apple's m/(m - 1) (S/n - 1/m) with 1/m replaced by the exact collision
+    probability c1 = c_bar(H_api) of the family the k functions are drawn from
+    (Apple scales M by k and divides by k again; the factors cancel).
+
+    Bias: E[f(x)] = f(x) averaged over the draw of the k functions. For the
+    fixed draw, E[f(x)] - f(x) = sum_{x' != x} f(x') (c_K(x, x') - c1)/(1 - c1),
+    c_K the fraction of the k functions colliding x and x'. By the paper's
+    Theorem exp_and_var_of_bias this residual bias has mean 0 and standard
+    deviation sqrt(sum_{x' != x} f(x')^2 / ((m - 1) k)) = O(1/sqrt(k m)) over
+    draws; :meth:`conditional_mean` computes it exactly for a dataset. No
+    fixed family of k << d m functions can be exactly pairwise independent.
+
+    Privacy: eps-LDP per report ((j, l) are independent of x; the sign is
+    binary RR). Runtime: O(n) to simulate; O(n * D) decoding per report, or
+    O(n + k m log m + k D) through the sketch (``method="sketch"``).
+    Equivalent CMS+RR (paper, "Recursive CMS"): collision probability
+    c = (1 + c1)/2, i.e. m' = 2/(1 + c1) ~ 2m/(m + 1), RR over 2 symbols; the
+    variance is exact given per-pair collision rate c1 (the O(1/(k m)) spread
+    of c_K changes it by a relative O(c1^2) only). Report: log2 k + log2 m + 1 bits.
+    """
+
+    _report_type = AppleCMSReports
+
+    def __init__(self, epsilon: float, dictionary_size: int, *, hash_count: int = 2048, hash_range: int = 1024,
+                 family_seed: int = DEFAULT_FAMILY_SEED):
+        if isinstance(hash_range, bool) or not isinstance(hash_range, int) or hash_range < 2 or hash_range & (hash_range - 1):
+            raise InvalidParameterError("hash_range", hash_range, "must be a power of two >= 2 (Hadamard encoding)")
+        if isinstance(hash_count, bool) or not isinstance(hash_count, int) or hash_count < 1:
+            raise InvalidParameterError("hash_count", hash_count, "must be a positive integer")
+        self.params = OCMSParams.build(epsilon, dictionary_size, hash_range=hash_range)
+        if limbs_for(self.params) != 1:
+            raise InvalidParameterError("dictionary_size", dictionary_size, "the oracles take uint64 values")
+        self.name = "cms-he"
+        self.epsilon = self.params.epsilon
+        self.dictionary_size = dictionary_size
+        self.hash_count = hash_count
+        self.hash_range = hash_range
+        self.family_seed = family_seed
+        family_rng = np.random.default_rng(family_seed)
+        order = self.params.field.order
+        high = order if order < 2**64 else 2**64
+        self._a0 = family_rng.integers(0, high, size=hash_count, dtype=np.uint64, endpoint=False)
+        self._a1 = family_rng.integers(0, high, size=hash_count, dtype=np.uint64, endpoint=False)
+        self.c1 = float(self.params.collision_probability)
+        self.keep_probability = theory.rr_keep_probability(self.epsilon, 2)
+        self._scale = 1.0 / math.tanh(self.epsilon / 2.0)
+
+    @property
+    def _source(self) -> tuple:
+        return ("cms-he", self.epsilon, self.dictionary_size, self.hash_count, self.hash_range, self.family_seed)
+
+    def hash_table(self, values: np.ndarray) -> np.ndarray:
+        """h_j(x) for every j in [k] and each value: uint64 (k, len(values))."""
+        x = _check_values(values, self.dictionary_size)
+        k, u = self.hash_count, x.size
+        a0 = np.repeat(self._a0, u)
+        a1 = np.repeat(self._a1, u)
+        return kernel.hash_residues(self.params, a0, a1, np.tile(x, k)).reshape(k, u)
+
+    def simulate(self, values: np.ndarray, rng: np.random.Generator) -> AppleCMSReports:
+        """Simulation path (seeded): (j, l, RR(H[h_j(x), l])) per value."""
+        x = _check_values(values, self.dictionary_size)
+        j = rng.integers(0, self.hash_count, size=x.size, dtype=np.int64)
+        y = kernel.hash_residues(self.params, self._a0[j], self._a1[j], x)
+        l = rng.integers(0, self.hash_range, size=x.size, dtype=np.uint64)
+        bit = _binary_rr(_hadamard_sign(y, l), self.keep_probability, rng)
+        return AppleCMSReports(j, l, bit, self._source)
+
+    def sketch(self, reports: AppleCMSReports) -> np.ndarray:
+        """Apple's sketch: M[j, l] = sum of the signs of reports (j, l); int64 (k, m)."""
+        _check_source(reports, AppleCMSReports, self._source)
+        cell = reports.hash_index * self.hash_range + reports.column.astype(np.int64)
+        size = self.hash_count * self.hash_range
+        plus = np.bincount(cell[reports.bit > 0], minlength=size)
+        minus = np.bincount(cell[reports.bit < 0], minlength=size)
+        return (plus - minus).astype(np.int64).reshape(self.hash_count, self.hash_range)
+
+    def estimate_from_sketch(self, sketch: np.ndarray, n: int, tracked: np.ndarray) -> np.ndarray:
+        """Apple's server: Hadamard-transform the rows of M, read M'[j, h_j(x)]."""
+        tracked = _check_tracked(tracked, self.dictionary_size)
+        if n == 0:
+            return np.full(tracked.size, np.nan)
+        transformed = fwht(sketch)
+        table = self.hash_table(tracked)
+        sums = transformed[np.arange(self.hash_count)[:, None], table.astype(np.int64)].sum(axis=0)
+        return self._finalize(sums / n)
+
+    def estimate(self, reports: AppleCMSReports, tracked: np.ndarray, method: str = "auto") -> np.ndarray:
+        """Unbiased (over the family draw) estimates; ``method`` "direct", "sketch" or "auto".
+
+        Both methods compute the same number (up to float rounding); "auto"
+        takes the cheaper one.
+        """
+        if method not in ("auto", "direct", "sketch"):
+            raise InvalidParameterError("method", method, "expected 'auto', 'direct' or 'sketch'")
+        if method == "auto":
+            log_m = max(1, (self.hash_range - 1).bit_length())
+            method = "direct" if len(reports) * np.size(tracked) <= self.hash_count * self.hash_range * log_m else "sketch"
+        if method == "sketch":
+            return self.estimate_from_sketch(self.sketch(reports), len(reports), tracked)
+        return super().estimate(reports, tracked)
+
+    def _prepare(self, tracked):
+        return self.hash_table(tracked)  # (k, D)
+
+    def _signed(self, reports, lo, hi, table):
+        rows = table[reports.hash_index[lo:hi]]  # (N, D)
+        return reports.bit[lo:hi, None] * _hadamard_sign(rows, reports.column[lo:hi, None])
+
+    def _finalize(self, mean):
+        return (self._scale * mean - self.c1) / (1.0 - self.c1)
+
+    def conditional_mean(self, values: np.ndarray, tracked: np.ndarray) -> np.ndarray:
+        """E[f(x)] for the fixed family and dataset ``values`` (exact; shows the residual bias)."""
+        x = _check_values(values, self.dictionary_size)
+        tracked = _check_tracked(tracked, self.dictionary_size)
+        unique, counts = np.unique(x, return_counts=True)
+        weights = counts / x.size
+        t_table = self.hash_table(tracked)  # (k, D)
+        u_table = self.hash_table(unique)  # (k, U)
+        collide = (t_table[:, :, None] == u_table[:, None, :]).mean(axis=0)  # (D, U), 1 on x' = x
+        return (collide @ weights - self.c1) / (1.0 - self.c1)
+
+    def residual_bias_std(self, values: np.ndarray, tracked: np.ndarray) -> np.ndarray:
+        """Theorem exp_and_var_of_bias: sqrt(sum_{x' != x} f(x')^2 / ((m - 1) k)) per tracked x."""
+        x = _check_values(values, self.dictionary_size)
+        tracked = _check_tracked(tracked, self.dictionary_size)
+        unique, counts = np.unique(x, return_counts=True)
+        f = counts / x.size
+        total = float((f**2).sum())
+        own = np.array([f[unique == t].sum() for t in tracked])
+        return np.sqrt((total - own**2) / ((self.hash_range - 1) * self.hash_count))
+
+    def variance(self, f, n):
+        """theory.estimator_variance with RR over 2 symbols and c = (1 + c1)/2 (recursive CMS)."""
+        return theory.estimator_variance(self.epsilon, 2, (1.0 + self.c1) / 2.0, f, n)
+
+    @property
+    def report_bits(self) -> int:
+        return (self.hash_count - 1).bit_length() + (self.hash_range - 1).bit_length() + 1
+
+    @property
+    def equivalent_hash_range(self) -> float:
+        return 2.0 / (1.0 + self.c1)
+
+
+# ---------------------------------------------------------------- RHR
+@dataclass(frozen=True, eq=False)
+class RHRReports:
+    """(column j, perturbed 2^b-ary symbol z) per report; z = r + B * [s = -1]."""
+
+    column: np.ndarray
+    symbol: np.ndarray
+    source: tuple
+
+    def __len__(self) -> int:
+        return int(self.symbol.shape[0])
+
+    def slice(self, start: int, stop: int) -> "RHRReports":
+        return RHRReports(self.column[start:stop], self.symbol[start:stop], self.source)
+
+
+#: Symbols 2^b must fit uint64 arithmetic comfortably.
+MAX_RHR_BITS = 62
+
+
+class RecursiveHadamardResponse(_SignedSumOracle):
+    """Recursive Hadamard Response (Chen, Kairouz & Ozgur 2020), for evaluation only.
+
+    With b bits and B = 2^(b-1): x -> (q, r) = (x // B, x mod B); K = the
+    smallest power of two >= ceil(d / B) + 1. Client: sample j uniformly in
+    [K], s = H[q + 1, j]; the 2^b-ary symbol (s, r) goes through 2^b-ary RR
+    with keep probability e/(e + 2^b - 1); report (j, z).
+    Server (unbiased on every dataset): for x = (q, r),
+        f(x) = A * mean_i H[q + 1, j_i] * ([z_i = (+, r)] - [z_i = (-, r)]),
+    A = (e + 2^b - 1)/(e - 1), the difference of the RR decode values
+    (theory.decode_match_value - theory.decode_mismatch_value).
+
+    Default b = ceil(eps) (the paper: b = eps for a large dictionary), clamped
+    to [1, floor(log2 d) + 1] so that 2^(b-1) <= d, and to MAX_RHR_BITS.
+
+    Skewed CMS (paper Section "Recursive Hadamard Response"): two values
+    collide with probability 1/2 if they share x mod 2^(b-1), else 0. On
+    random data the average collision probability is 2^-b (equivalent m =
+    2^b ~ e^eps); on the adversarial dataset where every value shares the
+    residue of x (residue mass 1), RHR behaves like HE with c = 1/2 but an RR
+    over 2^b symbols, so its MSE exceeds HE's (ratio (e + 2^b - 1)/(e + 1)).
+
+    Variance (fixed dataset, exact): with F = the frequency of values sharing
+    x's residue (F >= f), P= = P(z in {(+,r), (-,r)}) for such a value and P!=
+    for any other,
+        Var = [A^2 (F P= + (1 - F) P!=) - f] / n,
+    which is largest at F = 1 (the default: worst case over datasets). The
+    paper's c_bar = 1/2 argument plugs c = 1/2 and RR over 2^b into Eq.
+    var_hat_f_sym, i.e. theory.estimator_variance(eps, 2^b, 1/2, f, n)
+    (:meth:`paper_variance_bound`); that is the variance of the CMS decoder
+    2 mean(y_hat) - 1, unbiased only when F = 1, and exceeds the exact
+    value above by (2^b - 2)(e + 1 + 2 f (e - 1)) / ((e - 1)^2 n).
+
+    Privacy: eps-LDP per report (j independent of x; z is 2^b-ary RR).
+    Runtime: O(n) to simulate, O(n * D) to decode. Report: log2 K + b bits.
+    """
+
+    _report_type = RHRReports
+
+    def __init__(self, epsilon: float, dictionary_size: int, *, bits: int | None = None):
+        self.epsilon = check_epsilon(epsilon)
+        _check_hadamard_dictionary(dictionary_size)
+        max_bits = min(dictionary_size.bit_length(), MAX_RHR_BITS)  # floor(log2 d) + 1
+        if bits is None:
+            bits = min(max(1, math.ceil(self.epsilon)), max_bits)
+        elif isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= max_bits:
+            raise InvalidParameterError("bits", bits, f"must be an integer in [1, {max_bits}] (2^(b-1) <= d)")
+        self.name = "rhr"
+        self.dictionary_size = dictionary_size
+        self.bits = bits
+        self.block = 1 << (bits - 1)  # B = 2^(b-1)
+        self.symbols = 1 << bits  # 2^b
+        self.matrix_size = _next_power_of_two(-(-dictionary_size // self.block) + 1)
+        self.keep_probability = theory.rr_keep_probability(self.epsilon, self.symbols)
+        self._scale = theory.decode_match_value(self.epsilon, self.symbols) - theory.decode_mismatch_value(self.epsilon)
+
+    @property
+    def _source(self) -> tuple:
+        return ("rhr", self.epsilon, self.dictionary_size, self.bits)
+
+    def simulate(self, values: np.ndarray, rng: np.random.Generator) -> RHRReports:
+        """Simulation path (seeded): (j, RR_{2^b}((H[q + 1, j], r))) per value."""
+        x = _check_values(values, self.dictionary_size)
+        shift = np.uint64(self.bits - 1)
+        q = x >> shift
+        r = x & np.uint64(self.block - 1)
+        column = rng.integers(0, self.matrix_size, size=x.size, dtype=np.uint64)
+        negative = (np.bitwise_count((q + np.uint64(1)) & column) & 1).astype(np.uint64)
+        symbol = r + np.uint64(self.block) * negative
+        keep = rng.random(x.size) < self.keep_probability
+        other = rng.integers(0, self.symbols - 1, size=x.size, dtype=np.uint64)
+        other = other + (other >= symbol).astype(np.uint64)
+        return RHRReports(column, np.where(keep, symbol, other), self._source)
+
+    def _prepare(self, tracked):
+        return (tracked >> np.uint64(self.bits - 1)) + np.uint64(1), tracked & np.uint64(self.block - 1)
+
+    def _signed(self, reports, lo, hi, prepared):
+        rows, residues = prepared
+        z = reports.symbol[lo:hi, None]
+        same_block = (z & np.uint64(self.block - 1)) == residues[None, :]
+        z_sign = (1 - 2 * (z >> np.uint64(self.bits - 1)).astype(np.int8))  # +1 / -1
+        return np.where(same_block, z_sign * _hadamard_sign(reports.column[lo:hi, None], rows[None, :]), 0).astype(np.int8)
+
+    def _finalize(self, mean):
+        return self._scale * mean
+
+    def variance(self, f, n, residue_mass=1.0):
+        """Exact Var for residue mass F (default 1: the adversarial worst case)."""
+        keep = self.keep_probability
+        other = (1.0 - keep) / (self.symbols - 1)
+        residue_mass = np.asarray(residue_mass, dtype=np.float64)
+        second_moment = self._scale**2 * (residue_mass * (keep + other) + (1.0 - residue_mass) * 2.0 * other)
+        return (second_moment - np.asarray(f, dtype=np.float64)) / np.asarray(n, dtype=np.float64)
+
+    def paper_variance_bound(self, f, n):
+        """The paper's c_bar = 1/2 form: theory.estimator_variance(eps, 2^b, 1/2, f, n) >= Var."""
+        return theory.estimator_variance(self.epsilon, self.symbols, 0.5, f, n)
+
+    @property
+    def report_bits(self) -> int:
+        return (self.matrix_size - 1).bit_length() + self.bits
+
+    @property
+    def equivalent_hash_range(self) -> float:
+        """2^b: the mean collision probability on random data is 2^-b (the paper's argument)."""
+        return float(self.symbols)
+
+
+# ---------------------------------------------------------------- registry
+def make_oracle(name: str, epsilon: float, dictionary_size: int, tracked_count: int | None = None) -> FrequencyOracle:
+    """The oracle registered as ``name`` (see :data:`ORACLE_NAMES`), for evaluation only.
+
+    "mse-ocms": MSE-OCMS+RR with f* = 1; "l-ocms": l-OCMS+RR (needs
+    ``tracked_count``); "he"; "cms-he" (k = 2048, m = 1024); "rhr" (b =
+    ceil(eps), clamped); "olh". ``tracked_count`` is ignored by the others.
+    """
+    if name == "mse-ocms":
+        return OCMSOracle.mse_optimized(epsilon, dictionary_size)
+    if name == "l-ocms":
+        if tracked_count is None:
+            raise InvalidParameterError("tracked_count", None, "oracle 'l-ocms' needs the number of tracked values")
+        return OCMSOracle.l_optimized(epsilon, dictionary_size, tracked_count)
+    if name == "he":
+        return HadamardEncoding(epsilon, dictionary_size)
+    if name == "cms-he":
+        return AppleCMSHE(epsilon, dictionary_size)
+    if name == "rhr":
+        return RecursiveHadamardResponse(epsilon, dictionary_size)
+    if name == "olh":
+        return OptimizedLocalHashing(epsilon, dictionary_size)
+    raise InvalidParameterError("oracle", name, f"expected one of {ORACLE_NAMES}")
+
+
+__all__ = [
+    "AppleCMSHE",
+    "AppleCMSReports",
+    "FrequencyOracle",
+    "HadamardEncoding",
+    "HadamardReports",
+    "OCMSOracle",
+    "ORACLE_NAMES",
+    "OptimizedLocalHashing",
+    "RHRReports",
+    "RecursiveHadamardResponse",
+    "fwht",
+    "make_oracle",
+]

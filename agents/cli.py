@@ -113,6 +113,16 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_not_yet(args) -> int:
+    """Placeholder for the pipeline commands still being built (issues 3-5)."""
+    print(
+        f"ocms {args.command}: not implemented yet. Available now: `ocms plan` (cms_core); "
+        "the broker/worker/simulator pipeline lands with the producer and agents work.",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ocms", description="LDP frequency estimation with OCMS+RR")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -125,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--target-l2", type=_finite_float, help="report the n needed for this l2 loss (needs --tracked)")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(func=cmd_plan)
+    for name, text in [("run", "broker + worker + simulated fleet (not yet)"), ("worker", "the Faust worker (not yet)"),
+                       ("simulate", "fleet simulator (not yet)"), ("estimate", "offline estimate from a dump (not yet)")]:
+        sub.add_parser(name, help=text).set_defaults(func=cmd_not_yet)
     return parser
 
 

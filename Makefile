@@ -11,7 +11,7 @@ STAMP := $(VENV)/.ocms-installed
 $(STAMP): pyproject.toml setup.py cms_core/_kernel.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,data]'
 	touch $(STAMP)
 
 install: $(STAMP)

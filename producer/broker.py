@@ -72,8 +72,14 @@ async def wait_until_ready(bootstrap_servers: str, timeout: float = 30.0) -> Non
     raise BrokerError(f"broker at {bootstrap_servers} did not answer within {timeout:.0f} s: {last}")
 
 
-async def create_topics(bootstrap_servers: str, partitions: dict[str, int], replication: int = 1) -> None:
-    """Create topics that do not exist yet; an existing topic must have the same partition count."""
+async def create_topics(
+    bootstrap_servers: str, partitions: dict[str, int], replication: int = 1,
+    configs: dict[str, dict[str, str]] | None = None,
+) -> None:
+    """Create topics that do not exist yet; an existing topic must have the same partition count.
+
+    ``configs`` gives topic configs per name (e.g. ``cleanup.policy=compact`` for a changelog).
+    """
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     for name, count in partitions.items():
@@ -83,7 +89,9 @@ async def create_topics(bootstrap_servers: str, partitions: dict[str, int], repl
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        new = [NewTopic(name, count, replication) for name, count in partitions.items() if name not in existing]
+        configs = configs or {}
+        new = [NewTopic(name, count, replication, topic_configs=configs.get(name, {}))
+               for name, count in partitions.items() if name not in existing]
         if new:
             await admin.create_topics(new)
         described = await admin.describe_topics(list(partitions))

@@ -9,10 +9,12 @@ from cms_core.privatize import simulate_reports
 
 
 def test_bucket_key_round_trip_and_errors():
-    key = BucketKey("eee2f6ee10f1ea54", 3, 1_700_000_040)
+    key = BucketKey("eee2f6ee10f1ea54", 3, 60, 1_700_000_040)
     assert BucketKey.decode(key.encode()) == key
-    with pytest.raises(InvalidParameterError):
-        BucketKey.decode("nonsense")
+    assert BucketKey.decode(BucketKey.total("ab", 0).encode()).is_total
+    for bad in ("nonsense", b"\xff", "ab:0:60:61", "ab:-1:60:60", "ab:x:60:60"):
+        with pytest.raises(InvalidParameterError):
+            BucketKey.decode(bad)
 
 
 def test_bucket_start():
@@ -64,3 +66,21 @@ def test_linear_sum_over_partitions_and_json():
     n, counts = total([a, b], 2)
     assert n == 11 and counts.tolist() == [1, 6]
     assert PartialCounts.from_json(a.to_json()) == a
+    assert PartialCounts.from_bytes(a.to_bytes()) == a
+    big = PartialCounts(2**33, [2**32 + 5, 0], 7)  # counts beyond uint32 switch to 8-byte width
+    assert PartialCounts.from_bytes(big.to_bytes()) == big
+
+
+def test_partial_counts_codec_refuses_garbage():
+    from cms_core.errors import SerializationError
+
+    good = fold(None, np.array([1, 2]), 5, 3).to_bytes()
+    for bad in (b"", b"xx" + good[2:], good[:-1], good + b"\0"):
+        with pytest.raises(SerializationError):
+            PartialCounts.from_bytes(bad)
+
+
+def test_partial_counts_are_immutable():
+    a = fold(None, np.array([1, 2]), 5, 3)
+    with pytest.raises(ValueError):
+        a.counts[0] = 9

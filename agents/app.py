@@ -1,0 +1,309 @@
+"""The Faust worker: thin wiring of topics, one table, one agent, a timer and web pages.
+
+Flow per message: validate (``processor.MessageValidator``); a rejected one is
+queued for the dead-letter topic with its original bytes and a reason header;
+an accepted one joins the micro-batch. A batch is flushed when it holds
+``batch_max_reports`` reports or is ``batch_max_seconds`` old: the kernel
+decodes it into per-key counts (``processor.plan_batch``), each touched key is
+written once (counts + highest offset in one value), dead letters are sent,
+and only then are the batch's events acked, so the committed consumer offset
+never passes an event whose counts are not in the changelog (Faust flushes the
+producer before every commit).
+
+Deliberate workaround of faust-streaming #497 (table writes outside the
+per-event context raise): a table write needs the "current event" to pick the
+changelog partition (and the RocksDB partition store). We flush outside the
+stream iteration, so each write runs with the current event set to the latest
+event of that key's source partition: changelog partition == source
+partition, as Faust's co-partitioning expects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from collections import defaultdict
+
+import faust
+from faust.streams import _current_event
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .metrics import EstimatesCollector, PipelineMetrics
+from .processor import AcceptedMessage, MessageValidator, RejectedMessage, expired, plan_batch
+from .query import ApiError, EstimateService
+from .settings import TABLE_NAME, WorkerSettings
+from .state import BucketKey, PartialCounts
+from .view import ChangelogReader, CountsView
+
+log = logging.getLogger("ocms.worker")
+
+REASON_HEADER = "ocms-reject-reason"
+#: Retention deletes run at most this often (seconds).
+EXPIRY_INTERVAL_S = 30.0
+
+
+@contextlib.contextmanager
+def current_event(event):
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+def faust_settings(settings: WorkerSettings) -> dict:
+    """faust.App keyword settings; the embedded broker needs short sessions and one-record batches."""
+    conf = dict(
+        broker="kafka://" + settings.bootstrap_servers.replace(",", ";kafka://"),
+        store=settings.store,
+        topic_partitions=settings.partitions,
+        topic_allow_declare=True,
+        consumer_auto_offset_reset="earliest",
+        table_standby_replicas=0,  # every worker reads the whole changelog into its view anyway
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
+        producer_acks=-1,
+        web_enabled=True,
+        web_port=settings.web_port,
+        web_bind=settings.web_host,
+        web_host=settings.web_host,
+        autodiscover=False,
+    )
+    if settings.embedded_broker:
+        # Tansu answers end offsets wrongly when a batch holds several records; Faust would then
+        # lose the changelog tail on recovery. Batches of one record (any record exceeds 1 byte).
+        conf["producer_max_batch_size"] = 1
+    return conf
+
+
+class OCMSWorker:
+    """Owns the Faust app and the worker's state; ``run()`` blocks until stopped."""
+
+    def __init__(self, settings: WorkerSettings):
+        self.settings = settings
+        self.view = CountsView()
+        self.service = EstimateService(settings, self.view)
+        self.metrics = PipelineMetrics()
+        self.metrics.registry.register(EstimatesCollector(self.service))
+        self.validator = MessageValidator(settings.params_sets, settings.retention_seconds,
+                                          settings.future_tolerance_seconds)
+        self.params_by_fp = self.service.params
+        self.tracked_by_fp = self.service.tracked
+        self.fp_hex = {p.fingerprint: p.fingerprint.hex() for p in settings.params_sets}
+        self.levels = settings.levels()
+        self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic)
+        # micro-batch buffers
+        self._events: list = []
+        self._accepted: list[AcceptedMessage] = []
+        self._dead: list[tuple[object, RejectedMessage]] = []
+        self._pending_reports = 0
+        self._first_pending = 0.0
+        self._lock = asyncio.Lock()
+        self._stream = None
+        self._next_offset: dict[int, int] = {}
+        self._keys_by_partition: dict[int, set[BucketKey]] = defaultdict(set)
+        self._last_expiry = 0.0
+        self.app = self._build_app()
+
+    # ------------------------------------------------------------- wiring
+    def _build_app(self) -> faust.App:
+        s = self.settings
+        app = faust.App(s.app_id, **faust_settings(s))
+        raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+        self.source = app.topic(s.source_topic, partitions=s.partitions, **raw)
+        self.dead_letters = app.topic(s.dead_letter_topic, partitions=s.partitions, **raw)
+        self.table = app.Table(TABLE_NAME, partitions=s.partitions, schema=faust.Schema(**raw))
+
+        @app.agent(self.source, name="ocms-aggregate")
+        async def aggregate(stream):
+            manual = stream.noack()
+            self._stream = manual
+            async for event in manual.events():
+                self.on_event(event)
+                if self._pending_reports >= s.batch_max_reports:
+                    await self.flush()
+
+        @app.timer(interval=max(0.02, s.batch_max_seconds / 4))
+        async def flush_old_batch():
+            if self._events and time.monotonic() - self._first_pending >= s.batch_max_seconds:
+                await self.flush()
+
+        @app.task
+        async def read_changelog():
+            await self.reader.run()
+
+        self._add_pages(app)
+        return app
+
+    def _add_pages(self, app: faust.App) -> None:
+        service = self.service
+
+        def answer(web, compute):
+            try:
+                return web.json(compute())
+            except ApiError as exc:
+                return web.json(exc.as_json(), status=exc.status)
+
+        def query(request) -> dict:
+            return {k: request.query[k] for k in request.query}
+
+        @app.page("/estimates")
+        async def estimates(web, request):
+            return answer(web, lambda: service.estimates(query(request)))
+
+        @app.page("/estimates/{value}")
+        async def estimate_value(web, request, value):
+            return answer(web, lambda: service.estimate_value(value, query(request)))
+
+        @app.page("/topk")
+        async def topk(web, request):
+            return answer(web, lambda: service.topk(query(request)))
+
+        @app.page("/trend")
+        async def trend(web, request):
+            return answer(web, lambda: service.trend(query(request)))
+
+        @app.page("/params")
+        async def params(web, request):
+            return answer(web, service.params_doc)
+
+        @app.page("/healthz")
+        async def healthz(web, request):
+            doc = self.health()
+            return web.json(doc, status=200 if doc["status"] == "ok" else 503)
+
+        @app.page("/metrics")
+        async def metrics(web, request):
+            self.update_lag_metrics()
+            # aiohttp takes the charset separately; the exposition format is UTF-8 text.
+            content_type = CONTENT_TYPE_LATEST.split("; charset")[0]
+            return web.bytes(generate_latest(self.metrics.registry), content_type=content_type)
+
+    # ----------------------------------------------------------- per event
+    def on_event(self, event) -> None:
+        message = event.message
+        try:
+            params, batch = self.validator.check(event.value, message.timestamp, time.time())
+        except RejectedMessage as rejection:
+            self._dead.append((event, rejection))
+        else:
+            self._accepted.append(AcceptedMessage(message.partition, message.offset, message.timestamp,
+                                                  self.fp_hex[params.fingerprint], batch))
+            self._pending_reports += len(batch)
+        if not self._events:
+            self._first_pending = time.monotonic()
+        self._events.append(event)
+
+    # ------------------------------------------------------------- batches
+    def _read(self, key: BucketKey) -> PartialCounts | None:
+        raw = self.table.get(key.encode())
+        return None if raw is None else PartialCounts.from_bytes(raw)
+
+    async def flush(self) -> None:
+        async with self._lock:
+            if not self._events:
+                return
+            events, accepted, dead = self._events, self._accepted, self._dead
+            self._events, self._accepted, self._dead, self._pending_reports = [], [], [], 0
+            latest_event = {}
+            for event in events:
+                latest_event[event.message.partition] = event
+            plan = plan_batch(accepted, self._read, self.params_by_fp, self.tracked_by_fp, self.levels)
+            for key, state in plan.writes:
+                with current_event(latest_event[key.partition]):
+                    self.table[key.encode()] = state.to_bytes()
+                self._keys_by_partition[key.partition].add(key)
+            self._expire(latest_event)
+            for event, rejection in dead:
+                message = event.message
+                headers = [
+                    (REASON_HEADER, rejection.reason.encode()),
+                    ("ocms-reject-detail", rejection.detail.encode()[:500]),
+                    ("ocms-source", f"{message.topic}/{message.partition}/{message.offset}".encode()),
+                ]
+                await self.dead_letters.send(key=message.key, value=message.value, headers=headers)
+                self.metrics.rejected.labels(rejection.reason).inc()
+                log.info("rejected %s/%d/%d: %s", message.topic, message.partition, message.offset, rejection)
+            for event in events:
+                await self._stream.ack(event)
+                self._next_offset[event.message.partition] = event.message.offset + 1
+            for fp, n in plan.counted.items():
+                self.metrics.accepted.labels(fp).inc(n)
+            self.metrics.replayed.inc(plan.replayed)
+            if accepted:
+                self.metrics.batch_reports.observe(plan.reports)
+                self.metrics.decode_seconds.observe(plan.decode_seconds)
+                self.metrics.last_processed.set(max(m.timestamp for m in accepted))
+
+    def _expire(self, latest_event: dict) -> None:
+        """Delete buckets past retention (for partitions with an event in this batch:
+        a delete needs that partition's event context). Queries ignore expired
+        buckets anyway, so a late delete never changes an answer."""
+        now = time.time()
+        if now - self._last_expiry < EXPIRY_INTERVAL_S:
+            return
+        self._last_expiry = now
+        for partition, event in latest_event.items():
+            doomed = [k for k in self._keys_by_partition[partition] if expired(k, now, self.levels)]
+            for key in doomed:
+                with current_event(event):
+                    self.table.pop(key.encode(), None)
+                self._keys_by_partition[partition].discard(key)
+
+    # ------------------------------------------------------------- status
+    def assigned_partitions(self) -> list[int]:
+        try:
+            assignment = self.app.consumer.assignment()
+        except Exception:  # consumer not started yet
+            return []
+        return sorted(tp.partition for tp in assignment if tp.topic == self.settings.source_topic)
+
+    def update_lag_metrics(self) -> None:
+        assigned = self.assigned_partitions()
+        self.metrics.assigned.set(len(assigned))
+        self.metrics.view_lag.set(self.reader.lag)
+        for partition in assigned:
+            try:
+                highwater = self.app.consumer.highwater(self.source_tp(partition))
+            except Exception:
+                continue
+            if highwater is not None:
+                self.metrics.lag.labels(str(partition)).set(max(0, highwater - self._next_offset.get(partition, 0)))
+
+    def source_tp(self, partition: int):
+        from faust.types import TP
+
+        return TP(self.settings.source_topic, partition)
+
+    def health(self) -> dict:
+        ready = self.reader.caught_up.is_set() and self._stream is not None
+        return {
+            "status": "ok" if ready else "starting",
+            "view_caught_up": self.reader.caught_up.is_set(),
+            "view_keys": self.view.keys(),
+            "view_lag_messages": self.reader.lag,
+            "assigned_partitions": self.assigned_partitions(),
+            "pending_reports": self._pending_reports,
+        }
+
+    def run(self) -> int:
+        from faust.worker import Worker
+
+        worker = Worker(self.app, loglevel=self.settings.log_level.upper(), quiet=True)
+        worker.execute_from_commandline()
+        return 0
+
+
+async def prepare_topics(settings: WorkerSettings) -> None:
+    """Create the source, dead-letter and changelog topics with the configured partitions."""
+    from producer.broker import create_topics
+
+    await create_topics(
+        settings.bootstrap_servers,
+        {settings.source_topic: settings.partitions, settings.dead_letter_topic: settings.partitions,
+         settings.changelog_topic: settings.partitions},
+        configs={settings.changelog_topic: {"cleanup.policy": "compact"}},
+    )

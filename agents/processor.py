@@ -1,0 +1,164 @@
+"""Message validation and micro-batch planning: the worker's logic without Faust.
+
+``MessageValidator`` turns one Kafka message into a decoded batch or a
+``RejectedMessage`` with a bounded reason code (the wire-format reasons plus
+``empty``, ``expired`` and ``future_timestamp``). ``plan_batch`` turns the
+accepted messages of a micro-batch into table writes: per key (parameter set,
+partition, bucket level, bucket) the events it has not counted yet are decoded
+with the cms_core kernel and folded into the stored state together with their
+highest offset (see :mod:`agents.state` for why that is exact after crashes).
+
+Both are pure given a table reader, so the Faust agent stays thin and the
+exactness argument is tested without a broker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from cms_core import OCMSParams, TrackedValues, kernel, wire
+from cms_core.reports import ReportBatch
+
+from .state import NO_OFFSET, BucketKey, PartialCounts, bucket_start, fold
+
+#: Every reason label ``ocms_reports_rejected_total`` can carry (a bounded set).
+REJECT_REASONS = tuple(wire.REASONS) + ("empty", "expired", "future_timestamp")
+
+
+class RejectedMessage(Exception):
+    """A message the worker will not count; ``reason`` is a REJECT_REASONS code."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class AcceptedMessage:
+    partition: int
+    offset: int
+    timestamp: float  # event time, epoch seconds (the Kafka message timestamp)
+    fingerprint: str  # parameter set, hex
+    batch: ReportBatch
+
+
+class MessageValidator:
+    """Decode and check one message against the accepted parameter sets and time window."""
+
+    def __init__(self, params_sets: Sequence[OCMSParams], retention_seconds: int, future_tolerance_seconds: int):
+        self.registry = {p.fingerprint: p for p in params_sets}
+        self.retention_seconds = retention_seconds
+        self.future_tolerance_seconds = future_tolerance_seconds
+
+    def check(self, value: bytes | None, timestamp: float, now: float) -> tuple[OCMSParams, ReportBatch]:
+        if not value:
+            raise RejectedMessage("empty", "message has no value")
+        try:
+            params, batch = wire.decode_message(value, self.registry)
+        except wire.WireFormatError as exc:
+            raise RejectedMessage(exc.reason, str(exc)) from None
+        if timestamp < now - self.retention_seconds:
+            raise RejectedMessage("expired", f"event time {timestamp:.3f} is older than the {self.retention_seconds} s retention")
+        if timestamp > now + self.future_tolerance_seconds:
+            raise RejectedMessage(
+                "future_timestamp",
+                f"event time {timestamp:.3f} is more than {self.future_tolerance_seconds} s ahead of the worker clock",
+            )
+        return params, batch
+
+
+@dataclass
+class BatchPlan:
+    """Table writes of one micro-batch and what they mean for the metrics."""
+
+    writes: list[tuple[BucketKey, PartialCounts]] = field(default_factory=list)
+    counted: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # fingerprint -> new reports
+    replayed: int = 0  # reports skipped because their cumulative key already holds them
+    reports: int = 0  # reports in the micro-batch
+    decode_seconds: float = 0.0
+
+
+def keys_for(fingerprint: str, partition: int, timestamp: float, levels: Sequence[tuple[int, int]]) -> list[BucketKey]:
+    """The keys one event adds to: a bucket per time level, then the cumulative key."""
+    keys = [BucketKey(fingerprint, partition, width, bucket_start(timestamp, width)) for width, _ in levels]
+    keys.append(BucketKey.total(fingerprint, partition))
+    return keys
+
+
+def plan_batch(
+    messages: Sequence[AcceptedMessage],
+    read: Callable[[BucketKey], PartialCounts | None],
+    params_by_fp: Mapping[str, OCMSParams],
+    tracked_by_fp: Mapping[str, TrackedValues],
+    levels: Sequence[tuple[int, int]],
+) -> BatchPlan:
+    """Fold a micro-batch into new per-key states (exact under replay).
+
+    Events sharing a base bucket share all their keys. Within such a group,
+    each key counts only events above its stored offset; the distinct stored
+    offsets cut the group into at most (levels + 1) segments, each decoded
+    once, and a key sums the segments above its offset. Without a replay (the
+    normal case) that is one kernel call per (partition, parameter set, bucket).
+    """
+    plan = BatchPlan()
+    groups: dict[tuple[str, int, int], list[AcceptedMessage]] = defaultdict(list)
+    for message in messages:
+        groups[(message.fingerprint, message.partition, bucket_start(message.timestamp, levels[0][0]))].append(message)
+        plan.reports += len(message.batch)
+    states: dict[BucketKey, PartialCounts | None] = {}
+    added: dict[BucketKey, list] = {}  # key -> [n, counts, max offset]
+    started = time.perf_counter()
+    for (fingerprint, partition, _), group in groups.items():
+        group.sort(key=lambda m: m.offset)
+        params, tracked = params_by_fp[fingerprint], tracked_by_fp[fingerprint]
+        keys = keys_for(fingerprint, partition, group[0].timestamp, levels)
+        for key in keys:
+            if key not in states:
+                states[key] = read(key)
+        thresholds = {key: (states[key].last_offset if states[key] is not None else NO_OFFSET) for key in keys}
+        offsets = np.fromiter((m.offset for m in group), np.int64, len(group))
+        cuts = sorted(set(thresholds.values()))
+        # Segment i holds the events with cuts[i] < offset <= cuts[i + 1].
+        segments = []
+        for i, low in enumerate(cuts):
+            high = cuts[i + 1] if i + 1 < len(cuts) else None
+            lo = int(np.searchsorted(offsets, low, side="right"))
+            hi = len(group) if high is None else int(np.searchsorted(offsets, high, side="right"))
+            if lo >= hi:
+                segments.append(None)
+                continue
+            batch = ReportBatch.concat([m.batch for m in group[lo:hi]])
+            counts = kernel.match_counts(params, batch, tracked)
+            segments.append((len(batch), counts, int(offsets[hi - 1])))
+        for key, threshold in thresholds.items():
+            for segment in segments[cuts.index(threshold):]:
+                if segment is None:
+                    continue
+                n, counts, last = segment
+                slot = added.setdefault(key, [0, np.zeros(len(tracked), np.int64), NO_OFFSET])
+                slot[0] += n
+                slot[1] += counts
+                slot[2] = max(slot[2], last)
+    plan.decode_seconds = time.perf_counter() - started
+    for key, (n, counts, last) in added.items():
+        plan.writes.append((key, fold(states[key], counts, n, last)))
+        if key.is_total:
+            plan.counted[key.fingerprint] += n
+    plan.replayed = plan.reports - sum(plan.counted.values())
+    return plan
+
+
+def expired(key: BucketKey, now: float, levels: Sequence[tuple[int, int]]) -> bool:
+    """True for a bucket wholly older than its level's retention (cumulative keys never expire)."""
+    if key.is_total:
+        return False
+    for width, retention in levels:
+        if width == key.width:
+            return key.bucket_start + width <= now - retention
+    return True  # a level no longer configured

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import tempfile
 import time
 import weakref
 from collections import defaultdict
@@ -56,9 +57,16 @@ def current_event(event):
 
 def faust_settings(settings: WorkerSettings) -> dict:
     """faust.App keyword settings; the embedded broker needs short sessions and one-record batches."""
+    if settings.store.startswith("rocksdb://"):
+        # rocksdb://PATH: Faust keeps one RocksDB per table partition under its data directory.
+        store, datadir = "rocksdb://", settings.store[len("rocksdb://"):] or f"{settings.app_id}-data"
+    else:
+        # The memory store keeps nothing on disk; Faust still wants a data directory of its own.
+        store, datadir = settings.store, tempfile.mkdtemp(prefix=f"ocms-{settings.app_id}-")
     conf = dict(
         broker="kafka://" + settings.bootstrap_servers.replace(",", ";kafka://"),
-        store=settings.store,
+        store=store,
+        datadir=datadir,
         topic_partitions=settings.partitions,
         topic_allow_declare=True,
         consumer_auto_offset_reset="earliest",
@@ -86,6 +94,7 @@ class OCMSWorker:
         self.settings = settings
         self.view = CountsView()
         self.service = EstimateService(settings, self.view)
+        self.view.tracked_sizes = {fp: len(t) for fp, t in self.service.tracked.items()}
         self.metrics = PipelineMetrics()
         self.metrics.registry.register(EstimatesCollector(self.service))
         self.validator = MessageValidator(settings.params_sets, settings.retention_seconds,
@@ -115,7 +124,9 @@ class OCMSWorker:
         raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.source = app.topic(s.source_topic, partitions=s.partitions, **raw)
         self.dead_letters = app.topic(s.dead_letter_topic, partitions=s.partitions, **raw)
-        self.table = app.Table(TABLE_NAME, partitions=s.partitions, schema=faust.Schema(**raw))
+        # key_type/value_type bytes make the table's own (recovery) serializers raw as well.
+        self.table = app.Table(TABLE_NAME, partitions=s.partitions, key_type=bytes, value_type=bytes,
+                               schema=faust.Schema(**raw))
 
         @app.agent(self.source, name="ocms-aggregate")
         async def aggregate(stream):

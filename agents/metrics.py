@@ -102,7 +102,8 @@ class EstimatesCollector:
             chosen = list(service.watch)
             if total_n and service.settings.top_k:
                 chosen += [i for i in top_indices(total_est, service.settings.top_k) if i not in chosen]
-            omitted.add_metric([fp], float(len(service.labels) - len(chosen)))
+            exported = len(chosen) if total_n else 0  # nothing is exported before the first report
+            omitted.add_metric([fp], float(len(service.labels) - exported))
             latest_n, latest_counts = service.counts(fp, latest)
             latest_est = service.estimate(fp, latest_n, latest_counts, options)
             for window, n, est in (("total", total_n, total_est), ("latest_bucket", latest_n, latest_est)):

@@ -80,6 +80,7 @@ class BatchPlan:
     writes: list[tuple[BucketKey, PartialCounts]] = field(default_factory=list)
     counted: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # fingerprint -> new reports
     replayed: int = 0  # reports skipped because their cumulative key already holds them
+    reasserted: list[BucketKey] = field(default_factory=list)  # unchanged keys written again (see plan_batch)
     reports: int = 0  # reports in the micro-batch
     decode_seconds: float = 0.0
 
@@ -113,6 +114,7 @@ def plan_batch(
         plan.reports += len(message.batch)
     states: dict[BucketKey, PartialCounts | None] = {}
     added: dict[BucketKey, list] = {}  # key -> [n, counts, max offset]
+    replayed_keys: set[BucketKey] = set()
     started = time.perf_counter()
     for (fingerprint, partition, _), group in groups.items():
         group.sort(key=lambda m: m.offset)
@@ -137,6 +139,8 @@ def plan_batch(
             counts = kernel.match_counts(params, batch, tracked)
             segments.append((len(batch), counts, int(offsets[hi - 1])))
         for key, threshold in thresholds.items():
+            if offsets[0] <= threshold:  # this key skips at least one (replayed) event
+                replayed_keys.add(key)
             for segment in segments[cuts.index(threshold):]:
                 if segment is None:
                     continue
@@ -150,6 +154,12 @@ def plan_batch(
         plan.writes.append((key, fold(states[key], counts, n, last)))
         if key.is_total:
             plan.counted[key.fingerprint] += n
+    # A key that skipped replayed events is written again unchanged: with a local store (RocksDB)
+    # its value may have reached the store but not the changelog before a crash, and the
+    # changelog (which every worker's view reads) must converge to it.
+    for key in sorted(replayed_keys - added.keys()):
+        plan.writes.append((key, states[key]))
+        plan.reasserted.append(key)
     plan.replayed = plan.reports - sum(plan.counted.values())
     return plan
 

@@ -165,14 +165,20 @@ class EstimateService:
         (and whose width divides ``step``); bounds are widened to bucket edges."""
         if stop <= start:
             raise ApiError("to", f"must be after from ({stop:.3f} <= {start:.3f})")
-        for width, retention in self.settings.levels():
-            if start >= bucket_start(now, width) - retention and (step is None or step % width == 0):
+        # A level reaches ``start`` when its first bucket is not expired (processor.expired's negation),
+        # so an answer never depends on whether a retention delete has run yet.
+        widths = [w for w, _ in self.settings.levels()]
+        if step is not None and all(step % w for w in widths):
+            raise ApiError("step", f"{step} s is not a multiple of a bucket width {widths}")
+        reaching = [w for w, retention in self.settings.levels() if bucket_start(start, w) + w > now - retention]
+        if not reaching:
+            raise ApiError("from", "is older than the retention of every bucket level")
+        for width in reaching:
+            if step is None or step % width == 0:
                 lo = bucket_start(start, width)
                 hi = -(-int(math.ceil(stop)) // width) * width
                 return Window("range", width, lo, hi)
-        if step is not None and all(step % w for w, _ in self.settings.levels()):
-            raise ApiError("step", f"{step} s is not a multiple of a bucket width {[w for w, _ in self.settings.levels()]}")
-        raise ApiError("from", "is older than the retention of every bucket level")
+        raise ApiError("step", f"{step} s is not a multiple of the bucket width of a level reaching from {reaching}")
 
     def window_from_query(self, query: Mapping[str, str]) -> Window:
         now = self.clock()
@@ -197,14 +203,15 @@ class EstimateService:
                                postprocess_method=options.postprocess)
 
     def value_index(self, raw: str) -> int:
-        if raw not in self.position:
-            if self.params[self.primary].value_domain == "integer":
-                try:
-                    int(raw)
-                except ValueError:
-                    raise ApiError("value", f"{raw!r} is not an integer (the value domain is integers)") from None
+        key = raw
+        if self.params[self.primary].value_domain == "integer":
+            try:
+                key = str(int(raw))  # "007" and " 7" name the value 7
+            except ValueError:
+                raise ApiError("value", f"{raw!r} is not an integer (the value domain is integers)") from None
+        if key not in self.position:
             raise ApiError("value", f"{raw!r} is not a tracked value", status=404)
-        return self.position[raw]
+        return self.position[key]
 
     @staticmethod
     def _records(est: Estimates, counts: np.ndarray, indices) -> list[dict]:
@@ -305,9 +312,5 @@ class EstimateService:
 def top_indices(est: Estimates, k: int) -> list[int]:
     """Indices of the k largest (post-processed) estimates, largest first; ties by index."""
     values = est.processed
-    if k >= values.shape[0]:
-        order = np.argsort(-values, kind="stable")
-    else:
-        part = np.argpartition(-values, k - 1)[:k]
-        order = part[np.lexsort((part, -values[part]))]
+    order = np.lexsort((np.arange(values.shape[0]), -values))
     return [int(i) for i in order[:k]]

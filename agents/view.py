@@ -36,10 +36,13 @@ log = logging.getLogger(__name__)
 class CountsView:
     """Latest PartialCounts per key, indexed by (fingerprint, width, bucket start)."""
 
-    def __init__(self):
+    def __init__(self, tracked_sizes: dict[str, int] | None = None):
         self.index: dict[tuple[str, int, int], dict[int, PartialCounts]] = defaultdict(dict)
         self.applied = 0
         self.rejected = 0  # changelog records that are not ours (never counted)
+        #: fingerprint -> D; records of other parameter sets or tracked-set sizes are refused
+        #: (e.g. a changelog written under another configuration of the same app id).
+        self.tracked_sizes = tracked_sizes
 
     def apply(self, raw_key: bytes | None, raw_value: bytes | None) -> None:
         try:
@@ -48,6 +51,13 @@ class CountsView:
         except OCMSError as exc:
             self.rejected += 1
             log.warning("ignoring a changelog record that is not a counts value: %s", exc)
+            return
+        if self.tracked_sizes is not None and (
+            key.fingerprint not in self.tracked_sizes
+            or (state is not None and state.counts.shape[0] != self.tracked_sizes[key.fingerprint])
+        ):
+            self.rejected += 1
+            log.warning("ignoring changelog key %s: not a configured parameter set / tracked-set size", key)
             return
         slot = (key.fingerprint, key.width, key.bucket_start)
         if state is None:

@@ -1,0 +1,203 @@
+"""Real worker processes against the embedded broker, for the integration tests.
+
+A ``WorkerProcess`` is ``python -m agents.cli worker ...`` in its own session
+(so SIGKILL takes exactly it); ``send`` produces wire messages with explicit
+keys/timestamps through aiokafka; ``wait_for`` polls the HTTP API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from cms_core import OCMSParams, wire
+from cms_core.privatize import simulate_reports
+from producer.broker import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Message:
+    value: bytes | None
+    key: bytes
+    timestamp_ms: int | None = None
+
+
+class WorkerProcess:
+    def __init__(self, bootstrap: str, app_id: str, topic: str, log_dir: Path, *args: str, web_port: int | None = None):
+        self.bootstrap = bootstrap
+        self.app_id = app_id
+        self.topic = topic
+        self.web_port = web_port or free_port()
+        self.args = list(args)
+        self.log_dir = log_dir
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    def start(self) -> "WorkerProcess":
+        self.starts += 1
+        log = open(self.log_dir / f"{self.app_id}-{self.web_port}-{self.starts}.log", "wb")
+        command = [
+            sys.executable, "-m", "agents.cli", "worker", "--bootstrap-servers", self.bootstrap, "--broker", "embedded",
+            "--app-id", self.app_id, "--source-topic", self.topic, "--dead-letter-topic", self.topic + "-dlq",
+            "--web-port", str(self.web_port), "--log-level", "warning", *self.args,
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
+        self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        log.close()
+        return self
+
+    def wait_healthy(self, timeout: float = 60.0) -> dict:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            assert self.alive(), f"worker exited with {self.process.returncode}; see {self.log_dir}"
+            try:
+                status, doc = self.get("/healthz")
+                last = doc
+                if status == 200:
+                    return doc
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"worker not healthy within {timeout} s: {last}")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def get(self, path: str, **params) -> tuple[int, dict]:
+        url = self.base_url + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def text(self, path: str) -> str:
+        with urllib.request.urlopen(self.base_url + path, timeout=10) as response:
+            return response.read().decode()
+
+    def wait_for_n(self, n: int, timeout: float = 90.0, **params) -> dict:
+        deadline = time.monotonic() + timeout
+        doc = None
+        while time.monotonic() < deadline:
+            assert self.alive(), f"worker exited with {self.process.returncode}; see {self.log_dir}"
+            status, doc = self.get("/estimates", **params)
+            if status == 200 and doc["n"] >= n:
+                return doc
+            time.sleep(0.25)
+        raise AssertionError(f"worker did not reach n={n} within {timeout} s (last n={doc and doc.get('n')})")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.alive():
+            os.killpg(self.process.pid, sig)
+            self.process.wait(30)
+
+    def stop(self) -> None:
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def report_messages(params: OCMSParams, values: np.ndarray, frame_size: int, seed: int,
+                    timestamps_ms: list[int] | None = None) -> list[Message]:
+    """Wire messages for ``values``: frames of ``frame_size`` (1 = single reports)."""
+    rng = np.random.default_rng(seed)
+    batch = simulate_reports(params, values.astype(np.uint64), rng)
+    if frame_size == 1:
+        values = wire.encode_reports(params, batch)
+    else:
+        values = [wire.encode_frame(params, batch.slice(s, min(s + frame_size, len(batch))))
+                  for s in range(0, len(batch), frame_size)]
+    keys = rng.integers(0, 1 << 30, len(values))
+    return [Message(v, f"dev-{k}".encode(), None if timestamps_ms is None else timestamps_ms[i])
+            for i, (v, k) in enumerate(zip(values, keys))]
+
+
+async def _send(bootstrap: str, topic: str, messages: list[Message], rate: float | None) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        started = time.monotonic()
+        futures = []
+        for i, m in enumerate(messages):
+            futures.append(await producer.send(topic, m.value, key=m.key, timestamp_ms=m.timestamp_ms))
+            if rate:
+                delay = started + (i + 1) / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+def send(bootstrap: str, topic: str, messages: list[Message], rate: float | None = None) -> None:
+    asyncio.run(_send(bootstrap, topic, messages, rate))
+
+
+async def _consume(bootstrap: str, topic: str, expected: int, timeout: float) -> list:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    records = []
+    try:
+        deadline = time.monotonic() + timeout
+        while len(records) < expected and time.monotonic() < deadline:
+            for batch in (await consumer.getmany(timeout_ms=500)).values():
+                records.extend(batch)
+        # a little longer, to catch duplicates or extras
+        for batch in (await consumer.getmany(timeout_ms=1000)).values():
+            records.extend(batch)
+    finally:
+        await consumer.stop()
+    return records
+
+
+def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list:
+    return asyncio.run(_consume(bootstrap, topic, expected, timeout))
+
+
+@dataclass
+class Scrape:
+    samples: dict = field(default_factory=dict)  # (name, frozenset(labels)) -> value
+
+    @classmethod
+    def parse(cls, text: str) -> "Scrape":
+        from prometheus_client.parser import text_string_to_metric_families
+
+        out = cls()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+        return out
+
+    def get(self, name: str, **labels) -> float:
+        return self.samples[(name, frozenset(labels.items()))]
+
+    def series(self, name: str) -> dict:
+        return {labels: value for (n, labels), value in self.samples.items() if n == name}

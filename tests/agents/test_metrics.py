@@ -1,0 +1,223 @@
+"""agents.metrics: the scrape-time estimates collector and the pipeline instruments.
+
+The exposition text is produced by prometheus_client.generate_latest and parsed
+back with its own parser; every exported value must equal the EstimateService
+answer for the same window (floats compared exactly: the text format writes
+repr() of each float).
+"""
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agents.metrics import ESTIMATE_FIELDS, EstimatesCollector, PipelineMetrics
+from agents.processor import REJECT_REASONS
+from agents.query import EstimateService
+from agents.settings import WorkerSettings
+from agents.state import BucketKey, PartialCounts
+from agents.view import CountsView
+from cms_core import OCMSParams, ReportBatch, TrackedValues, kernel
+from cms_core.privatize import simulate_reports
+
+P1 = OCMSParams.build(2.0, 1000)
+P2 = OCMSParams.build(1.0, 1000)
+FP1, FP2 = P1.fingerprint.hex(), P2.fingerprint.hex()
+PARAMS = {FP1: P1, FP2: P2}
+D = 50
+NOW = 1_700_000_000.0
+CUR, LATEST = 1_699_999_980, 1_699_999_920
+WATCH = ("3", "7", "41")
+
+
+def settings(**overrides) -> WorkerSettings:
+    base = dict(bootstrap_servers="k:9092", tracked_range=(0, 50), watch=WATCH, top_k=5, extra_params=(P2,))
+    base.update(overrides)
+    return WorkerSettings.build(P1, {}, **base)
+
+
+def _fill() -> CountsView:
+    """Reports in the buckets LATEST - 60, LATEST and CUR, two partitions, both parameter sets."""
+    rng = np.random.default_rng(77)
+    weights = 1.0 / np.arange(1, 101) ** 1.2
+    weights /= weights.sum()
+    view = CountsView()
+    for fp, params in PARAMS.items():
+        tracked = TrackedValues.range(params, 0, D)
+        for partition in (0, 1):
+            batches = []
+            for start in (LATEST - 60, LATEST, CUR):
+                values = rng.choice(100, int(rng.integers(300, 600)), p=weights).astype(np.uint64)
+                batch = simulate_reports(params, values, rng)
+                batches.append(batch)
+                counts = kernel.match_counts(params, batch, tracked)
+                view.apply(BucketKey(fp, partition, 60, start).encode(),
+                           PartialCounts(len(batch), counts, start).to_bytes())
+            batch = ReportBatch.concat(batches)
+            view.apply(BucketKey.total(fp, partition).encode(),
+                       PartialCounts(len(batch), kernel.match_counts(params, batch, tracked), CUR).to_bytes())
+    return view
+
+
+VIEW = _fill()
+
+
+def scrape(service: EstimateService, clock=None) -> dict:
+    registry = CollectorRegistry()
+    registry.register(EstimatesCollector(service, clock))
+    text = generate_latest(registry).decode()
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def samples(family, **labels) -> list:
+    return [s for s in family.samples if all(s.labels.get(k) == v for k, v in labels.items())]
+
+
+@pytest.fixture(scope="module")
+def service():
+    return EstimateService(settings(), VIEW, clock=lambda: NOW)
+
+
+@pytest.fixture(scope="module")
+def families(service):
+    return scrape(service)
+
+
+def expected_chosen(service, fp, top_k) -> list[str]:
+    """Watch list, then the top-K of the total window (largest first, ties by index) not already watched."""
+    records = service.estimates({"params": fp})["estimates"]
+    freq = np.array([r["frequency"] for r in records])
+    order = [int(i) for i in np.lexsort((np.arange(D), -freq))]
+    chosen = list(WATCH)
+    for i in order[:top_k]:
+        if str(i) not in chosen:
+            chosen.append(str(i))
+    return chosen
+
+
+def test_family_names_and_types(families):
+    names = {f"ocms_estimate_{suffix}" for suffix, _, _ in ESTIMATE_FIELDS}
+    names |= {"ocms_estimate_values_omitted", "ocms_params_reports", "ocms_params_info",
+              "ocms_latest_bucket_start_timestamp_seconds"}
+    assert set(families) == names
+    assert all(f.type == "gauge" for f in families.values())
+
+
+@pytest.mark.parametrize("fp", [FP1, FP2])
+def test_labels_are_watch_plus_topk_and_bounded(service, families, fp):
+    chosen = expected_chosen(service, fp, 5)
+    assert len(chosen) <= len(WATCH) + 5 and len(set(chosen)) == len(chosen)
+    for suffix, _, _ in ESTIMATE_FIELDS:
+        family = families[f"ocms_estimate_{suffix}"]
+        for window in ("total", "latest_bucket"):
+            got = [s.labels["value"] for s in samples(family, params=fp, window=window)]
+            assert sorted(got) == sorted(chosen), (suffix, window)
+        assert {s.labels["window"] for s in family.samples} == {"total", "latest_bucket"}
+        assert {s.labels["params"] for s in family.samples} == {FP1, FP2}
+
+
+@pytest.mark.parametrize("fp", [FP1, FP2])
+def test_omitted_is_d_minus_exported(families, fp):
+    exported = {s.labels["value"] for s in samples(families["ocms_estimate_ratio"], params=fp, window="total")}
+    (sample,) = samples(families["ocms_estimate_values_omitted"], params=fp)
+    assert sample.value == D - len(exported)
+    assert len(exported) < D
+
+
+@pytest.mark.parametrize("fp", [FP1, FP2])
+@pytest.mark.parametrize("window", ["total", "latest_bucket"])
+def test_values_equal_the_service_answers(service, families, fp, window):
+    doc = service.estimates({"params": fp, "window": window})
+    if window == "latest_bucket":
+        assert doc["window"]["from"] == LATEST
+    records = doc["estimates"]
+    checked = 0
+    for suffix, field, _ in ESTIMATE_FIELDS:
+        for sample in samples(families[f"ocms_estimate_{suffix}"], params=fp, window=window):
+            assert sample.name == f"ocms_estimate_{suffix}"
+            assert sample.value == records[int(sample.labels["value"])][field], (suffix, sample.labels)
+            checked += 1
+    assert checked == len(ESTIMATE_FIELDS) * len(expected_chosen(service, fp, 5))
+    (reports,) = samples(families["ocms_params_reports"], params=fp, window=window)
+    assert reports.value == doc["n"] > 0
+
+
+def test_latest_bucket_excludes_the_current_bucket(service, families):
+    (start,) = samples(families["ocms_latest_bucket_start_timestamp_seconds"], params=FP1)
+    assert start.value == LATEST
+    n_latest, _ = VIEW.sum(FP1, 60, LATEST, D)
+    n_cur, _ = VIEW.sum(FP1, 60, CUR, D)
+    (reports,) = samples(families["ocms_params_reports"], params=FP1, window="latest_bucket")
+    assert reports.value == n_latest and n_latest != n_cur
+    (total,) = samples(families["ocms_params_reports"], params=FP1, window="total")
+    assert total.value == VIEW.sum(FP1, 0, 0, D)[0] == n_latest + n_cur + VIEW.sum(FP1, 60, LATEST - 60, D)[0]
+
+
+def test_params_info_labels(families):
+    info = families["ocms_params_info"]
+    by_fp = {s.labels["params"]: s for s in info.samples}
+    assert set(by_fp) == {FP1, FP2}
+    assert by_fp[FP1].labels == {"params": FP1, "epsilon": "2", "hash_range": "4", "field": "F(1009)", "mode": "mse"}
+    assert by_fp[FP2].labels == {"params": FP2, "epsilon": "1", "hash_range": "3", "field": "F(1009)", "mode": "mse"}
+    assert by_fp[FP1].value == by_fp[FP2].value == 1.0
+
+
+def test_collector_clock_overrides_the_service_clock(service):
+    later = scrape(service, clock=lambda: NOW + 60)
+    (start,) = samples(later["ocms_latest_bucket_start_timestamp_seconds"], params=FP1)
+    assert start.value == CUR
+    (reports,) = samples(later["ocms_params_reports"], params=FP1, window="latest_bucket")
+    assert reports.value == VIEW.sum(FP1, 60, CUR, D)[0]
+
+
+def test_top_k_zero_exports_the_watch_list_only():
+    service = EstimateService(settings(top_k=0), VIEW, clock=lambda: NOW)
+    families = scrape(service)
+    got = {s.labels["value"] for s in families["ocms_estimate_count"].samples}
+    assert got == set(WATCH)
+    assert [s.value for s in families["ocms_estimate_values_omitted"].samples] == [D - 3, D - 3]
+
+
+def test_top_k_beyond_d_exports_every_value_once():
+    service = EstimateService(settings(top_k=100, watch=()), VIEW, clock=lambda: NOW)
+    families = scrape(service)
+    got = [s.labels["value"] for s in samples(families["ocms_estimate_ratio"], params=FP2, window="total")]
+    assert sorted(got, key=int) == [str(i) for i in range(D)]
+    assert [s.value for s in families["ocms_estimate_values_omitted"].samples] == [0.0, 0.0]
+
+
+def test_empty_view_exports_no_estimates():
+    service = EstimateService(settings(), CountsView(), clock=lambda: NOW)
+    families = scrape(service)
+    for suffix, _, _ in ESTIMATE_FIELDS:
+        assert families[f"ocms_estimate_{suffix}"].samples == []
+    assert sorted(s.value for s in families["ocms_params_reports"].samples) == [0.0] * 4
+    # Nothing is exported, so every tracked value is omitted.
+    assert [s.value for s in families["ocms_estimate_values_omitted"].samples] == [float(D), float(D)]
+
+
+def test_pipeline_metrics_precreate_every_reject_reason():
+    metrics = PipelineMetrics()
+    text = generate_latest(metrics.registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    rejected = families["ocms_reports_rejected"]
+    assert rejected.type == "counter"
+    assert sorted(s.labels["reason"] for s in rejected.samples) == sorted(REJECT_REASONS)
+    assert len(rejected.samples) == len(REJECT_REASONS) == 12
+    assert all(s.name == "ocms_reports_rejected_total" and s.value == 0.0 for s in rejected.samples)
+    assert not any(name.endswith("_created") for f in families.values() for name in [s.name for s in f.samples])
+    assert families["ocms_reports_accepted"].samples == []  # per parameter set, created on first use
+    metrics.rejected.labels("expired").inc(3)
+    metrics.accepted.labels(FP1).inc(7)
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(metrics.registry).decode())}
+    values = {s.labels["reason"]: s.value for s in families["ocms_reports_rejected"].samples}
+    assert values["expired"] == 3.0 and sum(values.values()) == 3.0
+    assert [(s.labels, s.value) for s in families["ocms_reports_accepted"].samples] == [({"params": FP1}, 7.0)]
+
+
+def test_pipeline_metrics_registries_are_independent():
+    a, b = PipelineMetrics(), PipelineMetrics(CollectorRegistry())
+    a.replayed.inc(5)
+    text = generate_latest(b.registry).decode()
+    (replayed,) = [f for f in text_string_to_metric_families(text) if f.name == "ocms_reports_replayed"]
+    assert [s.value for s in replayed.samples] == [0.0]

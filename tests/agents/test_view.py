@@ -1,0 +1,133 @@
+"""agents.view.CountsView: the changelog read model (no Kafka)."""
+
+import numpy as np
+import pytest
+
+from agents.state import BucketKey, PartialCounts
+from agents.view import CountsView
+
+FP = "069888932a931dd6"
+FP_OTHER = "a408ba41f2a27a6f"
+B = 1_699_999_920  # a multiple of 60
+
+
+def put(view: CountsView, key: BucketKey, n: int, counts, offset: int = 0) -> None:
+    view.apply(key.encode(), PartialCounts(n, counts, offset).to_bytes())
+
+
+def test_apply_then_sum_over_partitions():
+    view = CountsView()
+    put(view, BucketKey(FP, 0, 60, B), 10, [1, 2, 3], 5)
+    put(view, BucketKey(FP, 1, 60, B), 7, [0, 7, 1], 9)
+    put(view, BucketKey(FP, 3, 60, B), 4, [4, 0, 2], 2)
+    n, counts = view.sum(FP, 60, B, 3)
+    assert n == 21 and counts.tolist() == [5, 9, 6] and counts.dtype == np.int64
+    assert (view.applied, view.rejected, view.keys()) == (3, 0, 3)
+    assert view.index[(FP, 60, B)][1] == PartialCounts(7, [0, 7, 1], 9)
+
+
+def test_overwrite_replaces_never_adds():
+    view = CountsView()
+    put(view, BucketKey(FP, 0, 60, B), 10, [1, 2], 5)
+    put(view, BucketKey(FP, 1, 60, B), 3, [1, 1], 2)
+    put(view, BucketKey(FP, 0, 60, B), 15, [4, 2], 8)  # the newer state of the same key
+    n, counts = view.sum(FP, 60, B, 2)
+    assert n == 18 and counts.tolist() == [5, 3]
+    assert view.keys() == 2 and view.applied == 3
+
+
+def test_tombstone_deletes_one_partition_then_the_slot():
+    view = CountsView()
+    k0, k1 = BucketKey(FP, 0, 60, B), BucketKey(FP, 1, 60, B)
+    put(view, k0, 10, [1, 2], 5)
+    put(view, k1, 3, [1, 1], 2)
+    view.apply(k0.encode(), None)
+    n, counts = view.sum(FP, 60, B, 2)
+    assert n == 3 and counts.tolist() == [1, 1]
+    assert view.buckets(FP, 60) == [B] and view.keys() == 1
+    view.apply(k1.encode(), None)
+    assert view.sum(FP, 60, B, 2)[0] == 0
+    assert view.buckets(FP, 60) == [] and view.keys() == 0 and (FP, 60, B) not in view.index
+    # A tombstone for a key never seen is harmless.
+    view.apply(BucketKey(FP, 2, 60, B + 60).encode(), None)
+    assert view.keys() == 0 and view.index == {} and view.rejected == 0 and view.applied == 5
+    # A key can come back after its tombstone.
+    put(view, k0, 2, [0, 2], 11)
+    assert view.sum(FP, 60, B, 2)[0] == 2
+
+
+def test_missing_bucket_sums_to_zero_without_creating_it():
+    view = CountsView()
+    n, counts = view.sum(FP, 60, B, 4)
+    assert n == 0 and counts.tolist() == [0, 0, 0, 0]
+    n, counts = view.sum_range(FP, 60, B, B + 600, 4)
+    assert n == 0 and counts.tolist() == [0, 0, 0, 0]
+    assert len(view.index) == 0
+
+
+def test_sum_range_is_half_open_and_per_width_and_fingerprint():
+    view = CountsView()
+    for i in range(5):
+        start = B + 60 * i
+        put(view, BucketKey(FP, 0, 60, start), 10 + i, [i, 1], i)
+        put(view, BucketKey(FP, 1, 60, start), 100, [2 * i, 3], i)
+    put(view, BucketKey(FP, 0, 600, B - 120), 1000, [500, 500], 1)  # rollup: other width
+    put(view, BucketKey(FP_OTHER, 0, 60, B + 60), 77, [7, 7], 1)  # other parameter set
+    put(view, BucketKey.total(FP, 0), 5000, [1, 1], 1)
+    # [B + 60, B + 240): buckets 1, 2, 3 of both partitions
+    n, counts = view.sum_range(FP, 60, B + 60, B + 240, 2)
+    assert n == (11 + 12 + 13) + 300 and counts.tolist() == [(1 + 2 + 3) * 3, 3 + 3 * 3]
+    n, counts = view.sum_range(FP, 60, B, B + 300, 2)
+    assert n == 60 + 500 and counts.tolist() == [30, 20]
+    assert view.sum_range(FP, 60, B + 240, B + 240, 2)[0] == 0  # empty range
+    assert view.sum_range(FP, 600, B - 120, B + 480, 2)[0] == 1000
+    assert view.sum_range(FP_OTHER, 60, B, B + 300, 2)[0] == 77
+    assert view.sum(FP, 0, 0, 2)[0] == 5000
+    assert view.buckets(FP, 60) == [B + 60 * i for i in range(5)]
+    assert view.buckets(FP, 600) == [B - 120] and view.buckets(FP_OTHER, 60) == [B + 60]
+    assert view.keys() == 13
+
+
+def test_large_counts_survive_the_codec():
+    view = CountsView()
+    big = 2**33
+    put(view, BucketKey(FP, 0, 0, 0), big, [2**32 + 5, 0], 1)
+    put(view, BucketKey(FP, 1, 0, 0), big, [2**32, 1], 1)
+    n, counts = view.sum(FP, 0, 0, 2)
+    assert n == 2**34 and counts.tolist() == [2**33 + 5, 1]
+
+
+GOOD_VALUE = PartialCounts(3, [1, 2], 4).to_bytes()
+GARBAGE = [
+    (None, GOOD_VALUE),
+    (b"", GOOD_VALUE),
+    (b"\xff\xfe", GOOD_VALUE),
+    (b"nonsense", GOOD_VALUE),
+    (f"{FP}:0:60".encode(), GOOD_VALUE),  # too few fields
+    (f"{FP}:0:60:{B + 1}".encode(), GOOD_VALUE),  # start not a multiple of the width
+    (f"{FP}:-1:60:{B}".encode(), GOOD_VALUE),  # negative partition
+    (f"{FP}:x:60:{B}".encode(), GOOD_VALUE),
+    (BucketKey(FP, 0, 60, B).encode(), b""),
+    (BucketKey(FP, 0, 60, B).encode(), b"garbage"),
+    (BucketKey(FP, 0, 60, B).encode(), b"XX" + GOOD_VALUE[2:]),  # bad magic
+    (BucketKey(FP, 0, 60, B).encode(), GOOD_VALUE[:-1]),  # truncated counts
+    (BucketKey(FP, 0, 60, B).encode(), GOOD_VALUE + b"\x00"),
+    (b"nonsense", None),  # a tombstone with a foreign key
+]
+
+
+@pytest.mark.parametrize("key, value", GARBAGE)
+def test_garbage_records_are_ignored_and_counted(key, value):
+    view = CountsView()
+    put(view, BucketKey(FP, 0, 60, B), 10, [1, 2], 5)
+    view.apply(key, value)
+    assert (view.applied, view.rejected, view.keys()) == (1, 1, 1)
+    n, counts = view.sum(FP, 60, B, 2)
+    assert n == 10 and counts.tolist() == [1, 2]
+
+
+def test_rejected_counts_every_garbage_record():
+    view = CountsView()
+    for key, value in GARBAGE:
+        view.apply(key, value)
+    assert view.rejected == len(GARBAGE) and view.applied == 0 and view.keys() == 0

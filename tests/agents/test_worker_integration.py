@@ -1,0 +1,275 @@
+"""The Faust worker end to end on the embedded broker (issue 4, tests 1-6).
+
+Every expectation is an offline cms_core decode of exactly the messages sent
+(``producer.offline``), compared to the integer: match counts and n, and the
+estimates computed from them.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import threading
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from cms_core import OCMSParams, OCMSSketch, TrackedValues, wire
+from producer.broker import EmbeddedBroker
+from producer.offline import sketch_from_messages
+
+from .harness import Message, Scrape, WorkerProcess, consume, report_messages, send
+
+PARAMS = OCMSParams.build(2.0, 1000)
+TRACKED = TrackedValues.range(PARAMS, 0, 1000)
+WATCH = "0,1,2,500"
+BUCKET = 60
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker() as b:
+        yield b
+
+
+def zipf_values(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (rng.zipf(1.3, n) - 1) % 1000
+
+
+def offline(messages) -> OCMSSketch:
+    sketch, rejected = sketch_from_messages(PARAMS, TRACKED, [m.value for m in messages])
+    assert not rejected
+    return sketch
+
+
+def assert_same_as_offline(doc: dict, sketch: OCMSSketch) -> None:
+    assert doc["n"] == sketch.n
+    assert [r["match_count"] for r in doc["estimates"]] == sketch.counts.tolist()
+    expected = sketch.estimate().as_records()
+    for got, want in zip(doc["estimates"], expected):
+        for field in ("frequency", "count", "std", "ci_low", "ci_high"):
+            assert got[field] == want[field], (got["value"], field)
+
+
+def start_worker(broker, tmp_path_factory, app_id: str, *args: str) -> WorkerProcess:
+    log_dir = tmp_path_factory.mktemp(app_id)
+    worker = WorkerProcess(broker.bootstrap_servers, app_id, app_id, log_dir, "--epsilon", "2",
+                           "--dictionary-size", "1000", "--watch", WATCH, "--bucket-seconds", str(BUCKET), *args)
+    return worker.start()
+
+
+# ------------------------------------------------------------------ tests 1, 5, 6: one fed worker
+@pytest.fixture(scope="module")
+def fed(broker, tmp_path_factory):
+    """100,000 reports (99 frames of 1,000 spread over the last ~10 minutes + 1,000 single reports)."""
+    worker = start_worker(broker, tmp_path_factory, "it-main")
+    try:
+        worker.wait_healthy()
+        now_ms = int(time.time() * 1000)
+        frames = report_messages(PARAMS, zipf_values(99_000, 1), 1000, seed=2,
+                                 timestamps_ms=[now_ms - 600_000 + i * 6_000 for i in range(99)])
+        singles = report_messages(PARAMS, zipf_values(1_000, 3), 1, seed=4, timestamps_ms=[now_ms - 20_000] * 1000)
+        messages = frames + singles
+        random.Random(5).shuffle(messages)
+        send(broker.bootstrap_servers, worker.topic, messages)
+        worker.wait_for_n(100_000)
+        yield worker, messages
+    finally:
+        worker.stop()
+
+
+def test_1_estimates_equal_offline_decode_exactly(fed):
+    worker, messages = fed
+    status, doc = worker.get("/estimates")
+    assert status == 200 and doc["window"] == {"kind": "total"}
+    assert_same_as_offline(doc, offline(messages))
+    status, one = worker.get("/estimates/7")
+    assert status == 200 and one["estimate"] == doc["estimates"][7]
+    status, top = worker.get("/topk", k="5")
+    assert [r["value"] for r in top["top"]] == sorted(range(1000), key=lambda v: -doc["estimates"][v]["frequency"])[:5]
+    status, params = worker.get("/params")
+    assert params["parameter_sets"][0]["fingerprint"] == PARAMS.fingerprint.hex()
+    assert params["parameter_sets"][0]["reports"] == 100_000
+
+
+def test_5_trend_and_ranges_equal_offline_decode_of_their_reports(fed):
+    worker, messages = fed
+    stamps = [m.timestamp_ms / 1000 for m in messages]
+    lo = (int(min(stamps)) // BUCKET + 2) * BUCKET  # a range strictly inside the data
+    hi = lo + 5 * BUCKET
+    status, trend = worker.get("/trend", value="3", **{"from": str(lo), "to": str(hi), "step": "60"})
+    assert status == 200, trend
+    assert [p["from"] for p in trend["points"]] == list(range(lo, hi, BUCKET))
+    for point in trend["points"]:
+        inside = [m for m, t in zip(messages, stamps) if point["from"] <= t < point["to"]]
+        sketch = offline(inside)
+        assert point["n"] == sketch.n > 0
+        assert point["match_count"] == int(sketch.counts[3])
+        assert point["frequency"] == sketch.estimate().as_records()[3]["frequency"]
+    status, coarse = worker.get("/trend", value="3", **{"from": str(lo), "to": str(hi), "step": "2m"})
+    assert [p["n"] for p in coarse["points"]] == [
+        sum(p["n"] for p in trend["points"][i:i + 2]) for i in range(0, 5, 2)
+    ]
+    status, ranged = worker.get("/estimates", **{"from": str(lo), "to": str(hi)})
+    assert ranged["window"] == {"kind": "range", "from": lo, "to": hi, "bucket_seconds": BUCKET}
+    assert_same_as_offline(ranged, offline([m for m, t in zip(messages, stamps) if lo <= t < hi]))
+    status, bad = worker.get("/trend", value="3", step="45")
+    assert status == 400 and bad["parameter"] == "step"
+    for query, name in [({"confidence": "2"}, "confidence"), ({"k": "0"}, "k"), ({"from": "yesterday-ish"}, "from"),
+                        ({"params": "00"}, "params"), ({"postprocess": "magic"}, "postprocess")]:
+        status, bad = worker.get("/topk", **query)
+        assert status == 400 and bad["parameter"] == name, bad
+    assert worker.get("/estimates/abc")[0] == 400
+    assert worker.get("/estimates/5000")[0] == 404
+
+
+def test_6_metrics_equal_the_api(fed):
+    worker, _ = fed
+    scrape = Scrape.parse(worker.text("/metrics"))
+    fp = PARAMS.fingerprint.hex()
+    status, total = worker.get("/estimates")
+    start = int(scrape.get("ocms_latest_bucket_start_timestamp_seconds", params=fp))
+    status, latest = worker.get("/estimates", **{"from": str(start), "to": str(start + BUCKET)})
+    assert latest["n"] > 0
+    fields = {"ratio": "frequency", "count": "count", "stddev_ratio": "std", "ci_lower_ratio": "ci_low",
+              "ci_upper_ratio": "ci_high", "ci_lower_count": "count_ci_low", "ci_upper_count": "count_ci_high"}
+    exported = {dict(labels)["value"] for labels in scrape.series("ocms_estimate_ratio")}
+    top = {r["value"] for r in worker.get("/topk", k="20")[1]["top"]}
+    assert exported == {"0", "1", "2", "500"} | {str(v) for v in top}
+    assert scrape.get("ocms_estimate_values_omitted", params=fp) == 1000 - len(exported)
+    for window, doc in (("total", total), ("latest_bucket", latest)):
+        assert scrape.get("ocms_params_reports", params=fp, window=window) == doc["n"]
+        for value in exported:
+            record = doc["estimates"][int(value)]
+            for suffix, field in fields.items():
+                got = scrape.get(f"ocms_estimate_{suffix}", params=fp, value=value, window=window)
+                assert got == record[field], (window, value, suffix)
+    assert scrape.get("ocms_reports_accepted_total", params=fp) == 100_000
+    assert scrape.get("ocms_params_info", params=fp, epsilon="2", hash_range=str(PARAMS.hash_range),
+                      field=PARAMS.describe()["field"], mode="mse") == 1.0
+
+
+# ------------------------------------------------------------------ test 2: SIGKILL x3
+@pytest.mark.parametrize("store", ["memory", "rocksdb"])
+def test_2_sigkill_three_times_mid_stream_still_exact(broker, tmp_path_factory, store):
+    """memory: state rebuilt from the changelog; rocksdb (production): local state survives the kill
+    and may be ahead of the changelog, which replayed keys re-assert."""
+    app_id = f"it-kill-{store}"
+    store_url = "memory://" if store == "memory" else "rocksdb://" + str(tmp_path_factory.mktemp("rocks"))
+    worker = start_worker(broker, tmp_path_factory, app_id, "--batch-max-seconds", "0.1", "--store", store_url)
+    worker.wait_healthy()
+    messages = report_messages(PARAMS, zipf_values(60_000, 11), 200, seed=12)
+    progress = []
+
+    def killer():
+        for _ in range(3):
+            time.sleep(3.0)
+            try:
+                progress.append(worker.get("/estimates")[1]["n"])
+            except OSError:
+                progress.append(None)  # still recovering from the previous kill
+            worker.kill()
+            worker.start()
+
+    thread = threading.Thread(target=killer)
+    try:
+        thread.start()
+        send(broker.bootstrap_servers, worker.topic, messages, rate=25)  # 300 frames over ~12 s
+        thread.join()
+        assert worker.starts == 4
+        assert any(p and 0 < p < 60_000 for p in progress), progress  # killed mid-stream
+        doc = worker.wait_for_n(60_000, timeout=120)
+        assert_same_as_offline(doc, offline(messages))
+        time.sleep(2.0)  # nothing arrives late and double counted
+        assert worker.get("/estimates")[1]["n"] == 60_000
+    finally:
+        thread.join()
+        worker.stop()
+
+
+# ------------------------------------------------------------------ test 3: two workers
+def test_3_two_workers_answer_like_one(broker, tmp_path_factory):
+    a = start_worker(broker, tmp_path_factory, "it-two")
+    b = WorkerProcess(broker.bootstrap_servers, "it-two", "it-two", a.log_dir, *a.args).start()
+    try:
+        a.wait_healthy()
+        b.wait_healthy()
+        messages = report_messages(PARAMS, zipf_values(40_000, 21), 200, seed=22)
+        messages += report_messages(PARAMS, zipf_values(500, 23), 1, seed=24)
+        send(broker.bootstrap_servers, a.topic, messages, rate=200)
+        doc_a, doc_b = a.wait_for_n(40_500), b.wait_for_n(40_500)
+        assert doc_a == doc_b
+        assert_same_as_offline(doc_a, offline(messages))
+        owned = [set(w.get("/healthz")[1]["assigned_partitions"]) for w in (a, b)]
+        assert owned[0] and owned[1] and not owned[0] & owned[1] and owned[0] | owned[1] == {0, 1, 2, 3}
+        scrapes = [Scrape.parse(w.text("/metrics")) for w in (a, b)]
+        for name in ("ocms_estimate_ratio", "ocms_estimate_ci_upper_count"):
+            series = [{k: v for k, v in s.series(name).items() if dict(k)["window"] == "total"} for s in scrapes]
+            assert series[0] == series[1] and series[0]
+        accepted = sum(s.get("ocms_reports_accepted_total", params=PARAMS.fingerprint.hex()) for s in scrapes
+                       if ("ocms_reports_accepted_total", frozenset({("params", PARAMS.fingerprint.hex())})) in s.samples)
+        assert accepted == 40_500  # each report counted by exactly one worker
+    finally:
+        a.stop()
+        b.stop()
+
+
+# ------------------------------------------------------------------ test 4: malformed storm
+def malformed_messages(now_ms: int) -> list[tuple[Message, str]]:
+    rng = np.random.default_rng(31)
+    good = report_messages(PARAMS, np.arange(10), 10, seed=32)[0].value
+    single = report_messages(PARAMS, np.arange(1), 1, seed=33)[0].value
+    other = OCMSParams.build(4.0, 1000)
+    header = bytearray(good[:16])
+    bad_version = bytes([0x4F, 0x43, 2]) + good[3:]
+    bad_kind = good[:3] + bytes([3]) + good[4:]
+    out = [
+        (Message(b"", b"k"), "empty"),
+        (Message(None, b"tombstone"), "empty"),
+        (Message(b"X" + rng.bytes(99), b"k"), "bad_magic"),
+        (Message(b'{"foreign": "json", "value": 3}', b"k"), "bad_magic"),
+        (Message(rng.bytes(4096).replace(b"OC", b"XX"), b"k"), "bad_magic"),
+        (Message(bad_version, b"k"), "bad_version"),
+        (Message(bad_kind, b"k"), "bad_kind"),
+        (Message(report_messages(other, np.arange(5), 5, seed=34)[0].value, b"k"), "unknown_fingerprint"),
+        (Message(good[:-3], b"k"), "truncated"),
+        (Message(good[:9], b"k"), "truncated"),
+        (Message(good + b"\0", b"k"), "oversized"),
+        (Message(good + good[16:21], b"k"), "count_mismatch"),
+        (Message(bytes(header[:12]) + struct.pack(">I", 0), b"k"), "count_mismatch"),
+        (Message(single[:16] + b"\xff\xff" + single[18:], b"k"), "coefficient_out_of_field"),
+        (Message(single[:-1] + b"\xff", b"k"), "z_out_of_range"),
+        (Message(good, b"k", now_ms - 2 * 3_600_000), "expired"),
+        (Message(good, b"k", now_ms + 3_600_000), "future_timestamp"),
+    ]
+    return out * 3
+
+
+def test_4_malformed_storm_goes_to_the_dead_letter_topic(broker, tmp_path_factory):
+    worker = start_worker(broker, tmp_path_factory, "it-storm", "--retention-seconds", "3600")
+    try:
+        worker.wait_healthy()
+        valid = report_messages(PARAMS, zipf_values(10_000, 41), 500, seed=42)
+        valid += report_messages(PARAMS, zipf_values(200, 43), 1, seed=44)
+        bad = malformed_messages(int(time.time() * 1000))
+        mixed = valid + [m for m, _ in bad]
+        random.Random(45).shuffle(mixed)
+        send(broker.bootstrap_servers, worker.topic, mixed)
+        doc = worker.wait_for_n(10_200)
+        records = consume(broker.bootstrap_servers, worker.topic + "-dlq", len(bad))
+        assert len(records) == len(bad)
+        reasons = Counter(dict(r.headers)["ocms-reject-reason"].decode() for r in records)
+        assert reasons == Counter(reason for _, reason in bad)
+        sent = Counter((m.value or b"") for m, _ in bad)
+        assert Counter((r.value or b"") for r in records) == sent  # original bytes kept
+        assert_same_as_offline(worker.get("/estimates")[1], offline(valid))
+        assert doc["n"] == 10_200
+        scrape = Scrape.parse(worker.text("/metrics"))
+        for reason, count in reasons.items():
+            assert scrape.get("ocms_reports_rejected_total", reason=reason) == count
+        assert worker.alive() and worker.get("/healthz")[0] == 200
+    finally:
+        worker.stop()

@@ -11,13 +11,14 @@ STAMP := $(VENV)/.ocms-installed
 $(STAMP): pyproject.toml setup.py cms_core/_kernel.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet -e '.[dev,data]'
+	$(PY) -m pip install --quiet -e '.[dev,data,rocksdb]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 test: $(STAMP)
-	OCMS_REQUIRE_KERNEL=1 $(PY) -m pytest tests
+	./scripts/ensure_system_packages.sh
+	OCMS_REQUIRE_KERNEL=1 OCMS_REQUIRE_SYSTEM_TOOLS=1 $(PY) -m pytest tests
 
 run: $(STAMP)
 	$(VENV)/bin/ocms run

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Make sure the system tools the deployment tests need exist:
+#   promtool (+ prometheus)  from Debian's `prometheus` package
+#   kcat                     from Debian's `kcat` package
+# Idempotent: does nothing when every tool is already on PATH. Otherwise runs
+# `apt-get update` once and installs the missing packages non-interactively,
+# with sudo only when not running as root. Called by `make test`.
+set -euo pipefail
+
+missing=()
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+    missing+=(prometheus)
+fi
+if ! command -v kcat >/dev/null 2>&1; then
+    missing+=(kcat)
+fi
+
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "ensure_system_packages: promtool, prometheus and kcat present, nothing to do"
+    exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "ensure_system_packages: missing ${missing[*]} and no apt-get here; install them by hand" >&2
+    exit 1
+fi
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo -n)
+    else
+        echo "ensure_system_packages: missing ${missing[*]}, not root and no sudo" >&2
+        exit 1
+    fi
+fi
+
+echo "ensure_system_packages: installing ${missing[*]} with apt-get"
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+# --no-install-recommends keeps the prometheus package from pulling extras.
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+for tool in promtool prometheus kcat; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "ensure_system_packages: $tool still missing after apt-get install" >&2
+        exit 1
+    fi
+done
+echo "ensure_system_packages: $(promtool --version 2>&1 | head -n1); $(kcat -V 2>&1 | grep -m1 -i "version" || echo kcat)"

@@ -1,0 +1,96 @@
+"""The worker's Prometheus metric contract, as data.
+
+The names and labels the deployment artifacts (recording rules, alerts,
+dashboards) may rely on. The worker (agents/) must export exactly these;
+a later live test can compare this list with a real /metrics page.
+
+Scopes:
+  * ``worker``: each worker exports its own part; sum (or max) over workers.
+  * ``global``: every worker exports the same complete view read from the
+    table changelog, so with N workers each series appears N times differing
+    only in ``instance``; queries must use the de-duplicated ``ocms:`` rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    type: str  # counter | gauge | histogram
+    labels: frozenset[str]
+    scope: str  # worker | global
+    help: str
+
+    @property
+    def series_names(self) -> tuple[str, ...]:
+        """Sample names Prometheus stores for this metric."""
+        if self.type == "histogram":
+            return (f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count")
+        return (self.name,)
+
+    def series_labels(self, series_name: str) -> frozenset[str]:
+        if series_name.endswith("_bucket") and self.type == "histogram":
+            return self.labels | {"le"}
+        return self.labels
+
+
+def _m(name: str, type_: str, labels: str, scope: str, help_: str) -> Metric:
+    return Metric(name, type_, frozenset(x for x in labels.split(",") if x), scope, help_)
+
+
+ESTIMATE_LABELS = "params,value,window"
+
+METRICS: tuple[Metric, ...] = (
+    # Per-worker pipeline metrics.
+    _m("ocms_reports_accepted_total", "counter", "params", "worker", "reports counted"),
+    _m("ocms_reports_rejected_total", "counter", "reason", "worker", "rejected messages (one per message)"),
+    _m("ocms_reports_replayed_total", "counter", "", "worker", "already-counted reports skipped after a restart"),
+    _m("ocms_batch_reports", "histogram", "", "worker", "reports per micro-batch"),
+    _m("ocms_decode_duration_seconds", "histogram", "", "worker", "decode time per micro-batch"),
+    _m("ocms_consumer_lag_messages", "gauge", "partition", "worker", "messages not yet processed"),
+    _m("ocms_last_processed_timestamp_seconds", "gauge", "", "worker", "event time of the latest processed message"),
+    _m("ocms_assigned_partitions", "gauge", "", "worker", "partitions assigned to this worker"),
+    # Global estimates (same on every worker).
+    _m("ocms_estimate_ratio", "gauge", ESTIMATE_LABELS, "global", "estimated frequency"),
+    _m("ocms_estimate_count", "gauge", ESTIMATE_LABELS, "global", "estimated count"),
+    _m("ocms_estimate_stddev_ratio", "gauge", ESTIMATE_LABELS, "global", "standard deviation of the frequency estimate"),
+    _m("ocms_estimate_ci_lower_ratio", "gauge", ESTIMATE_LABELS, "global", "CI lower bound, frequency"),
+    _m("ocms_estimate_ci_upper_ratio", "gauge", ESTIMATE_LABELS, "global", "CI upper bound, frequency"),
+    _m("ocms_estimate_ci_lower_count", "gauge", ESTIMATE_LABELS, "global", "CI lower bound, count"),
+    _m("ocms_estimate_ci_upper_count", "gauge", ESTIMATE_LABELS, "global", "CI upper bound, count"),
+    _m("ocms_estimate_values_omitted", "gauge", "params", "global", "tracked values not exported"),
+    _m("ocms_params_reports", "gauge", "params,window", "global", "reports counted in the window"),
+    _m("ocms_params_info", "gauge", "params,epsilon,hash_range,field,mode", "global", "active parameters (value 1)"),
+    _m("ocms_latest_bucket_start_timestamp_seconds", "gauge", "params", "global", "start of the latest complete bucket"),
+)
+
+BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+
+#: Series Prometheus itself creates: scrape health and alert state.
+BUILTIN_SERIES: dict[str, frozenset[str]] = {
+    "up": frozenset(),
+    "ALERTS": frozenset({"alertname", "alertstate", "severity"}),
+}
+
+#: Target labels Prometheus attaches to every scraped series of the worker job.
+TARGET_LABELS = frozenset({"job", "instance"})
+
+WINDOWS = ("total", "latest_bucket")
+
+
+def series_catalog() -> dict[str, tuple[Metric | None, frozenset[str]]]:
+    """Every stored series name of the contract -> (metric, label names incl. target labels)."""
+    out: dict[str, tuple[Metric | None, frozenset[str]]] = {}
+    for metric in METRICS:
+        for series in metric.series_names:
+            out[series] = (metric, metric.series_labels(series) | TARGET_LABELS)
+    for name, labels in BUILTIN_SERIES.items():
+        out[name] = (None, labels | TARGET_LABELS)
+    return out
+
+
+def global_series() -> frozenset[str]:
+    return frozenset(s for m in METRICS if m.scope == "global" for s in m.series_names)

@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ocms-installed
 
-.PHONY: test run install bench clean
+.PHONY: test run install bench results clean
 
 $(STAMP): pyproject.toml setup.py cms_core/_kernel.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,10 +21,17 @@ test: $(STAMP)
 	OCMS_REQUIRE_KERNEL=1 OCMS_REQUIRE_SYSTEM_TOOLS=1 $(PY) -m pytest tests
 
 run: $(STAMP)
-	$(VENV)/bin/ocms run
+	$(VENV)/bin/ocms run $(RUN_ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_decode.py
+	$(PY) benchmarks/bench_producer.py
+	$(PY) benchmarks/bench_worker.py
+
+# Regenerates docs/results/ (paper replication + peers side by side; ~7 min on 2 cores).
+results: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,data,rocksdb,bench]'
+	$(PY) -m benchmarks.experiments
 
 clean:
 	rm -rf $(VENV) build *.egg-info cms_core/*.so

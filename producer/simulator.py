@@ -149,8 +149,12 @@ async def run(
     out: str | Path | None = None,
     progress: bool | None = None,
     should_stop: Callable[[], bool] | None = None,
+    result: SimulationResult | None = None,
 ) -> SimulationResult:
-    """Generate, then send to Kafka and/or write a capture file. Returns counts."""
+    """Generate, then send to Kafka and/or write a capture file. Returns counts.
+
+    Pass ``result`` to watch the ground truth grow while it runs (``ocms run`` does).
+    """
     if bootstrap_servers is None and out is None:
         raise InvalidParameterError("bootstrap_servers", None, "give a Kafka bootstrap address, an --out file, or both")
     if bootstrap_servers is not None and not topic:
@@ -165,7 +169,9 @@ async def run(
         )
         await producer.start()
     writer = CaptureWriter(out) if out is not None else None
-    result = SimulationResult(counts=np.zeros(settings.dataset.dictionary_size, np.int64))
+    if result is None:
+        result = SimulationResult()
+    result.counts = np.zeros(settings.dataset.dictionary_size, np.int64)
     bar = Progress(settings.reports, progress)
     start = time.monotonic()
     frames = 0

@@ -1,0 +1,202 @@
+"""Worker throughput and produce-to-visible latency on the embedded broker.
+
+    .venv/bin/python benchmarks/bench_worker.py [--quick]
+
+One embedded broker (Tansu, memory) and one `ocms worker` process (4 partitions,
+1,000 tracked values of a d = 10,000 dictionary, eps = 2). Each scenario uses its
+own topic and consumer group:
+
+* throughput: all messages are produced as fast as the producer can, and the
+  clock stops when the worker's API shows every report counted (so the figure is
+  what a worker sustains end to end, produce included);
+* latency: messages are produced at a fixed rate; a poller reads the counted
+  total from the API every 20 ms and each message's produce-to-visible latency
+  is the first poll at which the total covers it.
+
+This is a benchmark, not a test: it prints numbers and never fails on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cms_core import OCMSParams, wire  # noqa: E402
+from cms_core.privatize import simulate_reports  # noqa: E402
+from producer.broker import EmbeddedBroker, free_port  # noqa: E402
+
+PARAMS = OCMSParams.build(2.0, 10_000)
+TRACKED = "0:1000"
+
+
+def messages(n: int, frame: int, seed: int) -> list[bytes]:
+    rng = np.random.default_rng(seed)
+    values = ((rng.zipf(1.1, n) - 1) % 10_000).astype(np.uint64)
+    batch = simulate_reports(PARAMS, values, rng)
+    if frame == 1:
+        return wire.encode_reports(PARAMS, batch)
+    return [wire.encode_frame(PARAMS, batch.slice(i, min(i + frame, n))) for i in range(0, n, frame)]
+
+
+class Worker:
+    def __init__(self, bootstrap: str, topic: str, log_dir: Path, *extra: str):
+        self.port = free_port()
+        self.topic = topic
+        log = open(log_dir / f"{topic}.log", "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "agents.cli", "worker", "-e", "2", "-d", "10000", "--tracked-range", TRACKED,
+             "--bootstrap-servers", bootstrap, "--broker", "embedded", "--app-id", topic, "--source-topic", topic,
+             "--dead-letter-topic", topic + "-dlq", "--web-port", str(self.port), "--log-level", "warning", *extra],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def get(self, path: str) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
+            return json.loads(r.read())
+
+    def counted(self) -> int:
+        return self.get("/params")["parameter_sets"][0]["reports"]
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if self.get("/healthz")["status"] == "ok":
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("worker did not become healthy")
+
+    def rss_mib(self) -> float:
+        with open(f"/proc/{self.process.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+
+async def produce(bootstrap: str, topic: str, payloads: list[bytes], rate: float | None, sent_at: list[float]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=2, max_batch_size=1 << 20)
+    await producer.start()
+    try:
+        start = time.monotonic()
+        futures = []
+        for i, payload in enumerate(payloads):
+            if rate:
+                delay = start + i / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            sent_at.append(time.monotonic())
+            futures.append(await producer.send(topic, payload, key=b"k%d" % (i % 64)))
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+def throughput(bootstrap: str, log_dir: Path, n: int, frame: int) -> dict:
+    topic = f"bench-tp-{frame}"
+    worker = Worker(bootstrap, topic, log_dir)
+    try:
+        worker.wait_healthy()
+        payloads = messages(n, frame, seed=frame)
+        start = time.monotonic()
+        asyncio.run(produce(bootstrap, topic, payloads, None, []))
+        produced = time.monotonic() - start
+        while worker.counted() < n:
+            time.sleep(0.02)
+        seconds = time.monotonic() - start
+        return {"frame": frame, "reports": n, "seconds": seconds, "produce_seconds": produced,
+                "reports_per_s": n / seconds, "rss_mib": worker.rss_mib()}
+    finally:
+        worker.stop()
+
+
+def latency(bootstrap: str, log_dir: Path, n: int, frame: int, rate_reports: float) -> dict:
+    topic = f"bench-lat-{frame}"
+    worker = Worker(bootstrap, topic, log_dir)
+    try:
+        worker.wait_healthy()
+        payloads = messages(n, frame, seed=100 + frame)
+        per_message = [len(payloads) and min(frame, n - i * frame) for i in range(len(payloads))]
+        cumulative = np.cumsum(per_message)
+        sent_at: list[float] = []
+        visible_at = np.full(len(payloads), np.nan)
+        done = False
+
+        def poll():
+            next_index = 0
+            while not done or next_index < len(payloads):
+                counted = worker.counted()
+                now = time.monotonic()
+                while next_index < len(payloads) and cumulative[next_index] <= counted:
+                    visible_at[next_index] = now
+                    next_index += 1
+                if next_index >= len(payloads):
+                    return
+                time.sleep(0.02)
+
+        import threading
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        asyncio.run(produce(bootstrap, topic, payloads, rate_reports / frame, sent_at))
+        done = True
+        poller.join(60)
+        # Messages of one partition are counted in order, but the counted total mixes partitions:
+        # a message is "visible" once the total covers it, a slight overestimate at worst.
+        lat = visible_at - np.asarray(sent_at)
+        return {"frame": frame, "rate": rate_reports, "reports": n, "p50_s": float(np.nanpercentile(lat, 50)),
+                "p99_s": float(np.nanpercentile(lat, 99)), "max_s": float(np.nanmax(lat))}
+    finally:
+        worker.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    args = parser.parse_args()
+    scale = 0.1 if args.quick else 1.0
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs ({cpu}); worker: 4 partitions, "
+          f"{TRACKED} tracked of d=10000, eps=2, m={PARAMS.hash_range}, {PARAMS.describe()['field']}")
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
+        log_dir = Path(tmp)
+        print("throughput (produce as fast as possible, clock stops when the API shows all counted):")
+        for frame, n in ((1000, int(2_000_000 * scale)), (100, int(1_000_000 * scale)), (1, int(100_000 * scale))):
+            r = throughput(broker.bootstrap_servers, log_dir, n, frame)
+            print(f"  frames of {frame:>4}: {r['reports_per_s']:>12,.0f} reports/s  ({r['reports']:,} reports in "
+                  f"{r['seconds']:.2f} s; producing took {r['produce_seconds']:.2f} s; worker RSS {r['rss_mib']:.0f} MiB)")
+        print("produce-to-visible latency at a steady rate (API polled every 20 ms):")
+        for frame, rate, seconds in ((1000, 100_000, 20), (100, 20_000, 20), (1, 2_000, 20)):
+            r = latency(broker.bootstrap_servers, log_dir, int(rate * seconds * scale), frame, rate)
+            print(f"  frames of {frame:>4} at {rate:>7,} reports/s: p50 {r['p50_s'] * 1000:6.0f} ms  "
+                  f"p99 {r['p99_s'] * 1000:6.0f} ms  max {r['max_s'] * 1000:6.0f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -437,8 +437,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    # A shell starting us in the background (scripts, CI) leaves SIGINT ignored, and Python then
+    # never raises KeyboardInterrupt: restore it so Ctrl-C / kill -INT always stop cleanly.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return args.func(args)
     except OCMSError as exc:

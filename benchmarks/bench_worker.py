@@ -41,7 +41,7 @@ from cms_core.privatize import simulate_reports  # noqa: E402
 from producer.broker import EmbeddedBroker, free_port  # noqa: E402
 
 PARAMS = OCMSParams.build(2.0, 10_000)
-TRACKED = "0:1000"
+TRACKED = "0:1000"  # changed by --tracked
 
 
 def messages(n: int, frame: int, seed: int) -> list[bytes]:
@@ -176,11 +176,41 @@ def latency(bootstrap: str, log_dir: Path, n: int, frame: int, rate_reports: flo
         worker.stop()
 
 
+def memory_run(bootstrap: str, log_dir: Path, minutes: float, rate: float) -> None:
+    """Worker RSS while a fleet sends frames of 100 at ``rate`` reports/s for ``minutes``."""
+    topic = "bench-memory"
+    worker = Worker(bootstrap, topic, log_dir)
+    try:
+        worker.wait_healthy()
+        fleet = subprocess.Popen(
+            [sys.executable, "-m", "agents.cli", "simulate", "-e", "2", "--dataset", "zipf:s=1.1,d=10000",
+             "--duration", str(minutes * 60), "--rate", str(rate), "--frame-size", "100",
+             "--bootstrap-servers", bootstrap, "--topic", topic, "--no-progress"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        start = time.monotonic()
+        print(f"worker memory, {rate:,.0f} reports/s in frames of 100 for {minutes:g} min:")
+        while fleet.poll() is None:
+            time.sleep(min(60.0, minutes * 6))
+            print(f"  t={time.monotonic() - start:5.0f} s  RSS {worker.rss_mib():6.1f} MiB  counted {worker.counted():,}",
+                  flush=True)
+    finally:
+        worker.stop()
+
+
 def main() -> None:
+    global TRACKED
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--tracked", type=int, default=1000, help="tracked values D (a prefix of the dictionary)")
+    parser.add_argument("--memory-minutes", type=float, help="only the memory run, this long")
     args = parser.parse_args()
+    TRACKED = f"0:{args.tracked}"
     scale = 0.1 if args.quick else 1.0
+    if args.memory_minutes:
+        with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
+            memory_run(broker.bootstrap_servers, Path(tmp), args.memory_minutes, 5000)
+        return
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs ({cpu}); worker: 4 partitions, "
           f"{TRACKED} tracked of d=10000, eps=2, m={PARAMS.hash_range}, {PARAMS.describe()['field']}")

@@ -172,18 +172,9 @@ def _tracked_from_args(args, params):
             raise OCMSError(f"--tracked-range {args.tracked_range!r}: expected START:STOP")
         return TrackedValues.range(params, start_i, stop_i)
     if args.tracked_file:
-        try:
-            lines = [line.strip() for line in open(args.tracked_file, encoding="utf-8") if line.strip()]
-        except OSError as exc:
-            raise OCMSError(f"--tracked-file {args.tracked_file}: {exc.strerror}") from None
-        if params.value_domain == "integer":
-            try:
-                values = [int(v) for v in lines]
-            except ValueError as exc:
-                raise OCMSError(f"--tracked-file {args.tracked_file}: {exc}") from None
-        else:
-            values = lines
-        return TrackedValues.of(params, values)
+        from .settings import tracked_from_file
+
+        return tracked_from_file(args.tracked_file, params, "--tracked-file")
     if params.value_domain != "integer" or params.dictionary_size > 1_000_000:
         raise OCMSError("give --tracked-range or --tracked-file (the dictionary is too large to track whole)")
     return TrackedValues.range(params, 0, params.dictionary_size)

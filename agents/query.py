@@ -232,13 +232,16 @@ class EstimateService:
         }
 
     # ------------------------------------------------------------- answers
+    def _answer(self, fp: str, options: EstimateOptions, query: Mapping[str, str]):
+        """(document header, estimates, counts) for the window the query names."""
+        window = self.window_from_query(query)
+        n, counts = self.counts(fp, window)
+        return self._header(fp, window, n, options), self.estimate(fp, n, counts, options), counts
+
     def estimates(self, query: Mapping[str, str]) -> dict:
         fp = self.resolve_params(query)
         options = EstimateOptions.parse(query)
-        window = self.window_from_query(query)
-        n, counts = self.counts(fp, window)
-        est = self.estimate(fp, n, counts, options)
-        doc = self._header(fp, window, n, options)
+        doc, est, counts = self._answer(fp, options, query)
         doc["estimates"] = self._records(est, counts, range(len(self.labels)))
         return doc
 
@@ -246,10 +249,7 @@ class EstimateService:
         fp = self.resolve_params(query)
         options = EstimateOptions.parse(query)
         index = self.value_index(value)
-        window = self.window_from_query(query)
-        n, counts = self.counts(fp, window)
-        est = self.estimate(fp, n, counts, options)
-        doc = self._header(fp, window, n, options)
+        doc, est, counts = self._answer(fp, options, query)
         doc["estimate"] = self._records(est, counts, [index])[0]
         return doc
 
@@ -257,12 +257,9 @@ class EstimateService:
         fp = self.resolve_params(query)
         options = EstimateOptions.parse(query)
         k = parse_int("k", query.get("k", "10"), 1, len(self.labels))
-        window = self.window_from_query(query)
-        n, counts = self.counts(fp, window)
-        est = self.estimate(fp, n, counts, options)
-        doc = self._header(fp, window, n, options)
+        doc, est, counts = self._answer(fp, options, query)
         doc["k"] = k
-        doc["top"] = self._records(est, counts, top_indices(est, k)) if n else []
+        doc["top"] = self._records(est, counts, top_indices(est, k)) if doc["n"] else []
         return doc
 
     def trend(self, query: Mapping[str, str]) -> dict:

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from benchmarks.bench_decode import best_of  # noqa: F401  (re-exported: one timing helper for all benchmarks)
+
 #: Base of every seed in the experiments (results are reproducible for a fixed value).
 BASE_SEED = 20_240_601
 
@@ -102,15 +104,6 @@ def timer(store: dict, key: str):
         yield
     finally:
         store[key] = time.perf_counter() - start
-
-
-def best_of(fn, repeats: int) -> float:
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def fmt_sci(x: float | None, digits: int = 3) -> str:

@@ -1,21 +1,23 @@
 """The Faust worker: thin wiring of topics, one table, one agent, a timer and web pages.
 
-Flow per message: validate (``processor.MessageValidator``); a rejected one is
-queued for the dead-letter topic with its original bytes and a reason header;
-an accepted one joins the micro-batch. A batch is flushed when it holds
-``batch_max_reports`` reports or is ``batch_max_seconds`` old: the kernel
-decodes it into per-key counts (``processor.plan_batch``), each touched key is
-written once (counts + highest offset in one value), dead letters are sent,
-and only then are the batch's events acked, so the committed consumer offset
-never passes an event whose counts are not in the changelog (Faust flushes the
-producer before every commit).
+Flow per message: the consumer hands each source message to ``receive``
+(``agents.intake``: no per-message Faust event or stream), which validates it
+(``processor.MessageValidator``); a rejected one is queued for the dead-letter
+topic with its original bytes and a reason header; an accepted one joins the
+micro-batch. A batch is flushed when it holds ``batch_max_reports`` reports or
+is ``batch_max_seconds`` old, and before Faust waits for unacked messages (a
+rebalance or a clean stop): the kernel decodes it into per-key counts
+(``processor.plan_batch``), each touched key is written once (counts + highest
+offset in one value), dead letters are sent, and only then are the batch's
+messages acked, so the committed consumer offset never passes a message whose
+counts are not in the changelog (Faust flushes the producer before every commit).
 
 Deliberate workaround of faust-streaming #497 (table writes outside the
 per-event context raise): a table write needs the "current event" to pick the
-changelog partition (and the RocksDB partition store). We flush outside the
-stream iteration, so each write runs with the current event set to the latest
-event of that key's source partition: changelog partition == source
-partition, as Faust's co-partitioning expects.
+changelog partition (and the RocksDB partition store). We flush outside any
+stream iteration, so each write runs with the current event set to a stand-in
+holding a message of that key's source partition: changelog partition ==
+source partition, as Faust's co-partitioning expects.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import faust
 from faust.streams import _current_event
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
 from .processor import AcceptedMessage, MessageValidator, RejectedMessage, expired, plan_batch
 from .query import ApiError, EstimateService
@@ -44,6 +47,16 @@ log = logging.getLogger("ocms.worker")
 REASON_HEADER = "ocms-reject-reason"
 #: Retention deletes run at most this often (seconds).
 EXPIRY_INTERVAL_S = 30.0
+
+
+class PartitionContext:
+    """Stands in for Faust's current event during a table write: the table reads
+    ``event.message`` (topic and partition) to pick the changelog partition."""
+
+    __slots__ = ("message", "__weakref__")
+
+    def __init__(self, message):
+        self.message = message
 
 
 @contextlib.contextmanager
@@ -92,6 +105,7 @@ class OCMSWorker:
 
     def __init__(self, settings: WorkerSettings):
         self.settings = settings
+        self.source_topic = settings.source_topic  # read by agents.intake
         self.view = CountsView()
         self.service = EstimateService(settings, self.view)
         self.view.tracked_sizes = {fp: len(t) for fp, t in self.service.tracked.items()}
@@ -105,13 +119,13 @@ class OCMSWorker:
         self.levels = settings.levels()
         self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic)
         # micro-batch buffers
-        self._events: list = []
+        self._messages: list = []  # every source message of the batch, accepted or not
         self._accepted: list[AcceptedMessage] = []
         self._dead: list[tuple[object, RejectedMessage]] = []
         self._pending_reports = 0
         self._first_pending = 0.0
         self._lock = asyncio.Lock()
-        self._stream = None
+        self._agent_started = False
         self._next_offset: dict[int, int] = {}
         self._keys_by_partition: dict[int, set[BucketKey]] = defaultdict(set)
         self._last_expiry = 0.0
@@ -120,7 +134,8 @@ class OCMSWorker:
     # ------------------------------------------------------------- wiring
     def _build_app(self) -> faust.App:
         s = self.settings
-        app = faust.App(s.app_id, **faust_settings(s))
+        app = IntakeApp(s.app_id, **faust_settings(s))
+        app.intake = self
         raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.source = app.topic(s.source_topic, partitions=s.partitions, **raw)
         self.dead_letters = app.topic(s.dead_letter_topic, partitions=s.partitions, **raw)
@@ -130,16 +145,17 @@ class OCMSWorker:
 
         @app.agent(self.source, name="ocms-aggregate")
         async def aggregate(stream):
-            manual = stream.noack()
-            self._stream = manual
-            async for event in manual.events():
-                self.on_event(event)
-                if self._pending_reports >= s.batch_max_reports:
+            # The agent subscribes the source topic (assignment, co-partitioning with the
+            # table); its messages reach receive() from the consumer (agents.intake), so
+            # this stream stays empty. Were one delivered here, it takes the same path.
+            self._agent_started = True
+            async for event in stream.noack().events():
+                if self.receive(event.message):
                     await self.flush()
 
         @app.timer(interval=max(0.02, s.batch_max_seconds / 4))
         async def flush_old_batch():
-            if self._events and time.monotonic() - self._first_pending >= s.batch_max_seconds:
+            if self._messages and time.monotonic() - self._first_pending >= s.batch_max_seconds:
                 await self.flush()
 
         @app.task
@@ -193,20 +209,21 @@ class OCMSWorker:
             content_type = CONTENT_TYPE_LATEST.split("; charset")[0]
             return web.bytes(generate_latest(self.metrics.registry), content_type=content_type)
 
-    # ----------------------------------------------------------- per event
-    def on_event(self, event) -> None:
-        message = event.message
+    # --------------------------------------------------------- per message
+    def receive(self, message) -> bool:
+        """Validate one source message into the micro-batch; True when the batch is full."""
         try:
-            params, batch = self.validator.check(event.value, message.timestamp, time.time())
+            params, batch = self.validator.check(message.value, message.timestamp, time.time())
         except RejectedMessage as rejection:
-            self._dead.append((event, rejection))
+            self._dead.append((message, rejection))
         else:
             self._accepted.append(AcceptedMessage(message.partition, message.offset, message.timestamp,
                                                   self.fp_hex[params.fingerprint], batch))
             self._pending_reports += len(batch)
-        if not self._events:
+        if not self._messages:
             self._first_pending = time.monotonic()
-        self._events.append(event)
+        self._messages.append(message)
+        return self._pending_reports >= self.settings.batch_max_reports
 
     # ------------------------------------------------------------- batches
     def _read(self, key: BucketKey) -> PartialCounts | None:
@@ -215,21 +232,18 @@ class OCMSWorker:
 
     async def flush(self) -> None:
         async with self._lock:
-            if not self._events:
+            if not self._messages:
                 return
-            events, accepted, dead = self._events, self._accepted, self._dead
-            self._events, self._accepted, self._dead, self._pending_reports = [], [], [], 0
-            latest_event = {}
-            for event in events:
-                latest_event[event.message.partition] = event
+            messages, accepted, dead = self._messages, self._accepted, self._dead
+            self._messages, self._accepted, self._dead, self._pending_reports = [], [], [], 0
+            context = {message.partition: PartitionContext(message) for message in messages}
             plan = plan_batch(accepted, self._read, self.params_by_fp, self.tracked_by_fp, self.levels)
             for key, state in plan.writes:
-                with current_event(latest_event[key.partition]):
+                with current_event(context[key.partition]):
                     self.table[key.encode()] = state.to_bytes()
                 self._keys_by_partition[key.partition].add(key)
-            self._expire(latest_event)
-            for event, rejection in dead:
-                message = event.message
+            self._expire(context)
+            for message, rejection in dead:
                 headers = [
                     (REASON_HEADER, rejection.reason.encode()),
                     ("ocms-reject-detail", rejection.detail.encode()[:500]),
@@ -238,9 +252,10 @@ class OCMSWorker:
                 await self.dead_letters.send(key=message.key, value=message.value, headers=headers)
                 self.metrics.rejected.labels(rejection.reason).inc()
                 log.info("rejected %s/%d/%d: %s", message.topic, message.partition, message.offset, rejection)
-            for event in events:
-                await self._stream.ack(event)
-                self._next_offset[event.message.partition] = event.message.offset + 1
+            ack = self.app.consumer.ack
+            for message in messages:
+                ack(message)
+                self._next_offset[message.partition] = message.offset + 1
             for fp, n in plan.counted.items():
                 self.metrics.accepted.labels(fp).inc(n)
             self.metrics.replayed.inc(plan.replayed)
@@ -249,18 +264,18 @@ class OCMSWorker:
                 self.metrics.decode_seconds.observe(plan.decode_seconds)
                 self.metrics.last_processed.set(max(m.timestamp for m in accepted))
 
-    def _expire(self, latest_event: dict) -> None:
-        """Delete buckets past retention (for partitions with an event in this batch:
-        a delete needs that partition's event context). Queries ignore expired
+    def _expire(self, context: dict[int, "PartitionContext"]) -> None:
+        """Delete buckets past retention (for partitions with a message in this batch:
+        a delete needs that partition's context). Queries ignore expired
         buckets anyway, so a late delete never changes an answer."""
         now = time.time()
         if now - self._last_expiry < EXPIRY_INTERVAL_S:
             return
         self._last_expiry = now
-        for partition, event in latest_event.items():
+        for partition, partition_context in context.items():
             doomed = [k for k in self._keys_by_partition[partition] if expired(k, now, self.levels)]
             for key in doomed:
-                with current_event(event):
+                with current_event(partition_context):
                     self.table.pop(key.encode(), None)
                 self._keys_by_partition[partition].discard(key)
 
@@ -290,7 +305,7 @@ class OCMSWorker:
         return TP(self.settings.source_topic, partition)
 
     def health(self) -> dict:
-        ready = self.reader.caught_up.is_set() and self._stream is not None
+        ready = self.reader.caught_up.is_set() and self._agent_started
         return {
             "status": "ok" if ready else "starting",
             "view_caught_up": self.reader.caught_up.is_set(),

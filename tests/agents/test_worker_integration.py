@@ -190,6 +190,33 @@ def test_2_sigkill_three_times_mid_stream_still_exact(broker, tmp_path_factory, 
         worker.stop()
 
 
+def test_a_clean_stop_flushes_the_pending_batch(broker, tmp_path_factory):
+    """SIGTERM with a micro-batch pending: it is written and acked before exit, so the
+    restarted worker shows it at once instead of replaying it after the batch timer."""
+    slow_batches = ("--batch-max-seconds", "60")
+    worker = start_worker(broker, tmp_path_factory, "it-clean-stop", *slow_batches)
+    worker.wait_healthy()
+    messages = report_messages(PARAMS, zipf_values(500, 21), 1, seed=22)
+    send(broker.bootstrap_servers, worker.topic, messages)
+    deadline = time.monotonic() + 30
+    while worker.get("/healthz")[1]["pending_reports"] < 500:
+        assert time.monotonic() < deadline, worker.get("/healthz")[1]
+        time.sleep(0.1)
+    assert worker.get("/estimates")[1]["n"] == 0  # still pending: the 60 s timer has not fired
+    started = time.monotonic()
+    worker.stop()
+    assert worker.process.returncode == 0 and time.monotonic() - started < 10
+    log = next(worker.log_dir.glob("*-1.log")).read_text()
+    assert "wait_empty" not in log, log[-2000:]
+    worker.start()
+    try:
+        worker.wait_healthy()
+        doc = worker.wait_for_n(500, timeout=15)  # far less than the 60 s a replayed batch would wait
+        assert_same_as_offline(doc, offline(messages))
+    finally:
+        worker.stop()
+
+
 # ------------------------------------------------------------------ test 3: two workers
 def test_3_two_workers_answer_like_one(broker, tmp_path_factory):
     a = start_worker(broker, tmp_path_factory, "it-two")

@@ -1,0 +1,144 @@
+"""agents.intake without Kafka: which messages the consumer hands to the worker.
+
+Faust's own ``getmany`` is replaced by a scripted batch, so each test sees exactly
+what the fetcher would: the messages it still yields (other topics) and the
+bookkeeping it keeps for source messages (unacked set, read offsets, gaps).
+"""
+
+import asyncio
+from collections import defaultdict
+from types import SimpleNamespace
+
+from faust.transport.drivers import aiokafka as aiokafka_driver
+from faust.types import TP
+
+from agents import intake
+from agents.intake import IntakeApp, IntakeConsumer, IntakeTransport
+
+SOURCE = "reports"
+
+
+class RecordingIntake:
+    source_topic = SOURCE
+
+    def __init__(self, full_after: int | None = None):
+        self.received: list = []
+        self.flushes = 0
+        self.full_after = full_after
+
+    def receive(self, message) -> bool:
+        self.received.append(message)
+        return self.full_after is not None and len(self.received) % self.full_after == 0
+
+    async def flush(self) -> None:
+        self.flushes += 1
+
+
+def message(topic: str, partition: int, offset: int):
+    return SimpleNamespace(topic=topic, partition=partition, offset=offset, tp=TP(topic, partition))
+
+
+def consumer_with(monkeypatch, batch, intake_obj, read_offsets=None):
+    async def scripted_getmany(self, timeout):
+        for m in batch:
+            yield m.tp, m
+
+    monkeypatch.setattr(aiokafka_driver.Consumer, "getmany", scripted_getmany)
+    consumer = object.__new__(IntakeConsumer)  # no broker: only getmany is exercised
+    consumer.app = SimpleNamespace(intake=intake_obj)
+    consumer._read_offset = read_offsets
+    consumer.tracked = []
+    consumer.gaps = []
+    consumer.track_message = consumer.tracked.append
+
+    async def add_gap(tp, offset_from, offset_to):
+        consumer.gaps.append((tp, offset_from, offset_to))
+
+    consumer._add_gap = add_gap
+    return consumer
+
+
+def drain(consumer) -> list:
+    async def run():
+        return [item async for item in consumer.getmany(timeout=0.1)]
+
+    return asyncio.run(run())
+
+
+def fresh_offsets(*tps):
+    offsets = defaultdict(lambda: None)
+    offsets.update(tps)
+    return offsets
+
+
+def test_source_messages_go_to_the_intake_and_other_topics_to_faust(monkeypatch):
+    batch = [message(SOURCE, 0, 0), message("changelog", 0, 7), message(SOURCE, 1, 0), message(SOURCE, 0, 1)]
+    sink = RecordingIntake()
+    consumer = consumer_with(monkeypatch, batch, sink, fresh_offsets())
+    yielded = drain(consumer)
+    assert [m for _, m in yielded] == [batch[1]]
+    assert sink.received == [batch[0], batch[2], batch[3]]
+    assert consumer.tracked == sink.received  # pending ack until the worker's flush acks them
+    assert consumer._read_offset[TP(SOURCE, 0)] == 1 and consumer._read_offset[TP(SOURCE, 1)] == 0
+    assert consumer.gaps == []
+
+
+def test_a_full_batch_is_flushed_before_the_next_message(monkeypatch):
+    batch = [message(SOURCE, 0, i) for i in range(7)]
+    sink = RecordingIntake(full_after=3)
+    drain(consumer_with(monkeypatch, batch, sink, fresh_offsets()))
+    assert len(sink.received) == 7 and sink.flushes == 2
+
+
+def test_messages_below_the_read_offset_are_dropped(monkeypatch):
+    """After a seek Faust re-reads from the committed offset; older ones were read already."""
+    tp = TP(SOURCE, 0)
+    batch = [message(SOURCE, 0, 3), message(SOURCE, 0, 4), message(SOURCE, 0, 5)]
+    sink = RecordingIntake()
+    drain(consumer_with(monkeypatch, batch, sink, fresh_offsets((tp, 4))))
+    assert [m.offset for m in sink.received] == [4, 5]
+
+
+def test_skipped_offsets_are_recorded_as_a_gap(monkeypatch):
+    """Compaction or transaction markers leave offsets that can never be acked."""
+    tp = TP(SOURCE, 2)
+    batch = [message(SOURCE, 2, 10), message(SOURCE, 2, 11), message(SOURCE, 2, 15)]
+    consumer = consumer_with(monkeypatch, batch, RecordingIntake(), fresh_offsets((tp, 9)))
+    drain(consumer)
+    assert consumer.gaps == [(tp, 12, 15)]
+
+
+def test_without_an_intake_every_message_takes_faust_s_path(monkeypatch):
+    batch = [message(SOURCE, 0, 0), message("other", 0, 0)]
+    consumer = consumer_with(monkeypatch, batch, None, fresh_offsets())
+    assert [m for _, m in drain(consumer)] == batch
+    assert consumer.tracked == []
+
+
+def test_the_loop_yields_to_other_tasks_during_a_long_batch(monkeypatch):
+    monkeypatch.setattr(intake, "YIELD_EVERY", 10)
+    batch = [message(SOURCE, 0, i) for i in range(100)]
+    ticks = []
+
+    async def run():
+        consumer = consumer_with(monkeypatch, batch, RecordingIntake(), fresh_offsets())
+
+        async def ticker():
+            while True:
+                ticks.append(len(consumer.tracked))
+                await asyncio.sleep(0)
+
+        task = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+        async for _ in consumer.getmany(timeout=0.1):
+            pass
+        task.cancel()
+
+    asyncio.run(run())
+    assert len(set(ticks)) >= 9  # the ticker ran between chunks, not only before and after
+
+
+def test_the_app_builds_the_intake_transport():
+    app = IntakeApp("intake-test", broker="kafka://127.0.0.1:1", autodiscover=False)
+    transport = app._new_transport()
+    assert isinstance(transport, IntakeTransport) and transport.Consumer is IntakeConsumer

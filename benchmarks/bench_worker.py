@@ -1,10 +1,10 @@
 """Worker throughput and produce-to-visible latency on the embedded broker.
 
-    .venv/bin/python benchmarks/bench_worker.py [--quick]
+    .venv/bin/python benchmarks/bench_worker.py [--quick] [--tracked D] [--memory-minutes M]
 
 One embedded broker (Tansu, memory) and one `ocms worker` process (4 partitions,
-1,000 tracked values of a d = 10,000 dictionary, eps = 2). Each scenario uses its
-own topic and consumer group:
+D tracked values, default 1,000, of a d = 10,000 dictionary, eps = 2). Each
+scenario uses its own topic and consumer group:
 
 * throughput: all messages are produced as fast as the producer can, and the
   clock stops when the worker's API shows every report counted (so the figure is
@@ -41,7 +41,9 @@ from cms_core.privatize import simulate_reports  # noqa: E402
 from producer.broker import EmbeddedBroker, free_port  # noqa: E402
 
 PARAMS = OCMSParams.build(2.0, 10_000)
-TRACKED = "0:1000"  # changed by --tracked
+#: (frame size, reports) of the throughput runs and (frame size, reports/s, seconds) of the latency runs.
+THROUGHPUT_RUNS = ((1000, 2_000_000), (100, 1_000_000), (1, 100_000))
+LATENCY_RUNS = ((1000, 100_000, 20), (100, 20_000, 20), (1, 2_000, 20))
 
 
 def messages(n: int, frame: int, seed: int) -> list[bytes]:
@@ -54,12 +56,12 @@ def messages(n: int, frame: int, seed: int) -> list[bytes]:
 
 
 class Worker:
-    def __init__(self, bootstrap: str, topic: str, log_dir: Path, *extra: str):
+    def __init__(self, bootstrap: str, topic: str, log_dir: Path, *extra: str, tracked: int = 1000):
         self.port = free_port()
         self.topic = topic
         log = open(log_dir / f"{topic}.log", "wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "agents.cli", "worker", "-e", "2", "-d", "10000", "--tracked-range", TRACKED,
+            [sys.executable, "-m", "agents.cli", "worker", "-e", "2", "-d", "10000", "--tracked-range", f"0:{tracked}",
              "--bootstrap-servers", bootstrap, "--broker", "embedded", "--app-id", topic, "--source-topic", topic,
              "--dead-letter-topic", topic + "-dlq", "--web-port", str(self.port), "--log-level", "warning", *extra],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -118,9 +120,9 @@ async def produce(bootstrap: str, topic: str, payloads: list[bytes], rate: float
         await producer.stop()
 
 
-def throughput(bootstrap: str, log_dir: Path, n: int, frame: int) -> dict:
-    topic = f"bench-tp-{frame}"
-    worker = Worker(bootstrap, topic, log_dir)
+def throughput(bootstrap: str, log_dir: Path, n: int, frame: int, tracked: int = 1000) -> dict:
+    topic = f"bench-tp-{frame}-{tracked}"
+    worker = Worker(bootstrap, topic, log_dir, tracked=tracked)
     try:
         worker.wait_healthy()
         payloads = messages(n, frame, seed=frame)
@@ -130,15 +132,15 @@ def throughput(bootstrap: str, log_dir: Path, n: int, frame: int) -> dict:
         while worker.counted() < n:
             time.sleep(0.02)
         seconds = time.monotonic() - start
-        return {"frame": frame, "reports": n, "seconds": seconds, "produce_seconds": produced,
+        return {"frame": frame, "tracked": tracked, "reports": n, "seconds": seconds, "produce_seconds": produced,
                 "reports_per_s": n / seconds, "rss_mib": worker.rss_mib()}
     finally:
         worker.stop()
 
 
-def latency(bootstrap: str, log_dir: Path, n: int, frame: int, rate_reports: float) -> dict:
-    topic = f"bench-lat-{frame}"
-    worker = Worker(bootstrap, topic, log_dir)
+def latency(bootstrap: str, log_dir: Path, n: int, frame: int, rate_reports: float, tracked: int = 1000) -> dict:
+    topic = f"bench-lat-{frame}-{tracked}"
+    worker = Worker(bootstrap, topic, log_dir, tracked=tracked)
     try:
         worker.wait_healthy()
         payloads = messages(n, frame, seed=100 + frame)
@@ -170,18 +172,21 @@ def latency(bootstrap: str, log_dir: Path, n: int, frame: int, rate_reports: flo
         # Messages of one partition are counted in order, but the counted total mixes partitions:
         # a message is "visible" once the total covers it, a slight overestimate at worst.
         lat = visible_at - np.asarray(sent_at)
-        return {"frame": frame, "rate": rate_reports, "reports": n, "p50_s": float(np.nanpercentile(lat, 50)),
+        return {"frame": frame, "tracked": tracked, "rate": rate_reports, "reports": n, "p50_s": float(np.nanpercentile(lat, 50)),
                 "p99_s": float(np.nanpercentile(lat, 99)), "max_s": float(np.nanmax(lat))}
     finally:
         worker.stop()
 
 
-def memory_run(bootstrap: str, log_dir: Path, minutes: float, rate: float) -> None:
+def memory_run(bootstrap: str, log_dir: Path, minutes: float, rate: float, tracked: int = 1000,
+               samples: int = 20, log=print) -> dict:
     """Worker RSS while a fleet sends frames of 100 at ``rate`` reports/s for ``minutes``."""
-    topic = "bench-memory"
-    worker = Worker(bootstrap, topic, log_dir)
+    topic = f"bench-memory-{tracked}"
+    worker = Worker(bootstrap, topic, log_dir, tracked=tracked)
+    series = []
     try:
         worker.wait_healthy()
+        series.append({"t_s": 0.0, "rss_mib": worker.rss_mib(), "counted": worker.counted()})
         fleet = subprocess.Popen(
             [sys.executable, "-m", "agents.cli", "simulate", "-e", "2", "--dataset", "zipf:s=1.1,d=10000",
              "--duration", str(minutes * 60), "--rate", str(rate), "--frame-size", "100",
@@ -189,43 +194,57 @@ def memory_run(bootstrap: str, log_dir: Path, minutes: float, rate: float) -> No
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
         )
         start = time.monotonic()
-        print(f"worker memory, {rate:,.0f} reports/s in frames of 100 for {minutes:g} min:")
+        log(f"worker memory, {rate:,.0f} reports/s in frames of 100 for {minutes:g} min, {tracked:,} tracked:")
         while fleet.poll() is None:
-            time.sleep(min(60.0, minutes * 6))
-            print(f"  t={time.monotonic() - start:5.0f} s  RSS {worker.rss_mib():6.1f} MiB  counted {worker.counted():,}",
-                  flush=True)
+            time.sleep(minutes * 60 / samples)
+            sample = {"t_s": time.monotonic() - start, "rss_mib": worker.rss_mib(), "counted": worker.counted()}
+            series.append(sample)
+            log(f"  t={sample['t_s']:5.0f} s  RSS {sample['rss_mib']:6.1f} MiB  counted {sample['counted']:,}")
+        return {"minutes": minutes, "rate": rate, "tracked": tracked, "series": series}
     finally:
         worker.stop()
 
 
+def machine_line(tracked: int) -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    return (f"machine: {platform.machine()}, {os.cpu_count()} CPUs ({cpu}); worker: 4 partitions, "
+            f"{tracked:,} tracked of d=10000, eps=2, m={PARAMS.hash_range}, {PARAMS.describe()['field']}")
+
+
+def print_throughput(r: dict) -> None:
+    print(f"  frames of {r['frame']:>4}: {r['reports_per_s']:>12,.0f} reports/s  ({r['reports']:,} reports in "
+          f"{r['seconds']:.2f} s; producing took {r['produce_seconds']:.2f} s; worker RSS {r['rss_mib']:.0f} MiB)",
+          flush=True)
+
+
+def print_latency(r: dict) -> None:
+    print(f"  frames of {r['frame']:>4} at {r['rate']:>7,} reports/s: p50 {r['p50_s'] * 1000:6.0f} ms  "
+          f"p99 {r['p99_s'] * 1000:6.0f} ms  max {r['max_s'] * 1000:6.0f} ms", flush=True)
+
+
 def main() -> None:
-    global TRACKED
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--tracked", type=int, default=1000, help="tracked values D (a prefix of the dictionary)")
     parser.add_argument("--memory-minutes", type=float, help="only the memory run, this long")
     args = parser.parse_args()
-    TRACKED = f"0:{args.tracked}"
+    if not 1 <= args.tracked <= 10_000:
+        parser.error(f"--tracked must be in 1..10000 (the dictionary size), got {args.tracked}")
     scale = 0.1 if args.quick else 1.0
     if args.memory_minutes:
         with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
-            memory_run(broker.bootstrap_servers, Path(tmp), args.memory_minutes, 5000)
+            memory_run(broker.bootstrap_servers, Path(tmp), args.memory_minutes, 5000, args.tracked)
         return
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs ({cpu}); worker: 4 partitions, "
-          f"{TRACKED} tracked of d=10000, eps=2, m={PARAMS.hash_range}, {PARAMS.describe()['field']}")
+    print(machine_line(args.tracked))
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
         log_dir = Path(tmp)
         print("throughput (produce as fast as possible, clock stops when the API shows all counted):")
-        for frame, n in ((1000, int(2_000_000 * scale)), (100, int(1_000_000 * scale)), (1, int(100_000 * scale))):
-            r = throughput(broker.bootstrap_servers, log_dir, n, frame)
-            print(f"  frames of {frame:>4}: {r['reports_per_s']:>12,.0f} reports/s  ({r['reports']:,} reports in "
-                  f"{r['seconds']:.2f} s; producing took {r['produce_seconds']:.2f} s; worker RSS {r['rss_mib']:.0f} MiB)")
+        for frame, n in THROUGHPUT_RUNS:
+            print_throughput(throughput(broker.bootstrap_servers, log_dir, int(n * scale), frame, args.tracked))
         print("produce-to-visible latency at a steady rate (API polled every 20 ms):")
-        for frame, rate, seconds in ((1000, 100_000, 20), (100, 20_000, 20), (1, 2_000, 20)):
-            r = latency(broker.bootstrap_servers, log_dir, int(rate * seconds * scale), frame, rate)
-            print(f"  frames of {frame:>4} at {rate:>7,} reports/s: p50 {r['p50_s'] * 1000:6.0f} ms  "
-                  f"p99 {r['p99_s'] * 1000:6.0f} ms  max {r['max_s'] * 1000:6.0f} ms")
+        for frame, rate, seconds in LATENCY_RUNS:
+            print_latency(latency(broker.bootstrap_servers, log_dir, int(rate * seconds * scale), frame, rate,
+                                  args.tracked))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
     .venv/bin/python -m benchmarks.experiments              # full run -> docs/results/
     .venv/bin/python -m benchmarks.experiments --quick      # smoke run -> build/experiments-quick/
 
-Options: --only paper|peers, --out DIR, --no-plots, --full-peers (run the
+Options: --only paper|peers|pipeline (the README takes the other parts from
+their stored .json), --out DIR, --no-plots, --full-peers (run the
 O(n*d) peer servers on all n reports instead of timing a sample; many minutes).
 Plots need matplotlib and part B needs the peers: ``pip install -e '.[bench]'``.
 """
@@ -13,11 +14,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
+import json
 import os
 import sys
 import time
 
-from . import paper, peers
+from . import paper, peers, pipeline
 from .common import have, machine_info, machine_markdown, md_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -70,8 +72,40 @@ def _peer_headline(payload: dict) -> str:
                      "ll" + "r" * 7))
 
 
+def _stored(out_dir: str, name: str) -> dict | None:
+    path = os.path.join(out_dir, name)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _pipeline_headline(payload: dict) -> str:
+    frames = [f for f, _ in pipeline.bench_worker.THROUGHPUT_RUNS]
+    by_key = {(r["tracked"], r["frame"]): r for r in payload["throughput"]}
+    rows = [[f"{t:,}", *[f"{by_key[t, f]['reports_per_s']:,.0f}" for f in frames],
+             *[f"{max(r['p99_s'] for r in payload['latency'] if r['tracked'] == t and r['frame'] == f):.2f}"
+               for f in frames]] for t in payload["config"]["tracked_sizes"]]
+    series = payload["memory"]["series"]
+    return "\n".join([
+        "One `ocms worker` on the embedded broker, producer and broker on the same 2 cores; details and the "
+        "method in [pipeline.md](pipeline.md).",
+        "",
+        md_table(["tracked D", *[f"reports/s, {f}/message" for f in frames], *[f"p99 s, {f}/message" for f in frames]],
+                 rows),
+        "",
+        f"Memory: {payload['memory']['rate']:,.0f} reports/s for {payload['memory']['minutes']:g} min, worker RSS "
+        f"{series[0]['rss_mib']:.0f} MiB at start, {max(s['rss_mib'] for s in series):.0f} MiB peak, "
+        f"{series[-1]['rss_mib']:.0f} MiB at the end.",
+        "",
+        md_table(["goal (issue 4)", "verdict", "measured"],
+                 [[g["goal"], "**met**" if g["met"] else "**not met**", g["measured"]] for g in payload["goals"]],
+                 "lll"),
+    ])
+
+
 def write_readme(out_dir: str, info: dict, paper_payload: dict | None, peer_payload: dict | None,
-                 timings: dict, args) -> None:
+                 pipeline_payload: dict | None, timings: dict, args) -> None:
     lines = [
         "# Evidence: accuracy and cost of OCMS+RR",
         "",
@@ -87,6 +121,8 @@ def write_readme(out_dir: str, info: dict, paper_payload: dict | None, peer_payl
         "| --- | --- |",
         "| [paper.md](paper.md), paper.json, paper_*.png | A. replication of the paper's Section \"Experiment\" |",
         "| [peers.md](peers.md), peers.json, peers_*.png | B. OCMS+RR next to pure-ldp and multi-freq-ldpy |",
+        "| [pipeline.md](pipeline.md), pipeline.json, pipeline_memory.png | C. the worker end to end: reports/s, "
+        "latency, memory |",
         "",
         "## Machine",
         "",
@@ -100,7 +136,8 @@ def write_readme(out_dir: str, info: dict, paper_payload: dict | None, peer_payl
         "all timings are single-threaded unless a column says otherwise.",
         "",
         "Run time of this regeneration: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()) +
-        (" (quick mode)" if args.quick else "") + ".",
+        (" (quick mode)" if args.quick else "") +
+        (f" (--only {args.only}: the other parts' results are from an earlier full run)" if args.only else "") + ".",
         "",
     ]
     if paper_payload is not None:
@@ -182,6 +219,8 @@ def write_readme(out_dir: str, info: dict, paper_payload: dict | None, peer_payl
                 "sketch servers, and xxhash < 4.",
                 "",
             ]
+    if pipeline_payload is not None:
+        lines += ["## C. The pipeline end to end", "", _pipeline_headline(pipeline_payload), ""]
     with open(os.path.join(out_dir, "README.md"), "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines))
 
@@ -190,7 +229,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.experiments", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run, seconds)")
-    ap.add_argument("--only", choices=("paper", "peers"), help="run one part only (README lists what ran)")
+    ap.add_argument("--only", choices=("paper", "peers", "pipeline"), help="run one part only (README lists what ran)")
     ap.add_argument("--out", help=f"output folder (default {os.path.relpath(DEFAULT_OUT, ROOT)}, "
                                   f"or {os.path.relpath(QUICK_OUT, ROOT)} with --quick)")
     ap.add_argument("--no-plots", action="store_true", help="skip the PNGs")
@@ -204,7 +243,7 @@ def main(argv=None) -> int:
     info = machine_info()
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
-    paper_payload = peer_payload = None
+    paper_payload = peer_payload = pipeline_payload = None
     if args.only in (None, "paper"):
         t0 = time.perf_counter()
         paper_payload = paper.run(paper.QUICK if args.quick else paper.FULL, out_dir, plots=plots)
@@ -216,8 +255,16 @@ def main(argv=None) -> int:
             cfg = dataclasses.replace(cfg, full_quadratic=True)
         peer_payload = peers.run(cfg, out_dir, plots=plots)
         timings["peer comparison"] = time.perf_counter() - t0
+    if args.only in (None, "pipeline"):
+        t0 = time.perf_counter()
+        pipeline_payload = pipeline.run(pipeline.QUICK if args.quick else pipeline.FULL, out_dir, plots=plots)
+        timings["pipeline"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
-    write_readme(out_dir, info, paper_payload, peer_payload, timings, args)
+    # --only: the README still covers every part, from the results a previous run stored here.
+    paper_payload = paper_payload or _stored(out_dir, "paper.json")
+    peer_payload = peer_payload or _stored(out_dir, "peers.json")
+    pipeline_payload = pipeline_payload or _stored(out_dir, "pipeline.json")
+    write_readme(out_dir, info, paper_payload, peer_payload, pipeline_payload, timings, args)
     print(f"wrote {out_dir} in {timings['total']:.0f} s")
     return 0
 

@@ -236,7 +236,8 @@ class OCMSWorker:
                 return
             messages, accepted, dead = self._messages, self._accepted, self._dead
             self._messages, self._accepted, self._dead, self._pending_reports = [], [], [], 0
-            context = {message.partition: PartitionContext(message) for message in messages}
+            last_by_partition = {message.partition: message for message in messages}  # offsets ascend per partition
+            context = {partition: PartitionContext(message) for partition, message in last_by_partition.items()}
             plan = plan_batch(accepted, self._read, self.params_by_fp, self.tracked_by_fp, self.levels)
             for key, state in plan.writes:
                 with current_event(context[key.partition]):
@@ -255,7 +256,7 @@ class OCMSWorker:
             ack = self.app.consumer.ack
             for message in messages:
                 ack(message)
-                self._next_offset[message.partition] = message.offset + 1
+            self._next_offset.update({p: m.offset + 1 for p, m in last_by_partition.items()})
             for fp, n in plan.counted.items():
                 self.metrics.accepted.labels(fp).inc(n)
             self.metrics.replayed.inc(plan.replayed)

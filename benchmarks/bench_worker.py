@@ -36,6 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.experiments.common import cpu_model  # noqa: E402
 from cms_core import OCMSParams, wire  # noqa: E402
 from cms_core.privatize import simulate_reports  # noqa: E402
 from producer.broker import EmbeddedBroker, free_port  # noqa: E402
@@ -206,8 +207,7 @@ def memory_run(bootstrap: str, log_dir: Path, minutes: float, rate: float, track
 
 
 def machine_line(tracked: int) -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    return (f"machine: {platform.machine()}, {os.cpu_count()} CPUs ({cpu}); worker: 4 partitions, "
+    return (f"machine: {platform.machine()}, {os.cpu_count()} CPUs ({cpu_model()}); worker: 4 partitions, "
             f"{tracked:,} tracked of d=10000, eps=2, m={PARAMS.hash_range}, {PARAMS.describe()['field']}")
 
 

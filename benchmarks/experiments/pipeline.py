@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import md_table, pyplot, save_figure
+from .common import cpu_model, md_table, pyplot, save_figure
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bench_worker  # noqa: E402  (benchmarks/bench_worker.py, a script)
@@ -65,7 +65,7 @@ def run(cfg: Config, out_dir: str, *, plots: bool = True, log=print) -> dict:
                                          samples=cfg.memory_samples, log=lambda line: log("[pipeline] " + line))
     payload = {
         "config": dataclasses.asdict(cfg),
-        "machine": bench_worker.machine_line(1000).split(";")[0],
+        "machine": f"{cpu_model()}, {os.cpu_count()} CPUs",
         "throughput": throughput,
         "latency": latency,
         "memory": memory,
@@ -102,6 +102,11 @@ def goals(throughput: list[dict], latency: list[dict]) -> list[dict]:
                     "met": max(r["p99_s"] for r in p99) <= TARGET_P99_S,
                     "measured": ", ".join(f"frames of {r['frame']}: {r['p99_s']:.2f} s" for r in p99)})
     return out
+
+
+def goals_table(checked: list[dict], first_header: str = "goal") -> str:
+    return md_table([first_header, "verdict", "measured"],
+                    [[g["goal"], "**met**" if g["met"] else "**not met**", g["measured"]] for g in checked], "lll")
 
 
 def plot_memory(memory: dict, path: str) -> None:
@@ -183,9 +188,7 @@ def markdown(payload: dict, plots: bool) -> str:
     lines += [
         "## Targets (issue 4, one worker, 1,000 tracked)",
         "",
-        md_table(["goal", "verdict", "measured"],
-                 [[g["goal"], "**met**" if g["met"] else "**not met**", g["measured"]] for g in payload["goals"]],
-                 "lll"),
+        goals_table(payload["goals"]),
         "",
         "Notes:",
         "",

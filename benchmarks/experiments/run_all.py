@@ -98,9 +98,7 @@ def _pipeline_headline(payload: dict) -> str:
         f"{series[0]['rss_mib']:.0f} MiB at start, {max(s['rss_mib'] for s in series):.0f} MiB peak, "
         f"{series[-1]['rss_mib']:.0f} MiB at the end.",
         "",
-        md_table(["goal (issue 4)", "verdict", "measured"],
-                 [[g["goal"], "**met**" if g["met"] else "**not met**", g["measured"]] for g in payload["goals"]],
-                 "lll"),
+        pipeline.goals_table(payload["goals"], "goal (issue 4)"),
     ])
 
 

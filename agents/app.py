@@ -124,6 +124,7 @@ class OCMSWorker:
         self._dead: list[tuple[object, RejectedMessage]] = []
         self._pending_reports = 0
         self._first_pending = 0.0
+        self._newest_pending: dict[int, int] = {}  # partition -> highest offset in the pending batch
         self._lock = asyncio.Lock()
         self._agent_started = False
         self._next_offset: dict[int, int] = {}
@@ -212,6 +213,10 @@ class OCMSWorker:
     # --------------------------------------------------------- per message
     def receive(self, message) -> bool:
         """Validate one source message into the micro-batch; True when the batch is full."""
+        newest = self._newest_pending.get(message.partition)
+        if newest is not None and message.offset <= newest:
+            self._forget_pending(message.partition, message.offset)
+        self._newest_pending[message.partition] = message.offset
         try:
             params, batch = self.validator.check(message.value, message.timestamp, time.time())
         except RejectedMessage as rejection:
@@ -225,6 +230,48 @@ class OCMSWorker:
         self._messages.append(message)
         return self._pending_reports >= self.settings.batch_max_reports
 
+    def _forget_pending(self, partition: int, offset: int) -> None:
+        """The consumer went back to ``offset`` of ``partition`` (a seek to the committed
+        offset) while the copies from there on were still pending: they are being delivered
+        again, so they are dropped here and counted once, from the new delivery. Without
+        this a batch holding both copies counts them twice (each is above the stored offset)."""
+
+        dropped = self._drop_pending(lambda m: m.partition == partition and m.offset >= offset)
+        if not dropped:
+            return
+        self.metrics.redelivered.inc(len(dropped))
+        log.warning("partition %d went back to offset %d: %d pending messages are counted once, "
+                    "from their new delivery", partition, offset, len(dropped))
+
+    def _drop_unowned(self) -> None:
+        """Drop pending messages of source partitions this worker no longer owns (a
+        rebalance that took them without Faust's wait for unacked messages): their new
+        owner counts them from the committed offset, which they are not below, because
+        they were never acked. Writing them here would race the owner's writes."""
+        try:
+            owned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.source_topic}
+        except Exception:  # consumer not started: nothing can be pending
+            return
+        dropped = self._drop_pending(lambda m: m.partition not in owned)
+        for partition in {m.partition for m in dropped}:
+            self._newest_pending.pop(partition, None)
+        if dropped:
+            log.warning("dropped %d pending messages of partitions no longer assigned: %s", len(dropped),
+                        sorted({m.partition for m in dropped}))
+
+    def _drop_pending(self, stale) -> list:
+        """Remove the pending messages ``stale`` selects, unacked and uncounted."""
+        dropped = [m for m in self._messages if stale(m)]
+        if not dropped:
+            return dropped
+        self._messages = [m for m in self._messages if not stale(m)]
+        self._accepted = [a for a in self._accepted if not stale(a)]
+        self._dead = [(m, rejection) for m, rejection in self._dead if not stale(m)]
+        self._pending_reports = sum(len(a.batch) for a in self._accepted)
+        for m in dropped:
+            self.app.consumer.untrack(m)  # never acked, so the committed offset stays below it
+        return dropped
+
     # ------------------------------------------------------------- batches
     def _read(self, key: BucketKey) -> PartialCounts | None:
         raw = self.table.get(key.encode())
@@ -232,10 +279,12 @@ class OCMSWorker:
 
     async def flush(self) -> None:
         async with self._lock:
+            self._drop_unowned()
             if not self._messages:
                 return
             messages, accepted, dead = self._messages, self._accepted, self._dead
             self._messages, self._accepted, self._dead, self._pending_reports = [], [], [], 0
+            self._newest_pending = {}
             last_by_partition = {message.partition: message for message in messages}  # offsets ascend per partition
             context = {partition: PartitionContext(message) for partition, message in last_by_partition.items()}
             plan = plan_batch(accepted, self._read, self.params_by_fp, self.tracked_by_fp, self.levels)

@@ -17,6 +17,12 @@ rebalance, commits (of acked offsets only) and table recovery are unchanged:
 the agent still subscribes the source topic, it just receives nothing. Before
 Faust waits for unacked messages (rebalance, clean stop) the pending batch is
 flushed, so a clean stop leaves nothing to replay.
+
+What Faust's streams skip is skipped here too: messages fetched while the flow
+is held (rebalance, table recovery) or in an older consumer generation. The
+seek to the committed offset that precedes every flow resume fetches them
+again; the worker also drops a pending copy that such a seek re-delivers
+(``OCMSWorker.receive``), so a micro-batch never counts a message twice.
 """
 
 from __future__ import annotations
@@ -53,10 +59,18 @@ class IntakeConsumer(aiokafka_driver.Consumer):
             return
         source = intake.source_topic
         read_offset = self._read_offset
+        app = self.app
+        flow_active = app.flow_control.is_active
         since_yield = 0
         async for tp, message in super().getmany(timeout):
             if tp.topic != source:
                 yield tp, message
+                continue
+            if not flow_active() or message.generation_id != app.consumer_generation_id:
+                # Faust's streams drop these too: fetched while a rebalance or table recovery
+                # holds the flow (the table partition may not be recovered yet), or fetched in
+                # an older generation. The seek to the committed offset that precedes every
+                # flow resume fetches them again; counting this copy as well would count twice.
                 continue
             offset = message.offset
             last = read_offset[tp]
@@ -74,6 +88,11 @@ class IntakeConsumer(aiokafka_driver.Consumer):
             if since_yield >= YIELD_EVERY:
                 since_yield = 0
                 await asyncio.sleep(0)
+
+
+    def untrack(self, message: Message) -> None:
+        """Forget a tracked message that will be delivered again (no ack: it is not counted)."""
+        self._unacked_messages.discard(message)
 
 
 class IntakeTransport(aiokafka_driver.Transport):

@@ -54,6 +54,8 @@ class PipelineMetrics:
             self.rejected.labels(reason)
         self.replayed = Counter("ocms_reports_replayed", "reports skipped because they were already counted (replay)",
                                 registry=r)
+        self.redelivered = Counter("ocms_messages_redelivered",
+                                   "pending messages delivered again after a consumer seek (counted once)", registry=r)
         self.batch_reports = Histogram("ocms_batch_reports", "reports per micro-batch", buckets=BATCH_BUCKETS, registry=r)
         self.decode_seconds = Histogram("ocms_decode_duration_seconds", "kernel decode time per micro-batch",
                                         buckets=DECODE_BUCKETS, registry=r)

@@ -100,7 +100,10 @@ class WorkerProcess:
         doc = None
         while time.monotonic() < deadline:
             assert self.alive(), f"worker exited with {self.process.returncode}; see {self.log_dir}"
-            status, doc = self.get("/estimates", **params)
+            try:
+                status, doc = self.get("/estimates", **params)
+            except OSError:  # a restarted worker is not listening yet
+                status = None
             if status == 200 and doc["n"] >= n:
                 return doc
             time.sleep(0.25)

@@ -1,0 +1,91 @@
+"""agents.app without a broker: what the worker's pending micro-batch holds.
+
+The exactness argument (skip events at or below the stored offset) covers replays
+*across* batches; a batch that held two copies of one message would count both.
+"""
+
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from faust.types import TP
+
+from agents.app import OCMSWorker
+from agents.settings import WorkerSettings
+from cms_core import OCMSParams
+
+from .harness import report_messages
+
+PARAMS = OCMSParams.build(2.0, 1000)
+FRAME = 10
+SOURCE = "unit-source"
+
+
+@pytest.fixture
+def worker(monkeypatch):
+    settings = WorkerSettings.build(PARAMS, embedded_broker=True, app_id="unit-app", source_topic=SOURCE,
+                                    tracked_range="0:100")
+    worker = OCMSWorker(settings)
+    worker.untracked, worker.owned = [], {0, 1}
+    consumer = SimpleNamespace(untrack=worker.untracked.append,
+                               assignment=lambda: {TP(SOURCE, p) for p in worker.owned} | {TP("other", 0)})
+    monkeypatch.setattr(type(worker.app), "consumer", consumer)
+    return worker
+
+
+def deliveries(partition: int, offsets, seed: int = 1) -> list:
+    frames = report_messages(PARAMS, np.arange(FRAME * (max(offsets) + 1)) % 100, FRAME, seed=seed)
+    now = time.time()
+    return [SimpleNamespace(topic=SOURCE, partition=partition, offset=o, key=frames[o].key,
+                            value=frames[o].value, timestamp=now) for o in offsets]
+
+
+def pending(worker) -> list[tuple[int, int]]:
+    return [(a.partition, a.offset) for a in worker._accepted]
+
+
+def test_a_message_delivered_again_before_the_flush_is_counted_once(worker):
+    """A seek back to the committed offset (a rebalance our flush did not see) delivers
+    offsets 2..4 of partition 0 again while the first copies are still pending."""
+    first = deliveries(0, range(5))
+    other = deliveries(1, range(3), seed=2)
+    for m in first + other:
+        worker.receive(m)
+    again = deliveries(0, range(2, 5))
+    for m in again:
+        worker.receive(m)
+    assert sorted(pending(worker)) == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 0), (1, 1), (1, 2)]
+    assert worker._pending_reports == 8 * FRAME
+    assert worker.untracked == first[2:]  # the stale copies: neither counted nor acked
+    assert first[2] not in worker._messages and again[0] in worker._messages
+    assert worker.metrics.redelivered._value.get() == 3
+
+
+def test_a_rejected_message_delivered_again_goes_to_the_dead_letters_once(worker):
+    bad = SimpleNamespace(topic=SOURCE, partition=0, offset=0, key=b"k", value=b"junk", timestamp=time.time())
+    worker.receive(bad)
+    worker.receive(SimpleNamespace(**vars(bad)))
+    assert len(worker._dead) == 1 and len(worker._messages) == 1 and worker._pending_reports == 0
+
+
+def test_offsets_that_move_forward_keep_the_batch(worker):
+    for m in deliveries(0, [0, 1, 3, 7]):
+        worker.receive(m)
+    assert pending(worker) == [(0, 0), (0, 1), (0, 3), (0, 7)] and worker.untracked == []
+
+
+def test_pending_messages_of_a_partition_no_longer_owned_are_dropped_not_written(worker):
+    """A rebalance that took partition 1 without Faust's wait for unacked messages: its
+    new owner counts them from the committed offset; this worker must not write them."""
+    kept, lost = deliveries(0, range(3)), deliveries(1, range(2), seed=2)
+    for m in kept + lost:
+        worker.receive(m)
+    worker.owned = {0}
+    worker._drop_unowned()
+    assert pending(worker) == [(0, 0), (0, 1), (0, 2)] and worker._pending_reports == 3 * FRAME
+    assert worker.untracked == lost
+    worker.receive(deliveries(1, [0], seed=2)[0])  # given back later: a fresh start, no stale copies
+    assert pending(worker)[-1] == (1, 0) and worker.untracked == lost
+

@@ -45,6 +45,10 @@ from .view import ChangelogReader, CountsView
 log = logging.getLogger("ocms.worker")
 
 REASON_HEADER = "ocms-reject-reason"
+#: Tansu holds a fetch that found no data for its whole max wait (new data does not end
+#: it early), so Faust's 1,500 ms wait showed up as ~1 s latency spikes (bench_worker:
+#: single reports at 2,000/s, p99 1.08 s with 1,500 ms, 0.38 s with 100 ms).
+EMBEDDED_FETCH_MAX_WAIT_MS = 100
 #: Retention deletes run at most this often (seconds).
 EXPIRY_INTERVAL_S = 30.0
 
@@ -137,6 +141,8 @@ class OCMSWorker:
         s = self.settings
         app = IntakeApp(s.app_id, **faust_settings(s))
         app.intake = self
+        if s.embedded_broker:
+            app.fetch_max_wait_ms = EMBEDDED_FETCH_MAX_WAIT_MS
         raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.source = app.topic(s.source_topic, partitions=s.partitions, **raw)
         self.dead_letters = app.topic(s.dead_letter_topic, partitions=s.partitions, **raw)

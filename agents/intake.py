@@ -48,8 +48,23 @@ class Intake(Protocol):
     async def flush(self) -> None: ...
 
 
+class IntakeConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
+    """Faust's consumer thread with the fetch wait taken from ``app.fetch_max_wait_ms``."""
+
+    def _create_worker_consumer(self, transport):
+        consumer = super()._create_worker_consumer(transport)
+        # Faust hard-codes fetch_max_wait_ms=1500; aiokafka reads the attribute when it starts.
+        wait = getattr(self.app, "fetch_max_wait_ms", None)
+        if wait is not None:
+            consumer._fetch_max_wait_ms = wait
+        return consumer
+
+
 class IntakeConsumer(aiokafka_driver.Consumer):
     """Faust's aiokafka consumer, with source-topic messages handed to ``app.intake``."""
+
+    def _new_consumer_thread(self):
+        return IntakeConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
         intake: Intake | None = getattr(self.app, "intake", None)
@@ -103,6 +118,8 @@ class IntakeApp(faust.App):
     """A Faust app whose consumer hands source messages to ``intake`` (set before start)."""
 
     intake: Intake | None = None
+    #: The consumer's fetch wait (ms); None keeps Faust's 1,500 ms.
+    fetch_max_wait_ms: int | None = None
 
     def _new_transport(self):
         return IntakeTransport(self.conf.broker_consumer, self)

@@ -199,11 +199,10 @@ def markdown(payload: dict, plots: bool) -> str:
         "- Frames amortize that work over their reports, so frames of 100 and 1,000 are limited by the decode "
         "kernel and the broker. The tracked-set size D changes the decode work (O(n·D) match counting) and the "
         "size of each table value (D int64 counts per key).",
-        "- Latency on the embedded broker: Tansu holds a fetch that found no data for its whole max wait, and "
-        "Faust's consumer waits up to 1.5 s, which shows up as ~1 s spikes (p99 above 1 s). A 100 ms wait cut "
-        "single-report p99 to 0.4 s in a trial but is not shipped: under CPU load it coincided with a double "
-        "count in the SIGKILL test (see the issue-4 notes). The rest is the micro-batch age bound (0.2 s) and "
-        "the changelog round trip to every worker's view.",
+        "- Latency on the embedded broker: Tansu holds a fetch that found no data for its whole max wait, so "
+        "the worker sets a 100 ms wait there (`agents.app.EMBEDDED_FETCH_MAX_WAIT_MS`); with Faust's fixed 1.5 s "
+        "the same matrix measured p99 1.02-2.26 s (commit 1221684). The rest is the micro-batch age bound "
+        "(0.2 s) and the changelog round trip to every worker's view.",
         "- A 2-core VM shared with the broker and the producer: timings vary by a few tens of percent run to run.",
         "",
         f"Run time of this part: {payload['seconds']:.0f} s.",

@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.experiments.common import cpu_model  # noqa: E402
+from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction  # noqa: E402
 from cms_core import OCMSParams, wire  # noqa: E402
 from cms_core.privatize import simulate_reports  # noqa: E402
 from producer.broker import EmbeddedBroker, free_port  # noqa: E402
@@ -127,6 +127,7 @@ def throughput(bootstrap: str, log_dir: Path, n: int, frame: int, tracked: int =
     try:
         worker.wait_healthy()
         payloads = messages(n, frame, seed=frame)
+        ticks = cpu_times()
         start = time.monotonic()
         asyncio.run(produce(bootstrap, topic, payloads, None, []))
         produced = time.monotonic() - start
@@ -134,7 +135,7 @@ def throughput(bootstrap: str, log_dir: Path, n: int, frame: int, tracked: int =
             time.sleep(0.02)
         seconds = time.monotonic() - start
         return {"frame": frame, "tracked": tracked, "reports": n, "seconds": seconds, "produce_seconds": produced,
-                "reports_per_s": n / seconds, "rss_mib": worker.rss_mib()}
+                "reports_per_s": n / seconds, "rss_mib": worker.rss_mib(), "steal": steal_fraction(ticks, cpu_times())}
     finally:
         worker.stop()
 
@@ -166,6 +167,7 @@ def latency(bootstrap: str, log_dir: Path, n: int, frame: int, rate_reports: flo
         import threading
 
         poller = threading.Thread(target=poll, daemon=True)
+        ticks = cpu_times()
         poller.start()
         asyncio.run(produce(bootstrap, topic, payloads, rate_reports / frame, sent_at))
         done = True
@@ -174,7 +176,8 @@ def latency(bootstrap: str, log_dir: Path, n: int, frame: int, rate_reports: flo
         # a message is "visible" once the total covers it, a slight overestimate at worst.
         lat = visible_at - np.asarray(sent_at)
         return {"frame": frame, "tracked": tracked, "rate": rate_reports, "reports": n, "p50_s": float(np.nanpercentile(lat, 50)),
-                "p99_s": float(np.nanpercentile(lat, 99)), "max_s": float(np.nanmax(lat))}
+                "p99_s": float(np.nanpercentile(lat, 99)), "max_s": float(np.nanmax(lat)),
+                "steal": steal_fraction(ticks, cpu_times())}
     finally:
         worker.stop()
 
@@ -213,13 +216,17 @@ def machine_line(tracked: int) -> str:
 
 def print_throughput(r: dict) -> None:
     print(f"  frames of {r['frame']:>4}: {r['reports_per_s']:>12,.0f} reports/s  ({r['reports']:,} reports in "
-          f"{r['seconds']:.2f} s; producing took {r['produce_seconds']:.2f} s; worker RSS {r['rss_mib']:.0f} MiB)",
-          flush=True)
+          f"{r['seconds']:.2f} s; producing took {r['produce_seconds']:.2f} s; worker RSS {r['rss_mib']:.0f} MiB; "
+          f"CPU steal {steal_text(r)})", flush=True)
 
 
 def print_latency(r: dict) -> None:
     print(f"  frames of {r['frame']:>4} at {r['rate']:>7,} reports/s: p50 {r['p50_s'] * 1000:6.0f} ms  "
-          f"p99 {r['p99_s'] * 1000:6.0f} ms  max {r['max_s'] * 1000:6.0f} ms", flush=True)
+          f"p99 {r['p99_s'] * 1000:6.0f} ms  max {r['max_s'] * 1000:6.0f} ms  (CPU steal {steal_text(r)})", flush=True)
+
+
+def steal_text(r: dict) -> str:
+    return "n/a" if r.get("steal") is None else f"{r['steal']:.0%}"
 
 
 def main() -> None:

@@ -42,6 +42,26 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_times() -> tuple[int, int] | None:
+    """(steal, total) CPU ticks of the whole machine from /proc/stat; None where there is none."""
+    try:
+        with open("/proc/stat", encoding="utf-8") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7], sum(fields)) if len(fields) == 8 else None
+
+
+def steal_fraction(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """Share of CPU time the hypervisor gave to other guests between two ``cpu_times()``.
+
+    Why: this VM's timings move by 2-4x with the host's load; the share stolen during a run
+    says whether a slow figure is the code or the machine."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def machine_info() -> dict:
     """CPU model, usable cores, memory, Python / numpy / kernel backend versions."""
     from cms_core import kernel

@@ -53,13 +53,14 @@ def run(cfg: Config, out_dir: str, *, plots: bool = True, log=print) -> dict:
         for tracked in cfg.tracked_sizes:
             for frame, n in bench_worker.THROUGHPUT_RUNS:
                 r = bench_worker.throughput(bootstrap, log_dir, max(frame, int(n * cfg.scale)), frame, tracked)
-                log(f"[pipeline] tracked {tracked:>6,}  frames of {frame:>4}: {r['reports_per_s']:,.0f} reports/s")
+                log(f"[pipeline] tracked {tracked:>6,}  frames of {frame:>4}: {r['reports_per_s']:,.0f} reports/s "
+                    f"(CPU steal {steal_cell(r)})")
                 throughput.append(r)
             for frame, rate, seconds in bench_worker.LATENCY_RUNS:
                 n = max(frame, int(rate * seconds * cfg.scale))
                 r = bench_worker.latency(bootstrap, log_dir, n, frame, rate, tracked)
                 log(f"[pipeline] tracked {tracked:>6,}  frames of {frame:>4} at {rate:,}/s: "
-                    f"p50 {r['p50_s'] * 1000:.0f} ms, p99 {r['p99_s'] * 1000:.0f} ms")
+                    f"p50 {r['p50_s'] * 1000:.0f} ms, p99 {r['p99_s'] * 1000:.0f} ms (CPU steal {steal_cell(r)})")
                 latency.append(r)
         memory = bench_worker.memory_run(bootstrap, log_dir, cfg.memory_minutes, cfg.memory_rate,
                                          samples=cfg.memory_samples, log=lambda line: log("[pipeline] " + line))
@@ -126,19 +127,24 @@ def plot_memory(memory: dict, path: str) -> None:
     plt.close(fig)
 
 
+def steal_cell(r: dict) -> str:
+    return "n/a" if r.get("steal") is None else f"{r['steal']:.0%}"
+
+
 def markdown(payload: dict, plots: bool) -> str:
     by_key = {(r["tracked"], r["frame"]): r for r in payload["throughput"]}
     lat_key = {(r["tracked"], r["frame"]): r for r in payload["latency"]}
     tracked_sizes = payload["config"]["tracked_sizes"]
     frames = [f for f, _ in bench_worker.THROUGHPUT_RUNS]
     tp_rows = [[f"{t:,}", *[f"{by_key[t, f]['reports_per_s']:,.0f}" for f in frames],
-                *[f"{by_key[t, f]['rss_mib']:.0f}" for f in frames]] for t in tracked_sizes]
+                *[f"{by_key[t, f]['rss_mib']:.0f}" for f in frames],
+                " / ".join(steal_cell(by_key[t, f]) for f in frames)] for t in tracked_sizes]
     lat_rows = []
     for t in tracked_sizes:
         for frame, rate, _ in bench_worker.LATENCY_RUNS:
             r = lat_key[t, frame]
             lat_rows.append([f"{t:,}", str(frame), f"{rate:,}", f"{r['p50_s'] * 1000:.0f}", f"{r['p99_s'] * 1000:.0f}",
-                             f"{r['max_s'] * 1000:.0f}"])
+                             f"{r['max_s'] * 1000:.0f}", steal_cell(r)])
     memory = payload["memory"]
     series = memory["series"]
     single = by_key.get((1000, 1)) or by_key[tracked_sizes[0], 1]
@@ -160,7 +166,7 @@ def markdown(payload: dict, plots: bool) -> str:
         + " / ".join(f"{by_key[tracked_sizes[0], f]['reports']:,}" for f in frames) + ".",
         "",
         md_table(["tracked D", *[f"reports/s, frames of {f}" for f in frames],
-                  *[f"RSS MiB ({f})" for f in frames]], tp_rows),
+                  *[f"RSS MiB ({f})" for f in frames], "CPU steal"], tp_rows),
         "",
         "## Produce-to-visible latency",
         "",
@@ -168,7 +174,10 @@ def markdown(payload: dict, plots: bool) -> str:
         "message's latency is the first poll whose total covers it (so latencies carry up to 20 ms of polling "
         "and include the micro-batch age bound, 0.2 s by default, and the changelog round trip to the view).",
         "",
-        md_table(["tracked D", "reports / message", "reports/s", "p50 ms", "p99 ms", "max ms"], lat_rows),
+        md_table(["tracked D", "reports / message", "reports/s", "p50 ms", "p99 ms", "max ms", "CPU steal"], lat_rows),
+        "",
+        "CPU steal: the share of the machine's CPU time the hypervisor gave to other guests during the run "
+        "(/proc/stat); figures taken under heavy steal understate the code.",
         "",
         "## Memory over a long run",
         "",

@@ -122,3 +122,13 @@ def test_plots_and_peers_are_optional(run, tmp_path):
         ours = next(r for r in result["rows"] if r["method"] == "l-OCMS+RR")
         assert ours["raw_mse"] is not None and ours["post_mse"] <= ours["raw_mse"]
         assert (tmp_path / "peers.md").exists()
+
+
+def test_steal_fraction_is_the_stolen_share_of_the_ticks_between_two_readings():
+    from benchmarks.experiments.common import cpu_times, steal_fraction
+
+    assert steal_fraction((10, 100), (40, 200)) == pytest.approx(0.3)
+    assert steal_fraction((10, 100), (10, 100)) is None  # no time passed
+    assert steal_fraction(None, (40, 200)) is None and steal_fraction((10, 100), None) is None
+    reading = cpu_times()
+    assert reading is None or 0 <= reading[0] <= reading[1]

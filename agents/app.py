@@ -254,16 +254,16 @@ class OCMSWorker:
         rebalance that took them without Faust's wait for unacked messages): their new
         owner counts them from the committed offset, which they are not below, because
         they were never acked. Writing them here would race the owner's writes."""
-        try:
-            owned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.source_topic}
-        except Exception:  # consumer not started: nothing can be pending
+        owned = self._owned_partitions()
+        if owned is None:  # consumer not started: nothing can be pending
             return
         dropped = self._drop_pending(lambda m: m.partition not in owned)
-        for partition in {m.partition for m in dropped}:
+        if not dropped:
+            return
+        lost = sorted({m.partition for m in dropped})
+        for partition in lost:
             self._newest_pending.pop(partition, None)
-        if dropped:
-            log.warning("dropped %d pending messages of partitions no longer assigned: %s", len(dropped),
-                        sorted({m.partition for m in dropped}))
+        log.warning("dropped %d pending messages of partitions no longer assigned: %s", len(dropped), lost)
 
     def _drop_pending(self, stale) -> list:
         """Remove the pending messages ``stale`` selects, unacked and uncounted."""
@@ -336,12 +336,16 @@ class OCMSWorker:
                 self._keys_by_partition[partition].discard(key)
 
     # ------------------------------------------------------------- status
-    def assigned_partitions(self) -> list[int]:
+    def _owned_partitions(self) -> set[int] | None:
+        """Source partitions assigned to this worker; None before the consumer has started."""
         try:
             assignment = self.app.consumer.assignment()
         except Exception:  # consumer not started yet
-            return []
-        return sorted(tp.partition for tp in assignment if tp.topic == self.settings.source_topic)
+            return None
+        return {tp.partition for tp in assignment if tp.topic == self.source_topic}
+
+    def assigned_partitions(self) -> list[int]:
+        return sorted(self._owned_partitions() or ())
 
     def update_lag_metrics(self) -> None:
         assigned = self.assigned_partitions()

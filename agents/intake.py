@@ -104,7 +104,6 @@ class IntakeConsumer(aiokafka_driver.Consumer):
                 since_yield = 0
                 await asyncio.sleep(0)
 
-
     def untrack(self, message: Message) -> None:
         """Forget a tracked message that will be delivered again (no ack: it is not counted)."""
         self._unacked_messages.discard(message)

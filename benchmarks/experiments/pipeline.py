@@ -54,13 +54,13 @@ def run(cfg: Config, out_dir: str, *, plots: bool = True, log=print) -> dict:
             for frame, n in bench_worker.THROUGHPUT_RUNS:
                 r = bench_worker.throughput(bootstrap, log_dir, max(frame, int(n * cfg.scale)), frame, tracked)
                 log(f"[pipeline] tracked {tracked:>6,}  frames of {frame:>4}: {r['reports_per_s']:,.0f} reports/s "
-                    f"(CPU steal {steal_cell(r)})")
+                    f"(CPU steal {bench_worker.steal_text(r)})")
                 throughput.append(r)
             for frame, rate, seconds in bench_worker.LATENCY_RUNS:
                 n = max(frame, int(rate * seconds * cfg.scale))
                 r = bench_worker.latency(bootstrap, log_dir, n, frame, rate, tracked)
                 log(f"[pipeline] tracked {tracked:>6,}  frames of {frame:>4} at {rate:,}/s: "
-                    f"p50 {r['p50_s'] * 1000:.0f} ms, p99 {r['p99_s'] * 1000:.0f} ms (CPU steal {steal_cell(r)})")
+                    f"p50 {r['p50_s'] * 1000:.0f} ms, p99 {r['p99_s'] * 1000:.0f} ms (CPU steal {bench_worker.steal_text(r)})")
                 latency.append(r)
         memory = bench_worker.memory_run(bootstrap, log_dir, cfg.memory_minutes, cfg.memory_rate,
                                          samples=cfg.memory_samples, log=lambda line: log("[pipeline] " + line))
@@ -127,10 +127,6 @@ def plot_memory(memory: dict, path: str) -> None:
     plt.close(fig)
 
 
-def steal_cell(r: dict) -> str:
-    return "n/a" if r.get("steal") is None else f"{r['steal']:.0%}"
-
-
 def markdown(payload: dict, plots: bool) -> str:
     by_key = {(r["tracked"], r["frame"]): r for r in payload["throughput"]}
     lat_key = {(r["tracked"], r["frame"]): r for r in payload["latency"]}
@@ -138,13 +134,13 @@ def markdown(payload: dict, plots: bool) -> str:
     frames = [f for f, _ in bench_worker.THROUGHPUT_RUNS]
     tp_rows = [[f"{t:,}", *[f"{by_key[t, f]['reports_per_s']:,.0f}" for f in frames],
                 *[f"{by_key[t, f]['rss_mib']:.0f}" for f in frames],
-                " / ".join(steal_cell(by_key[t, f]) for f in frames)] for t in tracked_sizes]
+                " / ".join(bench_worker.steal_text(by_key[t, f]) for f in frames)] for t in tracked_sizes]
     lat_rows = []
     for t in tracked_sizes:
         for frame, rate, _ in bench_worker.LATENCY_RUNS:
             r = lat_key[t, frame]
             lat_rows.append([f"{t:,}", str(frame), f"{rate:,}", f"{r['p50_s'] * 1000:.0f}", f"{r['p99_s'] * 1000:.0f}",
-                             f"{r['max_s'] * 1000:.0f}", steal_cell(r)])
+                             f"{r['max_s'] * 1000:.0f}", bench_worker.steal_text(r)])
     memory = payload["memory"]
     series = memory["series"]
     single = by_key.get((1000, 1)) or by_key[tracked_sizes[0], 1]

@@ -65,6 +65,20 @@ def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> in
     return value
 
 
+#: A binding is a short printable label (a metric name and version); bytes on the fingerprint path.
+MAX_BINDING_LENGTH = 200
+
+
+def _check_binding(binding) -> str:
+    if not isinstance(binding, str):
+        raise InvalidParameterError("binding", binding, "must be a string such as 'flight_dest@1'")
+    if not binding or len(binding) > MAX_BINDING_LENGTH:
+        raise InvalidParameterError("binding", binding, f"must be 1 to {MAX_BINDING_LENGTH} characters")
+    if not binding.isprintable():
+        raise InvalidParameterError("binding", binding, "must hold printable characters only")
+    return binding
+
+
 def _check_f_star(f_star) -> float:
     if isinstance(f_star, bool) or not isinstance(f_star, (int, float)) or math.isnan(f_star):
         raise InvalidParameterError("f_star", f_star, "must be a number in [0, 1]")
@@ -89,6 +103,10 @@ class OCMSParams:
         mode: how m was chosen: "mse", "l2" or "fixed" (explicit override).
         f_star: the prior upper bound on frequencies used by mode "mse".
         tracked_count: D, the number of tracked values used by mode "l2".
+        binding: what these parameters belong to, e.g. ``"flight_dest@1"`` (a registry
+            metric's name and version); part of the fingerprint, so two metrics with
+            identical parameters never share one and their reports never mix.
+            ``None`` (the default) keeps the unbound fingerprint of wire format v1.
     """
 
     epsilon: float
@@ -99,6 +117,7 @@ class OCMSParams:
     mode: str = "fixed"
     f_star: float | None = None
     tracked_count: int | None = None
+    binding: str | None = None
     _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
@@ -128,6 +147,8 @@ class OCMSParams:
             object.__setattr__(self, "f_star", _check_f_star(self.f_star))
         if self.tracked_count is not None:
             _check_int("tracked_count", self.tracked_count, 1)
+        if self.binding is not None:
+            _check_binding(self.binding)
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -142,6 +163,7 @@ class OCMSParams:
         hash_range: int | None = None,
         value_domain: str = "integer",
         field: FiniteField | None = None,
+        binding: str | None = None,
     ) -> "OCMSParams":
         """Choose m and the field for a privacy budget and dictionary.
 
@@ -155,6 +177,8 @@ class OCMSParams:
             hash_range: explicit m (baselines, experiments); sets mode "fixed".
             value_domain: "integer" or "string" (128-bit fingerprints).
             field: explicit field (tests, negative controls); normally chosen.
+            binding: the metric these parameters belong to ("name@version"); bound into
+                the fingerprint (see the attribute).
 
         Runtime: O(1) except the prime search, O(sqrt) Miller-Rabin rounds.
         """
@@ -197,6 +221,7 @@ class OCMSParams:
             mode=mode_used,
             f_star=f_star if mode_used == "mse" else None,
             tracked_count=tracked_count,
+            binding=binding,
         )
 
     # --------------------------------------------------------------- derived
@@ -273,9 +298,10 @@ class OCMSParams:
     def fingerprint(self) -> bytes:
         """8 stable bytes identifying everything a report's meaning depends on.
 
-        Covers eps (exact IEEE-754 bits), m, the field, d and the value domain;
-        not the mode/f*/D that only explain how m was chosen. Every report and
-        every serialized sketch carries it.
+        Covers eps (exact IEEE-754 bits), m, the field, d, the value domain and,
+        when set, the binding (UTF-8, length-prefixed, after everything else, so
+        unbound parameters keep their v1 fingerprint); not the mode/f*/D that only
+        explain how m was chosen. Every report and every serialized sketch carries it.
         """
 
         def compute() -> bytes:
@@ -284,6 +310,9 @@ class OCMSParams:
             h.update(self.field.descriptor())
             h.update(self.dictionary_size.to_bytes(17, "big"))
             h.update(self.value_domain.encode())
+            if self.binding is not None:
+                label = self.binding.encode()
+                h.update(b"binding" + len(label).to_bytes(2, "big") + label)
             return h.digest()
 
         return self.cached("fp", compute)
@@ -306,5 +335,6 @@ class OCMSParams:
             "effective_hash_range": float(self.effective_hash_range),
             "keep_probability": self.keep_probability,
             "report_bytes": self.report_bytes,
+            "binding": self.binding,
             "fingerprint": self.fingerprint.hex(),
         }

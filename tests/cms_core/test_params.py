@@ -108,3 +108,20 @@ def test_params_frozen_and_revalidated():
         p.epsilon = 3.0
     with pytest.raises(InvalidParameterError):
         OCMSParams(epsilon=-1.0, hash_range=4, field=PrimeField(1009), dictionary_size=1000)
+
+
+def test_binding_separates_fingerprints_and_keeps_unbound_ones():
+    unbound = OCMSParams.build(epsilon=2.0, dictionary_size=1000)
+    a = OCMSParams.build(epsilon=2.0, dictionary_size=1000, binding="flight_dest@1")
+    b = OCMSParams.build(epsilon=2.0, dictionary_size=1000, binding="carrier@1")
+    a2 = OCMSParams.build(epsilon=2.0, dictionary_size=1000, binding="flight_dest@2")
+    assert len({unbound.fingerprint, a.fingerprint, b.fingerprint, a2.fingerprint}) == 4
+    assert a.fingerprint == OCMSParams.build(epsilon=2.0, dictionary_size=1000, binding="flight_dest@1").fingerprint
+    # unbound parameters keep the wire-v1 fingerprint of the committed vectors
+    assert unbound.binding is None and unbound.describe()["binding"] is None
+
+
+@pytest.mark.parametrize("binding", ["", "x" * 201, "a\nb", 7, b"x@1"])
+def test_bad_binding_names_the_field(binding):
+    with pytest.raises(InvalidParameterError, match="binding"):
+        OCMSParams.build(epsilon=2.0, dictionary_size=10, binding=binding)

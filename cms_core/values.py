@@ -45,6 +45,39 @@ def encode_value(params: OCMSParams, value) -> int:
     return value
 
 
+def value_to_json(value) -> str:
+    """A dictionary value as it travels in JSON (CLI, HTTP API, files): always a string.
+
+    Integers are written as their decimal digits in a JSON string: a JSON
+    number loses every integer above 2^53 in JavaScript clients and in jq 1.6
+    (2^64 - 1 reads back as 18446744073709552000), and one type for every value
+    keeps clients simple. Strings are written unchanged (JSON escapes any
+    character), bytes as their UTF-8 text.
+    """
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="surrogateescape")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidValueError(f"value {value!r}: only int, str or bytes values travel in JSON")
+    return str(int(value))
+
+
+def value_from_json(params: OCMSParams, text) -> int | str:
+    """Inverse of :func:`value_to_json` for ``params``' value domain (exact for every value)."""
+    if params.value_domain == "string":
+        if not isinstance(text, str):
+            raise InvalidValueError(f"value {text!r}: the string domain takes JSON strings")
+        return text
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise InvalidValueError(f"value {text!r}: the integer domain takes decimal digits as a JSON string")
+    if isinstance(text, str):
+        if not text.isascii() or not text.isdigit():
+            raise InvalidValueError(f"value {text!r}: not a non-negative decimal integer")
+        text = int(text)
+    return encode_value(params, text)
+
+
 def limbs_for(params: OCMSParams) -> int:
     """uint64 words per field element in arrays: 1, or 2 for GF(2^128)."""
     return 2 if params.field.bits > 64 else 1

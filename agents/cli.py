@@ -53,6 +53,8 @@ def _add_params_flags(p: argparse.ArgumentParser, epsilon_required: bool = True)
     p.add_argument("--strings", action="store_true", help="values are strings (128-bit fingerprints, GF(2^128))")
     p.add_argument("--tracked", type=_int_at_least(1), help="number of tracked values D (needed by l2)")
     p.add_argument("--hash-range", type=_int_at_least(2), help="explicit m (overrides the optimum)")
+    p.add_argument("--mechanism", choices=["ocms", "direct", "auto"], default=None,
+                   help="ocms (OCMS+RR, default), direct (randomized response over d, m = d) or auto (lower exact error)")
 
 
 def _params_from_args(args):
@@ -70,6 +72,7 @@ def _params_from_args(args):
         tracked_count=args.tracked,
         hash_range=args.hash_range,
         value_domain="string" if args.strings else "integer",
+        mechanism=args.mechanism or "ocms",
     )
 
 
@@ -77,7 +80,8 @@ def cmd_plan(args) -> int:
     from cms_core import planning
 
     params = _params_from_args(args)
-    result = {"params": params.describe()}
+    result = {"params": params.describe(),
+              "mechanisms": planning.compare_mechanisms(params, args.n or 1, args.tracked)}
     if args.n is not None:
         result["prediction"] = planning.predict(params, args.n, args.confidence, args.tracked)
     target = {
@@ -96,9 +100,13 @@ def cmd_plan(args) -> int:
         return 0
     d = result["params"]
     print(f"epsilon          {d['epsilon']:g}  (mode {d['mode']}" + (f", f*={d['f_star']:g}" if d["f_star"] is not None else "") + ")")
-    print(f"hash range m     {d['hash_range']}   (m' = {d['effective_hash_range']:.12g})")
-    print(f"field            {d['field']}   (q={d['q']}, r={d['r']})")
-    print(f"report size      {d['report_bytes']} bytes payload (a0, a1, z)")
+    if d["mechanism"] == "direct":
+        print(f"mechanism        direct randomized response, m = d = {d['hash_range']}")
+        print(f"report size      {d['report_bytes']} bytes payload (z)")
+    else:
+        print(f"hash range m     {d['hash_range']}   (m' = {d['effective_hash_range']:.12g})")
+        print(f"field            {d['field']}   (q={d['q']}, r={d['r']})")
+        print(f"report size      {d['report_bytes']} bytes payload (a0, a1, z)")
     print(f"keep probability {d['keep_probability']:.6g}")
     print(f"fingerprint      {d['fingerprint']}")
     if "prediction" in result:
@@ -108,6 +116,7 @@ def cmd_plan(args) -> int:
         print(f"  {pr['confidence']:.0%} CI half-width  +-{pr['ci_half_width']:.4g} in frequency, +-{pr['ci_half_width_count']:.4g} in count")
         if "l2_loss" in pr:
             print(f"  l2 over D={pr['tracked_count']}  {pr['l2_loss']:.4g}; l1 <= {pr['l1_bound']:.4g}")
+    print("\n".join(planning.comparison_lines(result["mechanisms"])))
     if "reports_needed" in result:
         (name, value), = result["target"].items()
         print(f"reports needed for {name.replace('target_', '')} <= {value:g}: {result['reports_needed']}")
@@ -245,7 +254,7 @@ def cmd_broker(args) -> int:
 _PARAM_ENV = {
     "epsilon": ("OCMS_EPSILON", float), "mode": ("OCMS_MODE", str), "f_star": ("OCMS_F_STAR", float),
     "dictionary_size": ("OCMS_DICTIONARY_SIZE", int), "hash_range": ("OCMS_HASH_RANGE", int),
-    "tracked": ("OCMS_TRACKED", int),
+    "tracked": ("OCMS_TRACKED", int), "mechanism": ("OCMS_MECHANISM", str),
 }
 
 
@@ -287,7 +296,7 @@ def worker_settings_from_args(args, environ=None):
     extra = tuple(
         OCMSParams.build(eps, args.dictionary_size,
                          mode=params.mode, f_star=args.f_star, tracked_count=args.tracked,
-                         value_domain=params.value_domain)
+                         value_domain=params.value_domain, mechanism=args.mechanism or "ocms")
         for eps in args.extra_epsilon or ()
     )
     overrides = {name: getattr(args, name) for name in (

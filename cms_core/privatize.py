@@ -1,5 +1,9 @@
 """Client side of Algorithm 1: hash with a fresh random h, then randomized response.
 
+Direct randomized response (``params.mechanism == "direct"``) is the same with
+the identity hash: z is the randomized response over [d] of the value itself,
+and the report carries the constant coefficients (0, 1) (never sent).
+
 Two paths, deliberately named apart:
 
 * :func:`privatize` -- the **device path**. Every random draw comes from the
@@ -27,7 +31,7 @@ import numpy as np
 
 from . import kernel
 from .params import OCMSParams
-from .reports import Report, ReportBatch
+from .reports import Report, ReportBatch, identity_coefficients
 from .values import encode_value, limbs_for
 
 
@@ -63,6 +67,8 @@ def privatize(params: OCMSParams, value) -> Report:
     Runtime: two field draws, one field multiply and one hash; microseconds.
     """
     x = encode_value(params, value)
+    if params.is_direct:
+        return Report(0, 1, randomized_response(params, x))
     order = params.field.order
     a0 = secrets.randbelow(order)
     a1 = secrets.randbelow(order)
@@ -85,9 +91,13 @@ def simulate_reports(params: OCMSParams, elements: np.ndarray, rng: np.random.Ge
     Seeded and vectorized; uses the compiled hash when available.
     """
     n = int(elements.shape[0])
-    a0 = _random_coefficients(params, rng, n)
-    a1 = _random_coefficients(params, rng, n)
-    y = kernel.hash_residues(params, a0, a1, elements)
+    if params.is_direct:
+        a0, a1 = identity_coefficients(n)
+        y = np.asarray(elements, dtype=np.uint64)
+    else:
+        a0 = _random_coefficients(params, rng, n)
+        a1 = _random_coefficients(params, rng, n)
+        y = kernel.hash_residues(params, a0, a1, elements)
     keep = rng.random(n) < params.keep_probability
     other = rng.integers(0, params.hash_range - 1, size=n, dtype=np.uint64)
     other = other + (other >= y).astype(np.uint64)

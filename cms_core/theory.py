@@ -59,7 +59,7 @@ def rr_variance_unequal(epsilon: float, m: int) -> float:
         return (np.float64(math.expm1(epsilon)) + m - 1) / np.float64(math.expm1(epsilon)) ** 2
 
 
-# --- Imperfect hashing (Section "Unbiased CMS with Imperfect Hashing", errata 4) ---
+# --- Imperfect hashing (Section "Unbiased CMS with Imperfect Hashing", erratum 4 of docs/paper-errata.md) ---
 
 def field_quotient_remainder(field_order: int, m: int) -> tuple[int, int]:
     """q, r with p^l = q m + r, exact integers."""
@@ -73,7 +73,7 @@ def collision_probability(field_order: int, m: int) -> Fraction:
 
 
 def effective_hash_range(field_order: int, m: int) -> Fraction:
-    """m' = 1 / c_bar = (m q + r)^2 / ((2q + 1) r + m q^2), exactly (errata 4)."""
+    """m' = 1 / c_bar = (m q + r)^2 / ((2q + 1) r + m q^2), exactly (erratum 4)."""
     return 1 / collision_probability(field_order, m)
 
 
@@ -174,7 +174,7 @@ def l1_bound(epsilon: float, m: int, n: float, tracked_count: int) -> float:
 def optimized_worst_case_mse(epsilon: float, n: float, f_star: float = 1.0) -> float:
     """Theorem optimized_mse: the continuous optimum of the worst-case MSE.
 
-    f* > 1/2: e^{eps/2} / (n (e^{eps/2} - 1)^2) (errata 7);
+    f* > 1/2: e^{eps/2} / (n (e^{eps/2} - 1)^2) (erratum 7);
     f* <= 1/2: 2 (Delta_MSE + e) / (n (e - 1)^2).
     """
     if f_star > 0.5:
@@ -198,7 +198,7 @@ def continuous_optimal_hash_range(epsilon: float, mode: str, f_star: float = 1.0
     """The real-valued minimiser of the objective (HashRange, before rounding).
 
     mse, f* > 1/2 : 1 + e^{eps/2}
-    mse, f* <= 1/2: 1 + Delta_MSE / (f* e + 1 - f*)   (errata 2: not 1 + Delta_MSE)
+    mse, f* <= 1/2: 1 + Delta_MSE / (f* e + 1 - f*)   (erratum 2: not 1 + Delta_MSE)
     l2            : 1 + Delta_l / (e + D - 1)
     """
     e = math.exp(epsilon)

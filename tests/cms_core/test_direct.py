@@ -192,6 +192,16 @@ def test_wire_records_are_z_only(d, z_bytes):
     assert all(len(m) == wire.HEADER_SIZE + z_bytes for m in singles)
 
 
+def test_wire_vectors_of_the_docs():
+    # docs/wire-format.md, "Direct randomized response": header | z.
+    p = direct(2.0, 16)
+    assert wire.encode_report(p, Report(0, 1, 3)).hex() == "4f43010198a056d0a0fd6217" "00000001" "03"
+    q = direct(1.0, 1000)
+    frame = bytes.fromhex("4f430102201f2c598188239e" "00000002" "03e7" "0007")
+    assert wire.encode_frame(q, ReportBatch.from_reports(q, [Report(0, 1, 999), Report(0, 1, 7)])) == frame
+    assert wire.decode_message(frame, {q.fingerprint: q})[1].to_reports() == [Report(0, 1, 999), Report(0, 1, 7)]
+
+
 def test_wire_rejects_direct_faults():
     p = direct(2.0, 10)
     message = bytearray(wire.encode_report(p, Report(0, 1, 4)))

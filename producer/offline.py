@@ -159,7 +159,8 @@ def matching_flags(params: OCMSParams, fingerprints: Iterable[bytes]) -> dict[by
         attempt(lambda: "--strings (without --dictionary-size)", value_domain="string", dictionary_size=None)
     for mode in ("mse", "l2"):
         if mode != params.mode:
-            attempt(lambda mode=mode: f"--mode {mode}", mode=mode, hash_range=None,
+            without = " without --hash-range" if params.mode not in ("mse", "l2") else ""
+            attempt(lambda mode=mode, without=without: f"--mode {mode}{without}", mode=mode, hash_range=None,
                     tracked_count=params.tracked_count)
     for eps in _epsilon_grid():
         if len(found) == len(wanted):

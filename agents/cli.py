@@ -273,7 +273,7 @@ def worker_settings_from_args(args, environ=None):
     params = _params_from_args(args)
     extra = tuple(
         OCMSParams.build(eps, args.dictionary_size,
-                         mode=params.mode, f_star=args.f_star, tracked_count=args.tracked,
+                         mode=params.mode, f_star=args.f_star, tracked_count=params.tracked_count,
                          value_domain=params.value_domain)
         for eps in args.extra_epsilon or ()
     )

@@ -243,3 +243,16 @@ def test_installed_entry_point_exit_status_and_stderr(capture):
                          capture_output=True, text=True, env={**os.environ})
     assert run.returncode == 1 and "matches --epsilon 2 " in run.stderr
     assert json.loads(run.stdout)["n"] == 0 and not math.isnan(json.loads(run.stdout)["messages"])
+
+
+def test_worker_l2_derives_tracked_count_for_every_parameter_set(tmp_path):
+    from agents.cli import build_parser, worker_settings_from_args
+
+    values = tmp_path / "t.jsonl"
+    write_values_file(values, [" a", "", "line\nbreak"])
+    args = build_parser().parse_args(["worker", "-e", "2", "--strings", "--mode", "l2", "--tracked-file", str(values),
+                                      "--extra-epsilon", "1", "--bootstrap-servers", "k:9092"])
+    settings = worker_settings_from_args(args, environ={})
+    assert [p.tracked_count for p in settings.params_sets] == [3, 3]
+    assert settings.params.fingerprint == OCMSParams.build(2.0, mode="l2", tracked_count=3,
+                                                           value_domain="string").fingerprint

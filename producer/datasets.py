@@ -602,7 +602,8 @@ def _build_file(rest: str, spec: str) -> Dataset:
         lines = [line for line in lines if line]
     if not lines:
         raise InvalidParameterError(name, path, "the file has no values (only empty lines)")
-    if all(_NONNEG_INT.fullmatch(line) for line in lines) and max(int(line) for line in lines) < MAX_DICTIONARY_SIZE:
+    all_integers = all(_NONNEG_INT.fullmatch(line) for line in lines)
+    if all_integers and max(int(line) for line in lines) < MAX_DICTIONARY_SIZE:
         values = np.array([int(line) for line in lines], dtype=object if max(map(len, lines)) > 18 else np.int64)
         top = int(values.max())
         codes = values.astype(np.int64)
@@ -610,9 +611,11 @@ def _build_file(rest: str, spec: str) -> Dataset:
         d, labels = top + 1, None
         kind = f"integers, dictionary [0, {d})"
     else:
+        if all_integers:  # beyond 2^32: one decimal label per integer ("007" is 7)
+            lines = [str(int(line)) for line in lines]
         labels, codes = _encode(lines)
         d = len(labels)
-        kind = f"{d} distinct strings"
+        kind = f"{d} distinct {'integers' if all_integers else 'strings'}"
     description = f"{path}: {len(codes)} values ({kind}); lines drawn uniformly with replacement"
     return Dataset(f"file:{path}", d, labels, description, _EventSampler(codes))
 

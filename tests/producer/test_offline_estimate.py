@@ -256,3 +256,28 @@ def test_worker_l2_derives_tracked_count_for_every_parameter_set(tmp_path):
     assert [p.tracked_count for p in settings.params_sets] == [3, 3]
     assert settings.params.fingerprint == OCMSParams.build(2.0, mode="l2", tracked_count=3,
                                                            value_domain="string").fingerprint
+
+
+def test_simulate_strings_sends_labels_of_an_unlabelled_dataset(capsys, tmp_path):
+    cap, tracked = tmp_path / "u.cap", tmp_path / "t.txt"
+    code, _, err = ocms(capsys, "simulate", "--dataset", "uniform:d=20", "--strings", "--reports", "2000",
+                        "--out", cap)
+    assert code == 0, err
+    tracked.write_text("".join(f"{i}\n" for i in range(20)))  # plain lines: unambiguous here
+    code, out, err = ocms(capsys, "estimate", cap, "-e", "2", "--strings", "--tracked-file", tracked)
+    doc = json.loads(out)
+    assert code == 0 and doc["n"] == 2000 and doc["params"]["value_domain"] == "string"
+    assert sum(r["match_count"] for r in doc["estimates"]) > 2000 * 0.7 / 4  # kept reports land on their value
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--dataset", "uniform:d=20000000", "--strings"], "too many to send as strings"),
+    (["--dataset", "uniform:d=20", "-d", "30"], "dataset's integer dictionary d=20"),
+    (["--dataset", "file:BIG", "-d", "2^63"], "holds the value 18446744073709551615"),
+])
+def test_simulate_refuses_parameters_that_cannot_carry_the_dataset(capsys, tmp_path, argv, fragment):
+    big = tmp_path / "big.jsonl"
+    write_values_file(big, [2**64 - 1])
+    code, _, err = ocms(capsys, "simulate", *[f"file:{big}" if a == "file:BIG" else a for a in argv],
+                        "--reports", "10", "--out", tmp_path / "x.cap")
+    assert code == 2 and fragment in err, err

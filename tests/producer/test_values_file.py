@@ -118,5 +118,7 @@ def test_dataset_file_reads_json_lines_exactly(tmp_path):
     assert ds.labels == ("", " a", "a", "line\nbreak")
     big = tmp_path / "big.jsonl"
     write_values_file(big, [2**64 - 1, 2**53 + 1, 2**53 + 1])
+    with big.open("a") as f:
+        f.write('"0018446744073709551615"\n')  # the same integer, spelled with leading zeros
     ds = parse_dataset(f"file:{big}")  # beyond 2^32: decimal labels, sent as the integers they spell
     assert sorted(int(x) for x in ds.labels) == [2**53 + 1, 2**64 - 1]

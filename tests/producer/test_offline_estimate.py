@@ -2,7 +2,6 @@
 wrong question (other parameters, damaged captures, l2 without D) gets a loud answer."""
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -242,7 +241,8 @@ def test_installed_entry_point_exit_status_and_stderr(capture):
     run = subprocess.run([str(script), "estimate", str(capture), "-e", "2.5", "-d", "50"],
                          capture_output=True, text=True, env={**os.environ})
     assert run.returncode == 1 and "matches --epsilon 2 " in run.stderr
-    assert json.loads(run.stdout)["n"] == 0 and not math.isnan(json.loads(run.stdout)["messages"])
+    doc = json.loads(run.stdout)
+    assert doc["n"] == 0 and doc["messages"] == 20 and doc["rejected"] == {"unknown_fingerprint": 20}
 
 
 def test_worker_l2_derives_tracked_count_for_every_parameter_set(tmp_path):

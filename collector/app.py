@@ -65,6 +65,15 @@ class CollectorMetrics:
         self.idempotent_replays = Counter("ocms_collector_idempotent_replays",
                                           "Retried uploads answered from the idempotency cache", registry=r)
         self.idempotency_keys = Gauge("ocms_collector_idempotency_keys", "Keys in the idempotency cache", registry=r)
+        self._children: dict = {}
+
+    def count(self, status: int, reason: str, seconds: float) -> None:
+        """One answered upload (label children cached: labels() costs more than the increment)."""
+        child = self._children.get((status, reason))
+        if child is None:
+            child = self._children[(status, reason)] = self.requests.labels(str(status), reason)
+        child.inc()
+        self.latency.observe(seconds)
 
 
 def _json(status: int, doc: dict, headers: dict | None = None) -> web.Response:
@@ -97,8 +106,7 @@ class Collector:
 
     # ------------------------------------------------------------------- app
     def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.settings.max_body_bytes + 1,
-                              middlewares=[self._observe])
+        app = web.Application(client_max_size=self.settings.max_body_bytes + 1)
         app[COLLECTOR_KEY] = self
         app.router.add_post("/v1/reports", self.post_reports)
         app.router.add_post("/v1/metrics/{metric}/reports", self.post_reports)
@@ -113,21 +121,6 @@ class Collector:
 
     async def _on_shutdown(self, app) -> None:
         await self.outlet.close(list(self.lanes.values()))
-
-    @web.middleware
-    async def _observe(self, request: web.Request, handler):
-        started = time.perf_counter()
-        try:
-            response = await handler(request)
-        except web.HTTPException as exc:  # router 404/405 and aiohttp's own 413
-            response = exc
-        if request.method == "POST":
-            reason = getattr(response, "ocms_reason", None) or _reason_of(response)
-            self.metrics.requests.labels(str(response.status), reason).inc()
-            self.metrics.latency.observe(time.perf_counter() - started)
-        if isinstance(response, web.HTTPException):
-            raise response
-        return response
 
     # --------------------------------------------------------------- handlers
     async def healthz(self, request: web.Request) -> web.Response:
@@ -144,10 +137,12 @@ class Collector:
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def post_reports(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
         try:
             response = await self._upload(request)
         except UploadRejected as exc:
             response = _answer(exc.status, exc.reason, exc.detail)
+        self.metrics.count(response.status, response.ocms_reason, time.perf_counter() - started)
         return response
 
     async def _upload(self, request: web.Request) -> web.Response:
@@ -246,10 +241,13 @@ class Collector:
 
     async def _read_body(self, request: web.Request) -> bytes | None:
         limit = self.settings.max_body_bytes
+        content = request.content
+        if content.is_eof():  # the whole body came with the headers (small uploads): no timer needed
+            return await content.read()
         try:
             async with asyncio.timeout(self.settings.body_timeout_seconds):
                 chunks, size = [], 0
-                async for chunk in request.content.iter_any():
+                async for chunk in content.iter_any():
                     size += len(chunk)
                     chunks.append(chunk)
                     if size > limit:
@@ -257,11 +255,6 @@ class Collector:
                 return b"".join(chunks)
         except TimeoutError:
             return None
-
-
-def _reason_of(response) -> str:
-    status = getattr(response, "status", 0)
-    return {404: "no_route", 405: "method_not_allowed", 413: "body_too_large"}.get(status, "none")
 
 
 class CollectorServer:

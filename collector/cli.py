@@ -20,7 +20,6 @@ from .settings import CollectorSettings, env_name
 FLAGS = (
     ("--registry", "registry", "metric registry file"),
     ("--bootstrap-servers", "bootstrap_servers", "Kafka bootstrap address HOST:PORT[,HOST:PORT]"),
-    ("--broker", "broker", "kafka | embedded (the Tansu test broker) [default kafka]"),
     ("--source-topic", "source_topic", "topic the frames go to [default ocms-reports]"),
     ("--host", "host", "listen address [default 127.0.0.1; 0.0.0.0 in a container]"),
     ("--port", "port", "listen port [default 8080; 0 = a free port, printed]"),

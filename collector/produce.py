@@ -135,10 +135,6 @@ class KafkaOutlet:
             "max_request_size": 1_048_576,
             "max_batch_size": 1_048_576,
         }
-        if s.broker == "embedded":
-            # Tansu answers end offsets wrongly for multi-record batches (see producer/broker.py):
-            # one frame per produce batch keeps consumers' offsets exact.
-            config["max_batch_size"] = 16_384
         return config
 
     async def start(self) -> None:

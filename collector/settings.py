@@ -3,7 +3,7 @@
 Precedence as for the worker: a flag wins over its environment variable, which
 wins over the default. Shared names keep the worker's variables
 (``OCMS_REGISTRY``, ``OCMS_BOOTSTRAP_SERVERS``, ``OCMS_SOURCE_TOPIC``,
-``OCMS_BROKER``, ``OCMS_LOG_LEVEL``); everything else is ``OCMS_COLLECTOR_<FLAG>``
+``OCMS_LOG_LEVEL``); everything else is ``OCMS_COLLECTOR_<FLAG>``
 (``--port`` is ``OCMS_COLLECTOR_PORT``). Every bad value raises
 :class:`InvalidParameterError` naming the variable a user would fix.
 """
@@ -24,7 +24,6 @@ SHARED_ENV = {
     "registry": "OCMS_REGISTRY",
     "bootstrap_servers": "OCMS_BOOTSTRAP_SERVERS",
     "source_topic": "OCMS_SOURCE_TOPIC",
-    "broker": "OCMS_BROKER",
     "log_level": "OCMS_LOG_LEVEL",
 }
 
@@ -37,7 +36,6 @@ def env_name(setting: str) -> str:
 class CollectorSettings:
     registry: str
     bootstrap_servers: str
-    broker: str = "kafka"  # kafka | embedded (the Tansu test broker: one-record producer batches)
     source_topic: str = "ocms-reports"
     host: str = "127.0.0.1"
     port: int = 8080
@@ -106,11 +104,6 @@ class CollectorSettings:
         for name in ("access_log_client_addresses", "access_log"):
             if name in raw:
                 out[name] = _bool(env_name(name), raw[name])
-        if "broker" in raw:
-            broker = str(raw["broker"]).lower()
-            if broker not in ("kafka", "embedded"):
-                raise InvalidParameterError(env_name("broker"), raw["broker"], "expected kafka or embedded")
-            out["broker"] = broker
         if "log_level" in raw:
             level = str(raw["log_level"]).lower()
             if level not in LOG_LEVELS:

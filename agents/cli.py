@@ -424,7 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--show", type=_int_at_least(1), default=5, help="values shown per table (most frequent first)")
     run.add_argument("--seed", type=_int_at_least(0), default=0)
     run.set_defaults(func=cmd_run)
+    from registry.cli import add_registry_commands  # `ocms registry ...`, `ocms plan --registry` (registry/cli.py)
 
+    add_registry_commands(sub)
     from collector.cli import add_collector_parser  # issue 13: the collector owns its flags
 
     add_collector_parser(sub)

@@ -169,10 +169,12 @@ class UploadParser:
     # ---------------------------------------------------------------- lookups
     def metric(self, name: str):
         """The MetricSpec of ``name``; 404 when the registry has no such metric."""
-        for spec in self.registry.metrics:
-            if spec.name == name:
-                return spec
-        raise UploadRejected(404, "unknown_metric", f"no metric named {name!r} in the registry")
+        from registry import UnknownMetricError
+
+        try:
+            return self.registry.metric(name)
+        except UnknownMetricError:
+            raise UploadRejected(404, "unknown_metric", f"no metric named {name[:100]!r} in the registry") from None
 
     def _version(self, fingerprint: bytes, metric: str | None, offset: int | None):
         at = "" if offset is None else f"message at byte {offset}: "

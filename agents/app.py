@@ -34,6 +34,7 @@ import faust
 from faust.streams import _current_event
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .console import add_console
 from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
 from .processor import AcceptedMessage, MessageValidator, RejectedMessage, expired, plan_batch
@@ -215,6 +216,8 @@ class OCMSWorker:
             # aiohttp takes the charset separately; the exposition format is UTF-8 text.
             content_type = CONTENT_TYPE_LATEST.split("; charset")[0]
             return web.bytes(generate_latest(self.metrics.registry), content_type=content_type)
+
+        add_console(app, self.settings.truth_file)  # the live console at / (agents/console)
 
     # --------------------------------------------------------- per message
     def receive(self, message) -> bool:

@@ -10,6 +10,7 @@
 
   var MAX_TREND_VALUES = 5;
   var TREND_POINTS_TARGET = 120;
+  var TREND_REFRESH_MS = 10000;
   var COLORS = ["#1f5fa8", "#b8470b", "#2a7f3f", "#7b3fa0", "#8a6d00"];
 
   var state = {
@@ -261,11 +262,18 @@
       postprocess: $("postprocess").value, window: $("window").value });
     return Promise.all([api("/topk?" + topQuery), api("/console/truth")]).then(function (answers) {
       var top = answers[0], truth = answers[1];
-      state.truth = truth.status === 200 && truth.doc ? truth.doc : null;
+      if (truth.status === 200 && truth.doc) { state.truth = truth.doc; }
+      else if (truth.status !== 503) { state.truth = null; }  // 503: keep the last truth through a busy moment
+      if (top.status === 503 && state.top) {
+        // Healthy worker, busy query thread (it turns heavy answers away with 503 + Retry-After):
+        // keep the last answer on screen and say so, rather than blanking the charts.
+        metricState("busy", "The worker is busy answering other queries (" + top.error + "); showing the last answer, retrying.");
+        return;
+      }
       if (top.status !== 200) {
         state.top = null;
         drawTop(null);
-        if (top.status === 503) metricState("wait", "The worker is starting; estimates appear when it is ready.");
+        if (top.status === 503) metricState("wait", "The worker is not answering estimates yet (" + top.error + "); retrying.");
         else if (isWithheld(top)) metricState("withheld", withheldText(top.doc));
         else metricState("error", "The API answered an error: " + top.error + ".");
         return;
@@ -318,6 +326,25 @@
       return tr;
     });
     if (!rows.length) rows = [el("tr", {}, [el("td", { colspan: "8", class: "muted", text: "this worker accepts no parameter set" })])];
+    // Same metrics as on screen: update the rows in place, so focus and element identity survive a poll.
+    var existing = Array.prototype.slice.call(body.rows);
+    var same = existing.length === rows.length && rows.every(function (tr, i) {
+      return tr.getAttribute("data-fp") != null && existing[i].getAttribute("data-fp") === tr.getAttribute("data-fp");
+    });
+    if (same) {
+      rows.forEach(function (tr, i) {
+        var old = existing[i];
+        old.className = tr.className;
+        var button = old.cells[0].querySelector("button"), fresh = tr.cells[0].querySelector("button");
+        button.setAttribute("aria-pressed", fresh.getAttribute("aria-pressed"));
+        if (button.textContent !== fresh.textContent) button.textContent = fresh.textContent;
+        for (var c = 1; c < tr.cells.length; c++) {
+          if (old.cells[c].textContent !== tr.cells[c].textContent) old.cells[c].textContent = tr.cells[c].textContent;
+          if (tr.cells[c].hasAttribute("data-raw")) old.cells[c].setAttribute("data-raw", tr.cells[c].getAttribute("data-raw"));
+        }
+      });
+      return;
+    }
     var focused = document.activeElement && document.activeElement.getAttribute("data-fp");
     body.replaceChildren.apply(body, rows);
     if (focused) { var again = body.querySelector('button[data-fp="' + focused + '"]'); if (again) again.focus(); }
@@ -368,7 +395,17 @@
     var select = $("step");
     var levels = (state.params && state.params.levels) || [];
     var base = levels.length ? num(levels[0].bucket_seconds) : num(state.params && state.params.bucket_seconds) || 60;
-    var range = Number($("range").value);
+    // Ranges longer than the longest retention have no buckets to show (and the API refuses them).
+    var longest = Math.max.apply(null, levels.map(function (l) { return num(l.retention_seconds) || 0; }).concat([0]));
+    var rangeSelect = $("range");
+    if (longest > 0) {
+      Array.prototype.forEach.call(rangeSelect.options, function (o) { o.disabled = Number(o.value) > longest; });
+      if (rangeSelect.selectedOptions[0] && rangeSelect.selectedOptions[0].disabled) {
+        var allowed = Array.prototype.filter.call(rangeSelect.options, function (o) { return !o.disabled; });
+        if (allowed.length) rangeSelect.value = allowed[allowed.length - 1].value;
+      }
+    }
+    var range = Number(rangeSelect.value);
     var options = [];
     levels.forEach(function (level) {
       var w = num(level.bucket_seconds);
@@ -546,14 +583,23 @@
 
   function refreshTrend(p) {
     var values = state.trendValues.slice();
-    if (!values.length) { drawTrend(p, [], []); return Promise.resolve(); }
+    if (!values.length) { drawTrend(p, [], []); state.trendKey = null; return Promise.resolve(); }
     var range = Number($("range").value), step = $("step").value;
+    // A trend point covers a whole bucket step: refetch when the choice changed, else at most
+    // every TREND_REFRESH_MS (the worker's query thread is shared with every other client).
+    var key = [p.fingerprint, values.join("\n"), range, step, $("postprocess").value].join("|");
+    if (key === state.trendKey && Date.now() - state.trendFetched < TREND_REFRESH_MS) return Promise.resolve();
+    state.trendKey = key; state.trendFetched = Date.now();
     var calls = values.map(function (v) {
       return api("/trend?" + query({ params: p.fingerprint, value: v, from: "now-" + range + "s", step: step,
         postprocess: $("postprocess").value }));
     });
     return Promise.all(calls).then(function (answers) {
       var errors = answers.filter(function (a) { return a.status !== 200; });
+      if (errors.length) state.trendKey = null;  // try again on the next poll
+      if (errors.length && errors.every(function (a) { return a.status === 503; }) && state.charts.trend) {
+        return;  // busy: keep the last trend on screen
+      }
       if (errors.length) {
         var e = errors[0];
         if (!$("metric-state").getAttribute("data-state")) {

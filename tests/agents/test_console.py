@@ -404,6 +404,47 @@ def test_error_answers_are_shown_not_thrown(chrome, stub):
     stub.stop = lambda: None  # already stopped
 
 
+TOPK_3 = dict(EMPTY_TOPK, n=1000, top=[
+    {"value": str(v), "frequency": f, "processed": f, "count": f * 1000, "processed_count": f * 1000, "std": 0.01,
+     "ci_low": f - 0.02, "ci_high": f + 0.02, "count_ci_low": (f - 0.02) * 1000, "count_ci_high": (f + 0.02) * 1000,
+     "match_count": 400} for v, f in ((2, 0.5), (0, 0.3), (1, 0.2))])
+
+
+def test_busy_worker_keeps_the_last_answer(chrome, stub):
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/params": (200, PARAMS_DOC),
+                         "/topk": (200, TOPK_3), "/console/truth": (200, NO_TRUTH),
+                         "/trend": (200, {"points": [], "step": 60, "confidence": 0.95})})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == ["2", "0", "1"], "the top values")
+    stub.answers["/topk"] = (503, {"error": "8 heavy queries are waiting already; retry later", "status": 503})
+    wait_until(chrome, lambda d: state_of(d, "metric-state") == "busy", "the busy state", timeout=20)
+    assert [r["value"] for r in table_rows(chrome, "topk-data")] == ["2", "0", "1"]
+    assert chrome.find_elements("css selector", "#topk-chart canvas")
+    assert browser_errors(chrome, allowed=("/topk", "Failed to load resource: the server responded with a status of 503")) == []
+
+
+def test_keyboard_moves_between_metrics_and_selects_one(chrome, stub):
+    second = dict(PARAMS_DOC["parameter_sets"][0], fingerprint="cd" * 16, primary=False, epsilon=0.5,
+                  binding="checkout_latency@2", description="checkout latency bucket")
+    doc = dict(PARAMS_DOC, parameter_sets=PARAMS_DOC["parameter_sets"] + [second])
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/params": (200, doc),
+                         "/topk": (200, EMPTY_TOPK), "/console/truth": (200, NO_TRUTH)})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: len(d.find_elements("css selector", "#metrics button.pick")) == 2, "two metrics")
+    from selenium.webdriver.common.keys import Keys
+
+    first, other = chrome.find_elements("css selector", "#metrics button.pick")
+    assert "checkout_latency v2" in other.text and "checkout latency bucket" in chrome.find_element("id", "metrics").text
+    first.send_keys(Keys.ARROW_DOWN)
+    assert chrome.switch_to.active_element.get_attribute("data-fp") == "cd" * 16
+    chrome.switch_to.active_element.send_keys(Keys.ENTER)
+    wait_until(chrome, lambda d: d.find_element("css selector", 'button[data-fp="' + "cd" * 16 + '"]')
+               .get_attribute("aria-pressed") == "true", "the second metric selected by keyboard")
+    assert "checkout_latency v2" in chrome.find_element("id", "metric-h").text
+    assert "ε = 0.5 per report" in chrome.find_element("id", "params-words").text
+    assert browser_errors(chrome) == []
+
+
 # ----------------------------------------------------------- truth reading
 def test_read_truth_refuses_what_is_not_a_truth_document(tmp_path):
     assert read_truth(None) == (200, {"available": False,

@@ -39,6 +39,7 @@ from faust.streams import _current_event
 
 from cms_core.errors import OCMSError
 
+from .console import add_console
 from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
 from .processor import AcceptedMessage, MessageValidator, RejectedMessage, RetentionIndex, plan_batch
@@ -198,6 +199,7 @@ class OCMSWorker:
             await self.reader.run()
 
         add_pages(app, self)
+        add_console(app, self.settings.truth_file)  # the live console at / (agents/console)
         return app
 
     # --------------------------------------------------------- per message

@@ -12,9 +12,10 @@ Two paths, deliberately named apart:
   T = floor(2^64 * e_lo / (e_lo + m - 1)), where e_lo <= e^eps is exp(eps)
   rounded down by two ulps. The realised probability ratio
   T (m - 1) / (2^64 - T) is therefore <= e^eps (never more privacy loss than
-  claimed) and below it by a relative gap of at most ~1 / (2^64 - T) + 1e-15
-  (1e-15 at eps = 2, m = 4; 6e-10 at eps = 30, m = 1000); the keep
-  probability is exact to 2^-64. A replaced z is uniform over the m - 1 other
+  claimed) and below it by a relative gap of at most
+  :func:`ratio_gap_bound` = 2^-51 + 2^-52 + 2^64 / (T (2^64 - T)) (6.7e-16 at
+  eps = 2, m = 4, where the exact gap is 4.2e-16; 5.8e-10 at eps = 30,
+  m = 1000, gap 2.8e-10); the keep probability is exact to 2^-64. A replaced z is uniform over the m - 1 other
   symbols (``secrets.randbelow``, rejection sampling, no modulo bias).
 * :func:`simulate_reports` -- the **simulation path** for synthetic fleets:
   vectorized, seeded numpy ``Generator``, float64 keep probability. Never use
@@ -50,6 +51,20 @@ def realised_probability_ratio(params: OCMSParams) -> Fraction:
     """P(z = y | y) / P(z = y' | y), y' != y, for the device path, exactly."""
     t = keep_threshold(params)
     return Fraction(t * (params.hash_range - 1), 2**64 - t)
+
+
+def ratio_gap_bound(params: OCMSParams) -> float:
+    """Upper bound on the relative gap 1 - T (m-1) / ((2^64 - T) e^eps) of the device path.
+
+    Three terms (docs/cms_core.md, "Sampling precision"): 2^-51, e_lo is
+    exp(eps) lowered by the factor (1 - 2^-51) ("two ulps"); 2^-52, math.exp
+    is within one ulp of e^eps; 2^64 / (T (2^64 - T)), T = floor(2^64 k) is
+    below 2^64 k by less than 1, which lowers k / (1 - k) by a relative
+    1 / (2^64 k (1 - k)) at most. The gap is never negative (T (m-1) /
+    (2^64 - T) <= e^eps, the privacy claim).
+    """
+    t = keep_threshold(params)
+    return 2.0**-51 + 2.0**-52 + float(Fraction(2**64, t * (2**64 - t)))
 
 
 def randomized_response(params: OCMSParams, y: int) -> int:
@@ -109,6 +124,7 @@ __all__ = [
     "keep_threshold",
     "privatize",
     "randomized_response",
+    "ratio_gap_bound",
     "realised_probability_ratio",
     "simulate_reports",
 ]

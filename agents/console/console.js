@@ -177,7 +177,8 @@
   function schedule() {
     clearTimeout(state.timer);
     var every = Number($("poll").value);
-    if (every > 0) state.timer = setTimeout(poll, every);
+    // A hidden tab does not poll (the worker's query thread is shared); it catches up when shown.
+    if (every > 0 && !document.hidden) state.timer = setTimeout(poll, every);
   }
 
   function poll() {
@@ -774,6 +775,9 @@
         chart.parentNode.hidden = open;
         if (!open) resizeCharts();
       });
+    });
+    document.addEventListener("visibilitychange", function () {
+      if (!document.hidden && Number($("poll").value) > 0) poll();
     });
     if (window.ResizeObserver) new ResizeObserver(resizeCharts).observe(document.querySelector("main"));
     else window.addEventListener("resize", resizeCharts);

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
 import json
 import math
 import os
@@ -38,7 +37,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from cms_core.errors import InvalidParameterError, InvalidValueError
-from cms_core.params import MAX_HASH_RANGE, OCMSParams, check_epsilon
+from cms_core.params import MAX_HASH_RANGE, MECHANISM_CHOICES, OCMSParams, check_epsilon
 from cms_core.values import value_from_json
 
 from .errors import Problem, RegistryFileError, RegistryValidationError
@@ -86,10 +85,6 @@ TOP_KEYS = ("metrics",)
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 _DURATION = re.compile(r"(?:(\d+)([smhdw]))+")
 _DURATION_PART = re.compile(r"(\d+)([smhdw])")
-
-
-def _build_accepts_mechanism() -> bool:
-    return "mechanism" in inspect.signature(OCMSParams.build).parameters
 
 
 def load_registry(path: str | os.PathLike) -> Registry:
@@ -755,26 +750,30 @@ class _Loader:
                              metric, "hash_range", f["hash_range"].version)
             else:
                 hash_range = int(value)
-        extra = {}
+        # Unless a metric pins one, the mechanism with the lower exact objective is used (issue 14); an
+        # explicit m only exists for OCMS+RR.
+        mechanism = "auto" if hash_range is None else "ocms"
         if f["mechanism"].present:
             value = f["mechanism"].value
-            if not isinstance(value, str) or not value:
-                self.problem(f["mechanism"].line, f"must be a mechanism name, got {_show(value)}", metric, "mechanism",
-                             f["mechanism"].version)
-            elif not _build_accepts_mechanism():
-                self.problem(f["mechanism"].line, f"this build of cms_core has one mechanism (OCMS+RR) and takes no "
-                             f"'mechanism', got {_show(value)}; remove the key", metric, "mechanism", f["mechanism"].version)
+            if value not in MECHANISM_CHOICES:
+                self.problem(f["mechanism"].line, f"must be one of {', '.join(MECHANISM_CHOICES)}, got {_show(value)}",
+                             metric, "mechanism", f["mechanism"].version)
+            elif value == "auto" and hash_range is not None:
+                self.problem(f["hash_range"].line, "fixes OCMS+RR's m; give 'mechanism: ocms' (or drop hash_range)",
+                             metric, "hash_range", f["hash_range"].version)
             else:
-                extra["mechanism"] = value
+                mechanism = value
         if len(self.problems) > before:
             return None
         try:
             return OCMSParams.build(
                 epsilon, None if kind == "strings" else d, mode=mode, f_star=f_star, tracked_count=tracked_count,
                 hash_range=hash_range, value_domain="string" if kind == "strings" else "integer",
-                binding=f"{metric}@{version}", **extra)
+                binding=f"{metric}@{version}", mechanism=mechanism)
         except InvalidParameterError as exc:
             field = {"dictionary_size": kind, "value_domain": kind}.get(exc.name, exc.name)
+            if mechanism == "direct" and exc.name in ("dictionary_size", "value_domain"):
+                field = "mechanism"  # the dictionary is fine; direct RR cannot carry it
             source = f.get(field)
             line = source.line if source is not None and source.present else vline
             self.problem(line, f"{exc.reason}, got {_show(exc.value)}", metric, field,

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from registry import RegistryError, RegistryFileError, RegistryValidationError, load_registry
-from registry.loader import _build_accepts_mechanism
 
 from .helpers import BASE, line_of, load, problems, single_problem, write
 
@@ -221,15 +220,26 @@ def test_unreadable_file(tmp_path):
         load_registry(tmp_path / "bin.yaml")
 
 
-def test_mechanism_passes_through_only_when_cms_core_takes_it(tmp_path):
-    text = metric("mechanism: ocms")
-    if _build_accepts_mechanism():
-        reg = load(tmp_path, text)
-        assert reg.metric("app_launches").latest.mechanism
-    else:
+def test_mechanism(tmp_path):
+    """Unless pinned, the mechanism with the lower exact objective (auto); a pin is passed to cms_core."""
+    reg = load(tmp_path, metric(epsilon="epsilon: 2"))  # d = 3 < 3e^2 + 2: direct RR is more accurate
+    assert reg.metric("app_launches").latest.mechanism == "direct"
+    assert load(tmp_path, metric("mechanism: ocms")).metric("app_launches").latest.mechanism == "ocms"
+    assert load(tmp_path, metric("hash_range: 8")).metric("app_launches").latest.mechanism == "ocms"
+    big = load(tmp_path, metric(categories="integers: 100000"))
+    assert big.metric("app_launches").latest.mechanism == "ocms"  # d = 100,000: OCMS+RR wins
+    for text, needle, field, fragment in [
+        (metric("mechanism: grr"), "mechanism: grr", "mechanism", "must be one of ocms, direct, auto, got 'grr'"),
+        (metric("mechanism: auto", "hash_range: 8"), "hash_range: 8", "hash_range", "fixes OCMS+RR's m"),
+        (metric("mechanism: direct", "tracked: [a]", categories="strings: true"), "mechanism: direct", "mechanism",
+         "direct randomized response needs integer values"),
+        (metric("mechanism: direct", "tracked: {range: [0, 10]}", categories="integers: 2^40"), "mechanism: direct",
+         "mechanism", "direct randomized response needs 2 <= d <= 4294967295"),
+        (metric("mechanism: direct", "hash_range: 8"), "hash_range: 8", "hash_range", "direct randomized response has m = d"),
+    ]:
         problem = single_problem(tmp_path, text)
-        assert problem.field == "mechanism" and "takes no 'mechanism'" in problem.message
-        assert problem.line == line_of(text, "mechanism: ocms")
+        assert (problem.line, problem.field, problem.metric) == (line_of(text, needle), field, "app_launches"), str(problem)
+        assert fragment in problem.message, str(problem)
 
 
 def test_errors_are_ocms_errors(tmp_path):

@@ -290,7 +290,7 @@ def worker_settings_from_args(args, environ=None):
         "bootstrap_servers", "app_id", "source_topic", "dead_letter_topic", "partitions", "tracked_range",
         "tracked_file", "bucket_seconds", "retention_seconds", "batch_max_reports", "batch_max_seconds", "web_host",
         "web_port", "store", "watch", "top_k", "rollup_seconds", "rollup_retention_seconds",
-        "future_tolerance_seconds", "log_level",
+        "future_tolerance_seconds", "log_level", "truth_file",
     )}
     broker = args.broker or environ.get("OCMS_BROKER", "kafka")
     if broker not in ("kafka", "embedded"):
@@ -406,6 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--watch", help="comma-separated values always exported to /metrics [OCMS_WATCH]")
     worker.add_argument("--top-k", help="also export the current top K values [OCMS_TOP_K, default 20]")
     worker.add_argument("--log-level", help="debug|info|warning|error [OCMS_LOG_LEVEL, default info]")
+    worker.add_argument("--truth", dest="truth_file", help="ground-truth JSON of a simulated fleet (ocms simulate "
+                        "--truth), shown by the console beside the estimates [OCMS_TRUTH_FILE]")
     worker.set_defaults(func=cmd_worker)
 
     run = sub.add_parser("run", help="the whole pipeline here: embedded broker + worker + simulated fleet (Ctrl-C stops)")
@@ -426,6 +428,9 @@ def build_parser() -> argparse.ArgumentParser:
     from registry.cli import add_registry_commands  # `ocms registry ...`, `ocms plan --registry` (registry/cli.py)
 
     add_registry_commands(sub)
+    from collector.cli import add_collector_parser  # issue 13: the collector owns its flags
+
+    add_collector_parser(sub)
     return parser
 
 

@@ -79,6 +79,7 @@ class WorkerSettings:
     future_tolerance_seconds: int = 300
     extra_params: tuple[OCMSParams, ...] = ()
     log_level: str = "info"
+    truth_file: str | None = None  # ground truth of a simulated fleet, for the console (ocms run)
 
     @property
     def params_sets(self) -> tuple[OCMSParams, ...]:
@@ -109,7 +110,7 @@ class WorkerSettings:
             "bootstrap_servers", "app_id", "source_topic", "dead_letter_topic", "partitions", "tracked_range",
             "tracked_file", "bucket_seconds", "retention_seconds", "batch_max_reports", "batch_max_seconds",
             "web_host", "web_port", "store", "watch", "top_k", "rollup_seconds", "rollup_retention_seconds",
-            "future_tolerance_seconds", "log_level",
+            "future_tolerance_seconds", "log_level", "truth_file",
         ):
             value = overrides.get(name)
             if value is None:
@@ -160,6 +161,8 @@ class WorkerSettings:
             out["tracked_range"] = tuple(value)
         if "tracked_file" in raw:
             out["tracked_file"] = str(raw["tracked_file"])
+        if "truth_file" in raw:
+            out["truth_file"] = str(raw["truth_file"])
         if "watch" in raw:
             value = raw["watch"]
             items = value.split(",") if isinstance(value, str) else list(value)

@@ -47,8 +47,8 @@ def test_a_labelled_dataset_maps_to_categories_by_name(tmp_path, capsys):
     assert f"carrier_rev@1 (fingerprint {version.fingerprint.hex()}): sent 40,000 reports" in out
     doc = json.loads(truth.read_text())
     counts = {row["label"]: row["count"] for row in doc["counts"]}
-    assert {row["label"]: int(row["value"]) for row in doc["counts"]} == {
-        name: shuffled.index(name) for name in counts}  # the truth names values by the metric's ids
+    assert {row["label"]: row["value"] for row in doc["counts"]} == {
+        name: str(shuffled.index(name)) for name in counts}  # the truth names values by the metric's ids (JSON strings)
     sketch, rejected = sketch_from_captures(version.params, version.tracked_values(), [capture])
     assert sketch.n == n and not rejected
     est = sketch.estimate()

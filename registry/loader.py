@@ -214,8 +214,10 @@ class _Loader:
     def problem(self, line, message, metric=None, field=None, version=None) -> None:
         self.problems.append(Problem(self.path, line, message, metric, field, version))
 
-    def unknown_keys(self, mapping, allowed, metric=None, version=None, prefix="") -> None:
+    def unknown_keys(self, mapping, allowed, metric=None, version=None, prefix="", extensions=False) -> None:
         for key in mapping:
+            if extensions and isinstance(key, str) and key.startswith("x-"):
+                continue  # a place for YAML anchors shared by metrics, as docker-compose's x- keys
             if key not in allowed:
                 hint = difflib.get_close_matches(str(key), allowed, n=1)
                 suffix = f" (did you mean {hint[0]!r}?)" if hint else f"; expected one of: {', '.join(allowed)}"
@@ -228,7 +230,7 @@ class _Loader:
         if not isinstance(document, CommentedMap):
             raise RegistryValidationError(Problem(self.path, _node_line(document) or 1,
                                                   "expected a mapping with a top-level 'metrics:' list"))
-        self.unknown_keys(document, TOP_KEYS)
+        self.unknown_keys(document, TOP_KEYS, extensions=True)
         if "metrics" not in document:
             self.problem(1, "missing the top-level 'metrics:' list", field="metrics")
             raise RegistryValidationError(self.problems)

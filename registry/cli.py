@@ -6,7 +6,6 @@ agents/cli.py), so the command code lives with the registry.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 

@@ -36,9 +36,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from cms_core.errors import InvalidParameterError, InvalidValueError
+from cms_core.errors import InvalidParameterError
 from cms_core.params import MAX_HASH_RANGE, MECHANISM_CHOICES, OCMSParams, check_epsilon
-from cms_core.values import value_from_json
 
 from .errors import Problem, RegistryFileError, RegistryValidationError
 from .model import MetricSpec, MetricVersion, Registry, TrackedSpec
@@ -47,6 +46,7 @@ from .model import MetricSpec, MetricVersion, Registry, TrackedSpec
 MAX_REGISTRY_BYTES = 16 * 2**20
 MAX_METRICS = 10_000
 MAX_VERSIONS = 1_000
+MAX_VERSION_NUMBER = 1_000_000
 #: Categories and tracked values are held in every worker's view; keep them bounded.
 MAX_CATEGORIES = 1_000_000
 MAX_TRACKED = 1_000_000
@@ -268,7 +268,7 @@ class _Loader:
         unit = self.text(entry, "unit", label, required=False, limit=MAX_NAME_LENGTH)
         domain = self.domain(entry, label, line)
         versions_raw = self.version_entries(entry, label, line)
-        if domain is None or versions_raw is None or name is None:
+        if domain is None or versions_raw is None:
             return None
         kind, base_names, size = domain
         # Categories of each version: the metric's list plus every add_categories up to that version.
@@ -287,11 +287,11 @@ class _Loader:
             retired = self.flag(vmap, "retired", label, vnum) if vmap is not None else False
             note = self.text(vmap, "note", label, required=False, version=vnum) if vmap is not None else None
             versions.append(MetricVersion(
-                metric=name, version=vnum, params=params, domain=kind,
+                metric=label, version=vnum, params=params, domain=kind,
                 value_names=tuple(names) if kind == "categories" else None, tracked=tracked,
                 watch=(), retired=bool(retired), note=note, line=vline, **exposure))
-        if len(self.problems) > before or exposure is None:
-            return None
+        if len(self.problems) > before or exposure is None or name is None:
+            return None  # a bad name was reported; the rest of the metric was still checked under "#N"
         versions = self.apply_watch(entry, versions, label)
         if versions is None:
             return None
@@ -434,8 +434,9 @@ class _Loader:
                 self.problem(iline, "missing; each version needs its number (1, 2, ...)", metric, "version")
                 ok = False
                 continue
-            if not _is_int(number) or number < 1:
-                self.problem(_key_line(item, "version"), f"must be an integer >= 1, got {_show(number)}", metric, "version")
+            if not _is_int(number) or not 1 <= number <= MAX_VERSION_NUMBER:
+                self.problem(_key_line(item, "version"), f"must be an integer in [1, {MAX_VERSION_NUMBER:,}], "
+                             f"got {_show(number)}", metric, "version")
                 ok = False
                 continue
             if number <= previous:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 
 from agents.cli import main
 from producer.offline import sketch_from_captures

@@ -8,7 +8,7 @@ import pytest
 
 from registry import RegistryError, RegistryFileError, RegistryValidationError, load_registry
 
-from .helpers import BASE, line_of, load, problems, single_problem, write
+from .helpers import line_of, load, problems, single_problem, write
 
 
 def metric(*lines: str, categories="categories: [home, search, settings]", epsilon="epsilon: 2") -> str:
@@ -99,7 +99,8 @@ CASES = {
     "top_k text": (metric("top_k: many"), "top_k: many", "top_k", "must be an integer, got 'many'", None),
     "min_reports": (metric("min_reports: -5"), "min_reports: -5", "min_reports", "must be in [0, ", None),
     "versions empty": (metric("versions: []"), "versions: []", "versions", "must be a non-empty list of versions", None),
-    "version zero": (metric("versions:", "  - version: 0"), "- version: 0", "version", "must be an integer >= 1, got 0",
+    "version zero": (metric("versions:", "  - version: 0"), "- version: 0", "version",
+                     "must be an integer in [1, 1,000,000], got 0",
                      None),
     "version order": (metric("versions:", "  - version: 2", "  - version: 1"), "- version: 1", "version",
                       "increasing order without repeats; 1 follows 2", None),
@@ -152,6 +153,14 @@ def test_name_errors(tmp_path):
     missing = metric().replace("  - name: app_launches\n    description", "  - description")
     problem = single_problem(tmp_path, missing)
     assert (problem.line, problem.field) == (2, "name") and "missing" in problem.message
+
+
+def test_a_bad_name_does_not_hide_the_other_mistakes(tmp_path):
+    text = metric(epsilon="epsilon: -1").replace("name: app_launches", "name: app-launches")
+    found = problems(tmp_path, text)
+    assert len(found) == 2
+    assert "field 'name': must match" in found[0]
+    assert found[1].endswith("metric '#1': field 'epsilon': must be > 0, got -1")
 
 
 def test_duplicate_metric_names(tmp_path):

@@ -30,11 +30,12 @@ import json
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.error import MarkedYAMLError, ReusedAnchorWarning, YAMLError, YAMLWarning
 
 from cms_core.errors import InvalidParameterError
 from cms_core.params import MAX_HASH_RANGE, MECHANISM_CHOICES, OCMSParams, check_epsilon
@@ -104,7 +105,12 @@ def parse_registry(text: str, path: str = "<registry>", base_dir: str | os.PathL
     """Validate registry text; ``base_dir`` resolves relative tracked files (default: the working directory)."""
     yaml = YAML(typ="rt", pure=True)
     try:
-        document = yaml.load(text)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", YAMLWarning)
+            document = yaml.load(text)
+        for warning in caught:
+            if issubclass(warning.category, YAMLWarning):
+                raise RegistryFileError(_yaml_warning_problem(path, warning.message))
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -113,6 +119,19 @@ def parse_registry(text: str, path: str = "<registry>", base_dir: str | os.PathL
     except YAMLError as exc:
         raise RegistryFileError(Problem(path, None, f"not valid YAML: {exc}")) from None
     return _Loader(path, Path(base_dir) if base_dir is not None else Path.cwd()).load(document)
+
+
+def _yaml_warning_problem(path: str, warning) -> Problem:
+    """A YAML warning (e.g. an anchor defined twice, which silently rebinds it) as a located error."""
+    text = str(warning)
+    lines = [int(n) for n in re.findall(r"\(line: (\d+)\)", text)]
+    if isinstance(warning, ReusedAnchorWarning):
+        anchor = re.search(r"found duplicate anchor '([^']*)'", text)
+        name = f"&{anchor.group(1)}" if anchor else "an anchor"
+        where = f" (lines {lines[0]} and {lines[-1]})" if len(lines) >= 2 else ""
+        return Problem(path, lines[-1] if lines else None,
+                       f"anchor {name} is defined twice{where}: give each anchor its own name")
+    return Problem(path, lines[-1] if lines else None, f"not valid YAML: {text.strip().splitlines()[0]}")
 
 
 # --------------------------------------------------------------------------- helpers

@@ -284,3 +284,20 @@ metrics:
     assert [(m.owner, m.latest.params.epsilon) for m in reg.metrics] == [("team", 2.0), ("team", 1.0)]
     problem = single_problem(tmp_path, text.replace("x-common", "common"))
     assert (problem.line, problem.field) == (1, "common") and "unknown key" in problem.message
+
+
+def test_an_anchor_defined_twice_is_an_error(tmp_path):
+    text = """\
+x-a: &shared
+  owner: team
+x-b: &shared
+  owner: other
+metrics:
+  - name: a
+    <<: *shared
+    description: x
+    categories: [p, q]
+    epsilon: 1
+"""
+    problem = single_problem(tmp_path, text, RegistryFileError)
+    assert problem.line == 3 and problem.message == "anchor &shared is defined twice (lines 1 and 3): give each anchor its own name"

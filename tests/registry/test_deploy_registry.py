@@ -80,3 +80,26 @@ def test_compose_mounts_the_tracked_files_next_to_the_registry(reg):
                           for h, c in mounts.items() if posixpath.join("deploy", relative).startswith(h + "/"))
             assert visible, f"service {name}: {relative} (needed at {wanted}) is not mounted"
     assert mounted_any, "no service mounts deploy/registry.yaml"
+
+
+def test_the_editor_schema_accepts_the_registry_and_knows_every_key():
+    """deploy/registry.schema.json (editor completion) stays in step with the loader's keys."""
+    import json
+
+    import jsonschema
+    from ruamel.yaml import YAML
+
+    from registry.loader import METRIC_KEYS, ROLLUP_KEYS, VERSION_KEYS
+
+    schema = json.loads((ROOT / "deploy" / "registry.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    document = YAML(typ="safe", pure=True).load(REGISTRY.read_text())
+    jsonschema.validate(document, schema)
+    metric = schema["$defs"]["metric"]["properties"]
+    assert set(metric) == set(METRIC_KEYS)
+    assert set(schema["$defs"]["version"]["properties"]) == set(VERSION_KEYS)
+    assert set(metric["rollup"]["properties"]) == set(ROLLUP_KEYS)
+    bad = json.loads(json.dumps(document))
+    bad["metrics"][0]["epsilom"] = 2
+    with pytest.raises(jsonschema.ValidationError, match="epsilom"):
+        jsonschema.validate(bad, schema)

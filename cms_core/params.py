@@ -37,7 +37,6 @@ import math
 import struct
 from dataclasses import dataclass, field as dataclass_field
 from fractions import Fraction
-from functools import cached_property
 
 from . import theory
 from .errors import InvalidParameterError

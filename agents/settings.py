@@ -80,6 +80,7 @@ class WorkerSettings:
     extra_params: tuple[OCMSParams, ...] = ()
     log_level: str = "info"
     truth_file: str | None = None  # ground truth of a simulated fleet, for the console (ocms run)
+    registry_file: str | None = None  # metric registry served (agents.catalog); None: the single-metric flags
 
     @property
     def params_sets(self) -> tuple[OCMSParams, ...]:
@@ -110,13 +111,15 @@ class WorkerSettings:
             "bootstrap_servers", "app_id", "source_topic", "dead_letter_topic", "partitions", "tracked_range",
             "tracked_file", "bucket_seconds", "retention_seconds", "batch_max_reports", "batch_max_seconds",
             "web_host", "web_port", "store", "watch", "top_k", "rollup_seconds", "rollup_retention_seconds",
-            "future_tolerance_seconds", "log_level", "truth_file",
+            "future_tolerance_seconds", "log_level", "truth_file", "registry_file",
         ):
             value = overrides.get(name)
             if value is None:
                 value = env.get(ENV_PREFIX + name.upper())
             if value is not None:
                 raw[name] = value
+        if "registry_file" not in raw and env.get(ENV_PREFIX + "REGISTRY"):
+            raw["registry_file"] = env[ENV_PREFIX + "REGISTRY"]
         embedded = bool(overrides.get("embedded_broker"))
         out: dict = {"params": params, "embedded_broker": embedded}
         extra = tuple(overrides.get("extra_params") or ())
@@ -163,6 +166,8 @@ class WorkerSettings:
             out["tracked_file"] = str(raw["tracked_file"])
         if "truth_file" in raw:
             out["truth_file"] = str(raw["truth_file"])
+        if raw.get("registry_file"):
+            out["registry_file"] = str(raw["registry_file"])
         if "watch" in raw:
             value = raw["watch"]
             items = value.split(",") if isinstance(value, str) else list(value)

@@ -35,17 +35,18 @@ import weakref
 
 import faust
 from faust.streams import _current_event
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cms_core.errors import OCMSError
 
+from .console import add_console
 from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
 from .processor import AcceptedMessage, Batch, MessageValidator, PendingBatch, RejectedMessage, RetentionIndex, plan_batch
-from .query import ApiError, EstimateService
+from .query import EstimateService
 from .settings import TABLE_NAME, WorkerSettings
 from .state import BucketKey, PartialCounts
 from .view import ChangelogReader, CountsView
+from .web import add_pages
 
 log = logging.getLogger("ocms.worker")
 
@@ -208,52 +209,9 @@ class OCMSWorker:
         async def read_changelog():
             await self.reader.run()
 
-        self._add_pages(app)
+        add_pages(app, self)
+        add_console(app, self.settings.truth_file)  # the live console at / (agents/console)
         return app
-
-    def _add_pages(self, app: faust.App) -> None:
-        service = self.service
-
-        def answer(web, compute):
-            try:
-                return web.json(compute())
-            except ApiError as exc:
-                return web.json(exc.as_json(), status=exc.status)
-
-        def query(request) -> dict:
-            return {k: request.query[k] for k in request.query}
-
-        @app.page("/estimates")
-        async def estimates(web, request):
-            return answer(web, lambda: service.estimates(query(request)))
-
-        @app.page("/estimates/{value}")
-        async def estimate_value(web, request, value):
-            return answer(web, lambda: service.estimate_value(value, query(request)))
-
-        @app.page("/topk")
-        async def topk(web, request):
-            return answer(web, lambda: service.topk(query(request)))
-
-        @app.page("/trend")
-        async def trend(web, request):
-            return answer(web, lambda: service.trend(query(request)))
-
-        @app.page("/params")
-        async def params(web, request):
-            return answer(web, service.params_doc)
-
-        @app.page("/healthz")
-        async def healthz(web, request):
-            doc = self.health()
-            return web.json(doc, status=200 if doc["status"] == "ok" else 503)
-
-        @app.page("/metrics")
-        async def metrics(web, request):
-            self.update_lag_metrics()
-            # aiohttp takes the charset separately; the exposition format is UTF-8 text.
-            content_type = CONTENT_TYPE_LATEST.split("; charset")[0]
-            return web.bytes(generate_latest(self.metrics.registry), content_type=content_type)
 
     # --------------------------------------------------------- per message
     def receive(self, message) -> bool:

@@ -89,7 +89,7 @@ def test_1_estimates_equal_offline_decode_exactly(fed):
     status, one = worker.get("/estimates/7")
     assert status == 200 and one["estimate"] == doc["estimates"][7]
     status, top = worker.get("/topk", k="5")
-    assert [r["value"] for r in top["top"]] == sorted(range(1000), key=lambda v: -doc["estimates"][v]["frequency"])[:5]
+    assert [int(r["value"]) for r in top["top"]] == sorted(range(1000), key=lambda v: -doc["estimates"][v]["frequency"])[:5]
     status, params = worker.get("/params")
     assert params["parameter_sets"][0]["fingerprint"] == PARAMS.fingerprint.hex()
     assert params["parameter_sets"][0]["reports"] == 100_000

@@ -27,18 +27,16 @@ survives restarts and follows partitions to their new owner (``expire``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import tempfile
 import time
-import weakref
 
 import faust
-from faust.streams import _current_event
 
 from cms_core.errors import OCMSError
 
 from .console import add_console
+from .faust_internals import current_event, warnings_at_start
 from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
 from .processor import AcceptedMessage, Batch, MessageValidator, PendingBatch, RejectedMessage, RetentionIndex, plan_batch
@@ -55,6 +53,8 @@ REASON_HEADER = "ocms-reject-reason"
 #: it early), so Faust's 1,500 ms wait showed up as ~1 s latency spikes (bench_worker:
 #: single reports at 2,000/s, p99 1.08 s with 1,500 ms, 0.38 s with 100 ms).
 EMBEDDED_FETCH_MAX_WAIT_MS = 100
+#: Messages per ``take_events`` list on the "agent-take" intake path (benchmark only).
+AGENT_TAKE_MESSAGES = 1000
 #: Retention deletes run at least this often (seconds), and once per finest bucket width
 #: when that is shorter: a bucket cannot expire more often than that.
 EXPIRY_INTERVAL_S = 30.0
@@ -102,15 +102,6 @@ class PartitionContext:
         self.message = message
 
 
-@contextlib.contextmanager
-def current_event(event):
-    token = _current_event.set(weakref.ref(event))
-    try:
-        yield
-    finally:
-        _current_event.reset(token)
-
-
 def faust_settings(settings: WorkerSettings) -> dict:
     """faust.App keyword settings; the embedded broker needs short sessions and one-record batches."""
     if settings.store.startswith("rocksdb://"):
@@ -146,6 +137,12 @@ def faust_settings(settings: WorkerSettings) -> dict:
 class OCMSWorker:
     """Owns the Faust app and the worker's state; ``run()`` blocks until stopped."""
 
+    #: How source messages reach ``receive``: "side" (the consumer hands them over,
+    #: agents.intake), or through the Faust agent's stream, "agent-events" (one event at a
+    #: time) or "agent-take" (``take_events`` lists). The side path is the product's; the
+    #: README ("Why the intake side path") has the measurement that chose it.
+    intake_path = "side"
+
     def __init__(self, settings: WorkerSettings):
         self.settings = settings
         self.source_topic = settings.source_topic  # read by agents.intake
@@ -175,7 +172,7 @@ class OCMSWorker:
     def _build_app(self) -> faust.App:
         s = self.settings
         app = IntakeApp(s.app_id, **faust_settings(s))
-        app.intake = self
+        app.intake = self if self.intake_path == "side" else None
         if s.embedded_broker:
             app.fetch_max_wait_ms = EMBEDDED_FETCH_MAX_WAIT_MS
         raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
@@ -188,12 +185,21 @@ class OCMSWorker:
         @app.agent(self.source, name="ocms-aggregate")
         async def aggregate(stream):
             # The agent subscribes the source topic (assignment, co-partitioning with the
-            # table); its messages reach receive() from the consumer (agents.intake), so
-            # this stream stays empty. Were one delivered here, it takes the same path.
+            # table); on the side path its messages reach receive() from the consumer
+            # (agents.intake) and this stream stays empty. The agent paths are kept for
+            # benchmarks/bench_agent_path.py; either way a message takes receive() and the
+            # checkpoint, so what is counted is the same.
             self._agent_started = True
-            async for event in stream.noack().events():
-                if self.receive(event.message):
+            if self.intake_path == "agent-take":
+                async for events in stream.noack().take_events(AGENT_TAKE_MESSAGES, within=s.batch_max_seconds):
+                    for event in events:
+                        if self.receive(event.message):
+                            await self.flush()
                     await self.flush()
+            else:
+                async for event in stream.noack().events():
+                    if self.receive(event.message):
+                        await self.flush()
 
         @app.timer(interval=max(0.02, s.batch_max_seconds / 4))
         async def flush_old_batch():
@@ -410,6 +416,9 @@ class OCMSWorker:
 
     def run(self) -> int:
         from faust.worker import Worker
+
+        for problem in warnings_at_start():
+            log.warning("Faust internals: %s", problem)
 
         worker = Worker(self.app, loglevel=self.settings.log_level.upper(), quiet=True)
         worker.execute_from_commandline()

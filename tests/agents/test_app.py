@@ -93,24 +93,6 @@ def test_pending_messages_of_a_partition_no_longer_owned_are_dropped_not_written
     assert pending(worker)[-1] == (1, 0) and worker.untracked == lost
 
 
-@pytest.mark.parametrize("embedded, wait_ms", [(True, 100), (False, 1500)])
-def test_the_embedded_broker_gets_a_short_fetch_wait(embedded, wait_ms):
-    """Tansu holds a fetch that found no data for its whole max wait (Faust's 1.5 s showed
-    up as ~1 s latency spikes); Kafka answers as data arrives, so Faust's wait stays there."""
-
-    async def fetch_wait():
-        settings = WorkerSettings.build(PARAMS, embedded_broker=embedded, bootstrap_servers="127.0.0.1:1",
-                                        app_id="unit-fetch", tracked_range="0:10")
-        worker = OCMSWorker(settings)
-        consumer = worker.app.consumer._thread._create_worker_consumer(worker.app.transport)
-        try:
-            return consumer._fetch_max_wait_ms
-        finally:
-            await consumer.stop()
-
-    assert asyncio.run(fetch_wait()) == wait_ms
-
-
 async def settle() -> None:
     """Let every runnable task run until it waits on something the test has not released."""
     for _ in range(20):

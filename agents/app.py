@@ -36,7 +36,7 @@ import faust
 from cms_core.errors import OCMSError
 
 from .console import add_console
-from .faust_internals import current_event, warnings_at_start
+from .faust_internals import PartitionContext, SourcePartition, current_event, warnings_at_start
 from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
 from .processor import AcceptedMessage, Batch, MessageValidator, PendingBatch, RejectedMessage, RetentionIndex, plan_batch
@@ -64,16 +64,6 @@ def expiry_interval(levels) -> float:
     return float(min(EXPIRY_INTERVAL_S, levels[0][0]))
 
 
-class SourcePartition:
-    """The part of a source message a table write reads: its topic and partition."""
-
-    __slots__ = ("topic", "partition")
-
-    def __init__(self, topic: str, partition: int):
-        self.topic = topic
-        self.partition = partition
-
-
 class CountsTable(faust.Table):
     """The counts table, keeping the futures of the changelog records it sends so a
     checkpoint can wait until the broker has acknowledged them."""
@@ -90,16 +80,6 @@ class CountsTable(faust.Table):
     def take_unacknowledged(self) -> list[asyncio.Future]:
         futures, self.unacknowledged = self.unacknowledged, []
         return futures
-
-
-class PartitionContext:
-    """Stands in for Faust's current event during a table write: the table reads
-    ``event.message`` (topic and partition) to pick the changelog partition."""
-
-    __slots__ = ("message", "__weakref__")
-
-    def __init__(self, message):
-        self.message = message
 
 
 def faust_settings(settings: WorkerSettings) -> dict:

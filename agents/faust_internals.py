@@ -58,6 +58,26 @@ class Intake(Protocol):
 
 
 # ----------------------------------------------------------------- 1. table writes
+class SourcePartition:
+    """The part of a source message a table write reads: its topic and partition."""
+
+    __slots__ = ("topic", "partition")
+
+    def __init__(self, topic: str, partition: int):
+        self.topic = topic
+        self.partition = partition
+
+
+class PartitionContext:
+    """Stands in for Faust's current event during a table write: the table reads
+    ``event.message`` (topic and partition) to pick the changelog partition."""
+
+    __slots__ = ("message", "__weakref__")
+
+    def __init__(self, message):
+        self.message = message
+
+
 @contextlib.contextmanager
 def current_event(event):
     """Make ``event`` Faust's current event (what a table write reads its partition from)."""
@@ -171,6 +191,10 @@ _METHODS = (
     ("faust.transport.consumer.Consumer", "getmany", ("timeout",), None),
     ("faust.app.base.App", "_new_transport", (), False),
     ("faust.app.base.App", "_consumer_wait_empty", ("consumer", "logger"), True),
+    # Public, but agents.app.CountsTable relies on every table write sending through it and
+    # on the FutureMessage it returns (resolved by the broker's acknowledgement).
+    ("faust.tables.base.Collection", "send_changelog",
+     ("partition", "key", "value", "key_serializer", "value_serializer"), False),
 )
 #: (owner, name, the attribute's assignment that must appear in the owner's source).
 _ATTRIBUTES = (
@@ -179,6 +203,16 @@ _ATTRIBUTES = (
     ("aiokafka.AIOKafkaConsumer", "_fetch_max_wait_ms", "self._fetch_max_wait_ms = "),
     ("faust.app.base.App", "rebalancing", "self.rebalancing = "),
     ("faust.app.base.App", "rebalancing_count", "self.rebalancing_count += 1"),
+)
+
+#: (owner, method, what its source must contain): behaviour the worker relies on.
+_USES = (
+    # every table write and delete sends through send_changelog (CountsTable collects the futures)
+    ("faust.tables.table.Table", "on_key_set", "self.send_changelog("),
+    ("faust.tables.table.Table", "on_key_del", "self.send_changelog("),
+    # the stand-in event provides what the write path reads of the current event
+    ("faust.tables.base.Collection", "partition_for_key", "event.message.partition"),
+    ("faust.stores.rocksdb.Store", "_set", "event.message.partition"),
 )
 
 
@@ -235,6 +269,10 @@ def code_drift() -> list[str]:
         sources = "".join(inspect.getsource(c) for c in cls.__mro__ if c.__module__.split(".")[0] in ("faust", "aiokafka"))
         if assignment not in sources:
             problems.append(f"{owner} no longer sets {name} ({assignment!r} not in its source)")
+    for owner, method, used in _USES:
+        function = getattr(_resolve(owner), method, None)
+        if function is None or used not in inspect.getsource(function):
+            problems.append(f"{owner}.{method} no longer does {used!r}")
     from faust.transport.consumer import Consumer
 
     if source_sha256(Consumer._drain_messages) != DRAIN_MESSAGES_SHA256:

@@ -8,7 +8,6 @@ could never fail would show up here.
 
 import asyncio
 import contextvars
-import inspect
 from importlib import metadata
 
 import pytest
@@ -16,8 +15,16 @@ from faust.streams import current_event as faust_current_event
 from faust.transport.consumer import Consumer as FaustConsumer
 
 from agents import faust_internals
-from agents.app import OCMSWorker, SourcePartition, PartitionContext
-from agents.faust_internals import DRAIN_MESSAGES_SHA256, PINNED_VERSIONS, current_event, drift, source_sha256
+from agents.app import OCMSWorker
+from agents.faust_internals import (
+    DRAIN_MESSAGES_SHA256,
+    PINNED_VERSIONS,
+    PartitionContext,
+    SourcePartition,
+    current_event,
+    drift,
+    source_sha256,
+)
 from agents.settings import WorkerSettings
 from cms_core import OCMSParams
 
@@ -67,15 +74,16 @@ def test_a_table_write_outside_a_stream_sees_the_stand_in_event():
     assert isinstance(faust_internals._current_event, contextvars.ContextVar)
 
 
-def test_the_table_write_path_reads_topic_and_partition_of_the_current_event():
-    """What the stand-in must provide: Collection.partition_for_key reads the topic and the
-    partition, the RocksDB store's _set the partition."""
-    from faust.stores.rocksdb import Store
-    from faust.tables.base import Collection
+def test_a_table_write_path_that_stops_using_send_changelog_is_reported(monkeypatch):
+    """CountsTable waits for the futures send_changelog returns; a write that bypassed it
+    would be acked before the broker holds it."""
+    from faust.tables.table import Table
 
-    partition_for_key = inspect.getsource(Collection.partition_for_key)
-    assert "event.message.topic" in partition_for_key and "event.message.partition" in partition_for_key
-    assert "event.message.partition" in inspect.getsource(Store._set)
+    def on_key_set(self, key, value):
+        self.data[key] = value
+
+    monkeypatch.setattr(Table, "on_key_set", on_key_set)
+    assert any("on_key_set no longer does" in p for p in faust_internals.code_drift())
 
 
 @pytest.mark.parametrize("embedded, wait_ms", [(True, 100), (False, 1500)])

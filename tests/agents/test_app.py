@@ -140,7 +140,6 @@ def held_worker(worker, monkeypatch):
     consumer = type(worker.app).consumer
     consumer.ack = lambda message: journal.append(("ack", message.partition, message.offset))
     consumer.commit = commit
-    monkeypatch.setattr(type(worker.app), "rebalancing", False, raising=False)
     monkeypatch.setattr(worker.app, "crash", crash)
     return journal, dead_futures
 

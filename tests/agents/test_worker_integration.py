@@ -7,6 +7,7 @@ estimates computed from them.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import struct
 import threading
@@ -52,6 +53,39 @@ def assert_same_as_offline(doc: dict, sketch: OCMSSketch) -> None:
     for got, want in zip(doc["estimates"], expected):
         for field in ("frequency", "count", "std", "ci_low", "ci_high"):
             assert got[field] == want[field], (got["value"], field)
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.2):
+    """Poll ``condition`` until it returns a true value; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = condition()
+        except OSError:  # a (re)starting worker is not listening yet
+            last = None
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"{what} within {timeout} s (last: {last!r})")
+
+
+def all_committed(bootstrap: str, group: str, topic: str, partitions: int = 4) -> bool:
+    """True when ``group``'s committed offset is the end of every partition of ``topic``."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def check() -> bool:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            ends = await consumer.end_offsets(tps)
+            committed = [await consumer.committed(tp) for tp in tps]
+            return all((c or 0) >= ends[tp] for c, tp in zip(committed, tps))
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(check())
 
 
 def start_worker(broker, tmp_path_factory, app_id: str, *args: str) -> WorkerProcess:
@@ -194,26 +228,6 @@ def test_2_sigkill_three_times_mid_stream_still_exact(broker, tmp_path_factory, 
         worker.stop()
 
 
-def all_committed(bootstrap: str, group: str, topic: str, partitions: int = 4) -> bool:
-    """True when ``group``'s committed offset is the end of every partition of ``topic``."""
-    import asyncio
-
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    async def check() -> bool:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-        await consumer.start()
-        try:
-            tps = [TopicPartition(topic, p) for p in range(partitions)]
-            ends = await consumer.end_offsets(tps)
-            committed = [await consumer.committed(tp) for tp in tps]
-            return all((c or 0) >= ends[tp] for c, tp in zip(committed, tps))
-        finally:
-            await consumer.stop()
-
-    return asyncio.run(check())
-
-
 def test_a_clean_stop_flushes_the_pending_batch(broker, tmp_path_factory):
     """SIGTERM with a micro-batch pending: it is written and acked before exit, so the
     restarted worker shows it at once instead of replaying it after the batch timer."""
@@ -222,10 +236,8 @@ def test_a_clean_stop_flushes_the_pending_batch(broker, tmp_path_factory):
     worker.wait_healthy()
     messages = report_messages(PARAMS, zipf_values(500, 21), 1, seed=22)
     send(broker.bootstrap_servers, worker.topic, messages)
-    deadline = time.monotonic() + 30
-    while worker.get("/healthz")[1]["pending_reports"] < 500:
-        assert time.monotonic() < deadline, worker.get("/healthz")[1]
-        time.sleep(0.1)
+    wait_until(lambda: worker.get("/healthz")[1]["pending_reports"] >= 500, 30, "the 500 reports were not pending",
+               interval=0.1)
     assert worker.get("/estimates")[1]["n"] == 0  # still pending: the 60 s timer has not fired
     started = time.monotonic()
     worker.stop()
@@ -328,21 +340,6 @@ def test_4_malformed_storm_goes_to_the_dead_letter_topic(broker, tmp_path_factor
 
 # ------------------------------------------------------------------ retention (issue 17)
 RETENTION_S = 12  # 1 s buckets; long enough that the buckets below outlive the first worker
-
-
-def wait_until(condition, timeout: float, what: str, interval: float = 0.2):
-    """Poll ``condition`` until it returns a true value; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = condition()
-        except OSError:  # a (re)starting worker is not listening yet
-            last = None
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what} within {timeout} s (last: {last!r})")
 
 
 def view_keys(worker: WorkerProcess) -> int:

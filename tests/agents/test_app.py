@@ -17,6 +17,7 @@ from faust.types import TP
 
 from agents.app import OCMSWorker
 from agents.settings import WorkerSettings
+from agents.state import BucketKey
 from cms_core import OCMSParams
 
 from .harness import report_messages
@@ -183,3 +184,47 @@ def test_a_send_the_broker_refuses_acks_nothing_and_crashes_the_worker(worker, m
 
     asyncio.run(run())
     assert journal == ["write", "write", "crash: not leader"]
+
+
+class KeyTable:
+    """The table surface retention uses: keys, pop (recording the partition of the current
+    event each delete was sent under) and the acknowledgements to wait for."""
+
+    def __init__(self, keys):
+        self.values = {key.encode(): b"v" for key in keys}
+        self.deleted = []
+
+    def keys(self):
+        return self.values.keys()
+
+    def pop(self, key, default=None):
+        from faust.streams import current_event as faust_current_event
+
+        self.deleted.append((BucketKey.decode(key), faust_current_event().message.partition))
+        return self.values.pop(key, default)
+
+    def take_unacknowledged(self):
+        return []
+
+
+def test_retention_is_read_from_the_table_after_every_rebalance(worker, monkeypatch):
+    """Buckets this process never wrote (written before a restart, or by the previous owner
+    of a partition) expire too; partitions not owned are left to their owner; nothing is
+    deleted while a rebalance is under way."""
+    fp = PARAMS.fingerprint.hex()
+    now = 1_699_999_980  # a multiple of 60
+    old = [BucketKey(fp, p, 60, now - 86_400 - 120) for p in (0, 1, 2)]
+    fresh = BucketKey(fp, 0, 60, now - 60)
+    worker.table = KeyTable(old + [fresh, BucketKey.total(fp, 0)])
+    app = worker.app
+    monkeypatch.setattr(app, "rebalancing", True)
+    assert asyncio.run(worker.expire(now)) == 0 and worker.table.deleted == []
+    monkeypatch.setattr(app, "rebalancing", False)
+    assert asyncio.run(worker.expire(now)) == 2  # partitions 0 and 1 are owned, 2 is not
+    assert sorted(worker.table.deleted) == [(old[0], 0), (old[1], 1)]  # each under its own partition
+    worker.owned = {0, 1, 2}  # partition 2 moved here: its table keys are indexed on the next pass
+    monkeypatch.setattr(app, "rebalancing_count", app.rebalancing_count + 1)
+    assert asyncio.run(worker.expire(now)) == 1 and worker.table.deleted[-1] == (old[2], 2)
+    assert asyncio.run(worker.expire(now + 86_400 - 1)) == 0  # fresh ends at now, retention 24 h
+    assert asyncio.run(worker.expire(now + 86_400)) == 1 and worker.table.deleted[-1] == (fresh, 0)
+    assert len(worker.table.values) == 1  # the cumulative key never expires

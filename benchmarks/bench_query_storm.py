@@ -203,17 +203,43 @@ class Storm:
             t.join(90)
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its live children (the answer process)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pids = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                pids += [int(c) for c in fh.read().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            pass
+    return total
+
+
 def measure(worker: Worker, seconds: float, storm: Storm) -> dict:
     storm.start(with_queries=storm.clients > 0)
     try:
         ticks = cpu_times()
+        own0, worker0 = os.times(), process_cpu(worker.process.pid)
         c0, t0 = worker.counted(), time.monotonic()
         time.sleep(seconds)  # a benchmark phase of fixed length, not a wait for a condition
         c1, t1 = worker.counted(), time.monotonic()
+        own1, worker1 = os.times(), process_cpu(worker.process.pid)
+        load = os.getloadavg()[0]
     finally:
         storm.finish()
     health = np.array(storm.health) if storm.health else np.array([np.nan])
-    return {"reports_per_s": (c1 - c0) / (t1 - t0), "counted_end": c1, "health_max_s": float(np.max(health)),
+    return {"reports_per_s": (c1 - c0) / (t1 - t0), "counted_end": c1, "load": load,
+            "worker_cpu": (worker1 - worker0) / (t1 - t0),
+            "bench_cpu": (own1.user + own1.system - own0.user - own0.system) / (t1 - t0), "health_max_s": float(np.max(health)),
             "health_p99_s": float(np.percentile(health, 99)), "health_polls": len(storm.health),
             "health_failures": storm.health_failures, "steal": steal_fraction(ticks, cpu_times()),
             "statuses": {k: dict(v) for k, v in storm.statuses.items()},
@@ -257,7 +283,8 @@ class PacedProducer:
         self.thread.join(30)
 
 
-def run(tracked: int, seconds: float, clients: int, rounds: int, partitions: int, load: float, log=print) -> dict:
+def run(tracked: int, seconds: float, clients: int, rounds: int, partitions: int, load: float,
+        capacity_seconds: float = CAPACITY_SECONDS, log=print) -> dict:
     params = OCMSParams.build(2.0, tracked)
     topic = f"storm-{tracked}"
     with tempfile.TemporaryDirectory(prefix="ocms-storm-") as tmp, EmbeddedBroker() as broker:
@@ -272,7 +299,8 @@ def run(tracked: int, seconds: float, clients: int, rounds: int, partitions: int
             worker.wait(lambda: worker.counted() >= expected, "the history to be counted")
             # Capacity: time to count a backlog produced all at once (no queries).
             pool = frames(params, 100, FRAME, seed=2)
-            backlog = pool * max(1, int(CAPACITY_SECONDS * 40_000_000 / tracked / FRAME / len(pool)))
+            needed = max(1, int(capacity_seconds * 40_000_000 / tracked / FRAME))
+            backlog = [pool[i % len(pool)] for i in range(needed)]
             start = time.monotonic()
             asyncio.run(produce(broker.bootstrap_servers, topic, backlog, [None] * len(backlog)))
             expected += FRAME * len(backlog)
@@ -283,7 +311,7 @@ def run(tracked: int, seconds: float, clients: int, rounds: int, partitions: int
                 f"{rate:,.0f} reports/s ({load:.0%} of it) from now on", flush=True)
             results = []
             with PacedProducer(broker.bootstrap_servers, topic, pool, rate):
-                time.sleep(3)  # let the stream settle (a benchmark phase, not a wait for a condition)
+                time.sleep(min(3.0, seconds))  # let the stream settle (a benchmark phase, not a wait for a condition)
                 for r in range(rounds):
                     quiet = measure(worker, seconds, Storm(worker, tracked, 0, seed=r))
                     storm = measure(worker, seconds, Storm(worker, tracked, clients, seed=r))
@@ -291,8 +319,10 @@ def run(tracked: int, seconds: float, clients: int, rounds: int, partitions: int
                     log(f"round {r + 1}: quiet {quiet['reports_per_s']:,.0f} reports/s, storm "
                         f"{storm['reports_per_s']:,.0f} reports/s "
                         f"({storm['reports_per_s'] / max(quiet['reports_per_s'], 1e-9):.0%}); /healthz max "
-                        f"{quiet['health_max_s'] * 1000:.0f} ms quiet, {storm['health_max_s'] * 1000:.0f} ms storm",
-                        flush=True)
+                        f"{quiet['health_max_s'] * 1000:.0f} ms quiet, {storm['health_max_s'] * 1000:.0f} ms storm; "
+                        f"worker CPU {quiet['worker_cpu']:.2f} / {storm['worker_cpu']:.2f} cores, bench CPU "
+                        f"{quiet['bench_cpu']:.2f} / {storm['bench_cpu']:.2f}, load average {quiet['load']:.1f} / "
+                        f"{storm['load']:.1f}", flush=True)
             return {"tracked": tracked, "clients": clients, "seconds": seconds, "rounds": results,
                     "capacity": capacity, "rate": rate}
         finally:

@@ -65,12 +65,13 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
 #: Post-processing methods that act on each value alone (the others need all D estimates).
 ELEMENTWISE = ("none", "clip")
 
-# Work model, in rough nanoseconds of one CPU, stated before an answer starts.
+# Work model, in rough nanoseconds of one CPU (measured on the 2-CPU Xeon VM of
+# docs/results at D = 100,000), stated before an answer starts.
 SUM_COST = 1  # one count added (numpy)
-ESTIMATE_COST = 40  # one value estimated (numpy passes; sorting for norm_sub/simplex)
+ESTIMATE_COST = 250  # one value estimated with post-processing (numpy passes; a sort for norm_sub/simplex)
 STATE_COST = 300  # one state read for one value (Python)
-POINT_COST = 60_000  # one single-value estimate (a one-value sketch)
-RECORD_COST = 2_500  # one record answered (dict + JSON text)
+POINT_COST = 100_000  # one single-value estimate (a one-value sketch)
+RECORD_COST = 20_000  # one record answered (dict, float reprs, JSON text)
 #: Answers up to this much work run inline on the event loop (~ a millisecond).
 INLINE_WORK = 1_000_000
 #: Answers over this much work (~ seconds of CPU) are refused before they start.

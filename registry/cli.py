@@ -1,0 +1,275 @@
+"""``ocms registry check|lock|describe`` and ``ocms plan --registry``: the commands that read a registry.
+
+Hooked into the ``ocms`` parser by :func:`add_registry_commands` (one call in
+agents/cli.py), so the command code lives with the registry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from cms_core.errors import OCMSError
+
+
+def add_registry_commands(sub) -> None:
+    """Add ``ocms registry ...`` and the ``--registry/--metric`` flags of ``ocms plan`` to the subparsers."""
+    reg = sub.add_parser("registry", help="validate, lock and describe a metric registry (deploy/registry.yaml)",
+                         description="Commands on a metric registry file; format: docs/registry.md.")
+    verbs = reg.add_subparsers(dest="registry_command", required=True, metavar="VERB")
+
+    check = verbs.add_parser("check", help="validate a registry and compare it with its lock (published versions)",
+                             description="Validate every field once (errors name file:line, metric and field) and "
+                                         "refuse published versions edited in place or removed.")
+    check.add_argument("file", help="the registry YAML file")
+    check.add_argument("--lock", help="lock file (default: the registry's path with .lock)")
+    check.add_argument("--previous", metavar="OLD_FILE",
+                       help="also compare with a previous registry file (e.g. `git show main:deploy/registry.yaml`)")
+    check.add_argument("--require-locked", action="store_true",
+                       help="fail when a version is not in the lock yet (CI: every version must be locked)")
+    check.set_defaults(func=cmd_check)
+
+    lock = verbs.add_parser("lock", help="record every version's fingerprint in the lock file (publish new versions)",
+                            description="Write the lock after checking that no locked version changed.")
+    lock.add_argument("file", help="the registry YAML file")
+    lock.add_argument("--lock", help="lock file (default: the registry's path with .lock)")
+    lock.set_defaults(func=cmd_lock)
+
+    describe = verbs.add_parser("describe", help="every metric and version: fingerprint, epsilon, m, domain, tracked")
+    describe.add_argument("file", help="the registry YAML file")
+    describe.add_argument("--metric", help="only this metric")
+    describe.add_argument("--json", action="store_true", help="machine-readable output with every value")
+    describe.set_defaults(func=cmd_describe)
+
+    device = verbs.add_parser("device-config", help="the minimal JSON a device needs (per metric: newest live "
+                              "version, fingerprint, epsilon, m, field, categories)")
+    device.add_argument("file", help="the registry YAML file")
+    device.add_argument("--metric", action="append", help="only this metric (repeatable)")
+    device.add_argument("--out", help="write to this file instead of stdout")
+    device.set_defaults(func=cmd_device_config)
+
+    plan = sub.choices.get("plan")
+    if plan is not None:
+        plan.add_argument("--registry", metavar="FILE", help="plan every metric of a registry (a row per version) "
+                                                             "instead of one parameter set from the flags")
+        plan.add_argument("--metric", help="with --registry: only this metric")
+        for action in plan._actions:  # --epsilon is required only without --registry (checked in plan_command)
+            if action.dest == "epsilon":
+                action.required = False
+        plan.set_defaults(func=_plan_dispatch(plan.get_default("func")))
+
+    simulate = sub.choices.get("simulate")
+    if simulate is not None:
+        simulate.add_argument("--registry", metavar="FILE", help="report a registry metric (with --metric): its "
+                              "parameters, fingerprint and category names; dataset labels map to categories by name")
+        simulate.add_argument("--metric", help="with --registry: the metric the fleet reports")
+        simulate.add_argument("--metric-version", type=int, help="with --registry: this version (default the newest live)")
+        defaults = {"epsilon": simulate.get_default("epsilon"), "dataset": simulate.get_default("dataset")}
+        simulate.set_defaults(func=_simulate_dispatch(simulate.get_default("func"), defaults), epsilon=None, dataset=None)
+
+
+def _plan_dispatch(single):
+    def plan_command(args) -> int:
+        if args.registry is None:
+            if args.metric is not None:
+                raise OCMSError("--metric needs --registry FILE")
+            if args.epsilon is None:
+                raise OCMSError("--epsilon is required (or plan the metrics of a registry with --registry FILE)")
+            return single(args)
+        return cmd_plan(args)
+
+    return plan_command
+
+
+def _simulate_dispatch(single, defaults):
+    def simulate_command(args) -> int:
+        if args.registry is None:
+            if args.metric is not None or args.metric_version is not None:
+                raise OCMSError("--metric/--metric-version need --registry FILE")
+            for name, value in defaults.items():  # unset only so that --registry can tell them apart
+                if getattr(args, name) is None:
+                    setattr(args, name, value)
+            return single(args)
+        from .simulate import cmd_simulate
+
+        return cmd_simulate(args)
+
+    return simulate_command
+
+
+def _load(path: str):
+    from .loader import load_registry
+
+    return load_registry(path)
+
+
+def _compare_with_lock(reg, lock_path: str | None, previous: str | None):
+    import os
+
+    from .lock import compare, default_lock_path, lock_entries, read_lock
+
+    lock_path = lock_path or default_lock_path(reg.path)
+    comparison = None
+    if os.path.exists(lock_path):
+        comparison = compare(reg, read_lock(lock_path), against=lock_path)
+    if previous is not None:
+        old = compare(reg, lock_entries(_load(previous)), against=previous)
+        if comparison is None:
+            comparison = old
+        else:
+            comparison.changed.extend(p for p in old.changed if p not in comparison.changed)
+    return lock_path, comparison
+
+
+def cmd_check(args) -> int:
+    reg = _load(args.file)
+    lock_path, comparison = _compare_with_lock(reg, args.lock, args.previous)
+    versions = list(reg.versions())
+    live = sum(v.live for v in versions)
+    summary = f"{reg.path}: valid: {len(reg.metrics)} metrics, {len(versions)} versions ({live} live)"
+    if comparison is None:
+        if args.require_locked:
+            raise OCMSError(f"{summary}; no lock file {lock_path}: run `ocms registry lock {args.file}`")
+        print(f"{summary}; no lock file {lock_path} (run `ocms registry lock {args.file}` to publish them)")
+        return 0
+    comparison.raise_for_changes()
+    if comparison.new and args.require_locked:
+        raise OCMSError(f"{summary}; not locked yet: {', '.join(comparison.new)}: run `ocms registry lock {args.file}`")
+    print(f"{summary}; {len(comparison.locked)} locked versions unchanged"
+          + (f"; new, to lock with `ocms registry lock {args.file}`: {', '.join(comparison.new)}" if comparison.new else ""))
+    return 0
+
+
+def cmd_lock(args) -> int:
+    from .lock import write_lock
+
+    reg = _load(args.file)
+    lock_path, comparison = _compare_with_lock(reg, args.lock, None)
+    if comparison is not None:
+        comparison.raise_for_changes()
+        new = comparison.new
+    else:
+        new = [v.binding for v in reg.versions()]
+    if not new:
+        print(f"{lock_path}: up to date ({len(comparison.locked)} versions)")
+        return 0
+    write_lock(reg, lock_path)
+    print(f"{lock_path}: locked {len(new)} new version{'s' if len(new) != 1 else ''}: {', '.join(new)}")
+    return 0
+
+
+def _selected(reg, name: str | None):
+    return (reg.metric(name),) if name is not None else reg.metrics
+
+
+def _table(rows: list[list[str]], right: set[int]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    for exponent in (128, 64, 32):
+        if n == 2**exponent:
+            return f"2^{exponent}"
+    return f"{n:,}"
+
+
+def cmd_describe(args) -> int:
+    reg = _load(args.file)
+    metrics = _selected(reg, args.metric)
+    if args.json:
+        doc = {"registry": reg.path, "metrics": [{
+            "name": m.name, "description": m.description, "owner": m.owner, "unit": m.unit, "domain": m.domain,
+            "latest_version": m.latest.version, "versions": [v.describe() for v in m.versions]} for m in metrics]}
+        _write(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+        return 0
+    rows = [["metric", "version", "status", "fingerprint", "epsilon", "m", "mechanism", "domain", "size", "tracked"]]
+    for m in metrics:
+        for v in m.versions:
+            rows.append([m.name, str(v.version), "live" if v.live else "retired", v.fingerprint.hex(),
+                         f"{v.params.epsilon:g}", f"{v.params.hash_range:,}", v.mechanism, v.domain,
+                         _size(v.params.dictionary_size) if v.domain != "strings" else "open", f"{v.tracked_count:,}"])
+    out = [_table(rows, right={1, 4, 5, 8, 9}), ""]
+    for m in metrics:
+        out.append(f"{m.name}: {m.description} (owner {m.owner}" + (f", unit {m.unit}" if m.unit else "") + ")")
+    _write("\n".join(out) + "\n")
+    return 0
+
+
+def cmd_device_config(args) -> int:
+    from .device import device_config
+
+    text = json.dumps(device_config(_load(args.file), args.metric), indent=1, ensure_ascii=False) + "\n"
+    if args.out is None:
+        _write(text)
+        return 0
+    try:
+        with open(args.out, "w", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as exc:
+        raise OCMSError(f"--out {args.out}: {exc.strerror or exc}") from None
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from cms_core import planning
+
+    given = [flag for flag, value in (("--epsilon", args.epsilon), ("--dictionary-size", args.dictionary_size),
+                                      ("--strings", args.strings or None), ("--tracked", args.tracked),
+                                      ("--hash-range", args.hash_range)) if value is not None]
+    if given:
+        raise OCMSError(f"--registry takes every parameter from the registry; drop {', '.join(given)}")
+    reg = _load(args.registry)
+    n = args.n if args.n is not None else 100_000
+    targets = {k: v for k, v in {"target_mse": args.target_mse, "target_ci_half_width": args.target_ci,
+                                 "target_l2": args.target_l2}.items() if v is not None}
+    records = []
+    for m in _selected(reg, args.metric):
+        for v in m.versions:
+            tracked = v.tracked_count
+            record = {"metric": m.name, "version": v.version, "live": v.live, "params": v.params.describe(),
+                      "tracked_count": str(tracked),
+                      "prediction": planning.predict(v.params, n, args.confidence, tracked)}
+            if targets:
+                record["reports_needed"] = planning.reports_needed(v.params, confidence=args.confidence,
+                                                                   tracked_count=tracked, **targets)
+            records.append(record)
+    if args.json:
+        _write(json.dumps({"registry": reg.path, "n": n, "confidence": args.confidence, "target": targets,
+                           "metrics": records}, indent=1) + "\n")
+        return 0
+    header = ["metric", "version", "epsilon", "m", "field", "report bytes",
+              f"{args.confidence:.0%} CI +- (freq)", "CI +- (count)"]
+    if targets:
+        header.append("reports needed")
+    rows = [header]
+    for r in records:
+        p, pr = r["params"], r["prediction"]
+        row = [r["metric"], str(r["version"]) + ("" if r["live"] else " (retired)"), f"{p['epsilon']:g}",
+               f"{p['hash_range']:,}", p["field"], str(p["report_bytes"]), f"{pr['ci_half_width']:.4g}",
+               f"{pr['ci_half_width_count']:,.0f}"]
+        if targets:
+            row.append(f"{r['reports_needed']:,}")
+        rows.append(row)
+    target_text = "".join(f"; reports needed for {k.replace('target_', '')} <= {v:g}" for k, v in targets.items())
+    _write(f"{reg.path}: predictions at n={n:,} reports per version{target_text}\n"
+           + _table(rows, right={1, 2, 3, 5, 6, 7, 8}) + "\n")
+    return 0
+
+
+def _write(text: str) -> None:
+    """Write to stdout; a closed pipe (`| head`) ends quietly instead of a traceback."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(0) from None

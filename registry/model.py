@@ -1,0 +1,299 @@
+"""The loaded, validated registry: metrics, their parameter versions and value names.
+
+Everything here is frozen and already validated by :mod:`registry.loader`; the
+only work left is lazy (building a string metric's tracked set hashes every
+tracked string once, on first use).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field as dataclass_field
+from typing import Iterator
+
+from cms_core.errors import InvalidValueError
+from cms_core.params import OCMSParams
+from cms_core.values import TrackedValues, value_from_json, value_to_json
+
+from .errors import Problem, UnknownMetricError
+
+#: The three kinds of value domain a metric can declare.
+DOMAINS = ("categories", "integers", "strings")
+
+
+@dataclass(frozen=True, eq=False)
+class TrackedSpec:
+    """Which values of one version keep match counts: the whole dictionary, a range, or a list.
+
+    ``values`` holds dictionary values (category ids, integers or strings) for a list.
+    """
+
+    kind: str  # "all" | "range" | "list"
+    start: int | None = None
+    stop: int | None = None
+    values: tuple = ()
+    source: str | None = None  # "list" or the tracked file's path, for messages and describe
+
+
+@dataclass(frozen=True, eq=False)
+class MetricVersion:
+    """One parameter version of a metric: its own OCMSParams and fingerprint.
+
+    ``params`` is built with ``binding=f"{metric}@{version}"``, so two metrics (or
+    two versions) with identical numbers never share a fingerprint and their
+    reports never mix.
+    """
+
+    metric: str
+    version: int
+    params: OCMSParams
+    domain: str
+    value_names: tuple[str, ...] | None
+    tracked: TrackedSpec
+    bucket_seconds: int
+    retention_seconds: int
+    rollup_seconds: int | None
+    rollup_retention_seconds: int | None
+    min_reports: int
+    watch: tuple[str, ...]
+    top_k: int
+    retired: bool = False
+    note: str | None = None
+    line: int | None = None
+    _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False)
+
+    # ------------------------------------------------------------ identity
+    @property
+    def fingerprint(self) -> bytes:
+        return self.params.fingerprint
+
+    @property
+    def binding(self) -> str:
+        return f"{self.metric}@{self.version}"
+
+    @property
+    def live(self) -> bool:
+        """Live versions are counted; a retired one is kept for its history and its lock entry."""
+        return not self.retired
+
+    @property
+    def mechanism(self) -> str:
+        """The report mechanism ("ocms" until cms_core offers others)."""
+        return str(getattr(self.params, "mechanism", "ocms"))
+
+    @property
+    def definition_digest(self) -> str:
+        """SHA-256 of what a report's meaning depends on beyond the fingerprint: the category names.
+
+        The fingerprint covers the dictionary size but not the names of the ids; renaming or
+        reordering categories in place would silently relabel published counts, so the lock
+        records this digest too.
+        """
+        names = list(self.value_names) if self.value_names is not None else None
+        text = json.dumps({"domain": self.domain, "categories": names}, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    # -------------------------------------------------------------- values
+    def value_from_name(self, name) -> int | str:
+        """The dictionary value (what ``privatize`` takes) for a user-facing name.
+
+        Categories: the name's id; integers: decimal digits (or an int); strings: the string.
+        Raises InvalidValueError naming the metric when the name is not in the dictionary.
+        """
+        if self.domain == "categories":
+            index = self._cache.get("name_index")
+            if index is None:
+                index = self._cache.setdefault("name_index", {n: i for i, n in enumerate(self.value_names)})
+            if name not in index:
+                raise InvalidValueError(f"metric {self.metric!r} version {self.version}: {name!r} is not a category")
+            return index[name]
+        try:
+            return value_from_json(self.params, name)
+        except InvalidValueError as exc:
+            raise InvalidValueError(f"metric {self.metric!r} version {self.version}: {exc}") from None
+
+    def value_name(self, value) -> str:
+        """The user-facing name of a dictionary value (category name, decimal digits, or the string)."""
+        if self.domain == "categories":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(self.value_names):
+                raise InvalidValueError(f"metric {self.metric!r} version {self.version}: no category id {value!r}")
+            return self.value_names[value]
+        return value_to_json(value)
+
+    def tracked_values(self) -> TrackedValues:
+        """The version's tracked set (built once; labels are dictionary values, see value_name)."""
+        tracked = self._cache.get("tracked")
+        if tracked is None:
+            spec = self.tracked
+            if spec.kind == "all":
+                tracked = TrackedValues.range(self.params, 0, self.params.dictionary_size)
+            elif spec.kind == "range":
+                tracked = TrackedValues.range(self.params, spec.start, spec.stop)
+            else:
+                tracked = TrackedValues.of(self.params, spec.values)
+            tracked = self._cache.setdefault("tracked", tracked)
+        return tracked
+
+    @property
+    def tracked_count(self) -> int:
+        spec = self.tracked
+        if spec.kind == "all":
+            return self.params.dictionary_size
+        if spec.kind == "range":
+            return spec.stop - spec.start
+        return len(spec.values)
+
+    def tracked_names(self) -> list[str]:
+        """Names of the tracked values, in tracked order."""
+        spec = self.tracked
+        if spec.kind == "all":
+            return [self.value_name(v) for v in range(self.params.dictionary_size)]
+        if spec.kind == "range":
+            return [self.value_name(v) for v in range(spec.start, spec.stop)]
+        return [self.value_name(v) for v in spec.values]
+
+    def watch_indices(self) -> tuple[int, ...]:
+        """Positions of the watch list in :meth:`tracked_values` (validated at load time)."""
+        position = {name: i for i, name in enumerate(self.tracked_names())}
+        return tuple(position[name] for name in self.watch)
+
+    def describe(self) -> dict:
+        """Every value of the version, JSON-ready (values as strings, per cms_core.values)."""
+        spec = self.tracked
+        tracked: dict = {"kind": spec.kind, "count": str(self.tracked_count)}
+        if spec.kind == "range":
+            tracked.update(start=value_to_json(spec.start), stop=value_to_json(spec.stop))
+        elif spec.kind == "list":
+            tracked["source"] = spec.source
+        return {
+            "metric": self.metric,
+            "version": self.version,
+            "live": self.live,
+            "note": self.note,
+            "fingerprint": self.fingerprint.hex(),
+            "mechanism": self.mechanism,
+            "domain": self.domain,
+            "domain_size": value_to_json(self.params.dictionary_size),
+            "categories": list(self.value_names) if self.value_names is not None else None,
+            "tracked": tracked,
+            "bucket_seconds": self.bucket_seconds,
+            "retention_seconds": self.retention_seconds,
+            "rollup_seconds": self.rollup_seconds,
+            "rollup_retention_seconds": self.rollup_retention_seconds,
+            "min_reports": self.min_reports,
+            "watch": list(self.watch),
+            "top_k": self.top_k,
+            "params": self.params.describe(),
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class MetricSpec:
+    """A named metric: who owns it, what it measures, and its parameter versions (oldest first)."""
+
+    name: str
+    description: str
+    owner: str
+    unit: str | None
+    domain: str
+    versions: tuple[MetricVersion, ...]
+    line: int | None = None
+
+    @property
+    def live_versions(self) -> tuple[MetricVersion, ...]:
+        return tuple(v for v in self.versions if v.live)
+
+    @property
+    def latest(self) -> MetricVersion:
+        """The newest live version: the one devices should report with."""
+        live = self.live_versions
+        return live[-1] if live else self.versions[-1]
+
+    def version(self, number: int) -> MetricVersion:
+        for v in self.versions:
+            if v.version == number:
+                return v
+        raise UnknownMetricError(Problem("", None, f"metric {self.name!r} has no version {number!r} "
+                                         f"(versions: {', '.join(str(v.version) for v in self.versions)})"))
+
+
+@dataclass(frozen=True, eq=False)
+class Registry:
+    """All metrics of one registry file, in file order."""
+
+    path: str
+    metrics: tuple[MetricSpec, ...]
+    _by_name: dict = dataclass_field(default_factory=dict, repr=False)
+    _by_fingerprint: dict = dataclass_field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self._by_name.update((m.name, m) for m in self.metrics)
+        self._by_fingerprint.update((v.fingerprint, v) for v in self.versions())
+
+    def metric(self, name: str) -> MetricSpec:
+        try:
+            return self._by_name[name]
+        except (KeyError, TypeError):
+            known = ", ".join(m.name for m in self.metrics)
+            raise UnknownMetricError(Problem(self.path, None, f"no metric {name!r} (metrics: {known})")) from None
+
+    def by_fingerprint(self, fingerprint: bytes) -> MetricVersion | None:
+        """The version whose reports carry this fingerprint (8 bytes), or None (a report for no metric)."""
+        if not isinstance(fingerprint, (bytes, bytearray, memoryview)):
+            raise TypeError(f"by_fingerprint takes the 8 fingerprint bytes, got {type(fingerprint).__name__}")
+        return self._by_fingerprint.get(bytes(fingerprint))
+
+    def versions(self) -> Iterator[MetricVersion]:
+        """Every version of every metric, in file order."""
+        for m in self.metrics:
+            yield from m.versions
+
+    def live_versions(self) -> Iterator[MetricVersion]:
+        for m in self.metrics:
+            yield from m.live_versions
+
+    def __len__(self) -> int:
+        return len(self.metrics)
+
+
+def single_metric_registry(params_sets, tracked_sets, *, name: str = "default", description: str = "",
+                           owner: str = "", unit: str | None = None, bucket_seconds: int = 60,
+                           retention_seconds: int = 86_400, rollup_seconds: int | None = None,
+                           rollup_retention_seconds: int | None = None, min_reports: int = 0,
+                           watch: tuple[str, ...] = (), top_k: int = 20, path: str = "<flags>") -> Registry:
+    """A one-metric registry described by the single-metric flags (``ocms worker --epsilon ...``).
+
+    ``params_sets[i]`` (e.g. the primary parameters, then each ``--extra-epsilon``) becomes
+    version i + 1 with its tracked set ``tracked_sets[i]``. The parameters are used as given:
+    unbound parameters keep their wire-v1 fingerprint, so devices built before the registry
+    keep being counted. Values have no names beyond their decimal digits or strings.
+    """
+    from cms_core.errors import ParameterMismatchError
+
+    params_sets, tracked_sets = tuple(params_sets), tuple(tracked_sets)
+    if not params_sets or len(params_sets) != len(tracked_sets):
+        raise ValueError("one tracked set per parameter set, at least one")
+    versions = []
+    for number, (params, tracked) in enumerate(zip(params_sets, tracked_sets), 1):
+        if tracked.params_fingerprint != params.fingerprint:
+            raise ParameterMismatchError(f"version {number}: the tracked set was built for other parameters")
+        if tracked.is_range:
+            spec = TrackedSpec("range", start=tracked.range_start, stop=tracked.range_start + len(tracked))
+        else:
+            spec = TrackedSpec("list", values=tuple(tracked.labels), source="flags")
+        version = MetricVersion(
+            metric=name, version=number, params=params,
+            domain="strings" if params.value_domain == "string" else "integers", value_names=None, tracked=spec,
+            bucket_seconds=bucket_seconds, retention_seconds=retention_seconds, rollup_seconds=rollup_seconds,
+            rollup_retention_seconds=rollup_retention_seconds, min_reports=min_reports, top_k=top_k, watch=())
+        known = set(version.tracked_names())
+        missing = [w for w in watch if w not in known]
+        if missing:
+            raise InvalidValueError(f"watch: {', '.join(map(repr, missing))} is not a tracked value")
+        versions.append(dataclasses.replace(version, watch=tuple(watch)))
+        versions[-1]._cache["tracked"] = tracked  # the caller's set, not a rebuilt copy
+    spec = MetricSpec(name=name, description=description, owner=owner, unit=unit, domain=versions[0].domain,
+                      versions=tuple(versions))
+    return Registry(path, (spec,))

@@ -1,0 +1,243 @@
+"""Real collector (and worker) processes against the embedded broker, for the collector tests.
+
+``CollectorProcess`` is ``python -m agents.cli collector ...`` in its own session
+(SIGKILL takes exactly it). ``RegistryWorker`` runs the real ``OCMSWorker`` with
+the parameters of one registry metric version (``tests/collector/registry_worker.py``),
+because the collector only accepts registry-bound fingerprints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from cms_core import wire
+from cms_core.privatize import simulate_reports
+from collector.cli import collector_command
+from producer.broker import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+WIRE = "application/vnd.ocms.wire-v1"
+
+#: A small registry: metric "dest" (integers [0, 1000), F(1009): 2-byte coefficients, so a0 >= p is
+#: expressible), metric "screen" with a retired version 1 and a live version 2.
+REGISTRY_YAML = """\
+metrics:
+  - name: dest
+    description: test metric
+    owner: tests@example.com
+    integers: 1000
+    epsilon: 2
+    bucket: 1m
+    retention: 24h
+  - name: screen
+    description: test metric with a retired version
+    owner: tests@example.com
+    categories: [home, search, feed, settings]
+    bucket: 5m
+    versions:
+      - version: 1
+        epsilon: 2
+        retired: true
+      - version: 2
+        epsilon: 1
+"""
+
+
+def write_registry(directory: Path) -> Path:
+    path = directory / "registry.yaml"
+    path.write_text(REGISTRY_YAML)
+    return path
+
+
+class CollectorProcess:
+    def __init__(self, registry: Path, bootstrap: str, topic: str, log_dir: Path, *args: str, port: int | None = None):
+        self.registry = registry
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.log_dir = log_dir
+        self.port = port or free_port()
+        self.args = list(args)
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"collector-{self.port}-{self.starts}.log"
+
+    def start(self) -> "CollectorProcess":
+        self.starts += 1
+        log = open(self.log_path, "wb")
+        command = collector_command(self.registry, self.bootstrap, self.port, "--source-topic", self.topic, *self.args)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
+        self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        log.close()
+        return self
+
+    def wait_healthy(self, timeout: float = 30.0) -> dict:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            assert self.alive(), f"collector exited with {self.process.returncode}: {self.log_path.read_text()[-2000:]}"
+            try:
+                status, doc, _ = request(self.url + "/healthz", method="GET")
+                last = doc
+                if status == 200:
+                    return doc
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"collector not healthy within {timeout} s: {last}")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.alive():
+            os.killpg(self.process.pid, sig)
+            self.process.wait(30)
+
+    def stop(self) -> int | None:
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.process.returncode if self.process else None
+
+    def rss_kib(self) -> int:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+
+def request(url: str, body: bytes | None = None, *, method: str = "POST", headers: dict | None = None,
+            content_type: str | None = WIRE, timeout: float = 30) -> tuple[int, dict, dict]:
+    """(status, JSON document, headers) of one HTTP request (no exception for 4xx/5xx)."""
+    headers = dict(headers or {})
+    if body is not None and content_type is not None:
+        headers.setdefault("Content-Type", content_type)
+    req = urllib.request.Request(url, data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            raw, status, got = response.read(), response.status, dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        raw, status, got = exc.read(), exc.code, dict(exc.headers)
+    try:
+        doc = json.loads(raw) if raw else {}
+    except ValueError:
+        doc = {"raw": raw.decode(errors="replace")}
+    return status, doc, got
+
+
+def reports(version, n: int, seed: int):
+    """A ReportBatch of n privatized reports of values 0..n-1 (mod the dictionary)."""
+    values = (np.arange(n, dtype=np.uint64) % np.uint64(min(version.params.dictionary_size, 1000)))
+    return simulate_reports(version.params, values, np.random.default_rng(seed))
+
+
+def single_messages(version, n: int, seed: int) -> list[bytes]:
+    return wire.encode_reports(version.params, reports(version, n, seed))
+
+
+def records_of(message: bytes, version) -> list[bytes]:
+    """The raw records of one wire message (to compare what went in with what is in Kafka)."""
+    size = wire.record_size(version.params)
+    body = message[wire.HEADER_SIZE:]
+    return [body[i:i + size] for i in range(0, len(body), size)]
+
+
+async def _consume_all(bootstrap: str, topic: str, idle_s: float, timeout: float) -> list:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    records = []
+    try:
+        deadline = time.monotonic() + timeout
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - quiet_since < idle_s:
+            got = await consumer.getmany(timeout_ms=300)
+            for batch in got.values():
+                records.extend(batch)
+            if got:
+                quiet_since = time.monotonic()
+    finally:
+        await consumer.stop()
+    return records
+
+
+def consume_all(bootstrap: str, topic: str, idle_s: float = 1.5, timeout: float = 60.0) -> list:
+    """Every record of ``topic`` (stops after ``idle_s`` without new records)."""
+    return asyncio.run(_consume_all(bootstrap, topic, idle_s, timeout))
+
+
+class RegistryWorker:
+    """The real worker (agents.app.OCMSWorker) for one registry metric version, in its own session."""
+
+    def __init__(self, registry: Path, metric: str, version: int, bootstrap: str, topic: str, log_dir: Path):
+        self.args = [sys.executable, "-m", "tests.collector.registry_worker", str(registry), metric, str(version),
+                     bootstrap, topic]
+        self.web_port = free_port()
+        self.log_path = log_dir / f"worker-{topic}.log"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    def start(self) -> "RegistryWorker":
+        log = open(self.log_path, "wb")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
+        self.process = subprocess.Popen([*self.args, str(self.web_port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        log.close()
+        return self
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def estimates(self) -> tuple[int, dict]:
+        status, doc, _ = request(self.base_url + "/estimates", method="GET")
+        return status, doc
+
+    def wait_for_n(self, n: int, timeout: float = 90.0) -> dict:
+        deadline = time.monotonic() + timeout
+        doc = None
+        while time.monotonic() < deadline:
+            assert self.alive(), f"worker exited: {self.log_path.read_text()[-3000:]}"
+            try:
+                status, doc = self.estimates()
+            except OSError:
+                status = None
+            if status == 200 and doc.get("n", 0) >= n:
+                return doc
+            time.sleep(0.25)
+        raise AssertionError(f"worker did not reach n={n} within {timeout} s (last {doc and doc.get('n')})")
+
+    def stop(self) -> None:
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)

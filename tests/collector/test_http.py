@@ -1,0 +1,368 @@
+"""The collector's answers, one by one, against a real collector process and the embedded broker.
+
+A 202 is checked in Kafka (the records read back from the topic); every refusal
+names its reason; the privacy rules (no key, coarsened timestamps, no client
+address in the access log) are checked on what actually left the collector.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import socket
+import struct
+import time
+
+import pytest
+
+from cms_core import wire
+from producer.broker import EmbeddedBroker
+from registry import load_registry
+
+from .harness import (
+    WIRE, CollectorProcess, consume_all, records_of, reports, request, single_messages, write_registry,
+)
+
+TOPIC = "col-http"
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker() as b:
+        b.create_topics({TOPIC: 4, "col-limits": 2, "col-tokens": 2})
+        yield b
+
+
+@pytest.fixture(scope="module")
+def registry_path(tmp_path_factory):
+    return write_registry(tmp_path_factory.mktemp("registry"))
+
+
+@pytest.fixture(scope="module")
+def reg(registry_path):
+    return load_registry(registry_path)
+
+
+@pytest.fixture(scope="module")
+def dest(reg):
+    return reg.metric("dest").version(1)
+
+
+@pytest.fixture(scope="module")
+def collector(broker, registry_path, tmp_path_factory):
+    c = CollectorProcess(registry_path, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("collector"),
+                         "--body-timeout-seconds", "1", "--max-upload-reports", "200")
+    c.start()
+    try:
+        c.wait_healthy()
+        yield c
+    finally:
+        c.stop()
+
+
+def post(collector, body, path="/v1/reports", **kw):
+    return request(collector.url + path, body, **kw)
+
+
+def topic_records(broker, topic, version):
+    """Every report record in the topic, with the Kafka record of its frame."""
+    out = []
+    for record in consume_all(broker.bootstrap_servers, topic):
+        for raw in records_of(record.value, version):
+            out.append((raw, record))
+    return out
+
+
+# ----------------------------------------------------------------------------------------- 202
+
+
+def test_accepted_upload_is_in_kafka_keyless_with_a_coarsened_timestamp(broker, collector, dest):
+    messages = single_messages(dest, 25, seed=1)
+    before = time.time()
+    status, doc, _ = post(collector, b"".join(messages))
+    assert status == 202, doc
+    assert doc == {"status": 202, "reason": "accepted", "accepted": 25, "metric": "dest", "version": 1}
+    sent = [r for m in messages for r in records_of(m, dest)]
+    found = topic_records(broker, TOPIC, dest)
+    in_kafka = [raw for raw, _ in found]
+    for raw in sent:
+        assert raw in in_kafka
+    for raw, record in found:
+        if raw in sent:
+            assert record.key is None, "frames are keyed by nobody, never by a device"
+            assert record.timestamp % 60_000 == 0, "event time coarsened to the metric's 1-minute bucket"
+            assert before - 60 <= record.timestamp / 1000 <= time.time()
+            assert wire.peek_header(record.value)[1] == dest.fingerprint
+
+
+def test_frame_upload_and_json_upload_are_accepted(broker, collector, dest):
+    batch = reports(dest, 7, seed=2)
+    status, doc, _ = post(collector, wire.encode_frame(dest.params, batch), path="/v1/metrics/dest/reports")
+    assert status == 202 and doc["accepted"] == 7
+    body = {"fingerprint": dest.fingerprint.hex(),
+            "reports": [{"a0": str(int(batch.a0[i])), "a1": str(int(batch.a1[i])), "z": str(int(batch.z[i]))}
+                        for i in range(3)]}
+    status, doc, _ = post(collector, json.dumps(body).encode(), content_type="application/json")
+    assert status == 202 and doc["accepted"] == 3, doc
+    # the JSON form on the metric path may omit the fingerprint (one live version)
+    body.pop("fingerprint")
+    status, doc, _ = post(collector, json.dumps(body).encode(), path="/v1/metrics/dest/reports",
+                          content_type="application/json")
+    assert status == 202, doc
+    in_kafka = {raw for raw, _ in topic_records(broker, TOPIC, dest)}
+    assert set(records_of(wire.encode_frame(dest.params, batch), dest)) <= in_kafka
+
+
+# ----------------------------------------------------------------------------------------- 400
+
+
+def _header(kind=1, fingerprint=b"", count=1, magic=wire.MAGIC, version=1):
+    return wire.HEADER.pack(magic, version, kind, fingerprint, count)
+
+
+def malformed_cases(dest, reg):
+    fp = dest.fingerprint
+    good = single_messages(dest, 2, seed=3)
+    retired = reg.metric("screen").version(1)
+    screen = reg.metric("screen").version(2)
+    order = dest.params.field.order
+    return [
+        (b"", "empty"),
+        (b"OC\x01", "truncated"),
+        (b"XX" + good[0][2:], "bad_magic"),
+        (_header(version=2, fingerprint=fp) + good[0][16:], "bad_version"),
+        (_header(kind=7, fingerprint=fp) + good[0][16:], "bad_kind"),
+        (_header(fingerprint=b"\x01" * 8) + good[0][16:], "unknown_fingerprint"),
+        (good[0][:-1], "truncated"),
+        (good[0] + b"\x00", "oversized"),
+        (_header(kind=1, fingerprint=fp, count=2) + good[0][16:] * 2, "count_mismatch"),
+        (_header(kind=2, fingerprint=fp, count=0), "count_mismatch"),
+        (_header(kind=2, fingerprint=fp, count=1) + good[0][16:] * 2, "count_mismatch"),
+        (_header(fingerprint=fp) + struct.pack(">HHB", order, 1, 0), "coefficient_out_of_field"),
+        (_header(fingerprint=fp) + struct.pack(">HHB", 1, 1, dest.params.hash_range), "z_out_of_range"),
+        (good[0] + good[1][:-2], "truncated"),  # a valid message, then a truncated one: nothing accepted
+        (good[0] + single_messages(screen, 1, seed=4)[0], "mixed_parameter_sets"),
+        (single_messages(retired, 1, seed=5)[0], "retired_version"),
+    ]
+
+
+def test_malformed_uploads_get_400_with_the_dead_letter_reason(collector, dest, reg):
+    for body, reason in malformed_cases(dest, reg):
+        status, doc, _ = post(collector, body)
+        assert (status, doc.get("reason")) == (400, reason), (body.hex(), doc)
+        assert doc["detail"], "every refusal says what is wrong"
+
+
+def test_foreign_reports_on_a_metric_path_are_400_and_unknown_metrics_404(collector, dest):
+    message = single_messages(dest, 1, seed=6)[0]
+    status, doc, _ = post(collector, message, path="/v1/metrics/screen/reports")
+    assert (status, doc["reason"]) == (400, "foreign_metric")
+    status, doc, _ = post(collector, message, path="/v1/metrics/no_such_metric/reports")
+    assert (status, doc["reason"]) == (404, "unknown_metric")
+
+
+def test_malformed_json_bodies_get_400(collector, dest):
+    fp = dest.fingerprint.hex()
+    order = dest.params.field.order
+    cases = [
+        (b"{not json", "malformed_json"),
+        (b"[]", "malformed_json"),
+        (json.dumps({"fingerprint": "zz", "reports": [{"a0": "1", "a1": "1", "z": "0"}]}), "malformed_json"),
+        (json.dumps({"fingerprint": fp, "reports": []}), "empty"),
+        (json.dumps({"fingerprint": fp, "reports": [{"a0": "1", "a1": "x", "z": "0"}]}), "malformed_json"),
+        (json.dumps({"fingerprint": fp, "reports": [{"a0": "-1", "a1": "1", "z": "0"}]}), "malformed_json"),
+        (json.dumps({"fingerprint": fp, "reports": [{"a0": str(order), "a1": "1", "z": "0"}]}), "coefficient_out_of_field"),
+        (json.dumps({"fingerprint": fp, "reports": [{"a0": str(1 << 200), "a1": "1", "z": "0"}]}), "malformed_json"),
+        (json.dumps({"fingerprint": fp, "reports": [{"a0": "1", "a1": "1", "z": "999"}]}), "z_out_of_range"),
+        (json.dumps({"fingerprint": fp, "reports": [{"a0": "1", "a1": "1"}]}), "malformed_json"),
+        (json.dumps({"fingerprint": fp, "extra": 1, "reports": []}), "malformed_json"),
+        (json.dumps({"fingerprint": "01" * 8, "reports": [{"a0": "1", "a1": "1", "z": "0"}]}), "unknown_fingerprint"),
+    ]
+    for body, reason in cases:
+        body = body.encode() if isinstance(body, str) else body
+        status, doc, _ = post(collector, body, content_type="application/json")
+        assert (status, doc.get("reason")) == (400, reason), (body, doc)
+
+
+# ------------------------------------------------------------------------------ 413, 415, 408
+
+
+def test_size_limits_answer_413(collector, dest):
+    status, doc, _ = post(collector, b"\x00" * (1_048_576 + 1))
+    assert (status, doc["reason"]) == (413, "body_too_large")
+    too_many = wire.encode_frame(dest.params, reports(dest, 201, seed=7))
+    status, doc, _ = post(collector, too_many)
+    assert (status, doc["reason"]) == (413, "too_many_reports")
+    # a huge declared count in a short body is refused without allocating anything
+    status, doc, _ = post(collector, _header(kind=2, fingerprint=dest.fingerprint, count=1 << 20) + b"\x00" * 5)
+    assert (status, doc["reason"]) == (413, "too_many_reports")
+
+
+def test_wrong_content_type_is_415(collector, dest):
+    message = single_messages(dest, 1, seed=8)[0]
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+        status, doc, _ = post(collector, message, content_type=ctype)
+        assert (status, doc["reason"]) == (415, "unsupported_content_type"), ctype
+
+
+def _raw_post(port: int, body_prefix: bytes, length: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(f"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: {WIRE}\r\n"
+                 f"Content-Length: {length}\r\n\r\n".encode() + body_prefix)
+    return sock
+
+
+def test_slow_upload_is_408_and_aborted_uploads_do_not_hurt(collector, dest):
+    message = single_messages(dest, 1, seed=9)[0]
+    slow = _raw_post(collector.port, message[:5], len(message))  # the rest never comes
+    answer = slow.recv(4096).decode(errors="replace")  # the 1 s body timeout answers
+    slow.close()
+    assert answer.startswith("HTTP/1.1 408"), answer
+    assert '"body_timeout"' in answer
+    for _ in range(20):  # aborted mid-body
+        _raw_post(collector.port, message[:3], len(message)).close()
+    status, doc, _ = post(collector, message)
+    assert status == 202, doc
+    assert collector.alive()
+
+
+# ----------------------------------------------------------------------------- idempotency
+
+
+def test_a_retried_upload_is_answered_once_and_produced_once(broker, collector, dest):
+    messages = single_messages(dest, 4, seed=10)
+    body = b"".join(messages)
+    key = secrets.token_urlsafe(24)
+    first = post(collector, body, headers={"Idempotency-Key": key})
+    second = post(collector, body, headers={"Idempotency-Key": key})
+    assert first[0] == second[0] == 202
+    assert first[1] == second[1]
+    assert second[2].get("Idempotent-Replayed") == "true" and "Idempotent-Replayed" not in first[2]
+    in_kafka = [raw for raw, _ in topic_records(broker, TOPIC, dest)]
+    for raw in (r for m in messages for r in records_of(m, dest)):
+        assert in_kafka.count(raw) == 1, "the retry was produced again"
+    status, doc, _ = post(collector, body + body, headers={"Idempotency-Key": key})
+    assert (status, doc["reason"]) == (422, "idempotency_key_reused")
+    status, doc, _ = post(collector, body, headers={"Idempotency-Key": "short"})
+    assert (status, doc["reason"]) == (400, "bad_idempotency_key")
+
+
+# -------------------------------------------------------------------------- health, metrics
+
+
+def test_healthz_and_prometheus_metrics(collector):
+    status, doc, _ = request(collector.url + "/healthz", method="GET")
+    assert status == 200 and doc["kafka"] == "available"
+    with __import__("urllib.request").request.urlopen(collector.url + "/metrics") as response:
+        text = response.read().decode()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    requests = {(s.labels["status"], s.labels["reason"]): s.value for s in families["ocms_collector_requests"].samples
+                if s.name.endswith("_total")}
+    assert requests[("202", "accepted")] >= 1
+    assert requests[("400", "truncated")] >= 1
+    assert requests[("413", "too_many_reports")] >= 1
+    for name in ("ocms_collector_request_seconds", "ocms_collector_frames_produced", "ocms_collector_reports_produced",
+                 "ocms_collector_queue_reports", "ocms_collector_kafka_available"):
+        assert name in families, name
+
+
+def _access_lines(collector, dest) -> list[str]:
+    post(collector, single_messages(dest, 1, seed=11)[0], headers={"User-Agent": "device-model-XYZ/1.0"})
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "POST /v1/reports" not in collector.log_path.read_text():
+        time.sleep(0.1)
+    return [line for line in collector.log_path.read_text().splitlines() if "ocms.collector.access" in line]
+
+
+def test_access_log_holds_no_client_address_or_user_agent(broker, registry_path, collector, dest, tmp_path):
+    lines = _access_lines(collector, dest)
+    assert any("POST /v1/reports" in line for line in lines)
+    assert not any("127.0.0.1" in line or "device-model-XYZ" in line for line in lines), lines
+    # control: an operator can turn client addresses on, and then they are there
+    c = CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path, "--access-log-client-addresses")
+    c.start()
+    try:
+        c.wait_healthy()
+        lines = [line for line in _access_lines(c, dest) if "POST" in line]
+        assert lines and all("127.0.0.1" in line and "device-model-XYZ" in line for line in lines), lines
+    finally:
+        c.stop()
+
+
+# ---------------------------------------------------------------------- tokens and rate limits
+
+
+def test_tokens_and_rate_limits(broker, registry_path, dest, reg, tmp_path):
+    tokens = {"fast": secrets.token_urlsafe(32), "slow": secrets.token_urlsafe(32), "screens": secrets.token_urlsafe(32)}
+    doc = {"applications": [
+        {"name": "fast", "token_sha256": hashlib.sha256(tokens["fast"].encode()).hexdigest()},
+        {"name": "slow", "token_sha256": hashlib.sha256(tokens["slow"].encode()).hexdigest(),
+         "rate_limit": 0.5, "rate_burst": 3},
+        {"name": "screens", "token_sha256": hashlib.sha256(tokens["screens"].encode()).hexdigest(), "metrics": ["screen"]},
+    ]}
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps(doc))
+    c = CollectorProcess(registry_path, broker.bootstrap_servers, "col-tokens", tmp_path, "--tokens-file", str(path))
+    c.start()
+    try:
+        c.wait_healthy()
+        message = single_messages(dest, 1, seed=12)[0]
+
+        def auth(name):
+            return {"Authorization": f"Bearer {tokens[name]}"}
+
+        status, doc, headers = post(c, message)
+        assert (status, doc["reason"]) == (401, "missing_token") and "Bearer" in headers["WWW-Authenticate"]
+        status, doc, _ = post(c, message, headers={"Authorization": "Bearer not-a-token"})
+        assert (status, doc["reason"]) == (401, "unknown_token")
+        status, doc, _ = post(c, message, headers=auth("screens"))
+        assert (status, doc["reason"]) == (403, "metric_not_allowed")
+        status, doc, _ = post(c, message, path="/v1/metrics/dest/reports", headers=auth("screens"))
+        assert (status, doc["reason"]) == (403, "metric_not_allowed")
+        answers = [post(c, message, headers=auth("slow")) for _ in range(5)]
+        assert [a[0] for a in answers[:3]] == [202, 202, 202]
+        assert [a[0] for a in answers[3:]] == [429, 429]
+        assert answers[3][1]["reason"] == "rate_limited_application"
+        assert 1 <= int(answers[3][2]["Retry-After"]) <= 2
+        # another application is not affected by the slow one's limit
+        assert all(post(c, message, headers=auth("fast"))[0] == 202 for _ in range(10))
+    finally:
+        c.stop()
+
+
+def test_global_rate_limit(broker, registry_path, dest, tmp_path):
+    c = CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path,
+                         "--rate-limit", "1", "--rate-burst", "4")
+    c.start()
+    try:
+        c.wait_healthy()
+        message = single_messages(dest, 1, seed=13)[0]
+        statuses = [post(c, message)[0] for _ in range(6)]
+        assert statuses[:4] == [202] * 4 and statuses[4:] == [429, 429]
+    finally:
+        c.stop()
+
+
+def test_bad_settings_exit_2_naming_the_variable(registry_path, tmp_path):
+    import subprocess
+    import sys
+
+    from .harness import ROOT
+
+    cases = [
+        (["--registry", str(registry_path), "--bootstrap-servers", "x:1", "--port", "eighty"], "OCMS_COLLECTOR_PORT"),
+        (["--registry", str(tmp_path / "missing.yaml"), "--bootstrap-servers", "x:1"], "OCMS_REGISTRY"),
+        (["--registry", str(registry_path)], "OCMS_BOOTSTRAP_SERVERS"),
+        (["--registry", str(registry_path), "--bootstrap-servers", "x:1", "--max-upload-reports", "20000"],
+         "OCMS_COLLECTOR_MAX_UPLOAD_REPORTS"),
+        (["--registry", str(registry_path), "--bootstrap-servers", "x:1", "--tls-cert", str(registry_path)],
+         "OCMS_COLLECTOR_TLS_KEY"),
+    ]
+    for args, name in cases:
+        done = subprocess.run([sys.executable, "-m", "agents.cli", "collector", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2, (args, done.stderr)
+        assert name in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -22,7 +22,6 @@ import secrets
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import time
 import urllib.request
@@ -255,7 +254,7 @@ def run(args) -> int:
             broker = EmbeddedBroker(log_path=logs / "broker.log").start()
             bootstrap = broker.bootstrap_servers
             print(f"embedded broker (Tansu, memory storage) on {bootstrap}", flush=True)
-        from .cli import reach_kafka
+        from producer.cli import reach_kafka
 
         reach_kafka(bootstrap, lambda: create_topics(bootstrap, {topic: args.partitions}))
         worker = WorkerChild(

@@ -124,6 +124,8 @@ def start_ocms_run(log: Path) -> tuple[subprocess.Popen, set[int], int]:
         raise
     tree = descendants(process.pid)
     port = int(re.search(r"http://127\.0\.0\.1:(\d+)/metrics", text).group(1))
+    worker_log = Path(re.search(r"worker pid \d+ starting \(log (\S+)\)", text).group(1)).read_text(errors="replace")
+    assert "\x1b[" not in worker_log and "\x1b[" not in text  # not a terminal: no cursor escape codes
     return process, tree, port
 
 

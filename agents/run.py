@@ -294,7 +294,7 @@ Ctrl-C stops everything.
                 broker.stop()
         finally:
             stopper.restore()
-            if not failed:
+            if not failed or not any(f.stat().st_size for f in logs.iterdir()):  # keep logs that explain a failure
                 shutil.rmtree(logs, ignore_errors=True)
     print("stopped.", flush=True)
     return 0

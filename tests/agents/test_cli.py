@@ -166,6 +166,8 @@ def test_a_command_that_cannot_reach_kafka_says_so_in_one_line():
     code, _, err = ocms("simulate", "--reports", "10", "--bootstrap-servers", "127.0.0.1:9")
     assert code == 1
     assert "cannot reach Kafka at 127.0.0.1:9 (--bootstrap-servers): no broker answered" in one_line(err)
+    code, out, err = ocms("run", "--bootstrap-servers", "127.0.0.1:9", "--duration", "1")
+    assert code == 1 and "cannot reach Kafka at 127.0.0.1:9 (--bootstrap-servers)" in one_line(err), out
 
 
 def _busy_port():

@@ -31,6 +31,8 @@ FLAGS = (
     ("--frame-max-reports", "frame_max_reports", "most reports per Kafka frame [default 10000]"),
     ("--frame-max-latency-ms", "frame_max_latency_ms", "longest a report waits for its frame [default 5]"),
     ("--kafka-timeout-ms", "kafka_timeout_ms", "Kafka request timeout [default 5000]"),
+    ("--kafka-idempotence", "kafka_idempotence", "auto|on|off: Kafka's idempotent producer (auto: on when the "
+     "broker supports it) [default auto]"),
     ("--retry-after-seconds", "retry_after_seconds", "Retry-After of 503 answers [default 2]"),
     ("--body-timeout-seconds", "body_timeout_seconds", "the whole body must arrive within this [default 10]; else 408"),
     ("--tokens-file", "tokens_file", "JSON of applications and token SHA-256 hashes: bearer tokens required"),

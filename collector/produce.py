@@ -122,6 +122,7 @@ class KafkaOutlet:
         self._probe: asyncio.Task | None = None
         self._closing = False
         self.last_error: str | None = "not connected yet"
+        self.idempotent = settings.kafka_idempotence != "off"
 
     def config(self) -> dict:
         s = self.settings
@@ -134,6 +135,7 @@ class KafkaOutlet:
             "retry_backoff_ms": 100,
             "max_request_size": 1_048_576,
             "max_batch_size": 1_048_576,
+            "enable_idempotence": self.idempotent,
         }
         return config
 
@@ -157,6 +159,13 @@ class KafkaOutlet:
                         await producer.stop()
                     except Exception:
                         pass
+                    if self.idempotent and self.settings.kafka_idempotence == "auto" and not is_retriable(exc):
+                        # The broker answered but refused InitProducerId (no idempotence support).
+                        log.warning("Kafka at %s does not support the idempotent producer (%s); producing without "
+                                    "it: a frame re-sent after a lost answer may be stored twice",
+                                    self.settings.bootstrap_servers, type(exc).__name__)
+                        self.idempotent = False
+                        continue
                 else:
                     self.producer = producer
                     self._available()

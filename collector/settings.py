@@ -51,6 +51,9 @@ class CollectorSettings:
     frame_max_latency_ms: float = 5.0
     #: aiokafka's per-request timeout: an upload caught by an outage waits at most about this long.
     kafka_timeout_ms: int = 5000
+    #: Kafka's idempotent producer: a frame aiokafka re-sends after a lost answer is stored once.
+    #: auto = on when the broker supports it (Apache Kafka does; the embedded Tansu broker does not).
+    kafka_idempotence: str = "auto"
     #: Retry-After of 503 (Kafka unavailable / queue full) and the Kafka probe interval.
     retry_after_seconds: int = 2
     #: Slow uploads: the whole body must arrive within this many seconds (else 408).
@@ -104,6 +107,11 @@ class CollectorSettings:
         for name in ("access_log_client_addresses", "access_log"):
             if name in raw:
                 out[name] = _bool(env_name(name), raw[name])
+        if "kafka_idempotence" in raw:
+            mode = str(raw["kafka_idempotence"]).lower()
+            if mode not in ("auto", "on", "off"):
+                raise InvalidParameterError(env_name("kafka_idempotence"), raw["kafka_idempotence"], "expected auto, on or off")
+            out["kafka_idempotence"] = mode
         if "log_level" in raw:
             level = str(raw["log_level"]).lower()
             if level not in LOG_LEVELS:

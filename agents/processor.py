@@ -14,10 +14,12 @@ exactness argument is tested without a broker.
 
 from __future__ import annotations
 
+import heapq
+import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -164,11 +166,56 @@ def plan_batch(
     return plan
 
 
-def expired(key: BucketKey, now: float, levels: Sequence[tuple[int, int]]) -> bool:
-    """True for a bucket wholly older than its level's retention (cumulative keys never expire)."""
+def expiry_time(key: BucketKey, levels: Sequence[tuple[int, int]]) -> float:
+    """When a bucket is wholly older than its level's retention (epoch seconds); cumulative
+    keys never expire, buckets of a level no longer configured already have."""
     if key.is_total:
-        return False
+        return math.inf
     for width, retention in levels:
         if width == key.width:
-            return key.bucket_start + width <= now - retention
-    return True  # a level no longer configured
+            return key.bucket_start + width + retention
+    return -math.inf
+
+
+def expired(key: BucketKey, now: float, levels: Sequence[tuple[int, int]]) -> bool:
+    """True for a bucket wholly older than its level's retention (cumulative keys never expire)."""
+    return expiry_time(key, levels) <= now
+
+
+class RetentionIndex:
+    """The bucket keys of the owned partitions, by the time they expire (a min-heap).
+
+    It is derived from the table, never the only record: the worker rebuilds it from the
+    table's keys whenever the partitions it owns may have changed (start, restart, a
+    rebalance that moved partitions), and adds the keys it writes in between. So buckets
+    written before a restart, or by the previous owner of a partition, expire like the rest.
+    """
+
+    def __init__(self, levels: Sequence[tuple[int, int]]):
+        self.levels = tuple(levels)
+        self._heap: list[tuple[float, BucketKey]] = []
+        self._indexed: set[BucketKey] = set()
+
+    def __len__(self) -> int:
+        return len(self._indexed)
+
+    def reset(self, keys: Iterable[BucketKey]) -> None:
+        """Index exactly ``keys`` (the table's keys of the owned partitions)."""
+        self._indexed = {key for key in keys if not key.is_total}
+        self._heap = [(expiry_time(key, self.levels), key) for key in self._indexed]
+        heapq.heapify(self._heap)
+
+    def add(self, key: BucketKey) -> None:
+        if key.is_total or key in self._indexed:
+            return
+        self._indexed.add(key)
+        heapq.heappush(self._heap, (expiry_time(key, self.levels), key))
+
+    def due(self, now: float) -> list[BucketKey]:
+        """Remove and return the keys expired at ``now``, oldest first."""
+        out = []
+        while self._heap and self._heap[0][0] <= now:
+            _, key = heapq.heappop(self._heap)
+            self._indexed.discard(key)
+            out.append(key)
+        return out

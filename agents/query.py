@@ -1,37 +1,92 @@
 """Answers from the counts view: estimates, top-K, trends, parameters.
 
-Everything here is synchronous and reads the view once per answer (the event
-loop never interleaves a view update with a query). Estimates are computed by
-``cms_core.OCMSSketch`` from summed integer counts, so a range is the exact
-sum of its buckets and gets an unbiased estimate with its own interval.
+Every answer is computed in two steps. ``prepare`` runs on the event loop: it
+checks every parameter (unknown, duplicated, malformed, absurd or outside what
+exists: a 400 naming the parameter), takes a snapshot of the buckets the
+answer reads (``CountsView.snapshot``: references to immutable states) and
+states the answer's *work* before any of it is done; an answer over
+``MAX_WORK`` is refused. ``Answer.compute`` then reads only the snapshot, so it
+can run anywhere: the web layer runs cheap answers inline and heavy ones on
+its query thread, off the event loop.
 
-HTTP parameters are parsed here; a bad one raises :class:`ApiError` naming it
-(the web layer turns that into a 400 or 404 JSON answer).
+Answers cost what they return: one value's estimate or trend reads that
+value's count from each state (O(points + states)), never all D counts, unless
+a post-processing method that needs every value (norm_sub, simplex) is asked
+for. Estimates are computed by ``cms_core.OCMSSketch`` from summed integer
+counts, so a range is the exact sum of its buckets and gets an unbiased
+estimate with its own interval.
+
+Values travel as ``cms_core.values.value_to_json`` writes them (always a JSON
+string; integers as decimal digits) and are read back with ``value_from_json``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import math
 import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, postprocess
 from cms_core.errors import OCMSError
 from cms_core.sketch import INTERVALS, Estimates
+from cms_core.values import value_from_json, value_to_json
 
 from .settings import WorkerSettings, tracked_values, watch_indices
 from .state import TOTAL_WIDTH, bucket_start
-from .view import CountsView
+from .view import CountsView, sum_states, sum_states_at
 
 MAX_TREND_POINTS = 10_000
 _RELATIVE = re.compile(r"^(?:now)?-(\d+(?:\.\d+)?)([smhd])$")
 _DURATION = re.compile(r"^(\d+)([smhd]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+#: Parameters each endpoint takes; anything else is a 400 naming it.
+_ESTIMATE_PARAMETERS = ("params", "window", "from", "to", "confidence", "interval", "postprocess")
+PARAMETERS: dict[str, tuple[str, ...]] = {
+    "estimates": _ESTIMATE_PARAMETERS,
+    "estimate_value": _ESTIMATE_PARAMETERS,
+    "topk": _ESTIMATE_PARAMETERS + ("k",),
+    "trend": ("params", "value", "from", "to", "step", "confidence", "interval", "postprocess"),
+    "params": (),
+    "healthz": (),
+    "metrics": (),
+}
+
+#: Post-processing methods that act on each value alone (the others need all D estimates).
+ELEMENTWISE = ("none", "clip")
+
+# Work model, in rough nanoseconds of one CPU, stated before an answer starts.
+SUM_COST = 1  # one count added (numpy)
+ESTIMATE_COST = 40  # one value estimated (numpy passes; sorting for norm_sub/simplex)
+STATE_COST = 300  # one state read for one value (Python)
+POINT_COST = 60_000  # one single-value estimate (a one-value sketch)
+RECORD_COST = 2_500  # one record answered (dict + JSON text)
+#: Answers up to this much work run inline on the event loop (~ a millisecond).
+INLINE_WORK = 1_000_000
+#: Answers over this much work (~ seconds of CPU) are refused before they start.
+MAX_WORK = 4_000_000_000
+
+#: Record fields that can be infinite (a bound the theorem cannot give): JSON null.
+_BOUND_FIELDS = ("ci_low", "ci_high", "count_ci_low", "count_ci_high")
+
+
+def show(raw: str, limit: int = 40) -> str:
+    """A parameter value as an error message quotes it: repr, at most ~``limit`` characters."""
+    text = repr(raw)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 12]}...' ({len(raw):,} characters)"
+
+
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class ApiError(OCMSError):
@@ -47,6 +102,22 @@ class ApiError(OCMSError):
         return {"error": self.message, "parameter": self.parameter, "status": self.status}
 
 
+def check_query(endpoint: str, pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The query as a dict; an unknown or repeated parameter is a 400 naming it."""
+    allowed = PARAMETERS[endpoint]
+    query: dict[str, str] = {}
+    for name, raw in pairs:
+        if name not in allowed:
+            close = difflib.get_close_matches(name, allowed, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else (
+                f"this endpoint takes {', '.join(allowed)}" if allowed else "this endpoint takes no parameters")
+            raise ApiError(show(name)[1:-1] if len(name) <= 38 else show(name), f"unknown parameter; {hint}")
+        if name in query:
+            raise ApiError(name, "given more than once; give it once")
+        query[name] = raw
+    return query
+
+
 def parse_time(name: str, raw: str, now: float) -> float:
     """Epoch seconds, ISO 8601 (naive = UTC), ``now`` or a relative ``-15m``/``now-2h``."""
     text = raw.strip()
@@ -54,34 +125,36 @@ def parse_time(name: str, raw: str, now: float) -> float:
         return now
     match = _RELATIVE.match(text)
     if match:
-        return now - float(match.group(1)) * _UNITS[match.group(2)]
-    try:
-        value = float(text)
-    except ValueError:
+        value = now - float(match.group(1)) * _UNITS[match.group(2)]
+    else:
         try:
-            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            value = float(text)
         except ValueError:
-            raise ApiError(name, f"{raw!r} is not epoch seconds, ISO 8601, 'now' or a relative time like -15m") from None
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=timezone.utc)
-        return parsed.timestamp()
+            try:
+                parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+                if parsed.tzinfo is None:
+                    parsed = parsed.replace(tzinfo=timezone.utc)
+                value = parsed.timestamp()
+            except (ValueError, OverflowError):
+                raise ApiError(name, f"{show(raw)} is not epoch seconds, ISO 8601, 'now' or a relative time "
+                                     "like -15m") from None
     if not math.isfinite(value) or value < 0:
-        raise ApiError(name, f"{raw!r} must be a finite, non-negative epoch time")
+        raise ApiError(name, f"{show(raw)} must be a finite, non-negative epoch time")
     return value
 
 
 def parse_duration(name: str, raw: str) -> int:
     match = _DURATION.match(raw.strip())
-    if not match or int(match.group(1)) <= 0:
-        raise ApiError(name, f"{raw!r} is not a positive duration (seconds, or with a unit: 90s, 5m, 1h, 1d)")
+    if not match or len(match.group(1)) > 18 or int(match.group(1)) <= 0:
+        raise ApiError(name, f"{show(raw)} is not a positive duration (seconds, or with a unit: 90s, 5m, 1h, 1d)")
     return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 def parse_int(name: str, raw: str, lo: int, hi: int) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(name, f"{raw!r} is not an integer") from None
+    text = raw.strip()
+    if not re.fullmatch(r"[+-]?\d{1,18}", text):
+        raise ApiError(name, f"{show(raw)} is not an integer in [{lo}, {hi}]")
+    value = int(text)
     if not lo <= value <= hi:
         raise ApiError(name, f"{value} must be in [{lo}, {hi}]")
     return value
@@ -97,18 +170,19 @@ class EstimateOptions:
     def parse(cls, query: Mapping[str, str]) -> "EstimateOptions":
         confidence = 0.95
         if "confidence" in query:
+            raw = query["confidence"]
             try:
-                confidence = float(query["confidence"])
+                confidence = float(raw)
             except ValueError:
-                raise ApiError("confidence", f"{query['confidence']!r} is not a number") from None
-            if not 0.0 < confidence < 1.0:
-                raise ApiError("confidence", f"{confidence} must be in (0, 1)")
+                raise ApiError("confidence", f"{show(raw)} is not a number") from None
+            if not 0.0 < confidence < 1.0:  # NaN fails too
+                raise ApiError("confidence", f"{show(raw)} must be a number in (0, 1)")
         interval = query.get("interval", "normal")
         if interval not in INTERVALS:
-            raise ApiError("interval", f"{interval!r} is not one of {', '.join(INTERVALS)}")
+            raise ApiError("interval", f"{show(interval)} is not one of {', '.join(INTERVALS)}")
         method = query.get("postprocess", "none")
         if method not in postprocess.METHODS:
-            raise ApiError("postprocess", f"{method!r} is not one of {', '.join(postprocess.METHODS)}")
+            raise ApiError("postprocess", f"{show(method)} is not one of {', '.join(postprocess.METHODS)}")
         return cls(confidence, interval, method)
 
 
@@ -126,6 +200,46 @@ class Window:
             return {"kind": "total"}
         return {"kind": self.kind, "from": self.start, "to": self.stop, "bucket_seconds": self.width}
 
+    def bounds(self) -> tuple[int, int]:
+        """[start, stop) of the bucket starts this window reads (the cumulative key starts at 0)."""
+        return (0, 1) if self.kind == "total" else (self.start, self.stop)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A checked request: its work (see the work model above) and the computation, which
+    reads only the snapshot taken by ``prepare`` and may run on any thread."""
+
+    work: int
+    compute: Callable[[], dict]
+
+
+def select(est: Estimates, indices) -> Estimates:
+    """The estimates of ``indices`` only (so records are built for what is returned)."""
+    idx = np.asarray(indices, dtype=np.int64)
+    return dataclasses.replace(
+        est, values=[est.values[i] for i in idx], frequency=est.frequency[idx], processed=est.processed[idx],
+        variance=est.variance[idx], std=est.std[idx], ci_low=est.ci_low[idx], ci_high=est.ci_high[idx],
+    )
+
+
+def records(est: Estimates, counts) -> list[dict]:
+    """JSON records of every value of ``est`` with their match counts: the value as
+    ``value_to_json`` writes it, an unbounded interval end as null (JSON has no infinity)."""
+    counts = [int(c) for c in counts]
+    if est.n == 0:
+        return [{"value": value_to_json(v), "match_count": c} for v, c in zip(est.values, counts)]
+    out = est.as_records()
+    unbounded = not (np.isfinite(est.ci_low).all() and np.isfinite(est.ci_high).all())
+    for record, count in zip(out, counts):
+        record["value"] = value_to_json(record["value"])
+        record["match_count"] = count
+        if unbounded:
+            for field in _BOUND_FIELDS:
+                if not math.isfinite(record[field]):
+                    record[field] = None
+    return out
+
 
 class EstimateService:
     """The worker's answers, computed from a CountsView on demand."""
@@ -137,22 +251,23 @@ class EstimateService:
         self.params: dict[str, OCMSParams] = {p.fingerprint.hex(): p for p in settings.params_sets}
         self.tracked: dict[str, TrackedValues] = {fp: tracked_values(settings, p) for fp, p in self.params.items()}
         self.primary = settings.params.fingerprint.hex()
-        self.labels = self.tracked[self.primary].all_labels()
-        self.position = {str(label): i for i, label in enumerate(self.labels)}
-        self.watch = watch_indices(settings, self.tracked[self.primary])
+        primary = self.tracked[self.primary]
+        self.labels = primary.all_labels()
+        self.d = len(self.labels)
+        # value (as value_from_json reads it) -> index; a range computes it instead.
+        self.position = None if primary.is_range else {label: i for i, label in enumerate(self.labels)}
+        self.watch = watch_indices(settings, primary)
 
     # -------------------------------------------------------------- pieces
     def resolve_params(self, query: Mapping[str, str]) -> str:
         fp = query.get("params", self.primary)
         if fp not in self.params:
-            raise ApiError("params", f"{fp!r} is not an accepted parameter fingerprint (see /params)")
+            raise ApiError("params", f"{show(fp)} is not an accepted parameter fingerprint (see /params)")
         return fp
 
     def counts(self, fp: str, window: Window) -> tuple[int, np.ndarray]:
-        d = len(self.tracked[fp])
-        if window.kind == "total":
-            return self.view.sum(fp, TOTAL_WIDTH, 0, d)
-        return self.view.sum_range(fp, window.width, window.start, window.stop, d)
+        start, stop = window.bounds()
+        return self.view.sum_range(fp, window.width, start, stop, len(self.tracked[fp]))
 
     def latest_bucket(self, now: float | None = None) -> Window:
         """The latest *complete* base bucket at ``now``."""
@@ -160,19 +275,56 @@ class EstimateService:
         start = bucket_start(self.clock() if now is None else now, width) - width
         return Window("latest_bucket", width, start, start + width)
 
+    def oldest(self, now: float) -> float:
+        """The oldest time the longest-kept bucket level still holds."""
+        return now - max(retention for _, retention in self.settings.levels())
+
+    def time_range(self, query: Mapping[str, str], now: float, default_span: float | None = None) -> tuple[float, float]:
+        """[from, to) of the query, checked against what can exist: nothing after now plus
+        the accepted clock skew, nothing before every level's retention. Errors name the
+        parameter the user gave (or the one to add)."""
+        horizon = now + self.settings.future_tolerance_seconds
+        skew = f"now + {self.settings.future_tolerance_seconds} s of accepted clock skew"
+        start = stop = None
+        if "from" in query:
+            start = parse_time("from", query["from"], now)
+            if start > horizon:
+                raise ApiError("from", f"{show(query['from'])} is in the future (the latest time is {skew})")
+        if "to" in query:
+            stop = parse_time("to", query["to"], now)
+            if stop > horizon:
+                raise ApiError("to", f"{show(query['to'])} is in the future (the latest time is {skew})")
+        if stop is None:
+            stop = now
+        if start is None:
+            if default_span is None:
+                raise ApiError("from", "is required with to / window=range")
+            start = max(stop - default_span, self.oldest(now))
+        if stop <= start:
+            if "to" in query:
+                raise ApiError("to", f"{show(query['to'])} must be after from ({show(query.get('from', ''))})")
+            raise ApiError("from", f"{show(query['from'])} must be before to (now)")
+        return start, stop
+
     def range_window(self, start: float, stop: float, now: float, step: int | None = None) -> Window:
         """Buckets covering [start, stop): the finest level whose retention reaches ``start``
         (and whose width divides ``step``); bounds are widened to bucket edges."""
         if stop <= start:
-            raise ApiError("to", f"must be after from ({stop:.3f} <= {start:.3f})")
+            raise ApiError("to", f"must be after from ({iso(stop)} <= {iso(start)})")
         # A level reaches ``start`` when its first bucket is not expired (processor.expired's negation),
         # so an answer never depends on whether a retention delete has run yet.
-        widths = [w for w, _ in self.settings.levels()]
-        if step is not None and all(step % w for w in widths):
-            raise ApiError("step", f"{step} s is not a multiple of a bucket width {widths}")
-        reaching = [w for w, retention in self.settings.levels() if bucket_start(start, w) + w > now - retention]
+        levels = self.settings.levels()
+        widths = [w for w, _ in levels]
+        if step is not None:
+            longest = max(retention for _, retention in levels)
+            if step > longest:
+                raise ApiError("step", f"{step:,} s is longer than the longest retention ({longest:,} s)")
+            if all(step % w for w in widths):
+                raise ApiError("step", f"{step} s is not a multiple of a bucket width {widths}")
+        reaching = [w for w, retention in levels if bucket_start(start, w) + w > now - retention]
         if not reaching:
-            raise ApiError("from", "is older than the retention of every bucket level")
+            raise ApiError("from", f"{iso(start)} is older than the retention of every bucket level "
+                                   f"(the oldest kept is about {iso(self.oldest(now))})")
         for width in reaching:
             if step is None or step % width == 0:
                 lo = bucket_start(start, width)
@@ -184,14 +336,11 @@ class EstimateService:
         now = self.clock()
         kind = query.get("window")
         if kind not in (None, "total", "latest_bucket", "range"):
-            raise ApiError("window", f"{kind!r} is not one of total, latest_bucket, range")
+            raise ApiError("window", f"{show(kind)} is not one of total, latest_bucket, range")
         if "from" in query or "to" in query or kind == "range":
             if kind in ("total", "latest_bucket"):
                 raise ApiError("window", f"{kind} takes no from/to")
-            if "from" not in query:
-                raise ApiError("from", "is required with to / window=range")
-            start = parse_time("from", query["from"], now)
-            stop = parse_time("to", query["to"], now) if "to" in query else now
+            start, stop = self.time_range(query, now)
             return self.range_window(start, stop, now)
         if kind == "latest_bucket":
             return self.latest_bucket(now)
@@ -202,28 +351,28 @@ class EstimateService:
         return sketch.estimate(confidence=options.confidence, interval=options.interval,
                                postprocess_method=options.postprocess)
 
-    def value_index(self, raw: str) -> int:
-        key = raw
-        if self.params[self.primary].value_domain == "integer":
-            try:
-                key = str(int(raw))  # "007" and " 7" name the value 7
-            except ValueError:
-                raise ApiError("value", f"{raw!r} is not an integer (the value domain is integers)") from None
-        if key not in self.position:
-            raise ApiError("value", f"{raw!r} is not a tracked value", status=404)
-        return self.position[key]
+    def one_value(self, fp: str, index: int) -> TrackedValues:
+        """A tracked set holding only the value at ``index``: its estimate costs O(1)."""
+        return TrackedValues.of(self.params[fp], [self.labels[index]])
 
-    @staticmethod
-    def _records(est: Estimates, counts: np.ndarray, indices) -> list[dict]:
-        if est.n == 0:
-            return [{"value": est.values[i], "match_count": 0} for i in indices]
-        records = est.as_records()
-        out = []
-        for i in indices:
-            record = records[i]
-            record["match_count"] = int(counts[i])
-            out.append(record)
-        return out
+    def value_index(self, raw: str, parameter: str = "value") -> int:
+        """Index of a value given as ``value_from_json`` reads it (integers: decimal digits)."""
+        params = self.params[self.primary]
+        try:
+            value = value_from_json(params, raw)
+        except ValueError:  # InvalidValueError, or digits beyond Python's int conversion limit
+            if params.value_domain == "integer" and raw.isascii() and raw.isdigit():
+                raise ApiError(parameter, f"{show(raw)} is not a tracked value (outside the dictionary "
+                                          f"[0, {params.dictionary_size}))", status=404) from None
+            raise ApiError(parameter, f"{show(raw)} is not a non-negative decimal integer "
+                                      "(the value domain is integers)") from None
+        if self.position is None:
+            index = value - self.tracked[self.primary].range_start
+            if 0 <= index < self.d:
+                return index
+        elif value in self.position:
+            return self.position[value]
+        raise ApiError(parameter, f"{show(raw)} is not a tracked value", status=404)
 
     def _header(self, fp: str, window: Window, n: int, options: EstimateOptions) -> dict:
         return {
@@ -231,69 +380,157 @@ class EstimateService:
             "interval": options.interval, "postprocess": options.postprocess,
         }
 
+    def _snapshot(self, fp: str, window: Window):
+        start, stop = window.bounds()
+        snapshot = self.view.snapshot(fp, window.width, start, stop)
+        return snapshot, sum(len(states) for _, states in snapshot)
+
+    @staticmethod
+    def _bounded(work: int, parameter: str, what: str) -> int:
+        if work > MAX_WORK:
+            raise ApiError(parameter, f"{what} is about {work / 1e9:.1f} s of work, over the "
+                                      f"{MAX_WORK / 1e9:.0f} s a request may take")
+        return work
+
     # ------------------------------------------------------------- answers
-    def _answer(self, fp: str, options: EstimateOptions, query: Mapping[str, str]):
-        """(document header, estimates, counts) for the window the query names."""
+    def prepare(self, endpoint: str, query: Mapping[str, str], value: str | None = None) -> Answer:
+        """Check a request completely and state its work; nothing is computed yet."""
+        query = check_query(endpoint, query.items())
+        if endpoint == "params":
+            doc = self.params_doc()
+            return Answer(0, lambda: doc)
+        fp = self.resolve_params(query)
+        options = EstimateOptions.parse(query)
+        d = len(self.tracked[fp])
+        if endpoint == "trend":
+            return self._prepare_trend(fp, options, query)
+        if endpoint == "estimate_value":
+            index = self.value_index(value if value is not None else "")
+        elif endpoint == "topk":
+            k = parse_int("k", query.get("k", "10"), 1, d)
         window = self.window_from_query(query)
-        n, counts = self.counts(fp, window)
-        return self._header(fp, window, n, options), self.estimate(fp, n, counts, options), counts
+        snapshot, states = self._snapshot(fp, window)
+        range_parameter = "from" if window.kind == "range" else "window"
 
-    def estimates(self, query: Mapping[str, str]) -> dict:
-        fp = self.resolve_params(query)
-        options = EstimateOptions.parse(query)
-        doc, est, counts = self._answer(fp, options, query)
-        doc["estimates"] = self._records(est, counts, range(len(self.labels)))
-        return doc
+        def header(n: int) -> dict:
+            return self._header(fp, window, n, options)
 
-    def estimate_value(self, value: str, query: Mapping[str, str]) -> dict:
-        fp = self.resolve_params(query)
-        options = EstimateOptions.parse(query)
-        index = self.value_index(value)
-        doc, est, counts = self._answer(fp, options, query)
-        doc["estimate"] = self._records(est, counts, [index])[0]
-        return doc
+        if endpoint == "estimate_value" and options.postprocess in ELEMENTWISE:
+            one = self.one_value(fp, index)
 
-    def topk(self, query: Mapping[str, str]) -> dict:
-        fp = self.resolve_params(query)
-        options = EstimateOptions.parse(query)
-        k = parse_int("k", query.get("k", "10"), 1, len(self.labels))
-        doc, est, counts = self._answer(fp, options, query)
-        doc["k"] = k
-        doc["top"] = self._records(est, counts, top_indices(est, k)) if doc["n"] else []
-        return doc
+            def compute_value() -> dict:
+                n, count = sum_states_at(snapshot, index)
+                est = OCMSSketch(self.params[fp], one, [count], n).estimate(
+                    confidence=options.confidence, interval=options.interval, postprocess_method=options.postprocess)
+                return dict(header(n), estimate=records(est, [count])[0])
 
-    def trend(self, query: Mapping[str, str]) -> dict:
-        fp = self.resolve_params(query)
-        options = EstimateOptions.parse(query)
+            return Answer(self._bounded(states * STATE_COST + POINT_COST, range_parameter, "this range"),
+                          compute_value)
+
+        full = states * d * SUM_COST + d * ESTIMATE_COST
+        if endpoint == "estimates":
+            work = self._bounded(full + d * RECORD_COST, range_parameter, "this range")
+
+            def compute_all() -> dict:
+                n, counts = sum_states(snapshot, d)
+                return dict(header(n), estimates=records(self.estimate(fp, n, counts, options), counts))
+
+            return Answer(work, compute_all)
+        if endpoint == "estimate_value":
+            def compute_processed() -> dict:
+                n, counts = sum_states(snapshot, d)
+                est = self.estimate(fp, n, counts, options)
+                return dict(header(n), estimate=records(select(est, [index]), counts[[index]])[0])
+
+            return Answer(self._bounded(full + RECORD_COST, range_parameter, "this range"), compute_processed)
+
+        def compute_top() -> dict:
+            n, counts = sum_states(snapshot, d)
+            doc = dict(header(n), k=k, top=[])
+            if n:
+                est = self.estimate(fp, n, counts, options)
+                top = top_indices(est, k)
+                doc["top"] = records(select(est, top), counts[top])
+            return doc
+
+        return Answer(self._bounded(full + k * RECORD_COST, range_parameter, "this range"), compute_top)
+
+    def _prepare_trend(self, fp: str, options: EstimateOptions, query: Mapping[str, str]) -> Answer:
         if "value" not in query:
             raise ApiError("value", "is required")
         index = self.value_index(query["value"])
         now = self.clock()
-        stop = parse_time("to", query["to"], now) if "to" in query else now
-        start = parse_time("from", query["from"], now) if "from" in query else stop - 3600
         step = parse_duration("step", query["step"]) if "step" in query else None
+        start, stop = self.time_range(query, now, default_span=3600)
         window = self.range_window(start, stop, now, step)
         step = step or window.width
         points_count = -(-(window.stop - window.start) // step)
         if points_count > MAX_TREND_POINTS:
-            raise ApiError("step", f"{points_count} points exceed the limit of {MAX_TREND_POINTS}; use a larger step")
-        points = []
-        for lo in range(window.start, window.stop, step):
-            hi = min(lo + step, window.stop)
-            n, counts = self.view.sum_range(fp, window.width, lo, hi, len(self.tracked[fp]))
-            record = self._records(self.estimate(fp, n, counts, options), counts, [index])[0]
-            record.update({"from": lo, "to": hi, "n": n})
-            points.append(record)
-        doc = self._header(fp, window, sum(p["n"] for p in points), options)
-        doc.update({"value": self.labels[index], "step": step, "points": points})
-        return doc
+            raise ApiError("step", f"{points_count:,} points exceed the limit of {MAX_TREND_POINTS:,}; "
+                                   "use a larger step or a shorter range")
+        snapshot, states = self._snapshot(fp, window)
+        params, d = self.params[fp], len(self.tracked[fp])
+        elementwise = options.postprocess in ELEMENTWISE
+        if elementwise:
+            work = states * STATE_COST + points_count * (POINT_COST + RECORD_COST)
+        else:  # every point estimates all D values to post-process them
+            work = states * d * SUM_COST + points_count * (d * ESTIMATE_COST + RECORD_COST)
+        self._bounded(work, "step", f"{points_count:,} points" + (
+            "" if elementwise else f" of postprocess={options.postprocess} over {d:,} values"))
+        one = self.one_value(fp, index)
+        label = value_to_json(self.labels[index])
+
+        def compute() -> dict:
+            points = []
+            position = 0
+            for lo in range(window.start, window.stop, step):
+                hi = min(lo + step, window.stop)
+                first = position
+                while position < len(snapshot) and snapshot[position][0] < hi:
+                    position += 1
+                buckets = snapshot[first:position]
+                if elementwise:
+                    n, count = sum_states_at(buckets, index)
+                    est = None if n == 0 else OCMSSketch(params, one, [count], n).estimate(
+                        confidence=options.confidence, interval=options.interval,
+                        postprocess_method=options.postprocess)
+                else:
+                    n, counts = sum_states(buckets, d)
+                    count = int(counts[index])
+                    est = None if n == 0 else select(self.estimate(fp, n, counts, options), [index])
+                if est is None:
+                    record = {"value": label, "match_count": 0}
+                else:
+                    record = records(est, [count])[0]
+                record.update({"from": lo, "to": hi, "n": n})
+                points.append(record)
+            doc = self._header(fp, window, sum(p["n"] for p in points), options)
+            doc.update({"value": label, "step": step, "points": points})
+            return doc
+
+        return Answer(work, compute)
+
+    def estimates(self, query: Mapping[str, str]) -> dict:
+        return self.prepare("estimates", query).compute()
+
+    def estimate_value(self, value: str, query: Mapping[str, str]) -> dict:
+        return self.prepare("estimate_value", query, value).compute()
+
+    def topk(self, query: Mapping[str, str]) -> dict:
+        return self.prepare("topk", query).compute()
+
+    def trend(self, query: Mapping[str, str]) -> dict:
+        return self.prepare("trend", query).compute()
+
+    def reports(self, fp: str) -> int:
+        """Reports counted under ``fp`` (all time): O(partitions), no counts summed."""
+        return sum(state.n for _, states in self.view.snapshot(fp, TOTAL_WIDTH, 0, 1) for state in states)
 
     def params_doc(self) -> dict:
         sets = []
         for fp, params in self.params.items():
-            n, _ = self.counts(fp, Window("total"))
             sets.append({
-                "fingerprint": fp, "primary": fp == self.primary, "reports": n,
+                "fingerprint": fp, "primary": fp == self.primary, "reports": self.reports(fp),
                 "tracked_values": len(self.tracked[fp]), **params.describe(),
             })
         return {
@@ -307,7 +544,21 @@ class EstimateService:
 
 
 def top_indices(est: Estimates, k: int) -> list[int]:
-    """Indices of the k largest (post-processed) estimates, largest first; ties by index."""
-    values = est.processed
-    order = np.lexsort((np.arange(values.shape[0]), -values))
-    return [int(i) for i in order[:k]]
+    """Indices of the k largest (post-processed) estimates, largest first; ties by index.
+
+    O(D + k log k): a partition finds the k-th largest value, then only the chosen are sorted."""
+    values = np.asarray(est.processed, dtype=np.float64)
+    values = np.where(np.isnan(values), -np.inf, values)
+    d = values.shape[0]
+    k = max(0, min(k, d))
+    if k == 0:
+        return []
+    if k < d:
+        kth = np.partition(values, d - k)[d - k]
+        above = np.flatnonzero(values > kth)
+        ties = np.flatnonzero(values == kth)[: k - above.size]
+        chosen = np.concatenate([above, ties])
+    else:
+        chosen = np.arange(d)
+    order = np.lexsort((chosen, -values[chosen]))
+    return [int(i) for i in chosen[order]]

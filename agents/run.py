@@ -73,7 +73,7 @@ def _table(dataset, truth: np.ndarray, sent: int, doc: dict, show: int) -> str:
     for value in order:
         label = dataset.label(int(value))
         rec = records[int(value)] if int(value) < len(records) else {}
-        if "count" in rec:
+        if rec.get("count") is not None:  # records of n = 0 hold null estimates (cms_core.records)
             lines.append(f"  {label:>12} {truth[value] * scale:>11,.0f} {rec['count']:>10,.0f}   "
                          f"[{rec['count_ci_low']:,.0f}, {rec['count_ci_high']:,.0f}]")
         else:

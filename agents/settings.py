@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from cms_core import OCMSParams, TrackedValues
 from cms_core.errors import InvalidParameterError, InvalidValueError
@@ -79,6 +79,7 @@ class WorkerSettings:
     future_tolerance_seconds: int = 300
     extra_params: tuple[OCMSParams, ...] = ()
     log_level: str = "info"
+    truth_file: str | None = None  # ground truth of a simulated fleet, for the console (ocms run)
 
     @property
     def params_sets(self) -> tuple[OCMSParams, ...]:
@@ -109,7 +110,7 @@ class WorkerSettings:
             "bootstrap_servers", "app_id", "source_topic", "dead_letter_topic", "partitions", "tracked_range",
             "tracked_file", "bucket_seconds", "retention_seconds", "batch_max_reports", "batch_max_seconds",
             "web_host", "web_port", "store", "watch", "top_k", "rollup_seconds", "rollup_retention_seconds",
-            "future_tolerance_seconds", "log_level",
+            "future_tolerance_seconds", "log_level", "truth_file",
         ):
             value = overrides.get(name)
             if value is None:
@@ -160,6 +161,8 @@ class WorkerSettings:
             out["tracked_range"] = tuple(value)
         if "tracked_file" in raw:
             out["tracked_file"] = str(raw["tracked_file"])
+        if "truth_file" in raw:
+            out["truth_file"] = str(raw["truth_file"])
         if "watch" in raw:
             value = raw["watch"]
             items = value.split(",") if isinstance(value, str) else list(value)
@@ -200,20 +203,12 @@ def tracked_values(settings: WorkerSettings, params: OCMSParams) -> TrackedValue
 
 
 def tracked_from_file(path: str, params: OCMSParams, name: str) -> TrackedValues:
-    """One value per line (blank lines ignored); integers unless the domain is strings."""
+    """The tracked set a values file lists (format: producer.values_file, docs/tracked-values.md)."""
+    from producer.values_file import ValuesFileError, tracked_from_file as read_tracked
+
     try:
-        lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidParameterError(name, path, f"cannot read: {exc}") from None
-    values: Sequence = lines
-    if params.value_domain == "integer":
-        try:
-            values = [int(v) for v in lines]
-        except ValueError as exc:
-            raise InvalidParameterError(name, path, f"integer values expected: {exc}") from None
-    try:
-        return TrackedValues.of(params, values)
-    except InvalidValueError as exc:
+        return read_tracked(path, params)
+    except (ValuesFileError, InvalidValueError) as exc:
         raise InvalidParameterError(name, path, str(exc)) from None
 
 

@@ -13,13 +13,17 @@ in a rebalance. Costs: every worker reads every changelog write (one value per
 key per micro-batch; the changelog is compacted on Kafka), and the view holds
 keys x D counts (retention / bucket width x partitions x parameter sets).
 
-The view is updated and queried on the event loop only, so a query (which
-never awaits) always sees one consistent state.
+The view is updated on the event loop only. A query takes a *snapshot* there
+(the states of the buckets it reads: references to immutable PartialCounts,
+O(keys in range)) and may then sum and estimate anywhere, e.g. off the event
+loop, while the view moves on. Bucket starts are kept sorted per (parameter
+set, width), so a range costs the buckets that exist in it, never range/width.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import time
 from collections import defaultdict
@@ -37,7 +41,9 @@ class CountsView:
     """Latest PartialCounts per key, indexed by (fingerprint, width, bucket start)."""
 
     def __init__(self, tracked_sizes: dict[str, int] | None = None):
-        self.index: dict[tuple[str, int, int], dict[int, PartialCounts]] = defaultdict(dict)
+        self.index: dict[tuple[str, int, int], dict[int, PartialCounts]] = {}
+        #: (fingerprint, width) -> sorted bucket starts present in ``index``
+        self.starts: dict[tuple[str, int], list[int]] = defaultdict(list)
         self.applied = 0
         self.rejected = 0  # changelog records that are not ours (never counted)
         #: fingerprint -> D; records of other parameter sets or tracked-set sizes are refused
@@ -64,7 +70,12 @@ class CountsView:
             self.index.get(slot, {}).pop(key.partition, None)
             if slot in self.index and not self.index[slot]:
                 del self.index[slot]
+                starts = self.starts[(key.fingerprint, key.width)]
+                del starts[bisect.bisect_left(starts, key.bucket_start)]
         else:
+            if slot not in self.index:
+                self.index[slot] = {}
+                bisect.insort(self.starts[(key.fingerprint, key.width)], key.bucket_start)
             self.index[slot][key.partition] = state
         self.applied += 1
 
@@ -78,17 +89,28 @@ class CountsView:
         return n, counts
 
     def sum_range(self, fingerprint: str, width: int, start: int, stop: int, tracked_count: int) -> tuple[int, np.ndarray]:
-        """(n, counts) of the buckets of ``width`` starting in [start, stop)."""
-        n = 0
-        counts = np.zeros(tracked_count, np.int64)
-        for bucket in range(start, stop, width):
-            bn, bc = self.sum(fingerprint, width, bucket, tracked_count)
-            n += bn
-            counts += bc
-        return n, counts
+        """(n, counts) of the buckets of ``width`` starting in [start, stop): O(buckets present)."""
+        return sum_states(self.snapshot(fingerprint, width, start, stop), tracked_count)
+
+    def _span(self, fingerprint: str, width: int, start: int, stop: int) -> tuple[list[int], int, int]:
+        starts = self.starts.get((fingerprint, width), [])
+        return starts, bisect.bisect_left(starts, start), bisect.bisect_left(starts, stop)
+
+    def bucket_count(self, fingerprint: str, width: int, start: int, stop: int) -> int:
+        """How many buckets of ``width`` starting in [start, stop) hold counts: O(log buckets)."""
+        _, lo, hi = self._span(fingerprint, width, start, stop)
+        return hi - lo
+
+    def snapshot(self, fingerprint: str, width: int, start: int, stop: int) -> list[tuple[int, tuple[PartialCounts, ...]]]:
+        """(bucket start, its partitions' states) for the buckets starting in [start, stop).
+
+        The states are immutable, so the snapshot stays valid however the view moves on."""
+        starts, lo, hi = self._span(fingerprint, width, start, stop)
+        index = self.index
+        return [(s, tuple(index[(fingerprint, width, s)].values())) for s in starts[lo:hi]]
 
     def buckets(self, fingerprint: str, width: int) -> list[int]:
-        return sorted(start for fp, w, start in self.index if fp == fingerprint and w == width)
+        return list(self.starts.get((fingerprint, width), []))
 
     def keys(self) -> int:
         return sum(len(v) for v in self.index.values())
@@ -144,3 +166,25 @@ class ChangelogReader:
                 self.lag = lag
         finally:
             await consumer.stop()
+
+
+def sum_states(snapshot, tracked_count: int) -> tuple[int, np.ndarray]:
+    """(n, counts) summed over a snapshot (any thread: states are immutable)."""
+    n = 0
+    counts = np.zeros(tracked_count, np.int64)
+    for _, states in snapshot:
+        for state in states:
+            n += state.n
+            counts += state.counts
+    return n, counts
+
+
+def sum_states_at(snapshot, index: int) -> tuple[int, int]:
+    """(n, match count of one tracked value) over a snapshot: O(states), not O(states x D)."""
+    n = 0
+    count = 0
+    for _, states in snapshot:
+        for state in states:
+            n += state.n
+            count += int(state.counts[index])
+    return n, count

@@ -4,7 +4,9 @@ Compares, on the same simulated reports:
   * the compiled kernel, 1 thread and all threads (range path and arbitrary-value paths),
   * the numpy-only fallback,
   * a per-report pure-Python loop shaped like the paper's reference Server
-    (Algorithm 1: hash + decode + sum per pair, Python big integers).
+    (Algorithm 1: hash + decode + sum per pair, Python big integers),
+  * direct randomized response (m = d): one histogram of z, O(n + D), reported
+    in reports/s and in the equivalent pairs/s over the whole dictionary.
 
     .venv/bin/python benchmarks/bench_decode.py [--reports 200000] [--quick]
 
@@ -21,7 +23,7 @@ import time
 
 import numpy as np
 
-from cms_core import OCMSParams, TrackedValues, kernel
+from cms_core import OCMSParams, TrackedValues, kernel, theory
 from cms_core.privatize import simulate_reports
 
 
@@ -36,9 +38,8 @@ def best_of(fn, repeats: int) -> float:
 
 def python_server_loop(params: OCMSParams, reports, xs) -> list[float]:
     """Algorithm 1 Server for each x: per report Hash, Decode, accumulate (Python ints)."""
-    e = math.exp(params.epsilon)
-    match = (e + params.hash_range - 2) / (e - 1)
-    mismatch = -1 / (e - 1)
+    match = theory.decode_match_value(params.epsilon, params.hash_range)
+    mismatch = theory.decode_mismatch_value(params.epsilon)
     field, m = params.field, params.hash_range
     out = []
     for x in xs:
@@ -101,6 +102,13 @@ def main() -> None:
     dt = best_of(lambda: python_server_loop(params, small, xs), 1)
     py_rate = len(small) * len(xs) / dt
     print(f"{'per-report Python loop (paper reference shape)':52} {len(xs):7d} {py_rate / 1e6:10.2f} M/s  ({1e9 / py_rate:.0f} ns/pair)")
+    print("direct randomized response (m = d): histogram of z, tracked = whole dictionary")
+    for d in (16, 1000, 100_000):
+        params = OCMSParams.build(2.0, d, mechanism="direct")
+        batch = simulate_reports(params, rng.integers(0, d, n).astype(np.uint64), rng)
+        tracked = TrackedValues.range(params, 0, d)
+        dt = best_of(lambda: kernel.match_counts(params, batch, tracked), 3)
+        print(f"{f'direct RR, d={d}':52} {d:7d} {n / dt / 1e6:10.1f} M reports/s ({n * d / dt / 1e6:.0f} M pairs/s equivalent)")
 
 
 if __name__ == "__main__":

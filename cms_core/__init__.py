@@ -9,7 +9,7 @@ Public API::
     sketch.update(batch)
     est = sketch.estimate(confidence=0.95, postprocess_method="norm_sub")
 
-Specification: the seed paper's OCMS+RR, corrected by shared/paper-errata.md.
+Specification: the seed paper's OCMS+RR, corrected by docs/paper-errata.md ("erratum N" in comments is item N there).
 """
 
 from .errors import (

@@ -192,12 +192,12 @@ class FrequencyOracle(abc.ABC):
         return np.stack([self.estimate(reports.slice(r * n, (r + 1) * n), tracked) for r in range(rounds)])
 
     def worst_case_mse(self, n: float, f_star: float = 1.0) -> float:
-        """max over f in [0, f*] of ``variance`` (linear in f: the max is at an end)."""
-        return float(max(self.variance(0.0, n), self.variance(f_star, n)))
+        """max over f in [0, f*] of ``variance`` (theory.worst_case_mse_of)."""
+        return theory.worst_case_mse_of(self.variance, n, f_star)
 
     def l2_loss(self, n: float, tracked_count: int) -> float:
-        """Worst-case l2 loss over D tracked values: (D - 1) Var(0) + Var(1)."""
-        return float((tracked_count - 1) * self.variance(0.0, n) + self.variance(1.0, n))
+        """Worst-case l2 loss over D tracked values (theory.l2_loss_of)."""
+        return theory.l2_loss_of(self.variance, n, tracked_count)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, epsilon={self.epsilon!r}, dictionary_size={self.dictionary_size!r})"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernel
+from . import kernel, theory
 from .params import OCMSParams
 from .privatize import simulate_reports
 
@@ -34,5 +34,4 @@ def round_match_counts(
 
 def estimates_from_counts(params: OCMSParams, counts: np.ndarray, n: int) -> np.ndarray:
     """g(x) = A M/n + B applied elementwise (the sketch's estimator, vectorized)."""
-    a, b = params.estimator_coefficients
-    return a * (counts / n) + b
+    return theory.estimate_frequencies(params.estimator_coefficients, counts, n)

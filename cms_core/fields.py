@@ -5,7 +5,7 @@ F(p^l), reduced to the hash range by ``mod m`` (the family H_api of Section
 "Unbiased CMS with Imperfect Hashing"). Two kinds of field are provided:
 
 * :class:`PrimeField` -- F(p), arithmetic mod a prime p. Used when the
-  dictionary (and 7m, errata 5) fit below 2^64 - 59.
+  dictionary (and 7m, erratum 5) fit below 2^64 - 59.
 * :class:`BinaryField` -- GF(2^l) with a fixed, documented irreducible
   polynomial. Used for dictionaries at or beyond 2^64 - 59, e.g. 128-bit
   fingerprints of strings.
@@ -180,11 +180,11 @@ FiniteField = PrimeField | BinaryField
 def choose_field(dictionary_size: int, hash_range: int) -> FiniteField:
     """Smallest supported field for a dictionary [0, d) and hash range m.
 
-    Rules (paper Algorithm 1 ``FiniteFieldSize``, corrected by errata 5 and the
+    Rules (paper Algorithm 1 ``FiniteFieldSize``, corrected by erratum 5 of docs/paper-errata.md and the
     communication-cost note):
 
     * need = max(d + 1, 7m): 7m keeps q = floor(p/m) >= 7, which bounds the
-      variance cost of imperfect hashing below tau = 1% (errata 5);
+      variance cost of imperfect hashing below tau = 1% (erratum 5);
     * need <= 2^32: the smallest prime >= need (small reports);
     * need <= 2^64 - 59: PRIME_64;
     * otherwise GF(2^64) if d <= 2^64 and 7m <= 2^64, else GF(2^128) if

@@ -9,7 +9,11 @@ Backends (all bit-exact with each other and with :func:`reference_match_counts`)
 * :func:`reference_match_counts` -- the slow pure-Python big-integer loop of
   the paper's Algorithm 1, for tests.
 
-Runtime: O(n * D) pair checks; the compiled range path reaches several hundred
+Direct randomized response (``params.mechanism == "direct"``) is dispatched
+here too: its match count of x is the number of reports with z = x, one
+histogram of z, O(n + D) (:func:`direct_match_counts`).
+
+Runtime (OCMS+RR): O(n * D) pair checks; the compiled range path reaches several hundred
 million pairs per second per core (benchmarks/bench_decode.py).
 """
 
@@ -96,6 +100,8 @@ def match_counts(
     out = np.zeros(d, np.int64)
     if n == 0:
         return out
+    if params.is_direct:
+        return direct_match_counts(params, batch.z, tracked)
     if backend == "numpy":
         return _numpy_backend.match_counts(params.field, params.hash_range, batch.a0, batch.a1, batch.z, tracked.elements)
     threads = threads or default_threads()
@@ -115,6 +121,21 @@ def match_counts(
     return np.sum(partials, axis=0)
 
 
+#: Up to this hash range the direct decode counts z into a dense histogram (<= 128 MiB).
+_DENSE_HISTOGRAM_LIMIT = 1 << 24
+
+
+def direct_match_counts(params: OCMSParams, z: np.ndarray, tracked: TrackedValues) -> np.ndarray:
+    """Direct RR decode: for each tracked x, #reports with z == x. O(n + D) (dense) or
+    O((n + D) log n) (sorted z, for d above 2^24)."""
+    elements = tracked.elements.astype(np.int64)
+    if params.hash_range <= _DENSE_HISTOGRAM_LIMIT:
+        histogram = np.bincount(z, minlength=params.hash_range)
+        return histogram[elements].astype(np.int64)
+    ordered = np.sort(z)
+    return (np.searchsorted(ordered, elements, side="right") - np.searchsorted(ordered, elements, side="left")).astype(np.int64)
+
+
 def hash_residues(params: OCMSParams, a0: np.ndarray, a1: np.ndarray, elements: np.ndarray, *, backend: str | None = None) -> np.ndarray:
     """Per-report h_i(x_i) = ((a0_i + a1_i x_i) in the field) mod m, uint64."""
     backend = _resolve_backend(backend)
@@ -130,10 +151,15 @@ def hash_residues(params: OCMSParams, a0: np.ndarray, a1: np.ndarray, elements: 
 
 
 def reference_match_counts(params: OCMSParams, batch: ReportBatch, tracked: TrackedValues) -> np.ndarray:
-    """Pure-Python big-integer reference (paper Algorithm 1 ``Hash`` per pair). Slow."""
+    """Pure-Python big-integer reference (paper Algorithm 1 ``Hash`` per pair). Slow.
+
+    Direct RR: the definition of k-RR's support, #reports with z == x, per pair.
+    """
     field, m = params.field, params.hash_range
     reports = batch.to_reports()
     xs = array_to_elements(tracked.elements)
+    if params.is_direct:
+        return np.array([sum(1 for report in reports if report.z == x) for x in xs], dtype=np.int64)
     return np.array(
         [sum(1 for a0, a1, z in reports if field.hash_value(a0, a1, x) % m == z) for x in xs], dtype=np.int64
     )

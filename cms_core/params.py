@@ -1,10 +1,25 @@
-"""Frozen, self-validating OCMS+RR parameters.
+"""Frozen, self-validating parameters of the two mechanisms.
+
+Mechanisms (``OCMSParams.mechanism``):
+
+* ``"ocms"`` -- OCMS+RR of the seed paper: a report is (a0, a1, z), a fresh
+  hash h(x) = (a0 + a1 x mod p) mod m and z = randomized response over [m] of
+  h(value); m chosen by the paper's HashRange (corrected, docs/paper-errata.md).
+* ``"direct"`` -- direct randomized response over the d values (GRR, k-RR):
+  the CMS whose hash is the identity, m = d, so no two values ever collide
+  (c = 0). A report is just z; in memory it carries the constant identity
+  coefficients (a0, a1) = (0, 1), so every decode path computes h(x) = x, and
+  the wire format never sends them. Integer dictionaries with d <= 2^32 - 1.
+
+``build(..., mechanism="auto")`` picks the mechanism with the lower exact
+worst-case MSE (mode "mse") or l2 loss (mode "l2"); the choice is part of the
+fingerprint (OCMS+RR fingerprints are those of wire format v1).
 
 Privacy guarantee: every report built from an :class:`OCMSParams` is
 ``epsilon``-locally differentially private: the only part of a report that
 depends on the device's value is z, the output of randomized response over [m]
 with keep probability e^eps / (e^eps + m - 1); (a0, a1) are drawn independently
-of the value. Anything computed from reports (sketches, estimates) is
+of the value (OCMS+RR) or fixed (direct). Anything computed from reports (sketches, estimates) is
 post-processing and keeps the guarantee. Over time, k reports of the same
 device cost k * epsilon by sequential composition (see README, privacy model).
 
@@ -37,6 +52,9 @@ MAX_HASH_RANGE = 2**32 - 1
 STRING_DICTIONARY_SIZE = 2**128
 
 MODES = ("mse", "l2", "fixed")
+MECHANISMS = ("ocms", "direct")
+#: What ``build(mechanism=...)`` accepts: a mechanism, or "auto" (lower exact objective).
+MECHANISM_CHOICES = MECHANISMS + ("auto",)
 VALUE_DOMAINS = ("integer", "string")
 
 _FINGERPRINT_VERSION = 1
@@ -107,6 +125,8 @@ class OCMSParams:
             metric's name and version); part of the fingerprint, so two metrics with
             identical parameters never share one and their reports never mix.
             ``None`` (the default) keeps the unbound fingerprint of wire format v1.
+        mechanism: "ocms" (OCMS+RR, the default) or "direct" (randomized response
+            over the d values, m = d); part of the fingerprint when not "ocms".
     """
 
     epsilon: float
@@ -118,6 +138,7 @@ class OCMSParams:
     f_star: float | None = None
     tracked_count: int | None = None
     binding: str | None = None
+    mechanism: str = "ocms"
     _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
@@ -134,14 +155,26 @@ class OCMSParams:
             raise InvalidParameterError("mode", self.mode, f"expected one of {MODES}")
         if not isinstance(self.field, (PrimeField, BinaryField)):
             raise InvalidParameterError("field", self.field, "must be a PrimeField or BinaryField")
+        if self.mechanism not in MECHANISMS:
+            raise InvalidParameterError("mechanism", self.mechanism, f"expected one of {MECHANISMS}")
         # A prime field must hold 0..d (paper: p > d); a binary field all of [0, d).
         needed = self.dictionary_size + 1 if isinstance(self.field, PrimeField) else self.dictionary_size
         if self.field.order < needed:
             raise InvalidParameterError(
                 "field", str(self.field), f"order {self.field.order} cannot hold the dictionary [0, {self.dictionary_size})"
             )
-        if self.field.order < 2 * self.hash_range:
-            # q >= 2 at the very least; choose_field gives q >= 7 (errata 5).
+        if self.mechanism == "direct":
+            if self.value_domain != "integer":
+                raise InvalidParameterError("mechanism", self.mechanism, "direct randomized response needs integer values")
+            if self.hash_range != self.dictionary_size:
+                raise InvalidParameterError(
+                    "hash_range", self.hash_range, f"direct randomized response has m = d = {self.dictionary_size}"
+                )
+            if not isinstance(self.field, PrimeField):
+                # The identity hash (a0, a1) = (0, 1) is x mod p mod d = x only in a prime field with p > d.
+                raise InvalidParameterError("field", str(self.field), "direct randomized response uses a prime field")
+        elif self.field.order < 2 * self.hash_range:
+            # q >= 2 at the very least; choose_field gives q >= 7 (docs/paper-errata.md, erratum 5).
             raise InvalidParameterError("hash_range", self.hash_range, f"too large for the field {self.field}")
         if self.f_star is not None:
             object.__setattr__(self, "f_star", _check_f_star(self.f_star))
@@ -164,6 +197,7 @@ class OCMSParams:
         value_domain: str = "integer",
         field: FiniteField | None = None,
         binding: str | None = None,
+        mechanism: str = "ocms",
     ) -> "OCMSParams":
         """Choose m and the field for a privacy budget and dictionary.
 
@@ -179,9 +213,23 @@ class OCMSParams:
             field: explicit field (tests, negative controls); normally chosen.
             binding: the metric these parameters belong to ("name@version"); bound into
                 the fingerprint (see the attribute).
+            mechanism: "ocms" (default: OCMS+RR), "direct" (randomized response over
+                the d values, m = d) or "auto": the one with the lower exact worst-case
+                MSE over [0, f*] (mode "mse") or l2 loss over D values (mode "l2"),
+                computed by :func:`compare_mechanisms`; ties keep OCMS+RR.
 
         Runtime: O(1) except the prime search, O(sqrt) Miller-Rabin rounds.
         """
+        if mechanism not in MECHANISM_CHOICES:
+            raise InvalidParameterError("mechanism", mechanism, f"expected one of {MECHANISM_CHOICES}")
+        if mechanism == "auto":
+            if hash_range is not None:
+                raise InvalidParameterError("hash_range", hash_range, "fixes OCMS+RR's m; use mechanism 'ocms' with it")
+            candidates = compare_mechanisms(
+                epsilon, dictionary_size, mode=mode, f_star=f_star, tracked_count=tracked_count,
+                value_domain=value_domain, binding=binding,
+            )
+            return candidates.chosen
         epsilon = check_epsilon(epsilon)
         if value_domain not in VALUE_DOMAINS:
             raise InvalidParameterError("value_domain", value_domain, f"expected one of {VALUE_DOMAINS}")
@@ -197,6 +245,9 @@ class OCMSParams:
         f_star = _check_f_star(f_star)
         if tracked_count is not None:
             tracked_count = _check_int("tracked_count", tracked_count, 1)
+        if mechanism == "direct":
+            return cls._build_direct(epsilon, dictionary_size, mode, f_star, tracked_count, hash_range, value_domain,
+                                     field, binding)
         if hash_range is not None:
             hash_range = _check_int("hash_range", hash_range, 2, MAX_HASH_RANGE)
             mode_used = "fixed"
@@ -224,6 +275,36 @@ class OCMSParams:
             binding=binding,
         )
 
+    @classmethod
+    def _build_direct(cls, epsilon, dictionary_size, mode, f_star, tracked_count, hash_range, value_domain, field,
+                      binding) -> "OCMSParams":
+        if value_domain != "integer":
+            raise InvalidParameterError("mechanism", "direct", "direct randomized response needs integer values")
+        if not 2 <= dictionary_size <= MAX_HASH_RANGE:
+            raise InvalidParameterError(
+                "dictionary_size", dictionary_size,
+                f"direct randomized response needs 2 <= d <= {MAX_HASH_RANGE} (z carries the value)",
+            )
+        if hash_range is not None and hash_range != dictionary_size:
+            raise InvalidParameterError("hash_range", hash_range, f"direct randomized response has m = d = {dictionary_size}")
+        if mode == "l2" and tracked_count is None:
+            raise InvalidParameterError("tracked_count", None, "mode 'l2' needs the number of tracked values")
+        if field is None:
+            # Any prime p > d makes (0, 1) the identity hash; the field never travels (reports are z only).
+            field = choose_field(dictionary_size, 2)
+        return cls(
+            epsilon=epsilon,
+            hash_range=dictionary_size,
+            field=field,
+            dictionary_size=dictionary_size,
+            value_domain=value_domain,
+            mode=mode,
+            f_star=f_star if mode == "mse" else None,
+            tracked_count=tracked_count,
+            binding=binding,
+            mechanism="direct",
+        )
+
     # --------------------------------------------------------------- derived
     def cached(self, key, compute):
         """Value derived from these frozen parameters, computed once (q, m', thresholds...)."""
@@ -249,14 +330,23 @@ class OCMSParams:
         return theory.field_quotient_remainder(self.field.order, self.hash_range)[1]
 
     @property
+    def is_direct(self) -> bool:
+        """Direct randomized response (m = d, identity hash, reports are z only)."""
+        return self.mechanism == "direct"
+
+    @property
     def collision_probability(self) -> Fraction:
-        """c_bar of H_api, exact (errata 4)."""
+        """c_bar of H_api, exact (erratum 4); 0 for direct RR (the identity never collides)."""
+        if self.is_direct:
+            return Fraction(0)
         return self.cached("c", lambda: theory.collision_probability(self.field.order, self.hash_range))
 
     @property
-    def effective_hash_range(self) -> Fraction:
-        """m' = 1 / c_bar, exact; the estimator g(x) uses it instead of m."""
-        return self.cached("m_eff", lambda: 1 / self.collision_probability)
+    def effective_hash_range(self) -> Fraction | None:
+        """m' = 1 / c_bar, exact; the estimator g(x) uses it instead of m. None for direct RR (c = 0)."""
+        if self.is_direct:
+            return None
+        return self.cached("m_eff", lambda: theory.effective_hash_range(self.field.order, self.hash_range))
 
     @property
     def estimator_coefficients(self) -> tuple[float, float]:
@@ -269,16 +359,17 @@ class OCMSParams:
         """Var(g(x)) for true frequency f (array ok) and n reports."""
         return theory.estimator_variance(self.epsilon, self.hash_range, float(self.collision_probability), f, n)
 
-    def worst_case_mse(self, n: float) -> float:
-        """max over f in [0, f*] (f* = 1 unless mode mse set a prior) of Var(g)."""
-        f_star = self.f_star if self.f_star is not None else 1.0
-        return float(max(self.variance(0.0, n), self.variance(f_star, n)))
+    def worst_case_mse(self, n: float, f_star: float | None = None) -> float:
+        """max over f in [0, f*] of Var(g) (f* = the prior of mode mse, else 1)."""
+        if f_star is None:
+            f_star = self.f_star if self.f_star is not None else 1.0
+        return theory.worst_case_mse_of(self.variance, n, f_star)
 
     def l2_loss(self, n: float, tracked_count: int | None = None) -> float:
         count = tracked_count or self.tracked_count
         if count is None:
             raise InvalidParameterError("tracked_count", None, "needed for the l2 loss")
-        return float((count - 1) * self.variance(0.0, n) + self.variance(1.0, n))
+        return theory.l2_loss_of(self.variance, n, count)
 
     @property
     def coefficient_bytes(self) -> int:
@@ -291,15 +382,17 @@ class OCMSParams:
 
     @property
     def report_bytes(self) -> int:
-        """Payload of one report: a0, a1 and z at their minimal byte widths."""
+        """Payload of one report: a0, a1 and z at their minimal byte widths; z alone for direct RR."""
+        if self.is_direct:
+            return self.z_bytes
         return 2 * self.coefficient_bytes + self.z_bytes
 
     @property
     def fingerprint(self) -> bytes:
         """8 stable bytes identifying everything a report's meaning depends on.
 
-        Covers eps (exact IEEE-754 bits), m, the field, d, the value domain and,
-        when set, the binding (UTF-8, length-prefixed, after everything else, so
+        Covers eps (exact IEEE-754 bits), m, the field, d, the value domain, the
+        mechanism when it is not OCMS+RR and, when set, the binding (UTF-8, length-prefixed, after everything else, so
         unbound parameters keep their v1 fingerprint); not the mode/f*/D that only
         explain how m was chosen. Every report and every serialized sketch carries it.
         """
@@ -310,6 +403,8 @@ class OCMSParams:
             h.update(self.field.descriptor())
             h.update(self.dictionary_size.to_bytes(17, "big"))
             h.update(self.value_domain.encode())
+            if self.mechanism != "ocms":
+                h.update(b"mechanism" + self.mechanism.encode())
             if self.binding is not None:
                 label = self.binding.encode()
                 h.update(b"binding" + len(label).to_bytes(2, "big") + label)
@@ -319,7 +414,9 @@ class OCMSParams:
 
     def describe(self) -> dict:
         """A JSON-friendly summary (used by ``ocms plan`` and ``/params``)."""
+        direct = self.is_direct
         return {
+            "mechanism": self.mechanism,
             "epsilon": self.epsilon,
             "mode": self.mode,
             "f_star": self.f_star,
@@ -330,11 +427,79 @@ class OCMSParams:
             "field_order": str(self.field.order),
             "dictionary_size": str(self.dictionary_size),
             "value_domain": self.value_domain,
-            "q": str(self.q),
-            "r": str(self.r),
-            "effective_hash_range": float(self.effective_hash_range),
+            "q": None if direct else str(self.q),
+            "r": None if direct else str(self.r),
+            "effective_hash_range": None if direct else float(self.effective_hash_range),
             "keep_probability": self.keep_probability,
             "report_bytes": self.report_bytes,
             "binding": self.binding,
             "fingerprint": self.fingerprint.hex(),
         }
+
+
+@dataclass(frozen=True)
+class MechanismComparison:
+    """Both mechanisms' parameters for one (eps, d, objective), and the pick.
+
+    ``objective`` names what is compared ("worst_case_mse" over [0, f*] or
+    "l2_loss" over D values), per report (n = 1; every variance scales as 1/n).
+    ``direct`` is None where direct RR cannot run (strings, d = 1, d > 2^32 - 1).
+    """
+
+    objective: str
+    ocms: OCMSParams
+    direct: OCMSParams | None
+    ocms_value: float
+    direct_value: float | None
+
+    @property
+    def chosen(self) -> OCMSParams:
+        if self.direct is not None and self.direct_value < self.ocms_value:
+            return self.direct
+        return self.ocms
+
+    def describe(self) -> dict:
+        """JSON-friendly summary (``ocms plan``)."""
+        return {
+            "objective": self.objective,
+            "ocms": {"hash_range": self.ocms.hash_range, "per_report": self.ocms_value,
+                     "report_bytes": self.ocms.report_bytes, "fingerprint": self.ocms.fingerprint.hex()},
+            "direct": None if self.direct is None else {
+                "hash_range": self.direct.hash_range, "per_report": self.direct_value,
+                "report_bytes": self.direct.report_bytes, "fingerprint": self.direct.fingerprint.hex()},
+            "chosen": self.chosen.mechanism,
+        }
+
+
+def objective_per_report(params: OCMSParams) -> tuple[str, float]:
+    """(name, value) of the exact objective ``params`` were chosen for, at n = 1."""
+    if params.mode == "l2":
+        return "l2_loss", params.l2_loss(1.0)
+    return "worst_case_mse", params.worst_case_mse(1.0)
+
+
+def compare_mechanisms(
+    epsilon: float,
+    dictionary_size: int | None = None,
+    *,
+    mode: str = "mse",
+    f_star: float = 1.0,
+    tracked_count: int | None = None,
+    value_domain: str = "integer",
+    binding: str | None = None,
+) -> MechanismComparison:
+    """Build OCMS+RR and direct RR for the same objective and compare their exact variances.
+
+    With e = e^eps, at f -> 0 direct RR costs (e + d - 2)/(e - 1)^2 per report and the
+    optimal CMS about 4e/(e - 1)^2, so direct wins roughly when d < 3e + 2; the
+    comparison here is exact (m' of H_api, the prior f*, D).
+    """
+    ocms = OCMSParams.build(epsilon, dictionary_size, mode=mode, f_star=f_star, tracked_count=tracked_count,
+                            value_domain=value_domain, binding=binding)
+    name, ocms_value = objective_per_report(ocms)
+    direct = direct_value = None
+    if ocms.value_domain == "integer" and 2 <= ocms.dictionary_size <= MAX_HASH_RANGE:
+        direct = OCMSParams.build(epsilon, dictionary_size, mode=mode, f_star=f_star, tracked_count=tracked_count,
+                                  binding=binding, mechanism="direct")
+        direct_value = objective_per_report(direct)[1]
+    return MechanismComparison(name, ocms, direct, ocms_value, direct_value)

@@ -1,5 +1,9 @@
 """Client side of Algorithm 1: hash with a fresh random h, then randomized response.
 
+Direct randomized response (``params.mechanism == "direct"``) is the same with
+the identity hash: z is the randomized response over [d] of the value itself,
+and the report carries the constant coefficients (0, 1) (never sent).
+
 Two paths, deliberately named apart:
 
 * :func:`privatize` -- the **device path**. Every random draw comes from the
@@ -8,9 +12,10 @@ Two paths, deliberately named apart:
   T = floor(2^64 * e_lo / (e_lo + m - 1)), where e_lo <= e^eps is exp(eps)
   rounded down by two ulps. The realised probability ratio
   T (m - 1) / (2^64 - T) is therefore <= e^eps (never more privacy loss than
-  claimed) and below it by a relative gap of at most ~1 / (2^64 - T) + 1e-15
-  (1e-15 at eps = 2, m = 4; 6e-10 at eps = 30, m = 1000); the keep
-  probability is exact to 2^-64. A replaced z is uniform over the m - 1 other
+  claimed) and below it by a relative gap of at most
+  :func:`ratio_gap_bound` = 2^-51 + 2^-52 + 2^64 / (T (2^64 - T)) (6.7e-16 at
+  eps = 2, m = 4, where the exact gap is 4.2e-16; 5.8e-10 at eps = 30,
+  m = 1000, gap 2.8e-10); the keep probability is exact to 2^-64. A replaced z is uniform over the m - 1 other
   symbols (``secrets.randbelow``, rejection sampling, no modulo bias).
 * :func:`simulate_reports` -- the **simulation path** for synthetic fleets:
   vectorized, seeded numpy ``Generator``, float64 keep probability. Never use
@@ -27,7 +32,7 @@ import numpy as np
 
 from . import kernel
 from .params import OCMSParams
-from .reports import Report, ReportBatch
+from .reports import Report, ReportBatch, identity_coefficients
 from .values import encode_value, limbs_for
 
 
@@ -48,6 +53,20 @@ def realised_probability_ratio(params: OCMSParams) -> Fraction:
     return Fraction(t * (params.hash_range - 1), 2**64 - t)
 
 
+def ratio_gap_bound(params: OCMSParams) -> float:
+    """Upper bound on the relative gap 1 - T (m-1) / ((2^64 - T) e^eps) of the device path.
+
+    Three terms (docs/cms_core.md, "Sampling precision"): 2^-51, e_lo is
+    exp(eps) lowered by the factor (1 - 2^-51) ("two ulps"); 2^-52, math.exp
+    is within one ulp of e^eps; 2^64 / (T (2^64 - T)), T = floor(2^64 k) is
+    below 2^64 k by less than 1, which lowers k / (1 - k) by a relative
+    1 / (2^64 k (1 - k)) at most. The gap is never negative (T (m-1) /
+    (2^64 - T) <= e^eps, the privacy claim).
+    """
+    t = keep_threshold(params)
+    return 2.0**-51 + 2.0**-52 + float(Fraction(2**64, t * (2**64 - t)))
+
+
 def randomized_response(params: OCMSParams, y: int) -> int:
     """CSPRNG randomized response over [m] for a hashed value y."""
     if secrets.randbits(64) < keep_threshold(params):
@@ -63,6 +82,8 @@ def privatize(params: OCMSParams, value) -> Report:
     Runtime: two field draws, one field multiply and one hash; microseconds.
     """
     x = encode_value(params, value)
+    if params.is_direct:
+        return Report(0, 1, randomized_response(params, x))
     order = params.field.order
     a0 = secrets.randbelow(order)
     a1 = secrets.randbelow(order)
@@ -85,9 +106,13 @@ def simulate_reports(params: OCMSParams, elements: np.ndarray, rng: np.random.Ge
     Seeded and vectorized; uses the compiled hash when available.
     """
     n = int(elements.shape[0])
-    a0 = _random_coefficients(params, rng, n)
-    a1 = _random_coefficients(params, rng, n)
-    y = kernel.hash_residues(params, a0, a1, elements)
+    if params.is_direct:
+        a0, a1 = identity_coefficients(n)
+        y = np.asarray(elements, dtype=np.uint64)
+    else:
+        a0 = _random_coefficients(params, rng, n)
+        a1 = _random_coefficients(params, rng, n)
+        y = kernel.hash_residues(params, a0, a1, elements)
     keep = rng.random(n) < params.keep_probability
     other = rng.integers(0, params.hash_range - 1, size=n, dtype=np.uint64)
     other = other + (other >= y).astype(np.uint64)
@@ -99,6 +124,7 @@ __all__ = [
     "keep_threshold",
     "privatize",
     "randomized_response",
+    "ratio_gap_bound",
     "realised_probability_ratio",
     "simulate_reports",
 ]

@@ -4,6 +4,10 @@ A report is (a0, a1, z): a0, a1 uniform in the field (the device's hash
 function h(x) = (a0 + a1 x) mod m, field arithmetic), and z the randomized
 response over [m] of h(value). Batches hold columns: ``a0``/``a1`` as uint64
 (n,) arrays, or (n, 2) little-endian limbs for GF(2^128); ``z`` as uint32 (n,).
+
+A direct randomized-response report is just z; in memory it carries the
+identity coefficients (a0, a1) = (0, 1), so h(x) = x for every x < d and every
+decode path (kernels, reference) stays valid; ``validate`` enforces them.
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ import numpy as np
 from .errors import InvalidReportError
 from .params import OCMSParams
 from .values import array_to_elements, elements_to_array, limbs_for
+
+
+def identity_coefficients(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(a0, a1) columns of n direct reports: the identity hash (0, 1)."""
+    return np.zeros(n, np.uint64), np.ones(n, np.uint64)
 
 
 class Report(NamedTuple):
@@ -85,4 +94,6 @@ class ReportBatch:
                 raise InvalidReportError(f"a1 >= field order {params.field.order}")
         if int(self.z.max()) >= params.hash_range:
             raise InvalidReportError(f"z >= hash range m={params.hash_range}")
+        if params.is_direct and (self.a0.any() or not (self.a1 == 1).all()):
+            raise InvalidReportError("direct randomized-response reports carry the identity coefficients (0, 1)")
         return self

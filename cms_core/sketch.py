@@ -8,6 +8,11 @@ of all their reports. Estimates are computed from the counts on demand:
     g(x) = A * M(x)/n + B             (Theorem g_x_def with m', errata 1 & 4)
     Var  = estimator_variance(f = clip(g(x), 0, 1), n)   (plug-in)
 
+(errata: docs/paper-errata.md). The same class serves direct randomized
+response: its M(x) is the number of reports with z = x (an O(n) histogram,
+dispatched in :mod:`cms_core.kernel`) and its (A, B) and variance are the c = 0
+case of the same formulas (:mod:`cms_core.theory`).
+
 Verbs follow Apache DataSketches: ``update``, ``merge``, ``estimate`` (with
 bounds), ``serialize`` / ``deserialize``. Serialized bytes carry the parameter
 and tracked-set fingerprints and a CRC; deserializing refuses a mismatch.
@@ -185,7 +190,8 @@ class OCMSSketch:
         interval "normal": g +- z_{conf} * std (CLT; n is large in practice).
         interval "chernoff": g +- alpha * std with alpha from Theorem
         cms_rr_bound; where alpha exceeds the theorem's range for this n the
-        half-width is infinite (the bound says nothing there).
+        half-width is infinite (the bound says nothing there). For direct RR,
+        Hoeffding's bound on M/n (:func:`cms_core.theory.hoeffding_half_width`).
         ``total`` is the mass Norm-Sub keeps: 1 when the tracked set is the
         whole dictionary, else clip(sum of estimates, 0, 1) unless given.
         With n = 0 every estimate is NaN and every interval infinite.
@@ -204,12 +210,14 @@ class OCMSSketch:
                 self._tracked.all_labels(), 0, nan, nan.copy(), inf, inf.copy(), -inf, inf.copy(),
                 confidence, interval, postprocess_method,
             )
-        a, b = params.estimator_coefficients
-        frequency = a * (self._counts / self._n) + b
+        frequency = theory.estimate_frequencies(params.estimator_coefficients, self._counts, self._n)
         variance = np.asarray(params.variance(np.clip(frequency, 0.0, 1.0), self._n), dtype=np.float64)
         std = np.sqrt(variance)
         if interval == "normal":
             half = theory.normal_z(confidence) * std
+        elif params.is_direct:
+            # Theorem cms_rr_bound covers random hashing; direct RR uses Hoeffding's bound.
+            half = np.full(d, theory.hoeffding_half_width(params.estimator_coefficients[0], confidence, self._n))
         else:
             alpha = theory.chernoff_alpha(params.epsilon, params.hash_range, confidence)
             covered = alpha <= theory.chernoff_alpha_max(params.epsilon, params.hash_range, self._n)

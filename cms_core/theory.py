@@ -1,13 +1,15 @@
 """Every closed form of OCMS+RR, each once, next to the paper's equation name.
 
 Notation (paper Sections "Revisit Count-mean Sketch" .. "Unbiased CMS with
-Imperfect Hashing", corrected by ``shared/paper-errata.md``):
+Imperfect Hashing", corrected by ``docs/paper-errata.md``):
 
 * ``e = e^eps``; ``m`` the hash range; ``n`` the number of reports;
 * ``f`` a true frequency in [0, 1]; ``D`` the number of tracked values;
 * ``c`` the collision probability c_bar(x, x') of the hash family, 1/m for a
   perfectly pairwise-independent family and 1/m' for H_api (Lemma in
-  "Unbiased CMS with Imperfect Hashing").
+  "Unbiased CMS with Imperfect Hashing"); ``c = 0`` for direct randomized
+  response (GRR, k-RR), the CMS whose hash is the identity with m = d, where
+  two distinct values never collide.
 
 ``e - 1`` is always computed as ``expm1(eps)`` so tiny epsilons keep their
 precision. Functions accept numpy arrays for ``f`` where noted.
@@ -57,7 +59,7 @@ def rr_variance_unequal(epsilon: float, m: int) -> float:
         return (np.float64(math.expm1(epsilon)) + m - 1) / np.float64(math.expm1(epsilon)) ** 2
 
 
-# --- Imperfect hashing (Section "Unbiased CMS with Imperfect Hashing", errata 4) ---
+# --- Imperfect hashing (Section "Unbiased CMS with Imperfect Hashing", erratum 4 of docs/paper-errata.md) ---
 
 def field_quotient_remainder(field_order: int, m: int) -> tuple[int, int]:
     """q, r with p^l = q m + r, exact integers."""
@@ -71,26 +73,37 @@ def collision_probability(field_order: int, m: int) -> Fraction:
 
 
 def effective_hash_range(field_order: int, m: int) -> Fraction:
-    """m' = 1 / c_bar = (m q + r)^2 / ((2q + 1) r + m q^2), exactly (errata 4)."""
+    """m' = 1 / c_bar = (m q + r)^2 / ((2q + 1) r + m q^2), exactly (erratum 4)."""
     return 1 / collision_probability(field_order, m)
 
 
 # --- Estimator g(x) (Theorem g_x_def) as an affine map of the match fraction ---
 
-def estimator_coefficients(epsilon: float, m: int, m_eff: Fraction) -> tuple[float, float]:
+def estimator_coefficients(epsilon: float, m: int, m_eff: Fraction | None) -> tuple[float, float]:
     """(A, B) with g(x) = A * M/n + B, M = reports whose z matches h(x).
 
     Sum of decoded values: sum y_hat = (M (e + m - 1) - n) / (e - 1)
     (match value (e+m-2)/(e-1), mismatch -1/(e-1)), so
     g = m'/(n(m'-1)) * sum y_hat - 1/(m'-1)
       = [m'(e + m - 1) / ((m'-1)(e-1))] * M/n - (m' + e - 1) / ((m'-1)(e-1)).
+    ``m_eff = None`` means no collisions (c = 0, m' -> infinity: direct RR),
+    where g = (M/n - q) / (p - q) = (e + m - 1)/(e - 1) * M/n - 1/(e - 1) with
+    p, q the keep and per-symbol flip probabilities (the k-RR estimator).
     """
     em1 = math.expm1(epsilon)
+    if m_eff is None:
+        return (em1 + m) / em1, -1.0 / em1
     mp = float(m_eff)
     mp_minus_1 = float(m_eff - 1)  # exact subtraction before rounding
     a = mp * (em1 + m) / (mp_minus_1 * em1)
     b = -(mp + em1) / (mp_minus_1 * em1)
     return a, b
+
+
+def estimate_frequencies(coefficients: tuple[float, float], counts, n):
+    """g(x) = A * M(x)/n + B, elementwise (the one place the estimator is applied)."""
+    a, b = coefficients
+    return a * (np.asarray(counts) / n) + b
 
 
 def estimator_variance(epsilon: float, m: int, c_bar: float, f, n):
@@ -99,6 +112,8 @@ def estimator_variance(epsilon: float, m: int, c_bar: float, f, n):
     Var = [ (1 - f)(c V= + (1 - c) V!= + c(1 - c)) + f V= ] / (n (1 - c)^2).
     With c = 1/m it is the pairwise closed form of the errata:
     [(1 - f)(m + e - 1)^2 + f e m^2] / (n (m - 1)(e - 1)^2).
+    With c = 0 (direct RR, m = d) it is the k-RR variance
+    [(1 - f)(e + d - 2) + f e (d - 1)] / (n (e - 1)^2) (Eq. var_rr).
     Accepts numpy arrays for f and n.
     """
     with np.errstate(divide="ignore", over="ignore"):  # eps -> 0: the variance is +inf
@@ -118,25 +133,48 @@ def pairwise_variance(epsilon: float, m: int, f, n):
         return ((1.0 - f) * (m + em1) ** 2 + f * e * m * m) / (np.asarray(n, dtype=np.float64) * (m - 1) * em1**2)
 
 
+def worst_case_mse_of(variance, n: float, f_star: float = 1.0) -> float:
+    """Worst-case MSE over f in [0, f*] of an unbiased estimator with ``variance(f, n)``.
+
+    Every variance here is linear in f, so the max is at f = 0 or f = f*
+    (Section "Optimizing CMS", objective of HashRange in MSE mode).
+    """
+    return float(max(variance(0.0, n), variance(f_star, n)))
+
+
+def l2_loss_of(variance, n: float, tracked_count: int) -> float:
+    """Worst-case l2 over D tracked values: (D - 1) Var(f=0) + Var(f=1) (errata closed forms)."""
+    return float((tracked_count - 1) * variance(0.0, n) + variance(1.0, n))
+
+
+def l1_bound_of(l2: float, tracked_count: int) -> float:
+    """Cauchy-Schwarz bound l1 <= sqrt(D * l2) (Corollary after Theorem optimized_l1l2)."""
+    return math.sqrt(tracked_count * l2)
+
+
+def _pairwise(epsilon: float, m: int):
+    return lambda f, n: pairwise_variance(epsilon, m, f, n)
+
+
 def worst_case_mse(epsilon: float, m: int, n: float, f_star: float = 1.0) -> float:
-    """max over f in [0, f*] of Var: Var is linear in f, so the max is at 0 or f*."""
-    return float(max(pairwise_variance(epsilon, m, 0.0, n), pairwise_variance(epsilon, m, f_star, n)))
+    """Worst-case MSE of CMS+RR with a pairwise-independent family (c = 1/m)."""
+    return worst_case_mse_of(_pairwise(epsilon, m), n, f_star)
 
 
 def l2_loss(epsilon: float, m: int, n: float, tracked_count: int) -> float:
-    """Worst-case l2 over D tracked values: (D - 1) Var(f=0) + Var(f=1) (errata)."""
-    return float((tracked_count - 1) * pairwise_variance(epsilon, m, 0.0, n) + pairwise_variance(epsilon, m, 1.0, n))
+    """Worst-case l2 of CMS+RR with a pairwise-independent family (c = 1/m)."""
+    return l2_loss_of(_pairwise(epsilon, m), n, tracked_count)
 
 
 def l1_bound(epsilon: float, m: int, n: float, tracked_count: int) -> float:
-    """Cauchy-Schwarz bound l1 <= sqrt(D * l2) (Section "Optimizing CMS")."""
-    return math.sqrt(tracked_count * l2_loss(epsilon, m, n, tracked_count))
+    """l1 bound of CMS+RR with a pairwise-independent family (c = 1/m)."""
+    return l1_bound_of(l2_loss(epsilon, m, n, tracked_count), tracked_count)
 
 
 def optimized_worst_case_mse(epsilon: float, n: float, f_star: float = 1.0) -> float:
     """Theorem optimized_mse: the continuous optimum of the worst-case MSE.
 
-    f* > 1/2: e^{eps/2} / (n (e^{eps/2} - 1)^2) (errata 7);
+    f* > 1/2: e^{eps/2} / (n (e^{eps/2} - 1)^2) (erratum 7);
     f* <= 1/2: 2 (Delta_MSE + e) / (n (e - 1)^2).
     """
     if f_star > 0.5:
@@ -160,7 +198,7 @@ def continuous_optimal_hash_range(epsilon: float, mode: str, f_star: float = 1.0
     """The real-valued minimiser of the objective (HashRange, before rounding).
 
     mse, f* > 1/2 : 1 + e^{eps/2}
-    mse, f* <= 1/2: 1 + Delta_MSE / (f* e + 1 - f*)   (errata 2: not 1 + Delta_MSE)
+    mse, f* <= 1/2: 1 + Delta_MSE / (f* e + 1 - f*)   (erratum 2: not 1 + Delta_MSE)
     l2            : 1 + Delta_l / (e + D - 1)
     """
     e = math.exp(epsilon)
@@ -207,6 +245,17 @@ def chernoff_alpha(epsilon: float, m: int, confidence: float) -> float:
 def chernoff_alpha_max(epsilon: float, m: int, n):
     """Largest alpha the theorem covers: sqrt(e n / (m - 1))."""
     return np.sqrt(math.exp(epsilon) * np.asarray(n, dtype=np.float64) / (m - 1))
+
+
+def hoeffding_half_width(coefficient_a: float, confidence: float, n):
+    """Half-width of g = A M/n + B from Hoeffding's inequality on the n independent
+    match indicators: P(|M/n - E M/n| >= t) <= 2 exp(-2 n t^2), so
+    |A| sqrt(log(2/delta) / (2n)) holds with probability >= confidence.
+    Distribution-free; used for direct RR's "chernoff" interval (the paper's
+    Theorem cms_rr_bound covers OCMS+RR with random hashing).
+    """
+    delta = 1.0 - confidence
+    return abs(coefficient_a) * np.sqrt(math.log(2.0 / delta) / (2.0 * np.asarray(n, dtype=np.float64)))
 
 
 def reports_needed(variance_per_report: float, target_variance: float) -> int:

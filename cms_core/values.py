@@ -137,7 +137,12 @@ class TrackedValues:
             raise InvalidValueError("the tracked set is empty")
         elements = [encode_value(params, v) for v in labels]
         if len(set(elements)) != len(elements):
-            raise InvalidValueError("the tracked set holds duplicate values")
+            first: dict[int, int] = {}
+            for i, element in enumerate(elements):
+                if element in first:
+                    raise InvalidValueError(f"the tracked set holds the value {labels[i]!r} twice "
+                                            f"(positions {first[element]} and {i})")
+                first[element] = i
         return cls(params.fingerprint, elements_to_array(elements, limbs_for(params)), labels, None)
 
     def __len__(self) -> int:

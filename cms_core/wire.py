@@ -12,7 +12,10 @@ Layout (all integers big-endian, "network order"); see docs/wire-format.md:
 
 W = ceil(bits(field order - 1) / 8) and Z = ceil(bits(m - 1) / 8) come from the
 parameters the fingerprint names, so a small field gives small reports
-(F(10007), m = 4: 2 + 2 + 1 = 5 bytes per record).
+(F(10007), m = 4: 2 + 2 + 1 = 5 bytes per record). Direct randomized response
+(the fingerprint names mechanism "direct", m = d) sends records of z alone, Z =
+ceil(bits(d - 1) / 8) bytes (d = 16: 1 byte); the decoder restores the
+identity coefficients (0, 1).
 
 Decoding validates everything and raises exactly one :class:`WireFormatError`
 subclass per fault; each carries a short ``reason`` code for dead-letter
@@ -28,7 +31,7 @@ import numpy as np
 
 from .errors import OCMSError
 from .params import OCMSParams
-from .reports import Report, ReportBatch
+from .reports import Report, ReportBatch, identity_coefficients
 from .values import limbs_for
 
 MAGIC = b"OC"
@@ -93,7 +96,16 @@ REASONS = tuple(
 
 
 def record_size(params: OCMSParams) -> int:
-    return 2 * params.coefficient_bytes + params.z_bytes
+    return params.report_bytes
+
+
+def _record_columns(params: OCMSParams, batch: ReportBatch) -> list[np.ndarray]:
+    """The (n, width) byte columns of one record each: a0 | a1 | z, or z alone (direct RR)."""
+    z = _column_bytes(batch.z.astype(np.uint64), params.z_bytes)
+    if params.is_direct:
+        return [z]
+    w = params.coefficient_bytes
+    return [_column_bytes(batch.a0, w), _column_bytes(batch.a1, w), z]
 
 
 def _column_bytes(column: np.ndarray, width: int) -> np.ndarray:
@@ -126,10 +138,7 @@ def encode_batch(params: OCMSParams, batch: ReportBatch, *, kind: int = KIND_FRA
         raise CountMismatchError(f"a single-report message holds exactly 1 record, not {n}")
     if not 1 <= n <= MAX_FRAME_RECORDS:
         raise CountMismatchError(f"a frame holds 1..{MAX_FRAME_RECORDS} records, not {n}")
-    w, zw = params.coefficient_bytes, params.z_bytes
-    body = np.concatenate(
-        [_column_bytes(batch.a0, w), _column_bytes(batch.a1, w), _column_bytes(batch.z.astype(np.uint64), zw)], axis=1
-    )
+    body = np.concatenate(_record_columns(params, batch), axis=1)
     return HEADER.pack(MAGIC, VERSION, kind, params.fingerprint, n) + body.tobytes()
 
 
@@ -139,12 +148,8 @@ def encode_reports(params: OCMSParams, batch: ReportBatch) -> list[bytes]:
     n = len(batch)
     if n == 0:
         return []
-    w, zw = params.coefficient_bytes, params.z_bytes
     header = np.frombuffer(HEADER.pack(MAGIC, VERSION, KIND_REPORT, params.fingerprint, 1), np.uint8)
-    rows = np.concatenate(
-        [np.broadcast_to(header, (n, HEADER_SIZE)), _column_bytes(batch.a0, w), _column_bytes(batch.a1, w),
-         _column_bytes(batch.z.astype(np.uint64), zw)], axis=1,
-    )
+    rows = np.concatenate([np.broadcast_to(header, (n, HEADER_SIZE))] + _record_columns(params, batch), axis=1)
     flat = rows.tobytes()
     size = rows.shape[1]
     return [flat[i : i + size] for i in range(0, n * size, size)]
@@ -196,11 +201,16 @@ def decode_message(data: bytes, registry: Mapping[bytes, OCMSParams]) -> tuple[O
             )
         raise OversizedMessageError(f"{len(data)} bytes, expected {expected} for {count} records")
     raw = np.frombuffer(data, np.uint8, offset=HEADER_SIZE).reshape(count, size)
-    w, zw, limbs = params.coefficient_bytes, params.z_bytes, limbs_for(params)
-    a0 = _bytes_column(raw[:, :w], w, limbs)
-    a1 = _bytes_column(raw[:, w : 2 * w], w, limbs)
-    z = _bytes_column(raw[:, 2 * w :], zw, 1)
-    if params.field.kind == "prime":
+    zw = params.z_bytes
+    if params.is_direct:
+        a0, a1 = identity_coefficients(count)
+        z = _bytes_column(raw, zw, 1)
+    else:
+        w, limbs = params.coefficient_bytes, limbs_for(params)
+        a0 = _bytes_column(raw[:, :w], w, limbs)
+        a1 = _bytes_column(raw[:, w : 2 * w], w, limbs)
+        z = _bytes_column(raw[:, 2 * w :], zw, 1)
+    if params.field.kind == "prime" and not params.is_direct:
         order = params.field.order
         if int(a0.max()) >= order or int(a1.max()) >= order:
             bad = int(np.argmax((a0 >= order) | (a1 >= order)))

@@ -9,7 +9,9 @@ binary big-endian 32-bit integer), and what ``ocms simulate --out`` writes, so
 
 from __future__ import annotations
 
+import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
@@ -49,26 +51,72 @@ class CaptureWriter:
         self.close()
 
 
-def read_capture(path: str | Path) -> Iterator[bytes]:
-    """Yield the messages of a capture file; a torn tail raises CaptureFormatError."""
-    path = Path(path)
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise CaptureFormatError(f"cannot read capture file {path}: {exc.strerror}") from exc
-    with f:
-        index = 0
-        while True:
-            prefix = f.read(_LEN.size)
-            if not prefix:
-                return
-            if len(prefix) < _LEN.size:
-                raise CaptureFormatError(f"{path}: message {index}: truncated length prefix")
-            (size,) = _LEN.unpack(prefix)
-            if size > MAX_MESSAGE_BYTES:
-                raise CaptureFormatError(f"{path}: message {index}: length {size} exceeds {MAX_MESSAGE_BYTES}")
-            body = f.read(size)
-            if len(body) < size:
-                raise CaptureFormatError(f"{path}: message {index}: {len(body)} of {size} bytes (truncated file)")
-            yield body
-            index += 1
+@dataclass(frozen=True)
+class CaptureDamage:
+    """Where a capture file stops being readable: everything from ``offset`` on is ignored.
+
+    A capture tool killed mid-write leaves a torn last message (a short length
+    prefix or a short body); an impossible length prefix leaves the rest of the
+    file unreadable too (the format has no resynchronisation marker).
+    """
+
+    path: str
+    offset: int  # byte offset of the first unreadable length prefix
+    message_index: int  # messages before it (all read)
+    reason: str
+    ignored_bytes: int  # bytes from offset to the end of the file
+
+    def describe(self) -> str:
+        return (f"{self.path}: damaged tail at byte offset {self.offset} (after {self.message_index:,} complete "
+                f"messages): {self.reason}; the last {self.ignored_bytes:,} bytes are ignored")
+
+
+class CaptureReader:
+    """Iterate a capture's complete messages; a damaged tail ends the iteration and is kept in ``damage``.
+
+    ``strict=True`` raises :class:`CaptureFormatError` at the damage instead.
+    """
+
+    def __init__(self, path: str | Path, *, strict: bool = False):
+        self.path = Path(path)
+        self.strict = strict
+        self.messages = 0
+        self.damage: CaptureDamage | None = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        path = self.path
+        try:
+            f = open(path, "rb")
+        except OSError as exc:
+            raise CaptureFormatError(f"cannot read capture file {path}: {exc.strerror}") from exc
+        with f:
+            size_total = os.fstat(f.fileno()).st_size
+            offset = 0
+            while True:
+                prefix = f.read(_LEN.size)
+                if not prefix:
+                    return
+                reason = None
+                if len(prefix) < _LEN.size:
+                    reason = f"truncated length prefix ({len(prefix)} of {_LEN.size} bytes)"
+                else:
+                    (size,) = _LEN.unpack(prefix)
+                    if size > MAX_MESSAGE_BYTES:
+                        reason = f"length prefix {size:,} exceeds {MAX_MESSAGE_BYTES:,} (not a capture file, or corrupt)"
+                    else:
+                        body = f.read(size)
+                        if len(body) < size:
+                            reason = f"truncated message: {len(body):,} of {size:,} bytes"
+                if reason is not None:
+                    self.damage = CaptureDamage(str(path), offset, self.messages, reason, max(size_total - offset, 0))
+                    if self.strict:
+                        raise CaptureFormatError(self.damage.describe())
+                    return
+                offset += _LEN.size + size
+                self.messages += 1
+                yield body
+
+
+def read_capture(path: str | Path, *, strict: bool = True) -> Iterator[bytes]:
+    """Yield the messages of a capture file; a torn tail raises CaptureFormatError (``strict=False``: stops)."""
+    return iter(CaptureReader(path, strict=strict))

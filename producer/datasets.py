@@ -35,10 +35,14 @@ Specs (``parse_dataset``)::
         frequent word, "the" for en), sampled with probability proportional
         to the list's frequencies renormalized over those n words.
     file:PATH
-        One value per line (stripped, empty lines skipped). If every line is a
-        non-negative integer the dictionary is [0, max+1) with labels None;
-        otherwise labels = sorted distinct lines. sample(n) draws lines of the
-        file uniformly with replacement (its empirical distribution).
+        One value per line (stripped, empty lines skipped); a *.jsonl file
+        holds one JSON string per line instead and keeps every string exactly
+        (docs/tracked-values.md). If every value is a non-negative integer
+        below 2^32 the dictionary is [0, max+1) with labels None; otherwise
+        labels = sorted distinct values (integers beyond 2^32 stay decimal
+        labels: ``ocms simulate`` sends them as the integers they spell).
+        sample(n) draws lines of the file uniformly with replacement (its
+        empirical distribution).
 
 Real data is loaded lazily (at ``parse_dataset`` time, cached per process), so
 importing this module costs nothing beyond numpy.
@@ -579,29 +583,39 @@ def _build_file(rest: str, spec: str) -> Dataset:
         raise InvalidParameterError(name, path, "no such file")
     if not os.path.isfile(path):
         raise InvalidParameterError(name, path, "not a regular file")
-    try:
-        with open(path, encoding="utf-8") as handle:  # universal newlines: \n, \r\n, \r
-            lines = [line.strip() for line in handle]
-    except UnicodeDecodeError as exc:
-        raise InvalidParameterError(name, path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise InvalidParameterError(name, path, f"cannot read: {exc.strerror or exc}") from None
-    lines = [line for line in lines if line]
+    from .values_file import ValuesFileError, file_format, read_raw_values
+
+    if file_format(path) != "lines":  # JSON lines / array: every value exact (docs/tracked-values.md)
+        try:
+            items = read_raw_values(path).items
+        except ValuesFileError as exc:
+            raise InvalidParameterError(name, path, str(exc)) from None
+        lines = [str(item) for item in items]  # JSON integers as their decimal digits
+    else:
+        try:
+            with open(path, encoding="utf-8") as handle:  # universal newlines: \n, \r\n, \r
+                lines = [line.strip() for line in handle]
+        except UnicodeDecodeError as exc:
+            raise InvalidParameterError(name, path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        except OSError as exc:
+            raise InvalidParameterError(name, path, f"cannot read: {exc.strerror or exc}") from None
+        lines = [line for line in lines if line]
     if not lines:
         raise InvalidParameterError(name, path, "the file has no values (only empty lines)")
-    if all(_NONNEG_INT.fullmatch(line) for line in lines):
+    all_integers = all(_NONNEG_INT.fullmatch(line) for line in lines)
+    if all_integers and max(int(line) for line in lines) < MAX_DICTIONARY_SIZE:
         values = np.array([int(line) for line in lines], dtype=object if max(map(len, lines)) > 18 else np.int64)
         top = int(values.max())
-        if top + 1 > MAX_DICTIONARY_SIZE:
-            raise InvalidParameterError(name, path, f"largest value {top} needs d > {MAX_DICTIONARY_SIZE}")
         codes = values.astype(np.int64)
         codes.flags.writeable = False
         d, labels = top + 1, None
         kind = f"integers, dictionary [0, {d})"
     else:
+        if all_integers:  # beyond 2^32: one decimal label per integer ("007" is 7)
+            lines = [str(int(line)) for line in lines]
         labels, codes = _encode(lines)
         d = len(labels)
-        kind = f"{d} distinct strings"
+        kind = f"{d} distinct {'integers' if all_integers else 'strings'}"
     description = f"{path}: {len(codes)} values ({kind}); lines drawn uniformly with replacement"
     return Dataset(f"file:{path}", d, labels, description, _EventSampler(codes))
 

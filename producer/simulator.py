@@ -19,6 +19,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -28,10 +29,13 @@ from cms_core import OCMSParams, wire
 from cms_core.errors import InvalidParameterError
 from cms_core.privatize import simulate_reports
 from cms_core.reports import ReportBatch
+from cms_core.values import elements_to_array, encode_value, limbs_for, value_to_json
 
 from .capture import CaptureWriter
 
 DEFAULT_CHUNK = 50_000
+#: Largest dataset whose values are sent as strings (one 128-bit fingerprint per value, precomputed).
+MAX_STRING_DICTIONARY = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -59,11 +63,24 @@ class SimulationSettings:
             raise InvalidParameterError("devices", self.devices, "must be an integer >= 1")
         if not isinstance(self.frame_size, int) or not 1 <= self.frame_size <= wire.MAX_FRAME_RECORDS:
             raise InvalidParameterError("frame_size", self.frame_size, f"must be in 1..{wire.MAX_FRAME_RECORDS}")
-        if self.params.value_domain != "integer" or self.params.dictionary_size != self.dataset.dictionary_size:
-            raise InvalidParameterError(
-                "dictionary_size", self.params.dictionary_size,
-                f"parameters must be built for the dataset's integer dictionary d={self.dataset.dictionary_size}",
-            )
+        self._device_values  # raises when the parameters cannot carry the dataset's values
+
+    @cached_property
+    def _device_values(self) -> list | None:
+        return device_values(self.params, self.dataset)
+
+    @cached_property
+    def element_table(self) -> np.ndarray | None:
+        """Field element of each dataset code, or None when the code is the element itself."""
+        values = self._device_values
+        if values is None:
+            return None
+        return elements_to_array([encode_value(self.params, v) for v in values], limbs_for(self.params))
+
+    def device_value(self, code: int):
+        """The dictionary value a device holding dataset value ``code`` reports."""
+        values = self._device_values
+        return int(code) if values is None else values[int(code)]
 
     @property
     def chunk(self) -> int:
@@ -73,6 +90,48 @@ class SimulationSettings:
         if self.frame_size > 1:
             size = max(self.frame_size, size - size % self.frame_size)
         return size
+
+
+def integer_labels(dataset) -> list[int] | None:
+    """The integers a dataset's labels spell (a file of integers beyond 2^32), else None."""
+    labels = dataset.labels
+    if labels is None or not all(label.isascii() and label.isdigit() for label in labels):
+        return None
+    return [int(label) for label in labels]
+
+
+def default_dictionary_size(dataset) -> int:
+    """The integer dictionary ``ocms simulate`` uses when no -d is given."""
+    spelled = integer_labels(dataset)
+    return dataset.dictionary_size if spelled is None else max(spelled) + 1
+
+
+def device_values(params: OCMSParams, dataset) -> list | None:
+    """The value devices report for each dataset code, or None when it is the code itself.
+
+    String domain: the code's label (``str(code)`` for unlabelled datasets), so
+    estimates and truth speak the dataset's own strings. Integer domain: the
+    integer a label spells (files of integers beyond 2^32), else the code, for
+    parameters built for exactly the dataset's dictionary.
+    """
+    if params.value_domain == "string":
+        if dataset.dictionary_size > MAX_STRING_DICTIONARY:
+            raise InvalidParameterError("strings", True, f"the dataset's {dataset.dictionary_size:,} values are too many "
+                                        f"to send as strings (at most {MAX_STRING_DICTIONARY:,})")
+        return [dataset.label(code) for code in range(dataset.dictionary_size)]
+    spelled = integer_labels(dataset)
+    if spelled is not None:
+        top = max(spelled)
+        if top >= params.dictionary_size:
+            raise InvalidParameterError("dictionary_size", params.dictionary_size,
+                                        f"the dataset holds the value {top}; the dictionary must exceed it")
+        return spelled
+    if params.dictionary_size != dataset.dictionary_size:
+        raise InvalidParameterError(
+            "dictionary_size", params.dictionary_size,
+            f"parameters must be built for the dataset's integer dictionary d={dataset.dictionary_size}",
+        )
+    return None
 
 
 @dataclass
@@ -95,7 +154,9 @@ def generate(settings: SimulationSettings) -> Iterator[tuple[np.ndarray, np.ndar
         k = settings.chunk if remaining is None else min(settings.chunk, remaining)
         values = settings.dataset.sample(k, rng).astype(np.uint64)
         devices = rng.integers(0, settings.devices, k)
-        yield values, devices, simulate_reports(settings.params, values, rng)
+        table = settings.element_table
+        elements = values if table is None else table[values.astype(np.int64)]
+        yield values, devices, simulate_reports(settings.params, elements, rng)
         if remaining is not None:
             remaining -= k
 
@@ -208,15 +269,22 @@ async def run(
 
 
 def write_truth(path: str | Path, settings: SimulationSettings, result: SimulationResult) -> None:
-    """Ground truth JSON: the true count of every value that occurred."""
+    """Ground truth JSON: the true count of every value that occurred.
+
+    ``value`` is the value devices reported, as every value travels in JSON
+    (``cms_core.values.value_to_json``: a string; integers as decimal digits),
+    so it matches ``ocms estimate``'s records; ``label`` is the dataset's name for it.
+    """
     nonzero = np.nonzero(result.counts)[0]
     dataset = settings.dataset
     doc = {
         "dataset": dataset.name,
-        "dictionary_size": dataset.dictionary_size,
+        "dictionary_size": str(dataset.dictionary_size),
+        "value_domain": settings.params.value_domain,
         "fingerprint": settings.params.fingerprint.hex(),
         "seed": settings.seed,
         "reports": result.reports,
-        "counts": [{"value": int(v), "label": dataset.label(int(v)), "count": int(result.counts[v])} for v in nonzero],
+        "counts": [{"value": value_to_json(settings.device_value(int(v))), "label": dataset.label(int(v)),
+                    "count": int(result.counts[v])} for v in nonzero],
     }
-    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    Path(path).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -23,7 +23,7 @@ from .errors import (
     UnknownMetricError,
 )
 from .loader import load_registry, parse_registry
-from .model import MetricSpec, MetricVersion, Registry, TrackedSpec
+from .model import MetricSpec, MetricVersion, Registry, TrackedSpec, single_metric_registry
 
 __all__ = [
     "LockFileError",
@@ -39,4 +39,5 @@ __all__ = [
     "UnknownMetricError",
     "load_registry",
     "parse_registry",
+    "single_metric_registry",
 ]

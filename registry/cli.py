@@ -42,6 +42,13 @@ def add_registry_commands(sub) -> None:
     describe.add_argument("--json", action="store_true", help="machine-readable output with every value")
     describe.set_defaults(func=cmd_describe)
 
+    device = verbs.add_parser("device-config", help="the minimal JSON a device needs (per metric: newest live "
+                              "version, fingerprint, epsilon, m, field, categories)")
+    device.add_argument("file", help="the registry YAML file")
+    device.add_argument("--metric", action="append", help="only this metric (repeatable)")
+    device.add_argument("--out", help="write to this file instead of stdout")
+    device.set_defaults(func=cmd_device_config)
+
     plan = sub.choices.get("plan")
     if plan is not None:
         plan.add_argument("--registry", metavar="FILE", help="plan every metric of a registry (a row per version) "
@@ -51,6 +58,15 @@ def add_registry_commands(sub) -> None:
             if action.dest == "epsilon":
                 action.required = False
         plan.set_defaults(func=_plan_dispatch(plan.get_default("func")))
+
+    simulate = sub.choices.get("simulate")
+    if simulate is not None:
+        simulate.add_argument("--registry", metavar="FILE", help="report a registry metric (with --metric): its "
+                              "parameters, fingerprint and category names; dataset labels map to categories by name")
+        simulate.add_argument("--metric", help="with --registry: the metric the fleet reports")
+        simulate.add_argument("--metric-version", type=int, help="with --registry: this version (default the newest live)")
+        defaults = {"epsilon": simulate.get_default("epsilon"), "dataset": simulate.get_default("dataset")}
+        simulate.set_defaults(func=_simulate_dispatch(simulate.get_default("func"), defaults), epsilon=None, dataset=None)
 
 
 def _plan_dispatch(single):
@@ -64,6 +80,22 @@ def _plan_dispatch(single):
         return cmd_plan(args)
 
     return plan_command
+
+
+def _simulate_dispatch(single, defaults):
+    def simulate_command(args) -> int:
+        if args.registry is None:
+            if args.metric is not None or args.metric_version is not None:
+                raise OCMSError("--metric/--metric-version need --registry FILE")
+            for name, value in defaults.items():  # unset only so that --registry can tell them apart
+                if getattr(args, name) is None:
+                    setattr(args, name, value)
+            return single(args)
+        from .simulate import cmd_simulate
+
+        return cmd_simulate(args)
+
+    return simulate_command
 
 
 def _load(path: str):
@@ -166,6 +198,21 @@ def cmd_describe(args) -> int:
     for m in metrics:
         out.append(f"{m.name}: {m.description} (owner {m.owner}" + (f", unit {m.unit}" if m.unit else "") + ")")
     _write("\n".join(out) + "\n")
+    return 0
+
+
+def cmd_device_config(args) -> int:
+    from .device import device_config
+
+    text = json.dumps(device_config(_load(args.file), args.metric), indent=1, ensure_ascii=False) + "\n"
+    if args.out is None:
+        _write(text)
+        return 0
+    try:
+        with open(args.out, "w", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as exc:
+        raise OCMSError(f"--out {args.out}: {exc.strerror or exc}") from None
     return 0
 
 

@@ -24,6 +24,7 @@ Layout (docs/registry.md is the full reference)::
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import json
@@ -191,6 +192,11 @@ def parse_domain_size(value) -> int | None:
     return None
 
 
+def raw_field(source: str) -> str:
+    """The field a tracked value came from: inline list or file."""
+    return "tracked" if source == "list" else "tracked.file"
+
+
 class _Field:
     """A value with where it was written (so an error found later still names the line)."""
 
@@ -206,6 +212,8 @@ class _Loader:
         self.path = path
         self.base_dir = base_dir
         self.problems: list[Problem] = []
+        self.tracked_sources: dict[str, tuple | None] = {}  # metric -> parsed 'tracked' (None: reported)
+        self.missing_tracked: dict[str, list] = {}  # metric -> tracked names not in its newest version
 
     # -------------------------------------------------------------- reporting
     def problem(self, line, message, metric=None, field=None, version=None) -> None:
@@ -529,52 +537,52 @@ class _Loader:
 
     # --------------------------------------------------------------- tracked
     def tracked(self, raw: _Field, kind, names, d, metric, version) -> TrackedSpec | None:
-        """The version's tracked set; problems found once (for the first version) are not repeated."""
-        key = ("tracked", metric)
-        cache = self.__dict__.setdefault("_tracked_cache", {})
-        if key in cache and cache[key] is None:
+        """The version's tracked set. The setting is parsed once per metric; a problem is reported once."""
+        if metric not in self.tracked_sources:
+            self.tracked_sources[metric] = self.tracked_source(raw, kind, metric)
+        source = self.tracked_sources[metric]
+        if source is None:
             return None
-        if key not in cache:
-            cache[key] = self.tracked_source(raw, kind, metric)
-            if cache[key] is None:
-                return None
-        source = cache[key]
         form, data = source
+        spec = None
         if form == "all":
             if kind == "strings":
                 self.problem(raw.line, "a 'strings' metric needs its tracked values: a list, or {file: PATH} "
                              "(JSON lines, one JSON string per line)", metric, "tracked")
-                cache[key] = None
-                return None
-            if d > MAX_DEFAULT_TRACKED:
-                self.problem(raw.line, f"the dictionary has {d:,} values, more than {MAX_DEFAULT_TRACKED:,} to track whole: "
-                             "give a range {range: [START, STOP]}, a list, or {file: PATH}", metric, "tracked")
-                cache[key] = None
-                return None
-            return TrackedSpec("all")
-        if form == "range":
+            elif d > MAX_DEFAULT_TRACKED:
+                self.problem(raw.line, f"the dictionary has {d:,} values, more than {MAX_DEFAULT_TRACKED:,} to track "
+                             "whole: give a range {range: [START, STOP]}, a list, or {file: PATH}", metric, "tracked")
+            else:
+                spec = TrackedSpec("all")
+        elif form == "range":
             start, stop, line = data
             if stop > d:
                 self.problem(line, f"range [{start}, {stop}) must lie inside the dictionary [0, {d})", metric,
-                             "tracked.range", version)
-                cache[key] = None
-                return None
-            return TrackedSpec("range", start=start, stop=stop)
-        # A list of names (or values), from the file or inline: map to dictionary values per version.
-        items, where = data
-        values = []
-        if kind == "categories":
-            index = {n: i for i, n in enumerate(names)}
-            values = [index[n] for n, _ in items if n in index]
-            if len(values) == 0:
-                self.problem(raw.line, "none of the tracked names is a category of this version", metric, "tracked", version)
-                return None
-            # A name unknown to every version is reported once, by apply-time check below (latest version).
-            missing = [(n, line) for n, line in items if n not in index]
-            cache.setdefault(("missing", metric), {})[version] = missing
+                             "tracked.range")
+            else:
+                spec = TrackedSpec("range", start=start, stop=stop)
         else:
-            values = [v for v, _ in items]
-        return TrackedSpec("list", values=tuple(values), source=where)
+            items, where = data
+            if kind == "categories":
+                # Each version tracks the listed names it has; a name of no version is reported by apply_watch.
+                index = {n: i for i, n in enumerate(names)}
+                values = [index[n] for n, _ in items if n in index]
+                self.missing_tracked[metric] = [(n, line) for n, line in items if n not in index]
+                if values:
+                    spec = TrackedSpec("list", values=tuple(values), source=where)
+                else:
+                    self.problem(raw.line, "none of the tracked names is a category of this version", metric,
+                                 "tracked", version)
+                    return None
+            elif kind == "integers" and any(v >= d for v, _ in items):
+                for value, line in items:
+                    if value >= d:
+                        self.problem(line, f"{value} is outside the dictionary [0, {d})", metric, raw_field(where))
+            else:
+                spec = TrackedSpec("list", values=tuple(v for v, _ in items), source=where)
+        if spec is None:
+            self.tracked_sources[metric] = None  # reported; later versions stay quiet
+        return spec
 
     def tracked_source(self, raw: _Field, kind, metric):
         """("all", None) | ("range", (start, stop, line)) | ("list", ([(value, line)], source))."""
@@ -776,11 +784,9 @@ class _Loader:
     # ----------------------------------------------------------------- watch
     def apply_watch(self, entry, versions: list[MetricVersion], metric) -> list[MetricVersion] | None:
         """Check tracked names unknown to every version and the watch list; set each version's watch."""
-        missing_by_version = self.__dict__.get("_tracked_cache", {}).get(("missing", metric))
-        if missing_by_version:
-            newest = versions[-1].version
-            for name, line in missing_by_version.get(newest, []):
-                self.problem(line, f"{_show(name)} is not a category of any version", metric, "tracked")
+        # Categories are only appended, so a name missing from the newest version is in no version.
+        for name, line in self.missing_tracked.get(metric, []):
+            self.problem(line, f"{_show(name)} is not a category of any version", metric, "tracked")
         tracked_by_version = {v.version: set(v.tracked_names()) for v in versions}
         watch: list[tuple[str, int]] = []
         if "watch" in entry:
@@ -808,9 +814,5 @@ class _Loader:
             return None
         out = []
         for v in versions:
-            names = tuple(n for n, _ in watch if n in tracked_by_version[v.version])
-            out.append(MetricVersion(**{**{k: getattr(v, k) for k in (
-                "metric", "version", "params", "domain", "value_names", "tracked", "bucket_seconds", "retention_seconds",
-                "rollup_seconds", "rollup_retention_seconds", "min_reports", "top_k", "retired", "note", "line")},
-                "watch": names}))
+            out.append(dataclasses.replace(v, watch=tuple(n for n, _ in watch if n in tracked_by_version[v.version])))
         return out

@@ -7,6 +7,7 @@ tracked string once, on first use).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field as dataclass_field
@@ -61,7 +62,7 @@ class MetricVersion:
     retired: bool = False
     note: str | None = None
     line: int | None = None
-    _cache: dict = dataclass_field(default_factory=dict, repr=False)
+    _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------ identity
     @property
@@ -239,7 +240,9 @@ class Registry:
             raise UnknownMetricError(Problem(self.path, None, f"no metric {name!r} (metrics: {known})")) from None
 
     def by_fingerprint(self, fingerprint: bytes) -> MetricVersion | None:
-        """The version whose reports carry this fingerprint, or None (a report for no metric)."""
+        """The version whose reports carry this fingerprint (8 bytes), or None (a report for no metric)."""
+        if not isinstance(fingerprint, (bytes, bytearray, memoryview)):
+            raise TypeError(f"by_fingerprint takes the 8 fingerprint bytes, got {type(fingerprint).__name__}")
         return self._by_fingerprint.get(bytes(fingerprint))
 
     def versions(self) -> Iterator[MetricVersion]:
@@ -253,3 +256,44 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self.metrics)
+
+
+def single_metric_registry(params_sets, tracked_sets, *, name: str = "default", description: str = "",
+                           owner: str = "", unit: str | None = None, bucket_seconds: int = 60,
+                           retention_seconds: int = 86_400, rollup_seconds: int | None = None,
+                           rollup_retention_seconds: int | None = None, min_reports: int = 0,
+                           watch: tuple[str, ...] = (), top_k: int = 20, path: str = "<flags>") -> Registry:
+    """A one-metric registry described by the single-metric flags (``ocms worker --epsilon ...``).
+
+    ``params_sets[i]`` (e.g. the primary parameters, then each ``--extra-epsilon``) becomes
+    version i + 1 with its tracked set ``tracked_sets[i]``. The parameters are used as given:
+    unbound parameters keep their wire-v1 fingerprint, so devices built before the registry
+    keep being counted. Values have no names beyond their decimal digits or strings.
+    """
+    from cms_core.errors import ParameterMismatchError
+
+    params_sets, tracked_sets = tuple(params_sets), tuple(tracked_sets)
+    if not params_sets or len(params_sets) != len(tracked_sets):
+        raise ValueError("one tracked set per parameter set, at least one")
+    versions = []
+    for number, (params, tracked) in enumerate(zip(params_sets, tracked_sets), 1):
+        if tracked.params_fingerprint != params.fingerprint:
+            raise ParameterMismatchError(f"version {number}: the tracked set was built for other parameters")
+        if tracked.is_range:
+            spec = TrackedSpec("range", start=tracked.range_start, stop=tracked.range_start + len(tracked))
+        else:
+            spec = TrackedSpec("list", values=tuple(tracked.labels), source="flags")
+        version = MetricVersion(
+            metric=name, version=number, params=params,
+            domain="strings" if params.value_domain == "string" else "integers", value_names=None, tracked=spec,
+            bucket_seconds=bucket_seconds, retention_seconds=retention_seconds, rollup_seconds=rollup_seconds,
+            rollup_retention_seconds=rollup_retention_seconds, min_reports=min_reports, top_k=top_k, watch=())
+        known = set(version.tracked_names())
+        missing = [w for w in watch if w not in known]
+        if missing:
+            raise InvalidValueError(f"watch: {', '.join(map(repr, missing))} is not a tracked value")
+        versions.append(dataclasses.replace(version, watch=tuple(watch)))
+        versions[-1]._cache["tracked"] = tracked  # the caller's set, not a rebuilt copy
+    spec = MetricSpec(name=name, description=description, owner=owner, unit=unit, domain=versions[0].domain,
+                      versions=tuple(versions))
+    return Registry(path, (spec,))

@@ -19,6 +19,7 @@ from agents.processor import (
     AcceptedMessage,
     MessageValidator,
     RejectedMessage,
+    RetentionIndex,
     expired,
     keys_for,
     plan_batch,
@@ -492,3 +493,31 @@ def test_cumulative_key_never_expires_and_unknown_level_always_does():
     assert not expired(BucketKey.total(FP2, 5), NOW_E, ((60, 60),))
     assert expired(BucketKey(FP1, 0, 3600, NOW_E), NOW_E, LEVELS)  # level no longer configured
     assert not expired(BucketKey(FP1, 0, 60, NOW_E), NOW_E, LEVELS)
+
+
+def test_retention_index_returns_each_expired_key_once_in_expiry_order():
+    index = RetentionIndex(LEVELS)
+    old, older = BucketKey(FP1, 0, 60, NOW_E - 86_400 - 60), BucketKey(FP1, 1, 60, NOW_E - 86_400 - 120)
+    fresh = BucketKey(FP1, 0, 60, NOW_E)
+    rollup = BucketKey(FP2, 2, 600, NOW_E - 864_000 - 1200)
+    for key in (fresh, old, BucketKey.total(FP1, 0), older, rollup, old):
+        index.add(key)
+    assert len(index) == 4  # the cumulative key is never indexed, a repeated write once
+    assert index.due(NOW_E - 601) == []
+    assert index.due(NOW_E - 600) == [rollup]  # its end is exactly now - the rollup retention
+    assert index.due(NOW_E - 61) == []
+    assert index.due(NOW_E) == [older, old]
+    assert index.due(NOW_E) == []
+    assert index.due(NOW_E + 86_400 + 60) == [fresh]
+    assert len(index) == 0
+
+
+def test_retention_index_reset_replaces_what_it_held():
+    """The worker rebuilds the index from the table's keys (after a restart or a rebalance):
+    keys it never wrote itself are due like its own, keys gone from the table are forgotten."""
+    index = RetentionIndex(LEVELS)
+    written_before = BucketKey(FP1, 3, 60, NOW_E - 86_400 - 60)
+    index.add(BucketKey(FP1, 0, 60, NOW_E - 86_400 - 60))
+    index.reset([written_before, BucketKey.total(FP1, 3), BucketKey(FP1, 3, 3600, NOW_E)])
+    assert len(index) == 2
+    assert index.due(NOW_E) == [BucketKey(FP1, 3, 3600, NOW_E), written_before]  # unknown level first

@@ -89,7 +89,7 @@ def test_1_estimates_equal_offline_decode_exactly(fed):
     status, one = worker.get("/estimates/7")
     assert status == 200 and one["estimate"] == doc["estimates"][7]
     status, top = worker.get("/topk", k="5")
-    assert [r["value"] for r in top["top"]] == sorted(range(1000), key=lambda v: -doc["estimates"][v]["frequency"])[:5]
+    assert [int(r["value"]) for r in top["top"]] == sorted(range(1000), key=lambda v: -doc["estimates"][v]["frequency"])[:5]
     status, params = worker.get("/params")
     assert params["parameter_sets"][0]["fingerprint"] == PARAMS.fingerprint.hex()
     assert params["parameter_sets"][0]["reports"] == 100_000
@@ -300,3 +300,100 @@ def test_4_malformed_storm_goes_to_the_dead_letter_topic(broker, tmp_path_factor
         assert worker.alive() and worker.get("/healthz")[0] == 200
     finally:
         worker.stop()
+
+
+# ------------------------------------------------------------------ retention (issue 17)
+RETENTION_S = 12  # 1 s buckets; long enough that the buckets below outlive the first worker
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.2):
+    """Poll ``condition`` until it returns a true value; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = condition()
+        except OSError:  # a (re)starting worker is not listening yet
+            last = None
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"{what} within {timeout} s (last: {last!r})")
+
+
+def view_keys(worker: WorkerProcess) -> int:
+    return worker.get("/healthz")[1]["view_keys"]
+
+
+def start_retention_worker(broker, log_dir, app_id: str, store: str = "memory://") -> WorkerProcess:
+    return WorkerProcess(broker.bootstrap_servers, app_id, app_id, log_dir, "--epsilon", "2", "--dictionary-size",
+                         "1000", "--bucket-seconds", "1", "--retention-seconds", str(RETENTION_S),
+                         "--store", store).start()
+
+
+def old_bucket_messages(seed: int) -> list[Message]:
+    """Four frames of 10 reports in the four 1 s buckets before now, all with one key (one
+    partition): 4 bucket keys + 1 cumulative key, expiring about RETENTION_S - 3 s from now."""
+    second = int(time.time())
+    stamps = [(second - back) * 1000 + 500 for back in (4, 3, 2, 1)]
+    frames = report_messages(PARAMS, zipf_values(40, seed), 10, seed=seed + 1, timestamps_ms=stamps)
+    return [Message(m.value, b"one-device", m.timestamp_ms) for m in frames]
+
+
+@pytest.mark.parametrize("store", ["memory", "rocksdb"])
+def test_retention_survives_a_sigkill_and_restart(broker, tmp_path_factory, store):
+    """Issue 17 reproduction: buckets written before a SIGKILL are still deleted after the
+    restart (tombstones in the changelog, so the view shrinks), not kept for ever; with
+    RocksDB the index is rebuilt from the local store, with memory from the changelog."""
+    app_id = f"it-retention-{store}"
+    store_url = "memory://" if store == "memory" else "rocksdb://" + str(tmp_path_factory.mktemp("rocks"))
+    worker = start_retention_worker(broker, tmp_path_factory.mktemp(app_id), app_id, store_url)
+    try:
+        worker.wait_healthy()
+        send(broker.bootstrap_servers, worker.topic, old_bucket_messages(51))
+        worker.wait_for_n(40, timeout=30)
+        assert view_keys(worker) == 5  # precondition: nothing expired before the kill
+        worker.kill()
+        worker.start()
+        worker.wait_healthy()
+        # A report 20 s ahead: its bucket outlives the old ones, so "2 keys" is a stable state.
+        ahead = int((time.time() + 20) * 1000)
+        later = report_messages(PARAMS, zipf_values(10, 53), 10, seed=54, timestamps_ms=[ahead])
+        send(broker.bootstrap_servers, worker.topic, [Message(later[0].value, b"one-device", ahead)])
+        worker.wait_for_n(50, timeout=30)
+        wait_until(lambda: view_keys(worker) == 2, 45,
+                   "the four expired buckets written before the restart were not deleted")
+        assert worker.get("/estimates")[1]["n"] == 50  # the cumulative key keeps every report
+    finally:
+        worker.stop()
+
+
+def test_retention_deletes_buckets_of_a_partition_that_moved(broker, tmp_path_factory):
+    """The owner of the partition is SIGKILLed before its buckets expire; the worker that
+    takes the partition over deletes them from the changelog, so its view shrinks too."""
+    log_dir = tmp_path_factory.mktemp("it-retention-moved")
+    workers = [start_retention_worker(broker, log_dir, "it-retention-moved") for _ in range(2)]
+    try:
+        for w in workers:
+            w.wait_healthy()
+        send(broker.bootstrap_servers, workers[0].topic, old_bucket_messages(61))
+        for w in workers:
+            w.wait_for_n(40, timeout=30)
+        fp = PARAMS.fingerprint.hex()
+
+        def accepted(w: WorkerProcess) -> float:
+            return Scrape.parse(w.text("/metrics")).samples.get(
+                ("ocms_reports_accepted_total", frozenset({("params", fp)})), 0.0)
+
+        owner, heir = sorted(workers, key=accepted, reverse=True)
+        assert accepted(owner) == 40 and accepted(heir) == 0
+        assert [view_keys(w) for w in workers] == [5, 5]  # precondition: nothing expired yet
+        owner.kill()
+        wait_until(lambda: set(heir.get("/healthz")[1]["assigned_partitions"]) == {0, 1, 2, 3}, 30,
+                   "the surviving worker did not take over every partition")
+        wait_until(lambda: view_keys(heir) == 1, 45,
+                   "the buckets of the partition that moved were not deleted")
+        assert heir.get("/estimates")[1]["n"] == 40
+    finally:
+        for w in workers:
+            w.stop()

@@ -73,7 +73,7 @@ def test_binary_field_axioms_sample(degree):
 
 def test_choose_field_boundaries():
     assert choose_field(1000, 4) == PrimeField(1009)
-    assert choose_field(10, 100) == PrimeField(701)  # 7m dominates (errata 5)
+    assert choose_field(10, 100) == PrimeField(701)  # 7m dominates (erratum 5)
     assert choose_field(SMALL_PRIME_LIMIT - 10, 4) == PrimeField(2**32 - 5)
     assert choose_field(SMALL_PRIME_LIMIT - 4, 4) == PrimeField(PRIME_64)  # next prime > 2^32
     assert choose_field(2**40, 4) == PrimeField(PRIME_64)

@@ -66,7 +66,7 @@ def test_unbiased_with_closed_form_variance(mode, eps):
 
 
 def _printed_decode_estimates(params: OCMSParams, counts: np.ndarray, n: int) -> np.ndarray:
-    """Algorithm 1 exactly as printed: match value (e + m - 1)/(e - 1) (errata 1)."""
+    """Algorithm 1 exactly as printed: match value (e + m - 1)/(e - 1) (erratum 1)."""
     e = math.exp(params.epsilon)
     m = params.hash_range
     mp = float(params.effective_hash_range)

@@ -25,7 +25,7 @@ def test_decode_values_invert_randomized_response():
         match, mismatch = theory.decode_match_value(eps, m), theory.decode_mismatch_value(eps)
         assert keep * match + (m - 1) * other * mismatch == pytest.approx(1.0, abs=1e-12)
         assert keep * mismatch + other * match + (m - 2) * other * mismatch == pytest.approx(0.0, abs=1e-12)
-        printed = (math.exp(eps) + m - 1) / math.expm1(eps)  # Algorithm 1 as printed (errata 1)
+        printed = (math.exp(eps) + m - 1) / math.expm1(eps)  # Algorithm 1 as printed (erratum 1)
         assert keep * printed + (m - 1) * other * mismatch != pytest.approx(1.0, abs=1e-6)
 
 
@@ -46,7 +46,7 @@ def test_effective_hash_range_exact_for_prime64():
     assert isinstance(m_eff, Fraction)
     diff = m_eff - 4
     assert 0 < abs(diff) < Fraction(1, 10**30)
-    # errata 4: float64 arithmetic cannot see it (2^64 - 59 rounds to 2^64)
+    # erratum 4: float64 arithmetic cannot see it (2^64 - 59 rounds to 2^64)
     assert float(PRIME_64) == 2.0**64
 
 
@@ -58,7 +58,7 @@ def test_collision_probability_small_field_enumeration():
 
 @pytest.mark.parametrize("eps", [0.7, 0.8, 1.8, 2.5, 3.0, 4.5])
 def test_integer_m_is_not_always_the_rounded_optimum(eps):
-    # errata 3: at these eps (f* = 1) the best integer is one above round().
+    # erratum 3: at these eps (f* = 1) the best integer is one above round().
     rounded = round(1 + math.exp(eps / 2))
     chosen = theory.optimal_hash_range(eps, "mse", 1.0)
     assert chosen == rounded + 1
@@ -75,7 +75,7 @@ def test_optimal_m_is_global_integer_minimiser():
 
 
 def test_appendix_hash_range_typo_is_worse():
-    # errata 2: the appendix's m = 1 + Delta_MSE is up to ~3000x worse in MSE.
+    # erratum 2: the appendix's m = 1 + Delta_MSE is up to ~3000x worse in MSE.
     eps, f_star = 8.0, 0.5  # at f* = 0 both forms coincide
     good = theory.optimal_hash_range(eps, "mse", f_star)
     typo = round(1 + theory.delta_mse(eps, f_star))

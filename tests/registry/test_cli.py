@@ -157,3 +157,36 @@ def test_describe_into_a_closed_pipe_is_quiet(tmp_path):
                           shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.stdout == '{\n "regist'
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
+    """A device can rebuild the exact parameters (same fingerprint) from the config, and nothing else is in it."""
+    from cms_core import OCMSParams
+    from cms_core.fields import BinaryField, PrimeField
+
+    from .test_deploy_registry import REGISTRY
+
+    out_path = tmp_path / "device.json"
+    code, _, err = run(capsys, "registry", "device-config", str(REGISTRY), "--out", str(out_path))
+    assert code == 0, err
+    doc = json.loads(out_path.read_text())
+    reg = load_registry(REGISTRY)
+    assert doc["format"] == 1 and [m["name"] for m in doc["metrics"]] == [m.name for m in reg.metrics]
+    for entry in doc["metrics"]:
+        spec = reg.metric(entry["name"])
+        assert entry["version"] == spec.latest.version
+        allowed = {"name", "version", "fingerprint", "epsilon", "m", "field", "domain", "categories", "dictionary_size"}
+        assert set(entry) <= allowed
+        field = entry["field"]
+        field = PrimeField(int(field["order"])) if field["kind"] == "prime" else BinaryField(field["degree"])
+        d = len(entry["categories"]) if entry["domain"] == "categories" else (
+            int(entry["dictionary_size"]) if entry["domain"] == "integers" else 2**128)
+        rebuilt = OCMSParams(epsilon=entry["epsilon"], hash_range=entry["m"], field=field, dictionary_size=d,
+                             value_domain="string" if entry["domain"] == "strings" else "integer",
+                             binding=f"{entry['name']}@{entry['version']}")
+        assert rebuilt.fingerprint.hex() == entry["fingerprint"] == spec.latest.fingerprint.hex()
+    code, out, _ = run(capsys, "registry", "device-config", str(REGISTRY), "--metric", "app_launches")
+    (entry,) = json.loads(out)["metrics"]
+    assert entry["version"] == 2 and entry["categories"][-1] == "wallet"
+    code, _, err = run(capsys, "registry", "device-config", str(REGISTRY), "--out", str(tmp_path / "no" / "x.json"))
+    assert code == 2 and "--out" in err and "Traceback" not in err

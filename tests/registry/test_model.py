@@ -177,3 +177,25 @@ def test_describe_is_json_ready(reg):
         assert doc["fingerprint"] == v.fingerprint.hex() and doc["metric"] == v.metric
         assert isinstance(doc["domain_size"], str)
     assert reg.metric("build_id").latest.describe()["domain_size"] == str(2**64)
+
+
+def test_single_metric_registry_from_flags():
+    """The old single-metric flags describe a one-metric registry; unbound params keep their v1 fingerprint."""
+    from cms_core import TrackedValues
+    from cms_core.errors import ParameterMismatchError
+    from registry import single_metric_registry
+
+    primary, rotated = OCMSParams.build(2, 1000), OCMSParams.build(1, 1000)
+    tracked = [TrackedValues.range(primary, 0, 1000), TrackedValues.of(rotated, [5, 7, 999])]
+    reg = single_metric_registry([primary, rotated], tracked, name="flags", watch=("7",), top_k=3)
+    spec = reg.metric("flags")
+    assert [v.version for v in spec.versions] == [1, 2] and spec.domain == "integers"
+    v1, v2 = spec.versions
+    assert v1.fingerprint == OCMSParams.build(2, 1000).fingerprint  # unbound: wire v1 fingerprint kept
+    assert reg.by_fingerprint(rotated.fingerprint) is v2
+    assert v1.tracked_values() is tracked[0] and v2.tracked_values() is tracked[1]
+    assert v2.tracked_names() == ["5", "7", "999"] and v2.watch_indices() == (1,) and v1.watch_indices() == (7,)
+    with pytest.raises(InvalidValueError, match="'1000' is not a tracked value"):
+        single_metric_registry([primary], tracked[:1], watch=("1000",))
+    with pytest.raises(ParameterMismatchError):
+        single_metric_registry([primary], tracked[1:])

@@ -1,0 +1,47 @@
+"""The minimal configuration a device needs to report a registry's metrics.
+
+Per metric, its newest live version: name, version, fingerprint, ε, m, the field,
+the value domain, and the categories (or d for integers); nothing else: no owner,
+description, tracked values or exposure settings, which a device has no use for.
+"""
+
+from __future__ import annotations
+
+from cms_core.values import value_to_json
+
+from .model import MetricVersion, Registry
+
+DEVICE_CONFIG_FORMAT = 1
+
+
+def field_config(version: MetricVersion) -> dict:
+    field = version.params.field
+    if field.kind == "prime":
+        return {"kind": "prime", "order": value_to_json(field.order)}
+    return {"kind": "binary", "degree": field.degree, "polynomial": value_to_json(field.polynomial)}
+
+
+def version_config(version: MetricVersion) -> dict:
+    out = {
+        "name": version.metric,
+        "version": version.version,
+        "fingerprint": version.fingerprint.hex(),
+        "epsilon": version.params.epsilon,
+        "m": version.params.hash_range,
+        "field": field_config(version),
+        "domain": version.domain,
+    }
+    if version.mechanism != "ocms":
+        out["mechanism"] = version.mechanism
+    if version.domain == "categories":
+        out["categories"] = list(version.value_names)
+    elif version.domain == "integers":
+        out["dictionary_size"] = value_to_json(version.params.dictionary_size)
+    return out
+
+
+def device_config(registry: Registry, metrics: list[str] | None = None) -> dict:
+    """``{"format": 1, "metrics": [...]}``: each selected metric's newest live version (metrics with none are left out)."""
+    selected = [registry.metric(name) for name in metrics] if metrics else list(registry.metrics)
+    return {"format": DEVICE_CONFIG_FORMAT,
+            "metrics": [version_config(m.latest) for m in selected if m.live_versions]}

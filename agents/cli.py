@@ -298,12 +298,38 @@ def worker_settings_from_args(args, environ=None):
     return WorkerSettings.build(params, environ, extra_params=extra, embedded_broker=broker == "embedded", **overrides)
 
 
+def reach_kafka(bootstrap: str, make_coroutine):
+    """Run ``make_coroutine()``; a Kafka that does not answer becomes one line naming the address."""
+    import asyncio
+    import logging
+
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+
+    quiet = logging.getLogger("aiokafka")
+    level, quiet.level = quiet.level, logging.CRITICAL  # its per-attempt ERROR lines would repeat ours
+    try:
+        return asyncio.run(make_coroutine())
+    except (KafkaError, OSError) as exc:
+        reason = "no broker answered" if isinstance(exc, KafkaConnectionError) else f"{type(exc).__name__}: {exc}"
+        raise KafkaUnreachableError(f"cannot reach Kafka at {bootstrap} (--bootstrap-servers): {reason}") from None
+    finally:
+        quiet.level = level
+
+
+class KafkaUnreachableError(OCMSError, RuntimeError):
+    """The Kafka bootstrap address does not answer."""
+
+
 def cmd_worker(args) -> int:
     import asyncio
     import logging
 
     from .app import OCMSWorker, prepare_topics
 
+    if args.parent_pid is not None:
+        from .process import watch_parent
+
+        watch_parent(args.parent_pid)
     settings = worker_settings_from_args(args)
     if settings.embedded_broker and not settings.bootstrap_servers:
         raise OCMSError("--broker embedded needs --bootstrap-servers of a running `ocms broker` (or use `ocms run`)")
@@ -408,6 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--log-level", help="debug|info|warning|error [OCMS_LOG_LEVEL, default info]")
     worker.add_argument("--truth", dest="truth_file", help="ground-truth JSON of a simulated fleet (ocms simulate "
                         "--truth), shown by the console beside the estimates [OCMS_TRUTH_FILE]")
+    worker.add_argument("--parent-pid", type=_int_at_least(1),
+                        help="stop when process PID is no longer this worker's parent (set by ocms run and the tests)")
     worker.set_defaults(func=cmd_worker)
 
     run = sub.add_parser("run", help="the whole pipeline here: embedded broker + worker + simulated fleet (Ctrl-C stops)")
@@ -423,7 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--web-port", type=_int_at_least(1), help="worker API/metrics port (default: a free one)")
     run.add_argument("--every", type=_finite_float, default=5.0, help="seconds between truth-vs-estimate tables")
     run.add_argument("--show", type=_int_at_least(1), default=5, help="values shown per table (most frequent first)")
-    run.add_argument("--seed", type=_int_at_least(0), default=0)
+    run.add_argument("--seed", type=_int_at_least(0),
+                     help="fleet random seed, to send the same values again (default: a fresh one, printed)")
     run.set_defaults(func=cmd_run)
     from registry.cli import add_registry_commands  # `ocms registry ...`, `ocms plan --registry` (registry/cli.py)
 

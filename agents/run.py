@@ -3,20 +3,27 @@
 Starts the embedded broker (or uses ``--bootstrap-servers``), one worker
 process and a simulated fleet sending a real dataset at a visible rate, then
 prints where to look and, every few seconds, the ground truth sent so far next
-to the worker's live estimates for the most frequent values. Ctrl-C (or
-SIGTERM) stops the fleet, then the worker, then the broker; every child runs in
-its own session and is killed by process group if it does not stop in time, so
-nothing is left behind.
+to the worker's live estimates for the most frequent values, with how many of
+all values lie inside their confidence interval.
+
+Stopping: Ctrl-C (SIGINT), SIGTERM and SIGHUP (the terminal closed, an ssh
+session dropped) all stop the fleet, then the worker, then the broker; a
+second signal skips the clean wait. The broker and the worker run in their
+own sessions (a terminal's signals reach only us, and we stop them in order,
+by process group) and die with this process if it is killed outright
+(``agents.process``: parent-death signal plus the worker's parent watch).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
+import secrets
+import shutil
 import signal
-import subprocess
+import socket
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -25,24 +32,68 @@ import numpy as np
 
 from cms_core.errors import OCMSError
 
-ROOT = Path(__file__).resolve().parents[1]
+from .process import WorkerChild, WorkerNotHealthy
+
+#: Signals that stop ``ocms run`` the way Ctrl-C does.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: How long the last table waits for the worker to count every report sent (--duration).
+CATCH_UP_TIMEOUT_S = 60.0
+DEFAULT_TOPIC = "ocms-reports"
 
 
-class ChildWorker:
-    """``ocms worker`` as a child process in its own session."""
+class StopRequested(Exception):
+    """A stop signal arrived before the pipeline was running."""
 
-    def __init__(self, command: list[str]):
-        self.process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True)
 
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.process.poll() is not None:
+class Stopper:
+    """Turns SIGINT/SIGTERM/SIGHUP into a clean stop.
+
+    While the fleet runs, a signal sets an asyncio event (the fleet finishes its chunk and
+    the tables stop); before that, it raises StopRequested out of whatever is starting.
+    A second signal raises at once. ``shield()`` defers signals while the children stop,
+    so a late SIGHUP cannot leave a broker behind.
+    """
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.event: asyncio.Event | None = None
+        self.shielded = False
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> "Stopper":
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def attach(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+        self.loop, self.event = loop, event
+        if self.requested:
+            event.set()
+
+    def detach(self) -> None:
+        self.loop = self.event = None
+
+    def shield(self) -> None:
+        self.shielded = True
+
+    def _handle(self, signum, frame) -> None:
+        first = self.signum is None
+        self.signum = signum if first else self.signum
+        if self.shielded:
             return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout)
+        if first and self.loop is not None and self.event is not None:
+            self.loop.call_soon_threadsafe(self.event.set)
+            return
+        raise StopRequested(signal.Signals(signum).name)
 
 
 def _get(url: str) -> dict:
@@ -50,62 +101,116 @@ def _get(url: str) -> dict:
         return json.loads(response.read())
 
 
-def _wait_healthy(base: str, worker: ChildWorker, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if worker.process.poll() is not None:
-            raise OCMSError(f"the worker exited with status {worker.process.returncode}")
-        try:
-            if _get(base + "/healthz")["status"] == "ok":
-                return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise OCMSError(f"the worker did not become healthy within {timeout:.0f} s")
+def coverage(truth: np.ndarray, records: list[dict], scale: float) -> tuple[int, int]:
+    """(values whose scaled true count lies inside the count CI, values with an estimate)."""
+    inside = total = 0
+    for rec in records:
+        if rec.get("count_ci_low") is None:  # n = 0: null estimates
+            continue
+        true_count = truth[int(rec["value"])] * scale
+        total += 1
+        inside += rec["count_ci_low"] <= true_count <= rec["count_ci_high"]
+    return inside, total
 
 
-def _table(dataset, truth: np.ndarray, sent: int, doc: dict, show: int) -> str:
+def table(dataset, truth: np.ndarray, sent: int, doc: dict, show: int, confidence: float = 0.95) -> str:
+    """Truth next to the estimates for the ``show`` most frequent values, and the coverage line."""
     records = doc.get("estimates", [])
+    counted = doc.get("n", 0)
     order = np.argsort(-truth, kind="stable")[:show]
-    lines = [f"reports sent {sent:,}; counted by the worker {doc.get('n', 0):,}",
-             f"  {'value':>12} {'true count':>11} {'estimate':>10}   95% CI of the count"]
-    scale = doc.get("n", 0) / sent if sent else 0.0  # compare like with like while the worker catches up
+    scale = counted / sent if sent else 0.0  # compare like with like while the worker catches up
+    lines = [f"reports sent {sent:,}; counted by the worker {counted:,}",
+             f"  {'value':>12} {'true count':>11} {'estimate':>10}   {confidence:.0%} CI of the count"]
+    by_value = {int(rec["value"]): rec for rec in records if "value" in rec}
     for value in order:
         label = dataset.label(int(value))
-        rec = records[int(value)] if int(value) < len(records) else {}
+        rec = by_value.get(int(value), {})
         if rec.get("count") is not None:  # records of n = 0 hold null estimates (cms_core.records)
             lines.append(f"  {label:>12} {truth[value] * scale:>11,.0f} {rec['count']:>10,.0f}   "
                          f"[{rec['count_ci_low']:,.0f}, {rec['count_ci_high']:,.0f}]")
         else:
             lines.append(f"  {label:>12} {truth[value] * scale:>11,.0f} {'-':>10}")
+    inside, total = coverage(truth, records, scale)
+    if total:
+        lines.append(f"  {inside} of {total} values inside their {confidence:.0%} CI "
+                     f"(about {confidence:.0%} expected: one in {1 / (1 - confidence):.0f} outside is normal)")
     return "\n".join(lines)
 
 
-async def _pipeline(args, settings, bootstrap: str, topic: str, base: str, stop: asyncio.Event) -> None:
+async def _estimates(base: str) -> dict:
+    return await asyncio.to_thread(_get, base + "/estimates")
+
+
+async def _caught_up(base: str, sent: int, timeout: float) -> dict | None:
+    """The worker's estimates once it has counted ``sent`` reports, or None after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            doc = await _estimates(base)
+            if doc.get("n", 0) >= sent:
+                return doc
+        except OSError:
+            pass
+        await asyncio.sleep(0.2)
+    return None
+
+
+async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stopper: Stopper) -> None:
+    """The fleet sends while a table is printed every ``args.every`` seconds; the last one waits for the worker."""
     from producer import simulator
 
+    stop = asyncio.Event()
+    stopper.attach(asyncio.get_running_loop(), stop)
     live = simulator.SimulationResult()
     task = asyncio.create_task(simulator.run(settings, bootstrap_servers=bootstrap, topic=topic, progress=False,
                                              should_stop=stop.is_set, result=live))
     try:
         while not task.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(task), timeout=args.every)
-            except asyncio.TimeoutError:
-                pass
-            if live.counts is None:
+            done, _ = await asyncio.wait({task, asyncio.ensure_future(stop.wait())}, timeout=args.every,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if task in done or stop.is_set() or live.counts is None:
                 continue
             try:
-                doc = await asyncio.to_thread(_get, base + "/estimates")
+                doc = await _estimates(base)
             except OSError as exc:
                 print(f"(worker API not answering: {exc})", flush=True)
                 continue
-            print(_table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n", flush=True)
+            print(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n", flush=True)
         await task
+        if not stop.is_set() and live.counts is not None:  # --duration ended: a last table once all is counted
+            doc = await _caught_up(base, live.reports, CATCH_UP_TIMEOUT_S)
+            if doc is None:
+                print(f"(the worker did not count all {live.reports:,} reports within {CATCH_UP_TIMEOUT_S:.0f} s)",
+                      flush=True)
+            else:
+                print("final, every report counted:\n"
+                      + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n", flush=True)
     finally:
         stop.set()
+        stopper.detach()
         if not task.done():
             await task
+
+
+def check_port_free(port: int, flag: str = "--web-port", host: str = "127.0.0.1") -> None:
+    """One clear line instead of the worker's traceback when the port is taken."""
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise PortInUseError(f"{flag} {port}: cannot listen on {host}:{port} ({exc.strerror}); "
+                                 f"choose another port or leave {flag} out for a free one") from None
+
+
+class PortInUseError(OCMSError, RuntimeError):
+    """A port the command must listen on is taken."""
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
 
 
 def run(args) -> int:
@@ -114,64 +219,74 @@ def run(args) -> int:
     from producer.broker import EmbeddedBroker, create_topics, free_port
     from producer.datasets import parse_dataset
 
+    from .settings import MAX_DEFAULT_TRACKED
+
     dataset = parse_dataset(args.dataset)
     params = OCMSParams.build(args.epsilon, dataset.dictionary_size)
-    if dataset.dictionary_size > 100_000:
-        raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here")
+    if dataset.dictionary_size > MAX_DEFAULT_TRACKED:
+        raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
+                        f"(at most {MAX_DEFAULT_TRACKED:,})")
+    if args.web_port is not None:
+        check_port_free(args.web_port)
+    seed = args.seed if args.seed is not None else secrets.randbelow(1 << 31)
     run_id = time.strftime("%Y%m%d-%H%M%S")
-    topic = args.topic or ("ocms-reports" if not args.bootstrap_servers else f"ocms-run-{run_id}")
+    topic = args.topic or (DEFAULT_TOPIC if not args.bootstrap_servers else f"ocms-run-{run_id}")
     app_id = "ocms-run" if not args.bootstrap_servers else f"ocms-run-{run_id}"
     web_port = args.web_port or free_port()
     base = f"http://127.0.0.1:{web_port}"
+    logs = Path(tempfile.mkdtemp(prefix="ocms-run-"))
     settings = simulator.SimulationSettings(params=params, dataset=dataset, duration_s=args.duration or 10.0**9,
-                                            rate=args.rate, frame_size=args.frame_size, seed=args.seed)
+                                            rate=args.rate, frame_size=args.frame_size, seed=seed)
     broker = worker = None
-    stop_requested = False
-
-    def on_signal(signum, frame):
-        nonlocal stop_requested
-        stop_requested = True
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_signal)
+    failed = True
+    stopper = Stopper().install()
     try:
         if args.bootstrap_servers:
             bootstrap = args.bootstrap_servers
             print(f"using Kafka at {bootstrap} (topic {topic})", flush=True)
         else:
-            broker = EmbeddedBroker().start()
+            broker = EmbeddedBroker(log_path=logs / "broker.log").start()
             bootstrap = broker.bootstrap_servers
             print(f"embedded broker (Tansu, memory storage) on {bootstrap}", flush=True)
-        asyncio.run(create_topics(bootstrap, {topic: args.partitions}))
-        command = [sys.executable, "-m", "agents.cli", "worker", "--epsilon", str(args.epsilon),
-                   "--dictionary-size", str(dataset.dictionary_size), "--bootstrap-servers", bootstrap,
-                   "--broker", "kafka" if args.bootstrap_servers else "embedded", "--app-id", app_id,
-                   "--source-topic", topic, "--dead-letter-topic", topic + "-dlq", "--partitions", str(args.partitions),
-                   "--web-port", str(web_port), "--log-level", "warning"]
-        worker = ChildWorker(command)
-        _wait_healthy(base, worker)
+        from .cli import reach_kafka
+
+        reach_kafka(bootstrap, lambda: create_topics(bootstrap, {topic: args.partitions}))
+        worker = WorkerChild(
+            ["--epsilon", str(args.epsilon), "--dictionary-size", str(dataset.dictionary_size),
+             "--bootstrap-servers", bootstrap, "--broker", "kafka" if args.bootstrap_servers else "embedded",
+             "--app-id", app_id, "--source-topic", topic, "--dead-letter-topic", topic + "-dlq",
+             "--partitions", str(args.partitions), "--web-port", str(web_port), "--log-level", "warning"],
+            log=logs / "worker.log").start()
+        print(f"worker pid {worker.pid} starting (log {logs / 'worker.log'}) ...", flush=True)
+        try:
+            worker.wait_healthy(base)
+        except WorkerNotHealthy as exc:
+            raise WorkerNotHealthy(f"{exc}; last lines of {logs / 'worker.log'}:\n{_tail(logs / 'worker.log')}") from None
         print(f"""
 worker API   {base}/estimates   {base}/topk?k=10   {base}/params   {base}/healthz
 metrics      {base}/metrics
 try          curl -s '{base}/estimates/0'
 fleet        {dataset.description}: eps={args.epsilon:g}, {args.rate:,.0f} reports/s in frames of {args.frame_size}
+seed         {seed} (ocms run --seed {seed} sends the same values again)
+logs         {logs} (removed after a clean stop)
 Ctrl-C stops everything.
 """, flush=True)
-        stop = None
-
-        async def main():
-            nonlocal stop
-            stop = asyncio.Event()
-            await _pipeline(args, settings, bootstrap, topic, base, stop)
-
-        asyncio.run(main())
-    except KeyboardInterrupt:
-        print("\nstopping: fleet, worker, broker ...", flush=True)
+        asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper))
+        failed = False
+    except StopRequested:
+        failed = False
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if worker is not None:
-            worker.stop()
-        if broker is not None:
-            broker.stop()
+        stopper.shield()
+        if stopper.requested:
+            print(f"\n{signal.Signals(stopper.signum).name}: stopping fleet, worker, broker ...", flush=True)
+        try:
+            if worker is not None:
+                worker.stop()
+            if broker is not None:
+                broker.stop()
+        finally:
+            stopper.restore()
+            if not failed:
+                shutil.rmtree(logs, ignore_errors=True)
     print("stopped.", flush=True)
     return 0

@@ -120,13 +120,15 @@ class EmbeddedBroker:
     def start(self, timeout: float = 30.0) -> "EmbeddedBroker":
         binary = broker_binary()
         url = f"tcp://{self.host}:{self.port}"
+        from agents.process import spawn
+
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
-            self.process = subprocess.Popen(
+            # Own session: Ctrl-C in a terminal reaches us, and we stop it by PID; it dies with us.
+            self.process = spawn(
                 [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
                  "--storage-engine", "memory://tansu/"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop it by PID
             )
         finally:
             if log is not subprocess.DEVNULL:

@@ -1,4 +1,9 @@
-"""`make run` smoke test: estimates appear, Ctrl-C stops everything, nothing is left behind."""
+"""`make run` / `ocms run`: estimates appear, and every way of stopping it leaves no process behind.
+
+Ctrl-C (the terminal's SIGINT to the foreground group), SIGHUP (terminal closed), SIGTERM (kill,
+systemd) and SIGKILL of `ocms run` itself: afterwards no process of its tree is alive and the
+worker's port is closed. The process tree is read from /proc (no psutil).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,12 @@ import re
 import signal
 import socket
 import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,6 +49,27 @@ def alive(pid: int) -> bool:
         return False
 
 
+def wait_until(condition, timeout: float, what: str, poll: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(poll)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def port_closed(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def kill_all(pids) -> None:
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_make_run_shows_estimates_and_ctrl_c_leaves_nothing(tmp_path):
     log = tmp_path / "run.log"
     process = subprocess.Popen(
@@ -48,33 +78,122 @@ def test_make_run_shows_estimates_and_ctrl_c_leaves_nothing(tmp_path):
     )
     seen: set[int] = set()
     try:
-        deadline = time.monotonic() + 120
-        text = ""
-        while time.monotonic() < deadline:
-            seen |= descendants(process.pid)
+        def estimates_shown():
+            seen.update(descendants(process.pid))
             text = log.read_text(errors="replace")
-            counted = [int(n.replace(",", "")) for n in re.findall(r"counted by the worker ([\d,]+)", text)]
-            if counted and counted[-1] > 0 and re.search(r"^\s+\w+\s+[\d,]+\s+[-\d,]+\s+\[", text, re.M):
-                break
             assert process.poll() is None, text
-            time.sleep(0.5)
-        else:
-            raise AssertionError(f"no estimates within 120 s:\n{text}")
+            counted = [int(n.replace(",", "")) for n in re.findall(r"counted by the worker ([\d,]+)", text)]
+            return (counted and counted[-1] > 0 and re.search(r"^\s+\w+\s+[\d,]+\s+[-\d,]+\s+\[", text, re.M)
+                    and re.search(r"\d+ of \d+ values inside their 95% CI", text) and text)
+
+        text = wait_until(estimates_shown, 120, "estimates and the coverage line shown")
         assert "curl -s 'http://127.0.0.1:" in text and "/metrics" in text
+        assert "\x1b[" not in text  # the log is not a terminal: no cursor escape codes
         port = int(re.search(r"http://127\.0\.0\.1:(\d+)/metrics", text).group(1))
         seen |= descendants(process.pid)
         assert len(seen) >= 3  # make -> ocms run -> worker (+ the broker)
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         process.wait(60)
-        time.sleep(0.5)
-        left = [pid for pid in seen if alive(pid)]
-        assert not left, f"processes left behind: {left}"
-        with socket.socket() as s:
-            assert s.connect_ex(("127.0.0.1", port)) != 0, "the worker port is still open"
-        assert "stopped." in log.read_text()
+        wait_until(lambda: not [pid for pid in seen if alive(pid)], 30, f"no process left of {sorted(seen)}")
+        assert port_closed(port), "the worker port is still open"
+        text = log.read_text()
+        assert "stopped." in text and "Traceback" not in text and "BlockingIOError" not in text
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-        for pid in seen:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        kill_all(seen)
+
+
+def start_ocms_run(log: Path) -> tuple[subprocess.Popen, set[int], int]:
+    """`ocms run` in its own session (as a terminal's foreground job), once the worker answers."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agents.cli", "run", "--rate", "500", "--every", "1", "--show", "2"], cwd=ROOT,
+        stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+    )
+
+    def ready():
+        text = log.read_text(errors="replace")
+        assert process.poll() is None, text
+        return "Ctrl-C stops everything." in text and text
+
+    try:
+        text = wait_until(ready, 120, "ocms run ready")
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        kill_all(descendants(process.pid))
+        raise
+    tree = descendants(process.pid)
+    port = int(re.search(r"http://127\.0\.0\.1:(\d+)/metrics", text).group(1))
+    return process, tree, port
+
+
+@pytest.mark.parametrize("how", ["SIGHUP to the terminal's process group", "SIGTERM to ocms run"])
+def test_sighup_and_sigterm_stop_the_whole_tree(tmp_path, how):
+    log = tmp_path / "run.log"
+    process, tree, port = start_ocms_run(log)
+    try:
+        assert len(tree) >= 2, tree  # the worker and the embedded broker
+        if how.startswith("SIGHUP"):
+            os.killpg(process.pid, signal.SIGHUP)
+        else:
+            os.kill(process.pid, signal.SIGTERM)
+        assert process.wait(60) == 0
+        wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"no process left of {sorted(tree)}")
+        assert port_closed(port)
+        text = log.read_text()
+        assert "stopped." in text and "Traceback" not in text, text
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        kill_all(tree)
+
+
+def test_sigkill_of_ocms_run_leaves_no_children(tmp_path):
+    log = tmp_path / "run.log"
+    process, tree, port = start_ocms_run(log)
+    try:
+        assert len(tree) >= 2, tree
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(10)
+        wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"children of a killed parent gone: {sorted(tree)}")
+        assert port_closed(port)
+    finally:
+        kill_all(tree)
+
+
+def _killed_parent_leaves_no_child(tmp_path, child_code: str) -> None:
+    """A parent starts a child as ``child_code`` says and is SIGKILLed; the child must end by itself."""
+    pid_file = tmp_path / "child.pid"
+    parent_code = textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        from pathlib import Path
+        from agents.process import spawn, watch_parent
+        {child_code}
+        Path({str(pid_file)!r}).write_text(str(child.pid))
+        time.sleep(120)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], cwd=ROOT, start_new_session=True)
+    child_pid = None
+    try:
+        child_pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), 30, "child started"))
+        assert alive(child_pid)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        wait_until(lambda: not alive(child_pid), 15, "the orphaned child ended")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if child_pid is not None:
+            kill_all([child_pid])
+
+
+def test_parent_death_signal_ends_any_program(tmp_path):
+    # prctl(PR_SET_PDEATHSIG) alone: the child is `sleep`, which knows nothing of its parent
+    _killed_parent_leaves_no_child(tmp_path, "child = spawn(['sleep', '120'])")
+
+
+def test_parent_watch_thread_ends_a_python_child(tmp_path):
+    # the portable guard alone: a plain Popen (no parent-death signal) whose child watches its parent
+    _killed_parent_leaves_no_child(tmp_path, (
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; from agents.process import watch_parent; "
+        "watch_parent(%d, poll_s=0.1); time.sleep(120)' % os.getpid()])"))

@@ -48,7 +48,7 @@ def test_a_labelled_dataset_maps_to_categories_by_name(tmp_path, capsys):
     doc = json.loads(truth.read_text())
     counts = {row["label"]: row["count"] for row in doc["counts"]}
     assert {row["label"]: row["value"] for row in doc["counts"]} == {
-        name: shuffled.index(name) for name in counts}  # the truth names values by the metric's ids
+        name: str(shuffled.index(name)) for name in counts}  # the truth names values by the metric's ids (JSON strings)
     sketch, rejected = sketch_from_captures(version.params, version.tracked_values(), [capture])
     assert sketch.n == n and not rejected
     est = sketch.estimate()

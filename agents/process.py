@@ -1,0 +1,192 @@
+"""Child processes that never outlive their parent, and ``ocms worker`` as one.
+
+``ocms run``, the integration tests and the benchmarks start the embedded
+broker and workers as child processes. Each child runs in its own session, so
+a terminal's Ctrl-C, SIGHUP or SIGTERM reaches only the parent, which stops
+its children in order (fleet, worker, broker) and by process group. A parent
+that cannot stop them (SIGKILL, a crash) must not leave them running with
+their ports: two independent guards end them.
+
+* On Linux the child asks the kernel for a parent-death signal
+  (``prctl(PR_SET_PDEATHSIG)``) between fork and exec; it works for any
+  program (the Tansu broker binary too). The kernel sends it when the *thread*
+  that started the child exits, so it is only set when the child is started
+  from the main thread.
+* ``ocms worker --parent-pid PID`` also watches its parent from a thread
+  (portable: the parent pid changes when the parent dies) and stops itself
+  with SIGTERM, then exits hard if the clean stop hangs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from cms_core.errors import OCMSError
+
+ROOT = Path(__file__).resolve().parents[1]
+#: prctl option number (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+#: How often a child checks that its parent is alive, and how long a clean stop may take after it died.
+PARENT_POLL_S = 0.5
+PARENT_GONE_GRACE_S = 15.0
+
+
+def _libc_prctl() -> Callable | None:
+    """libc's prctl, resolved in the parent (loading a library between fork and exec is unsafe)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # no usable libc (musl static builds and the like)
+        return None
+
+
+_PRCTL = _libc_prctl()
+
+
+def parent_death_preexec(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive ``sig`` when this process dies (Linux; None elsewhere)."""
+    if _PRCTL is None or threading.current_thread() is not threading.main_thread():
+        return None
+    parent = os.getpid()
+    prctl = _PRCTL
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl ran: the signal will never come
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
+def spawn(command: Sequence[str], *, death_signal: int = signal.SIGTERM, **popen_kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` in a new session that receives ``death_signal`` if this process dies."""
+    preexec = parent_death_preexec(death_signal)
+    return subprocess.Popen(list(command), start_new_session=True, preexec_fn=preexec, **popen_kwargs)
+
+
+def stop_process_group(process: subprocess.Popen, timeout: float = 15.0) -> None:
+    """SIGTERM the child's process group, then SIGKILL it if it has not exited within ``timeout``."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout)
+
+
+def watch_parent(parent_pid: int, poll_s: float = PARENT_POLL_S, grace_s: float = PARENT_GONE_GRACE_S) -> threading.Thread:
+    """Stop this process (SIGTERM, then a hard exit after ``grace_s``) once ``parent_pid`` is no longer its parent.
+
+    Also when it already is not (the parent died before the child got here).
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        print(f"parent process {parent_pid} is gone: stopping", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+class WorkerChild:
+    """``ocms worker ARGS`` as a child process: own session, dies with this process, stopped by group.
+
+    ``args`` are the worker's flags (without ``--parent-pid``, added here). ``log`` receives
+    stdout and stderr (default: inherited). OCMS_* variables of this process are dropped
+    unless ``env`` is given, so a caller's environment cannot change the worker's settings.
+    """
+
+    def __init__(self, args: Sequence[str], *, log: str | os.PathLike | None = None,
+                 env: Mapping[str, str] | None = None):
+        self.args = list(args)
+        self.log = Path(log) if log is not None else None
+        self.env = dict(env) if env is not None else {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "agents.cli", "worker", "--parent-pid", str(os.getpid()), *self.args]
+
+    def start(self) -> "WorkerChild":
+        out = open(self.log, "wb") if self.log is not None else None
+        try:
+            self.process = spawn(self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT if out is not None else None)
+        finally:
+            if out is not None:
+                out.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.poll() if self.process is not None else None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def wait_healthy(self, base_url: str, timeout: float = 90.0) -> dict:
+        """Poll ``base_url``/healthz until it answers ok; raises if the worker exits or the deadline passes."""
+        deadline = time.monotonic() + timeout
+        last: object = None
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise WorkerExited(self.returncode, self.log)
+            try:
+                with urllib.request.urlopen(base_url + "/healthz", timeout=5) as response:
+                    doc = json.loads(response.read())
+                if doc.get("status") == "ok":
+                    return doc
+                last = doc
+            except OSError as exc:  # not listening yet, or 503 while the view catches up
+                last = exc
+            time.sleep(0.2)
+        raise WorkerNotHealthy(f"the worker did not become healthy within {timeout:.0f} s (last: {last})")
+
+    def kill(self, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
+        if self.alive():
+            os.killpg(self.process.pid, sig)
+            self.process.wait(timeout)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.process is not None:
+            stop_process_group(self.process, timeout)
+
+
+class WorkerNotHealthy(OCMSError, RuntimeError):
+    """A child worker did not answer /healthz with ok in time."""
+
+
+class WorkerExited(WorkerNotHealthy):
+    """A child worker exited while we waited for it."""
+
+    def __init__(self, status: int | None, log: Path | None):
+        where = f"; see {log}" if log is not None else ""
+        super().__init__(f"the worker exited with status {status}{where}")
+        self.status = status

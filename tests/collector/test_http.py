@@ -366,3 +366,40 @@ def test_bad_settings_exit_2_naming_the_variable(registry_path, tmp_path):
                               text=True, timeout=60)
         assert done.returncode == 2, (args, done.stderr)
         assert name in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_tls_with_cert_and_key(broker, registry_path, dest, tmp_path):
+    import shutil
+    import ssl
+    import subprocess
+    import urllib.request
+
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl (Debian package openssl) is needed to make the test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    c = CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path,
+                         "--tls-cert", str(cert), "--tls-key", str(key))
+    c.start()
+    try:
+        context = ssl.create_default_context(cafile=str(cert))
+        url = f"https://127.0.0.1:{c.port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/healthz", context=context, timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                assert time.monotonic() < deadline and c.alive(), c.log_path.read_text()[-2000:]
+                time.sleep(0.1)
+        req = urllib.request.Request(url + "/v1/reports", data=single_messages(dest, 1, seed=14)[0], method="POST",
+                                     headers={"Content-Type": WIRE})
+        with urllib.request.urlopen(req, context=context, timeout=10) as response:
+            assert response.status == 202
+        with pytest.raises(OSError):  # plain HTTP on the TLS port gets no HTTP answer
+            request(f"http://127.0.0.1:{c.port}/healthz", method="GET", timeout=5)
+    finally:
+        c.stop()

@@ -207,18 +207,23 @@ class Collector:
         return _json(status, doc, headers)
 
     async def _accept(self, body: bytes, ctype: str, metric: str | None, app) -> tuple[int, dict, dict | None]:
+        records = batch = None
         try:
             if ctype == JSON_CONTENT_TYPE:
                 upload = self.parser.parse_json(body, metric)
+                version, batch, n = upload.version, upload.batch, len(upload.batch)
             else:
-                upload = self.parser.parse_binary(body, metric)
+                framed = self.parser.frame_binary(body, metric)
+                if framed is None:  # not well framed: the full decode names the fault
+                    upload = self.parser.parse_binary(body, metric)
+                    version, batch, n = upload.version, upload.batch, len(upload.batch)
+                else:
+                    version, records, n = framed
         except UploadRejected as exc:
             return exc.status, {"status": exc.status, "reason": exc.reason, "detail": exc.detail}, None
-        version = upload.version
         if app is not None and app.metrics is not None and version.metric not in app.metrics:
             return 403, {"status": 403, "reason": "metric_not_allowed",
                          "detail": f"application {app.name!r} may not upload metric {version.metric!r}"}, None
-        n = len(upload.batch)
         outlet = self.outlet
         if outlet.queued + n > self.settings.max_queued_reports:
             return 503, {"status": 503, "reason": "queue_full", "detail": "too many reports waiting for Kafka; retry later"}, \
@@ -226,31 +231,40 @@ class Collector:
         if not outlet.available:
             return 503, {"status": 503, "reason": "kafka_unavailable", "detail": "Kafka is unavailable; retry later"}, \
                 {"Retry-After": self.retry_after}
+        if self.closing:
+            return 503, {"status": 503, "reason": "shutting_down", "detail": "this collector is stopping; retry"}, \
+                {"Retry-After": self.retry_after}
         lane = self.lanes.get(version.fingerprint)
         if lane is None:
             lane = self.lanes[version.fingerprint] = Lane(
                 version, outlet, self.settings.frame_max_reports, self.settings.frame_max_latency_ms / 1000,
                 int(getattr(version, "bucket_seconds", 60) or 60))
-        if self.closing:
-            return 503, {"status": 503, "reason": "shutting_down", "detail": "this collector is stopping; retry"}, \
-                {"Retry-After": self.retry_after}
+            lane.clock = self.clock
         outlet.queued += n
         self.metrics.queue_reports.set(outlet.queued)
         try:
-            acked = await lane.add(upload.batch, self.clock())
+            if records is not None:
+                await lane.submit(records, n)  # validated with the other uploads of this loop turn
+            else:
+                await (await lane.add(batch, self.clock()))
+        except KafkaUnavailable as exc:  # the frame failed (the outlet released its queue places)
+            return 503, {"status": 503, "reason": "kafka_unavailable", "detail": f"Kafka did not acknowledge: {exc}"}, \
+                {"Retry-After": self.retry_after}
+        except UploadRejected as exc:  # a report of this upload failed the batch validation
+            self._release(n)
+            return exc.status, {"status": exc.status, "reason": exc.reason, "detail": exc.detail}, None
         except Exception as exc:  # the lane closed under us (shutdown): nothing of this upload was buffered
-            outlet.queued -= n
+            self._release(n)
             log.warning("upload not buffered: %s: %s", type(exc).__name__, exc)
             return 503, {"status": 503, "reason": "shutting_down", "detail": "this collector is stopping; retry"}, \
-                {"Retry-After": self.retry_after}
-        try:
-            await acked
-        except KafkaUnavailable as exc:
-            return 503, {"status": 503, "reason": "kafka_unavailable", "detail": f"Kafka did not acknowledge: {exc}"}, \
                 {"Retry-After": self.retry_after}
         self.metrics.reports_accepted.labels(version.metric).inc(n)
         return 202, {"status": 202, "reason": "accepted", "accepted": n, "metric": version.metric,
                      "version": version.version}, None
+
+    def _release(self, n: int) -> None:
+        self.outlet.queued -= n
+        self.metrics.queue_reports.set(self.outlet.queued)
 
     async def _read_body(self, request: web.Request) -> bytes | None:
         limit = self.settings.max_body_bytes

@@ -14,6 +14,7 @@ import socket
 import struct
 import time
 
+import numpy as np
 import pytest
 
 from cms_core import wire
@@ -403,3 +404,34 @@ def test_tls_with_cert_and_key(broker, registry_path, dest, tmp_path):
             request(f"http://127.0.0.1:{c.port}/healthz", method="GET", timeout=5)
     finally:
         c.stop()
+
+
+def test_bad_uploads_validated_in_one_batch_with_good_ones_fail_alone(broker, collector, dest):
+    import asyncio
+
+    import aiohttp
+
+    good = single_messages(dest, 40, seed=15)
+    order = dest.params.field.order
+    bad = [_header(fingerprint=dest.fingerprint) + struct.pack(">HHB", order + i, 1, 0) for i in range(8)]
+    bodies = [(g, 202) for g in good] + [(b, 400) for b in bad]
+    random_order = np.random.default_rng(4).permutation(len(bodies))
+
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            async def one(body):
+                async with session.post(collector.url + "/v1/reports", data=body,
+                                        headers={"Content-Type": WIRE}) as response:
+                    return response.status, (await response.json())["reason"]
+
+            return await asyncio.gather(*(one(bodies[i][0]) for i in random_order))
+
+    answers = asyncio.run(go())
+    for i, (status, reason) in zip(random_order, answers):
+        expected = bodies[i][1]
+        assert status == expected, (i, status, reason)
+        if expected == 400:
+            assert reason == "coefficient_out_of_field"
+    in_kafka = [raw for raw, _ in topic_records(broker, TOPIC, dest)]
+    for message in good:
+        assert records_of(message, dest)[0] in in_kafka

@@ -269,7 +269,9 @@ def main() -> None:
     steal = steal_fraction(steal_before, cpu_times())
 
     bare, single, hundred_r, half_r, storm_valid = (results[k] for k in ("bare", "single", "hundred", "half", "storm_valid"))
-    print(f"bench_collector on {cpu_model()}, {os.cpu_count()} CPUs, CPU steal {'n/a' if steal is None else f'{steal:.0%}'}; "
+    load = os.getloadavg()[0]
+    print(f"bench_collector on {cpu_model()}, {os.cpu_count()} CPUs, load average {load:.1f} at the end, "
+          f"CPU steal {'n/a' if steal is None else f'{steal:.0%}'}; "
           f"wrk 1 thread, {args.connections} keep-alive connections, {args.duration:g} s per run; metric {METRIC} "
           f"({len(one.read_bytes())}-byte single report)")
     print(f"{'run':<46} {'uploads/s':>10} {'reports/s':>11} {'p50':>9} {'p99':>9} {'non-2xx':>8}")

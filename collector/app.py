@@ -42,6 +42,9 @@ ACCESS_LOG_FORMAT_WITH_CLIENT = '%a "%r" %s %b %Tf "%{User-Agent}i"'
 
 COLLECTOR_KEY = web.AppKey("collector", object)
 
+#: Client faults answered after --reject-delay-ms (not 408: already slow; not 429/503: Retry-After says when).
+TARPIT_STATUSES = frozenset((400, 401, 403, 404, 413, 415, 422))
+
 
 class CollectorMetrics:
     def __init__(self):
@@ -103,6 +106,7 @@ class Collector:
         self.lanes: dict[bytes, Lane] = {}
         self.retry_after = str(settings.retry_after_seconds)
         self.closing = False
+        self.reject_delay = settings.reject_delay_ms / 1000
         self.metrics.kafka_available.set(0)
 
     # ------------------------------------------------------------------- app
@@ -147,6 +151,10 @@ class Collector:
         except UploadRejected as exc:
             response = _answer(exc.status, exc.reason, exc.detail)
         self.metrics.count(response.status, response.ocms_reason, time.perf_counter() - started)
+        if response.status in TARPIT_STATUSES and self.reject_delay:
+            # A client sending garbage waits before its next upload on this connection: a closed-loop
+            # reject storm slows itself down instead of crowding valid uploads out of the event loop.
+            await asyncio.sleep(self.reject_delay)
         return response
 
     async def _upload(self, request: web.Request) -> web.Response:

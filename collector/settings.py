@@ -58,6 +58,8 @@ class CollectorSettings:
     retry_after_seconds: int = 2
     #: Slow uploads: the whole body must arrive within this many seconds (else 408).
     body_timeout_seconds: float = 10.0
+    #: Client faults (400, 401, 403, 404, 413, 415, 422) are answered after this delay (reject storms).
+    reject_delay_ms: float = 200.0
     tokens_file: str | None = None
     #: Global rate limit in uploads/s (0 = off) and its burst.
     rate_limit: float = 0.0
@@ -100,7 +102,8 @@ class CollectorSettings:
         for name, (lo, hi) in ints.items():
             if name in raw:
                 out[name] = _int(env_name(name), raw[name], lo, hi)
-        floats = {"frame_max_latency_ms": False, "body_timeout_seconds": False, "rate_limit": True, "app_rate_limit": True}
+        floats = {"frame_max_latency_ms": False, "body_timeout_seconds": False, "rate_limit": True, "app_rate_limit": True,
+                  "reject_delay_ms": True}
         for name, zero_ok in floats.items():
             if name in raw:
                 out[name] = _float(env_name(name), raw[name], zero_ok)

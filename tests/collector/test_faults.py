@@ -157,7 +157,8 @@ def test_fuzz_of_10000_hostile_uploads(broker, registry_path, dest, tmp_path):
     import aiohttp
 
     collector = CollectorProcess(registry_path, broker.bootstrap_servers, "col-fuzz", tmp_path,
-                                 "--body-timeout-seconds", "1", "--max-body-bytes", "65536", "--access-log", "false").start()
+                                 "--body-timeout-seconds", "1", "--max-body-bytes", "65536", "--access-log", "false",
+                                 "--reject-delay-ms", "0").start()
     try:
         collector.wait_healthy()
         valid_sent: Counter = Counter()

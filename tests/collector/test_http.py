@@ -53,7 +53,7 @@ def dest(reg):
 @pytest.fixture(scope="module")
 def collector(broker, registry_path, tmp_path_factory):
     c = CollectorProcess(registry_path, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("collector"),
-                         "--body-timeout-seconds", "1", "--max-upload-reports", "200")
+                         "--body-timeout-seconds", "1", "--max-upload-reports", "200", "--reject-delay-ms", "0")
     c.start()
     try:
         c.wait_healthy()
@@ -435,3 +435,16 @@ def test_bad_uploads_validated_in_one_batch_with_good_ones_fail_alone(broker, co
     in_kafka = [raw for raw, _ in topic_records(broker, TOPIC, dest)]
     for message in good:
         assert records_of(message, dest)[0] in in_kafka
+
+
+def test_client_faults_are_answered_after_the_reject_delay(broker, registry_path, dest, tmp_path):
+    c = CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path, "--reject-delay-ms", "300")
+    c.start()
+    try:
+        c.wait_healthy()
+        started = time.monotonic()
+        assert post(c, b"garbage")[0] == 400
+        assert time.monotonic() - started >= 0.3
+        assert post(c, single_messages(dest, 1, seed=16)[0])[0] == 202
+    finally:
+        c.stop()

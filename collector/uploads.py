@@ -10,7 +10,7 @@ reason the worker's dead-letter topic would give it.
 JSON form (``Content-Type: application/json``), for web clients::
 
     {"fingerprint": "eee2f6ee10f1ea54",            # or "version": 2 on /v1/metrics/{name}/reports
-     "reports": [{"a0": "1", "a1": "10006", "z": "3"}, ...]}
+     "reports": [{"a0": "1", "a1": "10006", "z": "3"}, ...]}    # direct-RR metrics: [{"z": "3"}, ...]
 
 Numbers are JSON strings of decimal digits (``cms_core.values`` rule: GF(2^128)
 coefficients do not fit a JSON number); plain JSON integers are accepted too.
@@ -173,15 +173,23 @@ class UploadParser:
             raise UploadRejected(413, "too_many_reports", f"{len(reports)} reports; at most {limit} per upload")
         params = version.params
         w, zw = params.coefficient_bytes, params.z_bytes
+        # Direct randomized response (mechanism "direct") sends z alone; OCMS+RR sends a0, a1, z.
+        keys = ("z",) if params.mechanism == "direct" else ("a0", "a1", "z")
+        shape = "{" + ", ".join(f'"{k}": "..."' for k in keys) + "}"
         parts = [wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, version.fingerprint, len(reports))]
         for i, report in enumerate(reports):
-            if not isinstance(report, dict) or set(report) != {"a0", "a1", "z"}:
-                raise _bad("malformed_json", f"reports[{i}]: expected {{\"a0\": \"...\", \"a1\": \"...\", \"z\": \"...\"}}")
-            a0, a1, z = (_json_int(report[k], f"reports[{i}].{k}") for k in ("a0", "a1", "z"))
-            if a0 >= 1 << (8 * w) or a1 >= 1 << (8 * w):
-                raise _bad("coefficient_out_of_field", f"reports[{i}]: a0 or a1 outside the field {params.field}")
+            if not isinstance(report, dict) or set(report) != set(keys):
+                raise _bad("malformed_json", f"reports[{i}]: expected {shape} ({params.mechanism} reports)")
+            numbers = {k: _json_int(report[k], f"reports[{i}].{k}") for k in keys}
+            z = numbers["z"]
             if z >= 1 << (8 * zw):
                 raise _bad("z_out_of_range", f"reports[{i}]: z={z} >= m={params.hash_range}")
+            if len(keys) == 1:
+                parts.append(z.to_bytes(zw, "big"))
+                continue
+            a0, a1 = numbers["a0"], numbers["a1"]
+            if a0 >= 1 << (8 * w) or a1 >= 1 << (8 * w):
+                raise _bad("coefficient_out_of_field", f"reports[{i}]: a0 or a1 outside the field {params.field}")
             parts.append(a0.to_bytes(w, "big") + a1.to_bytes(w, "big") + z.to_bytes(zw, "big"))
         try:
             _, batch = wire.decode_message(b"".join(parts), {version.fingerprint: params})

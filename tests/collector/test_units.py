@@ -179,11 +179,20 @@ def test_parser_concatenated_messages_and_frames(reg):
     assert info.value.status == 404
 
 
+def _json_report(version) -> dict:
+    return {"z": "0"} if version.params.mechanism == "direct" else {"a0": "1", "a1": "2", "z": "0"}
+
+
 def test_json_version_field_selects_the_metric_version(reg):
     parser = UploadParser(reg, 100)
-    body = json.dumps({"version": 2, "reports": [{"a0": "1", "a1": "2", "z": "0"}]}).encode()
+    v1, v2 = reg.metric("screen").version(1), reg.metric("screen").version(2)
+    body = json.dumps({"version": 2, "reports": [_json_report(v2)]}).encode()
     assert parser.parse_json(body, "screen").version.version == 2
-    body = json.dumps({"version": 1, "reports": [{"a0": "1", "a1": "2", "z": "0"}]}).encode()
+    wrong = {"a0": "1", "a1": "2", "z": "0"} if v2.params.mechanism == "direct" else {"z": "0"}
+    with pytest.raises(UploadRejected) as info:
+        parser.parse_json(json.dumps({"version": 2, "reports": [wrong]}).encode(), "screen")
+    assert info.value.reason == "malformed_json"
+    body = json.dumps({"version": 1, "reports": [_json_report(v1)]}).encode()
     with pytest.raises(UploadRejected) as info:
         parser.parse_json(body, "screen")
     assert info.value.reason == "retired_version"

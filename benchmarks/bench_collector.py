@@ -184,7 +184,7 @@ def worker_command(bootstrap: str, port: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=15.0, help="seconds per wrk run (default 15)")
-    parser.add_argument("--connections", type=int, default=128, help="keep-alive connections (default 128)")
+    parser.add_argument("--connections", type=int, default=512, help="keep-alive connections (default 512: an upload waits for its Kafka ack, so fewer connections measure latency, not capacity)")
     parser.add_argument("--probes", type=int, default=200, help="end-to-end probes (default 200)")
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke run)")
     parser.add_argument("--bare-server", type=int, metavar="PORT", help=argparse.SUPPRESS)

@@ -233,3 +233,40 @@ def test_sigterm_under_load_answers_what_it_took(broker, registry_path, dest, tm
     assert set(statuses) <= {202, 503, None}, statuses  # never a 500 while stopping
     in_kafka = topic_counter(broker, "col-queue", dest) - before
     assert not log.records(202) - in_kafka, "an upload answered 202 before the stop is missing"
+
+
+def test_broker_stopped_and_restarted_under_load(registry_path, dest, tmp_path):
+    """A real stop (the process exits) and a new broker on the same port. The embedded broker keeps
+    data in memory, so what was stored before the stop is gone with it; what got a 202 after the
+    restart must be in the new broker, and traffic must resume without restarting the collector."""
+    first = EmbeddedBroker().start()
+    port = first.port
+    first.create_topics({"col-restart": 2})
+    collector = CollectorProcess(registry_path, first.bootstrap_servers, "col-restart", tmp_path,
+                                 "--kafka-timeout-ms", "1500", "--retry-after-seconds", "1").start()
+    load = None
+    second = None
+    try:
+        collector.wait_healthy()
+        load = LoadGenerator(collector.url + "/v1/reports", dest, concurrency=4, seed=31, pause_s=0.01).start()
+        wait_until(lambda: load.log.statuses()[202] >= 30, 30, "accepted uploads before the stop")
+        first.stop()
+        wait_until(lambda: load.log.statuses()[503] >= 10, 30, "503 answers while the broker is gone")
+        marker = len(load.log.outcomes)
+        second = EmbeddedBroker(port=port).start()
+        second.create_topics({"col-restart": 2})
+        wait_until(lambda: sum(o.status == 202 for o in load.log.outcomes[marker:]) >= 50, 60, "traffic resuming")
+        log = load.stop()
+        load = None
+        after = [o for o in log.outcomes[marker:]]
+        accepted_after = Counter(r for o in after if o.status == 202 for r in o.records)
+        in_kafka = topic_counter(second, "col-restart", dest)
+        assert not accepted_after - in_kafka, "a report accepted after the restart is missing"
+        assert set(log.statuses()) <= {202, 503}, log.statuses()
+    finally:
+        if load is not None:
+            load.stop()
+        collector.stop()
+        first.stop()
+        if second is not None:
+            second.stop()

@@ -158,13 +158,13 @@ class Collector:
         return response
 
     async def _upload(self, request: web.Request) -> web.Response:
-        metric = request.match_info.get("metric")
-        if metric is not None:
-            self.parser.metric(metric)  # 404 unknown_metric before anything else is read
         try:
             app = self.auth.identify(request.headers.get("Authorization"))
         except AuthError as exc:
             return _answer(401, exc.reason, str(exc), headers={"WWW-Authenticate": 'Bearer realm="ocms"'})
+        metric = request.match_info.get("metric")
+        if metric is not None:
+            self.parser.metric(metric)  # 404 unknown_metric before the body is read
         if app is not None and app.metrics is not None and metric is not None and metric not in app.metrics:
             return _answer(403, "metric_not_allowed", f"application {app.name!r} may not upload metric {metric!r}")
         limited = self.limiter.check(app)

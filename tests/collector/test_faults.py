@@ -241,7 +241,9 @@ def test_broker_stopped_and_restarted_under_load(registry_path, dest, tmp_path):
     restart must be in the new broker, and traffic must resume without restarting the collector."""
     first = EmbeddedBroker().start()
     port = first.port
-    first.create_topics({"col-restart": 2})
+    # 4 partitions: the collector may reach the new broker before the test creates the topic, and
+    # the embedded broker then auto-creates it with 4.
+    first.create_topics({"col-restart": 4})
     collector = CollectorProcess(registry_path, first.bootstrap_servers, "col-restart", tmp_path,
                                  "--kafka-timeout-ms", "1500", "--retry-after-seconds", "1").start()
     load = None
@@ -254,7 +256,7 @@ def test_broker_stopped_and_restarted_under_load(registry_path, dest, tmp_path):
         wait_until(lambda: load.log.statuses()[503] >= 10, 30, "503 answers while the broker is gone")
         marker = len(load.log.outcomes)
         second = EmbeddedBroker(port=port).start()
-        second.create_topics({"col-restart": 2})
+        second.create_topics({"col-restart": 4})
         wait_until(lambda: sum(o.status == 202 for o in load.log.outcomes[marker:]) >= 50, 60, "traffic resuming")
         log = load.stop()
         load = None

@@ -5,6 +5,8 @@ Routes:
 * ``POST /v1/reports`` -- the parameter fingerprint in the messages decides the metric;
 * ``POST /v1/metrics/{name}/reports`` -- the same, and every message must belong to
   metric ``name`` (404 for a metric the registry does not hold, 400 ``foreign_metric``);
+* ``GET /v1/metrics``, ``GET /v1/metrics/{name}`` -- the live metric versions (parameters,
+  fingerprint, categories): what a client needs to privatize and upload;
 * ``GET /healthz`` -- 200 while Kafka is reachable, else 503 (load balancers drain it);
 * ``GET /metrics`` -- Prometheus exposition.
 
@@ -115,6 +117,8 @@ class Collector:
         app[COLLECTOR_KEY] = self
         app.router.add_post("/v1/reports", self.post_reports)
         app.router.add_post("/v1/metrics/{metric}/reports", self.post_reports)
+        app.router.add_get("/v1/metrics", self.list_metrics)
+        app.router.add_get("/v1/metrics/{metric}", self.describe_metric)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.prometheus)
         app.on_startup.append(self._on_startup)
@@ -131,6 +135,22 @@ class Collector:
         await self.outlet.close(list(self.lanes.values()))
 
     # --------------------------------------------------------------- handlers
+    def _metric_doc(self, spec) -> dict:
+        """What a client needs to report: each live version's parameters and fingerprint."""
+        return {"name": spec.name, "description": spec.description, "unit": spec.unit,
+                "upload": f"/v1/metrics/{spec.name}/reports",
+                "versions": [v.describe() for v in spec.live_versions]}
+
+    async def list_metrics(self, request: web.Request) -> web.Response:
+        return web.json_response({"metrics": [self._metric_doc(spec) for spec in self.registry.metrics]})
+
+    async def describe_metric(self, request: web.Request) -> web.Response:
+        try:
+            spec = self.parser.metric(request.match_info["metric"])
+        except UploadRejected as exc:
+            return _answer(exc.status, exc.reason, exc.detail)
+        return web.json_response(self._metric_doc(spec))
+
     async def healthz(self, request: web.Request) -> web.Response:
         doc = {"kafka": "available" if self.outlet.available else "unavailable", "queued_reports": self.outlet.queued,
                "metrics": len(self.registry.metrics)}

@@ -448,3 +448,16 @@ def test_client_faults_are_answered_after_the_reject_delay(broker, registry_path
         assert post(c, single_messages(dest, 1, seed=16)[0])[0] == 202
     finally:
         c.stop()
+
+
+def test_clients_can_read_the_live_metric_versions(collector, reg):
+    status, doc, _ = request(collector.url + "/v1/metrics", method="GET")
+    assert status == 200
+    by_name = {m["name"]: m for m in doc["metrics"]}
+    assert set(by_name) == {"dest", "screen"}
+    assert [v["version"] for v in by_name["screen"]["versions"]] == [2], "retired versions are not offered"
+    status, dest_doc, _ = request(collector.url + "/v1/metrics/dest", method="GET")
+    assert status == 200 and dest_doc["versions"][0]["fingerprint"] == reg.metric("dest").version(1).fingerprint.hex()
+    assert dest_doc["upload"] == "/v1/metrics/dest/reports"
+    status, doc, _ = request(collector.url + "/v1/metrics/nope", method="GET")
+    assert (status, doc["reason"]) == (404, "unknown_metric")

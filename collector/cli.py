@@ -44,7 +44,7 @@ FLAGS = (
     ("--app-rate-burst", "app_rate_burst", "per-application burst [default = the rate]"),
     ("--idempotency-window-seconds", "idempotency_window_seconds", "retries with the same Idempotency-Key within "
      "this window are answered once [default 900; 0 = off]"),
-    ("--idempotency-max-keys", "idempotency_max_keys", "most remembered keys [default 500000]"),
+    ("--idempotency-max-keys", "idempotency_max_keys", "most remembered keys, ~400 bytes each [default 200000]"),
     ("--access-log-client-addresses", "access_log_client_addresses", "log client addresses and user agents "
      "(off by default: privacy at the edge)"),
     ("--access-log", "access_log", "true|false: access log lines at info level [default true]"),

@@ -68,7 +68,8 @@ class CollectorSettings:
     app_rate_limit: float = 0.0
     app_rate_burst: int = 0
     idempotency_window_seconds: int = 900
-    idempotency_max_keys: int = 500_000
+    #: About 400 bytes per key: 200,000 keys hold ~80 MB.
+    idempotency_max_keys: int = 200_000
     #: Access log lines hold no client address unless an operator turns this on.
     access_log_client_addresses: bool = False
     access_log: bool = True

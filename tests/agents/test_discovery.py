@@ -111,3 +111,59 @@ def test_simulate_discovery_needs_a_discoverable_metric_and_a_capture(workspace,
         with pytest.raises(SystemExit):
             main(["simulate", "--registry", str(registry), *argv])
         assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------ periodic discovery over a topic window (embedded broker)
+
+def test_periodic_discovery_reads_the_topic_window_and_exports_bounded_labels(workspace):
+    """Frames inside the window are discovered; frames stamped before it are not read; /metrics labels are bounded."""
+    import asyncio
+    import time
+
+    import numpy as np
+    from aiokafka import AIOKafkaProducer
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from agents.discovery import DiscoveryCollector, DiscoveryService
+    from producer.broker import EmbeddedBroker
+    from producer.discovery import simulate_discovery_messages
+    from registry import load_registry
+    from registry.discovery import discovery_of
+
+    _, registry_path, _, _ = workspace
+    version = load_registry(registry_path).metric("typed_words").latest
+    spec = discovery_of(version)
+    rng = np.random.default_rng(8)
+    inside = ["zebra"] * 12_000 + ["quiet"] * 6_000 + ["the"] * 2_000
+    before = ["jolly"] * 20_000  # old: outside the window, must not be discovered
+    now = time.time()
+
+    async def produce(bootstrap):
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=8 << 20)
+        await producer.start()
+        try:
+            for frame in simulate_discovery_messages(spec.domain, spec.params_by_level, before, rng):
+                await producer.send_and_wait("words", frame, timestamp_ms=int((now - 7200) * 1000))
+            for frame in simulate_discovery_messages(spec.domain, spec.params_by_level, inside, rng):
+                await producer.send_and_wait("words", frame, timestamp_ms=int((now - 60) * 1000))
+        finally:
+            await producer.stop()
+
+    with EmbeddedBroker() as broker:
+        broker.create_topics({"words": 2})
+        asyncio.run(produce(broker.bootstrap_servers))
+        service = DiscoveryService([version], bootstrap_servers=broker.bootstrap_servers, topic="words",
+                                   window_seconds=3600)
+        assert service.answer("typed_words")[0] == 503  # before the first pass
+        asyncio.run(service.refresh_once(now=now))
+    status, doc = service.answer("typed_words")
+    assert status == 200 and doc["reports"] == len(inside)
+    found = {d["value"] for d in doc["discovered"]}
+    assert {"zebra", "quiet"} <= found and "jolly" not in found
+    assert service.answer("screens")[0] == 404 and service.answer(None)[0] == 400
+    registry = CollectorRegistry()
+    registry.register(DiscoveryCollector(service, top=1))
+    text = generate_latest(registry).decode()
+    assert 'ocms_discovered_frequency{metric="typed_words",value="zebra"}' in text
+    assert 'value="quiet"' not in text  # beyond the exported top
+    assert f'ocms_discovered_values_omitted{{metric="typed_words"}} {float(len(found) - 1)}' in text

@@ -6,7 +6,6 @@ agents/cli.py), so the command code lives with the registry.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -59,6 +58,17 @@ def add_registry_commands(sub) -> None:
                 action.required = False
         plan.set_defaults(func=_plan_dispatch(plan.get_default("func")))
 
+    estimate = sub.choices.get("estimate")
+    if estimate is not None:
+        estimate.add_argument("--registry", metavar="FILE", help="estimate a registry metric (with --metric): its "
+                              "parameters and tracked values; values answered by name")
+        estimate.add_argument("--metric", help="with --registry: the metric the captures hold")
+        estimate.add_argument("--metric-version", type=int, help="with --registry: this version (default the newest live)")
+        for action in estimate._actions:  # --epsilon is required only without --registry
+            if action.dest == "epsilon":
+                action.required = False
+        estimate.set_defaults(func=_estimate_dispatch(estimate.get_default("func")))
+
     simulate = sub.choices.get("simulate")
     if simulate is not None:
         simulate.add_argument("--registry", metavar="FILE", help="report a registry metric (with --metric): its "
@@ -82,6 +92,21 @@ def _plan_dispatch(single):
         return cmd_plan(args)
 
     return plan_command
+
+
+def _estimate_dispatch(single):
+    def estimate_command(args) -> int:
+        if args.registry is None:
+            if args.metric is not None or args.metric_version is not None:
+                raise OCMSError("--metric/--metric-version need --registry FILE")
+            if args.epsilon is None:
+                raise OCMSError("--epsilon is required (or estimate a registry metric with --registry FILE --metric NAME)")
+            return single(args)
+        from .estimate import cmd_estimate
+
+        return cmd_estimate(args)
+
+    return estimate_command
 
 
 def _simulate_dispatch(single, defaults):
@@ -223,7 +248,8 @@ def cmd_plan(args) -> int:
 
     given = [flag for flag, value in (("--epsilon", args.epsilon), ("--dictionary-size", args.dictionary_size),
                                       ("--strings", args.strings or None), ("--tracked", args.tracked),
-                                      ("--hash-range", args.hash_range)) if value is not None]
+                                      ("--hash-range", args.hash_range),
+                                      ("--mechanism", getattr(args, "mechanism", None))) if value is not None]
     if given:
         raise OCMSError(f"--registry takes every parameter from the registry; drop {', '.join(given)}")
     reg = _load(args.registry)
@@ -236,7 +262,8 @@ def cmd_plan(args) -> int:
             tracked = v.tracked_count
             record = {"metric": m.name, "version": v.version, "live": v.live, "params": v.params.describe(),
                       "tracked_count": str(tracked),
-                      "prediction": planning.predict(v.params, n, args.confidence, tracked)}
+                      "prediction": planning.predict(v.params, n, args.confidence, tracked),
+                      "mechanisms": planning.compare_mechanisms(v.params, n, tracked)}
             if targets:
                 record["reports_needed"] = planning.reports_needed(v.params, confidence=args.confidence,
                                                                    tracked_count=tracked, **targets)
@@ -245,23 +272,36 @@ def cmd_plan(args) -> int:
         _write(json.dumps({"registry": reg.path, "n": n, "confidence": args.confidence, "target": targets,
                            "metrics": records}, indent=1) + "\n")
         return 0
-    header = ["metric", "version", "epsilon", "m", "field", "report bytes",
-              f"{args.confidence:.0%} CI +- (freq)", "CI +- (count)"]
+    header = ["metric", "version", "epsilon", "mechanism", "m", "field", "report bytes",
+              f"{args.confidence:.0%} CI +- (freq)", "CI +- (count)", "objective ocms | direct"]
     if targets:
         header.append("reports needed")
     rows = [header]
     for r in records:
         p, pr = r["params"], r["prediction"]
         row = [r["metric"], str(r["version"]) + ("" if r["live"] else " (retired)"), f"{p['epsilon']:g}",
-               f"{p['hash_range']:,}", p["field"], str(p["report_bytes"]), f"{pr['ci_half_width']:.4g}",
-               f"{pr['ci_half_width_count']:,.0f}"]
+               p["mechanism"], f"{p['hash_range']:,}", p["field"] if p["mechanism"] == "ocms" else "-",
+               str(p["report_bytes"]), f"{pr['ci_half_width']:.4g}", f"{pr['ci_half_width_count']:,.0f}",
+               _objectives(r["mechanisms"])]
         if targets:
             row.append(f"{r['reports_needed']:,}")
         rows.append(row)
     target_text = "".join(f"; reports needed for {k.replace('target_', '')} <= {v:g}" for k, v in targets.items())
+    target_text += "; objective: worst-case MSE (l2 loss in mode l2) of each mechanism, * the lower"
     _write(f"{reg.path}: predictions at n={n:,} reports per version{target_text}\n"
-           + _table(rows, right={1, 2, 3, 5, 6, 7, 8}) + "\n")
+           + _table(rows, right={1, 2, 4, 6, 7, 8, 9, 10}) + "\n")
     return 0
+
+
+def _objectives(comparison: dict) -> str:
+    """Both mechanisms' objective (what mechanism 'auto' compares), the lower one marked."""
+    key = comparison["objective"]
+    cells = []
+    for name in ("ocms", "direct"):
+        row = comparison[name]
+        text = "n/a" if row is None else f"{row[key]:.3g}"
+        cells.append(text + ("*" if comparison["chosen"] == name else ""))
+    return " | ".join(cells)
 
 
 def _write(text: str) -> None:

@@ -26,20 +26,19 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
 import json
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.error import MarkedYAMLError, ReusedAnchorWarning, YAMLError, YAMLWarning
 
-from cms_core.errors import InvalidParameterError, InvalidValueError
-from cms_core.params import MAX_HASH_RANGE, OCMSParams, check_epsilon
-from cms_core.values import value_from_json
+from cms_core.errors import InvalidParameterError
+from cms_core.params import MAX_HASH_RANGE, MECHANISM_CHOICES, OCMSParams, check_epsilon
 
 from .errors import Problem, RegistryFileError, RegistryValidationError
 from .model import MetricSpec, MetricVersion, Registry, TrackedSpec
@@ -48,6 +47,7 @@ from .model import MetricSpec, MetricVersion, Registry, TrackedSpec
 MAX_REGISTRY_BYTES = 16 * 2**20
 MAX_METRICS = 10_000
 MAX_VERSIONS = 1_000
+MAX_VERSION_NUMBER = 1_000_000
 #: Categories and tracked values are held in every worker's view; keep them bounded.
 MAX_CATEGORIES = 1_000_000
 MAX_TRACKED = 1_000_000
@@ -88,10 +88,6 @@ _DURATION = re.compile(r"(?:(\d+)([smhdw]))+")
 _DURATION_PART = re.compile(r"(\d+)([smhdw])")
 
 
-def _build_accepts_mechanism() -> bool:
-    return "mechanism" in inspect.signature(OCMSParams.build).parameters
-
-
 def load_registry(path: str | os.PathLike) -> Registry:
     """Read, parse and validate a registry file; raises a RegistryError naming every mistake."""
     shown = os.fspath(path)
@@ -109,7 +105,12 @@ def parse_registry(text: str, path: str = "<registry>", base_dir: str | os.PathL
     """Validate registry text; ``base_dir`` resolves relative tracked files (default: the working directory)."""
     yaml = YAML(typ="rt", pure=True)
     try:
-        document = yaml.load(text)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", YAMLWarning)
+            document = yaml.load(text)
+        for warning in caught:
+            if issubclass(warning.category, YAMLWarning):
+                raise RegistryFileError(_yaml_warning_problem(path, warning.message))
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -118,6 +119,19 @@ def parse_registry(text: str, path: str = "<registry>", base_dir: str | os.PathL
     except YAMLError as exc:
         raise RegistryFileError(Problem(path, None, f"not valid YAML: {exc}")) from None
     return _Loader(path, Path(base_dir) if base_dir is not None else Path.cwd()).load(document)
+
+
+def _yaml_warning_problem(path: str, warning) -> Problem:
+    """A YAML warning (e.g. an anchor defined twice, which silently rebinds it) as a located error."""
+    text = str(warning)
+    lines = [int(n) for n in re.findall(r"\(line: (\d+)\)", text)]
+    if isinstance(warning, ReusedAnchorWarning):
+        anchor = re.search(r"found duplicate anchor '([^']*)'", text)
+        name = f"&{anchor.group(1)}" if anchor else "an anchor"
+        where = f" (lines {lines[0]} and {lines[-1]})" if len(lines) >= 2 else ""
+        return Problem(path, lines[-1] if lines else None,
+                       f"anchor {name} is defined twice{where}: give each anchor its own name")
+    return Problem(path, lines[-1] if lines else None, f"not valid YAML: {text.strip().splitlines()[0]}")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -219,8 +233,10 @@ class _Loader:
     def problem(self, line, message, metric=None, field=None, version=None) -> None:
         self.problems.append(Problem(self.path, line, message, metric, field, version))
 
-    def unknown_keys(self, mapping, allowed, metric=None, version=None, prefix="") -> None:
+    def unknown_keys(self, mapping, allowed, metric=None, version=None, prefix="", extensions=False) -> None:
         for key in mapping:
+            if extensions and isinstance(key, str) and key.startswith("x-"):
+                continue  # a place for YAML anchors shared by metrics, as docker-compose's x- keys
             if key not in allowed:
                 hint = difflib.get_close_matches(str(key), allowed, n=1)
                 suffix = f" (did you mean {hint[0]!r}?)" if hint else f"; expected one of: {', '.join(allowed)}"
@@ -233,7 +249,7 @@ class _Loader:
         if not isinstance(document, CommentedMap):
             raise RegistryValidationError(Problem(self.path, _node_line(document) or 1,
                                                   "expected a mapping with a top-level 'metrics:' list"))
-        self.unknown_keys(document, TOP_KEYS)
+        self.unknown_keys(document, TOP_KEYS, extensions=True)
         if "metrics" not in document:
             self.problem(1, "missing the top-level 'metrics:' list", field="metrics")
             raise RegistryValidationError(self.problems)
@@ -271,7 +287,7 @@ class _Loader:
         unit = self.text(entry, "unit", label, required=False, limit=MAX_NAME_LENGTH)
         domain = self.domain(entry, label, line)
         versions_raw = self.version_entries(entry, label, line)
-        if domain is None or versions_raw is None or name is None:
+        if domain is None or versions_raw is None:
             return None
         kind, base_names, size = domain
         from .discovery import parse_discovery_block  # issue 15: optional 'discovery:' block
@@ -298,17 +314,17 @@ class _Loader:
                 try:
                     from cms_core.discovery import level_params
 
-                    level_params(name, vnum, params.epsilon, discoverable)
+                    level_params(label, vnum, params.epsilon, discoverable)
                 except InvalidParameterError as exc:
                     self.problem(_key_line(entry, "discovery"), f"no level parameters at this epsilon: {exc}",
                                  label, "discovery", vnum)
                     continue
             versions.append(MetricVersion(
-                metric=name, version=vnum, params=params, domain=kind,
+                metric=label, version=vnum, params=params, domain=kind,
                 value_names=tuple(names) if kind == "categories" else None, tracked=tracked,
                 watch=(), retired=bool(retired), note=note, line=vline, discovery=discoverable, **exposure))
-        if len(self.problems) > before or exposure is None:
-            return None
+        if len(self.problems) > before or exposure is None or name is None:
+            return None  # a bad name was reported; the rest of the metric was still checked under "#N"
         versions = self.apply_watch(entry, versions, label)
         if versions is None:
             return None
@@ -451,8 +467,9 @@ class _Loader:
                 self.problem(iline, "missing; each version needs its number (1, 2, ...)", metric, "version")
                 ok = False
                 continue
-            if not _is_int(number) or number < 1:
-                self.problem(_key_line(item, "version"), f"must be an integer >= 1, got {_show(number)}", metric, "version")
+            if not _is_int(number) or not 1 <= number <= MAX_VERSION_NUMBER:
+                self.problem(_key_line(item, "version"), f"must be an integer in [1, {MAX_VERSION_NUMBER:,}], "
+                             f"got {_show(number)}", metric, "version")
                 ok = False
                 continue
             if number <= previous:
@@ -769,26 +786,30 @@ class _Loader:
                              metric, "hash_range", f["hash_range"].version)
             else:
                 hash_range = int(value)
-        extra = {}
+        # Unless a metric pins one, the mechanism with the lower exact objective is used (issue 14); an
+        # explicit m only exists for OCMS+RR.
+        mechanism = "auto" if hash_range is None else "ocms"
         if f["mechanism"].present:
             value = f["mechanism"].value
-            if not isinstance(value, str) or not value:
-                self.problem(f["mechanism"].line, f"must be a mechanism name, got {_show(value)}", metric, "mechanism",
-                             f["mechanism"].version)
-            elif not _build_accepts_mechanism():
-                self.problem(f["mechanism"].line, f"this build of cms_core has one mechanism (OCMS+RR) and takes no "
-                             f"'mechanism', got {_show(value)}; remove the key", metric, "mechanism", f["mechanism"].version)
+            if value not in MECHANISM_CHOICES:
+                self.problem(f["mechanism"].line, f"must be one of {', '.join(MECHANISM_CHOICES)}, got {_show(value)}",
+                             metric, "mechanism", f["mechanism"].version)
+            elif value == "auto" and hash_range is not None:
+                self.problem(f["hash_range"].line, "fixes OCMS+RR's m; give 'mechanism: ocms' (or drop hash_range)",
+                             metric, "hash_range", f["hash_range"].version)
             else:
-                extra["mechanism"] = value
+                mechanism = value
         if len(self.problems) > before:
             return None
         try:
             return OCMSParams.build(
                 epsilon, None if kind == "strings" else d, mode=mode, f_star=f_star, tracked_count=tracked_count,
                 hash_range=hash_range, value_domain="string" if kind == "strings" else "integer",
-                binding=f"{metric}@{version}", **extra)
+                binding=f"{metric}@{version}", mechanism=mechanism)
         except InvalidParameterError as exc:
             field = {"dictionary_size": kind, "value_domain": kind}.get(exc.name, exc.name)
+            if mechanism == "direct" and exc.name in ("dictionary_size", "value_domain"):
+                field = "mechanism"  # the dictionary is fine; direct RR cannot carry it
             source = f.get(field)
             line = source.line if source is not None and source.present else vline
             self.problem(line, f"{exc.reason}, got {_show(exc.value)}", metric, field,

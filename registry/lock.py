@@ -41,6 +41,7 @@ def lock_entries(registry: Registry) -> dict[str, dict]:
             "definition_sha256": v.definition_digest,
             # For people reading a diff of the lock; only the two digests above are compared.
             "epsilon": v.params.epsilon,
+            "mechanism": v.mechanism,
             "hash_range": v.params.hash_range,
             "domain": v.domain,
             "domain_size": value_to_json(v.params.dictionary_size),
@@ -139,6 +140,9 @@ def compare(registry: Registry, locked: dict[str, dict], against: str = "the loc
 
 
 def _difference(old: dict, new: dict) -> str:
-    parts = [f"{key} {old[key]} -> {new[key]}" for key in ("epsilon", "hash_range", "domain", "domain_size")
+    parts = [f"{key} {old[key]} -> {new[key]}" for key in ("epsilon", "mechanism", "hash_range", "domain", "domain_size")
              if key in old and old[key] != new.get(key)]
+    if "mechanism" in old and old["mechanism"] != new.get("mechanism"):
+        # e.g. a newer cms_core resolving mechanism 'auto' differently: pinning keeps the published choice.
+        parts.append(f"pin 'mechanism: {old['mechanism']}' on the version to keep it")
     return f" ({', '.join(parts)})" if parts else ""

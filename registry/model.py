@@ -81,8 +81,8 @@ class MetricVersion:
 
     @property
     def mechanism(self) -> str:
-        """The report mechanism ("ocms" until cms_core offers others)."""
-        return str(getattr(self.params, "mechanism", "ocms"))
+        """The report mechanism: "ocms" (OCMS+RR) or "direct" (randomized response over the d values)."""
+        return self.params.mechanism
 
     @property
     def definition_digest(self) -> str:

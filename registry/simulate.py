@@ -75,7 +75,8 @@ def cmd_simulate(args) -> int:
 
     given = [flag for flag, value in (("--epsilon", args.epsilon), ("--dictionary-size", args.dictionary_size),
                                       ("--strings", args.strings or None), ("--tracked", args.tracked),
-                                      ("--hash-range", args.hash_range)) if value is not None]
+                                      ("--hash-range", args.hash_range),
+                                      ("--mechanism", getattr(args, "mechanism", None))) if value is not None]
     if given:
         raise OCMSError(f"--registry takes the parameters from the metric; drop {', '.join(given)}")
     if args.metric is None:

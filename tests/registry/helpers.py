@@ -9,15 +9,6 @@ import pytest
 
 from registry import RegistryError, load_registry
 
-BASE = """\
-metrics:
-  - name: app_launches
-    description: Screen the app opens on
-    owner: mobile-team
-    categories: [home, search, settings]
-    epsilon: 2
-"""
-
 
 def write(tmp_path: Path, text: str, name: str = "registry.yaml") -> Path:
     path = tmp_path / name

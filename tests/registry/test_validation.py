@@ -7,9 +7,8 @@ import json
 import pytest
 
 from registry import RegistryError, RegistryFileError, RegistryValidationError, load_registry
-from registry.loader import _build_accepts_mechanism
 
-from .helpers import BASE, line_of, load, problems, single_problem, write
+from .helpers import line_of, load, problems, single_problem, write
 
 
 def metric(*lines: str, categories="categories: [home, search, settings]", epsilon="epsilon: 2") -> str:
@@ -100,7 +99,8 @@ CASES = {
     "top_k text": (metric("top_k: many"), "top_k: many", "top_k", "must be an integer, got 'many'", None),
     "min_reports": (metric("min_reports: -5"), "min_reports: -5", "min_reports", "must be in [0, ", None),
     "versions empty": (metric("versions: []"), "versions: []", "versions", "must be a non-empty list of versions", None),
-    "version zero": (metric("versions:", "  - version: 0"), "- version: 0", "version", "must be an integer >= 1, got 0",
+    "version zero": (metric("versions:", "  - version: 0"), "- version: 0", "version",
+                     "must be an integer in [1, 1,000,000], got 0",
                      None),
     "version order": (metric("versions:", "  - version: 2", "  - version: 1"), "- version: 1", "version",
                       "increasing order without repeats; 1 follows 2", None),
@@ -153,6 +153,14 @@ def test_name_errors(tmp_path):
     missing = metric().replace("  - name: app_launches\n    description", "  - description")
     problem = single_problem(tmp_path, missing)
     assert (problem.line, problem.field) == (2, "name") and "missing" in problem.message
+
+
+def test_a_bad_name_does_not_hide_the_other_mistakes(tmp_path):
+    text = metric(epsilon="epsilon: -1").replace("name: app_launches", "name: app-launches")
+    found = problems(tmp_path, text)
+    assert len(found) == 2
+    assert "field 'name': must match" in found[0]
+    assert found[1].endswith("metric '#1': field 'epsilon': must be > 0, got -1")
 
 
 def test_duplicate_metric_names(tmp_path):
@@ -221,15 +229,26 @@ def test_unreadable_file(tmp_path):
         load_registry(tmp_path / "bin.yaml")
 
 
-def test_mechanism_passes_through_only_when_cms_core_takes_it(tmp_path):
-    text = metric("mechanism: ocms")
-    if _build_accepts_mechanism():
-        reg = load(tmp_path, text)
-        assert reg.metric("app_launches").latest.mechanism
-    else:
+def test_mechanism(tmp_path):
+    """Unless pinned, the mechanism with the lower exact objective (auto); a pin is passed to cms_core."""
+    reg = load(tmp_path, metric(epsilon="epsilon: 2"))  # d = 3 < 3e^2 + 2: direct RR is more accurate
+    assert reg.metric("app_launches").latest.mechanism == "direct"
+    assert load(tmp_path, metric("mechanism: ocms")).metric("app_launches").latest.mechanism == "ocms"
+    assert load(tmp_path, metric("hash_range: 8")).metric("app_launches").latest.mechanism == "ocms"
+    big = load(tmp_path, metric(categories="integers: 100000"))
+    assert big.metric("app_launches").latest.mechanism == "ocms"  # d = 100,000: OCMS+RR wins
+    for text, needle, field, fragment in [
+        (metric("mechanism: grr"), "mechanism: grr", "mechanism", "must be one of ocms, direct, auto, got 'grr'"),
+        (metric("mechanism: auto", "hash_range: 8"), "hash_range: 8", "hash_range", "fixes OCMS+RR's m"),
+        (metric("mechanism: direct", "tracked: [a]", categories="strings: true"), "mechanism: direct", "mechanism",
+         "direct randomized response needs integer values"),
+        (metric("mechanism: direct", "tracked: {range: [0, 10]}", categories="integers: 2^40"), "mechanism: direct",
+         "mechanism", "direct randomized response needs 2 <= d <= 4294967295"),
+        (metric("mechanism: direct", "hash_range: 8"), "hash_range: 8", "hash_range", "direct randomized response has m = d"),
+    ]:
         problem = single_problem(tmp_path, text)
-        assert problem.field == "mechanism" and "takes no 'mechanism'" in problem.message
-        assert problem.line == line_of(text, "mechanism: ocms")
+        assert (problem.line, problem.field, problem.metric) == (line_of(text, needle), field, "app_launches"), str(problem)
+        assert fragment in problem.message, str(problem)
 
 
 def test_errors_are_ocms_errors(tmp_path):
@@ -243,3 +262,42 @@ def test_errors_are_ocms_errors(tmp_path):
 def test_yaml_1_2_keeps_country_codes_as_strings(tmp_path):
     reg = load(tmp_path, metric(categories="categories: [NO, SE, on, off, null_island]"))
     assert reg.metric("app_launches").latest.value_names == ("NO", "SE", "on", "off", "null_island")
+
+
+def test_extension_keys_hold_shared_anchors(tmp_path):
+    text = """\
+x-common: &common
+  owner: team
+  epsilon: 2
+metrics:
+  - name: a
+    <<: *common
+    description: x
+    categories: [p, q]
+  - name: b
+    <<: *common
+    description: y
+    categories: [p, q]
+    epsilon: 1
+"""
+    reg = load(tmp_path, text)
+    assert [(m.owner, m.latest.params.epsilon) for m in reg.metrics] == [("team", 2.0), ("team", 1.0)]
+    problem = single_problem(tmp_path, text.replace("x-common", "common"))
+    assert (problem.line, problem.field) == (1, "common") and "unknown key" in problem.message
+
+
+def test_an_anchor_defined_twice_is_an_error(tmp_path):
+    text = """\
+x-a: &shared
+  owner: team
+x-b: &shared
+  owner: other
+metrics:
+  - name: a
+    <<: *shared
+    description: x
+    categories: [p, q]
+    epsilon: 1
+"""
+    problem = single_problem(tmp_path, text, RegistryFileError)
+    assert problem.line == 3 and problem.message == "anchor &shared is defined twice (lines 1 and 3): give each anchor its own name"

@@ -29,6 +29,7 @@ Every variance and estimator comes from :mod:`cms_core.theory` through
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field as dataclass_field
 from statistics import NormalDist
@@ -201,17 +202,29 @@ def _symbols_bytes(domain: DiscoveryDomain, symbols: tuple[int, ...]) -> bytes:
     return "".join(domain.alphabet[i] for i in symbols).encode("utf-8")
 
 
-def prefix_element_value(domain: DiscoveryDomain, prefix: Prefix):
+#: String prefixes are hashed to 60-bit integers: the kernel decodes a 2^60 integer dictionary
+#: (prime field 2^64 - 59) about 2.5x faster than 128-bit fingerprints in GF(2^128).
+STRING_PREFIX_BITS = 60
+_PREFIX_PERSON = b"ocms-prefix-v1"
+
+
+def prefix_element_value(domain: DiscoveryDomain, prefix: Prefix) -> int:
     """The dictionary value a level's parameters encode for ``prefix``.
 
     Strings: the bytes marker + prefix (marker 0x01 when the value ended inside the
-    prefix, 0x00 when it goes on), hashed by the string domain into its 128-bit
-    field element; the marker keeps "ab" (ended) apart from "ab..." (open).
+    prefix, 0x00 when it goes on; it keeps "ab" (ended) apart from "ab..." (open)),
+    hashed to an integer in [0, 2^60): the top 60 bits of
+    ``blake2b(bytes, digest_size=8, person="ocms-prefix-v1")``. Two distinct prefixes
+    share an element with probability 2^-60; among K candidates and R real prefixes
+    of a level, P(any candidate collides with a real prefix) <= K R / 2^60 (1e-7 for
+    K = 10^5, R = 10^6), which would make that candidate look held.
     Integers: the top bits as an integer in [0, 2^prefix_length).
     """
     if domain.kind == "integers":
         return int(prefix.symbols)
-    return (_ENDED if prefix.ended else _OPEN) + _symbols_bytes(domain, prefix.symbols)
+    data = (_ENDED if prefix.ended else _OPEN) + _symbols_bytes(domain, prefix.symbols)
+    digest = hashlib.blake2b(data, digest_size=8, person=_PREFIX_PERSON).digest()
+    return int.from_bytes(digest, "big") >> (64 - STRING_PREFIX_BITS)
 
 
 def prefix_of(domain: DiscoveryDomain, value, level: int) -> Prefix:
@@ -278,14 +291,14 @@ def level_params(metric: str, version: int, epsilon: float, domain: DiscoveryDom
 
     m minimises Var(f = 0) (HashRange in MSE mode with f* = 0, m ~ e^eps + 1): the
     cut-off is a test of f = 0, so that variance sets what can be detected. Strings:
-    the string domain (128-bit fingerprints of the marked prefix); integers: the
-    dictionary [0, 2^prefix_length). Mechanism OCMS+RR.
+    the integer dictionary [0, 2^60) of hashed prefixes (:func:`prefix_element_value`),
+    the same at every level; integers: the dictionary [0, 2^prefix_length). Mechanism OCMS+RR.
     """
     out = []
     for level in range(1, domain.levels + 1):
         binding = level_binding(metric, version, level)
         if domain.kind == "strings":
-            params = OCMSParams.build(epsilon, mode="mse", f_star=0.0, value_domain="string", binding=binding)
+            params = OCMSParams.build(epsilon, 1 << STRING_PREFIX_BITS, mode="mse", f_star=0.0, binding=binding)
         else:
             params = OCMSParams.build(epsilon, 1 << domain.prefix_length(level), mode="mse", f_star=0.0, binding=binding)
         out.append(params)
@@ -632,6 +645,7 @@ def simulate_level_reports(domain: DiscoveryDomain, params_by_level: Sequence[OC
 
 __all__ = [
     "DEFAULT_MAX_CANDIDATES",
+    "STRING_PREFIX_BITS",
     "DiscoveredValue",
     "DiscoveryDomain",
     "DiscoveryResult",

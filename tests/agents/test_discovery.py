@@ -68,8 +68,8 @@ def test_reports_of_unknown_levels_and_garbage_are_rejected_not_counted(workspac
         from cms_core.privatize import simulate_reports
         from cms_core.values import encode_value, elements_to_array
 
-        element = elements_to_array([encode_value(seventh, b"\x00thethe")], 2)
-        batch = simulate_reports(seventh, np.repeat(element, 100, axis=0), np.random.default_rng(1))
+        element = elements_to_array([encode_value(seventh, D.prefix_value(domain, "thethe", 7))], 1)
+        batch = simulate_reports(seventh, np.repeat(element, 100), np.random.default_rng(1))
         writer.write(wire.encode_frame(seventh, batch))
         writer.write(b"not a wire message")
     capsys.readouterr()

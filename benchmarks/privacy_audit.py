@@ -22,9 +22,15 @@ from cms_core.audit import black_box_audit
 
 
 def leaky(factor: float):
+    """The device path with the keep threshold of factor * eps (a configuration bug), claiming eps."""
+    built = {}
+
     def device(params: OCMSParams, value: int):
-        return privatize(OCMSParams.build(params.epsilon * factor, params.dictionary_size, hash_range=params.hash_range,
-                                          field=params.field, mechanism=params.mechanism), value)
+        if params not in built:
+            built[params] = OCMSParams.build(params.epsilon * factor, params.dictionary_size,
+                                             hash_range=params.hash_range, field=params.field,
+                                             mechanism=params.mechanism)
+        return privatize(built[params], value)
 
     return device
 

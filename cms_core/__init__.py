@@ -9,6 +9,10 @@ Public API::
     sketch.update(batch)
     est = sketch.estimate(confidence=0.95, postprocess_method="norm_sub")
 
+    # Direct randomized response (m = d) or the lower exact error of the two:
+    params = OCMSParams.build(epsilon=4.0, dictionary_size=16, mechanism="auto", mode="l2", tracked_count=16)
+    compare_mechanisms(4.0, 16, mode="l2", tracked_count=16).describe()   # both, and the pick
+
 Specification: the seed paper's OCMS+RR, corrected by docs/paper-errata.md ("erratum N" in comments is item N there).
 """
 
@@ -25,7 +29,7 @@ from .errors import (
 )
 from .fields import PRIME_64, BinaryField, PrimeField, choose_field
 from .kernel import BACKEND, match_counts, reference_match_counts
-from .params import OCMSParams
+from .params import OCMSParams, compare_mechanisms
 from .privatize import privatize, simulate_reports
 from .reports import Report, ReportBatch
 from .sketch import Estimates, OCMSSketch
@@ -52,6 +56,7 @@ __all__ = [
     "SerializationError",
     "TrackedValues",
     "choose_field",
+    "compare_mechanisms",
     "encode_value",
     "match_counts",
     "privatize",

@@ -20,6 +20,7 @@ he         Hadamard Encoding (Bassily-Smith)          m = 2, exactly pairwise
 cms-he     Apple's CMS + Hadamard Encoding            m' = 2/(1+c1) ~ 2m/(m+1)
 rhr        Recursive Hadamard Response (Chen et al.)  skewed: c = 1/2 or 0, R over 2^b
 olh        Optimized Local Hashing (Wang et al.)      m = round(1 + e^eps)
+direct     direct randomized response (GRR, k-RR)      m = d, identity hash (c = 0)
 =========  =========================================  ===========================
 
 Notation: e = e^eps, n reports, D tracked values, f a true frequency.
@@ -55,7 +56,7 @@ _CHUNK_ELEMENTS = 1 << 22
 #: Seed of the fixed hash family of CMS+HE (any fixed value; see AppleCMSHE).
 DEFAULT_FAMILY_SEED = 0x0C45_2017
 
-ORACLE_NAMES = ("mse-ocms", "l-ocms", "he", "cms-he", "rhr", "olh")
+ORACLE_NAMES = ("mse-ocms", "l-ocms", "he", "cms-he", "rhr", "olh", "direct")
 
 
 # ---------------------------------------------------------------- helpers
@@ -282,7 +283,7 @@ class OCMSOracle(FrequencyOracle):
         if limbs_for(params) != 1:
             raise InvalidParameterError("dictionary_size", params.dictionary_size, "the oracles take uint64 values")
         self.params = params
-        self.name = name or {"mse": "mse-ocms", "l2": "l-ocms"}.get(params.mode, "ocms")
+        self.name = name or ("direct" if params.is_direct else {"mse": "mse-ocms", "l2": "l-ocms"}.get(params.mode, "ocms"))
         self.epsilon = params.epsilon
         self.dictionary_size = params.dictionary_size
 
@@ -313,12 +314,14 @@ class OCMSOracle(FrequencyOracle):
 
     @property
     def report_bits(self) -> int:
-        """a0, a1 at the field's bit width and z in ceil(log2 m) bits."""
-        return 2 * self.params.field.bits + (self.params.hash_range - 1).bit_length()
+        """a0, a1 at the field's bit width and z in ceil(log2 m) bits (z alone for direct RR)."""
+        return self.params.report_bits
 
     @property
     def equivalent_hash_range(self) -> float:
-        return float(self.params.effective_hash_range)
+        """m' (direct RR: no collisions, m' is infinite)."""
+        m_eff = self.params.effective_hash_range
+        return math.inf if m_eff is None else float(m_eff)
 
 
 class OptimizedLocalHashing(OCMSOracle):
@@ -723,7 +726,8 @@ def make_oracle(name: str, epsilon: float, dictionary_size: int, tracked_count: 
 
     "mse-ocms": MSE-OCMS+RR with f* = 1; "l-ocms": l-OCMS+RR (needs
     ``tracked_count``); "he"; "cms-he" (k = 2048, m = 1024); "rhr" (b =
-    ceil(eps), clamped); "olh". ``tracked_count`` is ignored by the others.
+    ceil(eps), clamped); "olh"; "direct" (randomized response over d). ``tracked_count``
+    is ignored by the others.
     """
     if name == "mse-ocms":
         return OCMSOracle.mse_optimized(epsilon, dictionary_size)
@@ -739,6 +743,8 @@ def make_oracle(name: str, epsilon: float, dictionary_size: int, tracked_count: 
         return RecursiveHadamardResponse(epsilon, dictionary_size)
     if name == "olh":
         return OptimizedLocalHashing(epsilon, dictionary_size)
+    if name == "direct":
+        return OCMSOracle(OCMSParams.build(epsilon, dictionary_size, mechanism="direct"))
     raise InvalidParameterError("oracle", name, f"expected one of {ORACLE_NAMES}")
 
 

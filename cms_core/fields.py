@@ -111,7 +111,7 @@ class PrimeField:
         if not isinstance(self.p, int) or self.p < 3 or not is_prime(self.p):
             raise InvalidParameterError("field_order", self.p, "a prime field needs a prime order >= 3")
         if self.p > PRIME_64:
-            raise InvalidParameterError("field_order", self.p, f"prime fields stop at 2^64 - 59; use GF(2^l) above")
+            raise InvalidParameterError("field_order", self.p, "prime fields stop at 2^64 - 59; use GF(2^l) above")
 
     @property
     def order(self) -> int:

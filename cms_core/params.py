@@ -37,7 +37,6 @@ import math
 import struct
 from dataclasses import dataclass, field as dataclass_field
 from fractions import Fraction
-from functools import cached_property
 
 from . import theory
 from .errors import InvalidParameterError
@@ -379,6 +378,13 @@ class OCMSParams:
     @property
     def z_bytes(self) -> int:
         return ((self.hash_range - 1).bit_length() + 7) // 8
+
+    @property
+    def report_bits(self) -> int:
+        """Information content of one report (the paper's cost table): a0, a1 at the field's bit
+        width and z in ceil(log2 m) bits; z alone for direct RR."""
+        z_bits = (self.hash_range - 1).bit_length()
+        return z_bits if self.is_direct else 2 * self.field.bits + z_bits
 
     @property
     def report_bytes(self) -> int:

@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from cms_core import theory
 from cms_core.baselines import AppleCMSHE, OCMSOracle, RecursiveHadamardResponse, make_oracle
 
 from .common import fmt_sci, md_table, pyplot, rng_for, save_figure
@@ -247,7 +248,7 @@ def run_cell(name: str, epsilon: float, ds: PaperDataset, rounds: int, rng: np.r
         "mse_band": upper_band_factor(rounds, D) * mse_theory,
         "l1": float(l1_t.mean()),
         "l1_se": float(l1_t.std(ddof=1) / math.sqrt(rounds)),
-        "l1_bound": math.sqrt(D * l2_theory),
+        "l1_bound": theory.l1_bound_of(l2_theory, D),
         "l1_normal": float(np.sqrt(2.0 * var / math.pi).sum()),
         "l2": float(l2_t.mean()),
         "l2_se": float(l2_t.std(ddof=1) / math.sqrt(rounds)),

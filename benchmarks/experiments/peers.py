@@ -600,54 +600,79 @@ def _color(row: dict) -> str:
     return "tab:red" if row["kind"] == "ours" else ("tab:blue" if row["library"].startswith("pure") else "tab:green")
 
 
+#: Colour per library in both peer plots (the legend says which is which).
+_LIBRARY_COLOURS = (("ours (ocms-pipeline)", "tab:red"), ("pure-ldp", "tab:blue"), ("multi-freq-ldpy", "tab:green"))
+
+
+def _legend_handles(plt):
+    from matplotlib.patches import Patch
+
+    return [Patch(color=colour, label=label) for label, colour in _LIBRARY_COLOURS]
+
+
 def plot(payload: dict, out_dir: str) -> list[str]:
     plt = pyplot()
     if plt is None:
         return []
     rows = payload["rows"]
     eps_list = payload["config"]["epsilons"]
-    fig, axes = plt.subplots(1, len(eps_list), figsize=(5.6 * len(eps_list), 4.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(eps_list), figsize=(6.4 * len(eps_list), 5.2), squeeze=False)
     for ax, eps in zip(axes[0], eps_list):
         sel = [r for r in rows if r["epsilon"] == eps]
-        for r in sel:
+        measured = sorted((r for r in sel if r["post_mse"] is not None), key=lambda r: r["post_mse"])
+        projected = [r for r in sel if r["post_mse"] is None]  # O(n·d) peers: projected time only
+        for k, r in enumerate(projected):
             color = _color(r)
-            if r["post_mse"] is None:  # O(n·d) peer: projected time only, accuracy not measured
-                ax.axvline(r["end_to_end_seconds"], color=color, linestyle="--", linewidth=1)
-                ax.annotate(f"{r['library'].split()[0]} {r['method'].split(' (')[0]} (≈ time only)",
-                            (r["end_to_end_seconds"], 0.5), xycoords=("data", "axes fraction"), rotation=90,
-                            fontsize=7, ha="right", va="center", color=color)
-                continue
+            ax.axvline(r["end_to_end_seconds"], color=color, linestyle="--", linewidth=1)
+            # Two such lines sit close together: their labels go on opposite sides, at different heights.
+            ax.annotate(f"{r['library'].split()[0]} {r['method'].split(' (')[0]} (≈ time only)",
+                        (r["end_to_end_seconds"], 0.3 + 0.4 * (k % 2)), xycoords=("data", "axes fraction"),
+                        rotation=90, fontsize=7, ha="right" if k % 2 == 0 else "left", va="center", color=color)
+        # Labels of nearby points collide: give each point its own row of text (sorted by MSE), with a leader
+        # line from the point, in the right-hand margin of the panel.
+        for i, r in enumerate(measured):
+            color = _color(r)
             ax.scatter(r["end_to_end_seconds"], r["post_mse"], s=60, color=color,
-                       marker="o" if r["kind"] == "ours" else "s")
+                       marker="o" if r["kind"] == "ours" else "s", zorder=3)
+            label_y = (i + 0.5) / max(len(measured), 1)  # same order as the points: leader lines do not cross
             ax.annotate(f"{r['library'].split()[0]} {r['method']}", (r["end_to_end_seconds"], r["post_mse"]),
-                        fontsize=7, xytext=(4, 3), textcoords="offset points")
+                        xytext=(1.03, label_y), textcoords="axes fraction", fontsize=7, va="center", color=color,
+                        arrowprops=dict(arrowstyle="-", color=color, linewidth=0.6, alpha=0.7))
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("end-to-end seconds (client + setup + server), log")
-        if ax is axes[0][0]:
-            ax.set_ylabel("count MSE after post-processing\n(Norm-Sub; multi-freq-ldpy: its own clip+renormalise)")
+        ax.set_ylabel("count MSE after post-processing, log\n(Norm-Sub; multi-freq-ldpy: its own clip+renormalise)")
         ax.set_title(f"ε = {eps:g}, n = {payload['config']['n']:,}, d = {payload['config']['d']:,}\n"
                      "dashed: O(n·d) peers, projected time (accuracy not measured)", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(handles=_legend_handles(plt), fontsize=7, loc="upper center")
+    fig.subplots_adjust(wspace=0.95, right=0.8)
     name = "peers_accuracy_vs_time.png"
     save_figure(fig, os.path.join(out_dir, name))
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = plt.subplots(figsize=(8.5, 5.0))
     eps = eps_list[-1]
     sel = [r for r in rows if r["epsilon"] == eps]
-    labels = [f"{r['library'].split()[0]}\n{r['method'].split(' (')[0]}" for r in sel]
+    labels = [f"{r['library'].split()[0]} {r['method'].split(' (')[0]}" for r in sel]
     rates = [r["server_pairs_per_s"] for r in sel]
     colors = [_color(r) for r in sel]
     ax.bar(range(len(sel)), rates, color=colors)
     ax.set_yscale("log")
     ax.set_xticks(range(len(sel)))
-    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_xticklabels(labels, fontsize=7, rotation=35, ha="right", rotation_mode="anchor")
     ax.set_ylabel("server report × value pairs per second (log)")
     ax.set_title(f"Server throughput, ε = {eps:g}, n = {payload['config']['n']:,}, d = {payload['config']['d']:,} "
                  "(1 thread)", fontsize=9)
     ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(handles=_legend_handles(plt), fontsize=7, loc="upper center")
     name2 = "peers_server_throughput.png"
     save_figure(fig, os.path.join(out_dir, name2))
     plt.close(fig)
     return [name, name2]
+
+
+def replot(out_dir: str) -> list[str]:
+    """Redraw both peer plots from the stored peers.json (no peer library needed)."""
+    with open(os.path.join(out_dir, "peers.json"), encoding="utf-8") as fh:
+        return plot(json.load(fh), out_dir)

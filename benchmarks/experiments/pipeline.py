@@ -191,7 +191,7 @@ def markdown(payload: dict, plots: bool) -> str:
     if plots:
         lines += ["![worker memory](pipeline_memory.png)", ""]
     lines += [
-        "## Targets (issue 4, one worker, 1,000 tracked)",
+        "## Targets (one worker, 1,000 tracked)",
         "",
         goals_table(payload["goals"]),
         "",

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.experiments              # full run -> docs/results/
     .venv/bin/python -m benchmarks.experiments --quick      # smoke run -> build/experiments-quick/
 
-Options: --only paper|peers|pipeline (the README takes the other parts from
+Options: --only paper|peers|pipeline|mechanisms (the README takes the other parts from
 their stored .json), --out DIR, --no-plots, --full-peers (run the
 O(n*d) peer servers on all n reports instead of timing a sample; many minutes).
 Plots need matplotlib and part B needs the peers: ``pip install -e '.[bench]'``.
@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from . import paper, peers, pipeline
+from . import mechanisms, paper, peers, pipeline
 from .common import have, machine_info, machine_markdown, md_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -98,12 +98,12 @@ def _pipeline_headline(payload: dict) -> str:
         f"{series[0]['rss_mib']:.0f} MiB at start, {max(s['rss_mib'] for s in series):.0f} MiB peak, "
         f"{series[-1]['rss_mib']:.0f} MiB at the end.",
         "",
-        pipeline.goals_table(payload["goals"], "goal (issue 4)"),
+        pipeline.goals_table(payload["goals"], "pipeline target"),
     ])
 
 
 def write_readme(out_dir: str, info: dict, paper_payload: dict | None, peer_payload: dict | None,
-                 pipeline_payload: dict | None, timings: dict, args) -> None:
+                 pipeline_payload: dict | None, timings: dict, args, mechanisms_payload: dict | None = None) -> None:
     lines = [
         "# Evidence: accuracy and cost of OCMS+RR",
         "",
@@ -121,6 +121,8 @@ def write_readme(out_dir: str, info: dict, paper_payload: dict | None, peer_payl
         "| [peers.md](peers.md), peers.json, peers_*.png | B. OCMS+RR next to pure-ldp and multi-freq-ldpy |",
         "| [pipeline.md](pipeline.md), pipeline.json, pipeline_memory.png | C. the worker end to end: reports/s, "
         "latency, memory |",
+        "| [mechanisms.md](mechanisms.md), mechanisms.json, mechanisms_heatmap.png | D. OCMS+RR vs direct randomized "
+        "response and the automatic choice, d = 2 .. 100,000 × ε = 0.5 .. 5 |",
         "",
         "## Machine",
         "",
@@ -187,7 +189,7 @@ def write_readme(out_dir: str, info: dict, paper_payload: dict | None, peer_payl
                 "",
                 _peer_headline(peer_payload),
                 "",
-                "Goals of issue 6, checked:",
+                "Goals of the peer comparison, checked:",
                 "",
                 md_table(["goal", "ε", "verdict", "measured"],
                          [[g["goal"], f"{g['epsilon']:g}", "**met**" if g["met"] else "**not met**", g["detail"]]
@@ -219,6 +221,22 @@ def write_readme(out_dir: str, info: dict, paper_payload: dict | None, peer_payl
             ]
     if pipeline_payload is not None:
         lines += ["## C. The pipeline end to end", "", _pipeline_headline(pipeline_payload), ""]
+    if mechanisms_payload is not None:
+        lines += [
+            "## D. Mechanism choice: OCMS+RR, direct randomized response, automatic",
+            "",
+            "Average MSE over the whole dictionary, theory (exact) and a seeded simulation, for OCMS+RR (m for the l2 "
+            "loss over D = d), direct randomized response (k-RR, m = d), the automatic choice "
+            "(`OCMSParams.build(..., mechanism=\"auto\")`) and pure-ldp's direct encoding. Details, method and the "
+            "heat map: [mechanisms.md](mechanisms.md).",
+            "",
+            mechanisms.summary(mechanisms_payload),
+            "",
+            mechanisms.table(mechanisms_payload),
+            "",
+            "![mechanisms_heatmap.png](mechanisms_heatmap.png)",
+            "",
+        ]
     with open(os.path.join(out_dir, "README.md"), "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines))
 
@@ -227,7 +245,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.experiments", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run, seconds)")
-    ap.add_argument("--only", choices=("paper", "peers", "pipeline"), help="run one part only (README lists what ran)")
+    ap.add_argument("--only", choices=("paper", "peers", "pipeline", "mechanisms"), help="run one part only (README lists what ran)")
     ap.add_argument("--out", help=f"output folder (default {os.path.relpath(DEFAULT_OUT, ROOT)}, "
                                   f"or {os.path.relpath(QUICK_OUT, ROOT)} with --quick)")
     ap.add_argument("--no-plots", action="store_true", help="skip the PNGs")
@@ -241,7 +259,7 @@ def main(argv=None) -> int:
     info = machine_info()
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
-    paper_payload = peer_payload = pipeline_payload = None
+    paper_payload = peer_payload = pipeline_payload = mechanisms_payload = None
     if args.only in (None, "paper"):
         t0 = time.perf_counter()
         paper_payload = paper.run(paper.QUICK if args.quick else paper.FULL, out_dir, plots=plots)
@@ -257,12 +275,17 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         pipeline_payload = pipeline.run(pipeline.QUICK if args.quick else pipeline.FULL, out_dir, plots=plots)
         timings["pipeline"] = time.perf_counter() - t0
+    if args.only in (None, "mechanisms"):
+        t0 = time.perf_counter()
+        mechanisms_payload = mechanisms.run(mechanisms.QUICK if args.quick else mechanisms.FULL, out_dir, plots=plots)
+        timings["mechanism choice"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
     # --only: the README still covers every part, from the results a previous run stored here.
     paper_payload = paper_payload or _stored(out_dir, "paper.json")
     peer_payload = peer_payload or _stored(out_dir, "peers.json")
     pipeline_payload = pipeline_payload or _stored(out_dir, "pipeline.json")
-    write_readme(out_dir, info, paper_payload, peer_payload, pipeline_payload, timings, args)
+    mechanisms_payload = mechanisms_payload or _stored(out_dir, "mechanisms.json")
+    write_readme(out_dir, info, paper_payload, peer_payload, pipeline_payload, timings, args, mechanisms_payload)
     print(f"wrote {out_dir} in {timings['total']:.0f} s")
     return 0
 

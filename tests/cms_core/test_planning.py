@@ -30,3 +30,25 @@ def test_planning_errors():
         planning.reports_needed(params, target_l2=1.0)
     with pytest.raises(InvalidParameterError, match="n=0"):
         planning.predict(params, 0)
+
+
+def test_compare_mechanisms_prints_both_and_the_pick():
+    from cms_core import planning
+
+    params = OCMSParams.build(2.0, 16, mode="l2", tracked_count=16)
+    both = planning.compare_mechanisms(params, 100_000)
+    assert both["objective"] == "l2_loss" and both["chosen"] == "direct"
+    assert both["direct"]["l2_loss"] < both["ocms"]["l2_loss"]
+    assert both["ocms"]["fingerprint"] == params.fingerprint.hex()
+    text = "\n".join(planning.comparison_lines(both))
+    assert "direct RR" in text and "OCMS+RR" in text and "lower l2 loss: direct RR" in text
+    # The pick is what build(mechanism="auto") builds.
+    auto = OCMSParams.build(2.0, 16, mode="l2", tracked_count=16, mechanism="auto")
+    assert auto.mechanism == both["chosen"] and auto.fingerprint.hex() == both["direct"]["fingerprint"]
+    # mse mode with f* = 1 at d = 1000: OCMS+RR; strings: no direct row.
+    assert planning.compare_mechanisms(OCMSParams.build(2.0, 1000))["chosen"] == "ocms"
+    strings = planning.compare_mechanisms(OCMSParams.build(2.0, value_domain="string"))
+    assert strings["direct"] is None and "not available" in "\n".join(planning.comparison_lines(strings))
+    # Direct parameters compare against the optimal OCMS+RR.
+    direct = OCMSParams.build(0.5, 2, mechanism="direct")
+    assert planning.compare_mechanisms(direct)["chosen"] == "direct"

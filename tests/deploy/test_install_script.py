@@ -39,6 +39,8 @@ if [ "$1" = install ]; then
     case "$pkg" in
       prometheus) printf '#!/bin/bash\\necho promtool 2\\n' > {bin_dir}/promtool; printf '#!/bin/bash\\n' > {bin_dir}/prometheus; chmod +x {bin_dir}/promtool {bin_dir}/prometheus;;
       kcat) printf '#!/bin/bash\\necho Version 1.7\\n' > {bin_dir}/kcat; chmod +x {bin_dir}/kcat;;
+      chromium) printf '#!/bin/bash\\n' > {bin_dir}/chromium; chmod +x {bin_dir}/chromium;;
+      chromium-driver) printf '#!/bin/bash\\n' > {bin_dir}/chromedriver; chmod +x {bin_dir}/chromedriver;;
     esac
   done
 fi""")
@@ -59,7 +61,7 @@ def test_script_syntax():
 
 
 def test_nothing_to_do_when_every_tool_is_present(tmp_path):
-    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "kcat"))
+    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "kcat", "chromium", "chromedriver"))
     result = run_script(env)
     assert result.returncode == 0, result.stderr
     assert "nothing to do" in result.stdout
@@ -67,7 +69,7 @@ def test_nothing_to_do_when_every_tool_is_present(tmp_path):
 
 
 def test_installs_only_what_is_missing_as_root(tmp_path):
-    log, env = _sandbox(tmp_path, ("promtool", "prometheus"))
+    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "chromium", "chromedriver"))
     result = run_script(env)
     assert result.returncode == 0, result.stdout + result.stderr
     calls = _calls(log)
@@ -80,7 +82,7 @@ def test_installs_only_what_is_missing_as_root(tmp_path):
 
 
 def test_promtool_without_prometheus_installs_the_package(tmp_path):
-    log, env = _sandbox(tmp_path, ("promtool", "kcat"))
+    log, env = _sandbox(tmp_path, ("promtool", "kcat", "chromium", "chromedriver"))
     assert run_script(env).returncode == 0
     assert "install -y -qq --no-install-recommends prometheus " in _calls(log)[1]
 
@@ -91,7 +93,13 @@ def test_uses_sudo_when_not_root(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     calls = _calls(log)
     assert calls[0].startswith("sudo -n env DEBIAN_FRONTEND=noninteractive apt-get update")
-    assert any("apt-get install -y -qq --no-install-recommends prometheus kcat" in c for c in calls)
+    assert any("apt-get install -y -qq --no-install-recommends prometheus kcat chromium chromium-driver" in c for c in calls)
+
+
+def test_browser_without_its_driver_installs_both(tmp_path):
+    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "kcat", "chromium"))
+    assert run_script(env).returncode == 0
+    assert "install -y -qq --no-install-recommends chromium chromium-driver " in _calls(log)[1]
 
 
 def test_fails_clearly_without_root_or_sudo(tmp_path):

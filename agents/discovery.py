@@ -173,6 +173,8 @@ def cmd_discover(args) -> int:
                              max_candidates=args.max_candidates, window=window)
     if damage:
         doc["damaged_captures"] = damage
+    if args.promote:
+        doc["promoted"] = promote(args.promote, version, doc)
     text = json.dumps(doc, indent=2, ensure_ascii=False)
     try:
         if args.out:
@@ -190,6 +192,33 @@ def cmd_discover(args) -> int:
               f"({read:,} messages read, rejected: {dict(rejected) or 'none'})", file=sys.stderr)
         return EXIT_NOTHING_COUNTED
     return 0
+
+
+def promote(path: str, version, doc: dict) -> dict:
+    """Add the discovered complete values to a tracked-values file (JSON lines), keeping what it holds.
+
+    The file is what a new registry version lists under ``tracked: {file: PATH}`` so the
+    streaming path counts the values exactly. Truncated values (only a prefix is known) are not
+    promoted. Returns what was added.
+    """
+    from pathlib import Path
+
+    from producer.values_file import read_raw_values, write_values_file
+
+    target = Path(path)
+    existing: list[str] = []
+    if target.exists():
+        raw = read_raw_values(target)
+        existing = [value_to_json(v) for v in raw.items]
+    known = set(existing)
+    new = [d["value"] for d in doc["discovered"] if not d["truncated"] and d["value"] not in known]
+    if version.domain == "integers":
+        values = [int(v) for v in existing + new]
+    else:
+        values = existing + new
+    write_values_file(target, values)
+    return {"file": str(target), "added": new, "kept": len(existing),
+            "next_step": f"add a version of {version.metric!r} tracking this file (docs/registry.md, Versions)"}
 
 
 def _probability(text: str) -> float:
@@ -232,6 +261,8 @@ def add_discover_parser(sub) -> None:
     p.add_argument("--max-candidates", type=_positive, default=discovery.DEFAULT_MAX_CANDIDATES,
                    help="cap on candidates decoded per level (default %(default)s)")
     p.add_argument("--out", help="write the JSON here instead of stdout")
+    p.add_argument("--promote", metavar="FILE.jsonl",
+                   help="add the discovered (non-truncated) values to this tracked-values file, keeping its values")
     p.set_defaults(func=cmd_discover)
 
 

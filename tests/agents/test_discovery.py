@@ -167,3 +167,18 @@ def test_periodic_discovery_reads_the_topic_window_and_exports_bounded_labels(wo
     assert 'ocms_discovered_frequency{metric="typed_words",value="zebra"}' in text
     assert 'value="quiet"' not in text  # beyond the exported top
     assert f'ocms_discovered_values_omitted{{metric="typed_words"}} {float(len(found) - 1)}' in text
+
+
+def test_promote_adds_discovered_values_to_a_tracked_file(workspace, capsys):
+    from producer.values_file import read_raw_values
+
+    root, registry, capture, _ = workspace
+    tracked = root / "promoted.jsonl"
+    tracked.write_text('"already here"\n"the"\n', encoding="utf-8")
+    capsys.readouterr()
+    assert main(["discover", "--registry", str(registry), "--metric", "typed_words", "--promote", str(tracked),
+                 str(capture)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    items = list(read_raw_values(tracked).items)
+    assert items[:2] == ["already here", "the"] and "to" in items and items.count("the") == 1
+    assert "the" not in doc["promoted"]["added"] and doc["promoted"]["kept"] == 2

@@ -30,8 +30,10 @@ Every variance and estimator comes from :mod:`cms_core.theory` through
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from dataclasses import dataclass, field as dataclass_field
+from functools import cached_property
 from statistics import NormalDist
 from typing import Mapping, Sequence
 
@@ -168,7 +170,7 @@ class DiscoveryDomain:
         except KeyError as exc:
             raise InvalidValueError(f"value {value!r}: character {exc.args[0]!r} is not in the metric's alphabet") from None
 
-    @property
+    @cached_property
     def _alphabet_index(self) -> dict:
         return {c: i for i, c in enumerate(self.alphabet)}
 
@@ -264,8 +266,6 @@ def extensions(domain: DiscoveryDomain, parents: Sequence[Prefix], level: int) -
             base = int(parent.symbols) << k
             out.extend(Prefix(base + i) for i in range(1 << k))
         return out
-    import itertools
-
     a = range(domain.alphabet_size)
     out = []
     for parent in parents:
@@ -578,7 +578,8 @@ def discover(
         for i in kept:
             p = candidates[i]
             stats = (float(est.frequency[i]), float(est.std[i]), float(est.ci_low[i]), float(est.ci_high[i]))
-            result.survivors.append((p, *stats[:1], *stats[2:]))
+            frequency, _, low, high = stats
+            result.survivors.append((p, frequency, low, high))
             if p.ended or level == g:
                 completed.append((p, level, stats))
             else:

@@ -135,7 +135,7 @@ def parse_discovery_block(loader, entry, kind: str, size: int | None, metric: st
     try:
         return discovery.DiscoveryDomain(**fields)
     except InvalidParameterError as exc:
-        name = "levels" if exc.name == "levels" else exc.name
+        name = exc.name
         loader.problem(key_line(block, name) if name in block else line, f"{exc.reason}, got {show(exc.value)}",
                        metric, f"discovery.{name}")
         return False

@@ -16,7 +16,6 @@ import pytest
 from cms_core import discovery as D
 from cms_core.audit import output_distribution
 from cms_core.errors import InvalidParameterError, InvalidValueError
-from cms_core.params import OCMSParams
 
 
 def _binomial_quantile(trials: int, p: float, q: float = 0.999) -> int:

@@ -25,7 +25,7 @@ from cms_core import OCMSParams, TrackedValues
 from cms_core.errors import InvalidParameterError, InvalidValueError
 from cms_core.values import value_to_json
 
-from .query import Answer, ApiError, EstimateService, check_query, show
+from .query import Answer, ApiError, EstimateService, Estimator, check_query, show
 from .settings import WorkerSettings, tracked_values
 from .view import CountsView
 
@@ -38,61 +38,30 @@ _WITHHELD_FIELDS = (
 )
 
 
-class VersionService(EstimateService):
-    """The answers of one metric version (one fingerprint), with values read and written by name."""
+@dataclass(frozen=True)
+class Naming:
+    """What turns a version's answer into a named one: metric, version, value names, min_reports.
 
-    def __init__(self, version, settings: WorkerSettings, view: CountsView, clock: Callable[[], float] = time.time):
-        self.version = version
-        fp = version.fingerprint.hex()
-        levels = dict(bucket_seconds=version.bucket_seconds, retention_seconds=version.retention_seconds,
-                      rollup_seconds=version.rollup_seconds)
-        if version.rollup_seconds:
-            levels["rollup_retention_seconds"] = version.rollup_retention_seconds
-        own = dataclasses.replace(settings, params=version.params, extra_params=(), watch=(), top_k=version.top_k,
-                                  tracked_range=None, tracked_file=None, **levels)
-        super().__init__(own, view, clock, tracked={fp: version.tracked_values()})
-        self.watch = version.watch_indices()
-        self.fingerprint = fp
-        self.names = version.value_names  # category names by id; None: values are their own names
+    Picklable (it travels with the answer's job to the answer process, agents.web), applied to the
+    finished answer by ``Estimator.finish``."""
 
-    # ------------------------------------------------------------- values
-    def value_index(self, raw: str, parameter: str = "value") -> int:
-        v = self.version
-        try:
-            value = v.value_from_name(raw)
-        except (InvalidValueError, ValueError):
-            if v.domain == "categories":
-                raise ApiError(parameter, f"{show(raw)} is not a category of metric {v.metric!r} version "
-                                          f"{v.version}", status=404) from None
-            if raw.isascii() and raw.isdigit():
-                raise ApiError(parameter, f"{show(raw)} is outside the dictionary of metric {v.metric!r} "
-                                          f"[0, {v.params.dictionary_size})", status=404) from None
-            raise ApiError(parameter, f"{show(raw)} is not a value of metric {v.metric!r} "
-                                      f"(its values are {v.domain})") from None
-        try:
-            return super().value_index(value_to_json(value), parameter)
-        except ApiError:
-            raise ApiError(parameter, f"{show(raw)} is not a tracked value of metric {v.metric!r} "
-                                      f"version {v.version}", status=404) from None
+    metric: str
+    version: int
+    mechanism: str
+    min_reports: int
+    names: tuple[str, ...] | None  # category names by id; None: values are their own names
 
     def name_of(self, label: str) -> str:
         """The name of a value as ``value_to_json`` wrote it (a category id's digits -> its name)."""
         return label if self.names is None else self.names[int(label)]
 
     def withheld(self, n: int) -> bool:
-        return n < self.version.min_reports
+        return n < self.min_reports
 
-    # ------------------------------------------------------------ answers
-    def prepare(self, endpoint: str, query: Mapping[str, str], value: str | None = None) -> Answer:
-        answer = super().prepare(endpoint, query, value)
-        if endpoint == "params":
-            return answer
-        return Answer(answer.work, lambda: self.named(answer.compute()))
-
-    def named(self, doc: dict) -> dict:
+    def __call__(self, doc: dict) -> dict:
         """An answer with the metric, version and value names, and withheld windows emptied."""
-        v = self.version
-        out = {"metric": v.metric, "version": v.version, "mechanism": v.mechanism, "min_reports": v.min_reports}
+        out = {"metric": self.metric, "version": self.version, "mechanism": self.mechanism,
+               "min_reports": self.min_reports}
         out.update(doc)
         withheld = self.withheld(doc.get("n", 0))
         out["withheld"] = withheld
@@ -120,6 +89,64 @@ class VersionService(EstimateService):
         else:
             point["withheld"] = False
         return point
+
+
+class VersionService(EstimateService):
+    """The answers of one metric version (one fingerprint), with values read and written by name."""
+
+    def __init__(self, version, settings: WorkerSettings, view: CountsView, clock: Callable[[], float] = time.time):
+        self.version = version
+        fp = version.fingerprint.hex()
+        levels = dict(bucket_seconds=version.bucket_seconds, retention_seconds=version.retention_seconds,
+                      rollup_seconds=version.rollup_seconds)
+        if version.rollup_seconds:
+            levels["rollup_retention_seconds"] = version.rollup_retention_seconds
+        own = dataclasses.replace(settings, params=version.params, extra_params=(), watch=(), top_k=version.top_k,
+                                  tracked_range=None, tracked_file=None, **levels)
+        super().__init__(own, view, clock, tracked={fp: version.tracked_values()})
+        self.watch = version.watch_indices()
+        self.fingerprint = fp
+        self.naming = Naming(version.metric, version.version, version.mechanism, version.min_reports,
+                             version.value_names)
+
+    # ------------------------------------------------------------- values
+    def value_index(self, raw: str, parameter: str = "value") -> int:
+        v = self.version
+        try:
+            value = v.value_from_name(raw)
+        except (InvalidValueError, ValueError):
+            if v.domain == "categories":
+                raise ApiError(parameter, f"{show(raw)} is not a category of metric {v.metric!r} version "
+                                          f"{v.version}", status=404) from None
+            if raw.isascii() and raw.isdigit():
+                raise ApiError(parameter, f"{show(raw)} is outside the dictionary of metric {v.metric!r} "
+                                          f"[0, {v.params.dictionary_size})", status=404) from None
+            raise ApiError(parameter, f"{show(raw)} is not a value of metric {v.metric!r} "
+                                      f"(its values are {v.domain})") from None
+        try:
+            return super().value_index(value_to_json(value), parameter)
+        except ApiError:
+            raise ApiError(parameter, f"{show(raw)} is not a tracked value of metric {v.metric!r} "
+                                      f"version {v.version}", status=404) from None
+
+    def name_of(self, label: str) -> str:
+        """The name of a value as ``value_to_json`` wrote it (a category id's digits -> its name)."""
+        return self.naming.name_of(label)
+
+    def withheld(self, n: int) -> bool:
+        return self.naming.withheld(n)
+
+    # ------------------------------------------------------------ answers
+    def prepare(self, endpoint: str, query: Mapping[str, str], value: str | None = None) -> Answer:
+        answer = super().prepare(endpoint, query, value)
+        if endpoint == "params":
+            return answer
+        naming = self.naming
+        return Answer(answer.work, lambda: dataclasses.replace(answer.gather(), rename=naming))
+
+    def answer(self, endpoint: str, query: Mapping[str, str], value: str | None = None) -> dict:
+        """The answer computed here and now (tests, tools; the web layer splits the steps)."""
+        return self.estimator.finish(self.prepare(endpoint, query, value).gather())
 
     def newest_bucket(self) -> int | None:
         """Start of the newest base bucket holding counts (freshness), None before the first report."""
@@ -202,11 +229,13 @@ class Catalog:
             raise InvalidParameterError("--registry", registry.path, "holds no live metric version to serve")
         self.metrics: dict[str, MetricEntry] = {e.name: e for e in entries}
         self.by_fingerprint: dict[str, VersionService] = {s.fingerprint: s for e in entries for s in e.services}
+        #: Finishes every answer of the worker (any fingerprint it serves), here or in the answer process.
+        self.estimator = Estimator({fp: (s.version.params, s.tracked[fp]) for fp, s in self.by_fingerprint.items()})
 
     @classmethod
     def build(cls, settings: WorkerSettings, view: CountsView, clock: Callable[[], float] = time.time) -> "Catalog":
-        """From ``settings.registry_file``, or the one metric the single-metric flags describe."""
-        registry_file = getattr(settings, "registry_file", None)
+        """From ``settings.registry``, or the one metric the single-metric flags describe."""
+        registry_file = getattr(settings, "registry", None)
         if registry_file:
             return cls(load_worker_registry(registry_file), settings, view, clock)
         return cls(legacy_registry(settings), settings, view, clock, legacy=True)

@@ -1,36 +1,38 @@
-"""``ocms worker --registry FILE``: the registry's parameter sets, and flags that cannot go with it.
+"""``ocms worker --registry FILE``: the registry's parameter sets, and settings that cannot go with it.
 
 With a registry every metric version states its own epsilon, dictionary, tracked set, bucket width,
-retention, rollup, watch list and top-K; the single-metric flags that describe those are refused
-(naming the flag) rather than silently ignored. The worker-wide settings (broker, topics,
-partitions, micro-batch, web, store) keep their flags.
+retention, rollup, watch list and top-K; the single-metric settings that describe those are refused
+(naming the flag or variable that set them) rather than silently ignored. The worker-wide settings
+(broker, topics, partitions, micro-batch, web, store) keep their flags.
 """
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from cms_core.errors import OCMSError
 
-#: argparse destination -> the flag a user typed: single-metric flags that a registry replaces.
-METRIC_FLAGS = {
-    "epsilon": "--epsilon", "mode": "--mode", "extra_epsilon": "--extra-epsilon", "dictionary_size": "--dictionary-size",
-    "strings": "--strings", "tracked": "--tracked", "hash_range": "--hash-range", "mechanism": "--mechanism",
-    "f_star": "--f-star", "tracked_range": "--tracked-range", "tracked_file": "--tracked-file", "watch": "--watch",
-    "top_k": "--top-k", "bucket_seconds": "--bucket-seconds", "retention_seconds": "--retention-seconds",
-    "rollup_seconds": "--rollup-seconds", "rollup_retention_seconds": "--rollup-retention-seconds",
-}
+#: Settings (agents.settings.SETTINGS) of the one metric the flags describe: a registry replaces them.
+METRIC_SETTINGS = (
+    "epsilon", "mode", "f_star", "dictionary_size", "strings", "tracked", "hash_range", "mechanism", "extra_epsilon",
+    "tracked_range", "tracked_file", "watch", "top_k", "bucket_seconds", "retention_seconds", "rollup_seconds",
+    "rollup_retention_seconds",
+)
 
 
 class RegistryFlagError(OCMSError, ValueError):
-    """A single-metric flag given together with --registry."""
+    """A single-metric setting given together with --registry."""
 
 
-def registry_params(args, path: str):
+def registry_params(flags: Mapping[str, object], environ: Mapping[str, str], path: str):
     """(primary parameters, the other live versions' parameters) of the registry at ``path``.
 
     The primary is the first metric's newest live version; the catalog (agents.catalog) builds
     the rest of what the worker serves from the same file."""
-    given = [flag for dest, flag in METRIC_FLAGS.items()
-             if getattr(args, dest, None) not in (None, False, [], ())]
+    from .settings import resolve
+
+    _, labels = resolve(METRIC_SETTINGS, flags, environ)
+    given = [labels[name] for name in METRIC_SETTINGS if name in labels.given]
     if given:
         raise RegistryFlagError(f"{', '.join(given)}: describe the single metric of the flags; with --registry "
                                 f"{path} each metric states them in the registry (docs/registry.md)")

@@ -9,6 +9,7 @@ windows under min_reports are withheld in the API and in the exposition.
 
 from __future__ import annotations
 
+import pickle
 import textwrap
 
 import numpy as np
@@ -129,7 +130,10 @@ def catalog(registry, fed):
 
 
 def answer(catalog, name, endpoint, path_value=None, **query):
-    return catalog.prepare(name, endpoint, list(query.items()), path_value).compute()
+    """As the web layer answers: prepare, gather, and finish with the catalog's estimator (every
+    served fingerprint); the job is pickled first, as it travels to the answer process."""
+    job = catalog.prepare(name, endpoint, list(query.items()), path_value).gather()
+    return catalog.estimator.finish(pickle.loads(pickle.dumps(job)))
 
 
 def test_every_live_version_is_served_with_its_own_fingerprint_tracked_set_and_levels(registry, catalog):
@@ -312,7 +316,7 @@ def test_worker_flags_cannot_go_with_a_registry(tmp_path):
         worker_settings_from_args(args, {})
     args = build_parser().parse_args(["worker", "--bootstrap-servers", "k"])
     settings_ = worker_settings_from_args(args, {"OCMS_REGISTRY": str(path)})
-    assert settings_.registry_file == str(path)
+    assert settings_.registry == str(path)
     catalog = Catalog.build(settings_, CountsView())
     assert not catalog.legacy and list(catalog.metrics) == ["screen", "word"]
     assert {p.fingerprint for p in settings_.params_sets} == {bytes.fromhex(fp) for fp in catalog.by_fingerprint}

@@ -198,21 +198,34 @@ scrape_configs:
             time.sleep(1.0)
             missing = [(kind, where, q) for kind, where, q in missing if not prometheus_query(base, q)]
         assert not missing, f"no data for {len(missing)} of {len(queries)} queries: {missing[:5]}"
-        # Prometheus holds exactly the worker's estimates, labelled by name (traffic stopped; one more scrape).
-        time.sleep(2.5)
-        for name in ("dest", "build"):
-            status, doc = worker.get(f"/metrics/{name}/estimates")
-            by_name = {r["value"]: r for r in doc["estimates"]}
-            for metric, field in (("ocms:estimate_count", "count"), ("ocms_estimate_ci_upper_ratio", "ci_high"),
-                                  ("ocms:estimate_ratio", "frequency")):
-                result = prometheus_query(base, f'{metric}{{metric="{name}",version="1",window="total"}}')
-                assert result, metric
-                for sample in result:
-                    record = by_name[sample["metric"]["value"]]  # a name: ATL, or an integer's digits
-                    assert float(sample["value"][1]) == pytest.approx(record[field], rel=1e-12), metric
-                    assert "params" not in sample["metric"] and "fingerprint" not in sample["metric"]
-            reports = prometheus_query(base, f'ocms:params_reports{{metric="{name}",window="total"}}')
-            assert float(reports[0]["value"][1]) == sizes[name]
+        # Prometheus holds exactly the worker's estimates, labelled by name, once it has scraped (and
+        # its rules have evaluated) after the last report was counted; the answers no longer change.
+        docs = {name: worker.get(f"/metrics/{name}/estimates")[1] for name in ("dest", "build")}
+
+        def differences() -> list[str]:
+            out = []
+            for name, doc in docs.items():
+                by_name = {r["value"]: r for r in doc["estimates"]}
+                for metric, field in (("ocms:estimate_count", "count"), ("ocms_estimate_ci_upper_ratio", "ci_high"),
+                                      ("ocms:estimate_ratio", "frequency")):
+                    result = prometheus_query(base, f'{metric}{{metric="{name}",version="1",window="total"}}')
+                    if not result:
+                        out.append(f"{metric} {name}: no data")
+                    for sample in result:
+                        assert "params" not in sample["metric"] and "fingerprint" not in sample["metric"]
+                        record = by_name[sample["metric"]["value"]]  # a name: ATL, or an integer's digits
+                        got, want = float(sample["value"][1]), record[field]
+                        if got != pytest.approx(want, rel=1e-12):
+                            out.append(f"{metric} {name} {record['value']}: Prometheus {got}, worker {want}")
+                reports = prometheus_query(base, f'ocms:params_reports{{metric="{name}",window="total"}}')
+                if not reports or float(reports[0]["value"][1]) != sizes[name]:
+                    out.append(f"ocms:params_reports {name}: {reports}")
+            return out
+
+        deadline = time.monotonic() + 60
+        while (different := differences()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not different, different[:5]
         assert {s["metric"]["value"] for s in prometheus_query(base, 'ocms:estimate_ratio{metric="dest"}')} >= {
             "ATL", "ORD", "BOS"}
         # The withheld metric: counted, but no estimate series at all.

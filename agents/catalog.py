@@ -144,6 +144,15 @@ class VersionService(EstimateService):
         naming = self.naming
         return Answer(answer.work, lambda: dataclasses.replace(answer.gather(), rename=naming))
 
+    def params_doc(self) -> dict:
+        """/params of the name-less endpoints when they answer for this version (a registry worker)."""
+        v = self.version
+        doc = super().params_doc()
+        for entry in doc["parameter_sets"]:
+            entry.update(metric=v.metric, version=v.version)
+        doc.update(metric=v.metric, version=v.version, watch=list(v.watch), min_reports=v.min_reports)
+        return doc
+
     def answer(self, endpoint: str, query: Mapping[str, str], value: str | None = None) -> dict:
         """The answer computed here and now (tests, tools; the web layer splits the steps)."""
         return self.estimator.finish(self.prepare(endpoint, query, value).gather())

@@ -73,6 +73,11 @@ class PipelineMetrics:
                               registry=r)
 
 
+#: At most this many values are exported per scrape over every metric version (each value is a series
+#: per estimate field and window); the rest are counted by ocms_estimate_values_capped.
+MAX_EXPORTED_VALUES = 2_000
+
+
 class EstimatesCollector:
     """Scrape-time estimates for the watch list + top-K of every served metric version.
 
@@ -82,9 +87,10 @@ class EstimatesCollector:
     withheld: its estimates are not exported and ``ocms_estimate_withheld`` is 1.
     """
 
-    def __init__(self, catalog, clock: Callable[[], float] | None = None):
+    def __init__(self, catalog, clock: Callable[[], float] | None = None, max_values: int = MAX_EXPORTED_VALUES):
         self.catalog = catalog
         self.clock = clock
+        self.max_values = max_values
 
     def describe(self):
         return []  # estimates are dynamic; do not let register() call collect()
@@ -106,7 +112,11 @@ class EstimatesCollector:
                                          "field", "mode"])
         latest_start = GaugeMetricFamily("ocms_latest_bucket_start_timestamp_seconds",
                                          "start of the latest complete bucket", labels=["metric", "version"])
+        capped = GaugeMetricFamily("ocms_estimate_values_capped",
+                                   f"values of watch + top-K not exported because the scrape holds {self.max_values} "
+                                   "already (a global cap over every metric version)")
         options = EstimateOptions()
+        budget, over = self.max_values, 0
         for service in self.catalog.by_fingerprint.values():
             now = (self.clock or service.clock)()
             fp, params, v = service.fingerprint, service.version.params, service.version
@@ -121,6 +131,10 @@ class EstimatesCollector:
             chosen = list(service.watch)
             if total_n and v.top_k and not service.withheld(total_n):
                 chosen += [i for i in top_indices(total_est, v.top_k) if i not in chosen]
+            if total_n and not service.withheld(total_n):  # the global cap: watch first, then top-K
+                over += max(0, len(chosen) - budget)
+                chosen = chosen[:budget]
+                budget -= len(chosen)
             latest_n, latest_counts = service.counts(fp, latest)
             latest_est = service.estimate(fp, latest_n, latest_counts, options)
             exported = 0
@@ -141,5 +155,7 @@ class EstimatesCollector:
         yield reports
         yield latest_start
         yield omitted
+        capped.add_metric([], float(over))
         yield withheld
+        yield capped
         yield from families.values()

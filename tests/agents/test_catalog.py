@@ -229,9 +229,9 @@ def test_min_reports_withholds_the_window(registry, fed):
     assert not answer(catalog, "word", "estimates", window="latest_bucket")["withheld"]  # min_reports 0
 
 
-def scrape(catalog) -> dict:
+def scrape(catalog, **options) -> dict:
     registry = CollectorRegistry()
-    registry.register(EstimatesCollector(catalog))
+    registry.register(EstimatesCollector(catalog, **options))
     out = {}
     for family in text_string_to_metric_families(generate_latest(registry).decode()):
         for sample in family.samples:
@@ -320,3 +320,15 @@ def test_worker_flags_cannot_go_with_a_registry(tmp_path):
     catalog = Catalog.build(settings_, CountsView())
     assert not catalog.legacy and list(catalog.metrics) == ["screen", "word"]
     assert {p.fingerprint for p in settings_.params_sets} == {bytes.fromhex(fp) for fp in catalog.by_fingerprint}
+
+
+def test_a_global_cap_bounds_the_exported_values_and_counts_the_rest(catalog):
+    full = scrape(catalog)
+    exported = {(l["metric"], l["version"], l["value"]) for l, _ in full["ocms_estimate_ratio"]}
+    assert len(exported) == 7 and full["ocms_estimate_values_capped"] == [({}, 0.0)]
+    capped = scrape(catalog, max_values=4)
+    kept = {(l["metric"], l["version"], l["value"]) for l, _ in capped["ocms_estimate_ratio"]}
+    assert len(kept) == 4 and kept < exported
+    assert capped["ocms_estimate_values_capped"] == [({}, 3.0)]
+    # Watched values go first: screen@1 keeps home (watched) before its top-K.
+    assert ("screen", "1", "home") in kept

@@ -63,6 +63,7 @@ METRICS: tuple[Metric, ...] = (
     _m("ocms_estimate_ci_lower_count", "gauge", ESTIMATE_LABELS, "global", "CI lower bound, count"),
     _m("ocms_estimate_ci_upper_count", "gauge", ESTIMATE_LABELS, "global", "CI upper bound, count"),
     _m("ocms_estimate_values_omitted", "gauge", "metric,version", "global", "tracked values not exported"),
+    _m("ocms_estimate_values_capped", "gauge", "", "global", "values left out by the global export cap"),
     _m("ocms_estimate_withheld", "gauge", "metric,version,window", "global", "1: the window holds fewer than min_reports"),
     _m("ocms_params_reports", "gauge", "metric,version,window", "global", "reports counted in the window"),
     _m("ocms_params_info", "gauge", "metric,version,fingerprint,mechanism,epsilon,hash_range,field,mode", "global",

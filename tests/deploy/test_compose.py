@@ -292,7 +292,7 @@ def test_compose_command_lines_parse_with_the_ocms_cli(compose):
 
     parser = build_parser()
     args = parser.parse_args(_command(compose["services"]["simulator"]))
-    assert args.command == "simulate" and args.frame_size == 100 and args.epsilon == 2.0
+    assert args.command == "simulate" and args.frame_size == 100 and float(args.epsilon) == 2.0
 
     args = parser.parse_args(_command(compose["services"]["worker"]))
     assert args.command == "worker"
@@ -300,11 +300,9 @@ def test_compose_command_lines_parse_with_the_ocms_cli(compose):
 
 def test_changelog_topic_is_the_workers_table_changelog():
     """Faust names the changelog `<app id>-<table>-changelog`; topic-init must create that one."""
-    import dataclasses
-
     from agents import settings
 
-    app_id = next(f.default for f in dataclasses.fields(settings.WorkerSettings) if f.name == "app_id")
+    app_id = settings.BY_NAME["app_id"].default  # the declared default (agents/settings.py SETTINGS)
     assert f"{app_id}-{settings.TABLE_NAME}-changelog" == CHANGELOG
 
 

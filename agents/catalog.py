@@ -11,7 +11,8 @@ tracked set, bucket width, rollup and retention, and answered by its own
 fingerprint, which reads values by name (``ATL``, a string, an integer's decimal digits),
 answers with names, and withholds any window holding fewer than the version's ``min_reports``
 reports (no estimate and no match counts, like DAP's minimum batch size). Reports of different
-versions are never summed: every answer names the one version it reads.
+versions are never summed: every answer names the one version it reads, except ``version=combined``
+(the inverse-variance combination of every live version's unbiased estimates, marked combined).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+import numpy as np
+
 from cms_core import OCMSParams, TrackedValues
 from cms_core.errors import InvalidParameterError, InvalidValueError
 from cms_core.values import value_to_json
 
-from .query import Answer, ApiError, EstimateService, Estimator, check_query, show
+from .query import Answer, ApiError, EstimateService, Estimator, Job, check_query, show
 from .settings import WorkerSettings, tracked_values
 from .view import CountsView
 
@@ -307,6 +310,8 @@ class Catalog:
         if len(versions) > 1:
             raise ApiError("version", "given more than once; give it once")
         query = check_query(endpoint, [(k, raw) for k, raw in pairs if k != "version"])
+        if versions and versions[0].strip() == COMBINED:
+            return combined_answer(entry, endpoint, query, value)
         if versions:
             query["version"] = versions[0]
         service, rest = entry.service(query)
@@ -335,3 +340,93 @@ def load_worker_registry(path: str):
     from registry import load_registry
 
     return load_registry(path)
+
+
+#: ``version=combined``: every live version's estimate of a value, combined (cms_core.combine).
+COMBINED = "combined"
+#: What a combined answer reads from each version's answer.
+_COMBINED_ENDPOINTS = ("estimates", "estimate_value")
+
+
+def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str], value: str | None) -> Answer:
+    """The inverse-variance combination of every live version's unbiased estimate of each value, for
+    one window (``cms_core.combine``). Values are matched by name; a value some version does not
+    track combines the versions that do. Windows under ``min_reports`` (summed over versions) are
+    withheld. Only the raw (unbiased) estimates with normal intervals combine."""
+    from cms_core.combine import combine_frequencies
+    from cms_core.records import ESTIMATE_FIELDS
+
+    if endpoint not in _COMBINED_ENDPOINTS:
+        raise ApiError("version", f"combined is answered by /estimates and /estimates/VALUE, not /{endpoint}")
+    for name, allowed in (("postprocess", "none"), ("interval", "normal")):
+        if query.get(name, allowed) != allowed:
+            raise ApiError(name, f"version=combined combines the unbiased estimates with normal intervals; "
+                                 f"give {name}={allowed} or a single version")
+    if "params" in query:
+        raise ApiError("params", "version=combined reads every live version; leave params out")
+    services = entry.services
+    answers = [s.prepare(endpoint, query, value) if endpoint == "estimates" or _tracks(s, value) else None
+               for s in services]
+    if endpoint == "estimate_value" and not any(answers):
+        services[-1].value_index(value)  # raises the version's 404 naming the value
+    work = sum(a.work for a in answers if a is not None)
+    confidence = float(query.get("confidence", "0.95"))
+
+    def gather() -> Job:
+        # Each version's raw answer (not withheld one by one: min_reports applies to the combined n).
+        docs = [(s, s.estimator.finish(dataclasses.replace(a.gather(), rename=None)))
+                for s, a in zip(services, answers) if a is not None]
+        by_version = []
+        names: list[str] = []
+        seen: set[str] = set()
+        for s, doc in docs:
+            raw = doc["estimates"] if "estimates" in doc else [doc["estimate"]]
+            records = {s.name_of(r["value"]): r for r in raw}
+            by_version.append(records)
+            for name in records:
+                if name not in seen:
+                    seen.add(name)
+                    names.append(name)
+        parts = []
+        for (s, doc), records in zip(docs, by_version):
+            g = np.array([np.nan if records.get(v, {}).get("frequency") is None else records[v]["frequency"]
+                          for v in names], dtype=np.float64)
+            parts.append((s.version.params, doc["n"] if records else 0, g))
+        n = sum(doc["n"] for _, doc in docs)
+        min_reports = max(s.version.min_reports for s in services)
+        out = {"metric": entry.name, "version": COMBINED, "combined": True, "min_reports": min_reports,
+               "versions": [{"version": s.version.version, "n": doc["n"], "fingerprint": s.fingerprint}
+                            for s, doc in docs],
+               "window": docs[0][1]["window"] if docs else None, "n": n, "confidence": confidence,
+               "interval": "normal", "postprocess": "none"}
+        withheld = n < min_reports or not any(p[1] for p in parts)
+        out["withheld"] = withheld
+        records = []
+        if not withheld:
+            c = combine_frequencies(parts, confidence)
+            for i, name in enumerate(names):
+                record = {"value": name, "combined": True}
+                fields = dict(frequency=c.frequency[i], processed=c.frequency[i], count=c.frequency[i] * c.reports[i],
+                              processed_count=c.frequency[i] * c.reports[i], std=c.std[i], ci_low=c.ci_low[i],
+                              ci_high=c.ci_high[i], count_ci_low=c.ci_low[i] * c.reports[i],
+                              count_ci_high=c.ci_high[i] * c.reports[i])
+                for field in ESTIMATE_FIELDS:
+                    x = float(fields[field])
+                    record[field] = x if np.isfinite(x) else None
+                record["reports"] = int(c.reports[i])
+                records.append(record)
+        if endpoint == "estimates":
+            out["estimates"] = records
+        else:
+            out["estimate"] = records[0] if records else None
+        return Job("doc", doc=out)
+
+    return Answer(work, gather)
+
+
+def _tracks(service: VersionService, value: str | None) -> bool:
+    try:
+        service.value_index(value if value is not None else "")
+    except ApiError:
+        return False
+    return True

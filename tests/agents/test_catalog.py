@@ -332,3 +332,43 @@ def test_a_global_cap_bounds_the_exported_values_and_counts_the_rest(catalog):
     assert capped["ocms_estimate_values_capped"] == [({}, 3.0)]
     # Watched values go first: screen@1 keeps home (watched) before its top-K.
     assert ("screen", "1", "home") in kept
+
+
+def test_combined_versions_follow_the_inverse_variance_formula(catalog, registry):
+    from cms_core.combine import combine_frequencies
+
+    doc = answer(catalog, "screen", "estimates", version="combined")
+    assert doc["combined"] and doc["version"] == "combined" and doc["n"] == 6500 and not doc["withheld"]
+    assert [v["version"] for v in doc["versions"]] == [1, 2]
+    v1, v2 = (answer(catalog, "screen", "estimates", version=str(v)) for v in (1, 2))
+    names = [r["value"] for r in v2["estimates"]]  # v2 tracks every v1 category plus wallet
+    assert [r["value"] for r in doc["estimates"]] == names
+    g1 = [next((r["frequency"] for r in v1["estimates"] if r["value"] == name), float("nan")) for name in names]
+    g2 = [r["frequency"] for r in v2["estimates"]]
+    spec = registry.metric("screen")
+    want = combine_frequencies([(spec.version(1).params, 4000, np.array(g1)), (spec.version(2).params, 2500, np.array(g2))])
+    assert [r["frequency"] for r in doc["estimates"]] == pytest.approx(list(want.frequency), rel=1e-12)
+    assert [r["ci_high"] for r in doc["estimates"]] == pytest.approx(list(want.ci_high), rel=1e-12)
+    wallet = answer(catalog, "screen", "estimate_value", "wallet", version="combined")["estimate"]
+    assert wallet["frequency"] == pytest.approx(v2["estimates"][4]["frequency"]) and wallet["reports"] == 2500
+    home = answer(catalog, "screen", "estimate_value", "home", version="combined")["estimate"]
+    assert home == doc["estimates"][0] and home["reports"] == 6500
+    for query, parameter in (({"postprocess": "clip"}, "postprocess"), ({"interval": "chernoff"}, "interval")):
+        with pytest.raises(ApiError) as info:
+            answer(catalog, "screen", "estimates", version="combined", **query)
+        assert info.value.parameter == parameter
+    with pytest.raises(ApiError) as info:
+        answer(catalog, "screen", "topk", version="combined")
+    assert info.value.parameter == "version"
+    with pytest.raises(ApiError) as info:
+        answer(catalog, "screen", "estimate_value", "ATL", version="combined")
+    assert info.value.status == 404 and "'ATL'" in info.value.message
+
+
+def test_combined_window_under_min_reports_is_withheld(fed, tmp_path):
+    view, _ = fed
+    path = tmp_path / "strict.yaml"
+    path.write_text(REGISTRY.replace("min_reports: 300", "min_reports: 7000"), encoding="utf-8")
+    catalog = Catalog(load_registry(path), settings(), view, clock=lambda: NOW)
+    doc = answer(catalog, "screen", "estimates", version="combined")
+    assert doc["withheld"] and doc["estimates"] == [] and doc["n"] == 6500

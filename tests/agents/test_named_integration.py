@@ -158,6 +158,10 @@ def test_values_topk_trend_and_errors_by_name(fed):
     assert status == 404 and "not a tracked value of metric 'build'" in err["error"]
     status, err = worker.get("/metrics/screen/estimates", version="9")
     assert status == 404 and err["parameter"] == "version"
+    status, combined = worker.get("/metrics/screen/estimates", version="combined")
+    assert status == 200 and combined["combined"] and combined["n"] == 10_000
+    assert [v["n"] for v in combined["versions"]] == [6000, 4000]
+    assert [r["value"] for r in combined["estimates"]] == ["home", "search", "feed", "settings", "wallet"]
 
 
 def test_negative_control_strays_are_dead_letters_counted_nowhere(fed):

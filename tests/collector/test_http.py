@@ -362,6 +362,15 @@ def test_bad_settings_exit_2_naming_the_variable(registry_path, tmp_path):
         (["--registry", str(registry_path), "--bootstrap-servers", "x:1", "--tls-cert", str(registry_path)],
          "OCMS_COLLECTOR_TLS_KEY"),
     ]
+    bad_registry = tmp_path / "bad.yaml"
+    bad_registry.write_text("metrics:\n  - name: x\n")
+    bad_tokens = tmp_path / "tokens.json"
+    bad_tokens.write_text('{"applications": [{"name": "a"}]}')
+    cases += [
+        (["--registry", str(bad_registry), "--bootstrap-servers", "x:1"], "metric 'x': field 'description'"),
+        (["--registry", str(registry_path), "--bootstrap-servers", "x:1", "--tokens-file", str(bad_tokens)],
+         "applications[0].token_sha256"),
+    ]
     for args, name in cases:
         done = subprocess.run([sys.executable, "-m", "agents.cli", "collector", *args], cwd=ROOT, capture_output=True,
                               text=True, timeout=60)

@@ -42,6 +42,12 @@ metrics:
       - version: 2
         epsilon: 1
         add_categories: [wallet]
+  - name: screen_copy
+    description: The same numbers as screen version 1 under another name (must never mix with it)
+    owner: mobile@example.com
+    categories: [home, search, feed, settings]
+    mechanism: direct
+    epsilon: 2
   - name: build
     description: Build number
     owner: release@example.com
@@ -55,7 +61,7 @@ metrics:
     top_k: 3
 """
 
-COUNTS = {("screen", 1): 6000, ("screen", 2): 4000, ("build", 1): 5000}
+COUNTS = {("screen", 1): 6000, ("screen", 2): 4000, ("screen_copy", 1): 3000, ("build", 1): 5000}
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +82,7 @@ def setup(tmp_path_factory):
 
 def values_for(metric: str, version: int, n: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    d = {("screen", 1): 4, ("screen", 2): 5, ("build", 1): 60}[(metric, version)]
+    d = {("screen", 1): 4, ("screen", 2): 5, ("screen_copy", 1): 4, ("build", 1): 60}[(metric, version)]
     weights = 1.0 / np.arange(1, d + 1)
     return rng.choice(d, n, p=weights / weights.sum())
 
@@ -177,7 +183,7 @@ def test_listing_and_prometheus_speak_names(fed):
     request = urllib.request.Request(worker.base_url + "/metrics", headers={"Accept": "application/json"})
     with urllib.request.urlopen(request, timeout=10) as response:
         listing = json.loads(response.read())
-    assert [m["name"] for m in listing["metrics"]] == ["screen", "build"]
+    assert [m["name"] for m in listing["metrics"]] == ["screen", "screen_copy", "build"]
     screen = listing["metrics"][0]
     assert [(v["version"], v["epsilon"], v["mechanism"], v["reports"]) for v in screen["versions"]] == [
         (1, 2.0, "direct", 6000), (2, 1.0, "direct", 4000)]
@@ -199,3 +205,74 @@ def test_listing_and_prometheus_speak_names(fed):
     info = {(dict(k)["metric"], dict(k)["version"]): dict(k) for k in scrape.series("ocms_params_info")}
     assert info[("screen", "1")]["mechanism"] == "direct" and info[("build", "1")]["mechanism"] == "ocms"
     assert info[("build", "1")]["fingerprint"] == registry.metric("build").latest.fingerprint.hex()
+
+
+def test_identical_parameters_under_two_names_never_mix(fed):
+    """screen@1 and screen_copy@1 have the same epsilon, mechanism and categories: only the bound
+    name tells their reports apart, and each equals its own offline decode (checked above)."""
+    registry, worker, sent, _, docs = fed
+    a, b = registry.metric("screen").version(1), registry.metric("screen_copy").version(1)
+    assert (a.params.epsilon, a.params.hash_range, a.mechanism) == (b.params.epsilon, b.params.hash_range, b.mechanism)
+    assert a.fingerprint != b.fingerprint
+    assert docs[("screen", 1)]["n"] == 6000 and docs[("screen_copy", 1)]["n"] == 3000
+    # Decoding one's messages with the other's parameters refuses every one (by fingerprint).
+    _, rejected = sketch_from_messages(b.params, b.tracked_values(), [m.value for m in sent[("screen", 1)]])
+    assert sum(rejected.values()) == len(sent[("screen", 1)])
+
+
+def test_sigkill_mid_stream_every_metric_exact(tmp_path_factory):
+    """Three metrics (two versions of one) through the embedded broker, the worker SIGKILLed twice
+    while counting: every version still equals its own offline decode exactly."""
+    import threading
+
+    folder = tmp_path_factory.mktemp("named-kill")
+    path = folder / "registry.yaml"
+    path.write_text(REGISTRY, encoding="utf-8")
+    registry = load_registry(path)
+    with EmbeddedBroker() as broker:
+        worker = WorkerProcess(broker.bootstrap_servers, "it-named-kill", "it-named-kill", folder,
+                               "--registry", str(path), "--batch-max-seconds", "0.1")
+        worker.start()
+        sent, messages = {}, []
+        for seed, ((metric, version), n) in enumerate(COUNTS.items()):
+            params = registry.metric(metric).version(version).params
+            sent[(metric, version)] = report_messages(params, values_for(metric, version, n, 50 + seed), 100,
+                                                      seed=60 + seed)
+            messages += sent[(metric, version)]
+        random.Random(3).shuffle(messages)
+        total = sum(COUNTS.values())
+        failures, progress = [], []
+
+        def counted() -> int:
+            try:
+                return sum(worker.get(f"/metrics/{m}/estimates", version=str(v))[1]["n"] for m, v in COUNTS)
+            except OSError:
+                return 0
+
+        def killer():
+            try:
+                for threshold in (total // 4, total // 2):
+                    progress.append(wait_until(lambda: (n := counted()) >= threshold and n, 120, f"n >= {threshold}"))
+                    worker.kill()
+                    worker.start()
+            except BaseException as exc:
+                failures.append(exc)
+
+        try:
+            worker.wait_healthy()
+            thread = threading.Thread(target=killer)
+            thread.start()
+            send(broker.bootstrap_servers, worker.topic, messages, rate=25)
+            thread.join()
+            assert not failures, failures
+            assert worker.starts == 3 and any(0 < p < total for p in progress), progress
+            worker.wait_healthy()
+            wait_until(lambda: counted() >= total, 120, "every report counted after the kills")
+            for (metric, version), own in sent.items():
+                v = registry.metric(metric).version(version)
+                doc = worker.get(f"/metrics/{metric}/estimates", version=str(version))[1]
+                sketch, rejected = sketch_from_messages(v.params, v.tracked_values(), [m.value for m in own])
+                assert not rejected and doc["n"] == sketch.n == COUNTS[(metric, version)]
+                assert [r["match_count"] for r in doc["estimates"]] == sketch.counts.tolist(), (metric, version)
+        finally:
+            worker.stop()

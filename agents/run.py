@@ -22,7 +22,6 @@ import secrets
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import time
 import urllib.request
@@ -200,6 +199,8 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
 def check_port_free(port: int, flag: str = "--web-port", host: str = "127.0.0.1") -> None:
     """One clear line instead of the worker's traceback when the port is taken."""
     with socket.socket() as probe:
+        # as the web server binds: connections of a killed predecessor in TIME_WAIT do not count
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:
@@ -253,7 +254,7 @@ def run(args) -> int:
             broker = EmbeddedBroker(log_path=logs / "broker.log").start()
             bootstrap = broker.bootstrap_servers
             print(f"embedded broker (Tansu, memory storage) on {bootstrap}", flush=True)
-        from .cli import reach_kafka
+        from producer.cli import reach_kafka
 
         reach_kafka(bootstrap, lambda: create_topics(bootstrap, {topic: args.partitions}))
         worker = WorkerChild(
@@ -293,7 +294,7 @@ Ctrl-C stops everything.
                 broker.stop()
         finally:
             stopper.restore()
-            if not failed:
+            if not failed or not any(f.stat().st_size for f in logs.iterdir()):  # keep logs that explain a failure
                 shutil.rmtree(logs, ignore_errors=True)
     print("stopped.", flush=True)
     return 0

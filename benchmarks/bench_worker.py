@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction  # noqa: E402
+from agents.process import WorkerChild  # noqa: E402
 from cms_core import OCMSParams, wire  # noqa: E402
 from cms_core.privatize import simulate_reports  # noqa: E402
 from producer.broker import EmbeddedBroker, free_port  # noqa: E402
@@ -57,16 +57,17 @@ def messages(n: int, frame: int, seed: int) -> list[bytes]:
 
 
 class Worker:
+    """One ``ocms worker`` (agents.process.WorkerChild: own session, dies with the benchmark)."""
+
     def __init__(self, bootstrap: str, topic: str, log_dir: Path, *extra: str, tracked: int = 1000):
         self.port = free_port()
         self.topic = topic
-        log = open(log_dir / f"{topic}.log", "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "agents.cli", "worker", "-e", "2", "-d", "10000", "--tracked-range", f"0:{tracked}",
-             "--bootstrap-servers", bootstrap, "--broker", "embedded", "--app-id", topic, "--source-topic", topic,
-             "--dead-letter-topic", topic + "-dlq", "--web-port", str(self.port), "--log-level", "warning", *extra],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        self.child = WorkerChild(
+            ["-e", "2", "-d", "10000", "--tracked-range", f"0:{tracked}", "--bootstrap-servers", bootstrap,
+             "--broker", "embedded", "--app-id", topic, "--source-topic", topic, "--dead-letter-topic", topic + "-dlq",
+             "--web-port", str(self.port), "--log-level", "warning", *extra],
+            log=log_dir / f"{topic}.log").start()
+        self.process = self.child.process
 
     def get(self, path: str) -> dict:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
@@ -76,15 +77,7 @@ class Worker:
         return self.get("/params")["parameter_sets"][0]["reports"]
 
     def wait_healthy(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if self.get("/healthz")["status"] == "ok":
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("worker did not become healthy")
+        self.child.wait_healthy(f"http://127.0.0.1:{self.port}", timeout)
 
     def rss_mib(self) -> float:
         with open(f"/proc/{self.process.pid}/status") as f:
@@ -94,11 +87,7 @@ class Worker:
         return float("nan")
 
     def stop(self) -> None:
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
+        self.child.stop()
 
 
 async def produce(bootstrap: str, topic: str, payloads: list[bytes], rate: float | None, sent_at: list[float]) -> None:

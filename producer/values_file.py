@@ -193,8 +193,9 @@ def write_values_file(path: str | Path, values: Sequence) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-#: ``ocms estimate`` tracks the whole integer dictionary by default up to this size.
-MAX_WHOLE_DICTIONARY = 1_000_000
+#: Every command (``ocms estimate``, ``ocms worker``, ``ocms run``) tracks the whole integer dictionary by
+#: default up to this size; larger ones need a tracked range or file (counts are O(D) per key and bucket).
+MAX_WHOLE_DICTIONARY = 100_000
 
 
 def tracked_count_for_l2(args) -> int | None:

@@ -1,7 +1,7 @@
 """Real worker processes against the embedded broker, for the integration tests.
 
-A ``WorkerProcess`` is ``python -m agents.cli worker ...`` in its own session
-(so SIGKILL takes exactly it); ``send`` produces wire messages with explicit
+A ``WorkerProcess`` is ``ocms worker ...`` started by ``agents.process.WorkerChild``
+(own session, so SIGKILL takes exactly it; it dies with the test run); ``send`` produces wire messages with explicit
 keys/timestamps through aiokafka; ``wait_for`` polls the HTTP API.
 """
 
@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -22,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.process import WorkerChild
 from cms_core import OCMSParams, wire
 from cms_core.privatize import simulate_reports
 from producer.broker import free_port
@@ -37,6 +35,8 @@ class Message:
 
 
 class WorkerProcess:
+    """One ``ocms worker`` of a test (agents.process.WorkerChild: own session, dies with the test run)."""
+
     def __init__(self, bootstrap: str, app_id: str, topic: str, log_dir: Path, *args: str, web_port: int | None = None):
         self.bootstrap = bootstrap
         self.app_id = app_id
@@ -44,8 +44,12 @@ class WorkerProcess:
         self.web_port = web_port or free_port()
         self.args = list(args)
         self.log_dir = log_dir
-        self.process: subprocess.Popen | None = None
+        self.child: WorkerChild | None = None
         self.starts = 0
+
+    @property
+    def process(self):
+        return self.child.process if self.child is not None else None
 
     @property
     def base_url(self) -> str:
@@ -53,16 +57,12 @@ class WorkerProcess:
 
     def start(self) -> "WorkerProcess":
         self.starts += 1
-        log = open(self.log_dir / f"{self.app_id}-{self.web_port}-{self.starts}.log", "wb")
-        command = [
-            sys.executable, "-m", "agents.cli", "worker", "--bootstrap-servers", self.bootstrap, "--broker", "embedded",
-            "--app-id", self.app_id, "--source-topic", self.topic, "--dead-letter-topic", self.topic + "-dlq",
-            "--web-port", str(self.web_port), "--log-level", "warning", *self.args,
-        ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
-        self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-        log.close()
+        self.child = WorkerChild(
+            ["--bootstrap-servers", self.bootstrap, "--broker", "embedded", "--app-id", self.app_id,
+             "--source-topic", self.topic, "--dead-letter-topic", self.topic + "-dlq",
+             "--web-port", str(self.web_port), "--log-level", "warning", *self.args],
+            log=self.log_dir / f"{self.app_id}-{self.web_port}-{self.starts}.log",
+        ).start()
         return self
 
     def wait_healthy(self, timeout: float = 60.0) -> dict:
@@ -81,7 +81,7 @@ class WorkerProcess:
         raise AssertionError(f"worker not healthy within {timeout} s: {last}")
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.child is not None and self.child.alive()
 
     def get(self, path: str, **params) -> tuple[int, dict]:
         url = self.base_url + path + ("?" + urllib.parse.urlencode(params) if params else "")
@@ -110,17 +110,12 @@ class WorkerProcess:
         raise AssertionError(f"worker did not reach n={n} within {timeout} s (last n={doc and doc.get('n')})")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.alive():
-            os.killpg(self.process.pid, sig)
-            self.process.wait(30)
+        if self.child is not None:
+            self.child.kill(sig)
 
     def stop(self) -> None:
-        if self.alive():
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.child is not None:
+            self.child.stop()
 
 
 def report_messages(params: OCMSParams, values: np.ndarray, frame_size: int, seed: int,

@@ -1,11 +1,17 @@
 import json
+import os
+import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from agents.cli import main
+from producer.broker import free_port
 
 
 def run_cli(capsys, *argv):
@@ -31,23 +37,33 @@ def test_plan_text_strings_l2(capsys):
 @pytest.mark.parametrize(
     "argv, fragment",
     [
-        (["plan", "-e", "0", "-d", "10"], "epsilon=0.0"),
-        (["plan", "-e", "nan", "-d", "10"], "not finite"),
+        (["plan", "-e", "0", "-d", "10"], "--epsilon 0: must be a finite number > 0"),
+        (["plan", "-e", "nan", "-d", "10"], "--epsilon nan: must be a finite number"),
+        (["plan", "-e", "200", "-d", "10"], "--epsilon 200: "),
         (["plan", "-e", "2"], "--dictionary-size is required"),
-        (["plan", "-e", "2", "-d", "0"], "must be >= 1"),
-        (["plan", "-e", "2", "-d", "ten"], "not an integer"),
-        (["plan", "-e", "2", "-d", "10", "--mode", "l2"], "tracked_count"),
-        (["plan", "-e", "2", "-d", "10", "--f-star", "2"], "f_star=2.0"),
-        (["plan", "-e", "2", "-d", "10", "--target-mse", "-1"], "target_mse=-1.0"),
-        (["plan", "-e", "2", "-d", "10", "--n", "5", "--confidence", "1.5"], "confidence"),
-        (["plan", "-e", "2", "-d", "10", "--strings"], "exclusive"),
+        (["plan", "-e", "2", "-d", "0"], "--dictionary-size 0: must be >= 1"),
+        (["plan", "-e", "2", "-d", "ten"], "--dictionary-size ten: must be an integer"),
+        (["plan", "-e", "2", "-d", "10", "--mode", "l2"], "--mode l2 needs --tracked N"),
+        (["plan", "-e", "2", "-d", "10", "--f-star", "2"], "--f-star 2: must be in [0, 1]"),
+        (["plan", "-e", "2", "-d", "10", "--target-mse", "-1"], "--target-mse -1: "),
+        (["plan", "-e", "2", "-d", "10", "--n", "5", "--confidence", "1.5"], "--confidence 1.5: "),
+        (["plan", "-e", "2", "-d", "10", "--strings"], "--strings True: exclusive with --dictionary-size"),
+        # --hash-range fixes m: the flags that only choose the optimum m are refused, not dropped
+        (["plan", "-e", "2", "-d", "10", "--hash-range", "8", "--f-star", "0.5"], "--f-star 0.5: has no effect with --hash-range"),
+        (["plan", "-e", "2", "-d", "10", "--hash-range", "8", "--mode", "l2", "--tracked", "5"], "--mode l2: has no effect with --hash-range"),
     ],
 )
 def test_plan_bad_input_exits_2_naming_the_flag(capsys, argv, fragment):
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 2
-    assert fragment in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1 and "=None" not in err
+
+
+def test_plan_hash_range_alone_is_honoured(capsys):
+    code, out = run_cli(capsys, "plan", "-e", "2", "-d", "100", "--hash-range", "8", "--json")
+    assert code == 0 and json.loads(out)["params"]["hash_range"] == 8
 
 
 def test_console_script_entry_point():
@@ -77,11 +93,13 @@ def test_simulate_then_estimate_offline(capsys, tmp_path):
     "argv, fragment",
     [
         (["simulate", "--dataset", "zipf:s=abc"], "zipf:s"),
-        (["simulate", "--reports", "10"], "bootstrap_servers"),
+        (["simulate", "--reports", "10"], "--bootstrap-servers: give a Kafka bootstrap address, an --out file"),
         (["simulate", "--reports", "0", "--out", "x"], "must be >= 1"),
         (["simulate", "--frame-size", "0", "--out", "x"], "must be >= 1"),
-        (["simulate", "--rate", "-5", "--out", "x"], "rate"),
-        (["simulate", "--dataset", "uniform:d=10", "-d", "20", "--out", "x"], "dictionary_size"),
+        (["simulate", "--rate", "-5", "--out", "x"], "--rate -5: "),
+        (["simulate", "--dataset", "uniform:d=10", "-d", "20", "--out", "x"], "--dictionary-size 20: "),
+        (["simulate", "--reports", "10", "--out", "missing/x.cap"], "--out missing/x.cap: directory "),
+        (["simulate", "--reports", "10", "--out", "x.cap", "--truth", "missing/t.json"], "--truth missing/t.json: directory "),
         (["estimate", "/no/such.cap", "-e", "2", "-d", "10"], "cannot read capture file"),
         (["estimate", "x.cap", "-e", "2", "-d", "10", "--tracked-range", "5"], "START:STOP"),
         (["estimate", "x.cap", "-e", "2", "-d", "10", "--tracked-range", "5:50"], "range [5, 50)"),
@@ -117,3 +135,108 @@ def test_broker_command_starts_creates_topics_and_stops_cleanly():
         assert proc.wait(timeout=15) == 0
     with pytest.raises(ProcessLookupError):
         os.kill(broker_pid, 0)  # no orphan broker
+
+
+# ---------------------------------------------------------------- one-line errors instead of tracebacks
+
+def ocms(*argv, timeout=60, env=None):
+    """`python -m agents.cli ARGV` as a user runs it: (exit status, stdout, stderr)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
+    done = subprocess.run([sys.executable, "-m", "agents.cli", *argv], capture_output=True, text=True,
+                          timeout=timeout, env={**base, **(env or {})}, stdin=subprocess.DEVNULL)
+    return done.returncode, done.stdout, done.stderr
+
+
+def one_line(err: str) -> str:
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err
+
+
+def test_simulate_out_in_a_missing_directory_is_one_line(tmp_path):
+    for flag in ("--out", "--truth"):
+        target = tmp_path / "missing" / "x"
+        argv = ["simulate", "--reports", "10", flag, str(target)] + (["--out", str(tmp_path / "ok.cap")]
+                                                                       if flag == "--truth" else [])
+        code, _, err = ocms(*argv)
+        assert code == 2 and f"{flag} {target}: directory {tmp_path / 'missing'} does not exist" in one_line(err)
+        assert not (tmp_path / "ok.cap").exists()  # refused before any work
+
+
+def test_a_command_that_cannot_reach_kafka_says_so_in_one_line():
+    code, _, err = ocms("simulate", "--reports", "10", "--bootstrap-servers", "127.0.0.1:9")
+    assert code == 1
+    assert "cannot reach Kafka at 127.0.0.1:9 (--bootstrap-servers): no broker answered" in one_line(err)
+    code, out, err = ocms("run", "--bootstrap-servers", "127.0.0.1:9", "--duration", "1")
+    assert code == 1 and "cannot reach Kafka at 127.0.0.1:9 (--bootstrap-servers)" in one_line(err), out
+
+
+def _busy_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s
+
+
+def test_web_port_in_use_is_one_line():
+    with _busy_port() as s:
+        port = s.getsockname()[1]
+        code, _, err = ocms("run", "--web-port", str(port), "--duration", "1")
+        assert code == 1 and f"--web-port {port}: cannot listen on 127.0.0.1:{port}" in one_line(err)
+        code, _, err = ocms("worker", "-e", "2", "-d", "100", "--bootstrap-servers", "127.0.0.1:9",
+                            env={"OCMS_WEB_PORT": str(port)})
+        assert code == 1 and f"OCMS_WEB_PORT {port}: cannot listen" in one_line(err)
+
+
+def test_settings_errors_name_what_the_user_wrote():
+    code, _, err = ocms("worker", "-e", "2", "-d", "100", "--bootstrap-servers", "k:1", "--web-port", "0")
+    assert code == 2 and "--web-port 0: must be in [1, 65535]" in one_line(err)
+    code, _, err = ocms("worker", "-e", "2", "-d", "100", "--bootstrap-servers", "k:1", env={"OCMS_WEB_PORT": "0"})
+    assert code == 2 and "OCMS_WEB_PORT 0: must be in [1, 65535]" in one_line(err)
+    code, _, err = ocms("worker", "-e", "2", "-d", "100", "--bootstrap-servers", "k:1", env={"OCMS_TRACKED": "0"})
+    assert code == 2 and "OCMS_TRACKED 0: must be >= 1" in one_line(err)
+    code, _, err = ocms("worker", "-e", "2", "--strings", "--bootstrap-servers", "k:1", env={"OCMS_MODE": "l2"})
+    assert code == 2 and "--tracked" in one_line(err) and "=None" not in err
+
+
+def test_worker_help_and_behaviour_agree_on_epsilon():
+    code, out, _ = ocms("worker", "--help")
+    assert code == 0 and "[OCMS_EPSILON, required]" in " ".join(out.split())
+    code, _, err = ocms("worker", "-d", "100", "--bootstrap-servers", "k:1")
+    assert code == 2 and "--epsilon (or OCMS_EPSILON) is required" in one_line(err)
+    code, _, err = ocms("worker", "-d", "100", "--bootstrap-servers", "k:1", "--web-port", "0",
+                        env={"OCMS_EPSILON": "2", "OCMS_WEB_PORT": "70000"})
+    assert code == 2 and "--web-port 0: must be in" in one_line(err)  # the variable gave ε; the flag wins over it
+
+
+def test_simulate_offers_only_flags_that_work(tmp_path):
+    code, out, _ = ocms("simulate", "--help")
+    assert code == 0 and "--strings" in out and "--epsilon" in out
+    code, out, err = ocms("simulate", "--strings", "--dataset", "uniform:d=5", "--reports", "10",
+                          "--out", str(tmp_path / "s.cap"))
+    assert code == 0 and "sent 10 reports" in out, err
+
+
+def test_worker_waits_for_kafka_with_backoff_one_line_per_attempt(tmp_path):
+    log = tmp_path / "worker.log"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
+    process = subprocess.Popen([sys.executable, "-m", "agents.cli", "worker", "-e", "2", "-d", "100",
+                                "--bootstrap-servers", "127.0.0.1:9", "--web-port", str(free_port())],
+                               stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=base)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and log.read_text().count("waiting for Kafka") < 3:
+            assert process.poll() is None, log.read_text()
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(15) == 130
+        lines = log.read_text().splitlines()
+        waits = [line for line in lines if "waiting for Kafka" in line]
+        assert len(waits) >= 3 and "Traceback" not in "\n".join(lines)
+        assert [re.search(r"attempt (\d+):", w).group(1) for w in waits[:3]] == ["1", "2", "3"]
+        assert re.findall(r"next attempt in (\d+) s", "\n".join(waits[:3])) == ["1", "2", "4"]  # doubling
+        assert "cannot reach Kafka at 127.0.0.1:9" in waits[0]
+        # nothing but our lines, the worker's start line, and the interrupt
+        assert len(lines) == len(waits) + 1 and lines[-1] == "ocms worker: interrupted", lines
+    finally:
+        if process.poll() is None:
+            process.kill()

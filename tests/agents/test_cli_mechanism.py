@@ -34,7 +34,7 @@ def test_plan_direct_for_strings_is_a_clean_error(capsys):
     with pytest.raises(SystemExit) as info:
         main(["plan", "-e", "2", "--strings", "--mechanism", "direct"])
     err = capsys.readouterr().err
-    assert info.value.code == 2 and "mechanism='direct'" in err and "integer values" in err and "Traceback" not in err
+    assert info.value.code == 2 and "--mechanism direct: " in err and "integer values" in err and "Traceback" not in err
 
 
 def test_simulate_then_estimate_direct(capsys, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -124,13 +125,15 @@ def start_ocms_run(log: Path) -> tuple[subprocess.Popen, set[int], int]:
         raise
     tree = descendants(process.pid)
     port = int(re.search(r"http://127\.0\.0\.1:(\d+)/metrics", text).group(1))
-    return process, tree, port
+    worker_log = Path(re.search(r"worker pid \d+ starting \(log (\S+)\)", text).group(1))
+    assert "\x1b[" not in worker_log.read_text(errors="replace") and "\x1b[" not in text  # not a terminal: no cursor codes
+    return process, tree, port, worker_log.parent
 
 
 @pytest.mark.parametrize("how", ["SIGHUP to the terminal's process group", "SIGTERM to ocms run"])
 def test_sighup_and_sigterm_stop_the_whole_tree(tmp_path, how):
     log = tmp_path / "run.log"
-    process, tree, port = start_ocms_run(log)
+    process, tree, port, logs = start_ocms_run(log)
     try:
         assert len(tree) >= 2, tree  # the worker and the embedded broker
         if how.startswith("SIGHUP"):
@@ -142,6 +145,7 @@ def test_sighup_and_sigterm_stop_the_whole_tree(tmp_path, how):
         assert port_closed(port)
         text = log.read_text()
         assert "stopped." in text and "Traceback" not in text, text
+        assert not logs.exists()  # a clean stop removes its logs
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
@@ -150,7 +154,7 @@ def test_sighup_and_sigterm_stop_the_whole_tree(tmp_path, how):
 
 def test_sigkill_of_ocms_run_leaves_no_children(tmp_path):
     log = tmp_path / "run.log"
-    process, tree, port = start_ocms_run(log)
+    process, tree, port, logs = start_ocms_run(log)
     try:
         assert len(tree) >= 2, tree
         os.kill(process.pid, signal.SIGKILL)
@@ -159,6 +163,7 @@ def test_sigkill_of_ocms_run_leaves_no_children(tmp_path):
         assert port_closed(port)
     finally:
         kill_all(tree)
+        shutil.rmtree(logs, ignore_errors=True)  # a killed ocms run could not remove them
 
 
 def _killed_parent_leaves_no_child(tmp_path, child_code: str) -> None:

@@ -1,7 +1,16 @@
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from agents.settings import WorkerSettings
+from agents import settings as settings_module
+from agents.cli import build_parser
+from agents.settings import MAX_DEFAULT_TRACKED, SETTINGS, WorkerSettings, markdown_table, worker_settings
 from cms_core import InvalidParameterError, OCMSParams
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PARAMS = OCMSParams.build(2.0, 1000)
 
@@ -20,7 +29,7 @@ def test_env_then_overrides_and_frozen():
 @pytest.mark.parametrize(
     "env, name",
     [
-        ({}, "OCMS_BOOTSTRAP_SERVERS"),
+        ({}, "--bootstrap-servers (or OCMS_BOOTSTRAP_SERVERS)"),  # neither given: both named
         ({"OCMS_BOOTSTRAP_SERVERS": "k", "OCMS_PARTITIONS": "zero"}, "OCMS_PARTITIONS"),
         ({"OCMS_BOOTSTRAP_SERVERS": "k", "OCMS_PARTITIONS": "0"}, "OCMS_PARTITIONS"),
         ({"OCMS_BOOTSTRAP_SERVERS": "k", "OCMS_WEB_PORT": "70000"}, "OCMS_WEB_PORT"),
@@ -37,3 +46,66 @@ def test_bad_settings_name_the_variable(env, name):
     with pytest.raises(InvalidParameterError) as info:
         WorkerSettings.build(PARAMS, env)
     assert info.value.name == name
+
+
+def test_flags_name_themselves_when_given():
+    with pytest.raises(InvalidParameterError) as info:
+        WorkerSettings.build(PARAMS, {"OCMS_WEB_PORT": "8080"}, bootstrap_servers="k", web_port="0")
+    assert info.value.name == "--web-port"
+    with pytest.raises(InvalidParameterError) as info:
+        WorkerSettings.build(PARAMS, {"OCMS_BUCKET_SECONDS": "60"}, bootstrap_servers="k", retention_seconds=30)
+    assert info.value.name == "--retention-seconds"
+
+
+def test_defaults_come_from_the_declarations():
+    s = WorkerSettings.build(PARAMS, {}, bootstrap_servers="k")
+    for setting in SETTINGS:
+        if hasattr(s, setting.name) and setting.name != "bootstrap_servers":
+            assert getattr(s, setting.name) == setting.default, setting.name
+    assert s.embedded_broker is False
+
+
+def test_parameter_set_from_flags_and_environment():
+    env = {"OCMS_EPSILON": "2", "OCMS_DICTIONARY_SIZE": "1_000", "OCMS_BOOTSTRAP_SERVERS": "k:1",
+           "OCMS_EXTRA_EPSILON": "1, 3", "OCMS_STRINGS": "false"}
+    s = worker_settings({"epsilon": "4"}, env)
+    assert s.params.epsilon == 4.0 and s.params.dictionary_size == 1000
+    assert [p.epsilon for p in s.extra_params] == [1.0, 3.0]
+    with pytest.raises(InvalidParameterError) as info:
+        worker_settings({}, {**env, "OCMS_EPSILON": "-1"})
+    assert info.value.name == "OCMS_EPSILON"
+    with pytest.raises(InvalidParameterError) as info:
+        worker_settings({}, {**env, "OCMS_HASH_RANGE": "8", "OCMS_F_STAR": "0.5"})
+    assert info.value.name == "OCMS_F_STAR" and "has no effect with OCMS_HASH_RANGE" in info.value.reason
+
+
+def test_every_setting_is_a_flag_with_its_variable_in_the_help():
+    worker = build_parser()._subparsers._group_actions[0].choices["worker"]
+    text = " ".join(worker.format_help().split())
+    for setting in SETTINGS:
+        assert setting.flag in worker._option_string_actions, setting.flag
+        assert f"[{setting.env}" in text, setting.env
+
+
+def test_readme_settings_table_is_the_generated_one():
+    readme = (ROOT / "README.md").read_text()
+    match = settings_module.README_TABLE.search(readme)
+    assert match, "README.md lost its settings-table markers"
+    assert match.group(2) == markdown_table(), "regenerate: python -m agents.settings --update-readme"
+    printed = subprocess.run([sys.executable, "-m", "agents.settings"], capture_output=True, text=True, check=True,
+                             cwd=ROOT).stdout
+    assert printed.strip() == markdown_table()
+
+
+def test_one_tracked_set_limit_everywhere(capsys):
+    from agents.cli import main
+
+    text = markdown_table()
+    assert f"d <= {MAX_DEFAULT_TRACKED:,}" in text
+    with pytest.raises(SystemExit) as info:
+        main(["estimate", "x.cap", "-e", "2", "-d", str(MAX_DEFAULT_TRACKED + 1)])
+    assert info.value.code == 2 and f"larger than {MAX_DEFAULT_TRACKED:,}" in capsys.readouterr().err
+    with pytest.raises(InvalidParameterError) as info:
+        settings_module.tracked_values(WorkerSettings.build(PARAMS, {}, bootstrap_servers="k"),
+                                       OCMSParams.build(2.0, MAX_DEFAULT_TRACKED + 1))
+    assert f"larger than {MAX_DEFAULT_TRACKED:,}" in info.value.reason

@@ -147,6 +147,13 @@ async def read_topic_window(bootstrap: str, topic: str, start: datetime, stop: d
 
 
 def cmd_discover(args) -> int:
+    if args.serve:
+        return cmd_serve(args)
+    for flag, value in (("--window", args.window), ("--interval", args.interval), ("--web-port", args.web_port)):
+        if value is not None:
+            raise OCMSError(f"{flag} goes with --serve")
+    if args.metric is None:
+        raise OCMSError("--metric NAME is required (the metric to discover values of)")
     version = _version(args.registry, args.metric, args.metric_version)
     from registry.discovery import discovery_of
 
@@ -249,7 +256,7 @@ def add_discover_parser(sub) -> None:
                                    "per-level candidates and cut-offs.")
     p.add_argument("inputs", nargs="*", metavar="CAPTURE", help="capture files (ocms simulate --out, or kcat -f '%%R%%s')")
     p.add_argument("--registry", required=True, metavar="FILE", help="the registry (the metric needs a discovery: block)")
-    p.add_argument("--metric", required=True, help="the metric to discover values of")
+    p.add_argument("--metric", help="the metric to discover values of (with --serve: default every discoverable one)")
     p.add_argument("--metric-version", type=int, help="this version (default: the newest live one)")
     p.add_argument("--from", dest="start", metavar="TIME", help="window start (ISO 8601 with zone), with --bootstrap-servers")
     p.add_argument("--to", dest="stop", metavar="TIME", help="window end (exclusive)")
@@ -263,6 +270,15 @@ def add_discover_parser(sub) -> None:
     p.add_argument("--out", help="write the JSON here instead of stdout")
     p.add_argument("--promote", metavar="FILE.jsonl",
                    help="add the discovered (non-truncated) values to this tracked-values file, keeping its values")
+    serve = p.add_argument_group("periodic discovery (--serve)")
+    serve.add_argument("--serve", action="store_true", help="rediscover every --interval over the last --window of "
+                       "the topic and serve /discovered?metric=NAME and /metrics until stopped")
+    serve.add_argument("--window", type=_positive, metavar="SECONDS", help="window length (default 3600)")
+    serve.add_argument("--interval", type=_positive, metavar="SECONDS", help="seconds between passes (default 300)")
+    serve.add_argument("--web-host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--web-port", type=_positive, help="port of /discovered and /metrics (default 6067)")
+    serve.add_argument("--export-top", type=_positive, default=DEFAULT_EXPORTED_VALUES,
+                       help="discovered values exported per metric as Prometheus labels (default %(default)s)")
     p.set_defaults(func=cmd_discover)
 
 
@@ -277,11 +293,11 @@ def simulate_discovery(args, version) -> int:
     from registry.discovery import discovery_of
 
     spec = discovery_of(version)
-    if not args.out:
-        raise OCMSError(f"--metric {version.metric}: discovery reports are written to a capture file; give --out FILE "
-                        "(replay it to Kafka with kcat if needed)")
-    if args.bootstrap_servers or args.embedded_broker:
-        raise OCMSError("discovery simulation writes --out only; drop --bootstrap-servers/--embedded-broker")
+    if not args.out and not args.bootstrap_servers:
+        raise OCMSError(f"--metric {version.metric}: give --out FILE (a capture) and/or --bootstrap-servers "
+                        "(send the discovery reports to --topic)")
+    if args.embedded_broker:
+        raise OCMSError("discovery simulation sends to a running Kafka (--bootstrap-servers); drop --embedded-broker")
     if args.duration is not None:
         raise OCMSError("discovery simulation takes --reports N, not --duration")
     default = "wordfreq:n=5000" if spec.domain.kind == "strings" else "zipf:s=1.1,d=100000"
@@ -297,12 +313,16 @@ def simulate_discovery(args, version) -> int:
     else:
         values = [int(c) for c in codes.tolist()]
     started = time.perf_counter()
-    messages = 0
-    with CaptureWriter(args.out) as writer:
-        for frame in simulate_discovery_messages(spec.domain, spec.params_by_level, values, rng,
-                                                 frame_size=args.frame_size):
-            writer.write(frame)
-            messages += 1
+    frames = list(simulate_discovery_messages(spec.domain, spec.params_by_level, values, rng,
+                                              frame_size=args.frame_size))
+    if args.out:
+        with CaptureWriter(args.out) as writer:
+            writer.write_all(frames)
+    if args.bootstrap_servers:
+        import asyncio
+
+        asyncio.run(_send_frames(args.bootstrap_servers, args.topic, args.partitions, frames))
+    messages = len(frames)
     seconds = time.perf_counter() - started
     if args.truth:
         counts = Counter(values)
@@ -312,9 +332,30 @@ def simulate_discovery(args, version) -> int:
                        "seed": args.seed, "distinct_values": len(counts),
                        "top": [{"value": value_to_json(v), "count": c} for v, c in top]}, f, indent=1,
                       ensure_ascii=False)
-    print(f"{version.binding} discovery ({spec.domain.levels} levels): wrote {n:,} reports in {messages:,} messages "
-          f"to {args.out} in {seconds:.2f} s")
+    where = " and ".join(x for x in [f"{args.bootstrap_servers}/{args.topic}" if args.bootstrap_servers else "",
+                                     args.out or ""] if x)
+    print(f"{version.binding} discovery ({spec.domain.levels} levels): sent {n:,} reports in {messages:,} messages "
+          f"to {where} in {seconds:.2f} s")
     return 0
+
+
+async def _send_frames(bootstrap: str, topic: str, partitions: int, frames: list[bytes]) -> None:
+    """Create ``topic`` if needed and send every frame (acks=all), keyed round-robin like simulated gateways."""
+    from aiokafka import AIOKafkaProducer
+
+    from producer.broker import create_topics
+
+    await create_topics(bootstrap, {topic: partitions})
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 << 20)
+    await producer.start()
+    try:
+        for start in range(0, len(frames), 64):
+            pending = [await producer.send(topic, frame, key=b"gw-%d" % ((start + i) % 16))
+                       for i, frame in enumerate(frames[start:start + 64])]
+            for sent in pending:
+                await sent
+    finally:
+        await producer.stop()
 
 
 # ------------------------------------------------------- periodic discovery (worker-hostable)
@@ -455,3 +496,79 @@ def add_discovery_pages(app, service: DiscoveryService) -> None:
     @app.task
     async def refresh_discovery():
         await service.run()
+
+
+def cmd_serve(args) -> int:
+    """``ocms discover --serve``: a DiscoveryService with its HTTP API and /metrics, until SIGINT/SIGTERM."""
+    import asyncio
+
+    from registry import load_registry
+
+    if args.inputs or args.start or args.stop or args.promote or args.out:
+        raise OCMSError("--serve reads the topic's moving window: drop capture files, --from/--to, --out, --promote")
+    if not args.bootstrap_servers:
+        raise OCMSError("--serve needs --bootstrap-servers (the Kafka holding the reports topic)")
+    registry = load_registry(args.registry)
+    if args.metric is not None:
+        versions = [_version(args.registry, args.metric, args.metric_version)]
+    else:
+        versions = [m.latest for m in registry.metrics if m.latest.discovery is not None]
+        if not versions:
+            raise OCMSError(f"{args.registry}: no metric declares a 'discovery:' block")
+    service = DiscoveryService(versions, bootstrap_servers=args.bootstrap_servers, topic=args.topic,
+                               window_seconds=args.window or 3600, interval_seconds=args.interval or 300,
+                               alpha=args.alpha, confidence=args.confidence, max_candidates=args.max_candidates)
+    try:
+        asyncio.run(serve(service, args.web_host, args.web_port or 6067, args.export_top))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def serve(service: DiscoveryService, host: str, port: int, top: int = DEFAULT_EXPORTED_VALUES) -> None:
+    """Serve ``/discovered`` and ``/metrics`` (aiohttp) while ``service.run()`` refreshes; SIGTERM stops cleanly."""
+    import asyncio
+    import signal
+
+    from aiohttp import web
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(DiscoveryCollector(service, top))
+
+    async def discovered(request):
+        extra = sorted(set(request.query) - {"metric"})
+        if extra:
+            status, doc = 400, {"error": f"unknown query parameter {extra[0]!r}; /discovered takes 'metric'",
+                                "status": 400}
+        else:
+            status, doc = service.answer(request.query.get("metric"))
+        return web.Response(body=json.dumps(doc, allow_nan=False, ensure_ascii=False).encode(), status=status,
+                            content_type="application/json")
+
+    async def metrics(request):
+        return web.Response(body=generate_latest(registry), content_type=CONTENT_TYPE_LATEST.split(";")[0],
+                            charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/discovered", discovered)
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise OCMSError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    print(f"discovery of {', '.join(sorted(service.versions))}: http://{host}:{port}/discovered?metric=NAME and "
+          f"/metrics; a pass every {service.interval_seconds:g} s over the last {service.window_seconds} s", flush=True)
+    refresher = asyncio.create_task(service.run())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        refresher.cancel()
+        await asyncio.gather(refresher, return_exceptions=True)
+        await runner.cleanup()

@@ -50,6 +50,7 @@ def test_plan_text_strings_l2(capsys):
         (["plan", "-e", "2", "-d", "10", "--strings"], "--strings True: exclusive with --dictionary-size"),
         # --hash-range fixes m: the flags that only choose the optimum m are refused, not dropped
         (["plan", "-e", "2", "-d", "10", "--hash-range", "8", "--f-star", "0.5"], "--f-star 0.5: has no effect with --hash-range"),
+        (["plan", "-e", "2", "-d", "10", "--hash-range", "8", "--mechanism", "direct"], "--mechanism direct: contradicts"),
         (["plan", "-e", "2", "-d", "10", "--hash-range", "8", "--mode", "l2", "--tracked", "5"], "--mode l2: has no effect with --hash-range"),
     ],
 )

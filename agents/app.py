@@ -4,13 +4,12 @@ Flow per message: the consumer hands each source message to ``receive``
 (``agents.intake``: no per-message Faust event or stream), which validates it
 (``processor.MessageValidator``); a rejected one is queued for the dead-letter
 topic with its original bytes and a reason header; an accepted one joins the
-micro-batch. A batch is flushed when it holds ``batch_max_reports`` reports or
-is ``batch_max_seconds`` old, and before Faust waits for unacked messages (a
-rebalance or a clean stop): the kernel decodes it into per-key counts
-(``processor.plan_batch``), each touched key is written once (counts + highest
-offset in one value), dead letters are sent, and only then are the batch's
-messages acked, so the committed consumer offset never passes a message whose
-counts are not in the changelog (Faust flushes the producer before every commit).
+micro-batch (``processor.PendingBatch``). A batch is flushed when it holds
+``batch_max_reports`` reports or is ``batch_max_seconds`` old, and before Faust
+waits for unacked messages (a rebalance or a clean stop); ``OCMSWorker.checkpoint``
+then writes its table values, sends its dead letters, waits for the broker's
+acknowledgements of both, and only then acks and commits its messages (the
+order is the exactness argument; see its docstring).
 
 Deliberate workaround of faust-streaming #497 (table writes outside the
 per-event context raise): a table write needs the "current event" to pick the
@@ -28,21 +27,19 @@ survives restarts and follows partitions to their new owner (``expire``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import tempfile
 import time
-import weakref
 
 import faust
-from faust.streams import _current_event
 
 from cms_core.errors import OCMSError
 
 from .console import add_console
+from .faust_internals import PartitionContext, SourcePartition, current_event, warnings_at_start
 from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
-from .processor import AcceptedMessage, MessageValidator, RejectedMessage, RetentionIndex, plan_batch
+from .processor import AcceptedMessage, Batch, MessageValidator, PendingBatch, RejectedMessage, RetentionIndex, plan_batch
 from .query import EstimateService
 from .settings import TABLE_NAME, WorkerSettings
 from .state import BucketKey, PartialCounts
@@ -56,6 +53,8 @@ REASON_HEADER = "ocms-reject-reason"
 #: it early), so Faust's 1,500 ms wait showed up as ~1 s latency spikes (bench_worker:
 #: single reports at 2,000/s, p99 1.08 s with 1,500 ms, 0.38 s with 100 ms).
 EMBEDDED_FETCH_MAX_WAIT_MS = 100
+#: Messages per ``take_events`` list on the "agent-take" intake path (benchmark only).
+AGENT_TAKE_MESSAGES = 1000
 #: Retention deletes run at least this often (seconds), and once per finest bucket width
 #: when that is shorter: a bucket cannot expire more often than that.
 EXPIRY_INTERVAL_S = 30.0
@@ -65,33 +64,22 @@ def expiry_interval(levels) -> float:
     return float(min(EXPIRY_INTERVAL_S, levels[0][0]))
 
 
-class SourcePartition:
-    """The part of a source message a table write reads: its topic and partition."""
+class CountsTable(faust.Table):
+    """The counts table, keeping the futures of the changelog records it sends so a
+    checkpoint can wait until the broker has acknowledged them."""
 
-    __slots__ = ("topic", "partition")
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.unacknowledged: list[asyncio.Future] = []
 
-    def __init__(self, topic: str, partition: int):
-        self.topic = topic
-        self.partition = partition
+    def send_changelog(self, *args, **kwargs):
+        future = super().send_changelog(*args, **kwargs)
+        self.unacknowledged.append(future)
+        return future
 
-
-class PartitionContext:
-    """Stands in for Faust's current event during a table write: the table reads
-    ``event.message`` (topic and partition) to pick the changelog partition."""
-
-    __slots__ = ("message", "__weakref__")
-
-    def __init__(self, message):
-        self.message = message
-
-
-@contextlib.contextmanager
-def current_event(event):
-    token = _current_event.set(weakref.ref(event))
-    try:
-        yield
-    finally:
-        _current_event.reset(token)
+    def take_unacknowledged(self) -> list[asyncio.Future]:
+        futures, self.unacknowledged = self.unacknowledged, []
+        return futures
 
 
 def faust_settings(settings: WorkerSettings) -> dict:
@@ -129,6 +117,12 @@ def faust_settings(settings: WorkerSettings) -> dict:
 class OCMSWorker:
     """Owns the Faust app and the worker's state; ``run()`` blocks until stopped."""
 
+    #: How source messages reach ``receive``: "side" (the consumer hands them over,
+    #: agents.intake), or through the Faust agent's stream, "agent-events" (one event at a
+    #: time) or "agent-take" (``take_events`` lists). The side path is the product's; the
+    #: README ("Why the intake side path") has the measurement that chose it.
+    intake_path = "side"
+
     def __init__(self, settings: WorkerSettings):
         self.settings = settings
         self.source_topic = settings.source_topic  # read by agents.intake
@@ -144,14 +138,8 @@ class OCMSWorker:
         self.fp_hex = {p.fingerprint: p.fingerprint.hex() for p in settings.params_sets}
         self.levels = settings.levels()
         self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic)
-        # micro-batch buffers
-        self._messages: list = []  # every source message of the batch, accepted or not
-        self._accepted: list[AcceptedMessage] = []
-        self._dead: list[tuple[object, RejectedMessage]] = []
-        self._pending_reports = 0
-        self._first_pending = 0.0
-        self._newest_pending: dict[int, int] = {}  # partition -> highest offset in the pending batch
-        self._lock = asyncio.Lock()
+        self.pending = PendingBatch(settings.batch_max_reports)
+        self._lock = asyncio.Lock()  # one checkpoint or retention pass at a time
         self._agent_started = False
         self._next_offset: dict[int, int] = {}
         self._contexts: dict[int, PartitionContext] = {}
@@ -164,35 +152,44 @@ class OCMSWorker:
     def _build_app(self) -> faust.App:
         s = self.settings
         app = IntakeApp(s.app_id, **faust_settings(s))
-        app.intake = self
+        app.intake = self if self.intake_path == "side" else None
         if s.embedded_broker:
             app.fetch_max_wait_ms = EMBEDDED_FETCH_MAX_WAIT_MS
         raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.source = app.topic(s.source_topic, partitions=s.partitions, **raw)
         self.dead_letters = app.topic(s.dead_letter_topic, partitions=s.partitions, **raw)
         # key_type/value_type bytes make the table's own (recovery) serializers raw as well.
-        self.table = app.Table(TABLE_NAME, partitions=s.partitions, key_type=bytes, value_type=bytes,
-                               schema=faust.Schema(**raw))
+        self.table = app.tables.add(CountsTable(app, name=TABLE_NAME, beacon=app.tables.beacon, partitions=s.partitions,
+                                                key_type=bytes, value_type=bytes, schema=faust.Schema(**raw)))
 
         @app.agent(self.source, name="ocms-aggregate")
         async def aggregate(stream):
             # The agent subscribes the source topic (assignment, co-partitioning with the
-            # table); its messages reach receive() from the consumer (agents.intake), so
-            # this stream stays empty. Were one delivered here, it takes the same path.
+            # table); on the side path its messages reach receive() from the consumer
+            # (agents.intake) and this stream stays empty. The agent paths are kept for
+            # benchmarks/bench_agent_path.py; either way a message takes receive() and the
+            # checkpoint, so what is counted is the same.
             self._agent_started = True
-            async for event in stream.noack().events():
-                if self.receive(event.message):
+            if self.intake_path == "agent-take":
+                async for events in stream.noack().take_events(AGENT_TAKE_MESSAGES, within=s.batch_max_seconds):
+                    for event in events:
+                        if self.receive(event.message):
+                            await self.flush()
                     await self.flush()
+            else:
+                async for event in stream.noack().events():
+                    if self.receive(event.message):
+                        await self.flush()
 
         @app.timer(interval=max(0.02, s.batch_max_seconds / 4))
         async def flush_old_batch():
-            if self._messages and time.monotonic() - self._first_pending >= s.batch_max_seconds:
+            if self.pending.age(time.monotonic()) >= s.batch_max_seconds:
                 await self.flush()
 
         @app.timer(interval=expiry_interval(self.levels))
         async def expire_buckets():
             async with self._lock:
-                self.expire(time.time())
+                await self.expire(time.time())
 
         @app.task
         async def read_changelog():
@@ -205,64 +202,34 @@ class OCMSWorker:
     # --------------------------------------------------------- per message
     def receive(self, message) -> bool:
         """Validate one source message into the micro-batch; True when the batch is full."""
-        newest = self._newest_pending.get(message.partition)
-        if newest is not None and message.offset <= newest:
-            self._forget_pending(message.partition, message.offset)
-        self._newest_pending[message.partition] = message.offset
         try:
             params, batch = self.validator.check(message.value, message.timestamp, time.time())
         except RejectedMessage as rejection:
-            self._dead.append((message, rejection))
+            outcome = rejection
         else:
-            self._accepted.append(AcceptedMessage(message.partition, message.offset, message.timestamp,
-                                                  self.fp_hex[params.fingerprint], batch))
-            self._pending_reports += len(batch)
-        if not self._messages:
-            self._first_pending = time.monotonic()
-        self._messages.append(message)
-        return self._pending_reports >= self.settings.batch_max_reports
-
-    def _forget_pending(self, partition: int, offset: int) -> None:
-        """The consumer went back to ``offset`` of ``partition`` (a seek to the committed
-        offset) while the copies from there on were still pending: they are being delivered
-        again, so they are dropped here and counted once, from the new delivery. Without
-        this a batch holding both copies counts them twice (each is above the stored offset)."""
-
-        dropped = self._drop_pending(lambda m: m.partition == partition and m.offset >= offset)
-        if not dropped:
-            return
-        self.metrics.redelivered.inc(len(dropped))
-        log.warning("partition %d went back to offset %d: %d pending messages are counted once, "
-                    "from their new delivery", partition, offset, len(dropped))
+            outcome = AcceptedMessage(message.partition, message.offset, message.timestamp,
+                                      self.fp_hex[params.fingerprint], batch)
+        superseded = self.pending.add(message, outcome, time.monotonic())
+        if superseded:
+            self._untrack(superseded)
+            self.metrics.redelivered.inc(len(superseded))
+            log.warning("partition %d went back to offset %d: %d pending messages are counted once, "
+                        "from their new delivery", message.partition, message.offset, len(superseded))
+        return self.pending.full
 
     def _drop_unowned(self) -> None:
-        """Drop pending messages of source partitions this worker no longer owns (a
-        rebalance that took them without Faust's wait for unacked messages): their new
-        owner counts them from the committed offset, which they are not below, because
-        they were never acked. Writing them here would race the owner's writes."""
         owned = self._owned_partitions()
         if owned is None:  # consumer not started: nothing can be pending
             return
-        dropped = self._drop_pending(lambda m: m.partition not in owned)
-        if not dropped:
-            return
-        lost = sorted({m.partition for m in dropped})
-        for partition in lost:
-            self._newest_pending.pop(partition, None)
-        log.warning("dropped %d pending messages of partitions no longer assigned: %s", len(dropped), lost)
+        dropped = self.pending.keep_partitions(owned)
+        if dropped:
+            self._untrack(dropped)
+            log.warning("dropped %d pending messages of partitions no longer assigned: %s", len(dropped),
+                        sorted({m.partition for m in dropped}))
 
-    def _drop_pending(self, stale) -> list:
-        """Remove the pending messages ``stale`` selects, unacked and uncounted."""
-        dropped = [m for m in self._messages if stale(m)]
-        if not dropped:
-            return dropped
-        self._messages = [m for m in self._messages if not stale(m)]
-        self._accepted = [a for a in self._accepted if not stale(a)]
-        self._dead = [(m, rejection) for m, rejection in self._dead if not stale(m)]
-        self._pending_reports = sum(len(a.batch) for a in self._accepted)
-        for m in dropped:
-            self.app.consumer.untrack(m)  # never acked, so the committed offset stays below it
-        return dropped
+    def _untrack(self, messages: list) -> None:
+        for message in messages:
+            self.app.consumer.untrack(message)  # never acked, so the committed offset stays below it
 
     # ------------------------------------------------------------- batches
     def _read(self, key: BucketKey) -> PartialCounts | None:
@@ -270,39 +237,74 @@ class OCMSWorker:
         return None if raw is None else PartialCounts.from_bytes(raw)
 
     async def flush(self) -> None:
+        """Checkpoint the pending micro-batch, if any."""
         async with self._lock:
             self._drop_unowned()
-            if not self._messages:
-                return
-            messages, accepted, dead = self._messages, self._accepted, self._dead
-            self._messages, self._accepted, self._dead, self._pending_reports = [], [], [], 0
-            self._newest_pending = {}
-            last_by_partition = {message.partition: message for message in messages}  # offsets ascend per partition
-            plan = plan_batch(accepted, self._read, self.params_by_fp, self.tracked_by_fp, self.levels)
-            for key, state in plan.writes:
-                with current_event(self._context(key.partition)):
-                    self.table[key.encode()] = state.to_bytes()
-                self.retention.add(key)
-            for message, rejection in dead:
-                headers = [
-                    (REASON_HEADER, rejection.reason.encode()),
-                    ("ocms-reject-detail", rejection.detail.encode()[:500]),
-                    ("ocms-source", f"{message.topic}/{message.partition}/{message.offset}".encode()),
-                ]
-                await self.dead_letters.send(key=message.key, value=message.value, headers=headers)
-                self.metrics.rejected.labels(rejection.reason).inc()
-                log.info("rejected %s/%d/%d: %s", message.topic, message.partition, message.offset, rejection)
-            ack = self.app.consumer.ack
-            for message in messages:
-                ack(message)
-            self._next_offset.update({p: m.offset + 1 for p, m in last_by_partition.items()})
-            for fp, n in plan.counted.items():
-                self.metrics.accepted.labels(fp).inc(n)
-            self.metrics.replayed.inc(plan.replayed)
-            if accepted:
-                self.metrics.batch_reports.observe(plan.reports)
-                self.metrics.decode_seconds.observe(plan.decode_seconds)
-                self.metrics.last_processed.set(max(m.timestamp for m in accepted))
+            if self.pending:
+                await self.checkpoint(self.pending.take())
+
+    async def checkpoint(self, batch: Batch) -> None:
+        """Make one micro-batch durable, then let the consumer move past it.
+
+        The order of the four steps is the exactness argument (with :mod:`agents.state`):
+
+        1. Write each touched key's new value: its counts together with the highest source
+           offset they include. A replay of any of the batch's messages later skips exactly
+           the events a key's value already holds, key by key.
+        2. Send the batch's rejected messages to the dead-letter topic.
+        3. Wait until the broker has acknowledged every changelog record of step 1 and every
+           dead letter of step 2 (``acks=all``). Should a send fail, nothing of the batch is
+           acked: the worker crashes and the batch is replayed (exactly, by step 1's offsets).
+        4. Ack the batch's messages and commit. The consumer commits acked offsets only, so
+           the committed offset never passes a message whose counts and dead letter are not
+           on the broker: a SIGKILL anywhere replays from an offset whose effects are either
+           in the changelog (skipped by offset) or not (counted once).
+
+        During a rebalance the commit is left to Faust (it commits acked offsets of the
+        partitions it keeps; a revoked partition's new owner replays, exactly).
+        """
+        plan = plan_batch(batch.accepted, self._read, self.params_by_fp, self.tracked_by_fp, self.levels)
+        for key, state in plan.writes:  # 1. table values
+            with current_event(self._context(key.partition)):
+                self.table[key.encode()] = state.to_bytes()
+            self.retention.add(key)
+        acknowledgements = self.table.take_unacknowledged()
+        for message, rejection in batch.dead:  # 2. dead letters
+            headers = [
+                (REASON_HEADER, rejection.reason.encode()),
+                ("ocms-reject-detail", rejection.detail.encode()[:500]),
+                ("ocms-source", f"{message.topic}/{message.partition}/{message.offset}".encode()),
+            ]
+            acknowledgements.append(await self.dead_letters.send(key=message.key, value=message.value, headers=headers))
+        await self._acknowledged(acknowledgements)  # 3. on the broker
+        ack = self.app.consumer.ack  # 4. ack and commit
+        for message in batch.messages:
+            ack(message)
+        if not self.app.rebalancing:
+            await self.app.consumer.commit()
+        self._next_offset.update({p: offset + 1 for p, offset in batch.last_offsets().items()})
+        for message, rejection in batch.dead:
+            self.metrics.rejected.labels(rejection.reason).inc()
+            log.info("rejected %s/%d/%d: %s", message.topic, message.partition, message.offset, rejection)
+        for fp, n in plan.counted.items():
+            self.metrics.accepted.labels(fp).inc(n)
+        self.metrics.replayed.inc(plan.replayed)
+        if batch.accepted:
+            self.metrics.batch_reports.observe(plan.reports)
+            self.metrics.decode_seconds.observe(plan.decode_seconds)
+            self.metrics.last_processed.set(max(m.timestamp for m in batch.accepted))
+
+    async def _acknowledged(self, futures: list) -> None:
+        """Wait for the broker's acknowledgement of every future; a failed send crashes the
+        worker (what it wrote is not acked, so it is replayed after the restart)."""
+        if not futures:
+            return
+        try:
+            await asyncio.gather(*futures)
+        except Exception as exc:
+            log.error("the broker did not acknowledge a changelog record or dead letter: %s", exc)
+            await self.app.crash(exc)
+            raise
 
     def _context(self, partition: int) -> PartitionContext:
         context = self._contexts.get(partition)
@@ -310,7 +312,7 @@ class OCMSWorker:
             context = self._contexts[partition] = PartitionContext(SourcePartition(self.source_topic, partition))
         return context
 
-    def expire(self, now: float) -> int:
+    async def expire(self, now: float) -> int:
         """Delete the buckets of owned partitions that are past retention (tombstones in the
         changelog, so every worker's view drops them too); returns how many.
 
@@ -334,6 +336,7 @@ class OCMSWorker:
                 with current_event(self._context(key.partition)):
                     self.table.pop(key.encode(), None)
                 deleted += 1
+        await self._acknowledged(self.table.take_unacknowledged())
         if deleted:
             log.debug("retention deleted %d buckets", deleted)
         return deleted
@@ -388,11 +391,14 @@ class OCMSWorker:
             "view_keys": self.view.keys(),
             "view_lag_messages": self.reader.lag,
             "assigned_partitions": self.assigned_partitions(),
-            "pending_reports": self._pending_reports,
+            "pending_reports": self.pending.reports,
         }
 
     def run(self) -> int:
         from faust.worker import Worker
+
+        for problem in warnings_at_start():
+            log.warning("Faust internals: %s", problem)
 
         worker = Worker(self.app, loglevel=self.settings.log_level.upper(), quiet=True)
         if not worker.stdout.isatty():

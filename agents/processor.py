@@ -76,6 +76,100 @@ class MessageValidator:
 
 
 @dataclass
+class Batch:
+    """One micro-batch, taken for its checkpoint."""
+
+    messages: list  # every source message, accepted or rejected, in arrival order
+    accepted: list[AcceptedMessage]
+    dead: list[tuple[object, RejectedMessage]]  # (source message, why) for the dead-letter topic
+
+    def last_offsets(self) -> dict[int, int]:
+        """Highest offset of the batch per source partition."""
+        out: dict[int, int] = {}
+        for message in self.messages:
+            out[message.partition] = max(message.offset, out.get(message.partition, message.offset))
+        return out
+
+
+class PendingBatch:
+    """The micro-batch being gathered: pure bookkeeping, no Faust and no consumer.
+
+    Messages are source messages as the consumer delivers them (``partition``, ``offset``).
+    Where a message must leave the batch unacked and uncounted, ``add`` and
+    ``keep_partitions`` return it; the caller tells the consumer (it will be delivered
+    again, or its partition's new owner counts it) and counts it in the metrics.
+    """
+
+    def __init__(self, max_reports: int):
+        self.max_reports = max_reports
+        self.messages: list = []
+        self.accepted: list[AcceptedMessage] = []
+        self.dead: list[tuple[object, RejectedMessage]] = []
+        self.reports = 0
+        self.started = 0.0  # monotonic time of the batch's first message
+        self._newest: dict[int, int] = {}  # partition -> highest offset pending
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    @property
+    def full(self) -> bool:
+        return self.reports >= self.max_reports
+
+    def age(self, now: float) -> float:
+        """Seconds since the first pending message (0 when nothing is pending)."""
+        return now - self.started if self.messages else 0.0
+
+    def add(self, message, outcome: AcceptedMessage | RejectedMessage, now: float) -> list:
+        """Add one message with its validation outcome; returns the pending messages it
+        supersedes. A message at or below the partition's newest pending offset means the
+        consumer went back (a seek to the committed offset) and delivers them again: the
+        pending copies from that offset on are dropped and counted once, from this delivery.
+        Without this a batch holding both copies counts them twice (each is above the
+        stored offset)."""
+        superseded = []
+        newest = self._newest.get(message.partition)
+        if newest is not None and message.offset <= newest:
+            superseded = self._drop(lambda m: m.partition == message.partition and m.offset >= message.offset)
+        self._newest[message.partition] = message.offset
+        if isinstance(outcome, RejectedMessage):
+            self.dead.append((message, outcome))
+        else:
+            self.accepted.append(outcome)
+            self.reports += len(outcome.batch)
+        if not self.messages:
+            self.started = now
+        self.messages.append(message)
+        return superseded
+
+    def keep_partitions(self, owned: set[int]) -> list:
+        """Drop and return the pending messages of partitions not in ``owned`` (a rebalance
+        took them without Faust's wait for unacked messages): their new owner counts them
+        from the committed offset, which they are not below because they were never acked;
+        writing them here would race the owner's writes."""
+        dropped = self._drop(lambda m: m.partition not in owned)
+        for partition in {m.partition for m in dropped}:
+            self._newest.pop(partition, None)
+        return dropped
+
+    def take(self) -> Batch:
+        """Hand the pending batch over (for its checkpoint) and start an empty one."""
+        batch = Batch(self.messages, self.accepted, self.dead)
+        self.messages, self.accepted, self.dead, self.reports = [], [], [], 0
+        self._newest = {}
+        return batch
+
+    def _drop(self, stale) -> list:
+        dropped = [m for m in self.messages if stale(m)]
+        if dropped:
+            self.messages = [m for m in self.messages if not stale(m)]
+            self.accepted = [a for a in self.accepted if not stale(a)]
+            self.dead = [(m, rejection) for m, rejection in self.dead if not stale(m)]
+            self.reports = sum(len(a.batch) for a in self.accepted)
+        return dropped
+
+
+@dataclass
 class BatchPlan:
     """Table writes of one micro-batch and what they mean for the metrics."""
 

@@ -5,9 +5,10 @@ checks every parameter (unknown, duplicated, malformed, absurd or outside what
 exists: a 400 naming the parameter), takes a snapshot of the buckets the
 answer reads (``CountsView.snapshot``: references to immutable states) and
 states the answer's *work* before any of it is done; an answer over
-``MAX_WORK`` is refused. ``Answer.compute`` then reads only the snapshot, so it
-can run anywhere: the web layer runs cheap answers inline and heavy ones on
-its query thread, off the event loop.
+``MAX_WORK`` is refused. ``Answer.gather`` then sums the snapshot's counts
+(any thread) into a picklable :class:`Job`, and ``Estimator.finish`` turns
+that into the answer (any thread or process): the web layer runs cheap answers
+inline and heavy ones off the event loop (agents.web).
 
 Answers cost what they return: one value's estimate or trend reads that
 value's count from each state (O(points + states)), never all D counts, unless
@@ -24,7 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -62,12 +65,13 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
 #: Post-processing methods that act on each value alone (the others need all D estimates).
 ELEMENTWISE = ("none", "clip")
 
-# Work model, in rough nanoseconds of one CPU, stated before an answer starts.
+# Work model, in rough nanoseconds of one CPU (measured on the 2-CPU Xeon VM of
+# docs/results at D = 100,000), stated before an answer starts.
 SUM_COST = 1  # one count added (numpy)
-ESTIMATE_COST = 40  # one value estimated (numpy passes; sorting for norm_sub/simplex)
+ESTIMATE_COST = 250  # one value estimated with post-processing (numpy passes; a sort for norm_sub/simplex)
 STATE_COST = 300  # one state read for one value (Python)
-POINT_COST = 60_000  # one single-value estimate (a one-value sketch)
-RECORD_COST = 2_500  # one record answered (dict + JSON text)
+POINT_COST = 100_000  # one single-value estimate (a one-value sketch)
+RECORD_COST = 20_000  # one record answered (dict, float reprs, JSON text)
 #: Answers up to this much work run inline on the event loop (~ a millisecond).
 INLINE_WORK = 1_000_000
 #: Answers over this much work (~ seconds of CPU) are refused before they start.
@@ -207,11 +211,114 @@ class Window:
 
 @dataclass(frozen=True)
 class Answer:
-    """A checked request: its work (see the work model above) and the computation, which
-    reads only the snapshot taken by ``prepare`` and may run on any thread."""
+    """A checked request: its work (see the work model above) and ``gather``, which reads
+    only the snapshot taken by ``prepare`` (any thread) and returns a :class:`Job`: the
+    summed counts an :class:`Estimator` turns into the answer (any thread or process)."""
 
     work: int
-    compute: Callable[[], dict]
+    gather: Callable[[], "Job"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything an answer needs after the counts are summed (picklable, no view).
+
+    kind: "all" (every value), "top" (``k`` largest), "select" (``index`` from the estimates
+    of all values: post-processing that needs them), "one" (``index`` alone: a one-value
+    sketch), "trend" (``points`` of (from, to, n, count) of ``index``), "doc" (``doc`` is done).
+    """
+
+    kind: str
+    fp: str = ""
+    header: dict | None = None
+    options: EstimateOptions = EstimateOptions()
+    n: int = 0
+    counts: np.ndarray | None = None
+    index: int = 0
+    k: int = 0
+    points: tuple = ()
+    doc: dict | None = None
+
+
+class Estimator:
+    """Estimates and JSON records from summed counts, for the configured parameter sets."""
+
+    def __init__(self, sets: Mapping[str, tuple[OCMSParams, TrackedValues]]):
+        self.sets = dict(sets)
+        self._one: dict[tuple[str, int], TrackedValues] = {}
+
+    def estimate(self, fp: str, n: int, counts, options: EstimateOptions) -> Estimates:
+        params, tracked = self.sets[fp]
+        return OCMSSketch(params, tracked, counts, n).estimate(
+            confidence=options.confidence, interval=options.interval, postprocess_method=options.postprocess)
+
+    def estimate_one(self, fp: str, index: int, n: int, count: int, options: EstimateOptions) -> Estimates:
+        """The estimate of one value from its count alone (elementwise post-processing only): O(1)."""
+        params, tracked = self.sets[fp]
+        one = self._one.get((fp, index))
+        if one is None:
+            one = self._one[(fp, index)] = TrackedValues.of(params, [tracked.label(index)])
+        return OCMSSketch(params, one, [count], n).estimate(
+            confidence=options.confidence, interval=options.interval, postprocess_method=options.postprocess)
+
+    def finish(self, job: Job) -> dict:
+        if job.kind == "doc":
+            return job.doc
+        doc = dict(job.header)
+        if job.kind == "trend":
+            return self._trend(job, doc)
+        doc["n"] = job.n
+        if job.kind == "one":
+            count = int(job.counts[0])
+            doc["estimate"] = records(self.estimate_one(job.fp, job.index, job.n, count, job.options), [count])[0]
+            return doc
+        est = self.estimate(job.fp, job.n, job.counts, job.options)
+        if job.kind == "all":
+            doc["estimates"] = records(est, job.counts)
+        elif job.kind == "select":
+            doc["estimate"] = records(select(est, [job.index]), job.counts[[job.index]])[0]
+        else:  # top
+            doc["k"] = job.k
+            top = top_indices(est, job.k) if job.n else []
+            doc["top"] = records(select(est, top), job.counts[top]) if top else []
+        return doc
+
+    def _trend(self, job: Job, doc: dict) -> dict:
+        label = value_to_json(self.sets[job.fp][1].label(job.index))
+        points = []
+        for lo, hi, n, count in job.points:
+            if n == 0:
+                record = {"value": label, "match_count": 0}
+            else:
+                record = records(self.estimate_one(job.fp, job.index, n, count, job.options), [count])[0]
+            record.update({"from": lo, "to": hi, "n": n})
+            points.append(record)
+        doc["n"] = sum(p["n"] for p in points)
+        doc["points"] = points
+        return doc
+
+
+def to_json(doc: dict) -> bytes:
+    """JSON text of an answer (no NaN/Infinity: records carry null for an unbounded end)."""
+    return json.dumps(doc, allow_nan=False, separators=(",", ":")).encode()
+
+
+_PROCESS_ESTIMATOR: Estimator | None = None
+
+
+def start_answer_process(sets: Mapping[str, tuple[OCMSParams, TrackedValues]], niceness: int) -> None:
+    """Initializer of the answer process: its Estimator, and a lower CPU priority than intake."""
+    global _PROCESS_ESTIMATOR
+    _PROCESS_ESTIMATOR = Estimator(sets)
+    try:
+        os.nice(niceness)
+    except OSError:
+        pass
+
+
+def finish_json(job: Job) -> bytes:
+    """In the answer process: the answer's JSON text."""
+    return to_json(_PROCESS_ESTIMATOR.finish(job))
 
 
 def select(est: Estimates, indices) -> Estimates:
@@ -257,6 +364,7 @@ class EstimateService:
         # value (as value_from_json reads it) -> index; a range computes it instead.
         self.position = None if primary.is_range else {label: i for i, label in enumerate(self.labels)}
         self.watch = watch_indices(settings, primary)
+        self.estimator = Estimator({fp: (self.params[fp], self.tracked[fp]) for fp in self.params})
 
     # -------------------------------------------------------------- pieces
     def resolve_params(self, query: Mapping[str, str]) -> str:
@@ -347,13 +455,7 @@ class EstimateService:
         return Window("total")
 
     def estimate(self, fp: str, n: int, counts: np.ndarray, options: EstimateOptions) -> Estimates:
-        sketch = OCMSSketch(self.params[fp], self.tracked[fp], counts, n)
-        return sketch.estimate(confidence=options.confidence, interval=options.interval,
-                               postprocess_method=options.postprocess)
-
-    def one_value(self, fp: str, index: int) -> TrackedValues:
-        """A tracked set holding only the value at ``index``: its estimate costs O(1)."""
-        return TrackedValues.of(self.params[fp], [self.labels[index]])
+        return self.estimator.estimate(fp, n, counts, options)
 
     def value_index(self, raw: str, parameter: str = "value") -> int:
         """Index of a value given as ``value_from_json`` reads it (integers: decimal digits)."""
@@ -398,7 +500,7 @@ class EstimateService:
         query = check_query(endpoint, query.items())
         if endpoint == "params":
             doc = self.params_doc()
-            return Answer(0, lambda: doc)
+            return Answer(0, lambda: Job("doc", doc=doc))
         fp = self.resolve_params(query)
         options = EstimateOptions.parse(query)
         d = len(self.tracked[fp])
@@ -410,50 +512,26 @@ class EstimateService:
             k = parse_int("k", query.get("k", "10"), 1, d)
         window = self.window_from_query(query)
         snapshot, states = self._snapshot(fp, window)
-        range_parameter = "from" if window.kind == "range" else "window"
-
-        def header(n: int) -> dict:
-            return self._header(fp, window, n, options)
-
+        what = "this range" if window.kind == "range" else "this window"
+        parameter = "from" if window.kind == "range" else "window"
+        header = self._header(fp, window, 0, options)
         if endpoint == "estimate_value" and options.postprocess in ELEMENTWISE:
-            one = self.one_value(fp, index)
-
-            def compute_value() -> dict:
+            def gather_one() -> Job:
                 n, count = sum_states_at(snapshot, index)
-                est = OCMSSketch(self.params[fp], one, [count], n).estimate(
-                    confidence=options.confidence, interval=options.interval, postprocess_method=options.postprocess)
-                return dict(header(n), estimate=records(est, [count])[0])
+                return Job("one", fp, header, options, n, np.array([count], np.int64), index=index)
 
-            return Answer(self._bounded(states * STATE_COST + POINT_COST, range_parameter, "this range"),
-                          compute_value)
-
+            return Answer(self._bounded(states * STATE_COST + POINT_COST, parameter, what), gather_one)
         full = states * d * SUM_COST + d * ESTIMATE_COST
-        if endpoint == "estimates":
-            work = self._bounded(full + d * RECORD_COST, range_parameter, "this range")
+        kind, returned = {"estimates": ("all", d), "estimate_value": ("select", 1), "topk": ("top", 0)}[endpoint]
+        if kind == "top":
+            returned = k
 
-            def compute_all() -> dict:
-                n, counts = sum_states(snapshot, d)
-                return dict(header(n), estimates=records(self.estimate(fp, n, counts, options), counts))
-
-            return Answer(work, compute_all)
-        if endpoint == "estimate_value":
-            def compute_processed() -> dict:
-                n, counts = sum_states(snapshot, d)
-                est = self.estimate(fp, n, counts, options)
-                return dict(header(n), estimate=records(select(est, [index]), counts[[index]])[0])
-
-            return Answer(self._bounded(full + RECORD_COST, range_parameter, "this range"), compute_processed)
-
-        def compute_top() -> dict:
+        def gather() -> Job:
             n, counts = sum_states(snapshot, d)
-            doc = dict(header(n), k=k, top=[])
-            if n:
-                est = self.estimate(fp, n, counts, options)
-                top = top_indices(est, k)
-                doc["top"] = records(select(est, top), counts[top])
-            return doc
+            return Job(kind, fp, header, options, n, counts, index=index if kind == "select" else 0,
+                       k=k if kind == "top" else 0)
 
-        return Answer(self._bounded(full + k * RECORD_COST, range_parameter, "this range"), compute_top)
+        return Answer(self._bounded(full + returned * RECORD_COST, parameter, what), gather)
 
     def _prepare_trend(self, fp: str, options: EstimateOptions, query: Mapping[str, str]) -> Answer:
         if "value" not in query:
@@ -469,7 +547,7 @@ class EstimateService:
             raise ApiError("step", f"{points_count:,} points exceed the limit of {MAX_TREND_POINTS:,}; "
                                    "use a larger step or a shorter range")
         snapshot, states = self._snapshot(fp, window)
-        params, d = self.params[fp], len(self.tracked[fp])
+        d = len(self.tracked[fp])
         elementwise = options.postprocess in ELEMENTWISE
         if elementwise:
             work = states * STATE_COST + points_count * (POINT_COST + RECORD_COST)
@@ -477,50 +555,54 @@ class EstimateService:
             work = states * d * SUM_COST + points_count * (d * ESTIMATE_COST + RECORD_COST)
         self._bounded(work, "step", f"{points_count:,} points" + (
             "" if elementwise else f" of postprocess={options.postprocess} over {d:,} values"))
-        one = self.one_value(fp, index)
-        label = value_to_json(self.labels[index])
+        header = self._header(fp, window, 0, options)
+        header.update({"value": value_to_json(self.labels[index]), "step": step})
 
-        def compute() -> dict:
-            points = []
+        def spans():
+            """(from, to, that span's buckets) per point, walking the sorted snapshot once."""
             position = 0
             for lo in range(window.start, window.stop, step):
                 hi = min(lo + step, window.stop)
                 first = position
                 while position < len(snapshot) and snapshot[position][0] < hi:
                     position += 1
-                buckets = snapshot[first:position]
-                if elementwise:
-                    n, count = sum_states_at(buckets, index)
-                    est = None if n == 0 else OCMSSketch(params, one, [count], n).estimate(
-                        confidence=options.confidence, interval=options.interval,
-                        postprocess_method=options.postprocess)
-                else:
-                    n, counts = sum_states(buckets, d)
-                    count = int(counts[index])
-                    est = None if n == 0 else select(self.estimate(fp, n, counts, options), [index])
-                if est is None:
-                    record = {"value": label, "match_count": 0}
-                else:
-                    record = records(est, [count])[0]
-                record.update({"from": lo, "to": hi, "n": n})
-                points.append(record)
-            doc = self._header(fp, window, sum(p["n"] for p in points), options)
-            doc.update({"value": label, "step": step, "points": points})
-            return doc
+                yield lo, hi, snapshot[first:position]
 
-        return Answer(work, compute)
+        def gather() -> Job:
+            if elementwise:  # one count per state: O(points + states)
+                points = tuple((lo, hi, *sum_states_at(buckets, index)) for lo, hi, buckets in spans())
+                return Job("trend", fp, header, options, index=index, points=points)
+            # Post-processing needs every value's estimate at every point: computed here, numpy only.
+            doc = dict(header, points=[])
+            for lo, hi, buckets in spans():
+                n, counts = sum_states(buckets, d)
+                if n == 0:
+                    record = {"value": header["value"], "match_count": 0}
+                else:
+                    est = select(self.estimate(fp, n, counts, options), [index])
+                    record = records(est, counts[[index]])[0]
+                record.update({"from": lo, "to": hi, "n": n})
+                doc["points"].append(record)
+            doc["n"] = sum(p["n"] for p in doc["points"])
+            return Job("doc", doc=doc)
+
+        return Answer(work, gather)
+
+    def answer(self, endpoint: str, query: Mapping[str, str], value: str | None = None) -> dict:
+        """The answer computed here and now (tests, tools; the web layer splits the steps)."""
+        return self.estimator.finish(self.prepare(endpoint, query, value).gather())
 
     def estimates(self, query: Mapping[str, str]) -> dict:
-        return self.prepare("estimates", query).compute()
+        return self.answer("estimates", query)
 
     def estimate_value(self, value: str, query: Mapping[str, str]) -> dict:
-        return self.prepare("estimate_value", query, value).compute()
+        return self.answer("estimate_value", query, value)
 
     def topk(self, query: Mapping[str, str]) -> dict:
-        return self.prepare("topk", query).compute()
+        return self.answer("topk", query)
 
     def trend(self, query: Mapping[str, str]) -> dict:
-        return self.prepare("trend", query).compute()
+        return self.answer("trend", query)
 
     def reports(self, fp: str) -> int:
         """Reports counted under ``fp`` (all time): O(partitions), no counts summed."""

@@ -2,64 +2,78 @@
 
 The event loop that serves these routes also runs intake, the changelog view
 and /healthz, so no request may hold it for long. ``EstimateService.prepare``
-checks a request and states its work on the loop (cheap, bounded); an answer
-of little work is computed inline, a heavy one (e.g. /estimates of 100,000
-values, /topk or a long /trend) on one query thread from the snapshot taken by
-``prepare``, JSON text included. That thread runs one answer at a time and at
-most ``QUERY_CPU_SHARE`` of one CPU (after an answer that took t seconds of
-CPU it rests t * (1 / share - 1)), so a storm of queries cannot starve intake;
-at most ``MAX_WAITING`` answers wait for it, more are turned away with 503 and
-Retry-After rather than queued without bound.
+checks a request and states its work on the loop (cheap, bounded). An answer
+of little work is computed inline. A heavy one (e.g. /estimates of 100,000
+values, /topk, a long /trend) is computed off the loop in two steps:
+
+* the query thread sums the snapshot's counts (numpy, which releases the GIL);
+* the answer process turns the sums into estimates, records and JSON text.
+  Building 100,000 records and their JSON is seconds of pure Python: in a
+  thread it would hold the GIL and stall the loop (each of the loop's system
+  calls then waits for the GIL), so it runs in a process of its own, at a
+  lower CPU priority than intake.
+
+One heavy answer is computed at a time; the query thread uses at most
+``QUERY_CPU_SHARE`` of a CPU (after t seconds of CPU it rests
+t * (1 / share - 1)); at most ``MAX_WAITING`` heavy answers wait, more are
+turned away with 503 and Retry-After instead of queueing without bound.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import multiprocessing
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Callable
 
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .query import INLINE_WORK, ApiError, check_query
+from .query import INLINE_WORK, ApiError, Answer, Estimator, check_query, finish_json, start_answer_process, to_json
 
 if TYPE_CHECKING:
     from .app import OCMSWorker
 
 #: CPU of one core the query thread may use on average while answers wait.
 QUERY_CPU_SHARE = 0.25
-#: Heavy answers that may wait for the query thread; more get 503.
+#: Heavy answers that may wait; more get 503.
 MAX_WAITING = 8
+#: The answer process runs this much nicer than the worker (intake first).
+ANSWER_NICENESS = 10
 JSON_TYPE = "application/json"
 
 
 class QueryBusy(Exception):
-    """The query thread has ``MAX_WAITING`` answers waiting already."""
-
-
-def to_json(doc: dict) -> bytes:
-    # allow_nan=False: JSON has no NaN/Infinity; records map unbounded ends to null first.
-    return json.dumps(doc, allow_nan=False, separators=(",", ":")).encode()
+    """``MAX_WAITING`` heavy answers are waiting already (or the answer process restarts)."""
 
 
 class QueryRunner:
-    """One thread for heavy answers, used at most ``cpu_share`` of the time on average."""
+    """Heavy answers off the event loop: sums on one thread, the rest in one process."""
 
-    def __init__(self, cpu_share: float = QUERY_CPU_SHARE, max_waiting: int = MAX_WAITING):
+    def __init__(self, estimator: Estimator, cpu_share: float = QUERY_CPU_SHARE, max_waiting: int = MAX_WAITING):
+        self.estimator = estimator
         self.cpu_share = cpu_share
         self.max_waiting = max_waiting
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ocms-query")
+        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ocms-query")
+        self.process: ProcessPoolExecutor | None = None
         self.waiting = 0
         self.rest_until = 0.0
         self._turn: asyncio.Lock | None = None
         self.answered = 0
-        self.busy_seconds = 0.0  # CPU time of the query thread
 
-    async def run(self, compute: Callable[[], bytes]) -> bytes:
+    def _process(self) -> ProcessPoolExecutor:
+        if self.process is None:
+            # spawn: a fresh interpreter (forking a running Faust worker copies its threads' locks).
+            self.process = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                initializer=start_answer_process, initargs=(self.estimator.sets, ANSWER_NICENESS))
+        return self.process
+
+    async def run(self, answer: Answer) -> bytes:
         if self.waiting >= self.max_waiting:
-            raise QueryBusy()
+            raise QueryBusy(f"{self.max_waiting} heavy queries are waiting already; retry later")
         if self._turn is None:
             self._turn = asyncio.Lock()  # created on the loop that serves requests
         self.waiting += 1
@@ -68,24 +82,34 @@ class QueryRunner:
                 rest = self.rest_until - time.monotonic()
                 if rest > 0:
                     await asyncio.sleep(rest)
-                body, cpu = await asyncio.get_running_loop().run_in_executor(self.executor, _timed, compute)
-                self.answered += 1
-                self.busy_seconds += cpu
+                loop = asyncio.get_running_loop()
+                job, cpu = await loop.run_in_executor(self.thread, _timed, answer.gather)
                 self.rest_until = time.monotonic() + cpu * (1.0 / self.cpu_share - 1.0)
+                try:
+                    body = await loop.run_in_executor(self._process(), finish_json, job)
+                except BrokenProcessPool:
+                    self.process = None  # the answer process died (e.g. killed): a new one next time
+                    raise QueryBusy("the answer process restarted; retry") from None
+                self.answered += 1
                 return body
         finally:
             self.waiting -= 1
 
+    def close(self) -> None:
+        self.thread.shutdown(wait=False, cancel_futures=True)
+        if self.process is not None:
+            self.process.shutdown(wait=False, cancel_futures=True)
 
-def _timed(compute: Callable[[], bytes]) -> tuple[bytes, float]:
+
+def _timed(compute: Callable):
     start = time.thread_time()
-    body = compute()
-    return body, time.thread_time() - start
+    result = compute()
+    return result, time.thread_time() - start
 
 
 def add_pages(app: faust.App, worker: "OCMSWorker") -> None:
     service = worker.service
-    runner = QueryRunner()
+    runner = QueryRunner(service.estimator)
 
     def error(web, exc: ApiError):
         return web.bytes(to_json(exc.as_json()), content_type=JSON_TYPE, status=exc.status)
@@ -95,13 +119,13 @@ def add_pages(app: faust.App, worker: "OCMSWorker") -> None:
             query = check_query(endpoint, request.query.items())
             prepared = service.prepare(endpoint, query, value)
             if prepared.work <= INLINE_WORK:
-                body = to_json(prepared.compute())
+                body = to_json(service.estimator.finish(prepared.gather()))
             else:
-                body = await runner.run(lambda: to_json(prepared.compute()))
+                body = await runner.run(prepared)
         except ApiError as exc:
             return error(web, exc)
-        except QueryBusy:
-            doc = {"error": f"{runner.max_waiting} heavy queries are waiting already; retry later", "status": 503}
+        except QueryBusy as exc:
+            doc = {"error": str(exc), "status": 503}
             return web.bytes(to_json(doc), content_type=JSON_TYPE, status=503, headers={"Retry-After": "1"})
         return web.bytes(body, content_type=JSON_TYPE)
 

@@ -5,6 +5,8 @@ Routes:
 * ``POST /v1/reports`` -- the parameter fingerprint in the messages decides the metric;
 * ``POST /v1/metrics/{name}/reports`` -- the same, and every message must belong to
   metric ``name`` (404 for a metric the registry does not hold, 400 ``foreign_metric``);
+* ``GET /v1/metrics``, ``GET /v1/metrics/{name}`` -- the live metric versions (parameters,
+  fingerprint, categories): what a client needs to privatize and upload;
 * ``GET /healthz`` -- 200 while Kafka is reachable, else 503 (load balancers drain it);
 * ``GET /metrics`` -- Prometheus exposition.
 
@@ -41,6 +43,9 @@ ACCESS_LOG_FORMAT = '"%r" %s %b %Tf'
 ACCESS_LOG_FORMAT_WITH_CLIENT = '%a "%r" %s %b %Tf "%{User-Agent}i"'
 
 COLLECTOR_KEY = web.AppKey("collector", object)
+
+#: Client faults answered after --reject-delay-ms (not 408: already slow; not 429/503: Retry-After says when).
+TARPIT_STATUSES = frozenset((400, 401, 403, 404, 413, 415, 422))
 
 
 class CollectorMetrics:
@@ -102,6 +107,8 @@ class Collector:
         self.outlet = KafkaOutlet(settings, self.metrics, producer_factory)
         self.lanes: dict[bytes, Lane] = {}
         self.retry_after = str(settings.retry_after_seconds)
+        self.closing = False
+        self.reject_delay = settings.reject_delay_ms / 1000
         self.metrics.kafka_available.set(0)
 
     # ------------------------------------------------------------------- app
@@ -110,6 +117,8 @@ class Collector:
         app[COLLECTOR_KEY] = self
         app.router.add_post("/v1/reports", self.post_reports)
         app.router.add_post("/v1/metrics/{metric}/reports", self.post_reports)
+        app.router.add_get("/v1/metrics", self.list_metrics)
+        app.router.add_get("/v1/metrics/{metric}", self.describe_metric)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.prometheus)
         app.on_startup.append(self._on_startup)
@@ -120,9 +129,28 @@ class Collector:
         await self.outlet.start()
 
     async def _on_shutdown(self, app) -> None:
+        # Uploads still arriving on open connections get 503 from here on; those already in a
+        # lane are sent and answered before the producer stops.
+        self.closing = True
         await self.outlet.close(list(self.lanes.values()))
 
     # --------------------------------------------------------------- handlers
+    def _metric_doc(self, spec) -> dict:
+        """What a client needs to report: each live version's parameters and fingerprint."""
+        return {"name": spec.name, "description": spec.description, "unit": spec.unit,
+                "upload": f"/v1/metrics/{spec.name}/reports",
+                "versions": [v.describe() for v in spec.live_versions]}
+
+    async def list_metrics(self, request: web.Request) -> web.Response:
+        return web.json_response({"metrics": [self._metric_doc(spec) for spec in self.registry.metrics]})
+
+    async def describe_metric(self, request: web.Request) -> web.Response:
+        try:
+            spec = self.parser.metric(request.match_info["metric"])
+        except UploadRejected as exc:
+            return _answer(exc.status, exc.reason, exc.detail)
+        return web.json_response(self._metric_doc(spec))
+
     async def healthz(self, request: web.Request) -> web.Response:
         doc = {"kafka": "available" if self.outlet.available else "unavailable", "queued_reports": self.outlet.queued,
                "metrics": len(self.registry.metrics)}
@@ -143,16 +171,20 @@ class Collector:
         except UploadRejected as exc:
             response = _answer(exc.status, exc.reason, exc.detail)
         self.metrics.count(response.status, response.ocms_reason, time.perf_counter() - started)
+        if response.status in TARPIT_STATUSES and self.reject_delay:
+            # A client sending garbage waits before its next upload on this connection: a closed-loop
+            # reject storm slows itself down instead of crowding valid uploads out of the event loop.
+            await asyncio.sleep(self.reject_delay)
         return response
 
     async def _upload(self, request: web.Request) -> web.Response:
-        metric = request.match_info.get("metric")
-        if metric is not None:
-            self.parser.metric(metric)  # 404 unknown_metric before anything else is read
         try:
             app = self.auth.identify(request.headers.get("Authorization"))
         except AuthError as exc:
             return _answer(401, exc.reason, str(exc), headers={"WWW-Authenticate": 'Bearer realm="ocms"'})
+        metric = request.match_info.get("metric")
+        if metric is not None:
+            self.parser.metric(metric)  # 404 unknown_metric before the body is read
         if app is not None and app.metrics is not None and metric is not None and metric not in app.metrics:
             return _answer(403, "metric_not_allowed", f"application {app.name!r} may not upload metric {metric!r}")
         limited = self.limiter.check(app)
@@ -203,18 +235,23 @@ class Collector:
         return _json(status, doc, headers)
 
     async def _accept(self, body: bytes, ctype: str, metric: str | None, app) -> tuple[int, dict, dict | None]:
+        records = batch = None
         try:
             if ctype == JSON_CONTENT_TYPE:
                 upload = self.parser.parse_json(body, metric)
+                version, batch, n = upload.version, upload.batch, len(upload.batch)
             else:
-                upload = self.parser.parse_binary(body, metric)
+                framed = self.parser.frame_binary(body, metric)
+                if framed is None:  # not well framed: the full decode names the fault
+                    upload = self.parser.parse_binary(body, metric)
+                    version, batch, n = upload.version, upload.batch, len(upload.batch)
+                else:
+                    version, records, n = framed
         except UploadRejected as exc:
             return exc.status, {"status": exc.status, "reason": exc.reason, "detail": exc.detail}, None
-        version = upload.version
         if app is not None and app.metrics is not None and version.metric not in app.metrics:
             return 403, {"status": 403, "reason": "metric_not_allowed",
                          "detail": f"application {app.name!r} may not upload metric {version.metric!r}"}, None
-        n = len(upload.batch)
         outlet = self.outlet
         if outlet.queued + n > self.settings.max_queued_reports:
             return 503, {"status": 503, "reason": "queue_full", "detail": "too many reports waiting for Kafka; retry later"}, \
@@ -222,22 +259,40 @@ class Collector:
         if not outlet.available:
             return 503, {"status": 503, "reason": "kafka_unavailable", "detail": "Kafka is unavailable; retry later"}, \
                 {"Retry-After": self.retry_after}
+        if self.closing:
+            return 503, {"status": 503, "reason": "shutting_down", "detail": "this collector is stopping; retry"}, \
+                {"Retry-After": self.retry_after}
         lane = self.lanes.get(version.fingerprint)
         if lane is None:
             lane = self.lanes[version.fingerprint] = Lane(
                 version, outlet, self.settings.frame_max_reports, self.settings.frame_max_latency_ms / 1000,
                 int(getattr(version, "bucket_seconds", 60) or 60))
+            lane.clock = self.clock
         outlet.queued += n
         self.metrics.queue_reports.set(outlet.queued)
-        acked = await lane.add(upload.batch, self.clock())
         try:
-            await acked
-        except KafkaUnavailable as exc:
+            if records is not None:
+                await lane.submit(records, n)  # validated with the other uploads of this loop turn
+            else:
+                await (await lane.add(batch, self.clock()))
+        except KafkaUnavailable as exc:  # the frame failed (the outlet released its queue places)
             return 503, {"status": 503, "reason": "kafka_unavailable", "detail": f"Kafka did not acknowledge: {exc}"}, \
+                {"Retry-After": self.retry_after}
+        except UploadRejected as exc:  # a report of this upload failed the batch validation
+            self._release(n)
+            return exc.status, {"status": exc.status, "reason": exc.reason, "detail": exc.detail}, None
+        except Exception as exc:  # the lane closed under us (shutdown): nothing of this upload was buffered
+            self._release(n)
+            log.warning("upload not buffered: %s: %s", type(exc).__name__, exc)
+            return 503, {"status": 503, "reason": "shutting_down", "detail": "this collector is stopping; retry"}, \
                 {"Retry-After": self.retry_after}
         self.metrics.reports_accepted.labels(version.metric).inc(n)
         return 202, {"status": 202, "reason": "accepted", "accepted": n, "metric": version.metric,
                      "version": version.version}, None
+
+    def _release(self, n: int) -> None:
+        self.outlet.queued -= n
+        self.metrics.queue_reports.set(self.outlet.queued)
 
     async def _read_body(self, request: web.Request) -> bytes | None:
         limit = self.settings.max_body_bytes

@@ -31,8 +31,12 @@ FLAGS = (
     ("--frame-max-reports", "frame_max_reports", "most reports per Kafka frame [default 10000]"),
     ("--frame-max-latency-ms", "frame_max_latency_ms", "longest a report waits for its frame [default 5]"),
     ("--kafka-timeout-ms", "kafka_timeout_ms", "Kafka request timeout [default 5000]"),
+    ("--kafka-idempotence", "kafka_idempotence", "auto|on|off: Kafka's idempotent producer (auto: on when the "
+     "broker supports it) [default auto]"),
     ("--retry-after-seconds", "retry_after_seconds", "Retry-After of 503 answers [default 2]"),
     ("--body-timeout-seconds", "body_timeout_seconds", "the whole body must arrive within this [default 10]; else 408"),
+    ("--reject-delay-ms", "reject_delay_ms", "answer client faults (400/401/403/404/413/415/422) after this delay, "
+     "so a reject storm slows itself down [default 200; 0 = off]"),
     ("--tokens-file", "tokens_file", "JSON of applications and token SHA-256 hashes: bearer tokens required"),
     ("--rate-limit", "rate_limit", "global uploads/s [default 0 = off]"),
     ("--rate-burst", "rate_burst", "global burst [default = the rate]"),
@@ -40,7 +44,7 @@ FLAGS = (
     ("--app-rate-burst", "app_rate_burst", "per-application burst [default = the rate]"),
     ("--idempotency-window-seconds", "idempotency_window_seconds", "retries with the same Idempotency-Key within "
      "this window are answered once [default 900; 0 = off]"),
-    ("--idempotency-max-keys", "idempotency_max_keys", "most remembered keys [default 500000]"),
+    ("--idempotency-max-keys", "idempotency_max_keys", "most remembered keys, ~400 bytes each [default 200000]"),
     ("--access-log-client-addresses", "access_log_client_addresses", "log client addresses and user agents "
      "(off by default: privacy at the edge)"),
     ("--access-log", "access_log", "true|false: access log lines at info level [default true]"),

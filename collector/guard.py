@@ -180,11 +180,22 @@ class RateLimiter:
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 
-@dataclass
 class _Entry:
-    body_hash: bytes
-    expires: float
-    answer: asyncio.Future  # (status, json document)
+    """One key: while the first attempt waits, ``answer`` is its future; after a 202 only
+    ``accepted`` = (reports, metric, version) is kept (a few hundred bytes per key in all)."""
+
+    __slots__ = ("body_hash", "expires", "answer", "accepted")
+
+    def __init__(self, body_hash: bytes, expires: float, answer: asyncio.Future):
+        self.body_hash = body_hash
+        self.expires = expires
+        self.answer: asyncio.Future | None = answer
+        self.accepted: tuple | None = None
+
+
+def accepted_doc(accepted: tuple) -> dict:
+    n, metric, version = accepted
+    return {"status": 202, "reason": "accepted", "accepted": n, "metric": metric, "version": version}
 
 
 class IdempotencyCache:
@@ -193,8 +204,8 @@ class IdempotencyCache:
     Only accepted uploads (202) are remembered: a retry gets the same 202 and is not
     produced again. A retry that arrives while the first attempt still waits for Kafka
     waits for the same answer. Any other answer forgets the key, so a retry after a
-    503 is tried afresh. At most ``max_keys`` keys (oldest dropped first). The cache
-    lives in one collector process: see docs/collector.md for replicas.
+    503 is tried afresh. At most ``max_keys`` keys (oldest dropped first; about 350 bytes
+    each). The cache lives in one collector process: see docs/collector.md for replicas.
     """
 
     def __init__(self, window: float, max_keys: int, clock: Callable[[], float] = time.monotonic):
@@ -215,24 +226,26 @@ class IdempotencyCache:
         entries = self._entries
         while entries:
             key, entry = next(iter(entries.items()))
-            if entry.expires > now:
-                break
-            if not entry.answer.done():
-                break  # still in flight: never drop it under a retry
+            if entry.expires > now or entry.answer is not None:
+                break  # not expired, or still in flight: never dropped under a retry
             entries.popitem(last=False)
 
     def lookup(self, key: tuple, body_hash: bytes) -> asyncio.Future | None:
-        """The earlier answer's future for ``key``, or None (then call ``begin``).
+        """A future of the earlier answer (status, document) for ``key``, or None (then call ``begin``).
 
         Raises KeyReusedError when the key came with a different body."""
         now = self.clock()
         self._expire(now)
         entry = self._entries.get(key)
-        if entry is None or (entry.expires <= now and entry.answer.done()):
+        if entry is None or (entry.expires <= now and entry.answer is None):
             return None
         if entry.body_hash != body_hash:
             raise KeyReusedError("this Idempotency-Key was used for a different body; use a fresh random key per upload")
-        return entry.answer
+        if entry.answer is not None:
+            return entry.answer
+        done = asyncio.get_running_loop().create_future()
+        done.set_result((202, accepted_doc(entry.accepted)))
+        return done
 
     def begin(self, key: tuple, body_hash: bytes) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
@@ -247,12 +260,14 @@ class IdempotencyCache:
         entry = self._entries.get(key)
         if entry is None:
             return
-        if not entry.answer.done():
+        if entry.answer is not None and not entry.answer.done():
             entry.answer.set_result((status, doc))
         if status != 202:
             del self._entries[key]
-        else:
-            entry.expires = self.clock() + self.window
+            return
+        entry.accepted = (doc["accepted"], doc["metric"], doc["version"])
+        entry.answer = None
+        entry.expires = self.clock() + self.window
 
 
 class KeyReusedError(OCMSError):

@@ -38,6 +38,9 @@ from producer.reporter import is_retriable
 
 log = logging.getLogger(__name__)
 
+#: Most reports validated by one decode call in a lane's batch validation.
+DRAIN_MAX_REPORTS = 65_536
+
 
 class KafkaUnavailable(Exception):
     """The frame holding an upload was not acknowledged (Kafka down, timed out, or refused it)."""
@@ -66,6 +69,10 @@ class Lane:
 
     def __post_init__(self):
         self.lock = asyncio.Lock()
+        self.pending: collections.deque = collections.deque()  # (records, n, future) awaiting validation
+        self.drain_scheduled = False
+        self.drains: set[asyncio.Task] = set()
+        self.clock = time.time
         self.waiters: collections.deque[_Waiter] = collections.deque()
         self.record_size = wire.record_size(self.version.params)
         self.batcher = FrameBatcher(self.version.params, send=self._dispatch, max_records=self.max_records,
@@ -73,19 +80,106 @@ class Lane:
         self.max_records = self.batcher.max_records  # capped by the frame byte limit
 
     async def add(self, batch: ReportBatch, now: float) -> asyncio.Future:
-        """Buffer one upload; the returned future resolves when its frame is acknowledged."""
-        n = len(batch)
-        bucket_ms = int(now // self.bucket_seconds) * self.bucket_seconds * 1000
+        """Buffer one decoded upload; the returned future resolves when its frame is acknowledged."""
+        future = asyncio.get_running_loop().create_future()
         async with self.lock:
-            if self.batcher.buffered and (self.batcher.buffered + n > self.max_records or bucket_ms != self.bucket_ms):
-                await self.batcher.flush()  # the frame being filled is complete or of an older bucket
+            await self._add_locked(batch, [(len(batch), future)], now)
+        return future
+
+    def submit(self, records: bytes, n: int) -> asyncio.Future:
+        """Buffer one upload given as raw records (its framing already checked); validated in a batch.
+
+        Uploads submitted in the same event-loop turn are decoded and validated together with one
+        :func:`cms_core.wire.decode_message` call (the per-call cost dominates single-report uploads);
+        if that fails, each is decoded alone, so a bad upload gets its own reason and the others go on.
+        The future raises UploadRejected for a bad upload, KafkaUnavailable when its frame fails.
+        """
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append((records, n, future))
+        if not self.drain_scheduled:
+            self.drain_scheduled = True
+            asyncio.get_running_loop().call_soon(self._start_drain)
+        return future
+
+    def _start_drain(self) -> None:
+        task = asyncio.ensure_future(self._drain())
+        self.drains.add(task)
+        task.add_done_callback(self.drains.discard)
+
+    async def _drain(self) -> None:
+        from .uploads import UploadRejected
+
+        async with self.lock:
+            items, total = [], 0
+            while self.pending and (not items or total + self.pending[0][1] <= DRAIN_MAX_REPORTS):
+                item = self.pending.popleft()
+                items.append(item)
+                total += item[1]
+            if self.pending:
+                asyncio.get_running_loop().call_soon(self._start_drain)  # the rest in the next turn
+            else:
+                self.drain_scheduled = False
+            params, fingerprint = self.version.params, self.version.fingerprint
+            registry = {fingerprint: params}
+            try:
+                try:
+                    message = wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, fingerprint, total)
+                    _, batch = wire.decode_message(message + b"".join(r for r, _, _ in items), registry)
+                    good = items
+                except wire.WireFormatError:
+                    good, parts = [], []
+                    for records, n, future in items:
+                        message = wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, fingerprint, n)
+                        try:
+                            parts.append(wire.decode_message(message + records, registry)[1])
+                        except wire.WireFormatError as exc:
+                            future.set_exception(UploadRejected(400, exc.reason, str(exc)))
+                            continue
+                        good.append((records, n, future))
+                    batch = (parts[0] if len(parts) == 1 else ReportBatch.concat(parts)) if parts else None
+                if good:
+                    await self._add_locked(batch, [(n, future) for _, n, future in good], self.clock())
+            except BaseException as exc:
+                for _, _, future in items:
+                    if not future.done():
+                        future.set_exception(exc if isinstance(exc, Exception) else KafkaUnavailable("cancelled"))
+                if not isinstance(exc, Exception):
+                    raise
+
+    async def _add_locked(self, batch: ReportBatch, uploads: list[tuple[int, asyncio.Future]], now: float) -> None:
+        """Add consecutive uploads (their reports in order in ``batch``), never splitting one over two frames."""
+        bucket_ms = int(now // self.bucket_seconds) * self.bucket_seconds * 1000
+        if self.batcher.buffered and bucket_ms != self.bucket_ms:
+            await self.batcher.flush()  # the frame being filled belongs to an older bucket
+        start, i = 0, 0
+        while i < len(uploads):
+            if uploads[i][0] > self.max_records - self.batcher.buffered:
+                await self.batcher.flush()  # the frame being filled is complete for this upload
             if not self.batcher.buffered:
                 self.bucket_ms = bucket_ms
-            future = asyncio.get_running_loop().create_future()
-            self.waiters.append(_Waiter(self.added + n, future, self.added))
-            self.added += n
-            await self.batcher.add(batch)
-        return future
+            room = self.max_records - self.batcher.buffered
+            j, size, position = i, 0, self.added
+            waiters = []
+            while j < len(uploads) and size + uploads[j][0] <= room:
+                n, future = uploads[j]
+                waiters.append(_Waiter(position + n, future, position))
+                position += n
+                size += n
+                j += 1
+            if not waiters:
+                raise AssertionError(f"an upload of {uploads[i][0]} reports exceeds the frame bound {self.max_records}")
+            self.waiters.extend(waiters)
+            self.added = position
+            try:
+                await self.batcher.add(batch if start == 0 and size == len(batch) else batch.slice(start, start + size))
+            except BaseException:
+                # Refused before buffering (the batcher is closed): forget these uploads' positions.
+                for waiter in reversed(waiters):
+                    if self.waiters and self.waiters[-1] is waiter:
+                        self.waiters.pop()
+                self.added -= size
+                raise
+            start, i = start + size, j
 
     async def _dispatch(self, frame: bytes) -> None:
         """FrameBatcher's send: hand the frame to Kafka without waiting for the acknowledgement."""
@@ -100,6 +194,8 @@ class Lane:
         self.outlet.produce(frame, self.bucket_ms, records, mine, self.version)
 
     async def close(self) -> None:
+        while self.drains:
+            await asyncio.gather(*list(self.drains), return_exceptions=True)
         await self.batcher.close()
 
 
@@ -122,6 +218,7 @@ class KafkaOutlet:
         self._probe: asyncio.Task | None = None
         self._closing = False
         self.last_error: str | None = "not connected yet"
+        self.idempotent = settings.kafka_idempotence != "off"
 
     def config(self) -> dict:
         s = self.settings
@@ -134,6 +231,7 @@ class KafkaOutlet:
             "retry_backoff_ms": 100,
             "max_request_size": 1_048_576,
             "max_batch_size": 1_048_576,
+            "enable_idempotence": self.idempotent,
         }
         return config
 
@@ -157,6 +255,13 @@ class KafkaOutlet:
                         await producer.stop()
                     except Exception:
                         pass
+                    if self.idempotent and self.settings.kafka_idempotence == "auto" and not is_retriable(exc):
+                        # The broker answered but refused InitProducerId (no idempotence support).
+                        log.warning("Kafka at %s does not support the idempotent producer (%s); producing without "
+                                    "it: a frame re-sent after a lost answer may be stored twice",
+                                    self.settings.bootstrap_servers, type(exc).__name__)
+                        self.idempotent = False
+                        continue
                 else:
                     self.producer = producer
                     self._available()

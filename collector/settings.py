@@ -51,10 +51,15 @@ class CollectorSettings:
     frame_max_latency_ms: float = 5.0
     #: aiokafka's per-request timeout: an upload caught by an outage waits at most about this long.
     kafka_timeout_ms: int = 5000
+    #: Kafka's idempotent producer: a frame aiokafka re-sends after a lost answer is stored once.
+    #: auto = on when the broker supports it (Apache Kafka does; the embedded Tansu broker does not).
+    kafka_idempotence: str = "auto"
     #: Retry-After of 503 (Kafka unavailable / queue full) and the Kafka probe interval.
     retry_after_seconds: int = 2
     #: Slow uploads: the whole body must arrive within this many seconds (else 408).
     body_timeout_seconds: float = 10.0
+    #: Client faults (400, 401, 403, 404, 413, 415, 422) are answered after this delay (reject storms).
+    reject_delay_ms: float = 200.0
     tokens_file: str | None = None
     #: Global rate limit in uploads/s (0 = off) and its burst.
     rate_limit: float = 0.0
@@ -63,7 +68,8 @@ class CollectorSettings:
     app_rate_limit: float = 0.0
     app_rate_burst: int = 0
     idempotency_window_seconds: int = 900
-    idempotency_max_keys: int = 500_000
+    #: About 400 bytes per key: 200,000 keys hold ~80 MB.
+    idempotency_max_keys: int = 200_000
     #: Access log lines hold no client address unless an operator turns this on.
     access_log_client_addresses: bool = False
     access_log: bool = True
@@ -97,13 +103,19 @@ class CollectorSettings:
         for name, (lo, hi) in ints.items():
             if name in raw:
                 out[name] = _int(env_name(name), raw[name], lo, hi)
-        floats = {"frame_max_latency_ms": False, "body_timeout_seconds": False, "rate_limit": True, "app_rate_limit": True}
+        floats = {"frame_max_latency_ms": False, "body_timeout_seconds": False, "rate_limit": True, "app_rate_limit": True,
+                  "reject_delay_ms": True}
         for name, zero_ok in floats.items():
             if name in raw:
                 out[name] = _float(env_name(name), raw[name], zero_ok)
         for name in ("access_log_client_addresses", "access_log"):
             if name in raw:
                 out[name] = _bool(env_name(name), raw[name])
+        if "kafka_idempotence" in raw:
+            mode = str(raw["kafka_idempotence"]).lower()
+            if mode not in ("auto", "on", "off"):
+                raise InvalidParameterError(env_name("kafka_idempotence"), raw["kafka_idempotence"], "expected auto, on or off")
+            out["kafka_idempotence"] = mode
         if "log_level" in raw:
             level = str(raw["log_level"]).lower()
             if level not in LOG_LEVELS:

@@ -10,7 +10,7 @@ reason the worker's dead-letter topic would give it.
 JSON form (``Content-Type: application/json``), for web clients::
 
     {"fingerprint": "eee2f6ee10f1ea54",            # or "version": 2 on /v1/metrics/{name}/reports
-     "reports": [{"a0": "1", "a1": "10006", "z": "3"}, ...]}
+     "reports": [{"a0": "1", "a1": "10006", "z": "3"}, ...]}    # direct-RR metrics: [{"z": "3"}, ...]
 
 Numbers are JSON strings of decimal digits (``cms_core.values`` rule: GF(2^128)
 coefficients do not fit a JSON number); plain JSON integers are accepted too.
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from cms_core import wire
 from cms_core.reports import ReportBatch
+from producer.gateway import DEFAULT_MAX_FRAME_BYTES
 
 WIRE_CONTENT_TYPE = "application/vnd.ocms.wire-v1"
 #: Also accepted for the binary form (generic HTTP clients).
@@ -67,8 +68,52 @@ class UploadParser:
             for v in spec.versions:
                 self.versions[v.fingerprint] = (v, v.version in live)
         self.params = {fp: v.params for fp, (v, _) in self.versions.items()}
+        self.record_sizes = {fp: wire.record_size(p) for fp, p in self.params.items()}
+        # An upload must fit one frame, and a frame stays under the batcher's byte bound.
+        self.limits = {fp: min(max_reports, (DEFAULT_MAX_FRAME_BYTES - wire.HEADER_SIZE) // size)
+                       for fp, size in self.record_sizes.items()}
 
     # ----------------------------------------------------------------- binary
+    def frame_binary(self, body: bytes, metric: str | None) -> tuple[object, bytes, int] | None:
+        """(version, raw records, count) of a well-framed binary upload, else None.
+
+        Checks only the framing (headers, fingerprints, counts, lengths: the cheap part); the
+        records are validated by the lane, many uploads per decode call. None means "not
+        well framed": :meth:`parse_binary` then gives the exact reason.
+        """
+        size_of = len(body)
+        offset, version, total, parts = 0, None, 0, []
+        header = wire.HEADER
+        while offset < size_of:
+            if size_of - offset < wire.HEADER_SIZE:
+                return None
+            magic, wire_version, kind, fingerprint, count = header.unpack_from(body, offset)
+            if magic != wire.MAGIC or wire_version != wire.VERSION or kind not in (wire.KIND_REPORT, wire.KIND_FRAME):
+                return None
+            found = self.versions.get(fingerprint)
+            if found is None or not found[1]:
+                return None
+            this = found[0]
+            if (version is not None and this is not version) or (metric is not None and this.metric != metric):
+                return None
+            version = this
+            if count < 1 or (kind == wire.KIND_REPORT and count != 1):
+                return None
+            total += count
+            if total > self.limits[fingerprint]:
+                return None
+            end = offset + wire.HEADER_SIZE + count * self.record_sizes[fingerprint]
+            if end > size_of:
+                return None
+            parts.append((offset + wire.HEADER_SIZE, end))
+            offset = end
+        if version is None:
+            return None
+        if len(parts) == 1:
+            start, end = parts[0]
+            return version, body[start:end], total
+        return version, b"".join(body[start:end] for start, end in parts), total
+
     def parse_binary(self, body: bytes, metric: str | None) -> Upload:
         if not body:
             raise _bad("empty", "the upload has no body; send one or more wire-v1 messages")
@@ -84,10 +129,11 @@ class UploadParser:
                 raise _bad("mixed_parameter_sets", f"message at byte {offset} is for {_name(this)}, the upload began "
                            f"with {_name(version)}: send one metric version per upload")
             version = this
-            size = wire.record_size(this.params)
-            if count > self.max_reports or total + count > self.max_reports:
+            size = self.record_sizes[fingerprint]
+            limit = self.limits[fingerprint]
+            if count > limit or total + count > limit:
                 raise UploadRejected(413, "too_many_reports",
-                                     f"more than {self.max_reports} reports in one upload (message at byte {offset} "
+                                     f"more than {limit} reports in one upload (message at byte {offset} "
                                      f"declares {count}); split the upload")
             end = offset + wire.HEADER_SIZE + count * size
             # A message ends where its header says; an undersized tail is 'truncated', and
@@ -122,19 +168,28 @@ class UploadParser:
         reports = doc.get("reports")
         if not isinstance(reports, list) or not reports:
             raise _bad("empty" if reports == [] else "malformed_json", "\"reports\" must be a non-empty list")
-        if len(reports) > self.max_reports:
-            raise UploadRejected(413, "too_many_reports", f"{len(reports)} reports; at most {self.max_reports} per upload")
+        limit = self.limits[version.fingerprint]
+        if len(reports) > limit:
+            raise UploadRejected(413, "too_many_reports", f"{len(reports)} reports; at most {limit} per upload")
         params = version.params
         w, zw = params.coefficient_bytes, params.z_bytes
+        # Direct randomized response (mechanism "direct") sends z alone; OCMS+RR sends a0, a1, z.
+        keys = ("z",) if params.mechanism == "direct" else ("a0", "a1", "z")
+        shape = "{" + ", ".join(f'"{k}": "..."' for k in keys) + "}"
         parts = [wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, version.fingerprint, len(reports))]
         for i, report in enumerate(reports):
-            if not isinstance(report, dict) or set(report) != {"a0", "a1", "z"}:
-                raise _bad("malformed_json", f"reports[{i}]: expected {{\"a0\": \"...\", \"a1\": \"...\", \"z\": \"...\"}}")
-            a0, a1, z = (_json_int(report[k], f"reports[{i}].{k}") for k in ("a0", "a1", "z"))
-            if a0 >= 1 << (8 * w) or a1 >= 1 << (8 * w):
-                raise _bad("coefficient_out_of_field", f"reports[{i}]: a0 or a1 outside the field {params.field}")
+            if not isinstance(report, dict) or set(report) != set(keys):
+                raise _bad("malformed_json", f"reports[{i}]: expected {shape} ({params.mechanism} reports)")
+            numbers = {k: _json_int(report[k], f"reports[{i}].{k}") for k in keys}
+            z = numbers["z"]
             if z >= 1 << (8 * zw):
                 raise _bad("z_out_of_range", f"reports[{i}]: z={z} >= m={params.hash_range}")
+            if len(keys) == 1:
+                parts.append(z.to_bytes(zw, "big"))
+                continue
+            a0, a1 = numbers["a0"], numbers["a1"]
+            if a0 >= 1 << (8 * w) or a1 >= 1 << (8 * w):
+                raise _bad("coefficient_out_of_field", f"reports[{i}]: a0 or a1 outside the field {params.field}")
             parts.append(a0.to_bytes(w, "big") + a1.to_bytes(w, "big") + z.to_bytes(zw, "big"))
         try:
             _, batch = wire.decode_message(b"".join(parts), {version.fingerprint: params})

@@ -155,6 +155,9 @@ class DeviceReporter:
             ``start()``, ``stop()`` and ``send_and_wait(topic, value, key=)``;
             defaults to :class:`aiokafka.AIOKafkaProducer` (tests inject fakes).
         producer_config: extra keyword arguments for the producer.
+        transport: an :class:`HttpTransport` to upload through an ``ocms collector``
+            instead of Kafka; ``bootstrap_servers``, ``topic`` and ``device_key`` are then
+            not needed (nothing identifying the device is sent).
     """
 
     def __init__(

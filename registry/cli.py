@@ -75,6 +75,8 @@ def add_registry_commands(sub) -> None:
                               "parameters, fingerprint and category names; dataset labels map to categories by name")
         simulate.add_argument("--metric", help="with --registry: the metric the fleet reports")
         simulate.add_argument("--metric-version", type=int, help="with --registry: this version (default the newest live)")
+        simulate.add_argument("--discovery", action="store_true", help="with --registry: discovery reports (a random "
+                              "level each, docs/discovery.md) of a metric with a discovery: block, to a capture (--out)")
         defaults = {"epsilon": simulate.get_default("epsilon"), "dataset": simulate.get_default("dataset")}
         simulate.set_defaults(func=_simulate_dispatch(simulate.get_default("func"), defaults), epsilon=None, dataset=None)
 
@@ -110,8 +112,8 @@ def _estimate_dispatch(single):
 def _simulate_dispatch(single, defaults):
     def simulate_command(args) -> int:
         if args.registry is None:
-            if args.metric is not None or args.metric_version is not None:
-                raise OCMSError("--metric/--metric-version need --registry FILE")
+            if args.metric is not None or args.metric_version is not None or getattr(args, "discovery", False):
+                raise OCMSError("--metric/--metric-version/--discovery need --registry FILE")
             for name, value in defaults.items():  # unset only so that --registry can tell them apart
                 if getattr(args, name) is None:
                     setattr(args, name, value)

@@ -78,7 +78,7 @@ NAME_PATTERN = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 PRIVACY_KEYS = ("epsilon", "mode", "f_star", "tracked_count", "hash_range", "mechanism")
 DOMAIN_KEYS = ("categories", "integers", "strings")
 METRIC_KEYS = ("name", "description", "owner", "unit", *DOMAIN_KEYS, "tracked", "bucket", "retention", "rollup",
-               "watch", "top_k", "min_reports", "versions", *PRIVACY_KEYS)
+               "watch", "top_k", "min_reports", "versions", "discovery", *PRIVACY_KEYS)
 VERSION_KEYS = ("version", *PRIVACY_KEYS, "add_categories", "retired", "note")
 ROLLUP_KEYS = ("bucket", "retention")
 TOP_KEYS = ("metrics",)
@@ -290,6 +290,11 @@ class _Loader:
         if domain is None or versions_raw is None:
             return None
         kind, base_names, size = domain
+        from .discovery import parse_discovery_block  # issue 15: optional 'discovery:' block
+
+        discoverable = parse_discovery_block(self, entry, kind, size, label, _key_line, _show)
+        if discoverable is False:
+            return None
         # Categories of each version: the metric's list plus every add_categories up to that version.
         names_by_version = self.category_versions(kind, base_names, versions_raw, label)
         exposure = self.exposure(entry, label)
@@ -305,10 +310,19 @@ class _Loader:
                 continue
             retired = self.flag(vmap, "retired", label, vnum) if vmap is not None else False
             note = self.text(vmap, "note", label, required=False, version=vnum) if vmap is not None else None
+            if discoverable is not None:
+                try:
+                    from cms_core.discovery import level_params
+
+                    level_params(label, vnum, params.epsilon, discoverable)
+                except InvalidParameterError as exc:
+                    self.problem(_key_line(entry, "discovery"), f"no level parameters at this epsilon: {exc}",
+                                 label, "discovery", vnum)
+                    continue
             versions.append(MetricVersion(
                 metric=label, version=vnum, params=params, domain=kind,
                 value_names=tuple(names) if kind == "categories" else None, tracked=tracked,
-                watch=(), retired=bool(retired), note=note, line=vline, **exposure))
+                watch=(), retired=bool(retired), note=note, line=vline, discovery=discoverable, **exposure))
         if len(self.problems) > before or exposure is None or name is None:
             return None  # a bad name was reported; the rest of the metric was still checked under "#N"
         versions = self.apply_watch(entry, versions, label)

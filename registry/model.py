@@ -62,6 +62,7 @@ class MetricVersion:
     retired: bool = False
     note: str | None = None
     line: int | None = None
+    discovery: object = None  # cms_core.discovery.DiscoveryDomain when declared (issue 15, registry/discovery.py)
     _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------ identity
@@ -186,6 +187,7 @@ class MetricVersion:
             "watch": list(self.watch),
             "top_k": self.top_k,
             "params": self.params.describe(),
+            **({"discovery": self.discovery.describe()} if self.discovery is not None else {}),
         }
 
 

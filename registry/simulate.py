@@ -85,6 +85,13 @@ def cmd_simulate(args) -> int:
     version = spec.version(args.metric_version) if args.metric_version is not None else spec.latest
     if not version.live:
         print(f"note: {version.binding} is retired; workers do not count it", file=sys.stderr)
+    if getattr(args, "discovery", False):  # issue 15: discovery reports (agents/discovery.py)
+        from agents.discovery import simulate_discovery
+
+        if version.discovery is None:
+            raise OCMSError(f"--discovery: metric {version.metric!r} version {version.version} declares no "
+                            "'discovery:' block")
+        return simulate_discovery(args, version)
     dataset = dataset_for(version, args.dataset)
     reports = args.reports if args.reports is not None or args.duration is not None else 100_000
     settings = simulator.SimulationSettings(

@@ -1,7 +1,9 @@
-"""agents.app without a broker: what the worker's pending micro-batch holds.
+"""agents.app without a broker: the wiring of the pending micro-batch and the checkpoint.
 
 The exactness argument (skip events at or below the stored offset) covers replays
 *across* batches; a batch that held two copies of one message would count both.
+The checkpoint's order (values and dead letters on the broker before any ack) is
+checked with a table and topic whose acknowledgements the test releases.
 """
 
 import asyncio
@@ -15,6 +17,7 @@ from faust.types import TP
 
 from agents.app import OCMSWorker
 from agents.settings import WorkerSettings
+from agents.state import BucketKey
 from cms_core import OCMSParams
 
 from .harness import report_messages
@@ -44,7 +47,7 @@ def deliveries(partition: int, offsets, seed: int = 1) -> list:
 
 
 def pending(worker) -> list[tuple[int, int]]:
-    return [(a.partition, a.offset) for a in worker._accepted]
+    return [(a.partition, a.offset) for a in worker.pending.accepted]
 
 
 def test_a_message_delivered_again_before_the_flush_is_counted_once(worker):
@@ -58,9 +61,9 @@ def test_a_message_delivered_again_before_the_flush_is_counted_once(worker):
     for m in again:
         worker.receive(m)
     assert sorted(pending(worker)) == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 0), (1, 1), (1, 2)]
-    assert worker._pending_reports == 8 * FRAME
+    assert worker.pending.reports == 8 * FRAME
     assert worker.untracked == first[2:]  # the stale copies: neither counted nor acked
-    assert first[2] not in worker._messages and again[0] in worker._messages
+    assert first[2] not in worker.pending.messages and again[0] in worker.pending.messages
     assert worker.metrics.redelivered._value.get() == 3
 
 
@@ -68,7 +71,7 @@ def test_a_rejected_message_delivered_again_goes_to_the_dead_letters_once(worker
     bad = SimpleNamespace(topic=SOURCE, partition=0, offset=0, key=b"k", value=b"junk", timestamp=time.time())
     worker.receive(bad)
     worker.receive(SimpleNamespace(**vars(bad)))
-    assert len(worker._dead) == 1 and len(worker._messages) == 1 and worker._pending_reports == 0
+    assert len(worker.pending.dead) == 1 and len(worker.pending) == 1 and worker.pending.reports == 0
 
 
 def test_offsets_that_move_forward_keep_the_batch(worker):
@@ -85,25 +88,143 @@ def test_pending_messages_of_a_partition_no_longer_owned_are_dropped_not_written
         worker.receive(m)
     worker.owned = {0}
     worker._drop_unowned()
-    assert pending(worker) == [(0, 0), (0, 1), (0, 2)] and worker._pending_reports == 3 * FRAME
+    assert pending(worker) == [(0, 0), (0, 1), (0, 2)] and worker.pending.reports == 3 * FRAME
     assert worker.untracked == lost
     worker.receive(deliveries(1, [0], seed=2)[0])  # given back later: a fresh start, no stale copies
     assert pending(worker)[-1] == (1, 0) and worker.untracked == lost
 
 
-@pytest.mark.parametrize("embedded, wait_ms", [(True, 100), (False, 1500)])
-def test_the_embedded_broker_gets_a_short_fetch_wait(embedded, wait_ms):
-    """Tansu holds a fetch that found no data for its whole max wait (Faust's 1.5 s showed
-    up as ~1 s latency spikes); Kafka answers as data arrives, so Faust's wait stays there."""
+async def settle() -> None:
+    """Let every runnable task run until it waits on something the test has not released."""
+    for _ in range(20):
+        await asyncio.sleep(0)
 
-    async def fetch_wait():
-        settings = WorkerSettings.build(PARAMS, embedded_broker=embedded, bootstrap_servers="127.0.0.1:1",
-                                        app_id="unit-fetch", tracked_range="0:10")
-        worker = OCMSWorker(settings)
-        consumer = worker.app.consumer._thread._create_worker_consumer(worker.app.transport)
-        try:
-            return consumer._fetch_max_wait_ms
-        finally:
-            await consumer.stop()
 
-    assert asyncio.run(fetch_wait()) == wait_ms
+class HeldTable:
+    """The counts table's surface the checkpoint uses; each write's broker acknowledgement
+    is a future the test resolves."""
+
+    def __init__(self, journal: list):
+        self.journal, self.values, self.futures, self.every_future = journal, {}, [], []
+
+    def get(self, key):
+        return self.values.get(key)
+
+    def __setitem__(self, key, value):
+        self.values[key] = value
+        self.futures.append(asyncio.get_running_loop().create_future())
+        self.every_future.append(self.futures[-1])
+        self.journal.append("write")
+
+    def take_unacknowledged(self):
+        futures, self.futures = self.futures, []
+        return futures
+
+
+def held_worker(worker, monkeypatch):
+    journal = []
+    worker.table = HeldTable(journal)
+    dead_futures = []
+
+    async def send_dead_letter(**kwargs):
+        dead_futures.append(asyncio.get_running_loop().create_future())
+        journal.append("dead letter")
+        return dead_futures[-1]
+
+    async def commit():
+        journal.append("commit")
+
+    async def crash(exc):
+        journal.append(f"crash: {exc}")
+
+    worker.dead_letters = SimpleNamespace(send=send_dead_letter)
+    consumer = type(worker.app).consumer
+    consumer.ack = lambda message: journal.append(("ack", message.partition, message.offset))
+    consumer.commit = commit
+    monkeypatch.setattr(worker.app, "crash", crash)
+    return journal, dead_futures
+
+
+def test_the_checkpoint_acks_only_after_the_broker_holds_values_and_dead_letters(worker, monkeypatch):
+    journal, dead_futures = held_worker(worker, monkeypatch)
+    bad = SimpleNamespace(topic=SOURCE, partition=1, offset=0, key=b"k", value=b"junk", timestamp=time.time())
+    for m in deliveries(0, range(3)) + [bad]:
+        worker.receive(m)
+    reason = worker.pending.dead[0][1].reason
+
+    async def run():
+        checkpoint = asyncio.ensure_future(worker.checkpoint(worker.pending.take()))
+        await settle()
+        assert not checkpoint.done()
+        assert journal.count("write") == 2 and journal[-1] == "dead letter"  # bucket + cumulative key
+        for future in worker.table.every_future:
+            future.set_result(None)
+        await settle()
+        assert not checkpoint.done() and not [e for e in journal if e[0] == "ack"]  # one still unacknowledged
+        dead_futures[-1].set_result(None)
+        await checkpoint
+
+    asyncio.run(run())
+    assert journal == ["write", "write", "dead letter", ("ack", 0, 0), ("ack", 0, 1), ("ack", 0, 2), ("ack", 1, 0),
+                       "commit"]
+    assert worker.metrics.rejected.labels(reason)._value.get() == 1
+
+
+def test_a_send_the_broker_refuses_acks_nothing_and_crashes_the_worker(worker, monkeypatch):
+    journal, _ = held_worker(worker, monkeypatch)
+    for m in deliveries(0, range(2)):
+        worker.receive(m)
+
+    async def run():
+        checkpoint = asyncio.ensure_future(worker.checkpoint(worker.pending.take()))
+        await settle()
+        worker.table.every_future[0].set_exception(RuntimeError("not leader"))
+        with pytest.raises(RuntimeError):
+            await checkpoint
+
+    asyncio.run(run())
+    assert journal == ["write", "write", "crash: not leader"]
+
+
+class KeyTable:
+    """The table surface retention uses: keys, pop (recording the partition of the current
+    event each delete was sent under) and the acknowledgements to wait for."""
+
+    def __init__(self, keys):
+        self.values = {key.encode(): b"v" for key in keys}
+        self.deleted = []
+
+    def keys(self):
+        return self.values.keys()
+
+    def pop(self, key, default=None):
+        from faust.streams import current_event as faust_current_event
+
+        self.deleted.append((BucketKey.decode(key), faust_current_event().message.partition))
+        return self.values.pop(key, default)
+
+    def take_unacknowledged(self):
+        return []
+
+
+def test_retention_is_read_from_the_table_after_every_rebalance(worker, monkeypatch):
+    """Buckets this process never wrote (written before a restart, or by the previous owner
+    of a partition) expire too; partitions not owned are left to their owner; nothing is
+    deleted while a rebalance is under way."""
+    fp = PARAMS.fingerprint.hex()
+    now = 1_699_999_980  # a multiple of 60
+    old = [BucketKey(fp, p, 60, now - 86_400 - 120) for p in (0, 1, 2)]
+    fresh = BucketKey(fp, 0, 60, now - 60)
+    worker.table = KeyTable(old + [fresh, BucketKey.total(fp, 0)])
+    app = worker.app
+    monkeypatch.setattr(app, "rebalancing", True)
+    assert asyncio.run(worker.expire(now)) == 0 and worker.table.deleted == []
+    monkeypatch.setattr(app, "rebalancing", False)
+    assert asyncio.run(worker.expire(now)) == 2  # partitions 0 and 1 are owned, 2 is not
+    assert sorted(worker.table.deleted) == [(old[0], 0), (old[1], 1)]  # each under its own partition
+    worker.owned = {0, 1, 2}  # partition 2 moved here: its table keys are indexed on the next pass
+    monkeypatch.setattr(app, "rebalancing_count", app.rebalancing_count + 1)
+    assert asyncio.run(worker.expire(now)) == 1 and worker.table.deleted[-1] == (old[2], 2)
+    assert asyncio.run(worker.expire(now + 86_400 - 1)) == 0  # fresh ends at now, retention 24 h
+    assert asyncio.run(worker.expire(now + 86_400)) == 1 and worker.table.deleted[-1] == (fresh, 0)
+    assert len(worker.table.values) == 1  # the cumulative key never expires

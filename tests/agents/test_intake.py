@@ -1,4 +1,5 @@
-"""agents.intake without Kafka: which messages the consumer hands to the worker.
+"""agents.intake without Kafka: which messages the consumer hands to the worker
+(the consumer lives in agents.faust_internals, with every private Faust name).
 
 Faust's own ``getmany`` is replaced by a scripted batch, so each test sees exactly
 what the fetcher would: the messages it still yields (other topics) and the
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TP
 
-from agents import intake
+from agents import faust_internals
 from agents.intake import IntakeApp, IntakeConsumer, IntakeTransport
 
 SOURCE = "reports"
@@ -164,7 +165,7 @@ def test_without_an_intake_every_message_takes_faust_s_path(monkeypatch):
 
 
 def test_the_loop_yields_to_other_tasks_during_a_long_batch(monkeypatch):
-    monkeypatch.setattr(intake, "YIELD_EVERY", 10)
+    monkeypatch.setattr(faust_internals, "YIELD_EVERY", 10)
     batch = [message(SOURCE, 0, i) for i in range(100)]
     ticks = []
 

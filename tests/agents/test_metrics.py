@@ -221,3 +221,37 @@ def test_pipeline_metrics_registries_are_independent():
     text = generate_latest(b.registry).decode()
     (replayed,) = [f for f in text_string_to_metric_families(text) if f.name == "ocms_reports_replayed"]
     assert [s.value for s in replayed.samples] == [0.0]
+
+
+AWKWARD = [" a", "a ", "a", "", "line\nbreak", "caf\u00e9", "cafe\u0301", "\U0001f389", 'q"\\', "x{y}=z,"]
+
+
+@pytest.mark.parametrize("domain, values", [
+    ("string", AWKWARD),
+    ("integer", [2**53 + 1, 2**63, 2**64 - 1, 0]),
+])
+def test_awkward_value_labels_round_trip_exactly(tmp_path, domain, values):
+    """Issue 18: a label is the value as value_to_json writes it and parses back byte for byte."""
+    from cms_core.values import elements_to_array, encode_value, limbs_for, value_to_json
+    from producer.values_file import write_values_file
+
+    params = OCMSParams.build(2.0, value_domain="string") if domain == "string" else OCMSParams.build(2.0, 2**64)
+    path = tmp_path / "tracked.jsonl"
+    write_values_file(path, values)
+    s = WorkerSettings.build(params, {}, bootstrap_servers="k:9092", tracked_file=str(path), top_k=len(values))
+    tracked = TrackedValues.of(params, values)
+    rng = np.random.default_rng(4)
+    elements = elements_to_array([encode_value(params, v) for v in values for _ in range(30)], limbs_for(params))
+    batch = simulate_reports(params, elements, rng)
+    view = CountsView()
+    fp = params.fingerprint.hex()
+    view.apply(BucketKey.total(fp, 0).encode(),
+               PartialCounts(len(batch), kernel.match_counts(params, batch, tracked), 1).to_bytes())
+    service = EstimateService(s, view, clock=lambda: NOW)
+    families = scrape(service)
+    exported = [x.labels["value"] for x in families["ocms_estimate_ratio"].samples if x.labels["window"] == "total"]
+    assert sorted(exported) == sorted(value_to_json(v) for v in values)
+    answers = {r["value"]: r["frequency"] for r in service.estimates({})["estimates"]}
+    for sample in families["ocms_estimate_ratio"].samples:
+        if sample.labels["window"] == "total":
+            assert sample.value == answers[sample.labels["value"]]

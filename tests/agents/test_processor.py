@@ -9,6 +9,7 @@ where only some of a batch's table writes landed.
 import json
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from agents.processor import (
     REJECT_REASONS,
     AcceptedMessage,
     MessageValidator,
+    PendingBatch,
     RejectedMessage,
     RetentionIndex,
     expired,
@@ -521,3 +523,58 @@ def test_retention_index_reset_replaces_what_it_held():
     index.reset([written_before, BucketKey.total(FP1, 3), BucketKey(FP1, 3, 3600, NOW_E)])
     assert len(index) == 2
     assert index.due(NOW_E) == [BucketKey(FP1, 3, 3600, NOW_E), written_before]  # unknown level first
+
+
+
+# ------------------------------------------------------------------ pending batch
+def source(partition: int, offset: int):
+    return SimpleNamespace(partition=partition, offset=offset)
+
+
+def accepted_for(message, reports: int = 5) -> AcceptedMessage:
+    batch = simulate_reports(P1, np.arange(reports, dtype=np.uint64), np.random.default_rng(message.offset))
+    return AcceptedMessage(message.partition, message.offset, NOW, FP1, batch)
+
+
+def test_pending_batch_fills_ages_and_hands_over():
+    batch = PendingBatch(max_reports=10)
+    assert not batch and batch.age(5.0) == 0.0
+    first, second, junk = source(0, 4), source(1, 9), source(0, 5)
+    assert batch.add(first, accepted_for(first), now=100.0) == []
+    assert batch.add(junk, RejectedMessage("truncated", "short"), now=100.5) == []
+    assert not batch.full and batch.age(101.0) == 1.0
+    assert batch.add(second, accepted_for(second), now=102.0) == []
+    assert batch.full and batch.reports == 10
+    taken = batch.take()
+    assert taken.messages == [first, junk, second] and [a.offset for a in taken.accepted] == [4, 9]
+    assert [(m, r.reason) for m, r in taken.dead] == [(junk, "truncated")]
+    assert taken.last_offsets() == {0: 5, 1: 9}
+    assert not batch and batch.reports == 0 and batch.add(source(0, 5), accepted_for(source(0, 5)), 103.0) == []
+
+
+def test_pending_batch_returns_the_copies_a_redelivery_supersedes():
+    """A seek back to offset 2 of partition 0: the pending copies 2..4 are returned (the
+    caller untracks them) and the new delivery is counted instead, once."""
+    batch = PendingBatch(max_reports=1000)
+    first = [source(0, o) for o in range(5)]
+    for m in first + [source(1, 0)]:
+        batch.add(m, RejectedMessage("empty", "no value") if m.offset == 3 else accepted_for(m), now=0.0)
+    assert len(batch.dead) == 1
+    again = source(0, 2)
+    superseded = batch.add(again, accepted_for(again), now=0.0)
+    assert superseded == first[2:]
+    assert [(a.partition, a.offset) for a in batch.accepted] == [(0, 0), (0, 1), (1, 0), (0, 2)]
+    assert batch.dead == [] and batch.reports == 4 * 5
+    assert batch.add(source(0, 3), accepted_for(source(0, 3)), now=0.0) == []  # forward again: kept
+
+
+def test_pending_batch_drops_partitions_no_longer_owned_and_forgets_their_offsets():
+    batch = PendingBatch(max_reports=1000)
+    kept, lost = [source(0, o) for o in range(3)], [source(1, o) for o in range(2)]
+    for m in kept + lost:
+        batch.add(m, accepted_for(m), now=0.0)
+    assert batch.keep_partitions({0, 2}) == lost
+    assert batch.messages == kept and batch.reports == 15
+    assert batch.keep_partitions({0}) == []
+    back = source(1, 0)  # given back later: a fresh start, not a redelivery of a dropped copy
+    assert batch.add(back, accepted_for(back), now=0.0) == [] and batch.messages[-1] is back

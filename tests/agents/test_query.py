@@ -500,3 +500,180 @@ def test_naive_iso_is_utc_whatever_the_local_zone(monkeypatch):
 
 def test_iso_time_helper_matches_epoch():
     assert datetime(2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc).timestamp() == NOW
+
+
+# ------------------------------------------------- cost: what an answer returns
+class Counting:
+    """Counts calls of a function and the tracked-set sizes of the sketches built."""
+
+    def __init__(self, monkeypatch):
+        import agents.query as query
+
+        self.sums = 0
+        self.sketch_sizes: list[int] = []
+        real_sum, real_sketch = query.sum_states, query.OCMSSketch
+
+        def sum_states(snapshot, d):
+            self.sums += 1
+            return real_sum(snapshot, d)
+
+        def sketch(params, tracked, counts=None, n=0):
+            self.sketch_sizes.append(len(tracked))
+            return real_sketch(params, tracked, counts, n)
+
+        monkeypatch.setattr(query, "sum_states", sum_states)
+        monkeypatch.setattr(query, "OCMSSketch", sketch)
+
+
+@pytest.mark.parametrize("postprocess", ["none", "clip"])
+def test_trend_of_one_value_never_touches_all_d_counts(monkeypatch, postprocess):
+    """Issue 17: a trend point built records for all D values to return one (O(P x D))."""
+    service = make_service()
+    counting = Counting(monkeypatch)
+    doc = service.trend({"value": "3", "from": str(BUCKETS[0]), "to": str(CUR + 60), "postprocess": postprocess})
+    assert counting.sums == 0  # no point sums the D-vectors
+    assert counting.sketch_sizes == [1] * sum(1 for p in doc["points"] if p["n"])  # one-value sketches only
+    reference = SERVICE.trend({"value": "3", "from": str(BUCKETS[0]), "to": str(CUR + 60), "postprocess": postprocess})
+    assert doc == reference
+
+
+def test_trend_work_is_linear_in_points_and_independent_of_d():
+    small = EstimateService(settings(), CountsView(), clock=lambda: NOW)
+    big = EstimateService(settings(tracked_range=(0, 1000), watch=()), CountsView(), clock=lambda: NOW)
+    query = {"value": "3", "from": "-12h", "step": "60"}
+    assert big.prepare("trend", query).work == small.prepare("trend", query).work  # D = 1,000 vs 50
+    one = small.prepare("trend", {"value": "3", "from": "-1h", "step": "60"}).work
+    twelve = small.prepare("trend", {"value": "3", "from": "-12h", "step": "60"}).work
+    assert 11 < twelve / one < 13
+    # post-processing over all values costs D per point
+    norm = dict(query, postprocess="norm_sub")
+    assert big.prepare("trend", norm).work > 5 * small.prepare("trend", norm).work
+
+
+def test_estimate_of_one_value_reads_one_count(monkeypatch):
+    counting = Counting(monkeypatch)
+    doc = make_service().estimate_value("7", {"from": str(BUCKETS[0])})
+    assert counting.sums == 0 and counting.sketch_sizes == [1]
+    assert doc == SERVICE.estimate_value("7", {"from": str(BUCKETS[0])})
+    # norm_sub needs every value's estimate: then (and only then) all D counts are summed.
+    make_service().estimate_value("7", {"postprocess": "norm_sub"})
+    assert counting.sums == 1 and counting.sketch_sizes[-1] == D
+
+
+def test_answers_over_the_work_limit_are_refused_before_any_work(monkeypatch):
+    import agents.query as query
+
+    monkeypatch.setattr(query, "MAX_WORK", 10_000)
+    counting = Counting(monkeypatch)
+    with pytest.raises(ApiError) as info:
+        SERVICE.trend({"value": "3", "from": "-3d", "step": "600", "postprocess": "norm_sub"})
+    assert info.value.parameter == "step" and "of work" in info.value.message
+    with pytest.raises(ApiError) as info:
+        SERVICE.estimates({"from": "-3d"})
+    assert info.value.parameter == "from"
+    assert counting.sums == 0 and counting.sketch_sizes == []
+
+
+def test_heavy_answers_finish_identically_in_another_process():
+    """The web layer computes heavy answers in a spawned process from a pickled Job."""
+    import multiprocessing
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    from agents.query import finish_json, start_answer_process, to_json
+
+    answers = [SERVICE.prepare("estimates", {"from": str(BUCKETS[0])}),
+               SERVICE.prepare("topk", {"k": "7", "postprocess": "simplex"}),
+               SERVICE.prepare("estimate_value", {"postprocess": "norm_sub"}, "3"),
+               SERVICE.prepare("trend", {"value": "3", "from": str(BUCKETS[0])})]
+    jobs = [a.gather() for a in answers]
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=start_answer_process,
+                             initargs=(SERVICE.estimator.sets, 0)) as pool:
+        remote = list(pool.map(finish_json, jobs))
+    assert remote == [to_json(SERVICE.estimator.finish(pickle.loads(pickle.dumps(job)))) for job in jobs]
+    assert json_loads(remote[0]) == SERVICE.estimates({"from": str(BUCKETS[0])})
+
+
+def json_loads(body: bytes):
+    import json
+
+    return json.loads(body)
+
+
+def test_unbounded_interval_ends_are_json_null():
+    """Chernoff intervals beyond the theorem's range are infinite; JSON has no Infinity."""
+    from agents.query import to_json
+
+    view = CountsView()
+    view.apply(BucketKey.total(FP1, 0).encode(), PartialCounts(3, np.ones(D, np.int64), 1).to_bytes())
+    service = EstimateService(settings(), view, clock=lambda: NOW)
+    doc = service.estimates({"interval": "chernoff"})
+    record = doc["estimates"][0]
+    assert record["ci_low"] is None and record["ci_high"] is None and record["count_ci_high"] is None
+    assert isinstance(record["frequency"], float)
+    assert b"Infinity" not in to_json(doc) and b"NaN" not in to_json(doc)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_top_indices_equals_a_full_sort(seed):
+    rng = np.random.default_rng(seed)
+
+    class Est:
+        processed = np.round(rng.standard_normal(500), 1)  # many ties
+
+    order = [int(i) for i in np.lexsort((np.arange(500), -Est.processed))]
+    for k in (1, 5, 37, 499, 500, 900):
+        assert top_indices(Est, k) == order[:k]
+
+
+# ------------------------------------------------------- request checking
+def test_unknown_and_repeated_parameters_are_named():
+    from agents.query import check_query
+
+    with pytest.raises(ApiError) as info:
+        check_query("estimates", [("postprocesss", "clip")])
+    assert info.value.parameter == "postprocesss" and "did you mean 'postprocess'" in info.value.message
+    with pytest.raises(ApiError) as info:
+        check_query("topk", [("k", "3"), ("k", "4")])
+    assert info.value.parameter == "k" and "more than once" in info.value.message
+    with pytest.raises(ApiError) as info:
+        check_query("healthz", [("verbose", "1")])
+    assert "no parameters" in info.value.message
+    with pytest.raises(ApiError) as info:
+        SERVICE.estimates({"form": "-5m"})
+    assert info.value.parameter == "form" and "'from'" in info.value.message
+    with pytest.raises(ApiError) as info:
+        check_query("estimates", [("x" * 5000, "1")])
+    assert len(info.value.parameter) < 60 and "5,000 characters" in info.value.parameter
+
+
+@pytest.mark.parametrize("query, parameter", [
+    ({"from": "1e300"}, "from"),
+    ({"from": "1e20", "to": "1e21"}, "from"),
+    ({"from": "-5m", "to": "1e21"}, "to"),
+    ({"from": "9" * 400}, "from"),
+    ({"from": "-999999999999999999999d"}, "from"),
+    ({"from": "0001-01-01T00:00:00+14:00"}, "from"),
+    ({"from": "9999-12-31T00:00:00Z"}, "from"),
+    ({"from": str(NOW + 301)}, "from"),
+    ({"from": "-5m", "to": str(NOW + 301)}, "to"),
+    ({"from": str(NOW + 200)}, "from"),  # within the skew, but after to (now)
+])
+def test_absurd_times_blame_the_parameter_with_a_short_message(query, parameter):
+    for method in ("estimates", "topk"):
+        with pytest.raises(ApiError) as info:
+            getattr(SERVICE, method)(query)
+        assert info.value.parameter == parameter, info.value
+        assert len(info.value.message) < 160, info.value.message
+
+
+def test_times_within_the_accepted_clock_skew_are_answered():
+    doc = SERVICE.estimates({"from": "-5m", "to": str(NOW + 299)})
+    assert doc["window"]["to"] == bucket_start(NOW + 299, 60) + 60
+
+
+@pytest.mark.parametrize("step", ["999999999999999999999h", "9" * 400, "864001", "11d"])
+def test_absurd_steps_blame_step(step):
+    with pytest.raises(ApiError) as info:
+        SERVICE.trend({"value": "3", "step": step})
+    assert info.value.parameter == "step" and len(info.value.message) < 160

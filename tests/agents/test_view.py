@@ -131,3 +131,33 @@ def test_rejected_counts_every_garbage_record():
     for key, value in GARBAGE:
         view.apply(key, value)
     assert view.rejected == len(GARBAGE) and view.applied == 0 and view.keys() == 0
+
+
+@pytest.mark.timeout(20)
+def test_sum_range_costs_the_buckets_present_not_the_range():
+    """Issue 19: sum_range walked every bucket start up to ``to`` (1e20 never returned)."""
+    view = CountsView()
+    for start in (B - 120, B, B + 600):
+        put(view, BucketKey(FP, 0, 60, start), 2, [1, 2], 1)
+    put(view, BucketKey(FP, 0, 1, B), 5, [5, 0], 1)  # another width: not summed
+    n, counts = view.sum_range(FP, 60, 0, 10**20, 2)  # 1.7e18 bucket starts in the range
+    assert n == 6 and counts.tolist() == [3, 6]
+    assert view.bucket_count(FP, 60, 0, 10**20) == 3 and view.bucket_count(FP, 60, B, B + 600) == 1
+    assert [start for start, _ in view.snapshot(FP, 60, B - 120, B + 1)] == [B - 120, B]
+    assert view.sum_range(FP, 1, 0, 10**20, 2)[0] == 5
+
+
+def test_snapshot_survives_later_updates_and_starts_stay_sorted():
+    view = CountsView()
+    rng = np.random.default_rng(3)
+    starts = [int(s) * 60 for s in rng.permutation(200)]
+    for s in starts:
+        put(view, BucketKey(FP, 0, 60, s), 1, [1], 1)
+    snapshot = view.snapshot(FP, 60, 0, 60 * 200)
+    assert [s for s, _ in snapshot] == sorted(starts) and view.buckets(FP, 60) == sorted(starts)
+    for s in starts[:100]:
+        view.apply(BucketKey(FP, 0, 60, s).encode(), None)  # tombstones
+    put(view, BucketKey(FP, 0, 60, 60 * 150), 9, [9], 2)
+    assert view.buckets(FP, 60) == sorted(set(starts[100:]) | {60 * 150})
+    assert sum(state.n for _, states in snapshot for state in states) == 200  # the snapshot did not move
+    assert view.sum_range(FP, 60, 0, 60 * 200, 1)[0] == 100 + (8 if 60 * 150 in starts[100:] else 9)

@@ -7,6 +7,7 @@ estimates computed from them.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import struct
 import threading
@@ -52,6 +53,39 @@ def assert_same_as_offline(doc: dict, sketch: OCMSSketch) -> None:
     for got, want in zip(doc["estimates"], expected):
         for field in ("frequency", "count", "std", "ci_low", "ci_high"):
             assert got[field] == want[field], (got["value"], field)
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.2):
+    """Poll ``condition`` until it returns a true value; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = condition()
+        except OSError:  # a (re)starting worker is not listening yet
+            last = None
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"{what} within {timeout} s (last: {last!r})")
+
+
+def all_committed(bootstrap: str, group: str, topic: str, partitions: int = 4) -> bool:
+    """True when ``group``'s committed offset is the end of every partition of ``topic``."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def check() -> bool:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            ends = await consumer.end_offsets(tps)
+            committed = [await consumer.committed(tp) for tp in tps]
+            return all((c or 0) >= ends[tp] for c, tp in zip(committed, tps))
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(check())
 
 
 def start_worker(broker, tmp_path_factory, app_id: str, *args: str) -> WorkerProcess:
@@ -162,28 +196,32 @@ def test_2_sigkill_three_times_mid_stream_still_exact(broker, tmp_path_factory, 
     worker = start_worker(broker, tmp_path_factory, app_id, "--batch-max-seconds", "0.1", "--store", store_url)
     worker.wait_healthy()
     messages = report_messages(PARAMS, zipf_values(60_000, 11), 200, seed=12)
-    progress = []
+    progress, failures = [], []
 
     def killer():
-        for _ in range(3):
-            time.sleep(3.0)
-            try:
-                progress.append(worker.get("/estimates")[1]["n"])
-            except OSError:
-                progress.append(None)  # still recovering from the previous kill
-            worker.kill()
-            worker.start()
+        try:
+            for threshold in (10_000, 25_000, 40_000):  # SIGKILL as the count passes each
+                progress.append(wait_until(lambda: (n := worker.get("/estimates")[1]["n"]) >= threshold and n, 120,
+                                           f"n did not reach {threshold}", interval=0.05))
+                worker.kill()
+                worker.start()
+        except BaseException as exc:  # surfaced by the main thread
+            failures.append(exc)
 
     thread = threading.Thread(target=killer)
     try:
         thread.start()
         send(broker.bootstrap_servers, worker.topic, messages, rate=25)  # 300 frames over ~12 s
         thread.join()
+        assert not failures, failures
         assert worker.starts == 4
-        assert any(p and 0 < p < 60_000 for p in progress), progress  # killed mid-stream
+        assert any(0 < p < 60_000 for p in progress), progress  # killed mid-stream
         doc = worker.wait_for_n(60_000, timeout=120)
         assert_same_as_offline(doc, offline(messages))
-        time.sleep(2.0)  # nothing arrives late and double counted
+        # Nothing arrives late and double counted: once every source message is committed
+        # (each only after its checkpoint) and nothing is pending, no replay is left.
+        wait_until(lambda: all_committed(broker.bootstrap_servers, app_id, worker.topic)
+                   and worker.get("/healthz")[1]["pending_reports"] == 0, 60, "the source topic was not committed")
         assert worker.get("/estimates")[1]["n"] == 60_000
     finally:
         thread.join()
@@ -198,10 +236,8 @@ def test_a_clean_stop_flushes_the_pending_batch(broker, tmp_path_factory):
     worker.wait_healthy()
     messages = report_messages(PARAMS, zipf_values(500, 21), 1, seed=22)
     send(broker.bootstrap_servers, worker.topic, messages)
-    deadline = time.monotonic() + 30
-    while worker.get("/healthz")[1]["pending_reports"] < 500:
-        assert time.monotonic() < deadline, worker.get("/healthz")[1]
-        time.sleep(0.1)
+    wait_until(lambda: worker.get("/healthz")[1]["pending_reports"] >= 500, 30, "the 500 reports were not pending",
+               interval=0.1)
     assert worker.get("/estimates")[1]["n"] == 0  # still pending: the 60 s timer has not fired
     started = time.monotonic()
     worker.stop()
@@ -304,21 +340,6 @@ def test_4_malformed_storm_goes_to_the_dead_letter_topic(broker, tmp_path_factor
 
 # ------------------------------------------------------------------ retention (issue 17)
 RETENTION_S = 12  # 1 s buckets; long enough that the buckets below outlive the first worker
-
-
-def wait_until(condition, timeout: float, what: str, interval: float = 0.2):
-    """Poll ``condition`` until it returns a true value; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = condition()
-        except OSError:  # a (re)starting worker is not listening yet
-            last = None
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what} within {timeout} s (last: {last!r})")
 
 
 def view_keys(worker: WorkerProcess) -> int:

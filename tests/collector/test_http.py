@@ -14,6 +14,7 @@ import socket
 import struct
 import time
 
+import numpy as np
 import pytest
 
 from cms_core import wire
@@ -52,7 +53,7 @@ def dest(reg):
 @pytest.fixture(scope="module")
 def collector(broker, registry_path, tmp_path_factory):
     c = CollectorProcess(registry_path, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("collector"),
-                         "--body-timeout-seconds", "1", "--max-upload-reports", "200")
+                         "--body-timeout-seconds", "1", "--max-upload-reports", "200", "--reject-delay-ms", "0")
     c.start()
     try:
         c.wait_healthy()
@@ -366,3 +367,97 @@ def test_bad_settings_exit_2_naming_the_variable(registry_path, tmp_path):
                               text=True, timeout=60)
         assert done.returncode == 2, (args, done.stderr)
         assert name in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_tls_with_cert_and_key(broker, registry_path, dest, tmp_path):
+    import shutil
+    import ssl
+    import subprocess
+    import urllib.request
+
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl (Debian package openssl) is needed to make the test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    c = CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path,
+                         "--tls-cert", str(cert), "--tls-key", str(key))
+    c.start()
+    try:
+        context = ssl.create_default_context(cafile=str(cert))
+        url = f"https://127.0.0.1:{c.port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/healthz", context=context, timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                assert time.monotonic() < deadline and c.alive(), c.log_path.read_text()[-2000:]
+                time.sleep(0.1)
+        req = urllib.request.Request(url + "/v1/reports", data=single_messages(dest, 1, seed=14)[0], method="POST",
+                                     headers={"Content-Type": WIRE})
+        with urllib.request.urlopen(req, context=context, timeout=10) as response:
+            assert response.status == 202
+        with pytest.raises(OSError):  # plain HTTP on the TLS port gets no HTTP answer
+            request(f"http://127.0.0.1:{c.port}/healthz", method="GET", timeout=5)
+    finally:
+        c.stop()
+
+
+def test_bad_uploads_validated_in_one_batch_with_good_ones_fail_alone(broker, collector, dest):
+    import asyncio
+
+    import aiohttp
+
+    good = single_messages(dest, 40, seed=15)
+    order = dest.params.field.order
+    bad = [_header(fingerprint=dest.fingerprint) + struct.pack(">HHB", order + i, 1, 0) for i in range(8)]
+    bodies = [(g, 202) for g in good] + [(b, 400) for b in bad]
+    random_order = np.random.default_rng(4).permutation(len(bodies))
+
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            async def one(body):
+                async with session.post(collector.url + "/v1/reports", data=body,
+                                        headers={"Content-Type": WIRE}) as response:
+                    return response.status, (await response.json())["reason"]
+
+            return await asyncio.gather(*(one(bodies[i][0]) for i in random_order))
+
+    answers = asyncio.run(go())
+    for i, (status, reason) in zip(random_order, answers):
+        expected = bodies[i][1]
+        assert status == expected, (i, status, reason)
+        if expected == 400:
+            assert reason == "coefficient_out_of_field"
+    in_kafka = [raw for raw, _ in topic_records(broker, TOPIC, dest)]
+    for message in good:
+        assert records_of(message, dest)[0] in in_kafka
+
+
+def test_client_faults_are_answered_after_the_reject_delay(broker, registry_path, dest, tmp_path):
+    c = CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path, "--reject-delay-ms", "300")
+    c.start()
+    try:
+        c.wait_healthy()
+        started = time.monotonic()
+        assert post(c, b"garbage")[0] == 400
+        assert time.monotonic() - started >= 0.3
+        assert post(c, single_messages(dest, 1, seed=16)[0])[0] == 202
+    finally:
+        c.stop()
+
+
+def test_clients_can_read_the_live_metric_versions(collector, reg):
+    status, doc, _ = request(collector.url + "/v1/metrics", method="GET")
+    assert status == 200
+    by_name = {m["name"]: m for m in doc["metrics"]}
+    assert set(by_name) == {"dest", "screen"}
+    assert [v["version"] for v in by_name["screen"]["versions"]] == [2], "retired versions are not offered"
+    status, dest_doc, _ = request(collector.url + "/v1/metrics/dest", method="GET")
+    assert status == 200 and dest_doc["versions"][0]["fingerprint"] == reg.metric("dest").version(1).fingerprint.hex()
+    assert dest_doc["upload"] == "/v1/metrics/dest/reports"
+    status, doc, _ = request(collector.url + "/v1/metrics/nope", method="GET")
+    assert (status, doc["reason"]) == (404, "unknown_metric")

@@ -287,7 +287,7 @@ def test_published_host_ports_are_unique(compose):
 
 
 def test_compose_command_lines_parse_with_the_ocms_cli(compose):
-    """The simulator's flags exist today; the worker's once `ocms worker` is implemented."""
+    """The compose file's simulator and worker command lines are valid `ocms` invocations."""
     from agents.cli import build_parser
 
     parser = build_parser()

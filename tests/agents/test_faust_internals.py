@@ -1,0 +1,104 @@
+"""agents.faust_internals: fails when a faust-streaming or aiokafka upgrade changes a
+private name the worker relies on.
+
+Each check is exercised both ways: against the installed packages (no drift) and
+against a deliberately changed stand-in (the drift is reported), so a check that
+could never fail would show up here.
+"""
+
+import asyncio
+import contextvars
+from importlib import metadata
+
+import pytest
+from faust.streams import current_event as faust_current_event
+from faust.transport.consumer import Consumer as FaustConsumer
+
+from agents import faust_internals
+from agents.app import OCMSWorker
+from agents.faust_internals import (
+    DRAIN_MESSAGES_SHA256,
+    PINNED_VERSIONS,
+    PartitionContext,
+    SourcePartition,
+    current_event,
+    drift,
+    source_sha256,
+)
+from agents.settings import WorkerSettings
+from cms_core import OCMSParams
+
+PARAMS = OCMSParams.build(2.0, 1000)
+
+
+def test_the_installed_faust_and_aiokafka_are_the_pinned_versions():
+    assert {package: metadata.version(package) for package in PINNED_VERSIONS} == PINNED_VERSIONS
+
+
+def test_nothing_the_worker_relies_on_has_drifted():
+    assert drift() == []
+    assert faust_internals.warnings_at_start() == []  # a worker on the pinned versions logs nothing
+
+
+def test_the_copied_drain_messages_still_matches_its_source():
+    """IntakeConsumer.getmany repeats _drain_messages' per-message bookkeeping (read offset,
+    gap, tracking); a changed original must be re-read before the hash is updated."""
+    assert source_sha256(FaustConsumer._drain_messages) == DRAIN_MESSAGES_SHA256
+
+
+def test_a_changed_version_name_signature_or_source_is_reported(monkeypatch):
+    monkeypatch.setitem(PINNED_VERSIONS, "aiokafka", "0.0.1")
+    assert any("aiokafka" in p and "0.0.1" in p for p in faust_internals.version_drift())
+    assert faust_internals.warnings_at_start()[1:] == []  # versions differ, code still as checked
+
+    async def _add_gap(self, tp, start, stop):  # renamed parameters
+        pass
+
+    monkeypatch.setattr(FaustConsumer, "_add_gap", _add_gap)
+    monkeypatch.delattr("faust.app.base.App._consumer_wait_empty")
+    monkeypatch.setattr(faust_internals, "DRAIN_MESSAGES_SHA256", "0" * 64)
+    problems = faust_internals.code_drift()
+    assert any("_add_gap takes ('tp', 'start', 'stop')" in p for p in problems), problems
+    assert any("_consumer_wait_empty is gone" in p for p in problems), problems
+    assert any("_drain_messages changed" in p for p in problems), problems
+
+
+def test_a_table_write_outside_a_stream_sees_the_stand_in_event():
+    """faust-streaming #497: the table reads current_event().message for the partition."""
+    context = PartitionContext(SourcePartition("reports", 3))
+    assert faust_current_event() is None
+    with current_event(context):
+        assert faust_current_event() is context
+        assert faust_current_event().message.partition == 3 and faust_current_event().message.topic == "reports"
+    assert faust_current_event() is None
+    assert isinstance(faust_internals._current_event, contextvars.ContextVar)
+
+
+def test_a_table_write_path_that_stops_using_send_changelog_is_reported(monkeypatch):
+    """CountsTable waits for the futures send_changelog returns; a write that bypassed it
+    would be acked before the broker holds it."""
+    from faust.tables.table import Table
+
+    def on_key_set(self, key, value):
+        self.data[key] = value
+
+    monkeypatch.setattr(Table, "on_key_set", on_key_set)
+    assert any("on_key_set no longer does" in p for p in faust_internals.code_drift())
+
+
+@pytest.mark.parametrize("embedded, wait_ms", [(True, 100), (False, 1500)])
+def test_the_embedded_broker_gets_a_short_fetch_wait(embedded, wait_ms):
+    """Tansu holds a fetch that found no data for its whole max wait (Faust's 1.5 s showed
+    up as ~1 s latency spikes); Kafka answers as data arrives, so Faust's wait stays there."""
+
+    async def fetch_wait():
+        settings = WorkerSettings.build(PARAMS, embedded_broker=embedded, bootstrap_servers="127.0.0.1:1",
+                                        app_id="unit-fetch", tracked_range="0:10")
+        worker = OCMSWorker(settings)
+        consumer = worker.app.consumer._thread._create_worker_consumer(worker.app.transport)
+        try:
+            return faust_internals.fetch_max_wait_ms(consumer)
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(fetch_wait()) == wait_ms

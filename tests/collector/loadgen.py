@@ -1,0 +1,94 @@
+"""A small load generator for the fault tests: concurrent uploads with a log of every answer.
+
+Each upload is a few single-report messages of fresh random reports; the log keeps
+the records of every upload with its answer (202, another status, or no answer
+at all), so a test can compare what got a 202 with what is in Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cms_core import wire
+from cms_core.privatize import simulate_reports
+
+from .harness import WIRE, records_of
+
+
+@dataclass
+class Outcome:
+    status: int | None  # None: no answer (connection refused/reset, timeout)
+    records: list[bytes]
+    retry_after: str | None = None
+
+
+@dataclass
+class LoadLog:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def records(self, status) -> Counter:
+        return Counter(r for o in self.outcomes if o.status == status for r in o.records)
+
+    def statuses(self) -> Counter:
+        return Counter(o.status for o in self.outcomes)
+
+
+class LoadGenerator:
+    """``concurrency`` tasks uploading ``per_upload`` reports each until stopped (in a thread)."""
+
+    def __init__(self, url: str, version, *, concurrency: int = 8, per_upload: int = 3, seed: int = 0,
+                 pause_s: float = 0.0):
+        self.url = url
+        self.version = version
+        self.concurrency = concurrency
+        self.per_upload = per_upload
+        self.rng = np.random.default_rng(seed)
+        self.pause_s = pause_s
+        self.log = LoadLog()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _upload(self) -> tuple[bytes, list[bytes]]:
+        values = self.rng.integers(0, 1000, self.per_upload).astype(np.uint64)
+        messages = wire.encode_reports(self.version.params, simulate_reports(self.version.params, values, self.rng))
+        return b"".join(messages), [r for m in messages for r in records_of(m, self.version)]
+
+    async def _worker(self, session) -> None:
+        import aiohttp
+
+        while not self._stop.is_set():
+            body, records = self._upload()
+            headers = {"Content-Type": WIRE, "Idempotency-Key": secrets.token_urlsafe(18)}
+            try:
+                async with session.post(self.url, data=body, headers=headers) as response:
+                    await response.read()
+                    self.log.outcomes.append(Outcome(response.status, records, response.headers.get("Retry-After")))
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                self.log.outcomes.append(Outcome(None, records))
+                await asyncio.sleep(0.02)
+            if self.pause_s:
+                await asyncio.sleep(self.pause_s)
+
+    async def _main(self) -> None:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=20)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            await asyncio.gather(*(self._worker(session) for _ in range(self.concurrency)))
+
+    def start(self) -> "LoadGenerator":
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> LoadLog:
+        self._stop.set()
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "load generator did not stop"
+        return self.log

@@ -1,0 +1,138 @@
+"""Device -> collector -> Kafka -> worker, exact; and SIGKILLs of the collector under load.
+
+The worker is the real OCMSWorker built from the registry version's parameters
+(tests/collector/registry_worker.py). Expectations are integers: the worker's n
+and match counts against an offline decode of exactly what was delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from producer.broker import EmbeddedBroker
+from producer.ledger import PrivacyLedger
+from producer.offline import sketch_from_messages
+from producer.reporter import DeviceReporter, HttpTransport
+from registry import load_registry
+
+from .harness import CollectorProcess, RegistryWorker, consume_all, records_of, write_registry
+from .loadgen import LoadGenerator
+
+TOPIC = "col-e2e"
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def registry_path(tmp_path_factory):
+    return write_registry(tmp_path_factory.mktemp("registry"))
+
+
+@pytest.fixture(scope="module")
+def dest(registry_path):
+    return load_registry(registry_path).metric("dest").version(1)
+
+
+@pytest.fixture(scope="module")
+def worker(broker, registry_path, tmp_path_factory):
+    w = RegistryWorker(registry_path, "dest", 1, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("worker"))
+    w.start()
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert w.alive(), w.log_path.read_text()[-3000:]
+            try:
+                if w.estimates()[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.25)
+        yield w
+    finally:
+        w.stop()
+
+
+@pytest.fixture(scope="module")
+def collector(broker, registry_path, worker, tmp_path_factory):
+    c = CollectorProcess(registry_path, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("collector"))
+    c.start()
+    try:
+        c.wait_healthy()
+        yield c
+    finally:
+        c.stop()
+
+
+def test_devices_through_the_collector_are_counted_exactly(collector, worker, dest, tmp_path):
+    values = np.random.default_rng(5).zipf(1.4, 600) % 1000
+
+    async def fleet() -> list:
+        ledger = PrivacyLedger(tmp_path / "ledger.db", budget=1e6)
+        deliveries = []
+
+        async def device(chunk, use_ledger):
+            transport = HttpTransport(collector.url, metric="dest", max_reports=25)
+            async with DeviceReporter(dest.params, metric="dest", transport=transport,
+                                      ledger=ledger if use_ledger else None) as reporter:
+                futures = [await reporter.submit(int(v)) for v in chunk]
+                deliveries.extend(await asyncio.gather(*futures))
+            assert transport.uploads < len(chunk), "queued reports share uploads"
+
+        await asyncio.gather(*(device(values[i::6], i == 0) for i in range(6)))
+        spent = ledger.spent("dest")
+        ledger.close()
+        return deliveries, spent
+
+    deliveries, spent = asyncio.run(fleet())
+    assert len(deliveries) == 600
+    assert spent == pytest.approx(100 * dest.params.epsilon), "the ledger charged each report of its device"
+    doc = worker.wait_for_n(600)
+    assert doc["n"] == 600
+    sketch, rejected = sketch_from_messages(dest.params, dest.tracked_values(), [d.message for d in deliveries])
+    assert not rejected
+    assert [r["match_count"] for r in doc["estimates"]] == sketch.counts.tolist()
+
+
+def test_sigkill_of_the_collector_under_load_loses_no_accepted_report(broker, registry_path, collector, worker, dest,
+                                                                      tmp_path):
+    before = worker.estimates()[1]["n"]
+    load = LoadGenerator(collector.url + "/v1/reports", dest, concurrency=8, per_upload=4, seed=7).start()
+    try:
+        for kill in range(3):
+            accepted = load.log.statuses()[202]
+            deadline = time.monotonic() + 30
+            while load.log.statuses()[202] < accepted + 40 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            collector.kill()  # SIGKILL: uploads in flight get no answer
+            collector.start()
+            collector.wait_healthy()
+        accepted = load.log.statuses()[202]
+        deadline = time.monotonic() + 30
+        while load.log.statuses()[202] < accepted + 40 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        log = load.stop()
+    statuses = log.statuses()
+    assert statuses[None] >= 1, "the kills should have cut some uploads off"
+    assert set(statuses) <= {202, None, 503}, statuses
+    in_kafka = Counter(r for record in consume_all(broker.bootstrap_servers, TOPIC)
+                       for r in records_of(record.value, dest))
+    accepted = log.records(202)
+    assert not accepted - in_kafka, "a report that got a 202 is missing"
+    # Besides the accepted reports, only reports of uploads cut off by a kill may be there (their
+    # frame may have been acknowledged after the answer was lost), and the first test's.
+    unanswered = log.records(None)
+    total = sum(in_kafka.values())
+    doc = worker.wait_for_n(total)
+    assert doc["n"] == total, "the worker counts exactly what is in Kafka"
+    assert doc["n"] - before >= sum(accepted.values())
+    assert doc["n"] - before <= sum(accepted.values()) + sum(unanswered.values())

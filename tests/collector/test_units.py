@@ -1,0 +1,285 @@
+"""The collector's parts without a broker: settings, tokens, rate limits, idempotency, upload parsing,
+and the device HTTP transport against a real aiohttp server that answers what the test scripts."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+
+import pytest
+
+from cms_core import wire
+from cms_core.errors import InvalidParameterError
+from collector.guard import (
+    IdempotencyCache, KeyReusedError, RateLimiter, TokenBucket, TokensFileError, load_tokens, Authenticator, AuthError,
+)
+from collector.settings import CollectorSettings
+from collector.uploads import UploadParser, UploadRejected
+from producer.reporter import DeliveryError, DeviceReporter, HttpTransport
+from registry import load_registry
+
+from .harness import reports, single_messages, write_registry
+
+
+@pytest.fixture(scope="module")
+def registry_path(tmp_path_factory):
+    return write_registry(tmp_path_factory.mktemp("registry"))
+
+
+@pytest.fixture(scope="module")
+def reg(registry_path):
+    return load_registry(registry_path)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+# ------------------------------------------------------------------------------------ settings
+
+
+def test_settings_read_the_environment_and_flags_win(registry_path):
+    env = {"OCMS_REGISTRY": str(registry_path), "OCMS_BOOTSTRAP_SERVERS": "k:9092", "OCMS_COLLECTOR_PORT": "9000",
+           "OCMS_COLLECTOR_RATE_LIMIT": "50", "OCMS_SOURCE_TOPIC": "t1"}
+    s = CollectorSettings.build(env)
+    assert (s.port, s.rate_limit, s.source_topic, s.bootstrap_servers) == (9000, 50.0, "t1", "k:9092")
+    assert CollectorSettings.build(env, port="9001").port == 9001
+
+
+@pytest.mark.parametrize("overrides, variable", [
+    ({"port": "70000"}, "OCMS_COLLECTOR_PORT"),
+    ({"frame_max_latency_ms": "0"}, "OCMS_COLLECTOR_FRAME_MAX_LATENCY_MS"),
+    ({"rate_limit": "-1"}, "OCMS_COLLECTOR_RATE_LIMIT"),
+    ({"rate_limit": "nan"}, "OCMS_COLLECTOR_RATE_LIMIT"),
+    ({"source_topic": "bad topic"}, "OCMS_SOURCE_TOPIC"),
+    ({"access_log": "maybe"}, "OCMS_COLLECTOR_ACCESS_LOG"),
+    ({"kafka_idempotence": "sometimes"}, "OCMS_COLLECTOR_KAFKA_IDEMPOTENCE"),
+    ({"max_queued_reports": "5"}, "OCMS_COLLECTOR_MAX_QUEUED_REPORTS"),
+    ({"tokens_file": "/nonexistent"}, "OCMS_COLLECTOR_TOKENS_FILE"),
+])
+def test_bad_settings_name_the_variable(registry_path, overrides, variable):
+    with pytest.raises(InvalidParameterError) as info:
+        CollectorSettings.build({}, registry=str(registry_path), bootstrap_servers="k:1", **overrides)
+    assert info.value.name == variable
+
+
+# -------------------------------------------------------------------------------------- tokens
+
+
+def test_tokens_file_errors_name_entry_and_field(tmp_path):
+    good = hashlib.sha256(b"t").hexdigest()
+    cases = [
+        ("{", "not JSON"),
+        (json.dumps({"applications": []}), "at least one"),
+        (json.dumps({"applications": [{"name": "a b", "token_sha256": good}]}), "applications[0].name"),
+        (json.dumps({"applications": [{"name": "a", "token_sha256": "xyz"}]}), "applications[0].token_sha256"),
+        (json.dumps({"applications": [{"name": "a", "token_sha256": good, "rate_limit": -1}]}), "rate_limit"),
+        (json.dumps({"applications": [{"name": "a", "token_sha256": good},
+                                      {"name": "b", "token_sha256": good}]}), "applications[1].token_sha256"),
+        (json.dumps({"applications": [{"name": "a", "token_sha256": good, "tokn": 1}]}), "unknown field"),
+    ]
+    path = tmp_path / "tokens.json"
+    for text, expected in cases:
+        path.write_text(text)
+        with pytest.raises(TokensFileError, match=expected.replace("[", r"\[").replace("]", r"\]")):
+            load_tokens(path)
+
+
+def test_authenticator_checks_the_bearer_token(tmp_path):
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps({"applications": [{"name": "a", "token_sha256": hashlib.sha256(b"s3cret").hexdigest()}]}))
+    auth = Authenticator(load_tokens(path))
+    assert auth.identify("Bearer s3cret").name == "a"
+    for header, reason in ((None, "missing_token"), ("Basic abc", "missing_token"), ("Bearer nope", "unknown_token")):
+        with pytest.raises(AuthError) as info:
+            auth.identify(header)
+        assert info.value.reason == reason
+    assert Authenticator(None).identify(None) is None
+
+
+# ---------------------------------------------------------------------------------- rate limits
+
+
+def test_token_bucket_refills_at_its_rate():
+    clock = Clock()
+    bucket = TokenBucket(2.0, 3, clock)
+    assert [bucket.take() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.take() == pytest.approx(0.5)
+    clock.now += 0.5
+    assert bucket.take() == 0.0
+    assert bucket.take() > 0
+
+
+def test_an_application_over_its_limit_does_not_use_up_the_global_budget(tmp_path):
+    from collector.guard import Application
+
+    clock = Clock()
+    limiter = RateLimiter(10, 10, 1, 1, clock)
+    noisy, quiet = Application("noisy", b"1" * 32), Application("quiet", b"2" * 32)
+    assert limiter.check(noisy) is None
+    assert all(limiter.check(noisy)[0] == "rate_limited_application" for _ in range(100))
+    assert all(limiter.check(Application(f"q{i}", b"3" * 32)) is None for i in range(9))
+    assert limiter.check(quiet)[0] == "rate_limited"
+
+
+# ---------------------------------------------------------------------------------- idempotency
+
+
+def test_idempotency_cache_remembers_accepted_answers_for_the_window():
+    async def go():
+        clock = Clock()
+        cache = IdempotencyCache(window=60, max_keys=3, clock=clock)
+        key, digest = ("", "k" * 16), b"d"
+        assert cache.lookup(key, digest) is None
+        cache.begin(key, digest)
+        pending = cache.lookup(key, digest)
+        assert pending is not None and not pending.done()  # a concurrent retry waits for the first answer
+        doc = {"status": 202, "reason": "accepted", "accepted": 3, "metric": "dest", "version": 1}
+        cache.finish(key, 202, dict(doc))
+        assert (await pending) == (202, doc)
+        assert (await cache.lookup(key, digest)) == (202, doc)
+        with pytest.raises(KeyReusedError):
+            cache.lookup(key, b"other body")
+        clock.now += 61
+        assert cache.lookup(key, digest) is None  # the window is over
+        # a refused upload is forgotten at once: its retry is tried afresh
+        cache.begin(("", "r" * 16), digest)
+        cache.finish(("", "r" * 16), 503, {"status": 503})
+        assert cache.lookup(("", "r" * 16), digest) is None
+        # bounded: the oldest keys go first
+        for i in range(5):
+            cache.begin(("", f"{i}" * 16), digest)
+            cache.finish(("", f"{i}" * 16), 202, doc)
+        assert len(cache) == 3 and cache.evicted >= 2
+
+    asyncio.run(go())
+
+
+# -------------------------------------------------------------------------------------- parsing
+
+
+def test_parser_concatenated_messages_and_frames(reg):
+    dest = reg.metric("dest").version(1)
+    parser = UploadParser(reg, 100)
+    messages = single_messages(dest, 3, seed=1)
+    frame = wire.encode_frame(dest.params, reports(dest, 5, seed=2))
+    upload = parser.parse_binary(b"".join(messages) + frame, None)
+    assert upload.version is dest and len(upload.batch) == 8
+    with pytest.raises(UploadRejected) as info:
+        parser.parse_binary(wire.encode_frame(dest.params, reports(dest, 101, seed=3)), None)
+    assert (info.value.status, info.value.reason) == (413, "too_many_reports")
+    with pytest.raises(UploadRejected) as info:
+        parser.parse_binary(b"".join(messages), "screen")
+    assert (info.value.status, info.value.reason) == (400, "foreign_metric")
+    with pytest.raises(UploadRejected) as info:
+        parser.metric("nope")
+    assert info.value.status == 404
+
+
+def _json_report(version) -> dict:
+    return {"z": "0"} if version.params.mechanism == "direct" else {"a0": "1", "a1": "2", "z": "0"}
+
+
+def test_json_version_field_selects_the_metric_version(reg):
+    parser = UploadParser(reg, 100)
+    v1, v2 = reg.metric("screen").version(1), reg.metric("screen").version(2)
+    body = json.dumps({"version": 2, "reports": [_json_report(v2)]}).encode()
+    assert parser.parse_json(body, "screen").version.version == 2
+    wrong = {"a0": "1", "a1": "2", "z": "0"} if v2.params.mechanism == "direct" else {"z": "0"}
+    with pytest.raises(UploadRejected) as info:
+        parser.parse_json(json.dumps({"version": 2, "reports": [wrong]}).encode(), "screen")
+    assert info.value.reason == "malformed_json"
+    body = json.dumps({"version": 1, "reports": [_json_report(v1)]}).encode()
+    with pytest.raises(UploadRejected) as info:
+        parser.parse_json(body, "screen")
+    assert info.value.reason == "retired_version"
+    body = json.dumps({"version": 9, "reports": [{"a0": "1", "a1": "2", "z": "0"}]}).encode()
+    with pytest.raises(UploadRejected) as info:
+        parser.parse_json(body, "screen")
+    assert info.value.reason == "unknown_version"
+
+
+# ------------------------------------------------------------------------------- HTTP transport
+
+
+class ScriptedCollector:
+    """A real aiohttp server answering uploads from a script of (status, headers); logs what it got."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.seen = []
+
+    async def handle(self, request):
+        from aiohttp import web
+
+        body = await request.read()
+        self.seen.append((request.headers.get("Idempotency-Key"), body, request.headers.get("Authorization")))
+        status, headers = self.script.pop(0) if self.script else (202, {})
+        return web.json_response({"status": status}, status=status, headers=headers)
+
+    async def __aenter__(self):
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_post("/v1/metrics/dest/reports", self.handle)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.runner.cleanup()
+
+
+def test_http_transport_retries_with_the_same_key_and_honours_retry_after(reg):
+    dest = reg.metric("dest").version(1)
+
+    async def go():
+        async with ScriptedCollector([(503, {"Retry-After": "1"}), (429, {"Retry-After": "0"})]) as server:
+            transport = HttpTransport(server.url, metric="dest", token="tok", max_reports=10, max_latency_s=0.05)
+            loop = asyncio.get_running_loop()
+            async with DeviceReporter(dest.params, metric="dest", transport=transport) as reporter:
+                started = loop.time()
+                futures = [await reporter.submit(v) for v in (1, 2, 3)]
+                deliveries = await asyncio.gather(*futures)
+                elapsed = loop.time() - started
+            return server.seen, deliveries, elapsed
+
+    seen, deliveries, elapsed = asyncio.run(go())
+    assert len(seen) == 3, "one upload, two retries"
+    keys = {key for key, _, _ in seen}
+    assert len(keys) == 1 and len(next(iter(keys))) >= 16, "every retry reuses the upload's key"
+    assert len({body for _, body, _ in seen}) == 1 and len(seen[0][1]) == 3 * len(deliveries[0].message)
+    assert all(auth == "Bearer tok" for _, _, auth in seen)
+    assert elapsed >= 1.0, "the 503's Retry-After was honoured"
+    assert [d.attempts for d in deliveries] == [3, 3, 3]
+
+
+def test_http_transport_permanent_errors_fail_the_reports(reg):
+    dest = reg.metric("dest").version(1)
+
+    async def go():
+        async with ScriptedCollector([(400, {})]) as server:
+            transport = HttpTransport(server.url, metric="dest", max_latency_s=0)
+            async with DeviceReporter(dest.params, metric="dest", transport=transport) as reporter:
+                with pytest.raises(DeliveryError) as info:
+                    await reporter.report(5)
+            return info.value, server.seen
+
+    error, seen = asyncio.run(go())
+    assert not error.retriable and error.attempts == 1 and len(seen) == 1
+    assert "HTTP 400" in str(error)
+
+
+def test_http_transport_rejects_bad_arguments():
+    with pytest.raises(InvalidParameterError):
+        HttpTransport("ftp://x")
+    with pytest.raises(InvalidParameterError):
+        HttpTransport("http://x", max_reports=0)

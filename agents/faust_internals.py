@@ -13,6 +13,11 @@ The worker needs five things Faust offers no public way to do (why: ``agents.int
 5. install that consumer and flush the pending batch before Faust waits for unacked
    messages (``_new_transport``, ``_consumer_wait_empty``).
 
+It also checks behaviour the worker relies on through public names: the checkpoint
+(``agents.app.CountsTable``) waits for the futures ``send_changelog`` returns, so every
+table write and delete must go through it; the worker reads ``App.rebalancing`` and
+``App.rebalancing_count`` to know when the table partitions it owns are recovered.
+
 ``tests/agents/test_faust_internals.py`` pins the versions these were written against
 and fails when an upgrade renames, re-signs or rewrites any of them (the copied
 ``_drain_messages`` by a hash of its source): re-read the changed code, adapt this

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import sys
 import tempfile
 import threading
@@ -43,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_worker import Worker, machine_line, messages, produce  # noqa: E402
+from agents.process import WorkerChild  # noqa: E402
 from benchmarks.experiments.common import cpu_times, steal_fraction  # noqa: E402
 from producer.broker import EmbeddedBroker, free_port  # noqa: E402
 
@@ -55,20 +55,31 @@ BOOT = ("import sys, agents.app; agents.app.OCMSWorker.intake_path = sys.argv.po
         "from agents.cli import main; sys.exit(main())")
 
 
+class PathChild(WorkerChild):
+    """``ocms worker`` as a child process, with ``OCMSWorker.intake_path`` set first."""
+
+    def __init__(self, path: str, args, **kwargs):
+        super().__init__(args, **kwargs)
+        self.path = path
+
+    @property
+    def command(self) -> list[str]:
+        worker_and_flags = super().command[3:]  # after [python, -m, agents.cli]
+        return [sys.executable, "-c", BOOT, self.path, *worker_and_flags]
+
+
 class PathWorker(Worker):
-    """bench_worker's worker process, started on one intake path."""
+    """bench_worker's worker, started on one intake path."""
 
     def __init__(self, bootstrap: str, topic: str, log_dir: Path, path: str, tracked: int = 1000):
         self.port = free_port()
         self.topic = topic
-        with open(log_dir / f"{topic}.log", "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", BOOT, path, "worker", "-e", "2", "-d", "10000", "--tracked-range",
-                 f"0:{tracked}", "--bootstrap-servers", bootstrap, "--broker", "embedded", "--app-id", topic,
-                 "--source-topic", topic, "--dead-letter-topic", topic + "-dlq", "--web-port", str(self.port),
-                 "--log-level", "warning"],
-                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
+        self.child = PathChild(
+            path, ["-e", "2", "-d", "10000", "--tracked-range", f"0:{tracked}", "--bootstrap-servers", bootstrap,
+                   "--broker", "embedded", "--app-id", topic, "--source-topic", topic, "--dead-letter-topic",
+                   topic + "-dlq", "--web-port", str(self.port), "--log-level", "warning"],
+            log=log_dir / f"{topic}.log").start()
+        self.process = self.child.process
 
 
 def throughput(bootstrap: str, log_dir: Path, path: str, frame: int, n: int) -> dict:

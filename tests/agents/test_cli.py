@@ -77,8 +77,9 @@ def test_worker_waits_for_kafka_with_backoff_one_line_per_attempt(tmp_path):
     log = tmp_path / "worker.log"
     base = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
     process = subprocess.Popen([sys.executable, "-m", "agents.cli", "worker", "-e", "2", "-d", "100",
-                                "--bootstrap-servers", "127.0.0.1:9", "--web-port", str(free_port())],
-                               stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=base)
+                                "--web-port", str(free_port())],
+                               stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               env={**base, "OCMS_BOOTSTRAP_SERVERS": "127.0.0.1:9"})
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and log.read_text().count("waiting for Kafka") < 3:
@@ -91,7 +92,7 @@ def test_worker_waits_for_kafka_with_backoff_one_line_per_attempt(tmp_path):
         assert len(waits) >= 3 and "Traceback" not in "\n".join(lines)
         assert [re.search(r"attempt (\d+):", w).group(1) for w in waits[:3]] == ["1", "2", "3"]
         assert re.findall(r"next attempt in (\d+) s", "\n".join(waits[:3])) == ["1", "2", "4"]  # doubling
-        assert "cannot reach Kafka at 127.0.0.1:9" in waits[0]
+        assert "cannot reach Kafka at 127.0.0.1:9 (OCMS_BOOTSTRAP_SERVERS)" in waits[0]  # named as the user gave it
         # nothing but our lines, the worker's start line, and the interrupt
         assert len(lines) == len(waits) + 1 and lines[-1] == "ocms worker: interrupted", lines
     finally:

@@ -25,6 +25,7 @@ import asyncio
 import logging
 import math
 import time
+import weakref
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -46,6 +47,9 @@ COLLECTOR_KEY = web.AppKey("collector", object)
 
 #: Client faults answered after --reject-delay-ms (not 408: already slow; not 429/503: Retry-After says when).
 TARPIT_STATUSES = frozenset((400, 401, 403, 404, 413, 415, 422))
+#: The longest a client fault waits, and the faults in a row after which a connection is closed.
+MAX_REJECT_DELAY_S = 5.0
+CLOSE_AFTER_FAULTS = 20
 
 
 class CollectorMetrics:
@@ -109,6 +113,7 @@ class Collector:
         self.retry_after = str(settings.retry_after_seconds)
         self.closing = False
         self.reject_delay = settings.reject_delay_ms / 1000
+        self.strikes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> faults in a row
         self.metrics.kafka_available.set(0)
 
     # ------------------------------------------------------------------- app
@@ -171,11 +176,30 @@ class Collector:
         except UploadRejected as exc:
             response = _answer(exc.status, exc.reason, exc.detail)
         self.metrics.count(response.status, response.ocms_reason, time.perf_counter() - started)
-        if response.status in TARPIT_STATUSES and self.reject_delay:
-            # A client sending garbage waits before its next upload on this connection: a closed-loop
-            # reject storm slows itself down instead of crowding valid uploads out of the event loop.
-            await asyncio.sleep(self.reject_delay)
+        if self.reject_delay:
+            await self._tarpit(request, response)
         return response
+
+    async def _tarpit(self, request: web.Request, response: web.StreamResponse) -> None:
+        """Slow down a connection that keeps sending client faults.
+
+        The n-th fault in a row on one keep-alive connection is answered after
+        ``reject_delay * 2**(n-1)`` (at most MAX_REJECT_DELAY_S), and the connection is closed
+        after CLOSE_AFTER_FAULTS: a closed-loop reject storm slows itself down instead of crowding
+        valid uploads out of the event loop (a timer costs no CPU). An accepted upload resets it.
+        """
+        transport = request.transport
+        if response.status not in TARPIT_STATUSES:
+            if transport is not None and self.strikes:
+                self.strikes.pop(transport, None)
+            return
+        strikes = 1
+        if transport is not None:
+            strikes = self.strikes.get(transport, 0) + 1
+            self.strikes[transport] = strikes
+        if strikes >= CLOSE_AFTER_FAULTS:
+            response.force_close()
+        await asyncio.sleep(min(MAX_REJECT_DELAY_S, self.reject_delay * 2 ** min(strikes - 1, 20)))
 
     async def _upload(self, request: web.Request) -> web.Response:
         try:

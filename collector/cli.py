@@ -36,7 +36,8 @@ FLAGS = (
     ("--retry-after-seconds", "retry_after_seconds", "Retry-After of 503 answers [default 2]"),
     ("--body-timeout-seconds", "body_timeout_seconds", "the whole body must arrive within this [default 10]; else 408"),
     ("--reject-delay-ms", "reject_delay_ms", "answer client faults (400/401/403/404/413/415/422) after this delay, "
-     "so a reject storm slows itself down [default 200; 0 = off]"),
+     "doubled per fault in a row on a connection (at most 5 s), so a reject storm slows itself down "
+     "[default 200; 0 = off]"),
     ("--tokens-file", "tokens_file", "JSON of applications and token SHA-256 hashes: bearer tokens required"),
     ("--rate-limit", "rate_limit", "global uploads/s [default 0 = off]"),
     ("--rate-burst", "rate_burst", "global burst [default = the rate]"),

@@ -503,6 +503,24 @@ class HttpTransport:
         # a little jitter so a fleet told "2 s" does not come back in one wave
         return min(self.max_backoff_s, max(0.0, wait) * (1.0 + 0.25 * random.random()))
 
+    async def upload_each(self, messages: list[bytes], *, concurrency: int = 8,
+                          backoff: Callable[[int], float] | None = None) -> int:
+        """Upload every message (e.g. a simulated fleet's frames) as its own upload, ``concurrency``
+        at a time; returns when all were accepted (202), else raises the first DeliveryError."""
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidParameterError("concurrency", concurrency, "must be an integer >= 1")
+        if backoff is None:
+            def backoff(attempt: int) -> float:
+                return min(self.max_backoff_s, 0.1 * 2 ** (attempt - 1)) * (0.5 + 0.5 * random.random())
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one(message: bytes) -> None:
+            async with slots:
+                await self.upload([message], backoff)
+
+        await asyncio.gather(*(one(m) for m in messages))
+        return len(messages)
+
     async def upload(self, messages: list[bytes], backoff: Callable[[int], float]) -> int:
         """POST the messages as one upload; retried with the same idempotency key. Returns the attempts."""
         import aiohttp

@@ -102,6 +102,27 @@ def test_devices_through_the_collector_are_counted_exactly(collector, worker, de
     assert [r["match_count"] for r in doc["estimates"]] == sketch.counts.tolist()
 
 
+def test_a_fleet_posts_frames_through_the_collector(collector, worker, dest):
+    from cms_core import wire
+
+    before = worker.estimates()[1]["n"]
+    from cms_core.privatize import simulate_reports
+
+    batch = simulate_reports(dest.params, np.arange(1000, dtype=np.uint64) % 1000, np.random.default_rng(9))
+    frames = [wire.encode_frame(dest.params, batch.slice(i, i + 100)) for i in range(0, 1000, 100)]
+
+    async def fleet():
+        transport = HttpTransport(collector.url, metric="dest")
+        await transport.start()
+        try:
+            return await transport.upload_each(frames, concurrency=4)
+        finally:
+            await transport.stop()
+
+    assert asyncio.run(fleet()) == 10
+    assert worker.wait_for_n(before + 1000)["n"] == before + 1000
+
+
 def test_sigkill_of_the_collector_under_load_loses_no_accepted_report(broker, registry_path, collector, worker, dest,
                                                                       tmp_path):
     before = worker.estimates()[1]["n"]

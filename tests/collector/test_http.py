@@ -362,6 +362,15 @@ def test_bad_settings_exit_2_naming_the_variable(registry_path, tmp_path):
         (["--registry", str(registry_path), "--bootstrap-servers", "x:1", "--tls-cert", str(registry_path)],
          "OCMS_COLLECTOR_TLS_KEY"),
     ]
+    bad_registry = tmp_path / "bad.yaml"
+    bad_registry.write_text("metrics:\n  - name: x\n")
+    bad_tokens = tmp_path / "tokens.json"
+    bad_tokens.write_text('{"applications": [{"name": "a"}]}')
+    cases += [
+        (["--registry", str(bad_registry), "--bootstrap-servers", "x:1"], "metric 'x': field 'description'"),
+        (["--registry", str(registry_path), "--bootstrap-servers", "x:1", "--tokens-file", str(bad_tokens)],
+         "applications[0].token_sha256"),
+    ]
     for args, name in cases:
         done = subprocess.run([sys.executable, "-m", "agents.cli", "collector", *args], cwd=ROOT, capture_output=True,
                               text=True, timeout=60)
@@ -437,15 +446,28 @@ def test_bad_uploads_validated_in_one_batch_with_good_ones_fail_alone(broker, co
         assert records_of(message, dest)[0] in in_kafka
 
 
-def test_client_faults_are_answered_after_the_reject_delay(broker, registry_path, dest, tmp_path):
-    c = CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path, "--reject-delay-ms", "300")
+def test_client_faults_are_answered_after_a_growing_reject_delay(broker, registry_path, dest, tmp_path):
+    import http.client
+
+    c = CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path, "--reject-delay-ms", "50")
     c.start()
     try:
         c.wait_healthy()
-        started = time.monotonic()
-        assert post(c, b"garbage")[0] == 400
-        assert time.monotonic() - started >= 0.3
-        assert post(c, single_messages(dest, 1, seed=16)[0])[0] == 202
+        connection = http.client.HTTPConnection("127.0.0.1", c.port, timeout=30)  # one keep-alive connection
+
+        def timed_post(body):
+            started = time.monotonic()
+            connection.request("POST", "/v1/reports", body=body, headers={"Content-Type": WIRE})
+            response = connection.getresponse()
+            response.read()
+            return response.status, time.monotonic() - started
+
+        answers = [timed_post(b"garbage") for _ in range(5)]
+        assert [status for status, _ in answers] == [400] * 5
+        assert answers[0][1] >= 0.05
+        assert answers[4][1] >= 0.05 * 2 ** 4, "the fifth fault in a row waits 16 times the delay"
+        assert timed_post(single_messages(dest, 1, seed=16)[0])[0] == 202  # and resets the count
+        connection.close()
     finally:
         c.stop()
 

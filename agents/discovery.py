@@ -147,6 +147,13 @@ async def read_topic_window(bootstrap: str, topic: str, start: datetime, stop: d
 
 
 def cmd_discover(args) -> int:
+    if args.serve:
+        return cmd_serve(args)
+    for flag, value in (("--window", args.window), ("--interval", args.interval), ("--web-port", args.web_port)):
+        if value is not None:
+            raise OCMSError(f"{flag} goes with --serve")
+    if args.metric is None:
+        raise OCMSError("--metric NAME is required (the metric to discover values of)")
     version = _version(args.registry, args.metric, args.metric_version)
     from registry.discovery import discovery_of
 
@@ -249,7 +256,7 @@ def add_discover_parser(sub) -> None:
                                    "per-level candidates and cut-offs.")
     p.add_argument("inputs", nargs="*", metavar="CAPTURE", help="capture files (ocms simulate --out, or kcat -f '%%R%%s')")
     p.add_argument("--registry", required=True, metavar="FILE", help="the registry (the metric needs a discovery: block)")
-    p.add_argument("--metric", required=True, help="the metric to discover values of")
+    p.add_argument("--metric", help="the metric to discover values of (with --serve: default every discoverable one)")
     p.add_argument("--metric-version", type=int, help="this version (default: the newest live one)")
     p.add_argument("--from", dest="start", metavar="TIME", help="window start (ISO 8601 with zone), with --bootstrap-servers")
     p.add_argument("--to", dest="stop", metavar="TIME", help="window end (exclusive)")
@@ -263,6 +270,15 @@ def add_discover_parser(sub) -> None:
     p.add_argument("--out", help="write the JSON here instead of stdout")
     p.add_argument("--promote", metavar="FILE.jsonl",
                    help="add the discovered (non-truncated) values to this tracked-values file, keeping its values")
+    serve = p.add_argument_group("periodic discovery (--serve)")
+    serve.add_argument("--serve", action="store_true", help="rediscover every --interval over the last --window of "
+                       "the topic and serve /discovered?metric=NAME and /metrics until stopped")
+    serve.add_argument("--window", type=_positive, metavar="SECONDS", help="window length (default 3600)")
+    serve.add_argument("--interval", type=_positive, metavar="SECONDS", help="seconds between passes (default 300)")
+    serve.add_argument("--web-host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--web-port", type=_positive, help="port of /discovered and /metrics (default 6067)")
+    serve.add_argument("--export-top", type=_positive, default=DEFAULT_EXPORTED_VALUES,
+                       help="discovered values exported per metric as Prometheus labels (default %(default)s)")
     p.set_defaults(func=cmd_discover)
 
 
@@ -455,3 +471,79 @@ def add_discovery_pages(app, service: DiscoveryService) -> None:
     @app.task
     async def refresh_discovery():
         await service.run()
+
+
+def cmd_serve(args) -> int:
+    """``ocms discover --serve``: a DiscoveryService with its HTTP API and /metrics, until SIGINT/SIGTERM."""
+    import asyncio
+
+    from registry import load_registry
+
+    if args.inputs or args.start or args.stop or args.promote or args.out:
+        raise OCMSError("--serve reads the topic's moving window: drop capture files, --from/--to, --out, --promote")
+    if not args.bootstrap_servers:
+        raise OCMSError("--serve needs --bootstrap-servers (the Kafka holding the reports topic)")
+    registry = load_registry(args.registry)
+    if args.metric is not None:
+        versions = [_version(args.registry, args.metric, args.metric_version)]
+    else:
+        versions = [m.latest for m in registry.metrics if m.latest.discovery is not None]
+        if not versions:
+            raise OCMSError(f"{args.registry}: no metric declares a 'discovery:' block")
+    service = DiscoveryService(versions, bootstrap_servers=args.bootstrap_servers, topic=args.topic,
+                               window_seconds=args.window or 3600, interval_seconds=args.interval or 300,
+                               alpha=args.alpha, confidence=args.confidence, max_candidates=args.max_candidates)
+    try:
+        asyncio.run(serve(service, args.web_host, args.web_port or 6067, args.export_top))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def serve(service: DiscoveryService, host: str, port: int, top: int = DEFAULT_EXPORTED_VALUES) -> None:
+    """Serve ``/discovered`` and ``/metrics`` (aiohttp) while ``service.run()`` refreshes; SIGTERM stops cleanly."""
+    import asyncio
+    import signal
+
+    from aiohttp import web
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(DiscoveryCollector(service, top))
+
+    async def discovered(request):
+        extra = sorted(set(request.query) - {"metric"})
+        if extra:
+            status, doc = 400, {"error": f"unknown query parameter {extra[0]!r}; /discovered takes 'metric'",
+                                "status": 400}
+        else:
+            status, doc = service.answer(request.query.get("metric"))
+        return web.Response(body=json.dumps(doc, allow_nan=False, ensure_ascii=False).encode(), status=status,
+                            content_type="application/json")
+
+    async def metrics(request):
+        return web.Response(body=generate_latest(registry), content_type=CONTENT_TYPE_LATEST.split(";")[0],
+                            charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/discovered", discovered)
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise OCMSError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    print(f"discovery of {', '.join(sorted(service.versions))}: http://{host}:{port}/discovered?metric=NAME and "
+          f"/metrics; a pass every {service.interval_seconds:g} s over the last {service.window_seconds} s", flush=True)
+    refresher = asyncio.create_task(service.run())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        refresher.cancel()
+        await asyncio.gather(refresher, return_exceptions=True)
+        await runner.cleanup()

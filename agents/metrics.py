@@ -2,13 +2,13 @@
 
 Estimates are computed in ``collect()`` from the counts view (prometheus_client
 custom-collector style), never stored as gauges that could go stale. Label
-values come from a bounded set: parameter fingerprints (configured), the
-configured watch list plus the current top-K per parameter set, the window
-(``total`` = cumulative, ``latest_bucket`` = the latest complete bucket), and
-the fixed reject reasons; ``ocms_estimate_values_omitted`` says how many
-tracked values were left out. A value label is the value as
-``cms_core.values.value_to_json`` writes it (integers as decimal digits, strings
-exactly: the exposition escapes what it must), so it reads back exactly.
+values come from a bounded set: metric names and version numbers (configured:
+agents.catalog), the configured watch list plus the current top-K per metric
+version, the window (``total`` = cumulative, ``latest_bucket`` = the latest
+complete bucket), and the fixed reject reasons; ``ocms_estimate_values_omitted``
+says how many tracked values were left out. A value label is the value's name:
+a category name, a string exactly (the exposition escapes what it must), an
+integer's decimal digits. Fingerprints appear only on ``ocms_params_info``.
 
 Every worker exports the same global estimates (its view reads the whole
 changelog); pipeline counters are per worker. Recording rules in
@@ -25,7 +25,7 @@ from prometheus_client.core import GaugeMetricFamily
 from cms_core.values import value_to_json
 
 from .processor import REJECT_REASONS
-from .query import EstimateOptions, EstimateService, Window, select, top_indices
+from .query import EstimateOptions, Window, select, top_indices
 
 # ``*_created`` series double the scrape size and no dashboard or rule uses them.
 disable_created_metrics()
@@ -51,7 +51,8 @@ class PipelineMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.accepted = Counter("ocms_reports_accepted", "reports counted into the table", ["params"], registry=r)
+        self.accepted = Counter("ocms_reports_accepted", "reports counted into the table, per metric version",
+                                ["metric", "version"], registry=r)
         self.rejected = Counter("ocms_reports_rejected", "rejected messages (sent to the dead-letter topic), by reason",
                                 ["reason"], registry=r)
         for reason in REJECT_REASONS:
@@ -72,56 +73,89 @@ class PipelineMetrics:
                               registry=r)
 
 
-class EstimatesCollector:
-    """Scrape-time estimates for the watch list + top-K of every parameter set."""
+#: At most this many values are exported per scrape over every metric version (each value is a series
+#: per estimate field and window); the rest are counted by ocms_estimate_values_capped.
+MAX_EXPORTED_VALUES = 2_000
 
-    def __init__(self, service: EstimateService, clock: Callable[[], float] | None = None):
-        self.service = service
-        self.clock = clock or service.clock
+
+class EstimatesCollector:
+    """Scrape-time estimates for the watch list + top-K of every served metric version.
+
+    Labels carry names: ``metric`` (the registry name), ``version`` and ``value`` (a category
+    name, a string, an integer's decimal digits); the fingerprint and mechanism appear only on
+    ``ocms_params_info``. A window with fewer reports than the version's ``min_reports`` is
+    withheld: its estimates are not exported and ``ocms_estimate_withheld`` is 1.
+    """
+
+    def __init__(self, catalog, clock: Callable[[], float] | None = None, max_values: int = MAX_EXPORTED_VALUES):
+        self.catalog = catalog
+        self.clock = clock
+        self.max_values = max_values
 
     def describe(self):
         return []  # estimates are dynamic; do not let register() call collect()
 
     def collect(self):
-        service = self.service
-        now = self.clock()
         families = {
-            suffix: GaugeMetricFamily(f"ocms_estimate_{suffix}", text, labels=["params", "value", "window"])
+            suffix: GaugeMetricFamily(f"ocms_estimate_{suffix}", text, labels=["metric", "version", "value", "window"])
             for suffix, _, text in ESTIMATE_FIELDS
         }
         omitted = GaugeMetricFamily("ocms_estimate_values_omitted", "tracked values not exported (outside watch + top-K)",
-                                    labels=["params"])
-        reports = GaugeMetricFamily("ocms_params_reports", "reports counted per parameter set and window",
-                                    labels=["params", "window"])
-        info = GaugeMetricFamily("ocms_params_info", "accepted privacy parameter sets",
-                                 labels=["params", "epsilon", "hash_range", "field", "mode"])
+                                    labels=["metric", "version"])
+        withheld = GaugeMetricFamily("ocms_estimate_withheld",
+                                     "1 when the window holds fewer reports than min_reports (nothing exported)",
+                                     labels=["metric", "version", "window"])
+        reports = GaugeMetricFamily("ocms_params_reports", "reports counted per metric version and window",
+                                    labels=["metric", "version", "window"])
+        info = GaugeMetricFamily("ocms_params_info", "served metric versions and their privacy parameters",
+                                 labels=["metric", "version", "fingerprint", "mechanism", "epsilon", "hash_range",
+                                         "field", "mode"])
         latest_start = GaugeMetricFamily("ocms_latest_bucket_start_timestamp_seconds",
-                                         "start of the latest complete bucket", labels=["params"])
+                                         "start of the latest complete bucket", labels=["metric", "version"])
+        capped = GaugeMetricFamily("ocms_estimate_values_capped",
+                                   f"values of watch + top-K not exported because the scrape holds {self.max_values} "
+                                   "already (a global cap over every metric version)")
         options = EstimateOptions()
-        latest = service.latest_bucket(now)
-        for fp, params in service.params.items():
+        budget, over = self.max_values, 0
+        for service in self.catalog.by_fingerprint.values():
+            now = (self.clock or service.clock)()
+            fp, params, v = service.fingerprint, service.version.params, service.version
+            names = [v.metric, str(v.version)]
             d = params.describe()
-            info.add_metric([fp, f"{params.epsilon:g}", str(params.hash_range), d["field"], params.mode], 1.0)
-            latest_start.add_metric([fp], float(latest.start))
+            info.add_metric(names + [fp, v.mechanism, f"{params.epsilon:g}", str(params.hash_range), d["field"],
+                                     params.mode], 1.0)
+            latest = service.latest_bucket(now)
+            latest_start.add_metric(names, float(latest.start))
             total_n, total_counts = service.counts(fp, Window("total"))
             total_est = service.estimate(fp, total_n, total_counts, options)
             chosen = list(service.watch)
-            if total_n and service.settings.top_k:
-                chosen += [i for i in top_indices(total_est, service.settings.top_k) if i not in chosen]
-            exported = len(chosen) if total_n else 0  # nothing is exported before the first report
-            omitted.add_metric([fp], float(len(service.labels) - exported))
+            if total_n and v.top_k and not service.withheld(total_n):
+                chosen += [i for i in top_indices(total_est, v.top_k) if i not in chosen]
+            if total_n and not service.withheld(total_n):  # the global cap: watch first, then top-K
+                over += max(0, len(chosen) - budget)
+                chosen = chosen[:budget]
+                budget -= len(chosen)
             latest_n, latest_counts = service.counts(fp, latest)
             latest_est = service.estimate(fp, latest_n, latest_counts, options)
+            exported = 0
             for window, n, est in (("total", total_n, total_est), ("latest_bucket", latest_n, latest_est)):
-                reports.add_metric([fp, window], float(n))
-                if not n:
+                reports.add_metric(names + [window], float(n))
+                held = service.withheld(n)
+                withheld.add_metric(names + [window], 1.0 if held else 0.0)
+                if not n or held:
                     continue
+                if window == "total":
+                    exported = len(chosen)
                 for record in select(est, chosen).as_records():  # O(exported), not O(D)
-                    labels = [fp, value_to_json(record["value"]), window]
+                    labels = names + [service.name_of(value_to_json(record["value"])), window]
                     for suffix, field, _ in ESTIMATE_FIELDS:
                         families[suffix].add_metric(labels, record[field])
+            omitted.add_metric(names, float(len(service.labels) - exported))
         yield info
         yield reports
         yield latest_start
         yield omitted
+        capped.add_metric([], float(over))
+        yield withheld
+        yield capped
         yield from families.values()

@@ -53,10 +53,13 @@ class AcceptedMessage:
 class MessageValidator:
     """Decode and check one message against the accepted parameter sets and time window."""
 
-    def __init__(self, params_sets: Sequence[OCMSParams], retention_seconds: int, future_tolerance_seconds: int):
+    def __init__(self, params_sets: Sequence[OCMSParams], retention_seconds: int, future_tolerance_seconds: int,
+                 retention_by_fp: Mapping[bytes, int] | None = None):
         self.registry = {p.fingerprint: p for p in params_sets}
         self.retention_seconds = retention_seconds
         self.future_tolerance_seconds = future_tolerance_seconds
+        #: fingerprint -> retention of that metric version (a registry states one per version)
+        self.retention_by_fp = dict(retention_by_fp or {})
 
     def check(self, value: bytes | None, timestamp: float, now: float) -> tuple[OCMSParams, ReportBatch]:
         if not value:
@@ -65,8 +68,9 @@ class MessageValidator:
             params, batch = wire.decode_message(value, self.registry)
         except wire.WireFormatError as exc:
             raise RejectedMessage(exc.reason, str(exc)) from None
-        if timestamp < now - self.retention_seconds:
-            raise RejectedMessage("expired", f"event time {timestamp:.3f} is older than the {self.retention_seconds} s retention")
+        retention = self.retention_by_fp.get(params.fingerprint, self.retention_seconds)
+        if timestamp < now - retention:
+            raise RejectedMessage("expired", f"event time {timestamp:.3f} is older than the {retention} s retention")
         if timestamp > now + self.future_tolerance_seconds:
             raise RejectedMessage(
                 "future_timestamp",
@@ -188,12 +192,20 @@ def keys_for(fingerprint: str, partition: int, timestamp: float, levels: Sequenc
     return keys
 
 
+def levels_of(levels, fingerprint: str) -> Sequence[tuple[int, int]]:
+    """The time levels of one fingerprint: ``levels`` is one worker-wide sequence, or a mapping
+    fingerprint -> levels (a registry gives each metric version its own); () for an unknown one."""
+    if isinstance(levels, Mapping):
+        return levels.get(fingerprint, ())
+    return levels
+
+
 def plan_batch(
     messages: Sequence[AcceptedMessage],
     read: Callable[[BucketKey], PartialCounts | None],
     params_by_fp: Mapping[str, OCMSParams],
     tracked_by_fp: Mapping[str, TrackedValues],
-    levels: Sequence[tuple[int, int]],
+    levels: Sequence[tuple[int, int]] | Mapping[str, Sequence[tuple[int, int]]],
 ) -> BatchPlan:
     """Fold a micro-batch into new per-key states (exact under replay).
 
@@ -206,7 +218,8 @@ def plan_batch(
     plan = BatchPlan()
     groups: dict[tuple[str, int, int], list[AcceptedMessage]] = defaultdict(list)
     for message in messages:
-        groups[(message.fingerprint, message.partition, bucket_start(message.timestamp, levels[0][0]))].append(message)
+        base = levels_of(levels, message.fingerprint)[0][0]
+        groups[(message.fingerprint, message.partition, bucket_start(message.timestamp, base))].append(message)
         plan.reports += len(message.batch)
     states: dict[BucketKey, PartialCounts | None] = {}
     added: dict[BucketKey, list] = {}  # key -> [n, counts, max offset]
@@ -215,7 +228,7 @@ def plan_batch(
     for (fingerprint, partition, _), group in groups.items():
         group.sort(key=lambda m: m.offset)
         params, tracked = params_by_fp[fingerprint], tracked_by_fp[fingerprint]
-        keys = keys_for(fingerprint, partition, group[0].timestamp, levels)
+        keys = keys_for(fingerprint, partition, group[0].timestamp, levels_of(levels, fingerprint))
         for key in keys:
             if key not in states:
                 states[key] = read(key)
@@ -265,7 +278,7 @@ def expiry_time(key: BucketKey, levels: Sequence[tuple[int, int]]) -> float:
     keys never expire, buckets of a level no longer configured already have."""
     if key.is_total:
         return math.inf
-    for width, retention in levels:
+    for width, retention in levels_of(levels, key.fingerprint):
         if width == key.width:
             return key.bucket_start + width + retention
     return -math.inf
@@ -285,8 +298,8 @@ class RetentionIndex:
     written before a restart, or by the previous owner of a partition, expire like the rest.
     """
 
-    def __init__(self, levels: Sequence[tuple[int, int]]):
-        self.levels = tuple(levels)
+    def __init__(self, levels):
+        self.levels = dict(levels) if isinstance(levels, Mapping) else tuple(levels)
         self._heap: list[tuple[float, BucketKey]] = []
         self._indexed: set[BucketKey] = set()
 

@@ -238,6 +238,8 @@ class Job:
     k: int = 0
     points: tuple = ()
     doc: dict | None = None
+    #: Applied to the finished answer (picklable): agents.catalog names values and withholds windows.
+    rename: Callable[[dict], dict] | None = None
 
 
 class Estimator:
@@ -262,6 +264,10 @@ class Estimator:
             confidence=options.confidence, interval=options.interval, postprocess_method=options.postprocess)
 
     def finish(self, job: Job) -> dict:
+        doc = self._finish(job)
+        return doc if job.rename is None else job.rename(doc)
+
+    def _finish(self, job: Job) -> dict:
         if job.kind == "doc":
             return job.doc
         doc = dict(job.header)
@@ -351,12 +357,15 @@ def records(est: Estimates, counts) -> list[dict]:
 class EstimateService:
     """The worker's answers, computed from a CountsView on demand."""
 
-    def __init__(self, settings: WorkerSettings, view: CountsView, clock: Callable[[], float] = time.time):
+    def __init__(self, settings: WorkerSettings, view: CountsView, clock: Callable[[], float] = time.time,
+                 tracked: Mapping[str, TrackedValues] | None = None):
         self.settings = settings
         self.view = view
         self.clock = clock
         self.params: dict[str, OCMSParams] = {p.fingerprint.hex(): p for p in settings.params_sets}
-        self.tracked: dict[str, TrackedValues] = {fp: tracked_values(settings, p) for fp, p in self.params.items()}
+        # ``tracked`` (fingerprint -> set): given by a registry version (agents.catalog), else from the flags.
+        self.tracked: dict[str, TrackedValues] = dict(tracked) if tracked is not None else {
+            fp: tracked_values(settings, p) for fp, p in self.params.items()}
         self.primary = settings.params.fingerprint.hex()
         primary = self.tracked[self.primary]
         self.labels = primary.all_labels()

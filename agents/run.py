@@ -32,6 +32,7 @@ import numpy as np
 from cms_core.errors import OCMSError
 
 from .process import WorkerChild, WorkerNotHealthy
+from .run_registry import run_metric, value_id
 
 #: Signals that stop ``ocms run`` the way Ctrl-C does.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -108,13 +109,13 @@ def _get(url: str) -> dict:
         return json.loads(response.read())
 
 
-def coverage(truth: np.ndarray, records: list[dict], scale: float) -> tuple[int, int]:
+def coverage(truth: np.ndarray, records: list[dict], scale: float, dataset=None) -> tuple[int, int]:
     """(values whose scaled true count lies inside the count CI, values with an estimate)."""
     inside = total = 0
     for rec in records:
         if rec.get("count_ci_low") is None:  # n = 0: null estimates
             continue
-        true_count = truth[int(rec["value"])] * scale
+        true_count = truth[value_id(dataset, rec["value"]) if dataset is not None else int(rec["value"])] * scale
         total += 1
         inside += rec["count_ci_low"] <= true_count <= rec["count_ci_high"]
     return inside, total
@@ -128,7 +129,7 @@ def table(dataset, truth: np.ndarray, sent: int, doc: dict, show: int, confidenc
     scale = counted / sent if sent else 0.0  # compare like with like while the worker catches up
     lines = [f"reports sent {sent:,}; counted by the worker {counted:,}",
              f"  {'value':>12} {'true count':>11} {'estimate':>10}   {confidence:.0%} CI of the count"]
-    by_value = {int(rec["value"]): rec for rec in records if "value" in rec}
+    by_value = {value_id(dataset, rec["value"]): rec for rec in records if "value" in rec}  # names or digits
     for value in order:
         label = dataset.label(int(value))
         rec = by_value.get(int(value), {})
@@ -137,7 +138,7 @@ def table(dataset, truth: np.ndarray, sent: int, doc: dict, show: int, confidenc
                          f"[{rec['count_ci_low']:,.0f}, {rec['count_ci_high']:,.0f}]")
         else:
             lines.append(f"  {label:>12} {truth[value] * scale:>11,.0f} {'-':>10}")
-    inside, total = coverage(truth, records, scale)
+    inside, total = coverage(truth, records, scale, dataset)
     if total:
         lines.append(f"  {inside} of {total} values inside their {confidence:.0%} CI "
                      f"(about {confidence:.0%} expected: one in {1 / (1 - confidence):.0f} outside is normal)")
@@ -235,7 +236,8 @@ def run(args) -> int:
     from .settings import MAX_DEFAULT_TRACKED
 
     dataset = parse_dataset(args.dataset)
-    params = OCMSParams.build(args.epsilon, dataset.dictionary_size)
+    named = run_metric(args, dataset)  # deploy/registry.yaml's flight_dest for the default run (agents/run_registry)
+    params = named.version.params if named else OCMSParams.build(args.epsilon, dataset.dictionary_size)
     if dataset.dictionary_size > MAX_DEFAULT_TRACKED:
         raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
                         f"(at most {MAX_DEFAULT_TRACKED:,})")
@@ -264,9 +266,10 @@ def run(args) -> int:
         from producer.cli import reach_kafka
 
         reach_kafka(bootstrap, lambda: create_topics(bootstrap, {topic: args.partitions}))
+        metric_flags = named.worker_flags() if named else [
+            "--epsilon", str(args.epsilon), "--dictionary-size", str(dataset.dictionary_size)]
         worker = WorkerChild(
-            ["--epsilon", str(args.epsilon), "--dictionary-size", str(dataset.dictionary_size),
-             "--bootstrap-servers", bootstrap, "--broker", "kafka" if args.bootstrap_servers else "embedded",
+            [*metric_flags, "--bootstrap-servers", bootstrap, "--broker", "kafka" if args.bootstrap_servers else "embedded",
              "--app-id", app_id, "--source-topic", topic, "--dead-letter-topic", topic + "-dlq",
              "--partitions", str(args.partitions), "--web-port", str(web_port), "--log-level", "warning",
              "--truth", str(logs / "truth.json")],
@@ -279,8 +282,8 @@ def run(args) -> int:
         say(f"""
 console      {base}/   (open in a browser: live estimates beside the fleet's true frequencies)
 worker API   {base}/estimates   {base}/topk?k=10   {base}/params   {base}/healthz
-metrics      {base}/metrics
-try          curl -s '{base}/estimates/0'
+metrics      {base}/metrics   (JSON listing: curl -s -H 'Accept: application/json' {base}/metrics)
+try          curl -s '{base}/{f"metrics/{named.name}/estimates/{named.example_value}" if named else "estimates/0"}'
 fleet        {dataset.description}: eps={args.epsilon:g}, {args.rate:,.0f} reports/s in frames of {args.frame_size}
 seed         {seed} (ocms run --seed {seed} sends the same values again)
 logs         {logs} (removed after a clean stop)

@@ -202,6 +202,8 @@ SETTINGS: tuple[Setting, ...] = (
             metavar="M", default_text="the optimum", params=True),
     Setting("mechanism", "ocms (OCMS+RR), direct (randomized response over d, m = d) or auto (the lower exact "
             "error)", choice("ocms", "direct", "auto"), default="ocms", choices=("ocms", "direct", "auto"), params=True),
+    Setting("registry", "serve every live version of every metric of this registry (docs/registry.md) instead of "
+            "the single-metric flags (parameters, tracked values, buckets, watch, top-K)", text, metavar="FILE"),
     Setting("extra_epsilon", "also accept reports made with this ε (a rotated parameter set; repeatable); "
             "kept separate by fingerprint", numbers, default=(), kind="list", metavar="EPSILON"),
     # Kafka
@@ -344,6 +346,8 @@ class WorkerSettings:
     log_level: str
     truth_file: str | None  # ground truth of a simulated fleet, for the console (ocms run)
     extra_params: tuple[OCMSParams, ...] = ()
+    #: The metric registry served (agents.catalog); None: the one metric of the single-metric flags.
+    registry: str | None = None
     #: What set each setting (flag, variable, or both names for a default): errors name it.
     labels: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -424,6 +428,13 @@ WORKER_SETTINGS = tuple(s.name for s in SETTINGS if not s.params and s.name != "
 
 def worker_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> WorkerSettings:
     """The worker's settings from flag values (None = not given) and the environment."""
+    registry, _ = resolve(("registry",), flags, environ)
+    if registry["registry"] is not None:  # every metric version states its own parameters
+        from .worker_registry import registry_params
+
+        params, extra = registry_params(flags, environ, registry["registry"])
+        overrides = {name: flags.get(name) for name in WORKER_SETTINGS}
+        return WorkerSettings.build(params, environ, extra_params=extra, **overrides)
     values, labels = resolve(PARAMS_SETTINGS + ("extra_epsilon",), flags, environ)
     if values["mode"] == "l2" and values["tracked"] is None:  # D is the tracked set's size unless given
         from argparse import Namespace

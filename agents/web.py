@@ -33,6 +33,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .query import INLINE_WORK, ApiError, Answer, Estimator, check_query, finish_json, start_answer_process, to_json
 
+from .metric_pages import add_metric_pages, wants_listing
+
 if TYPE_CHECKING:
     from .app import OCMSWorker
 
@@ -109,17 +111,21 @@ def _timed(compute: Callable):
 
 def add_pages(app: faust.App, worker: "OCMSWorker") -> None:
     service = worker.service
-    runner = QueryRunner(service.estimator)
+    estimator = worker.catalog.estimator  # every served fingerprint (agents.catalog)
+    runner = QueryRunner(estimator)
 
     def error(web, exc: ApiError):
         return web.bytes(to_json(exc.as_json()), content_type=JSON_TYPE, status=exc.status)
 
-    async def answer(web, request, endpoint: str, value: str | None = None):
+    async def answer(web, request, endpoint: str, value: str | None = None, metric: str | None = None):
         try:
-            query = check_query(endpoint, request.query.items())
-            prepared = service.prepare(endpoint, query, value)
+            if metric is None:
+                query = check_query(endpoint, request.query.items())
+                prepared = service.prepare(endpoint, query, value)
+            else:  # /metrics/NAME/...: one version of a named metric (agents.catalog)
+                prepared = worker.catalog.prepare(metric, endpoint, request.query.items(), value)
             if prepared.work <= INLINE_WORK:
-                body = to_json(service.estimator.finish(prepared.gather()))
+                body = to_json(estimator.finish(prepared.gather()))
             else:
                 body = await runner.run(prepared)
         except ApiError as exc:
@@ -158,9 +164,13 @@ def add_pages(app: faust.App, worker: "OCMSWorker") -> None:
         doc = worker.health()
         return web.json(doc, status=200 if doc["status"] == "ok" else 503)
 
+    add_metric_pages(app, worker, answer, error)
+
     @app.page("/metrics")
     async def metrics(web, request):
         try:
+            if wants_listing(request):  # the metric listing (JSON); Prometheus gets the exposition
+                return web.bytes(to_json(worker.catalog.describe()), content_type=JSON_TYPE)
             check_query("metrics", request.query.items())
         except ApiError as exc:
             return error(web, exc)

@@ -15,7 +15,10 @@ DEVICE_CONFIG_FORMAT = 1
 
 
 def field_config(version: MetricVersion) -> dict:
-    field = version.params.field
+    return _field(version.params.field)
+
+
+def _field(field) -> dict:
     if field.kind == "prime":
         return {"kind": "prime", "order": value_to_json(field.order)}
     return {"kind": "binary", "degree": field.degree, "polynomial": value_to_json(field.polynomial)}
@@ -37,6 +40,16 @@ def version_config(version: MetricVersion) -> dict:
         out["categories"] = list(version.value_names)
     elif version.domain == "integers":
         out["dictionary_size"] = value_to_json(version.params.dictionary_size)
+    if version.discovery is not None:  # issue 15: the levels a device reports prefixes with (docs/discovery.md)
+        from .discovery import discovery_of
+
+        spec = discovery_of(version)
+        out["discovery"] = {
+            **spec.domain.describe(),
+            "levels": [{"level": level, "fingerprint": p.fingerprint.hex(), "m": p.hash_range, "field": _field(p.field),
+                        "dictionary_size": value_to_json(p.dictionary_size)}
+                       for level, p in enumerate(spec.params_by_level, 1)],
+        }
     return out
 
 

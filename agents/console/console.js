@@ -150,6 +150,8 @@
       t.counts.forEach(function (c) {
         t._index.freq[str(c.value)] = t.reports ? c.count / t.reports : 0;
         t._index.labels[str(c.value)] = str(c.label);
+        // A worker serving a registry answers values by name (ATL, not its id 4): index the name too.
+        if (c.label != null && t._index.freq[str(c.label)] == null) t._index.freq[str(c.label)] = t._index.freq[str(c.value)];
       });
     }
     return t._index;

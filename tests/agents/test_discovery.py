@@ -182,3 +182,86 @@ def test_promote_adds_discovered_values_to_a_tracked_file(workspace, capsys):
     items = list(read_raw_values(tracked).items)
     assert items[:2] == ["already here", "the"] and "to" in items and items.count("the") == 1
     assert "the" not in doc["promoted"]["added"] and doc["promoted"]["kept"] == 2
+
+
+def test_discover_serve_publishes_the_latest_pass_over_http(workspace, tmp_path):
+    """`ocms discover --serve` against the embedded broker: /discovered answers by name, /metrics has bounded labels,
+    SIGTERM stops it cleanly."""
+    import asyncio
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    import numpy as np
+    from aiokafka import AIOKafkaProducer
+
+    from producer.broker import EmbeddedBroker, free_port
+    from producer.discovery import simulate_discovery_messages
+    from registry import load_registry
+    from registry.discovery import discovery_of
+
+    _, registry_path, _, _ = workspace
+    spec = discovery_of(load_registry(registry_path).metric("typed_words").latest)
+    words = ["zebra"] * 10_000 + ["quiet"] * 6_000
+
+    async def produce(bootstrap):
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=8 << 20)
+        await producer.start()
+        try:
+            for frame in simulate_discovery_messages(spec.domain, spec.params_by_level, words,
+                                                     np.random.default_rng(2)):
+                await producer.send_and_wait("words", frame)
+        finally:
+            await producer.stop()
+
+    def get(url):
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    with EmbeddedBroker() as broker:
+        broker.create_topics({"words": 2})
+        asyncio.run(produce(broker.bootstrap_servers))
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "agents.cli", "discover", "--serve", "--registry", str(registry_path),
+             "--bootstrap-servers", broker.bootstrap_servers, "--topic", "words", "--interval", "2",
+             "--web-port", str(port), "--export-top", "1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 90
+            status, body = None, ""
+            while time.monotonic() < deadline and process.poll() is None:
+                try:
+                    status, body = get(f"{base}/discovered?metric=typed_words")
+                except OSError:
+                    status = None  # not listening yet
+                if status == 200:
+                    break
+                time.sleep(0.2)  # polling a condition with a deadline, not a fixed wait
+            assert status == 200, (status, body, process.poll())
+            doc = json.loads(body)
+            assert {"zebra", "quiet"} <= {d["value"] for d in doc["discovered"]} and doc["reports"] == len(words)
+            assert doc["window"]["topic"] == "words" and doc["computed_at"]
+            assert get(f"{base}/discovered?metric=screens")[0] == 404
+            assert get(f"{base}/discovered")[0] == 400
+            assert get(f"{base}/discovered?metric=typed_words&x=1")[0] == 400
+            status, text = get(f"{base}/metrics")
+            assert status == 200 and 'ocms_discovered_frequency{metric="typed_words",value="zebra"}' in text
+            assert 'value="quiet"' not in text
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                out, err = process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                out, err = process.communicate()
+        assert process.returncode == 0, err
+        assert "Traceback" not in err

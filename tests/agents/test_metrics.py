@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agents.catalog import Catalog
 from agents.metrics import ESTIMATE_FIELDS, EstimatesCollector, PipelineMetrics
 from agents.processor import REJECT_REASONS
 from agents.query import EstimateService
@@ -62,14 +63,21 @@ def _fill() -> CountsView:
 VIEW = _fill()
 
 
+#: The flags' metric is "default"; its versions are the primary (1), then each extra set (2).
+VERSION = {FP1: "1", FP2: "2"}
+
+
 def scrape(service: EstimateService, clock=None) -> dict:
     registry = CollectorRegistry()
-    registry.register(EstimatesCollector(service, clock))
+    catalog = Catalog.build(service.settings, service.view, service.clock)
+    registry.register(EstimatesCollector(catalog, clock))
     text = generate_latest(registry).decode()
     return {family.name: family for family in text_string_to_metric_families(text)}
 
 
 def samples(family, **labels) -> list:
+    if "params" in labels:  # a parameter set is exported as its metric version, never its fingerprint
+        labels.update(metric="default", version=VERSION[labels.pop("params")])
     return [s for s in family.samples if all(s.labels.get(k) == v for k, v in labels.items())]
 
 
@@ -97,7 +105,8 @@ def expected_chosen(service, fp, top_k) -> list[str]:
 
 def test_family_names_and_types(families):
     names = {f"ocms_estimate_{suffix}" for suffix, _, _ in ESTIMATE_FIELDS}
-    names |= {"ocms_estimate_values_omitted", "ocms_params_reports", "ocms_params_info",
+    names |= {"ocms_estimate_values_omitted", "ocms_params_reports", "ocms_params_info", "ocms_estimate_withheld",
+              "ocms_estimate_values_capped",
               "ocms_latest_bucket_start_timestamp_seconds"}
     assert set(families) == names
     assert all(f.type == "gauge" for f in families.values())
@@ -113,7 +122,9 @@ def test_labels_are_watch_plus_topk_and_bounded(service, families, fp):
             got = [s.labels["value"] for s in samples(family, params=fp, window=window)]
             assert sorted(got) == sorted(chosen), (suffix, window)
         assert {s.labels["window"] for s in family.samples} == {"total", "latest_bucket"}
-        assert {s.labels["params"] for s in family.samples} == {FP1, FP2}
+        assert {s.labels["version"] for s in family.samples} == {"1", "2"}
+        assert {s.labels["metric"] for s in family.samples} == {"default"}
+        assert all("params" not in s.labels and "fingerprint" not in s.labels for s in family.samples)
 
 
 @pytest.mark.parametrize("fp", [FP1, FP2])
@@ -155,10 +166,11 @@ def test_latest_bucket_excludes_the_current_bucket(service, families):
 
 def test_params_info_labels(families):
     info = families["ocms_params_info"]
-    by_fp = {s.labels["params"]: s for s in info.samples}
+    by_fp = {s.labels["fingerprint"]: s for s in info.samples}
     assert set(by_fp) == {FP1, FP2}
-    assert by_fp[FP1].labels == {"params": FP1, "epsilon": "2", "hash_range": "4", "field": "F(1009)", "mode": "mse"}
-    assert by_fp[FP2].labels == {"params": FP2, "epsilon": "1", "hash_range": "3", "field": "F(1009)", "mode": "mse"}
+    common = {"metric": "default", "mechanism": "ocms", "field": "F(1009)", "mode": "mse"}
+    assert by_fp[FP1].labels == dict(common, version="1", fingerprint=FP1, epsilon="2", hash_range="4")
+    assert by_fp[FP2].labels == dict(common, version="2", fingerprint=FP2, epsilon="1", hash_range="3")
     assert by_fp[FP1].value == by_fp[FP2].value == 1.0
 
 
@@ -208,11 +220,11 @@ def test_pipeline_metrics_precreate_every_reject_reason():
     assert not any(name.endswith("_created") for f in families.values() for name in [s.name for s in f.samples])
     assert families["ocms_reports_accepted"].samples == []  # per parameter set, created on first use
     metrics.rejected.labels("expired").inc(3)
-    metrics.accepted.labels(FP1).inc(7)
+    metrics.accepted.labels("default", "1").inc(7)
     families = {f.name: f for f in text_string_to_metric_families(generate_latest(metrics.registry).decode())}
     values = {s.labels["reason"]: s.value for s in families["ocms_reports_rejected"].samples}
     assert values["expired"] == 3.0 and sum(values.values()) == 3.0
-    assert [(s.labels, s.value) for s in families["ocms_reports_accepted"].samples] == [({"params": FP1}, 7.0)]
+    assert [(s.labels, s.value) for s in families["ocms_reports_accepted"].samples] == [({"metric": "default", "version": "1"}, 7.0)]
 
 
 def test_pipeline_metrics_registries_are_independent():

@@ -27,6 +27,8 @@ PARAMS = OCMSParams.build(2.0, 1000)
 TRACKED = TrackedValues.range(PARAMS, 0, 1000)
 WATCH = "0,1,2,500"
 BUCKET = 60
+#: The single-metric flags describe the metric "default"; --epsilon is its version 1 (labels carry names).
+NAMED = {"metric": "default", "version": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +167,7 @@ def test_6_metrics_equal_the_api(fed):
     scrape = Scrape.parse(worker.text("/metrics"))
     fp = PARAMS.fingerprint.hex()
     status, total = worker.get("/estimates")
-    start = int(scrape.get("ocms_latest_bucket_start_timestamp_seconds", params=fp))
+    start = int(scrape.get("ocms_latest_bucket_start_timestamp_seconds", **NAMED))
     status, latest = worker.get("/estimates", **{"from": str(start), "to": str(start + BUCKET)})
     assert latest["n"] > 0
     fields = {"ratio": "frequency", "count": "count", "stddev_ratio": "std", "ci_lower_ratio": "ci_low",
@@ -173,17 +175,17 @@ def test_6_metrics_equal_the_api(fed):
     exported = {dict(labels)["value"] for labels in scrape.series("ocms_estimate_ratio")}
     top = {r["value"] for r in worker.get("/topk", k="20")[1]["top"]}
     assert exported == {"0", "1", "2", "500"} | {str(v) for v in top}
-    assert scrape.get("ocms_estimate_values_omitted", params=fp) == 1000 - len(exported)
+    assert scrape.get("ocms_estimate_values_omitted", **NAMED) == 1000 - len(exported)
     for window, doc in (("total", total), ("latest_bucket", latest)):
-        assert scrape.get("ocms_params_reports", params=fp, window=window) == doc["n"]
+        assert scrape.get("ocms_params_reports", **NAMED, window=window) == doc["n"]
         for value in exported:
             record = doc["estimates"][int(value)]
             for suffix, field in fields.items():
-                got = scrape.get(f"ocms_estimate_{suffix}", params=fp, value=value, window=window)
+                got = scrape.get(f"ocms_estimate_{suffix}", **NAMED, value=value, window=window)
                 assert got == record[field], (window, value, suffix)
-    assert scrape.get("ocms_reports_accepted_total", params=fp) == 100_000
-    assert scrape.get("ocms_params_info", params=fp, epsilon="2", hash_range=str(PARAMS.hash_range),
-                      field=PARAMS.describe()["field"], mode="mse") == 1.0
+    assert scrape.get("ocms_reports_accepted_total", **NAMED) == 100_000
+    assert scrape.get("ocms_params_info", **NAMED, fingerprint=fp, mechanism="ocms", epsilon="2",
+                      hash_range=str(PARAMS.hash_range), field=PARAMS.describe()["field"], mode="mse") == 1.0
 
 
 # ------------------------------------------------------------------ test 2: SIGKILL x3
@@ -272,8 +274,8 @@ def test_3_two_workers_answer_like_one(broker, tmp_path_factory):
         for name in ("ocms_estimate_ratio", "ocms_estimate_ci_upper_count"):
             series = [{k: v for k, v in s.series(name).items() if dict(k)["window"] == "total"} for s in scrapes]
             assert series[0] == series[1] and series[0]
-        accepted = sum(s.get("ocms_reports_accepted_total", params=PARAMS.fingerprint.hex()) for s in scrapes
-                       if ("ocms_reports_accepted_total", frozenset({("params", PARAMS.fingerprint.hex())})) in s.samples)
+        accepted = sum(s.get("ocms_reports_accepted_total", **NAMED) for s in scrapes
+                       if ("ocms_reports_accepted_total", frozenset(NAMED.items())) in s.samples)
         assert accepted == 40_500  # each report counted by exactly one worker
     finally:
         a.stop()
@@ -400,11 +402,10 @@ def test_retention_deletes_buckets_of_a_partition_that_moved(broker, tmp_path_fa
         send(broker.bootstrap_servers, workers[0].topic, old_bucket_messages(61))
         for w in workers:
             w.wait_for_n(40, timeout=30)
-        fp = PARAMS.fingerprint.hex()
 
         def accepted(w: WorkerProcess) -> float:
             return Scrape.parse(w.text("/metrics")).samples.get(
-                ("ocms_reports_accepted_total", frozenset({("params", fp)})), 0.0)
+                ("ocms_reports_accepted_total", frozenset(NAMED.items())), 0.0)
 
         owner, heir = sorted(workers, key=accepted, reverse=True)
         assert accepted(owner) == 40 and accepted(heir) == 0

@@ -258,3 +258,37 @@ def test_candidate_cap_keeps_the_largest_and_says_so():
     result = D.discover(SMALL, params, D.simulate_level_reports(SMALL, params, values, rng), max_candidates=20)
     assert result.levels[0].capped == 2  # 4 open survivors, room for 20 // 9 = 2
     assert len(result.discovered) == 2
+
+
+# ------------------------------------------------------------------ element layout and the range path
+
+@pytest.mark.parametrize("domain", [SMALL, UTF8, D.DiscoveryDomain("strings", alphabet="abc", max_length=5,
+                                                                  symbols_per_level=2)])
+def test_a_parents_children_are_one_contiguous_range_and_ended_values_keep_their_element(domain):
+    parent = D.prefix_of(domain, "ab" * 3, 1)
+    children = D.extensions(domain, [parent], 2)
+    elements = [D.prefix_element_value(domain, c) for c in children]
+    assert elements == list(range(elements[0], elements[0] + domain.branching(2)))
+    assert max(elements) < 2**D.STRING_PREFIX_BITS
+    ended = D.prefix_of(domain, "a", 1)
+    assert ended.ended == (domain.prefix_length(1) > 1)
+    short = "a"
+    assert len({D.prefix_value(domain, short, L) for L in range(2, domain.levels + 1)}) == 1
+
+
+def test_range_path_counts_equal_explicit_counts_bit_for_bit():
+    from cms_core.sketch import OCMSSketch
+    from cms_core.values import TrackedValues
+
+    for domain, values in ((UTF8, ["ab", "abc", "b", "日本"] * 500),
+                           (D.DiscoveryDomain("integers", bits=32, bits_per_level=8), [7, 2**31, 12345] * 500)):
+        params = D.level_params("m", 1, 3.0, domain)
+        batches = D.simulate_level_reports(domain, params, values, np.random.default_rng(5))
+        level = 2
+        parents = [D.prefix_of(domain, v, level - 1) for v in values[:3]]
+        candidates = D.extensions(domain, list(dict.fromkeys(parents)), level) + [D.Prefix((120,), True)] * (
+            domain.kind == "strings")
+        fast = D._counts(params[level - 1], batches[level], candidates, domain)
+        tracked = TrackedValues.of(params[level - 1], [D.prefix_element_value(domain, c) for c in candidates])
+        slow = OCMSSketch(params[level - 1], tracked).update(batches[level])
+        assert fast == slow and fast.n == len(batches[level]) and fast.counts.sum() > 0

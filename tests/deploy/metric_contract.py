@@ -41,11 +41,11 @@ def _m(name: str, type_: str, labels: str, scope: str, help_: str) -> Metric:
     return Metric(name, type_, frozenset(x for x in labels.split(",") if x), scope, help_)
 
 
-ESTIMATE_LABELS = "params,value,window"
+ESTIMATE_LABELS = "metric,version,value,window"
 
 METRICS: tuple[Metric, ...] = (
     # Per-worker pipeline metrics.
-    _m("ocms_reports_accepted_total", "counter", "params", "worker", "reports counted"),
+    _m("ocms_reports_accepted_total", "counter", "metric,version", "worker", "reports counted"),
     _m("ocms_reports_rejected_total", "counter", "reason", "worker", "rejected messages (one per message)"),
     _m("ocms_reports_replayed_total", "counter", "", "worker", "already-counted reports skipped after a restart"),
     _m("ocms_messages_redelivered_total", "counter", "", "worker", "pending messages delivered again after a seek"),
@@ -62,10 +62,14 @@ METRICS: tuple[Metric, ...] = (
     _m("ocms_estimate_ci_upper_ratio", "gauge", ESTIMATE_LABELS, "global", "CI upper bound, frequency"),
     _m("ocms_estimate_ci_lower_count", "gauge", ESTIMATE_LABELS, "global", "CI lower bound, count"),
     _m("ocms_estimate_ci_upper_count", "gauge", ESTIMATE_LABELS, "global", "CI upper bound, count"),
-    _m("ocms_estimate_values_omitted", "gauge", "params", "global", "tracked values not exported"),
-    _m("ocms_params_reports", "gauge", "params,window", "global", "reports counted in the window"),
-    _m("ocms_params_info", "gauge", "params,epsilon,hash_range,field,mode", "global", "active parameters (value 1)"),
-    _m("ocms_latest_bucket_start_timestamp_seconds", "gauge", "params", "global", "start of the latest complete bucket"),
+    _m("ocms_estimate_values_omitted", "gauge", "metric,version", "global", "tracked values not exported"),
+    _m("ocms_estimate_values_capped", "gauge", "", "global", "values left out by the global export cap"),
+    _m("ocms_estimate_withheld", "gauge", "metric,version,window", "global", "1: the window holds fewer than min_reports"),
+    _m("ocms_params_reports", "gauge", "metric,version,window", "global", "reports counted in the window"),
+    _m("ocms_params_info", "gauge", "metric,version,fingerprint,mechanism,epsilon,hash_range,field,mode", "global",
+       "served metric versions and their parameters (value 1)"),
+    _m("ocms_latest_bucket_start_timestamp_seconds", "gauge", "metric,version", "global",
+       "start of the latest complete bucket"),
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}

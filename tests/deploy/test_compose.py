@@ -19,13 +19,12 @@ from tests.deploy.promql import ROOT
 COMPOSE = ROOT / "docker-compose.yml"
 
 WORKER_COMMAND = [
-    "worker", "--bootstrap-servers", "kafka:9092", "--epsilon", "2", "--dictionary-size", "10000",
-    "--tracked-range", "0:1000", "--partitions", "4", "--web-host", "0.0.0.0", "--web-port", "6066",
-    "--store", "rocksdb:///var/lib/ocms", "--watch", "0,1,2,3,4",
+    "worker", "--registry", "/etc/ocms/registry.yaml", "--bootstrap-servers", "kafka:9092",
+    "--partitions", "4", "--web-host", "0.0.0.0", "--web-port", "6066", "--store", "rocksdb:///var/lib/ocms",
 ]
 SIMULATOR_COMMAND = [
-    "simulate", "--bootstrap-servers", "kafka:9092", "--topic", "ocms-reports", "--dataset", "zipf:s=1.1,d=10000",
-    "--epsilon", "2", "--duration", "86400", "--rate", "2000", "--frame-size", "100",
+    "simulate", "--registry", "/etc/ocms/registry.yaml", "--metric", "flight_dest", "--bootstrap-servers", "kafka:9092",
+    "--topic", "ocms-reports", "--duration", "86400", "--rate", "2000", "--frame-size", "100",
 ]
 TOPICS = {"ocms-reports": 4, "ocms-reports-dlq": 4, "ocms-worker-ocms-counts-changelog": 4}
 CHANGELOG = "ocms-worker-ocms-counts-changelog"
@@ -292,10 +291,10 @@ def test_compose_command_lines_parse_with_the_ocms_cli(compose):
 
     parser = build_parser()
     args = parser.parse_args(_command(compose["services"]["simulator"]))
-    assert args.command == "simulate" and args.frame_size == 100 and float(args.epsilon) == 2.0
+    assert args.command == "simulate" and args.frame_size == 100 and args.metric == "flight_dest"
 
     args = parser.parse_args(_command(compose["services"]["worker"]))
-    assert args.command == "worker"
+    assert args.command == "worker" and args.registry == "/etc/ocms/registry.yaml"
 
 
 def test_changelog_topic_is_the_workers_table_changelog():
@@ -343,3 +342,19 @@ def test_topic_init_fails_on_an_existing_topic_with_other_partitions(compose, tm
     assert result.returncode == 1
     assert "topic ocms-reports has 2 partitions, expected 4" in result.stderr
     assert len([c for c in calls if "--create" in c]) == 1, "stops at the first mismatch"
+
+
+@pytest.mark.parametrize("name", ["worker", "simulator", "collector"])
+def test_registry_readers_mount_the_registry_and_its_tracked_files(compose, name):
+    """--registry names a file inside the container; the registry's tracked files are relative to it."""
+    import posixpath
+
+    from registry import load_registry
+
+    service = compose["services"][name]
+    path = _flag(_command(service), "--registry")
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in service.get("volumes", []) if isinstance(v, str)}
+    assert mounts.get(path) == "./deploy/registry.yaml", f"{name}: {path} is not mounted"
+    tracked_dir = posixpath.join(posixpath.dirname(path), "tracked")
+    assert mounts.get(tracked_dir) == "./deploy/tracked", f"{name}: the registry's tracked files are not mounted"
+    assert load_registry(ROOT / "deploy" / "registry.yaml").metrics  # the mounted file loads

@@ -119,12 +119,12 @@ def test_panel_exprs_use_only_contract_metrics_and_recording_rules():
 def test_the_checker_flags_unknown_and_raw_global_series():
     known = _known_series()
     assert expr_problems("sum(rate(ocms_reports_accepted_total[5m]))", known) == []
-    assert expr_problems('rate(ocms_reports_acepted_total{params="x"}[5m])', known) == [
+    assert expr_problems('rate(ocms_reports_acepted_total{metric="x"}[5m])', known) == [
         "unknown series 'ocms_reports_acepted_total'"]
     assert expr_problems("ocms:estimate_ratios", known) == ["unknown series 'ocms:estimate_ratios'"]
     assert "raw global metric" in expr_problems('ocms_estimate_ratio{value="1"}', known)[0]
     assert expr_problems('ocms:estimate_ratio{instance="a"}', known) == ["ocms:estimate_ratio has no labels ['instance']"]
-    assert expr_problems('ocms:ingest_rate:rate1m{params="x"}', known) == ["ocms:ingest_rate:rate1m has no labels ['params']"]
+    assert expr_problems('ocms:ingest_rate:rate1m{metric="x"}', known) == ["ocms:ingest_rate:rate1m has no labels ['metric']"]
 
 
 def test_dashboard_with_an_unknown_metric_is_rejected(tmp_path):
@@ -172,7 +172,13 @@ def test_template_variables(dashboards):
         (series, _), = [s for s in promql.selectors(selector)]
         assert label in known[series], f"variable {name}: {series} has no label {label!r}"
     names = {(title, name) for title, name, _ in promql.variable_queries()}
-    assert {("OCMS estimates", "params"), ("OCMS estimates", "value")} <= names
+    assert {("OCMS estimates", "metric"), ("OCMS estimates", "version"), ("OCMS estimates", "value")} <= names
+    # Drop-downs offer names: metric and value come from those labels, never a fingerprint.
+    queries = {name: query for title, name, query in promql.variable_queries() if title == "OCMS estimates"}
+    assert promql.parse_label_values(queries["metric"])[1] == "metric"
+    assert promql.parse_label_values(queries["value"])[1] == "value"
+    assert not any(label in {"params", "fingerprint"} for label in
+                   (promql.parse_label_values(q)[1] for q in queries.values()))
 
 
 def _panels_reading(dashboards, needle: str) -> list[dict]:

@@ -103,9 +103,49 @@ def prometheus_query(base: str, query: str) -> list:
     return doc["data"]["result"]
 
 
-def test_real_prometheus_scrapes_the_worker_rules_and_panels_return_data(broker, tmp_path_factory, tmp_path):
+#: Three metrics for the real Prometheus: categories with direct RR, integers with OCMS, and a
+#: categorical metric whose min_reports its traffic never reaches (withheld: nothing exported).
+LIVE_REGISTRY = """\
+metrics:
+  - name: dest
+    description: Destination airport
+    owner: flights@example.com
+    categories: [ATL, ORD, LAX, BOS, JFK, SFO, DEN, MIA, SEA, LAS]
+    epsilon: 2
+    mechanism: direct
+    watch: [ATL, ORD, BOS]
+    top_k: 3
+    min_reports: 100
+  - name: build
+    description: Build number
+    owner: release@example.com
+    integers: 10000
+    tracked: {range: [0, 1000]}
+    epsilon: 2
+    mechanism: ocms
+    watch: ["0", "1", "2"]
+    top_k: 5
+  - name: carrier
+    description: Airline
+    owner: flights@example.com
+    categories: [UA, B6, EV, DL]
+    epsilon: 1
+    watch: [UA]
+    min_reports: 1000000
+"""
+
+
+def test_real_prometheus_scrapes_a_three_metric_worker_rules_and_panels_return_data_by_name(
+        broker, tmp_path_factory, tmp_path):
+    from registry import load_registry
+
     prometheus = tool("prometheus")
-    worker = start_worker(broker, tmp_path_factory, "live-prom")
+    folder = tmp_path_factory.mktemp("live-prom")
+    (folder / "registry.yaml").write_text(LIVE_REGISTRY, encoding="utf-8")
+    registry = load_registry(folder / "registry.yaml")
+    worker = WorkerProcess(broker.bootstrap_servers, "live-prom", "live-prom", folder,
+                           "--registry", str(folder / "registry.yaml"))
+    worker.start().wait_healthy()
     port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(f"""
@@ -125,12 +165,28 @@ scrape_configs:
         stdout=open(tmp_path / "prometheus.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
+    rng = np.random.default_rng(7)
+    sizes = {"dest": 10_000, "build": 20_000, "carrier": 2_000}
     try:
-        messages = report_messages(PARAMS, (np.random.default_rng(7).zipf(1.2, 30_000) - 1) % 10_000, 100, seed=8)
+        messages = []
+        for seed, (name, n) in enumerate(sizes.items()):
+            version = registry.metric(name).latest
+            d = version.params.dictionary_size
+            messages += report_messages(version.params, (rng.zipf(1.2, n) - 1) % d, 100, seed=8 + seed)
+        rng.shuffle(messages)
         send(broker.bootstrap_servers, worker.topic, messages, rate=60)  # ~5 s of traffic, scraped throughout
-        worker.wait_for_n(30_000)
-        fp = PARAMS.fingerprint.hex()
-        queries = live_queries({"params": fp, "value": ["0", "1", "2"]})
+
+        def counted():
+            return all(worker.get(f"/metrics/{name}/estimates")[1]["n"] >= n for name, n in sizes.items())
+
+        deadline = time.monotonic() + 90
+        while not counted():
+            assert time.monotonic() < deadline, "the worker did not count every report"
+            time.sleep(0.5)
+        queries = []
+        for name in ("dest", "build"):
+            values = [v for v in registry.metric(name).latest.watch]
+            queries += live_queries({"metric": name, "version": "1", "value": values})
         # The active-alerts panel is empty exactly when nothing is wrong; it must still evaluate.
         alerts = [q for q in queries if q[2].startswith("ALERTS")]
         for _, _, query in alerts:
@@ -142,32 +198,45 @@ scrape_configs:
             time.sleep(1.0)
             missing = [(kind, where, q) for kind, where, q in missing if not prometheus_query(base, q)]
         assert not missing, f"no data for {len(missing)} of {len(queries)} queries: {missing[:5]}"
-        # Prometheus holds exactly the worker's estimates once it has scraped (and its rules have
-        # evaluated) after the last report was counted; the worker's answer no longer changes.
-        status, doc = worker.get("/estimates")
-        assert status == 200 and doc["n"] == 30_000
+        # Prometheus holds exactly the worker's estimates, labelled by name, once it has scraped (and
+        # its rules have evaluated) after the last report was counted; the answers no longer change.
+        docs = {name: worker.get(f"/metrics/{name}/estimates")[1] for name in ("dest", "build")}
 
         def differences() -> list[str]:
             out = []
-            for metric, field in (("ocms:estimate_count", "count"), ("ocms_estimate_ci_upper_ratio", "ci_high"),
-                                  ("ocms:estimate_ratio", "frequency")):
-                result = prometheus_query(base, f'{metric}{{params="{fp}",window="total"}}')
-                if not result:
-                    out.append(f"{metric}: no data")
-                for sample in result:
-                    value = int(sample["metric"]["value"])
-                    got, want = float(sample["value"][1]), doc["estimates"][value][field]
-                    if got != pytest.approx(want, rel=1e-12):
-                        out.append(f"{metric} value {value}: Prometheus {got}, worker {want}")
-            reports = prometheus_query(base, f'ocms:params_reports{{params="{fp}",window="total"}}')
-            if not reports or float(reports[0]["value"][1]) != 30_000:
-                out.append(f"ocms:params_reports: {reports}")
+            for name, doc in docs.items():
+                by_name = {r["value"]: r for r in doc["estimates"]}
+                for metric, field in (("ocms:estimate_count", "count"), ("ocms_estimate_ci_upper_ratio", "ci_high"),
+                                      ("ocms:estimate_ratio", "frequency")):
+                    result = prometheus_query(base, f'{metric}{{metric="{name}",version="1",window="total"}}')
+                    if not result:
+                        out.append(f"{metric} {name}: no data")
+                    for sample in result:
+                        assert "params" not in sample["metric"] and "fingerprint" not in sample["metric"]
+                        record = by_name[sample["metric"]["value"]]  # a name: ATL, or an integer's digits
+                        got, want = float(sample["value"][1]), record[field]
+                        if got != pytest.approx(want, rel=1e-12):
+                            out.append(f"{metric} {name} {record['value']}: Prometheus {got}, worker {want}")
+                reports = prometheus_query(base, f'ocms:params_reports{{metric="{name}",window="total"}}')
+                if not reports or float(reports[0]["value"][1]) != sizes[name]:
+                    out.append(f"ocms:params_reports {name}: {reports}")
             return out
 
         deadline = time.monotonic() + 60
         while (different := differences()) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not different, different[:5]
+        assert {s["metric"]["value"] for s in prometheus_query(base, 'ocms:estimate_ratio{metric="dest"}')} >= {
+            "ATL", "ORD", "BOS"}
+        # The withheld metric: counted, but no estimate series at all.
+        assert prometheus_query(base, 'ocms:estimate_ratio{metric="carrier"}') == []
+        withheld = prometheus_query(base, 'ocms:estimate_withheld{metric="carrier",window="total"}')
+        assert float(withheld[0]["value"][1]) == 1.0
+        reports = prometheus_query(base, 'ocms:params_reports{metric="carrier",window="total"}')
+        assert float(reports[0]["value"][1]) == sizes["carrier"]
+        info = prometheus_query(base, 'ocms:params_info{metric="dest"}')
+        assert info[0]["metric"]["mechanism"] == "direct"
+        assert info[0]["metric"]["fingerprint"] == registry.metric("dest").latest.fingerprint.hex()
     finally:
         os.killpg(process.pid, 15)
         process.wait(15)

@@ -178,7 +178,7 @@ def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
         spec = reg.metric(entry["name"])
         assert entry["version"] == spec.latest.version
         allowed = {"name", "version", "fingerprint", "epsilon", "m", "field", "domain", "categories", "dictionary_size",
-                   "mechanism"}
+                   "mechanism", "discovery"}
         assert set(entry) <= allowed
         field = entry["field"]
         field = PrimeField(int(field["order"])) if field["kind"] == "prime" else BinaryField(field["degree"])
@@ -189,6 +189,13 @@ def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
                              binding=f"{entry['name']}@{entry['version']}",
                              mechanism=entry.get("mechanism", "ocms"))
         assert rebuilt.fingerprint.hex() == entry["fingerprint"] == spec.latest.fingerprint.hex()
+        for level in entry.get("discovery", {}).get("levels", []):  # issue 15: each level rebuilds too
+            lf = level["field"]
+            lf = PrimeField(int(lf["order"])) if lf["kind"] == "prime" else BinaryField(lf["degree"])
+            rebuilt = OCMSParams(epsilon=entry["epsilon"], hash_range=level["m"], field=lf,
+                                 dictionary_size=int(level["dictionary_size"]), mode="mse", f_star=0.0,
+                                 binding=f"{entry['name']}@{entry['version']}/level{level['level']}")
+            assert rebuilt.fingerprint.hex() == level["fingerprint"]
     code, out, _ = run(capsys, "registry", "device-config", str(REGISTRY), "--metric", "app_launches")
     (entry,) = json.loads(out)["metrics"]
     assert entry["version"] == 2 and entry["categories"][-1] == "wallet"

@@ -80,3 +80,17 @@ def test_discovery_mistakes_name_metric_field_and_line(tmp_path, old, new, field
     assert problem.metric in ("typed_words", "build_id", "screens")
     needle, _, occurrence = needle.partition("#")
     assert problem.line == line_of(text, needle.rstrip("\n"), int(occurrence or 1)), str(problem)
+
+
+def test_device_config_carries_each_discovery_level(tmp_path):
+    from registry.device import device_config
+    from registry.discovery import discovery_of
+
+    reg = load(tmp_path, WORDS)
+    config = {m["name"]: m for m in device_config(reg)["metrics"]}
+    words = config["typed_words"]["discovery"]
+    spec = discovery_of(reg.metric("typed_words").latest)
+    assert words["alphabet"] == "abcdefghijklmnopqrstuvwxyz'" and len(words["levels"]) == 12
+    assert [lv["fingerprint"] for lv in words["levels"]] == [p.fingerprint.hex() for p in spec.params_by_level]
+    assert words["levels"][0]["m"] == spec.params_by_level[0].hash_range
+    assert "discovery" not in config["screens"]

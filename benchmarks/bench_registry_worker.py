@@ -1,0 +1,144 @@
+"""One worker serving 20 registry metrics mixed on one topic, against one single-metric worker.
+
+    .venv/bin/python benchmarks/bench_registry_worker.py [--reports N] [--metrics M]
+
+Issue 12's figure: one ``ocms worker --registry`` of M metrics (default 20: categories,
+integers and strings, different epsilon, direct RR and OCMS+RR) receives frames of 1,000
+reports of every metric interleaved on one topic, produced as fast as the producer can; the
+clock stops when the /metrics listing shows every report counted. In the same run and on the
+same embedded broker, the single-metric worker of benchmarks/bench_worker.py (d = 10,000,
+1,000 tracked, eps 2) counts the same number of reports: the ratio is the cost of serving many
+metrics. Worker memory: RSS of both after the run, and the difference per metric.
+
+This is a benchmark, not a test: it prints numbers and never fails on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import bench_worker  # noqa: E402
+from benchmarks.experiments.common import cpu_times, steal_fraction  # noqa: E402
+from agents.process import WorkerChild  # noqa: E402
+from cms_core import wire  # noqa: E402
+from cms_core.privatize import simulate_reports  # noqa: E402
+from cms_core.values import elements_to_array, encode_value, limbs_for  # noqa: E402
+from producer.broker import EmbeddedBroker, free_port  # noqa: E402
+from registry import load_registry  # noqa: E402
+
+FRAME = 1000
+WORDS = [f"word-{i}" for i in range(400)]
+
+
+KINDS = ("categories", "integers", "strings")
+
+
+def registry_text(count: int, kinds=KINDS) -> str:
+    """``count`` metrics cycling through ``kinds``: categories (direct RR), integers and strings (OCMS+RR)."""
+    out = ["metrics:"]
+    for i in range(count):
+        kind = kinds[i % len(kinds)]
+        eps = (1, 2, 3, 4)[i % 4]
+        out += [f"  - name: m{i:02d}_{kind}", f"    description: benchmark metric {i}", "    owner: bench",
+                f"    epsilon: {eps}", "    top_k: 10"]
+        if kind == "categories":
+            names = ", ".join(f"c{j}" for j in range(8 + 12 * (i % 5)))
+            out += [f"    categories: [{names}]", "    mechanism: direct"]
+        elif kind == "integers":
+            out += ["    integers: 10000", "    tracked: {range: [0, 1000]}", "    mechanism: ocms"]
+        else:
+            tracked = ", ".join(f'"{w}"' for w in WORDS[:200])
+            out += ["    strings: true", f"    tracked: [{tracked}]", "    mode: l2", "    mechanism: ocms"]
+    return "\n".join(out) + "\n"
+
+
+def frames_of(version, n: int, seed: int) -> list[bytes]:
+    rng = np.random.default_rng(seed)
+    params = version.params
+    if version.domain == "strings":
+        picks = (rng.zipf(1.2, n) - 1) % len(WORDS)
+        codes = {w: encode_value(params, w) for w in WORDS}
+        elements = elements_to_array([codes[WORDS[p]] for p in picks], limbs_for(params))
+    else:
+        d = params.dictionary_size
+        elements = ((rng.zipf(1.2, n) - 1) % d).astype(np.uint64)
+    batch = simulate_reports(params, elements, rng)
+    return [wire.encode_frame(params, batch.slice(i, min(i + FRAME, n))) for i in range(0, n, FRAME)]
+
+
+def counted(port: int) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return sum(m["reports"] for m in json.loads(response.read())["metrics"])
+
+
+def registry_run(bootstrap: str, log_dir: Path, path: Path, n: int) -> dict:
+    registry = load_registry(path)
+    versions = [v for m in registry.metrics for v in m.live_versions]
+    per_metric = n // len(versions) // FRAME * FRAME
+    streams = [frames_of(v, per_metric, seed=i) for i, v in enumerate(versions)]
+    payloads = [frame for group in zip(*streams) for frame in group]  # interleaved: one frame of each in turn
+    total = per_metric * len(versions)
+    topic, port = "bench-registry", free_port()
+    child = WorkerChild(["--registry", str(path), "--bootstrap-servers", bootstrap, "--broker", "embedded",
+                         "--app-id", topic, "--source-topic", topic, "--dead-letter-topic", topic + "-dlq",
+                         "--web-port", str(port), "--log-level", "warning"], log=log_dir / f"{topic}.log").start()
+    try:
+        child.wait_healthy(f"http://127.0.0.1:{port}", 120)
+        ticks = cpu_times()
+        start = time.monotonic()
+        asyncio.run(bench_worker.produce(bootstrap, topic, payloads, None, []))
+        produced = time.monotonic() - start
+        while counted(port) < total:
+            time.sleep(0.02)
+        seconds = time.monotonic() - start
+        with open(f"/proc/{child.process.pid}/status") as f:
+            rss = next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS"))
+        return {"metrics": len(versions), "reports": total, "seconds": seconds, "produce_seconds": produced,
+                "reports_per_s": total / seconds, "rss_mib": rss, "steal": steal_fraction(ticks, cpu_times())}
+    finally:
+        child.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reports", type=int, default=2_000_000, help="reports per worker (default 2,000,000)")
+    parser.add_argument("--metrics", type=int, default=20, help="metrics in the registry (default 20)")
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help="value domains the metrics cycle through (default categories,integers,strings)")
+    args = parser.parse_args()
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    if not kinds or set(kinds) - set(KINDS):
+        parser.error(f"--kinds: choose from {', '.join(KINDS)}")
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
+        folder = Path(tmp)
+        path = folder / "registry.yaml"
+        path.write_text(registry_text(args.metrics, kinds), encoding="utf-8")
+        print(bench_worker.machine_line(1000))
+        single = bench_worker.throughput(broker.bootstrap_servers, folder, args.reports, FRAME, 1000)
+        many = registry_run(broker.bootstrap_servers, folder, path, args.reports)
+    print(f"single metric (d=10000, 1,000 tracked): {single['reports_per_s']:>12,.0f} reports/s  "
+          f"({single['reports']:,} reports in {single['seconds']:.2f} s; worker RSS {single['rss_mib']:.0f} MiB; "
+          f"CPU steal {bench_worker.steal_text(single)})")
+    print(f"{many['metrics']} metrics ({', '.join(kinds)}) mixed on one topic:  {many['reports_per_s']:>12,.0f} reports/s  "
+          f"({many['reports']:,} reports in {many['seconds']:.2f} s; producing took {many['produce_seconds']:.2f} s; "
+          f"worker RSS {many['rss_mib']:.0f} MiB; CPU steal {bench_worker.steal_text(many)})")
+    print(f"ratio: {many['reports_per_s'] / single['reports_per_s']:.0%} of the single-metric figure; "
+          f"memory: {(many['rss_mib'] - single['rss_mib']) / many['metrics']:.1f} MiB per metric above the "
+          "single-metric worker")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""`ocms run` onto deploy/registry.yaml's flight_dest: the fleet reports as the metric, everything says ATL."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from argparse import Namespace
+
+import numpy as np
+import pytest
+
+from agents.run import table
+from agents.run_registry import DEFAULT_REGISTRY, RunMetricError, run_metric, value_id
+from producer.datasets import parse_dataset
+
+from .harness import ROOT
+
+DEST = parse_dataset("nycflights13:dest")
+
+
+def args(**overrides) -> Namespace:
+    base = dict(dataset="nycflights13:dest", epsilon=2.0, registry=None, metric=None)
+    base.update(overrides)
+    return Namespace(**base)
+
+
+def test_the_default_run_reports_as_flight_dest():
+    named = run_metric(args(), DEST)
+    assert named is not None and named.name == "flight_dest" and named.registry_path == str(DEFAULT_REGISTRY)
+    assert named.version.params.binding == "flight_dest@1"
+    assert named.worker_flags() == ["--registry", str(DEFAULT_REGISTRY)] and named.example_value == "ATL"
+
+
+def test_a_run_the_registry_does_not_model_keeps_the_flags():
+    assert run_metric(args(epsilon=1.0), DEST) is None
+    assert run_metric(args(dataset="zipf:s=1.1,d=1000"), parse_dataset("zipf:s=1.1,d=1000")) is None
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    ({"epsilon": 1.0}, "its epsilon is 2, not --epsilon 1"),
+    ({"metric": "carrier"}, "its categories are not the labels of --dataset nycflights13:dest"),
+])
+def test_an_explicit_registry_that_does_not_fit_is_a_clear_error(overrides, needle):
+    with pytest.raises(RunMetricError, match=re.escape(needle)):
+        run_metric(args(registry=str(DEFAULT_REGISTRY), **overrides), DEST)
+
+
+def test_the_table_reads_named_records():
+    truth = np.zeros(DEST.dictionary_size)
+    atl = value_id(DEST, "ATL")
+    truth[atl] = 100
+    doc = {"n": 100, "estimates": [{"value": "ATL", "count": 98.0, "count_ci_low": 80.0, "count_ci_high": 120.0}]}
+    text = table(DEST, truth, 100, doc, 1)
+    assert re.search(r"^\s+ATL\s+100\s+98\s+\[80, 120\]$", text, re.M)
+    assert "1 of 1 values inside their 95% CI" in text
+
+
+def test_ocms_run_says_atl_in_the_table_and_the_api(tmp_path):
+    """A short real run: the final table names airports and the worker answers by name."""
+    result = subprocess.run(
+        [sys.executable, "-m", "agents.cli", "run", "--rate", "2000", "--duration", "4", "--every", "2",
+         "--show", "3", "--seed", "7"], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    final = out[out.index("final, every report counted"):]
+    assert re.search(r"^\s+ATL\s+[\d,]+\s+[\d,]+\s+\[", final, re.M), final
+    assert "/metrics/flight_dest/estimates/ATL" in out

@@ -130,7 +130,8 @@ def start_ocms_run(log: Path) -> tuple[subprocess.Popen, set[int], int]:
     return process, tree, port, worker_log.parent
 
 
-@pytest.mark.parametrize("how", ["SIGHUP to the terminal's process group", "SIGTERM to ocms run"])
+@pytest.mark.parametrize("how", ["SIGHUP to the terminal's process group", "SIGTERM to ocms run",
+                                 "SIGINT twice (an impatient Ctrl-C)"])
 def test_sighup_and_sigterm_stop_the_whole_tree(tmp_path, how):
     log = tmp_path / "run.log"
     process, tree, port, logs = start_ocms_run(log)
@@ -138,8 +139,11 @@ def test_sighup_and_sigterm_stop_the_whole_tree(tmp_path, how):
         assert len(tree) >= 2, tree  # the worker and the embedded broker
         if how.startswith("SIGHUP"):
             os.killpg(process.pid, signal.SIGHUP)
-        else:
+        elif how.startswith("SIGTERM"):
             os.kill(process.pid, signal.SIGTERM)
+        else:
+            os.killpg(process.pid, signal.SIGINT)
+            os.killpg(process.pid, signal.SIGINT)
         assert process.wait(60) == 0
         wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"no process left of {sorted(tree)}")
         assert port_closed(port)

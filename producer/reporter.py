@@ -348,7 +348,7 @@ class DeviceReporter:
         metric, name = args
         version = self._versions.get(metric) if isinstance(metric, str) else None
         if version is None:
-            version = _pick_version(self.registry, metric, self._versions)
+            version = live_version(self.registry, metric, self._versions)
         return version.params, version.metric, version.value_from_name(name)
 
     async def submit(self, *args) -> asyncio.Future:
@@ -510,16 +510,20 @@ def _registry_versions(registry, metrics) -> dict:
     return versions
 
 
-def _pick_version(registry, metric, served: dict):
-    """The live version ``metric`` names ("name" or "name@N") among the served metrics."""
+def live_version(registry, metric: str, served: dict | None = None):
+    """The live version ``metric`` names: "name" (its newest live version) or "name@N",
+    among ``served`` ({name: newest live version}; default every metric with one)."""
     from registry import Problem, UnknownMetricError
 
     if not isinstance(metric, str) or not metric:
         raise InvalidParameterError("metric", metric, "must be a metric name from the registry")
+    if served is None:
+        served = _registry_versions(registry, None)
     name, at, number = metric.partition("@")
     if name not in served:
         known = ", ".join(served) or "none"
-        raise UnknownMetricError(Problem(registry.path, None, f"this reporter reports no metric {name!r} "
+        what = "no metric" if name not in {m.name for m in registry.metrics} else "no live version of"
+        raise UnknownMetricError(Problem(registry.path, None, f"{what} {name!r} to report here "
                                          f"(its metrics: {known})"))
     if not at:
         return served[name]

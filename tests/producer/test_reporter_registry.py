@@ -125,3 +125,72 @@ def test_selection_argument_shape_and_transport_errors(tmp_path):
 
     asyncio.run(go())
     assert fake.delivered == []
+
+
+# ------------------------------------------------------------------ gateway
+def device_messages(binding_counts):
+    from cms_core.privatize import privatize
+    from cms_core.wire import encode_report
+    from producer.reporter import live_version
+
+    out = []
+    for (metric, value), n in binding_counts.items():
+        version = live_version(REGISTRY, metric)
+        out += [encode_report(version.params, privatize(version.params, version.value_from_name(value)))] * n
+    return out
+
+
+def test_gateway_batches_each_live_version_apart_and_refuses_unknown_fingerprints():
+    from cms_core.params import OCMSParams
+    from cms_core.privatize import privatize
+    from cms_core.wire import UnknownFingerprintError, WireFormatError, decode_message, encode_report
+    from producer.gateway import RegistryGateway
+
+    frames = []
+
+    async def sink(frame):
+        frames.append(frame)
+
+    counts = {("carrier", "UA"): 25, ("flight_dest", "ATL"): 12, ("app_launches", "wallet"): 4,
+              ("app_launches@1", "home"): 9}
+    messages = device_messages(counts)
+    stranger = OCMSParams.build(epsilon=1.0, dictionary_size=16, binding="carrier@7")  # same numbers, no such version
+
+    async def go():
+        async with RegistryGateway(REGISTRY, send=sink, max_records=10) as gateway:
+            versions = [await gateway.add(m) for m in messages]
+            with pytest.raises(UnknownFingerprintError, match=f"{stranger.fingerprint.hex()} belongs to no metric"):
+                await gateway.add(encode_report(stranger, privatize(stranger, 3)))
+            with pytest.raises(WireFormatError, match="shorter than"):  # a damaged header
+                await gateway.add(b"\x00" * 5)
+        return gateway, versions
+
+    gateway, versions = asyncio.run(go())
+    assert Counter(v.binding for v in versions) == {"carrier@1": 25, "flight_dest@1": 12, "app_launches@2": 4,
+                                                    "app_launches@1": 9}
+    assert {k: v for k, v in gateway.records_by_metric.items() if v} == Counter(v.binding for v in versions)
+    by_version = Counter()
+    params = {v.fingerprint: v.params for v in REGISTRY.versions()}
+    for frame in frames:
+        p, batch = decode_message(frame, params)
+        assert len(batch) <= 10
+        by_version[REGISTRY.by_fingerprint(p.fingerprint).binding] += len(batch)
+    assert by_version == Counter(v.binding for v in versions)  # nothing lost, nothing mixed, nothing extra
+
+    only_carrier = RegistryGateway(REGISTRY, send=sink, metrics=["carrier"])
+    with pytest.raises(UnknownFingerprintError, match="is flight_dest@1, which is retired or not served here"):
+        asyncio.run(only_carrier.add(device_messages({("flight_dest", "ATL"): 1})[0]))
+
+
+def test_frame_batcher_for_a_registry_metric():
+    frames = []
+
+    async def sink(frame):
+        frames.append(frame)
+
+    batcher = FrameBatcher.for_metric(REGISTRY, "app_launches@1", send=sink)
+    assert batcher.params.fingerprint == REGISTRY.metric("app_launches").version(1).fingerprint
+    assert FrameBatcher.for_metric(REGISTRY, "app_launches", send=sink).params.fingerprint == \
+        REGISTRY.metric("app_launches").version(2).fingerprint
+    with pytest.raises(UnknownMetricError, match="no metric 'flights'"):
+        FrameBatcher.for_metric(REGISTRY, "flights", send=sink)

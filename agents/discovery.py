@@ -293,11 +293,11 @@ def simulate_discovery(args, version) -> int:
     from registry.discovery import discovery_of
 
     spec = discovery_of(version)
-    if not args.out:
-        raise OCMSError(f"--metric {version.metric}: discovery reports are written to a capture file; give --out FILE "
-                        "(replay it to Kafka with kcat if needed)")
-    if args.bootstrap_servers or args.embedded_broker:
-        raise OCMSError("discovery simulation writes --out only; drop --bootstrap-servers/--embedded-broker")
+    if not args.out and not args.bootstrap_servers:
+        raise OCMSError(f"--metric {version.metric}: give --out FILE (a capture) and/or --bootstrap-servers "
+                        "(send the discovery reports to --topic)")
+    if args.embedded_broker:
+        raise OCMSError("discovery simulation sends to a running Kafka (--bootstrap-servers); drop --embedded-broker")
     if args.duration is not None:
         raise OCMSError("discovery simulation takes --reports N, not --duration")
     default = "wordfreq:n=5000" if spec.domain.kind == "strings" else "zipf:s=1.1,d=100000"
@@ -313,12 +313,16 @@ def simulate_discovery(args, version) -> int:
     else:
         values = [int(c) for c in codes.tolist()]
     started = time.perf_counter()
-    messages = 0
-    with CaptureWriter(args.out) as writer:
-        for frame in simulate_discovery_messages(spec.domain, spec.params_by_level, values, rng,
-                                                 frame_size=args.frame_size):
-            writer.write(frame)
-            messages += 1
+    frames = list(simulate_discovery_messages(spec.domain, spec.params_by_level, values, rng,
+                                              frame_size=args.frame_size))
+    if args.out:
+        with CaptureWriter(args.out) as writer:
+            writer.write_all(frames)
+    if args.bootstrap_servers:
+        import asyncio
+
+        asyncio.run(_send_frames(args.bootstrap_servers, args.topic, args.partitions, frames))
+    messages = len(frames)
     seconds = time.perf_counter() - started
     if args.truth:
         counts = Counter(values)
@@ -328,9 +332,30 @@ def simulate_discovery(args, version) -> int:
                        "seed": args.seed, "distinct_values": len(counts),
                        "top": [{"value": value_to_json(v), "count": c} for v, c in top]}, f, indent=1,
                       ensure_ascii=False)
-    print(f"{version.binding} discovery ({spec.domain.levels} levels): wrote {n:,} reports in {messages:,} messages "
-          f"to {args.out} in {seconds:.2f} s")
+    where = " and ".join(x for x in [f"{args.bootstrap_servers}/{args.topic}" if args.bootstrap_servers else "",
+                                     args.out or ""] if x)
+    print(f"{version.binding} discovery ({spec.domain.levels} levels): sent {n:,} reports in {messages:,} messages "
+          f"to {where} in {seconds:.2f} s")
     return 0
+
+
+async def _send_frames(bootstrap: str, topic: str, partitions: int, frames: list[bytes]) -> None:
+    """Create ``topic`` if needed and send every frame (acks=all), keyed round-robin like simulated gateways."""
+    from aiokafka import AIOKafkaProducer
+
+    from producer.broker import create_topics
+
+    await create_topics(bootstrap, {topic: partitions})
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 << 20)
+    await producer.start()
+    try:
+        for start in range(0, len(frames), 64):
+            pending = [await producer.send(topic, frame, key=b"gw-%d" % ((start + i) % 16))
+                       for i, frame in enumerate(frames[start:start + 64])]
+            for sent in pending:
+                await sent
+    finally:
+        await producer.stop()
 
 
 # ------------------------------------------------------- periodic discovery (worker-hostable)

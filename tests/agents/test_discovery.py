@@ -107,7 +107,10 @@ def test_bad_alpha_is_refused_by_the_parser(workspace, capsys):
 def test_simulate_discovery_needs_a_discoverable_metric_and_a_capture(workspace, capsys):
     _, registry, _, _ = workspace
     for argv, message in ((["--metric", "screens", "--discovery", "--out", "x"], "declares no 'discovery:'"),
-                          (["--metric", "typed_words", "--discovery"], "give --out FILE")):
+                          (["--metric", "typed_words", "--discovery"], "give --out FILE"),
+                          (["--metric", "typed_words", "--discovery", "--embedded-broker"], "give --out FILE"),
+                          (["--metric", "typed_words", "--discovery", "--out", "x", "--embedded-broker"],
+                           "drop --embedded-broker")):
         with pytest.raises(SystemExit):
             main(["simulate", "--registry", str(registry), *argv])
         assert message in capsys.readouterr().err
@@ -228,6 +231,10 @@ def test_discover_serve_publishes_the_latest_pass_over_http(workspace, tmp_path)
     with EmbeddedBroker() as broker:
         broker.create_topics({"words": 2})
         asyncio.run(produce(broker.bootstrap_servers))
+        # and the CLI's own sending path: a second fleet through `ocms simulate --discovery --bootstrap-servers`
+        assert main(["simulate", "--registry", str(registry_path), "--metric", "typed_words", "--discovery",
+                     "--dataset", "wordfreq:n=300", "--reports", "4000", "--seed", "5", "--topic", "words", "--partitions", "2",
+                     "--bootstrap-servers", broker.bootstrap_servers]) == 0
         port = free_port()
         process = subprocess.Popen(
             [sys.executable, "-m", "agents.cli", "discover", "--serve", "--registry", str(registry_path),
@@ -248,7 +255,8 @@ def test_discover_serve_publishes_the_latest_pass_over_http(workspace, tmp_path)
                 time.sleep(0.2)  # polling a condition with a deadline, not a fixed wait
             assert status == 200, (status, body, process.poll())
             doc = json.loads(body)
-            assert {"zebra", "quiet"} <= {d["value"] for d in doc["discovered"]} and doc["reports"] == len(words)
+            assert {"zebra", "quiet"} <= {d["value"] for d in doc["discovered"]}
+            assert doc["reports"] == len(words) + 4000
             assert doc["window"]["topic"] == "words" and doc["computed_at"]
             assert get(f"{base}/discovered?metric=screens")[0] == 404
             assert get(f"{base}/discovered")[0] == 400

@@ -101,6 +101,14 @@ class Stopper:
         raise StopRequested(signal.Signals(signum).name)
 
 
+def say(text: str) -> None:
+    """Print and flush; a terminal that went away (SIGHUP: writes fail with EIO) must not stop the cleanup."""
+    try:
+        print(text, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def _get(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=5) as response:
         return json.loads(response.read())
@@ -191,7 +199,7 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
         via = f"through the collector {collector_url}"
         send = dict(transport=transport, upload_concurrency=UPLOAD_CONCURRENCY)
     else:
-        via = "straight to Kafka (--direct-kafka)"
+        via = "straight to Kafka"
         send = dict(bootstrap_servers=bootstrap, topic=topic)
     task = asyncio.create_task(simulator.run(settings, progress=False, should_stop=stop.is_set, result=live, **send))
     try:
@@ -205,19 +213,18 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
             try:
                 doc = await _estimates(base)
             except OSError as exc:
-                print(f"(worker API not answering: {exc})", flush=True)
+                say(f"(worker API not answering: {exc})")
                 continue
-            print(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n", flush=True)
+            say(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n")
         await task
         if not stop.is_set() and live.counts is not None:  # --duration ended: a last table once all is counted
             doc = await _caught_up(base, live.reports, CATCH_UP_TIMEOUT_S)
             if doc is None:
-                print(f"(the worker did not count all {live.reports:,} reports within {CATCH_UP_TIMEOUT_S:.0f} s)",
-                      flush=True)
+                say(f"(the worker did not count all {live.reports:,} reports within {CATCH_UP_TIMEOUT_S:.0f} s)")
             else:
-                print("final, every report counted:\n"
-                      + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n", flush=True)
-            print(fleet_line(live, via), flush=True)
+                say("final, every report counted:\n"
+                    + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n")
+            say(fleet_line(live, via))
     finally:
         stop.set()
         stopper.detach()
@@ -287,11 +294,11 @@ def run(args) -> int:
     try:
         if args.bootstrap_servers:
             bootstrap = args.bootstrap_servers
-            print(f"using Kafka at {bootstrap} (topic {topic})", flush=True)
+            say(f"using Kafka at {bootstrap} (topic {topic})")
         else:
             broker = EmbeddedBroker(log_path=logs / "broker.log").start()
             bootstrap = broker.bootstrap_servers
-            print(f"embedded broker (Tansu, memory storage) on {bootstrap}", flush=True)
+            say(f"embedded broker (Tansu, memory storage) on {bootstrap}")
         from producer.cli import reach_kafka
 
         reach_kafka(bootstrap, lambda: create_topics(bootstrap, {topic: args.partitions}))
@@ -303,7 +310,7 @@ def run(args) -> int:
              "--partitions", str(args.partitions), "--web-port", str(web_port), "--log-level", "warning",
              "--truth", str(logs / "truth.json")],
             log=logs / "worker.log").start()
-        print(f"worker pid {worker.pid} starting (log {logs / 'worker.log'}) ...", flush=True)
+        say(f"worker pid {worker.pid} starting (log {logs / 'worker.log'}) ...")
         if not direct:  # same registry and topic as the worker; the fleet uploads through it
             collector = CollectorChild(named.registry_path, bootstrap, topic, collector_port or free_port(),
                                        log=logs / "collector.log", frame_size=args.frame_size).start()
@@ -313,7 +320,7 @@ def run(args) -> int:
             raise WorkerNotHealthy(f"{exc}; last lines of {logs / 'worker.log'}:\n{_tail(logs / 'worker.log')}") from None
         if collector is not None:
             collector.wait_ready()
-            print(f"collector pid {collector.pid} on {collector.url} (log {logs / 'collector.log'})", flush=True)
+            say(f"collector pid {collector.pid} on {collector.url} (log {logs / 'collector.log'})")
         if collector is not None:
             fleet_path = (f"uploaded through the collector ({UPLOAD_CONCURRENCY} uploads in flight; "
                           f"--direct-kafka: straight to Kafka)")
@@ -323,7 +330,7 @@ def run(args) -> int:
             fleet_path = "straight to Kafka (--direct-kafka)"
         collector_lines = (f"collector    {collector.url}/v1/metrics/{named.name}/reports   (devices upload here; "
                            f"{collector.url}/healthz   {collector.url}/metrics)\n") if collector is not None else ""
-        print(f"""
+        say(f"""
 console      {base}/   (open in a browser: live estimates beside the fleet's true frequencies)
 worker API   {base}/estimates   {base}/topk?k=10   {base}/params   {base}/healthz
 {collector_lines}metrics      {base}/metrics   (JSON listing: curl -s -H 'Accept: application/json' {base}/metrics)
@@ -332,7 +339,7 @@ fleet        {dataset.description}: eps={args.epsilon:g}, {args.rate:,.0f} repor
 seed         {seed} (ocms run --seed {seed} sends the same values again)
 logs         {logs} (removed after a clean stop)
 Ctrl-C stops everything.
-""", flush=True)
+""")
         asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
                              collector_url=collector.url if collector is not None else None,
                              metric=named.name if named is not None else None))
@@ -342,7 +349,7 @@ Ctrl-C stops everything.
     finally:
         stopper.shield()
         if stopper.requested:
-            print(f"\n{signal.Signals(stopper.signum).name}: stopping fleet, collector, worker, broker ...", flush=True)
+            say(f"\n{signal.Signals(stopper.signum).name}: stopping fleet, collector, worker, broker ...")
         try:
             if collector is not None:  # after the fleet (asyncio.run returned), before the worker
                 collector.stop()
@@ -354,5 +361,5 @@ Ctrl-C stops everything.
             stopper.restore()
             if not failed or not any(f.stat().st_size for f in logs.iterdir()):  # keep logs that explain a failure
                 shutil.rmtree(logs, ignore_errors=True)
-    print("stopped.", flush=True)
+    say("stopped.")
     return 0

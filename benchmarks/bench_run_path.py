@@ -4,7 +4,7 @@
 
 Each case is one real `ocms run --duration S --rate RATE --frame-size FRAME` (embedded broker,
 one worker, one `ocms collector`, the fleet in `ocms run`'s own process uploading each frame as
-one HTTP upload, 8 in flight, and counting a chunk as sent only after every upload of it got its
+one HTTP upload, --upload-concurrency in flight, and counting a chunk as sent only after every upload of it got its
 202, i.e. was acknowledged by Kafka). It prints, per case, the reports/s the fleet reached over
 the whole run (from `ocms run`'s last line), whether the worker counted every report (the final
 table), and the wall time of the whole command. `--direct` adds the same cases with
@@ -30,11 +30,13 @@ FLEET = re.compile(r"fleet sent ([\d,]+) reports in ([\d,]+) messages in ([\d.]+
 COUNTED = re.compile(r"final, every report counted:\nreports sent ([\d,]+); counted by the worker ([\d,]+)")
 
 
-def one(rate: int, frame: int, duration: float, direct: bool) -> dict:
+def one(rate: int, frame: int, duration: float, direct: bool, concurrency: int | None) -> dict:
     argv = [sys.executable, "-m", "agents.cli", "run", "--duration", str(duration), "--rate", str(rate),
             "--frame-size", str(frame), "--every", "100000", "--show", "1", "--seed", "1"]
     if direct:
         argv.append("--direct-kafka")
+    elif concurrency:
+        argv += ["--upload-concurrency", str(concurrency)]
     start = time.monotonic()
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           timeout=duration + 300)
@@ -55,6 +57,7 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=20.0, help="seconds the fleet sends per case [20]")
     parser.add_argument("--cases", default=DEFAULT_CASES, help=f"RATE/FRAME,... [{DEFAULT_CASES}]")
     parser.add_argument("--direct", action="store_true", help="also run each case with --direct-kafka")
+    parser.add_argument("--upload-concurrency", type=int, help="ocms run --upload-concurrency [its default]")
     args = parser.parse_args()
     cases = [tuple(int(x) for x in case.split("/")) for case in args.cases.split(",")]
     print(f"ocms run --duration {args.duration:g}; load average before: {os.getloadavg()[0]:.2f}; "
@@ -63,7 +66,7 @@ def main() -> int:
           f"{'reports':>11} {'all counted':>11} {'wall s':>7}", flush=True)
     for rate, frame in cases:
         for direct in ([False, True] if args.direct else [False]):
-            r = one(rate, frame, args.duration, direct)
+            r = one(rate, frame, args.duration, direct, args.upload_concurrency)
             label = "--direct-kafka" if direct else "through the collector"
             if "error" in r:
                 print(f"{label:<22} {rate:>10,} {frame:>6} failed: {r['error']}", flush=True)

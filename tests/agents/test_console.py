@@ -680,6 +680,44 @@ def test_keyboard_moves_between_metrics_and_selects_one(chrome, stub):
     assert browser_errors(chrome) == []
 
 
+def test_combined_version_shows_the_combined_estimates_by_name(chrome, stub):
+    """version=combined: the API's combined /estimates, largest first, its numbers unchanged; the
+    trend reads the newest version; post-processing is off (the API combines raw estimates only)."""
+    from selenium.webdriver.support.ui import Select
+
+    versions = [version_doc(1, fingerprint="cd" * 8, epsilon=2.0, reports=3000),
+                version_doc(2, fingerprint="ef" * 8, epsilon=1.0, reports=1000)]
+    listing = {"metrics": [metric_doc(versions=versions)]}
+    records = [{"value": name, "combined": True, "frequency": f, "processed": f, "count": f * 4000,
+                "processed_count": f * 4000, "std": 0.01, "ci_low": f - 0.0196, "ci_high": f + 0.0196,
+                "count_ci_low": (f - 0.0196) * 4000, "count_ci_high": (f + 0.0196) * 4000, "reports": 4000}
+               for name, f in (("search", 0.25), ("home", 0.5), ("feed", 0.125))]
+    combined = {"metric": "screen", "version": "combined", "combined": True, "min_reports": 100,
+                "versions": [{"version": 1, "n": 3000, "fingerprint": "cd" * 8},
+                             {"version": 2, "n": 1000, "fingerprint": "ef" * 8}],
+                "window": {"kind": "total"}, "n": 4000, "confidence": 0.95, "interval": "normal",
+                "postprocess": "none", "withheld": False, "estimates": records}
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, listing),
+                         TOPK: (200, dict(TOPK_3, version=2)), "/metrics/screen/estimates": (200, combined),
+                         TREND: (200, {"points": [], "step": 60, "confidence": 0.95}),
+                         "/console/truth": (200, NO_TRUTH)})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == ["2", "0", "1"], "version 2's top values")
+    Select(chrome.find_element("id", "version")).select_by_value("combined")
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == ["home", "search", "feed"],
+               "the combined estimates, largest first")
+    for row, rec in zip(table_rows(chrome, "topk-data"), sorted(records, key=lambda r: -r["frequency"])):
+        for cls, key in (("est", "frequency"), ("ci-low", "ci_low"), ("ci-high", "ci_high")):
+            assert float(row["cells"][cls]["raw"]) == rec[key]
+    assert chrome.find_element("id", "metric-h").text == "Metric: screen (versions 1 + 2 combined)"
+    assert not chrome.find_element("id", "postprocess").is_enabled()
+    assert chrome.find_element("id", "combined-note").is_displayed()
+    # back to one version: post-processing can be chosen again
+    Select(chrome.find_element("id", "version")).select_by_value("1")
+    wait_until(chrome, lambda d: d.find_element("id", "postprocess").is_enabled(), "post-processing enabled again")
+    assert browser_errors(chrome) == []
+
+
 # ----------------------------------------------------------- truth reading
 def test_read_truth_refuses_what_is_not_a_truth_document(tmp_path):
     assert read_truth(None) == (200, {"available": False,

@@ -276,14 +276,14 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
     dest_row, carrier_row = rows
     assert dest_row["cells"][1] == "Destination airport of a departing flight · flights-team@example.com"
     assert dest_row["cells"][2] == "flights" and dest_row["cells"][3] == "2"
-    assert dest_row["cells"][4] == "OCMS+RR (count-mean sketch with randomized response), tuned for worst-case MSE"
+    assert dest_row["cells"][4] == "OCMS+RR (MSE)"
     assert dest_row["cells"][6] == f"{REPORTS:,}" and carrier_row["cells"][6] == f"{CARRIER_REPORTS:,}"
     assert carrier_row["cells"][3] == "2 (v1) · 1 (v2)" and carrier_row["cells"][5] == "1, 2"
     assert "newest bucket" in dest_row["cells"][8]
     # carrier: both windows of both versions withheld, as the listing says
     carrier_doc = listing["metrics"][1]
     assert len(carrier_doc["withheld_windows"]) == 4 and carrier_row["withheld"] == "4"
-    assert f"v1 everything retained ({CARRIER_REPORTS // 2:,} of {HUGE_MIN_REPORTS:,} reports)" in carrier_row["cells"][9]
+    assert f"v1 all retained: {CARRIER_REPORTS // 2:,} of {HUGE_MIN_REPORTS:,} reports" in carrier_row["cells"][9]
     button = chrome.find_element("css selector", 'button[data-metric="flight_dest"]')
     assert button.get_attribute("aria-pressed") == "true" and button.text == "flight_dest"
     assert chrome.find_element("id", "metric-h").text == "Metric: flight_dest"
@@ -319,6 +319,7 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
         return sums;""")
     assert sums == {name: REPORTS for name in names[:3]}
     words = chrome.find_element("id", "params-words").text
+    assert "Mechanism: OCMS+RR (count-mean sketch with randomized response), tuned for worst-case MSE." in words
     assert "ε = 2 per report" in words and "105 named categories" in words and "fewer than 100 reports is withheld" in words
 
     shot = tmp_path / "console.png"
@@ -391,7 +392,7 @@ def test_legacy_worker_shows_the_api_numbers_and_the_truth(chrome, fed_worker, t
     button = metrics.find_element("css selector", 'button[data-metric="default"]')
     assert button.get_attribute("aria-pressed") == "true" and button.text == "default"
     assert fp in button.get_attribute("title")
-    assert f"{REPORTS:,}" in metrics.text and "OCMS+RR (count-mean sketch with randomized response)" in metrics.text
+    assert f"{REPORTS:,}" in metrics.text and "OCMS+RR (MSE)" in metrics.text
     assert not chrome.find_element("id", "version").is_enabled()  # one version: nothing to choose
 
     # top-K: the same values in the same order, CI numbers equal to the API's (exact and as shown)
@@ -603,7 +604,7 @@ def test_withheld_window_is_said_so(chrome, stub):
             in chrome.find_element("id", "metric-state").text)
     assert "Withheld" in chrome.find_element("id", "topk-chart").text
     cell = chrome.find_element("css selector", '#metrics tr[data-metric="screen"] td[data-withheld]')
-    assert cell.get_attribute("data-withheld") == "1" and cell.text == "everything retained (40 of 100 reports)"
+    assert cell.get_attribute("data-withheld") == "1" and cell.text == "all retained: 40 of 100 reports"
     assert browser_errors(chrome) == []
 
 
@@ -676,7 +677,8 @@ def test_keyboard_moves_between_metrics_and_selects_one(chrome, stub):
                                                  "combined (versions 1 + 2, inverse-variance)"]
     words = chrome.find_element("id", "params-words").text
     assert "ε = 0.5 per report" in words and "one value z out of the 3 possible ones" in words
-    assert "direct randomized response (k-RR)" in chrome.find_element("id", "metrics").text
+    assert "OCMS+RR (MSE), direct RR (MSE)" in chrome.find_element("id", "metrics").text
+    assert "Mechanism: direct randomized response (k-RR), tuned for worst-case MSE." in words
     assert browser_errors(chrome) == []
 
 

@@ -166,6 +166,8 @@ def fed_worker(tmp_path_factory):
 
 CARRIERS = ["9E", "AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA", "MQ", "OO", "UA", "US", "VX", "WN", "YV"]
 CARRIER_REPORTS = 2_000
+SCREENS = ["home", "search", "feed", "settings", "profile"]
+SCREEN_REPORTS = {1: 3_000, 2: 2_000}
 HUGE_MIN_REPORTS = 1_000_000
 
 
@@ -199,6 +201,17 @@ metrics:
         epsilon: 2
       - version: 2
         epsilon: 1
+  - name: screen
+    description: Screen opened at launch
+    owner: mobile@example.com
+    categories: {json.dumps(SCREENS)}
+    mechanism: direct
+    min_reports: 100
+    versions:
+      - version: 1
+        epsilon: 2
+      - version: 2
+        epsilon: 1
 """
 
 
@@ -224,6 +237,10 @@ def registry_worker(tmp_path_factory):
                                timestamps_ms=[now_ms - SPAN_S * 1000 + i * (SPAN_S * 1000 // FRAMES) for i in range(FRAMES)])
     for i, version in enumerate(carrier):  # half the carrier reports per version, both withheld
         messages += report_messages(version.params, rng.integers(0, len(CARRIERS), CARRIER_REPORTS // 2), 500, seed=13 + i)
+    for version in registry.metric("screen").live_versions:  # counted, published and combinable
+        shares = np.array([0.4, 0.25, 0.2, 0.1, 0.05])
+        messages += report_messages(version.params, rng.choice(len(SCREENS), SCREEN_REPORTS[version.version], p=shares),
+                                    500, seed=20 + version.version)
     result = simulator.SimulationResult(reports=REPORTS, counts=np.bincount(values.astype(np.int64),
                                                                              minlength=dataset.dictionary_size))
     settings = simulator.SimulationSettings(params=dest.params, dataset=dataset, reports=REPORTS, seed=11)
@@ -235,7 +252,8 @@ def registry_worker(tmp_path_factory):
         try:
             worker.wait_healthy()
             send(broker.bootstrap_servers, worker.topic, messages)
-            wait_for_listing(worker, {"flight_dest": REPORTS, "carrier": CARRIER_REPORTS})
+            wait_for_listing(worker, {"flight_dest": REPORTS, "carrier": CARRIER_REPORTS,
+                                      "screen": sum(SCREEN_REPORTS.values())})
             yield worker, dataset, registry, result
         finally:
             worker.stop()
@@ -272,8 +290,8 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
     rows = js(chrome, """return Array.from(document.querySelectorAll('#metrics tbody tr')).map(function (tr) {
         return {metric: tr.getAttribute('data-metric'), cells: Array.from(tr.cells).map(function (c) { return c.textContent; }),
                 withheld: tr.cells[9].getAttribute('data-withheld')}; });""")
-    assert [r["metric"] for r in rows] == ["flight_dest", "carrier"]
-    dest_row, carrier_row = rows
+    assert [r["metric"] for r in rows] == ["flight_dest", "carrier", "screen"]
+    dest_row, carrier_row, _ = rows
     assert dest_row["cells"][1] == "Destination airport of a departing flight · flights-team@example.com"
     assert dest_row["cells"][2] == "flights" and dest_row["cells"][3] == "2"
     assert dest_row["cells"][4] == "OCMS+RR (MSE)"
@@ -350,6 +368,24 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
     wait_until(chrome, lambda d: "Withheld: every bucket" in d.find_element("id", "trend-chart").text,
                "the withheld trend said in words")
     chrome.save_screenshot(str(tmp_path / "console-withheld.png"))
+
+    # screen: two published versions; combined shows the API's combined estimates, largest first
+    chrome.find_element("css selector", 'button[data-metric="screen"]').click()
+    status, v2 = get(worker.base_url, "/metrics/screen/topk?k=5&postprocess=none&window=total&version=2")
+    assert status == 200 and v2["n"] == SCREEN_REPORTS[2] and not v2["withheld"]
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == [r["value"] for r in v2["top"]],
+               "screen version 2's top values by name")
+    Select(chrome.find_element("id", "version")).select_by_value("combined")
+    status, combined = get(worker.base_url, "/metrics/screen/estimates?version=combined&window=total")
+    assert status == 200 and combined["combined"] and combined["n"] == sum(SCREEN_REPORTS.values())
+    expected = sorted(combined["estimates"], key=lambda r: -r["frequency"])
+    assert {r["value"] for r in expected} == set(SCREENS)
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == [r["value"] for r in expected],
+               "the combined estimates of screen, largest first")
+    for row, rec in zip(table_rows(chrome, "topk-data"), expected):
+        for cls, key in (("est", "frequency"), ("ci-low", "ci_low"), ("ci-high", "ci_high")):
+            assert float(row["cells"][cls]["raw"]) == rec[key], (rec["value"], cls)
+    assert chrome.find_element("id", "metric-h").text == "Metric: screen (versions 1 + 2 combined)"
     assert browser_errors(chrome) == []
 
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from cms_core.errors import OCMSError
 
-from .state import BucketKey, PartialCounts
+from .state import _CODEC, NO_OFFSET, BucketKey, PartialCounts
 
 log = logging.getLogger(__name__)
 
@@ -64,19 +64,33 @@ class BucketSum:
     def replace(self, partition: int, raw: bytes | None, state: PartialCounts | None) -> None:
         """Set (``state`` decoded from ``raw``) or delete (None) one partition's state."""
         previous = self.partitions.pop(partition, None)
-        old = PartialCounts.from_bytes(previous) if previous is not None else None
-        if state is None and old is None:
+        if state is None and previous is None:
             return
         counts = self.total.counts.copy()
         n = self.total.n
-        if old is not None:
-            counts -= old.counts
-            n -= old.n
+        if previous is not None:  # validated when it arrived: read in place, no decode
+            old_n, old_counts = _stored_counts(previous)
+            counts -= old_counts
+            n -= old_n
         if state is not None:
             counts += state.counts
             n += state.n
             self.partitions[partition] = raw
-        self.total = PartialCounts(n, counts)
+        self.total = _frozen(n, counts)
+
+
+def _stored_counts(raw: bytes) -> tuple[int, np.ndarray]:
+    """(n, counts) of a changelog value already validated by PartialCounts.from_bytes (a view of its bytes)."""
+    _, _, width, n, _, d = _CODEC.unpack_from(raw)
+    return n, np.frombuffer(raw, "<u4" if width == 4 else "<i8", count=d, offset=_CODEC.size)
+
+
+def _frozen(n: int, counts: np.ndarray) -> PartialCounts:
+    """A PartialCounts owning ``counts`` (a fresh int64 array nobody else holds): no second copy."""
+    state = PartialCounts.__new__(PartialCounts)
+    counts.flags.writeable = False
+    state.n, state.counts, state.last_offset = int(n), counts, NO_OFFSET
+    return state
 
 
 class CountsView:

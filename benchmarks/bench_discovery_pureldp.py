@@ -1,4 +1,4 @@
-"""Discovery vs pure-ldp's PEM (issue 15): same words, same epsilon, same reports count, same run.
+"""Discovery vs pure-ldp's PEM and SFP (issue 15): same words, same epsilon, same reports count, same run.
 
 pure-ldp's PEM (prefix extending method, Wang et al.) keeps the top k fragments per level; its
 frequency oracle here is Apple's Hadamard Count Mean Sketch (HCMS, m = 2048, k_hash = 1024, the
@@ -13,7 +13,10 @@ pure-ldp 1.2.0 needs numpy < 2 (it calls ``np.zeros(None)``) and imports scikit-
 statsmodels, so it runs in its own interpreter (a venv with ``pure-ldp==1.2.0 numpy==1.26.4
 scipy==1.13.1 scikit-learn==1.5.2 statsmodels==0.14.4 pandas==2.1.4``), given by
 ``--pure-ldp-python``; this script runs PEM there on the same words (a JSON file) and times it.
-Without it, only our side runs. Not a test: times depend on the machine. Results are printed.
+``--sfp`` adds pure-ldp's SFP (Apple's Sequence Fragment Puzzle, same
+HCMS oracle at epsilon/2 for the word and epsilon/2 for the fragment, fragment length 1, top-k
+fragments per position), under ``--sfp-timeout`` seconds per run (reported as a timeout when it
+does not finish). Without it, only our side runs. Not a test: times depend on the machine. Results are printed.
 """
 
 from __future__ import annotations
@@ -79,6 +82,55 @@ print(json.dumps({"found": [f.split("*")[0] for f in found], "client_s": t1 - t0
 """
 
 
+_SFP_CHILD = r"""
+import json, random, sys, time
+import numpy as np
+from pure_ldp.frequency_oracles.apple_cms import CMSClient, CMSServer
+from pure_ldp.heavy_hitters.apple_sfp.sfp_client import SFPClient
+from pure_ldp.heavy_hitters.apple_sfp.sfp_server import SFPServer
+job = json.load(open(sys.argv[1]))
+random.seed(job["seed"]); np.random.seed(job["seed"])
+symbols = set(job["alphabet"])  # SFPServer adds its padding to a set
+server_fo = CMSServer(job["epsilon"], k=1024, m=2048, is_hadamard=True)
+client_fo = CMSClient(job["epsilon"], server_fo.get_hash_funcs(), m=2048, is_hadamard=True)
+common = dict(epsilon=job["epsilon"], fragment_length=1, max_string_length=job["max_length"], alphabet=symbols,
+              index_mapper=lambda s: s)
+client = SFPClient(**common, fo_client=client_fo)
+server = SFPServer(**common, fo_server=server_fo)
+t0 = time.perf_counter()
+reports = [client.privatise(w) for w in job["sample"]]
+t1 = time.perf_counter()
+for r in reports:
+    server.aggregate(r)
+found, freqs = server.find_heavy_hitters(k=job["k"])
+order = sorted(range(len(found)), key=lambda i: -freqs[i])[: job["k"]]
+t2 = time.perf_counter()
+print(json.dumps({"found": [found[i].split("*")[0] for i in order], "candidates": len(found),
+                  "client_s": t1 - t0, "server_s": t2 - t1}))
+"""
+
+
+def run_child(child, python, sample, alphabet, max_length, epsilon, k, seed, timeout=None):
+    """A pure-ldp method in its own interpreter; (found, client seconds, server seconds) or None on timeout."""
+    import json
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ocms-pureldp-") as tmp:
+        job = f"{tmp}/job.json"
+        with open(job, "w", encoding="utf-8") as f:
+            json.dump({"sample": sample, "alphabet": alphabet, "max_length": max_length, "epsilon": epsilon,
+                       "k": k, "seed": seed}, f)
+        try:
+            out = subprocess.run([python, "-c", child, job], capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+    if out.returncode:
+        raise SystemExit(f"pure-ldp run failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    return doc["found"], doc["client_s"], doc["server_s"]
+
+
 def run_pem(python, sample, alphabet, max_length, epsilon, k, seed):
     """PEM (pure-ldp, HCMS oracle) in its own interpreter; (found, client seconds, server seconds)."""
     import json
@@ -103,6 +155,9 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=8)
     parser.add_argument("--pem-k", type=int, default=20, help="PEM's top-k per level")
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--sfp", action="store_true", help="also run pure-ldp's SFP (slow: see the module doc)")
+    parser.add_argument("--sfp-timeout", type=float, default=600.0, help="seconds per SFP run before giving up")
+    parser.add_argument("--methods", default="ocms,pem", help="comma-separated: ocms, pem (sfp via --sfp)")
     parser.add_argument("--pure-ldp-python", help="an interpreter with pure-ldp 1.2.0 (see the module doc)")
     args = parser.parse_args()
     if not args.pure_ldp_python:
@@ -119,12 +174,23 @@ def main() -> None:
         top = true_top(sample, 20)
         held = set(sample)
         for epsilon in [float(x) for x in args.epsilons.split(",")]:
-            runs = [("ocms+rr", lambda: run_ours(sample, alphabet, args.max_length, epsilon, args.seed))]
-            if args.pure_ldp_python:
+            methods = args.methods.split(",")
+            runs = []
+            if "ocms" in methods:
+                runs.append(("ocms+rr", lambda: run_ours(sample, alphabet, args.max_length, epsilon, args.seed)))
+            if args.pure_ldp_python and "pem" in methods:
                 runs.append(("pem/hcms", lambda: run_pem(args.pure_ldp_python, sample, alphabet, args.max_length,
                                                          epsilon, args.pem_k, args.seed)))
+            if args.pure_ldp_python and args.sfp:
+                runs.append(("sfp/hcms", lambda: run_child(_SFP_CHILD, args.pure_ldp_python, sample, alphabet,
+                                                           args.max_length, epsilon, args.pem_k, args.seed,
+                                                           timeout=args.sfp_timeout)))
             for name, run in runs:
-                found, client_s, server_s = run()
+                outcome = run()
+                if outcome is None:
+                    print(f"{name:10} {epsilon:4g} {n:9,} did not finish within {args.sfp_timeout:g} s", flush=True)
+                    continue
+                found, client_s, server_s = outcome
                 found_set = set(found)
                 print(f"{name:10} {epsilon:4g} {n:9,} {sum(v in found_set for v in top[:10]) / 10:6.0%} "
                       f"{sum(v in found_set for v in top) / 20:6.0%} {len(found_set):6d} "

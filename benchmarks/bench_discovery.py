@@ -55,6 +55,27 @@ def ids_workload(count: int, s: float, rng):
     return ids, weights / weights.sum()
 
 
+# n = 10^7 rows of the earlier run (docs/discovery.md, same script and seed before the mean-error and
+# CI-coverage columns existed; not re-run: 54-256 s of decode each). Added to --json with
+# "reused": true by --include-earlier so the plot shows recall up to 10^7; their missing columns are null.
+EARLIER_1E7 = [
+    # workload, eps, top10, top20, top50, found, false, median rel. error, f_top20, f_detect, cutoff1, cands, sim s, decode s
+    ("words", 2.0, 1.00, 1.00, 0.60, 30, 0, 0.025, 0.0058, 0.0055, 0.0031, 33410, 10.6, 53.3),
+    ("words", 4.0, 1.00, 1.00, 1.00, 88, 0, 0.027, 0.0058, 0.0018, 0.0010, 92006, 19.9, 137.7),
+    ("ids", 2.0, 1.00, 1.00, 0.44, 22, 0, 0.034, 0.0050, 0.0055, 0.0031, 54528, 16.1, 115.1),
+    ("ids", 4.0, 1.00, 1.00, 1.00, 58, 0, 0.041, 0.0050, 0.0018, 0.0010, 159232, 10.6, 255.8),
+]
+
+
+def earlier_rows(alpha: float) -> list[dict]:
+    return [{"workload": w, "epsilon": e, "n": 10_000_000, "reused": True,
+             "recall": {"10": r10, "20": r20, "50": r50}, "found": found, "false": false,
+             "false_predicted_at_most": alpha, "median_rel_error": med, "mean_rel_error": None,
+             "ci_coverage": None, "ci_coverage_unbiased": None, "top20_freq": f20, "threshold": fdet,
+             "cutoff": cut, "candidates": cands, "sim_s": sim, "decode_s": dec}
+            for w, e, r10, r20, r50, found, false, med, f20, fdet, cut, cands, sim, dec in EARLIER_1E7]
+
+
 def run(domain, name, values, probs, epsilon, n, alpha, seed):
     np, D = _numerics()
     rng = np.random.default_rng(seed)
@@ -183,6 +204,9 @@ def plot(path: str) -> str:
             for k, style in styles.items():
                 ax.plot([r["n"] for r in mine], [100 * r["recall"][str(k)] for r in mine], style, marker="o",
                         color=f"C{j}", label=f"eps={epsilon:g}, top {k}")
+            reused = [r for r in mine if r.get("reused")]
+            ax.plot([r["n"] for r in reused], [100 * r["recall"]["20"] for r in reused], "s", mfc="none", ms=11,
+                    color="grey", label="earlier run (reused)" if j == 0 else None)
         ax.set_xscale("log")
         ax.set_xlabel("reports n (10^7: earlier run, reused)")
         ax.set_title({"words": "wordfreq English words (UTF-8)", "ids": "Zipf(1.1) over 64-bit ids"}.get(workload, workload))
@@ -210,6 +234,8 @@ def main() -> None:
     parser.add_argument("--workloads", default="words,ids")
     parser.add_argument("--json", help="write the rows (and the profile) to this JSON file")
     parser.add_argument("--profile", help="WORKLOAD,EPS,N: per-level kernel vs Python timings of one run")
+    parser.add_argument("--include-earlier", action="store_true",
+                        help="add the earlier run's n = 10^7 rows (not re-run) to --json, marked reused")
     parser.add_argument("--plot", metavar="FILE.json", help="only draw the recall plot from a JSON written by --json")
     args = parser.parse_args()
     if args.plot:
@@ -255,6 +281,9 @@ def main() -> None:
         (_, domain, values, probs), = [w for w in workloads if w[0] == p_name]
         profile = profile_run(domain, p_name, values, probs, float(p_eps), int(p_n), args.alpha, args.seed)
         print_profile(profile)
+    if args.include_earlier:
+        rows += [r for r in earlier_rows(args.alpha) if r["workload"] in args.workloads.split(",")
+                 and r["epsilon"] in epsilons]
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"alpha": args.alpha, "seed": args.seed, "vocabulary": len(words), "ids": args.ids,

@@ -280,6 +280,13 @@ def run(args) -> int:
                         f"(at most {MAX_DEFAULT_TRACKED:,})")
     if args.web_port is not None:
         check_port_free(args.web_port)
+    direct = bool(getattr(args, "direct_kafka", False)) or named is None  # the collector needs a registry metric
+    collector_port = getattr(args, "collector_port", None)
+    if collector_port is not None:
+        if direct:
+            why = "--direct-kafka" if getattr(args, "direct_kafka", False) else f"--dataset {args.dataset} (no registry metric)"
+            raise OCMSError(f"--collector-port {collector_port}: no collector runs with {why}; leave --collector-port out")
+        check_port_free(collector_port, "--collector-port")
     seed = args.seed if args.seed is not None else secrets.randbelow(1 << 31)
     run_id = time.strftime("%Y%m%d-%H%M%S")
     topic = args.topic or (DEFAULT_TOPIC if not args.bootstrap_servers else f"ocms-run-{run_id}")
@@ -290,10 +297,6 @@ def run(args) -> int:
     settings = simulator.SimulationSettings(params=params, dataset=dataset, duration_s=args.duration or 10.0**9,
                                             rate=args.rate, frame_size=args.frame_size, seed=seed)
     broker = worker = collector = None
-    direct = bool(getattr(args, "direct_kafka", False)) or named is None  # the collector needs a registry metric
-    collector_port = getattr(args, "collector_port", None)
-    if collector_port is not None and not direct:
-        check_port_free(collector_port, "--collector-port")
     failed = True
     stopper = Stopper().install()
     try:

@@ -300,3 +300,19 @@ def test_closing_the_terminal_stops_the_whole_tree():
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
         kill_all(tree)
+
+
+def test_collector_port_errors_name_the_flag():
+    """A taken --collector-port, or one no collector would use, is one clear line before anything starts."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = subprocess.run([sys.executable, "-m", "agents.cli", "run", "--collector-port", str(port)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert busy.returncode != 0 and "Traceback" not in busy.stderr, busy.stderr
+    assert f"--collector-port {port}: cannot listen on 127.0.0.1:{port}" in busy.stderr
+    direct = subprocess.run([sys.executable, "-m", "agents.cli", "run", "--direct-kafka", "--collector-port", "9999"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert direct.returncode == 2 and "no collector runs with --direct-kafka" in direct.stderr, direct.stderr
+    assert "embedded broker" not in direct.stdout  # refused before anything started

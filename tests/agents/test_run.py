@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -146,7 +147,16 @@ def start_ocms_run(log: Path) -> tuple[subprocess.Popen, set[int], int, Path, tu
     assert "\x1b[" not in worker_log.read_text(errors="replace") and "\x1b[" not in text  # not a terminal: no cursor codes
     collector = collector_of(text)
     assert collector[0] in tree, (collector, tree)
+    wait_until(lambda: collector_accepted(collector[1]) > 0, 60, "the fleet's reports accepted by the collector")
     return process, tree, port, worker_log.parent, collector
+
+
+def collector_accepted(port: int) -> float:
+    """ocms_collector_reports_accepted_total{metric="flight_dest"} from the collector's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    match = re.search(r'^ocms_collector_reports_accepted_total\{metric="flight_dest"\} (\S+)$', text, re.M)
+    return float(match.group(1)) if match else 0.0
 
 
 @pytest.mark.parametrize("how", ["SIGHUP to the terminal's process group", "SIGTERM to ocms run",

@@ -184,11 +184,14 @@ def upload_concurrency(args) -> int:
 
 
 async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stopper: Stopper,
-                   truth_path: Path | None = None, collector_url: str | None = None, metric: str | None = None) -> None:
+                   truth_path: Path | None = None, collector_url: str | None = None, metric: str | None = None,
+                   child_gone=None) -> None:
     """The fleet sends while a table is printed every ``args.every`` seconds; the last one waits for the worker.
 
     With ``collector_url`` the fleet uploads its frames to that collector (HTTP, each frame one upload);
-    without, it produces them to Kafka itself."""
+    without, it produces them to Kafka itself. ``child_gone()`` (checked every table) names a child
+    process that exited: the fleet is cancelled at once (its uploads would only retry against a
+    closed port) and ChildProcessGone raised."""
     from producer import simulator
     from producer.reporter import HttpTransport
 
@@ -211,6 +214,10 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
         while not task.done():
             done, _ = await asyncio.wait({task, asyncio.ensure_future(stop.wait())}, timeout=args.every,
                                          return_when=asyncio.FIRST_COMPLETED)
+            gone = child_gone() if child_gone is not None else None
+            if gone:
+                task.cancel()
+                raise ChildProcessGone(gone)
             if task in done or stop.is_set() or live.counts is None:
                 continue
             if truth_path is not None:  # the console's true-frequency markers (worker --truth)
@@ -236,6 +243,9 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
         try:
             if not task.done():
                 await task
+        except asyncio.CancelledError:
+            if not task.cancelled():  # we are cancelled, not only the fleet
+                raise
         finally:
             if transport is not None:
                 await transport.stop()
@@ -251,6 +261,10 @@ def check_port_free(port: int, flag: str = "--web-port", host: str = "127.0.0.1"
         except OSError as exc:
             raise PortInUseError(f"{flag} {port}: cannot listen on {host}:{port} ({exc.strerror}); "
                                  f"choose another port or leave {flag} out for a free one") from None
+
+
+class ChildProcessGone(OCMSError, RuntimeError):
+    """The collector or the worker exited while the fleet was running."""
 
 
 class PortInUseError(OCMSError, RuntimeError):
@@ -321,7 +335,9 @@ def run(args) -> int:
         say(f"worker pid {worker.pid} starting (log {logs / 'worker.log'}) ...")
         if not direct:  # same registry and topic as the worker; the fleet uploads through it
             collector = CollectorChild(named.registry_path, bootstrap, topic, collector_port or free_port(),
-                                       log=logs / "collector.log", frame_size=args.frame_size).start()
+                                       log=logs / "collector.log", frame_size=args.frame_size,
+                                       # the embedded Tansu broker has no idempotent producer: skip the probe's error
+                                       extra=("--kafka-idempotence", "off") if broker is not None else ()).start()
         try:
             worker.wait_healthy(base)
         except WorkerNotHealthy as exc:
@@ -348,9 +364,17 @@ seed         {seed} (ocms run --seed {seed} sends the same values again)
 logs         {logs} (removed after a clean stop)
 Ctrl-C stops everything.
 """)
+        def child_gone() -> str | None:
+            for name, child, log in (("collector", collector, logs / "collector.log"),
+                                     ("worker", worker, logs / "worker.log")):
+                if child is not None and not child.alive():
+                    return (f"the {name} (pid {child.pid}) exited with status {child.process.poll()} while the fleet "
+                            f"was sending; last lines of {log}:\n{_tail(log)}")
+            return None
+
         asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
                              collector_url=collector.url if collector is not None else None,
-                             metric=named.name if named is not None else None))
+                             metric=named.name if named is not None else None, child_gone=child_gone))
         failed = False
     except StopRequested:
         failed = False

@@ -326,3 +326,24 @@ def test_collector_port_errors_name_the_flag():
                             cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert direct.returncode == 2 and "no collector runs with --direct-kafka" in direct.stderr, direct.stderr
     assert "embedded broker" not in direct.stdout  # refused before anything started
+
+
+def test_collector_killed_mid_run_ends_the_run_with_its_reason(tmp_path):
+    """The fleet does not retry for a minute against a dead collector: the next table notices it, names it,
+    and everything else stops (logs kept: they explain the failure)."""
+    log = tmp_path / "run.log"
+    process, tree, port, logs, (collector_pid, collector_port) = start_ocms_run(log)
+    try:
+        os.kill(collector_pid, signal.SIGKILL)
+        assert process.wait(60) != 0
+        wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"no process left of {sorted(tree)}")
+        assert port_closed(port)
+        text = log.read_text()
+        assert f"the collector (pid {collector_pid}) exited with status -9 while the fleet was sending" in text, text
+        assert "Traceback" not in text and "ocms run: error: the collector" in text, text
+        assert (logs / "collector.log").exists()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        kill_all(tree)
+        shutil.rmtree(logs, ignore_errors=True)

@@ -93,8 +93,9 @@ def faust_settings(settings: WorkerSettings) -> dict:
         # rocksdb://PATH: Faust keeps one RocksDB per table partition under its data directory.
         store, datadir = "rocksdb://", settings.store[len("rocksdb://"):] or f"{settings.app_id}-data"
     else:
-        # The memory store keeps nothing on disk; Faust still wants a data directory of its own.
-        store, datadir = settings.store, tempfile.mkdtemp(prefix=f"ocms-{settings.app_id}-")
+        # The memory store keeps nothing on disk: Faust is given a directory name it never
+        # creates (IntakeApp.create_data_directories), so no run leaves a temp folder behind.
+        store, datadir = settings.store, f"{tempfile.gettempdir()}/ocms-{settings.app_id}-unused"
     conf = dict(
         broker="kafka://" + settings.bootstrap_servers.replace(",", ";kafka://"),
         store=store,
@@ -165,6 +166,7 @@ class OCMSWorker:
     def _build_app(self) -> faust.App:
         s = self.settings
         app = IntakeApp(s.app_id, **faust_settings(s))
+        app.create_data_directories = s.store.startswith("rocksdb://")
         app.intake = self if self.intake_path == "side" else None
         if s.embedded_broker:
             app.fetch_max_wait_ms = EMBEDDED_FETCH_MAX_WAIT_MS

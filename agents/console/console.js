@@ -132,10 +132,14 @@
     direct: "direct randomized response (k-RR)",
   };
 
-  function mechanism(v) {
+  var SHORT_MECHANISMS = { ocms: "OCMS+RR", direct: "direct RR" };
+
+  function mechanism(v, short) {
     var name = v.mechanism == null ? "ocms" : str(v.mechanism);
-    var text = MECHANISMS[name] || name;
-    return v.mode ? text + ", tuned for " + (v.mode === "l2" ? "L2 loss" : v.mode === "mse" ? "worst-case MSE" : v.mode) : text;
+    var text = (short ? SHORT_MECHANISMS : MECHANISMS)[name] || name;
+    if (!v.mode) return text;
+    if (short) return text + " (" + (v.mode === "l2" ? "L2" : v.mode === "mse" ? "MSE" : v.mode) + ")";
+    return text + ", tuned for " + (v.mode === "l2" ? "L2 loss" : v.mode === "mse" ? "worst-case MSE" : v.mode);
   }
 
   /** Display name of a value: its name; with a truth file naming it otherwise (a legacy
@@ -367,10 +371,10 @@
     return vs.map(function (v) { return num(v.epsilon) + " (v" + v.version + ")"; }).join(" · ");
   }
 
-  function mechanisms(m) {
+  function mechanisms(m, short) {
     var names = [];
-    versionsOf(m).forEach(function (v) { var t = mechanism(v); if (names.indexOf(t) < 0) names.push(t); });
-    return names.join("; ");
+    versionsOf(m).forEach(function (v) { var t = mechanism(v, short); if (names.indexOf(t) < 0) names.push(t); });
+    return names.join(short ? ", " : "; ");
   }
 
   function withheldWindows(m) {
@@ -387,7 +391,8 @@
     if (!list.length) return { lines: ["none"], count: 0 };
     var many = versionsOf(m).length > 1;
     return { count: list.length, lines: list.map(function (w) {
-      return (many ? "v" + w.version + " " : "") + windowName(w.window) + " (" + int(w.reports) + " of " + int(w.min_reports) + " reports)";
+      return (many ? "v" + w.version + " " : "") + (w.window === "total" ? "all retained" : w.window === "latest_bucket" ? "latest bucket" : w.window) +
+        ": " + int(w.reports) + " of " + int(w.min_reports) + " reports";
     }) };
   }
 
@@ -413,7 +418,7 @@
         description,
         el("td", { text: str(m.unit) || "—" }),
         el("td", { class: "num", text: epsilons(m) }),
-        el("td", { text: mechanisms(m) }),
+        el("td", { title: mechanisms(m), text: mechanisms(m, true) }),
         el("td", { class: "num", text: versionsOf(m).map(function (v) { return v.version; }).join(", ") }),
         el("td", { class: "num", "data-raw": str(m.reports), text: int(m.reports) }),
         el("td", { class: "num", text: rate == null ? "measuring…" : rate.toFixed(rate < 10 ? 1 : 0) }),
@@ -437,7 +442,7 @@
         if (button.textContent !== fresh.textContent) button.textContent = fresh.textContent;
         for (var c = 1; c < tr.cells.length; c++) {
           if (old.cells[c].textContent !== tr.cells[c].textContent) old.cells[c].replaceChildren.apply(old.cells[c], Array.prototype.slice.call(tr.cells[c].childNodes));
-          ["data-raw", "data-withheld", "class"].forEach(function (a) {
+          ["data-raw", "data-withheld", "class", "title"].forEach(function (a) {
             if (tr.cells[c].hasAttribute(a)) old.cells[c].setAttribute(a, tr.cells[c].getAttribute(a));
           });
         }
@@ -499,6 +504,7 @@
     var domain = v.domain === "categories" ? int(v.domain_size) + " named categories"
       : v.domain === "strings" ? "an open domain of strings" : "a dictionary of " + int(v.domain_size) + " integers";
     var paragraphs = [
+      "Mechanism: " + mechanism(v) + ".",
       (versionsOf(m).length > 1 ? "Version " + v.version + (isCombined() ? " (the newest; the combined estimates weigh every live version by its variance)" : "") + ". " : "") + report,
       "Privacy: ε = " + (eps != null ? eps : "?") + " per report (local differential privacy). For any two values, the chance of " +
         "sending any given report differs by at most a factor e^ε = " + (ratio != null ? ratio.toFixed(2) : "?") +

@@ -166,6 +166,8 @@ def fed_worker(tmp_path_factory):
 
 CARRIERS = ["9E", "AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA", "MQ", "OO", "UA", "US", "VX", "WN", "YV"]
 CARRIER_REPORTS = 2_000
+SCREENS = ["home", "search", "feed", "settings", "profile"]
+SCREEN_REPORTS = {1: 3_000, 2: 2_000}
 HUGE_MIN_REPORTS = 1_000_000
 
 
@@ -199,6 +201,17 @@ metrics:
         epsilon: 2
       - version: 2
         epsilon: 1
+  - name: screen
+    description: Screen opened at launch
+    owner: mobile@example.com
+    categories: {json.dumps(SCREENS)}
+    mechanism: direct
+    min_reports: 100
+    versions:
+      - version: 1
+        epsilon: 2
+      - version: 2
+        epsilon: 1
 """
 
 
@@ -224,6 +237,10 @@ def registry_worker(tmp_path_factory):
                                timestamps_ms=[now_ms - SPAN_S * 1000 + i * (SPAN_S * 1000 // FRAMES) for i in range(FRAMES)])
     for i, version in enumerate(carrier):  # half the carrier reports per version, both withheld
         messages += report_messages(version.params, rng.integers(0, len(CARRIERS), CARRIER_REPORTS // 2), 500, seed=13 + i)
+    for version in registry.metric("screen").live_versions:  # counted, published and combinable
+        shares = np.array([0.4, 0.25, 0.2, 0.1, 0.05])
+        messages += report_messages(version.params, rng.choice(len(SCREENS), SCREEN_REPORTS[version.version], p=shares),
+                                    500, seed=20 + version.version)
     result = simulator.SimulationResult(reports=REPORTS, counts=np.bincount(values.astype(np.int64),
                                                                              minlength=dataset.dictionary_size))
     settings = simulator.SimulationSettings(params=dest.params, dataset=dataset, reports=REPORTS, seed=11)
@@ -235,7 +252,8 @@ def registry_worker(tmp_path_factory):
         try:
             worker.wait_healthy()
             send(broker.bootstrap_servers, worker.topic, messages)
-            wait_for_listing(worker, {"flight_dest": REPORTS, "carrier": CARRIER_REPORTS})
+            wait_for_listing(worker, {"flight_dest": REPORTS, "carrier": CARRIER_REPORTS,
+                                      "screen": sum(SCREEN_REPORTS.values())})
             yield worker, dataset, registry, result
         finally:
             worker.stop()
@@ -272,18 +290,18 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
     rows = js(chrome, """return Array.from(document.querySelectorAll('#metrics tbody tr')).map(function (tr) {
         return {metric: tr.getAttribute('data-metric'), cells: Array.from(tr.cells).map(function (c) { return c.textContent; }),
                 withheld: tr.cells[9].getAttribute('data-withheld')}; });""")
-    assert [r["metric"] for r in rows] == ["flight_dest", "carrier"]
-    dest_row, carrier_row = rows
+    assert [r["metric"] for r in rows] == ["flight_dest", "carrier", "screen"]
+    dest_row, carrier_row, _ = rows
     assert dest_row["cells"][1] == "Destination airport of a departing flight · flights-team@example.com"
     assert dest_row["cells"][2] == "flights" and dest_row["cells"][3] == "2"
-    assert dest_row["cells"][4] == "OCMS+RR (count-mean sketch with randomized response), tuned for worst-case MSE"
+    assert dest_row["cells"][4] == "OCMS+RR (MSE)"
     assert dest_row["cells"][6] == f"{REPORTS:,}" and carrier_row["cells"][6] == f"{CARRIER_REPORTS:,}"
     assert carrier_row["cells"][3] == "2 (v1) · 1 (v2)" and carrier_row["cells"][5] == "1, 2"
     assert "newest bucket" in dest_row["cells"][8]
     # carrier: both windows of both versions withheld, as the listing says
     carrier_doc = listing["metrics"][1]
     assert len(carrier_doc["withheld_windows"]) == 4 and carrier_row["withheld"] == "4"
-    assert f"v1 everything retained ({CARRIER_REPORTS // 2:,} of {HUGE_MIN_REPORTS:,} reports)" in carrier_row["cells"][9]
+    assert f"v1 all retained: {CARRIER_REPORTS // 2:,} of {HUGE_MIN_REPORTS:,} reports" in carrier_row["cells"][9]
     button = chrome.find_element("css selector", 'button[data-metric="flight_dest"]')
     assert button.get_attribute("aria-pressed") == "true" and button.text == "flight_dest"
     assert chrome.find_element("id", "metric-h").text == "Metric: flight_dest"
@@ -319,6 +337,7 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
         return sums;""")
     assert sums == {name: REPORTS for name in names[:3]}
     words = chrome.find_element("id", "params-words").text
+    assert "Mechanism: OCMS+RR (count-mean sketch with randomized response), tuned for worst-case MSE." in words
     assert "ε = 2 per report" in words and "105 named categories" in words and "fewer than 100 reports is withheld" in words
 
     shot = tmp_path / "console.png"
@@ -349,6 +368,24 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
     wait_until(chrome, lambda d: "Withheld: every bucket" in d.find_element("id", "trend-chart").text,
                "the withheld trend said in words")
     chrome.save_screenshot(str(tmp_path / "console-withheld.png"))
+
+    # screen: two published versions; combined shows the API's combined estimates, largest first
+    chrome.find_element("css selector", 'button[data-metric="screen"]').click()
+    status, v2 = get(worker.base_url, "/metrics/screen/topk?k=5&postprocess=none&window=total&version=2")
+    assert status == 200 and v2["n"] == SCREEN_REPORTS[2] and not v2["withheld"]
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == [r["value"] for r in v2["top"]],
+               "screen version 2's top values by name")
+    Select(chrome.find_element("id", "version")).select_by_value("combined")
+    status, combined = get(worker.base_url, "/metrics/screen/estimates?version=combined&window=total")
+    assert status == 200 and combined["combined"] and combined["n"] == sum(SCREEN_REPORTS.values())
+    expected = sorted(combined["estimates"], key=lambda r: -r["frequency"])
+    assert {r["value"] for r in expected} == set(SCREENS)
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == [r["value"] for r in expected],
+               "the combined estimates of screen, largest first")
+    for row, rec in zip(table_rows(chrome, "topk-data"), expected):
+        for cls, key in (("est", "frequency"), ("ci-low", "ci_low"), ("ci-high", "ci_high")):
+            assert float(row["cells"][cls]["raw"]) == rec[key], (rec["value"], cls)
+    assert chrome.find_element("id", "metric-h").text == "Metric: screen (versions 1 + 2 combined)"
     assert browser_errors(chrome) == []
 
 
@@ -391,7 +428,7 @@ def test_legacy_worker_shows_the_api_numbers_and_the_truth(chrome, fed_worker, t
     button = metrics.find_element("css selector", 'button[data-metric="default"]')
     assert button.get_attribute("aria-pressed") == "true" and button.text == "default"
     assert fp in button.get_attribute("title")
-    assert f"{REPORTS:,}" in metrics.text and "OCMS+RR (count-mean sketch with randomized response)" in metrics.text
+    assert f"{REPORTS:,}" in metrics.text and "OCMS+RR (MSE)" in metrics.text
     assert not chrome.find_element("id", "version").is_enabled()  # one version: nothing to choose
 
     # top-K: the same values in the same order, CI numbers equal to the API's (exact and as shown)
@@ -603,7 +640,7 @@ def test_withheld_window_is_said_so(chrome, stub):
             in chrome.find_element("id", "metric-state").text)
     assert "Withheld" in chrome.find_element("id", "topk-chart").text
     cell = chrome.find_element("css selector", '#metrics tr[data-metric="screen"] td[data-withheld]')
-    assert cell.get_attribute("data-withheld") == "1" and cell.text == "everything retained (40 of 100 reports)"
+    assert cell.get_attribute("data-withheld") == "1" and cell.text == "all retained: 40 of 100 reports"
     assert browser_errors(chrome) == []
 
 
@@ -676,7 +713,8 @@ def test_keyboard_moves_between_metrics_and_selects_one(chrome, stub):
                                                  "combined (versions 1 + 2, inverse-variance)"]
     words = chrome.find_element("id", "params-words").text
     assert "ε = 0.5 per report" in words and "one value z out of the 3 possible ones" in words
-    assert "direct randomized response (k-RR)" in chrome.find_element("id", "metrics").text
+    assert "OCMS+RR (MSE), direct RR (MSE)" in chrome.find_element("id", "metrics").text
+    assert "Mechanism: direct randomized response (k-RR), tuned for worst-case MSE." in words
     assert browser_errors(chrome) == []
 
 

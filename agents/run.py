@@ -56,14 +56,17 @@ class Stopper:
 
     While the fleet runs, a signal sets an asyncio event (the fleet finishes its chunk and
     the tables stop); before that, it raises StopRequested out of whatever is starting.
-    A second signal raises at once. ``shield()`` defers signals while the children stop,
-    so a late SIGHUP cannot leave a broker behind.
+    A second signal stops at once: it cancels the running pipeline from the loop (raising
+    from a signal handler in the middle of the event loop's own code could escape as a
+    traceback), or raises StopRequested when no loop is attached. ``shield()`` defers signals
+    while the children stop, so a late SIGHUP cannot leave a broker behind.
     """
 
     def __init__(self):
         self.signum: int | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.event: asyncio.Event | None = None
+        self.task: asyncio.Task | None = None
         self.shielded = False
         self._previous: dict[int, object] = {}
 
@@ -81,12 +84,13 @@ class Stopper:
         return self.signum is not None
 
     def attach(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
-        self.loop, self.event = loop, event
+        """Called from the pipeline's task: signals now set ``event`` (first) or cancel that task."""
+        self.loop, self.event, self.task = loop, event, asyncio.current_task()
         if self.requested:
             event.set()
 
     def detach(self) -> None:
-        self.loop = self.event = None
+        self.loop = self.event = self.task = None
 
     def shield(self) -> None:
         self.shielded = True
@@ -96,8 +100,11 @@ class Stopper:
         self.signum = signum if first else self.signum
         if self.shielded:
             return
-        if first and self.loop is not None and self.event is not None:
-            self.loop.call_soon_threadsafe(self.event.set)
+        if self.loop is not None and self.event is not None:
+            if first:
+                self.loop.call_soon_threadsafe(self.event.set)
+            elif self.task is not None:
+                self.loop.call_soon_threadsafe(self.task.cancel)  # impatient: no waiting for the chunk
             return
         raise StopRequested(signal.Signals(signum).name)
 
@@ -418,10 +425,14 @@ Ctrl-C stops everything.
                             f"was sending; last lines of {log}:\n{_tail(log)}")
             return None
 
-        asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
-                             collector_url=collector.url if collector is not None else None,
-                             metric=named.name if named is not None else None, others=others,
-                             child_gone=child_gone))
+        try:
+            asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
+                                 collector_url=collector.url if collector is not None else None,
+                                 metric=named.name if named is not None else None, others=others,
+                                 child_gone=child_gone))
+        except asyncio.CancelledError:  # a second signal cancelled the pipeline (Stopper)
+            if not stopper.requested:
+                raise
         failed = False
     except StopRequested:
         failed = False

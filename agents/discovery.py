@@ -366,53 +366,139 @@ DEFAULT_EXPORTED_VALUES = 10
 MAX_LABEL_LENGTH = 100
 
 
+def discovery_pass(versions, bootstrap_servers: str, topic: str, start_ts: float, stop_ts: float, *, alpha: float,
+                   confidence: float, max_candidates: int) -> tuple[dict[str, dict], dict[str, str]]:
+    """One discovery pass: read [start, stop) of ``topic`` and discover every version's values.
+
+    Returns (metric -> document, metric -> error). Synchronous and self-contained (its own event
+    loop for the Kafka read), so it runs in a thread or in a child process alike.
+    """
+    import asyncio
+
+    from registry.discovery import discovery_of
+
+    stop = datetime.fromtimestamp(stop_ts, timezone.utc)
+    start = datetime.fromtimestamp(start_ts, timezone.utc)
+    messages = asyncio.run(read_topic_window(bootstrap_servers, topic, start, stop))
+    window = {"from": start.isoformat(), "to": stop.isoformat(), "topic": topic}
+    docs: dict[str, dict] = {}
+    errors: dict[str, str] = {}
+    for version in versions:
+        spec = discovery_of(version)
+        batches, rejected, read = group_by_level(spec, messages)
+        # Other metrics' reports share the topic: only malformed messages are worth reporting here.
+        rejected.pop("unknown_fingerprint", None)
+        try:
+            doc = discovery_document(version, batches, rejected, read, alpha=alpha, confidence=confidence,
+                                     max_candidates=max_candidates, window=window)
+        except OCMSError as exc:
+            errors[version.metric] = str(exc)
+            continue
+        doc["computed_at"] = stop.isoformat()
+        docs[version.metric] = doc
+    return docs, errors
+
+
+#: The child process of a pass runs this much nicer than the worker (intake and queries first).
+DISCOVERY_NICENESS = 10
+
+
+def _child_pass(connection, arguments: tuple, keywords: dict) -> None:
+    """Entry point of the child process of one pass: the result (or the error) goes back on ``connection``."""
+    import os
+
+    try:
+        os.nice(DISCOVERY_NICENESS)
+    except OSError:
+        pass
+    try:
+        result = ("ok", discovery_pass(*arguments, **keywords))
+    except BaseException as exc:  # reported to the parent, which keeps serving the previous result
+        result = ("error", f"{type(exc).__name__}: {exc}")
+    connection.send(result)
+    connection.close()
+
+
+async def pass_in_child(arguments: tuple, keywords: dict):
+    """Run :func:`discovery_pass` in a fresh (spawned) child process and await its result.
+
+    Why a process: the pass is seconds of Python (candidate prefixes, hashing, grouping the
+    window's messages) that would hold the GIL, so in a thread of the worker it would stall
+    intake and /healthz. The child is niced, its memory (the window's reports) is returned to
+    the system when it exits, and it is killed if the awaiting task is cancelled (worker stop).
+    """
+    import asyncio
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")  # forking a running Faust worker copies its threads' locks
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_child_pass, args=(sender, arguments, keywords), daemon=True,
+                            name="ocms-discovery")
+    child.start()
+    sender.close()
+
+    def wait():
+        try:
+            return receiver.recv()  # EOFError when the child died without answering
+        except EOFError:
+            return ("error", f"the discovery process exited with status {child.exitcode} before answering")
+
+    try:
+        status, payload = await asyncio.get_running_loop().run_in_executor(None, wait)
+    finally:
+        if child.is_alive():
+            child.kill()
+        receiver.close()
+        await asyncio.get_running_loop().run_in_executor(None, child.join)
+    if status != "ok":
+        raise OCMSError(payload)
+    return payload
+
+
 class DiscoveryService:
     """The latest discovery result per discoverable metric, refreshed from the source topic.
 
     Every ``interval_seconds`` (:meth:`run`), each metric version with a ``discovery:`` block
     is discovered over the window [now - window_seconds, now) of ``topic`` (read by time:
-    Kafka keeps the log, nothing else is stored), in a thread so the event loop stays free.
+    Kafka keeps the log, nothing else is stored), one pass at a time, off the event loop: in a
+    thread (``isolation="thread"``, ``ocms discover --serve``, where nothing else shares the
+    loop) or in a child process (``"process"``, the worker: see :func:`pass_in_child`).
     :meth:`answer` serves ``/discovered?metric=NAME``; :class:`DiscoveryCollector` exports
-    the top discovered values. Hosted by the worker (``add_discovery_pages``) or run alone.
+    the top discovered values. Hosted by the worker (:class:`WorkerDiscovery`) or run alone.
     """
 
     def __init__(self, versions, *, bootstrap_servers: str, topic: str, window_seconds: int = 3600,
                  interval_seconds: float = 300.0, alpha: float = 0.05, confidence: float = 0.95,
-                 max_candidates: int = discovery.DEFAULT_MAX_CANDIDATES, clock=time.time):
+                 max_candidates: int = discovery.DEFAULT_MAX_CANDIDATES, clock=time.time, isolation: str = "thread"):
+        if isolation not in ("thread", "process"):
+            raise ValueError(f"isolation {isolation!r}: thread or process")
         self.versions = {v.metric: v for v in versions if v.discovery is not None}
         self.bootstrap_servers, self.topic = bootstrap_servers, topic
         self.window_seconds, self.interval_seconds = int(window_seconds), float(interval_seconds)
         self.alpha, self.confidence, self.max_candidates = alpha, confidence, max_candidates
         self.clock = clock
+        self.isolation = isolation
         self.latest: dict[str, dict] = {}
         self.errors: dict[str, str] = {}
         self.runs = 0
+        self.last_pass_seconds: float | None = None
 
     async def refresh_once(self, now: float | None = None) -> None:
         import asyncio
 
-        from registry.discovery import discovery_of
-
         now = self.clock() if now is None else now
-        stop = datetime.fromtimestamp(now, timezone.utc)
-        start = datetime.fromtimestamp(now - self.window_seconds, timezone.utc)
-        messages = await read_topic_window(self.bootstrap_servers, self.topic, start, stop)
-        window = {"from": start.isoformat(), "to": stop.isoformat(), "topic": self.topic}
-        for metric, version in self.versions.items():
-            spec = discovery_of(version)
-            batches, rejected, read = group_by_level(spec, messages)
-            # Other metrics' reports share the topic: only malformed messages are worth reporting here.
-            rejected.pop("unknown_fingerprint", None)
-            try:
-                doc = await asyncio.to_thread(
-                    discovery_document, version, batches, rejected, read, alpha=self.alpha,
-                    confidence=self.confidence, max_candidates=self.max_candidates, window=window)
-            except OCMSError as exc:
-                self.errors[metric] = str(exc)
-                continue
-            doc["computed_at"] = stop.isoformat()
+        arguments = (list(self.versions.values()), self.bootstrap_servers, self.topic, now - self.window_seconds, now)
+        keywords = dict(alpha=self.alpha, confidence=self.confidence, max_candidates=self.max_candidates)
+        started = time.monotonic()
+        if self.isolation == "process":
+            docs, errors = await pass_in_child(arguments, keywords)
+        else:
+            docs, errors = await asyncio.to_thread(discovery_pass, *arguments, **keywords)
+        self.last_pass_seconds = time.monotonic() - started
+        for metric, doc in docs.items():
             self.latest[metric] = doc
             self.errors.pop(metric, None)
+        self.errors.update(errors)
         self.runs += 1
 
     async def run(self) -> None:
@@ -423,6 +509,8 @@ class DiscoveryService:
         while True:
             try:
                 await self.refresh_once()
+            except asyncio.CancelledError:
+                raise
             except Exception as exc:  # keep the worker alive; the API says what failed
                 logging.getLogger(__name__).warning("discovery pass failed: %s", exc)
                 for metric in self.versions:
@@ -440,7 +528,10 @@ class DiscoveryService:
         if metric not in self.latest:
             why = self.errors.get(metric, "the first discovery pass has not finished yet")
             return 503, {"error": why, "status": 503}
-        return 200, self.latest[metric]
+        doc = self.latest[metric]
+        if metric in self.errors:  # the latest pass failed: the previous result, saying so
+            doc = dict(doc, stale=True, error=self.errors[metric])
+        return 200, doc
 
 
 class DiscoveryCollector:
@@ -480,7 +571,8 @@ class DiscoveryCollector:
 
 
 def add_discovery_pages(app, service: DiscoveryService) -> None:
-    """Route ``/discovered?metric=NAME`` on a Faust app (the worker's web server) and the refresh task."""
+    """Route ``/discovered?metric=NAME`` on a Faust app (the worker's web server) and, when the service
+    has discoverable metrics, the refresh task."""
     from .web import JSON_TYPE, to_json
 
     @app.page("/discovered")
@@ -493,9 +585,65 @@ def add_discovery_pages(app, service: DiscoveryService) -> None:
             status, doc = service.answer(request.query.get("metric"))
         return web.bytes(to_json(doc), content_type=JSON_TYPE, status=status)
 
-    @app.task
-    async def refresh_discovery():
-        await service.run()
+    if service.versions:
+        @app.task
+        async def refresh_discovery():
+            await service.run()
+
+
+class WorkerDiscovery:
+    """Discovery hosted by the worker (``ocms worker --registry FILE``): what it accepts and what it serves.
+
+    * ``level_params``: the discovery levels of the live versions of the registry's discoverable
+      metrics. The worker's validator accepts their reports (acked, never dead-lettered as
+      unknown fingerprints) and counts them in no table: they are read here, from the topic.
+    * ``service``: a :class:`DiscoveryService` over the worker's source topic, passes in a child
+      process every ``discovery_interval_seconds`` over the last ``discovery_window_seconds``.
+    * ``install(app, registry)``: ``/discovered?metric=NAME`` on the worker's web server, the
+      refresh task, the :class:`DiscoveryCollector` and a counter of the discovery reports seen.
+    """
+
+    def __init__(self, versions, level_params, settings):
+        from prometheus_client import Counter
+
+        self.level_params = tuple(level_params)
+        self._metric_of = {}
+        self.service = DiscoveryService(
+            versions, bootstrap_servers=settings.bootstrap_servers, topic=settings.source_topic,
+            window_seconds=getattr(settings, "discovery_window_seconds", 3600),
+            interval_seconds=getattr(settings, "discovery_interval_seconds", 300.0), isolation="process")
+        self.received = Counter("ocms_discovery_reports_received", "discovery-level reports the worker acked "
+                                "(read by discovery from the topic, counted by no table)", ["metric"], registry=None)
+
+    @classmethod
+    def build(cls, catalog, settings) -> "WorkerDiscovery":
+        """From the catalog's registry: the live versions with a ``discovery:`` block (none: nothing to do)."""
+        from registry.discovery import discovery_of
+
+        served = {s.version.fingerprint for s in catalog.by_fingerprint.values()}
+        versions, levels, metric_of = [], [], {}
+        for spec in catalog.registry.metrics:
+            for version in spec.live_versions:
+                if getattr(version, "discovery", None) is None or version.fingerprint not in served:
+                    continue
+                params = discovery_of(version).params_by_level
+                levels.extend(params)
+                metric_of.update({p.fingerprint: version.metric for p in params})
+                if version is spec.live_versions[-1]:  # the newest live version is what devices report with
+                    versions.append(version)
+        self = cls(versions, levels, settings)
+        self._metric_of = metric_of
+        return self
+
+    def install(self, app, registry) -> None:
+        add_discovery_pages(app, self.service)
+        registry.register(DiscoveryCollector(self.service))
+        registry.register(self.received)
+
+    def count(self, messages) -> None:
+        """Count the acked discovery messages of a checkpointed micro-batch (``processor.DiscoveryMessage``)."""
+        for message in messages:
+            self.received.labels(self._metric_of.get(message.fingerprint, "unknown")).inc(message.reports)
 
 
 def cmd_serve(args) -> int:

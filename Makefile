@@ -28,8 +28,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_producer.py
 	$(PY) benchmarks/bench_worker.py
 
-# Regenerates docs/results/ (paper replication, peers, pipeline matrix + 10-min memory run;
-# ~25 min on 2 cores: the pipeline part alone took 972 s, see docs/results/README.md).
+# Regenerates docs/results/ (paper replication, peers, mechanism choice, pipeline matrix + 10-min
+# memory run): ~26 min on 2 cores, as the README says (parts' last runs: ~7 min, 171 s, 972 s).
 results: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,data,rocksdb,bench]'
 	$(PY) -m benchmarks.experiments

@@ -36,7 +36,7 @@ KAFKA_RETRY_MAX_S = 30.0
 
 
 def wait_for_kafka(bootstrap: str, make_coroutine, log, first_delay: float = KAFKA_RETRY_FIRST_S,
-                   max_delay: float = KAFKA_RETRY_MAX_S) -> int:
+                   max_delay: float = KAFKA_RETRY_MAX_S, flag: str = "--bootstrap-servers") -> int:
     """Run ``make_coroutine()`` until Kafka answers, one log line per failed attempt; returns the attempts.
 
     A worker often starts before its Kafka (compose, Kubernetes): it waits, saying for what. Errors
@@ -48,7 +48,7 @@ def wait_for_kafka(bootstrap: str, make_coroutine, log, first_delay: float = KAF
     while True:
         attempt += 1
         try:
-            reach_kafka(bootstrap, make_coroutine)
+            reach_kafka(bootstrap, make_coroutine, flag)
             return attempt
         except KafkaUnreachableError as exc:
             log.warning("waiting for Kafka: attempt %d: %s; next attempt in %.0f s", attempt, exc, delay)
@@ -74,7 +74,8 @@ def cmd_worker(args) -> int:
     from .run import check_port_free
 
     check_port_free(settings.web_port, settings.label("web_port"), settings.web_host)
-    wait_for_kafka(settings.bootstrap_servers, lambda: prepare_topics(settings), logging.getLogger("ocms.worker"))
+    wait_for_kafka(settings.bootstrap_servers, lambda: prepare_topics(settings), logging.getLogger("ocms.worker"),
+                   flag=settings.label("bootstrap_servers"))
     print(f"ocms worker {settings.app_id}: {settings.bootstrap_servers}/{settings.source_topic} "
           f"({settings.partitions} partitions), API on http://{settings.web_host}:{settings.web_port}", flush=True)
     return worker.run()

@@ -96,6 +96,14 @@ class Stopper:
         raise StopRequested(signal.Signals(signum).name)
 
 
+def say(text: str) -> None:
+    """Print and flush; a terminal that went away (SIGHUP: writes fail with EIO) must not stop the cleanup."""
+    try:
+        print(text, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def _get(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=5) as response:
         return json.loads(response.read())
@@ -178,18 +186,17 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
             try:
                 doc = await _estimates(base)
             except OSError as exc:
-                print(f"(worker API not answering: {exc})", flush=True)
+                say(f"(worker API not answering: {exc})")
                 continue
-            print(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n", flush=True)
+            say(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n")
         await task
         if not stop.is_set() and live.counts is not None:  # --duration ended: a last table once all is counted
             doc = await _caught_up(base, live.reports, CATCH_UP_TIMEOUT_S)
             if doc is None:
-                print(f"(the worker did not count all {live.reports:,} reports within {CATCH_UP_TIMEOUT_S:.0f} s)",
-                      flush=True)
+                say(f"(the worker did not count all {live.reports:,} reports within {CATCH_UP_TIMEOUT_S:.0f} s)")
             else:
-                print("final, every report counted:\n"
-                      + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n", flush=True)
+                say("final, every report counted:\n"
+                    + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n")
     finally:
         stop.set()
         stopper.detach()
@@ -251,11 +258,11 @@ def run(args) -> int:
     try:
         if args.bootstrap_servers:
             bootstrap = args.bootstrap_servers
-            print(f"using Kafka at {bootstrap} (topic {topic})", flush=True)
+            say(f"using Kafka at {bootstrap} (topic {topic})")
         else:
             broker = EmbeddedBroker(log_path=logs / "broker.log").start()
             bootstrap = broker.bootstrap_servers
-            print(f"embedded broker (Tansu, memory storage) on {bootstrap}", flush=True)
+            say(f"embedded broker (Tansu, memory storage) on {bootstrap}")
         from producer.cli import reach_kafka
 
         reach_kafka(bootstrap, lambda: create_topics(bootstrap, {topic: args.partitions}))
@@ -267,12 +274,12 @@ def run(args) -> int:
              "--partitions", str(args.partitions), "--web-port", str(web_port), "--log-level", "warning",
              "--truth", str(logs / "truth.json")],
             log=logs / "worker.log").start()
-        print(f"worker pid {worker.pid} starting (log {logs / 'worker.log'}) ...", flush=True)
+        say(f"worker pid {worker.pid} starting (log {logs / 'worker.log'}) ...")
         try:
             worker.wait_healthy(base)
         except WorkerNotHealthy as exc:
             raise WorkerNotHealthy(f"{exc}; last lines of {logs / 'worker.log'}:\n{_tail(logs / 'worker.log')}") from None
-        print(f"""
+        say(f"""
 console      {base}/   (open in a browser: live estimates beside the fleet's true frequencies)
 worker API   {base}/estimates   {base}/topk?k=10   {base}/params   {base}/healthz
 metrics      {base}/metrics   (JSON listing: curl -s -H 'Accept: application/json' {base}/metrics)
@@ -281,7 +288,7 @@ fleet        {dataset.description}: eps={args.epsilon:g}, {args.rate:,.0f} repor
 seed         {seed} (ocms run --seed {seed} sends the same values again)
 logs         {logs} (removed after a clean stop)
 Ctrl-C stops everything.
-""", flush=True)
+""")
         asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json"))
         failed = False
     except StopRequested:
@@ -289,7 +296,7 @@ Ctrl-C stops everything.
     finally:
         stopper.shield()
         if stopper.requested:
-            print(f"\n{signal.Signals(stopper.signum).name}: stopping fleet, worker, broker ...", flush=True)
+            say(f"\n{signal.Signals(stopper.signum).name}: stopping fleet, worker, broker ...")
         try:
             if worker is not None:
                 worker.stop()
@@ -299,5 +306,5 @@ Ctrl-C stops everything.
             stopper.restore()
             if not failed or not any(f.stat().st_size for f in logs.iterdir()):  # keep logs that explain a failure
                 shutil.rmtree(logs, ignore_errors=True)
-    print("stopped.", flush=True)
+    say("stopped.")
     return 0

@@ -187,7 +187,7 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     # the parameter set (as `ocms plan`)
-    Setting("epsilon", "per-report LDP budget ε in (0, 100]; must match the devices'", number(), short="-e",
+    Setting("epsilon", "per-report LDP budget ε in (0, 100]; devices and workers use the same", number(), short="-e",
             default_text="required", params=True),
     Setting("mode", "what the hash range m minimises", choice("mse", "l2"), default="mse",
             choices=("mse", "l2"), params=True),
@@ -198,7 +198,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("strings", "values are strings (128-bit fingerprints, GF(2^128)); exclusive with --dictionary-size",
             switch, default=False, kind="switch", params=True),
     Setting("tracked", "number of tracked values D (needed by mode l2)", integer(1), metavar="D", params=True),
-    Setting("hash_range", "explicit m instead of the optimum (then --mode and --f-star do not apply)", integer(2),
+    Setting("hash_range", "explicit OCMS+RR m instead of the optimum (exclusive with --mode and --f-star)", integer(2),
             metavar="M", default_text="the optimum", params=True),
     Setting("mechanism", "ocms (OCMS+RR), direct (randomized response over d, m = d) or auto (the lower exact "
             "error)", choice("ocms", "direct", "auto"), default="ocms", choices=("ocms", "direct", "auto"), params=True),
@@ -303,10 +303,14 @@ def build_params(values: Mapping[str, object], labels: Mapping[str, str]) -> OCM
         raise InvalidParameterError(labels.get("dictionary_size", "--dictionary-size"), None,
                                     "is required for integer values (or give --strings)")
     if values.get("hash_range") is not None:
-        for name in ("f_star", "mode", "mechanism"):
-            if name in labels.given:  # but only the optimum m uses it
-                raise InvalidParameterError(labels[name], values[name], f"has no effect with {labels['hash_range']} "
+        fixed = labels["hash_range"]
+        for name in ("f_star", "mode"):  # they only choose the optimal m: silently dropping them would mislead
+            if name in labels.given:
+                raise InvalidParameterError(labels[name], values[name], f"has no effect with {fixed} "
                                             "(it only chooses the optimal m); give one of them")
+        if values.get("mechanism") not in (None, "ocms"):
+            raise InvalidParameterError(labels["mechanism"], values["mechanism"],
+                                        f"contradicts {fixed}, which fixes OCMS+RR's m; give one of them")
     keywords = {PARAMS_KEYWORD.get(n, n): values.get(n) for n in ("mode", "f_star", "tracked", "hash_range", "mechanism")}
     keywords = {k: v for k, v in keywords.items() if v is not None}
     try:

@@ -31,8 +31,6 @@ import json
 import os
 import platform
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction  # noqa: E402
+from agents.process import WorkerChild  # noqa: E402
 from cms_core import OCMSParams, wire  # noqa: E402
 from cms_core.privatize import simulate_reports  # noqa: E402
 from producer.broker import EmbeddedBroker, free_port  # noqa: E402
@@ -66,9 +65,8 @@ class Worker:
     def __init__(self, bootstrap: str, topic: str, log_dir: Path, tracked: int, partitions: int):
         self.port = free_port()
         self.log_path = log_dir / f"{topic}.log"
-        log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "agents.cli", "worker", "-e", "2", "-d", str(tracked),
+        self.child = WorkerChild(  # agents.process: own session, dies with the benchmark
+            ["-e", "2", "-d", str(tracked),
              "--tracked-range", f"0:{tracked}", "--partitions", str(partitions),
              "--bucket-seconds", str(BUCKET_S), "--retention-seconds", str(RETENTION_S),
              "--bootstrap-servers", bootstrap, "--broker", "embedded", "--app-id", topic, "--source-topic", topic,
@@ -76,9 +74,8 @@ class Worker:
              # The worker decodes a micro-batch on its event loop (O(reports x D)): at D = 100,000 the
              # default 200,000-report batch holds the loop for seconds with no query at all.
              "--batch-max-reports", str(BATCH_MAX_REPORTS)],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-        log.close()
+            log=self.log_path).start()
+        self.process = self.child.process
 
     def url(self, path: str, **query: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}" + (("?" + urllib.parse.urlencode(query)) if query else "")
@@ -104,14 +101,7 @@ class Worker:
         raise RuntimeError(f"timed out waiting for {what}; see {self.log_path}")
 
     def stop(self) -> None:
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        except ProcessLookupError:
-            pass
+        self.child.stop()
 
 
 def frames(params: OCMSParams, count: int, size: int, seed: int) -> list[bytes]:

@@ -73,7 +73,10 @@ def value_from_json(params: OCMSParams, text) -> int | str:
         raise InvalidValueError(f"value {text!r}: the integer domain takes decimal digits as a JSON string")
     if isinstance(text, str):
         if not text.isascii() or not text.isdigit():
-            raise InvalidValueError(f"value {text!r}: not a non-negative decimal integer")
+            shown = text if len(text) <= 40 else text[:20] + "..." + text[-10:]
+            raise InvalidValueError(f"value {shown!r}: not a non-negative decimal integer")
+        if len(text) > 40:  # no dictionary holds it (d <= 2^64 has 20 digits); int() refuses > 4300 digits
+            raise InvalidValueError(f"value {text[:20]}...({len(text)} digits): outside every integer dictionary")
         text = int(text)
     return encode_value(params, text)
 

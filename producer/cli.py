@@ -252,8 +252,9 @@ def cmd_broker(args) -> int:
     return 0
 
 
-def reach_kafka(bootstrap: str, make_coroutine):
-    """Run ``make_coroutine()``; a Kafka that does not answer becomes one line naming the address."""
+def reach_kafka(bootstrap: str, make_coroutine, flag: str = "--bootstrap-servers"):
+    """Run ``make_coroutine()``; a Kafka that does not answer becomes one line naming the address and
+    ``flag``, the flag or variable that gave it."""
     import asyncio
     import logging
 
@@ -265,7 +266,7 @@ def reach_kafka(bootstrap: str, make_coroutine):
         return asyncio.run(make_coroutine())
     except (KafkaError, OSError) as exc:
         reason = "no broker answered" if isinstance(exc, KafkaConnectionError) else f"{type(exc).__name__}: {exc}"
-        raise KafkaUnreachableError(f"cannot reach Kafka at {bootstrap} (--bootstrap-servers): {reason}") from None
+        raise KafkaUnreachableError(f"cannot reach Kafka at {bootstrap} ({flag}): {reason}") from None
     finally:
         quiet.level = level
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -199,3 +202,19 @@ class Scrape:
 
     def series(self, name: str) -> dict:
         return {labels: value for (n, labels), value in self.samples.items() if n == name}
+
+
+# ---------------------------------------------------------------- the ocms command as a user runs it
+
+def ocms(*argv: str, timeout: float = 60, env: dict | None = None) -> tuple[int, str, str]:
+    """`python -m agents.cli ARGV` as a user runs it, without the caller's OCMS_* variables: (status, stdout, stderr)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
+    done = subprocess.run([sys.executable, "-m", "agents.cli", *argv], capture_output=True, text=True,
+                          timeout=timeout, env={**base, **(env or {})}, stdin=subprocess.DEVNULL)
+    return done.returncode, done.stdout, done.stderr
+
+
+def one_line(err: str) -> str:
+    """``err`` itself, after checking it is one line and no traceback."""
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err

@@ -130,7 +130,8 @@ def start_ocms_run(log: Path) -> tuple[subprocess.Popen, set[int], int]:
     return process, tree, port, worker_log.parent
 
 
-@pytest.mark.parametrize("how", ["SIGHUP to the terminal's process group", "SIGTERM to ocms run"])
+@pytest.mark.parametrize("how", ["SIGHUP to the terminal's process group", "SIGTERM to ocms run",
+                                 "SIGINT twice (an impatient Ctrl-C)"])
 def test_sighup_and_sigterm_stop_the_whole_tree(tmp_path, how):
     log = tmp_path / "run.log"
     process, tree, port, logs = start_ocms_run(log)
@@ -138,8 +139,11 @@ def test_sighup_and_sigterm_stop_the_whole_tree(tmp_path, how):
         assert len(tree) >= 2, tree  # the worker and the embedded broker
         if how.startswith("SIGHUP"):
             os.killpg(process.pid, signal.SIGHUP)
-        else:
+        elif how.startswith("SIGTERM"):
             os.kill(process.pid, signal.SIGTERM)
+        else:
+            os.killpg(process.pid, signal.SIGINT)
+            os.killpg(process.pid, signal.SIGINT)
         assert process.wait(60) == 0
         wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"no process left of {sorted(tree)}")
         assert port_closed(port)
@@ -202,3 +206,53 @@ def test_parent_watch_thread_ends_a_python_child(tmp_path):
     _killed_parent_leaves_no_child(tmp_path, (
         "child = subprocess.Popen([sys.executable, '-c', 'import time; from agents.process import watch_parent; "
         "watch_parent(%d, poll_s=0.1); time.sleep(120)' % os.getpid()])"))
+
+
+def test_closing_the_terminal_stops_the_whole_tree():
+    """A real terminal going away: ocms run on a pty as its controlling terminal, then the pty closes.
+
+    The kernel sends SIGHUP to the foreground process group and every later write to the terminal
+    fails (EIO); the cleanup must still stop the worker and the broker.
+    """
+    import fcntl
+    import pty
+    import select
+    import termios
+
+    master, slave = pty.openpty()
+
+    def controlling_terminal():
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agents.cli", "run", "--rate", "500", "--every", "1", "--show", "2"], cwd=ROOT,
+        stdin=slave, stdout=slave, stderr=slave, start_new_session=True, preexec_fn=controlling_terminal,
+    )
+    os.close(slave)
+    tree: set[int] = set()
+    output = b""
+    try:
+        deadline = time.monotonic() + 120
+        while b"Ctrl-C stops everything." not in output:
+            assert time.monotonic() < deadline and process.poll() is None, output.decode(errors="replace")
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    output += os.read(master, 65536)
+                except OSError:
+                    break
+        tree = descendants(process.pid)
+        assert len(tree) >= 2, tree
+        text = output.decode(errors="replace")
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/metrics", text).group(1))
+        logs = Path(re.search(r"worker pid \d+ starting \(log (\S+)\)", text).group(1)).parent
+        os.close(master)  # the terminal window closes
+        master = None
+        assert process.wait(60) == 0
+        wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"no process left of {sorted(tree)}")
+        assert port_closed(port) and not logs.exists()
+    finally:
+        if master is not None:
+            os.close(master)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        kill_all(tree)

@@ -109,3 +109,11 @@ def test_one_tracked_set_limit_everywhere(capsys):
         settings_module.tracked_values(WorkerSettings.build(PARAMS, {}, bootstrap_servers="k"),
                                        OCMSParams.build(2.0, MAX_DEFAULT_TRACKED + 1))
     assert f"larger than {MAX_DEFAULT_TRACKED:,}" in info.value.reason
+
+
+def test_readme_and_makefile_state_one_make_results_time():
+    readme = (ROOT / "README.md").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    readme_times = set(re.findall(r"make results.*?~(\d+) min", readme))
+    make_times = set(re.findall(r"~(\d+) min on", makefile))
+    assert readme_times and readme_times == make_times, (readme_times, make_times)

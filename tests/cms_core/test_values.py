@@ -23,7 +23,7 @@ def test_string_values_round_trip_json_exactly(value):
     assert value_from_json(params, _json.loads(_json.dumps(value_to_json(value)))) == value
 
 
-@pytest.mark.parametrize("bad", ["-1", "1e3", " 5", "0x10", "", True, 1.5])
+@pytest.mark.parametrize("bad", ["-1", "1e3", " 5", "0x10", "", True, 1.5, "9" * 5000, "1" + "0" * 40])
 def test_integer_json_values_reject_non_decimal_text(bad):
     params = OCMSParams.build(epsilon=2.0, dictionary_size=2**64)
     with pytest.raises(InvalidValueError):

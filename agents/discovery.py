@@ -441,7 +441,10 @@ async def pass_in_child(arguments: tuple, keywords: dict):
         try:
             return receiver.recv()  # EOFError when the child died without answering
         except EOFError:
-            return ("error", f"the discovery process exited with status {child.exitcode} before answering")
+            child.join(5)
+            code = child.exitcode
+            how = f"was ended by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
+            return ("error", f"the discovery process {how} before answering")
 
     try:
         status, payload = await asyncio.get_running_loop().run_in_executor(None, wait)

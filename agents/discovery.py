@@ -529,7 +529,9 @@ class DiscoveryService:
             return 404, {"error": f"metric {metric!r} is not discoverable here (discoverable: "
                                   f"{', '.join(sorted(self.versions)) or 'none'})", "status": 404}
         if metric not in self.latest:
-            why = self.errors.get(metric, "the first discovery pass has not finished yet")
+            default = ("discovery passes are off on this worker (--discovery-interval-seconds 0)"
+                       if self.interval_seconds <= 0 else "the first discovery pass has not finished yet")
+            why = self.errors.get(metric, default)
             return 503, {"error": why, "status": 503}
         doc = self.latest[metric]
         if metric in self.errors:  # the latest pass failed: the previous result, saying so
@@ -588,7 +590,7 @@ def add_discovery_pages(app, service: DiscoveryService) -> None:
             status, doc = service.answer(request.query.get("metric"))
         return web.bytes(to_json(doc), content_type=JSON_TYPE, status=status)
 
-    if service.versions:
+    if service.versions and service.interval_seconds > 0:
         @app.task
         async def refresh_discovery():
             await service.run()

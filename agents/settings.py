@@ -245,8 +245,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("discovery_window_seconds", "with --registry: each discovery pass reads this much of the source "
             "topic, up to now (metrics with a discovery: block; docs/discovery.md)", integer(1, 366 * 86_400),
             default=3600, metavar="SECONDS"),
-    Setting("discovery_interval_seconds", "with --registry: seconds between discovery passes", number(),
-            default=300.0, metavar="SECONDS"),
+    Setting("discovery_interval_seconds", "with --registry: seconds between discovery passes (0: none on this "
+            "worker, e.g. all but one of a group)", number(0.0, inclusive=True), default=300.0, metavar="SECONDS"),
     Setting("log_level", "log level", choice(*LOG_LEVELS), default="info", choices=LOG_LEVELS),
     Setting("truth_file", "ground-truth JSON of a simulated fleet (ocms simulate --truth), shown by the console "
             "beside the estimates", text, metavar="PATH", option="--truth"),

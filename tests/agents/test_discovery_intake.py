@@ -161,3 +161,24 @@ def test_redelivery_drops_pending_discovery_copies(registry):
     assert [m.offset for m in superseded] == [1, 2]
     assert [d.offset for d in pending.take().discovery] == [0, 1]
 
+
+
+@pytest.mark.parametrize("name, raw", [("discovery_interval_seconds", "-1"), ("discovery_interval_seconds", "nan"),
+                                       ("discovery_window_seconds", "0"), ("discovery_window_seconds", "1h")])
+def test_bad_discovery_settings_name_the_flag(registry, name, raw):
+    from agents.settings import WorkerSettings
+    from cms_core.errors import InvalidParameterError
+
+    params = registry.metric("screens").latest.params
+    with pytest.raises(InvalidParameterError) as info:
+        WorkerSettings.build(params, {}, bootstrap_servers="k:1", **{name: raw})
+    assert "--" + name.replace("_", "-") in str(info.value)
+
+
+def test_interval_zero_turns_passes_off_and_says_so(registry):
+    from agents.discovery import DiscoveryService
+
+    service = DiscoveryService([registry.metric("typed_words").latest], bootstrap_servers="k:1", topic="t",
+                               interval_seconds=0)
+    status, doc = service.answer("typed_words")
+    assert status == 503 and "--discovery-interval-seconds 0" in doc["error"]

@@ -401,6 +401,8 @@ def discovery_pass(versions, bootstrap_servers: str, topic: str, start_ts: float
 
 #: The child process of a pass runs this much nicer than the worker (intake and queries first).
 DISCOVERY_NICENESS = 10
+#: A pass in a child process may take max(this, 2 intervals) seconds (10^7 reports decode in ~250 s).
+PASS_TIMEOUT_FLOOR_S = 900.0
 
 
 def _child_pass(connection, arguments: tuple, keywords: dict) -> None:
@@ -419,13 +421,14 @@ def _child_pass(connection, arguments: tuple, keywords: dict) -> None:
     connection.close()
 
 
-async def pass_in_child(arguments: tuple, keywords: dict):
+async def pass_in_child(arguments: tuple, keywords: dict, timeout_seconds: float | None = None):
     """Run :func:`discovery_pass` in a fresh (spawned) child process and await its result.
 
     Why a process: the pass is seconds of Python (candidate prefixes, hashing, grouping the
     window's messages) that would hold the GIL, so in a thread of the worker it would stall
     intake and /healthz. The child is niced, its memory (the window's reports) is returned to
-    the system when it exits, and it is killed if the awaiting task is cancelled (worker stop).
+    the system when it exits, and it is killed if the awaiting task is cancelled (worker stop) or
+    when it has not answered within ``timeout_seconds`` (an OCMSError saying so).
     """
     import asyncio
     import multiprocessing
@@ -438,6 +441,10 @@ async def pass_in_child(arguments: tuple, keywords: dict):
     sender.close()
 
     def wait():
+        if not receiver.poll(timeout_seconds):
+            child.kill()
+            return ("error", f"the discovery pass took longer than {timeout_seconds:g} s and was stopped; "
+                             "shorten the window (--discovery-window-seconds) or lower --max-candidates")
         try:
             return receiver.recv()  # EOFError when the child died without answering
         except EOFError:
@@ -485,6 +492,8 @@ class DiscoveryService:
         self.errors: dict[str, str] = {}
         self.runs = 0
         self.last_pass_seconds: float | None = None
+        #: A pass in a child process is stopped after this long (the next one starts on schedule).
+        self.pass_timeout_seconds = max(PASS_TIMEOUT_FLOOR_S, 2 * self.interval_seconds)
 
     async def refresh_once(self, now: float | None = None) -> None:
         import asyncio
@@ -494,7 +503,7 @@ class DiscoveryService:
         keywords = dict(alpha=self.alpha, confidence=self.confidence, max_candidates=self.max_candidates)
         started = time.monotonic()
         if self.isolation == "process":
-            docs, errors = await pass_in_child(arguments, keywords)
+            docs, errors = await pass_in_child(arguments, keywords, self.pass_timeout_seconds)
         else:
             docs, errors = await asyncio.to_thread(discovery_pass, *arguments, **keywords)
         self.last_pass_seconds = time.monotonic() - started

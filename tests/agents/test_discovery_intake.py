@@ -182,3 +182,47 @@ def test_interval_zero_turns_passes_off_and_says_so(registry):
                                interval_seconds=0)
     status, doc = service.answer("typed_words")
     assert status == 503 and "--discovery-interval-seconds 0" in doc["error"]
+
+
+def test_a_pass_in_a_child_that_overruns_its_time_is_stopped_with_a_clear_error(registry):
+    """The bound on a worker's pass: a child that has not answered in time is killed (here: at once)."""
+    import asyncio
+
+    from agents.discovery import pass_in_child
+    from cms_core.errors import OCMSError
+
+    arguments = ([registry.metric("typed_words").latest], "127.0.0.1:1", "t", 0.0, 1.0)
+    with pytest.raises(OCMSError, match="took longer than 0.001 s and was stopped"):
+        asyncio.run(pass_in_child(arguments, dict(alpha=0.05, confidence=0.95, max_candidates=1000), 0.001))
+
+
+def test_a_failing_pass_in_a_child_reports_its_error(registry):
+    """Kafka unreachable: the child's error comes back as an OCMSError (the worker keeps the previous result)."""
+    import asyncio
+
+    from agents.discovery import pass_in_child
+    from cms_core.errors import OCMSError
+
+    arguments = ([registry.metric("typed_words").latest], "127.0.0.1:1", "t", 0.0, 1.0)
+    with pytest.raises(OCMSError, match="KafkaConnectionError|Unable to bootstrap"):
+        asyncio.run(pass_in_child(arguments, dict(alpha=0.05, confidence=0.95, max_candidates=1000), 120))
+
+
+def test_after_a_failed_pass_the_previous_result_is_served_marked_stale(registry):
+    import asyncio
+
+    from agents.discovery import DiscoveryService
+
+    service = DiscoveryService([registry.metric("typed_words").latest], bootstrap_servers="127.0.0.1:1", topic="t")
+    service.latest["typed_words"] = {"metric": "typed_words", "discovered": [], "reports": 5}
+    assert service.answer("typed_words") == (200, service.latest["typed_words"])
+
+    async def one_pass():  # run() logs the failure, records it, then waits for the next interval
+        task = asyncio.ensure_future(service.run())
+        while "typed_words" not in service.errors:
+            await asyncio.sleep(0.05)
+        task.cancel()
+
+    asyncio.run(asyncio.wait_for(one_pass(), 120))
+    status, doc = service.answer("typed_words")
+    assert status == 200 and doc["stale"] is True and "discovery pass failed" in doc["error"] and doc["reports"] == 5

@@ -107,8 +107,8 @@ async def read_topic_window(bootstrap: str, topic: str, start: datetime, stop: d
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-    await consumer.start()
     try:
+        await consumer.start()  # inside the try: a failed start is stopped too (no unclosed consumer)
         await consumer.topics()  # fetches the cluster metadata
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:

@@ -101,6 +101,11 @@ def _parse_time(text: str, flag: str) -> datetime:
     return when
 
 
+#: After the end offsets: fetch rounds (each waiting at most SWEEP_WAIT_MS) for what lies beyond them.
+SWEEP_ROUNDS = 50
+SWEEP_WAIT_MS = 300
+
+
 async def read_topic_window(bootstrap: str, topic: str, start: datetime, stop: datetime, *,
                             idle_timeout_s: float = 5.0) -> list[bytes]:
     """Every message of ``topic`` with a timestamp in [start, stop): seek each partition by time, read to stop."""
@@ -127,20 +132,37 @@ async def read_topic_window(bootstrap: str, topic: str, start: datetime, stop: d
             if found.offset < ends[tp]:
                 live.add(tp)
         out: list[bytes] = []
+        past_window: set = set()
+
+        def take(tp, records) -> None:
+            for record in records:
+                if record.timestamp >= stop_ms:
+                    past_window.add(tp)  # past the window (timestamps are the producers' append times)
+                    return
+                if record.timestamp >= start_ms:
+                    out.append(record.value)
+
         while live:
             batch = await consumer.getmany(*live, timeout_ms=int(idle_timeout_s * 1000))
             if not batch:
                 break  # no progress within the idle timeout: the end is as far as the broker has
             for tp, records in batch.items():
-                for record in records:
-                    if record.timestamp >= stop_ms:
-                        live.discard(tp)  # past the window (timestamps are the producers' append times)
-                        break
-                    if record.timestamp >= start_ms:
-                        out.append(record.value)
-                    if record.offset >= ends[tp] - 1:
-                        live.discard(tp)  # reached the end as it was when we started
-                        break
+                take(tp, records)
+                if tp in past_window or records[-1].offset >= ends[tp] - 1:
+                    live.discard(tp)  # past the window, or reached the end as it was when we started
+        # A short sweep past those ends: records appended since (a producer's timestamp inside the
+        # window may arrive late), and an end offset a broker under-reports (the embedded Tansu
+        # broker does after multi-record producer batches) would otherwise cut the window short.
+        sweep = {tp for tp in tps if offsets.get(tp) is not None} - past_window
+        for _ in range(SWEEP_ROUNDS):
+            if not sweep:
+                break
+            batch = await consumer.getmany(*sweep, timeout_ms=SWEEP_WAIT_MS)
+            if not batch:
+                break
+            for tp, records in batch.items():
+                take(tp, records)
+            sweep -= past_window
         return out
     finally:
         await consumer.stop()

@@ -7,7 +7,7 @@ topic with its original bytes and a reason header; an accepted one joins the
 micro-batch (``processor.PendingBatch``). A batch is flushed when it holds
 ``batch_max_reports`` reports or is ``batch_max_seconds`` old, and before Faust
 waits for unacked messages (a rebalance or a clean stop); ``OCMSWorker.checkpoint``
-then writes its table values, sends its dead letters, waits for the broker's
+then decodes it on a decode thread (off the event loop), writes its table values, sends its dead letters, waits for the broker's
 acknowledgements of both, and only then acks and commits its messages (the
 order is the exactness argument; see its docstring).
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 import tempfile
 import time
 
@@ -42,7 +43,7 @@ from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
 from .discovery import WorkerDiscovery
 from .processor import (AcceptedMessage, Batch, DiscoveryMessage, MessageValidator, PendingBatch, RejectedMessage,
-                        RetentionIndex, plan_batch)
+                        RetentionIndex, batch_keys, encoded_plan)
 from .query import EstimateService
 from .settings import TABLE_NAME, WorkerSettings
 from .state import BucketKey, PartialCounts
@@ -93,8 +94,9 @@ def faust_settings(settings: WorkerSettings) -> dict:
         # rocksdb://PATH: Faust keeps one RocksDB per table partition under its data directory.
         store, datadir = "rocksdb://", settings.store[len("rocksdb://"):] or f"{settings.app_id}-data"
     else:
-        # The memory store keeps nothing on disk; Faust still wants a data directory of its own.
-        store, datadir = settings.store, tempfile.mkdtemp(prefix=f"ocms-{settings.app_id}-")
+        # The memory store keeps nothing on disk: Faust is given a directory name it never
+        # creates (IntakeApp.create_data_directories), so no run leaves a temp folder behind.
+        store, datadir = settings.store, f"{tempfile.gettempdir()}/ocms-{settings.app_id}-unused"
     conf = dict(
         broker="kafka://" + settings.bootstrap_servers.replace(",", ";kafka://"),
         store=store,
@@ -152,6 +154,10 @@ class OCMSWorker:
         self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic)
         self.pending = PendingBatch(settings.batch_max_reports)
         self._lock = asyncio.Lock()  # one checkpoint or retention pass at a time
+        #: Decodes micro-batches off the event loop (O(reports x D): seconds at D = 100,000, which
+        #: on the loop stalled /healthz, the view and heartbeats). One thread, and the checkpoint
+        #: awaits it under the lock, so batches are decoded and written in order.
+        self.decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ocms-decode")
         self._agent_started = False
         self._next_offset: dict[int, int] = {}
         self._contexts: dict[int, PartitionContext] = {}
@@ -164,6 +170,7 @@ class OCMSWorker:
     def _build_app(self) -> faust.App:
         s = self.settings
         app = IntakeApp(s.app_id, **faust_settings(s))
+        app.create_data_directories = s.store.startswith("rocksdb://")
         app.intake = self if self.intake_path == "side" else None
         if s.embedded_broker:
             app.fetch_max_wait_ms = EMBEDDED_FETCH_MAX_WAIT_MS
@@ -276,13 +283,26 @@ class OCMSWorker:
            on the broker: a SIGKILL anywhere replays from an offset whose effects are either
            in the changelog (skipped by offset) or not (counted once).
 
+        Before step 1 the batch is decoded on the decode thread (``encoded_plan``: the
+        O(reports x D) work), so the loop keeps answering /healthz, feeding the view and
+        heartbeating meanwhile. Nothing of the batch is written or acked before the decode
+        returns, and the lock (with one decode thread) keeps batches in order, so the steps
+        and the argument are unchanged; a SIGKILL during the decode replays the whole batch.
+        A rebalance or clean stop waits for it too: Faust waits for the batch's unacked
+        messages, and its flush for the lock.
+
         During a rebalance the commit is left to Faust (it commits acked offsets of the
         partitions it keeps; a revoked partition's new owner replays, exactly).
         """
-        plan = plan_batch(batch.accepted, self._read, self.params_by_fp, self.tracked_by_fp, self.levels)
-        for key, state in plan.writes:  # 1. table values
+        # 0. decode: read the touched keys here (the table belongs to the loop), then decode, fold
+        # and encode on the decode thread while the loop keeps serving. Nothing is written or
+        # acked before it returns, so the order below is unchanged.
+        states = {key: self._read(key) for key in batch_keys(batch.accepted, self.levels)}
+        plan, values = await asyncio.get_running_loop().run_in_executor(
+            self.decoder, encoded_plan, batch.accepted, states, self.params_by_fp, self.tracked_by_fp, self.levels)
+        for (key, _), value in zip(plan.writes, values):  # 1. table values
             with current_event(self._context(key.partition)):
-                self.table[key.encode()] = state.to_bytes()
+                self.table[key.encode()] = value
             self.retention.add(key)
         acknowledgements = self.table.take_unacknowledged()
         for message, rejection in batch.dead:  # 2. dead letters

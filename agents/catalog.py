@@ -28,7 +28,7 @@ from cms_core import OCMSParams, TrackedValues
 from cms_core.errors import InvalidParameterError, InvalidValueError
 from cms_core.values import value_to_json
 
-from .query import Answer, ApiError, EstimateService, Estimator, Job, check_query, show
+from .query import Answer, ApiError, EstimateService, Estimator, Job, Window, check_query, show
 from .settings import WorkerSettings, tracked_values
 from .view import CountsView
 
@@ -165,10 +165,23 @@ class VersionService(EstimateService):
         starts = self.view.buckets(self.fingerprint, self.version.bucket_seconds)
         return starts[-1] if starts else None
 
+    def window_reports(self) -> dict:
+        """Reports and the withheld state of the windows the API answers by name (``total``,
+        ``latest_bucket``), as Prometheus exports them: O(partitions), no counts summed."""
+        out = {}
+        for window in (Window("total"), self.latest_bucket()):
+            start, stop = window.bounds()
+            n = sum(state.n for _, states in self.view.snapshot(self.fingerprint, window.width, start, stop)
+                    for state in states)
+            out[window.kind] = dict(window.as_json(), reports=n, withheld=self.withheld(n))
+        return out
+
     def describe(self) -> dict:
         """This version in the /metrics listing."""
         v, p = self.version, self.version.params
         return {
+            "windows": self.window_reports(), "parameters": p.describe(),
+            "levels": [{"bucket_seconds": w, "retention_seconds": r} for w, r in self.settings.levels()],
             "version": v.version, "fingerprint": self.fingerprint, "mechanism": v.mechanism,
             "epsilon": p.epsilon, "mode": p.mode, "hash_range": p.hash_range,
             "domain": v.domain, "domain_size": value_to_json(p.dictionary_size),
@@ -217,11 +230,16 @@ class MetricEntry:
 
     def describe(self) -> dict:
         s = self.spec
+        versions = [v.describe() for v in self.services]
         return {
             "name": s.name, "description": s.description, "owner": s.owner, "unit": s.unit, "domain": s.domain,
             "reports": sum(v.reports(v.fingerprint) for v in self.services),
             "latest_bucket_start": max((b for b in (v.newest_bucket() for v in self.services) if b is not None), default=None),
-            "versions": [v.describe() for v in self.services],
+            "versions": versions,
+            # Windows answered as withheld right now (fewer reports than the version's min_reports).
+            "withheld_windows": [{"version": v["version"], "window": kind, "reports": w["reports"],
+                                  "min_reports": v["min_reports"]}
+                                 for v in versions for kind, w in v["windows"].items() if w["withheld"]],
         }
 
 

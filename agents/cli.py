@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--frame-size", type=int_at_least(1), default=100, help="reports per message (default 100)")
     run.add_argument("--duration", type=finite_float, help="stop after this many seconds (default: until Ctrl-C)")
     run.add_argument("--bootstrap-servers", help="use this Kafka instead of the embedded broker")
+    run.add_argument("--direct-kafka", action="store_true",
+                     help="the fleet produces to Kafka itself instead of uploading through an `ocms collector` "
+                          "(the old path, for comparison)")
+    run.add_argument("--collector-port", type=int_at_least(1), help="the collector's port (default: a free one)")
+    run.add_argument("--upload-concurrency", type=int_at_least(1), default=32,
+                     help="uploads the fleet keeps in flight to the collector, one frame each (default 32)")
     run.add_argument("--topic", help="source topic (default ocms-reports; a fresh one per run on an existing Kafka)")
     run.add_argument("--partitions", type=int_at_least(1), default=4)
     run.add_argument("--web-port", type=int_at_least(1), help="worker API/metrics port (default: a free one)")

@@ -172,9 +172,16 @@ class IntakeApp(faust.App):
     intake: Intake | None = None
     #: The consumer's fetch wait (ms); None keeps Faust's 1,500 ms.
     fetch_max_wait_ms: int | None = None
+    #: Whether Faust creates its data directories at start. Only RocksDB tables live there:
+    #: a memory-store worker sets False and leaves nothing on disk (not even after kill -9).
+    create_data_directories: bool = True
 
     def _new_transport(self):
         return IntakeTransport(self.conf.broker_consumer, self)
+
+    def _create_directories(self) -> None:
+        if self.create_data_directories:
+            super()._create_directories()
 
     async def _consumer_wait_empty(self, consumer, logger) -> None:
         # Faust waits here, on a rebalance and on a clean stop, until every tracked message
@@ -196,6 +203,7 @@ _METHODS = (
     ("faust.transport.consumer.Consumer", "getmany", ("timeout",), None),
     ("faust.app.base.App", "_new_transport", (), False),
     ("faust.app.base.App", "_consumer_wait_empty", ("consumer", "logger"), True),
+    ("faust.app.base.App", "_create_directories", (), False),
     # Public, but agents.app.CountsTable relies on every table write sending through it and
     # on the FutureMessage it returns (resolved by the broker's acknowledgement).
     ("faust.tables.base.Collection", "send_changelog",
@@ -218,6 +226,8 @@ _USES = (
     # the stand-in event provides what the write path reads of the current event
     ("faust.tables.base.Collection", "partition_for_key", "event.message.partition"),
     ("faust.stores.rocksdb.Store", "_set", "event.message.partition"),
+    # the data directories (skipped for the memory store) are only ever created at first start
+    ("faust.app.base.App", "on_first_start", "self._create_directories()"),
 )
 
 

@@ -302,6 +302,38 @@ def plan_batch(
     return plan
 
 
+def batch_keys(
+    messages: Sequence[AcceptedMessage],
+    levels: Sequence[tuple[int, int]] | Mapping[str, Sequence[tuple[int, int]]],
+) -> list[BucketKey]:
+    """Every key ``plan_batch`` reads for ``messages`` (each once, in first-use order), so
+    the caller can read them all up front and plan away from the table."""
+    keys: dict[BucketKey, None] = {}
+    for message in messages:
+        for key in keys_for(message.fingerprint, message.partition, message.timestamp,
+                            levels_of(levels, message.fingerprint)):
+            keys[key] = None
+    return list(keys)
+
+
+def encoded_plan(
+    messages: Sequence[AcceptedMessage],
+    states: Mapping[BucketKey, PartialCounts | None],
+    params_by_fp: Mapping[str, OCMSParams],
+    tracked_by_fp: Mapping[str, TrackedValues],
+    levels: Sequence[tuple[int, int]] | Mapping[str, Sequence[tuple[int, int]]],
+) -> tuple[BatchPlan, list[bytes]]:
+    """``plan_batch`` over states already read (``batch_keys``), with each write's table
+    value encoded: the whole O(reports x D) part of a checkpoint (decode, fold, encode).
+
+    Pure: it touches no table and no event loop, and its inputs are immutable (accepted
+    batches, states read from bytes), so the worker runs it on its decode thread while
+    the loop keeps serving (the compiled kernel releases the GIL).
+    """
+    plan = plan_batch(messages, states.__getitem__, params_by_fp, tracked_by_fp, levels)
+    return plan, [state.to_bytes() for _, state in plan.writes]
+
+
 def expiry_time(key: BucketKey, levels: Sequence[tuple[int, int]]) -> float:
     """When a bucket is wholly older than its level's retention (epoch seconds); cumulative
     keys never expire, buckets of a level no longer configured already have."""

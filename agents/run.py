@@ -1,17 +1,21 @@
 """``ocms run``: the whole pipeline on one machine, for a first look.
 
 Starts the embedded broker (or uses ``--bootstrap-servers``), one worker
-process and a simulated fleet sending a real dataset at a visible rate, then
-prints where to look and, every few seconds, the ground truth sent so far next
-to the worker's live estimates for the most frequent values, with how many of
-all values lie inside their confidence interval.
+process, an ``ocms collector`` process and a simulated fleet uploading a real
+dataset through the collector at a visible rate (device -> collector -> Kafka
+frames -> worker, as deployed; ``--direct-kafka`` lets the fleet produce to
+Kafka itself instead, for comparison), then prints where to look and, every
+few seconds, the ground truth sent so far next to the worker's live estimates
+for the most frequent values, with how many of all values lie inside their
+confidence interval.
 
 Stopping: Ctrl-C (SIGINT), SIGTERM and SIGHUP (the terminal closed, an ssh
-session dropped) all stop the fleet, then the worker, then the broker; a
-second signal skips the clean wait. The broker and the worker run in their
-own sessions (a terminal's signals reach only us, and we stop them in order,
-by process group) and die with this process if it is killed outright
-(``agents.process``: parent-death signal plus the worker's parent watch).
+session dropped) all stop the fleet, then the collector, then the worker, then
+the broker; a second signal skips the clean wait. The broker, the collector
+and the worker run in their own sessions (a terminal's signals reach only us,
+and we stop them in order, by process group) and die with this process if it
+is killed outright (``agents.process``: parent-death signal plus the worker's
+parent watch).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import numpy as np
 from cms_core.errors import OCMSError
 
 from .process import WorkerChild, WorkerNotHealthy
+from .run_collector import CollectorChild
 from .run_registry import run_metric, value_id
 
 #: Signals that stop ``ocms run`` the way Ctrl-C does.
@@ -163,18 +168,45 @@ async def _caught_up(base: str, sent: int, timeout: float) -> dict | None:
     return None
 
 
+#: Uploads the fleet keeps in flight to the collector (each one a frame of --frame-size reports), without
+#: --upload-concurrency: enough to hide the collector's frame latency and Kafka's ack (benchmarks/bench_run_path.py).
+UPLOAD_CONCURRENCY = 32
+
+
+def fleet_line(live, via: str) -> str:
+    """What the fleet actually reached: reports, seconds and reports/s, and the path it took."""
+    return (f"fleet sent {live.reports:,} reports in {live.messages:,} messages in {live.seconds:.1f} s "
+            f"({live.reports_per_second:,.0f} reports/s) {via}")
+
+
+def upload_concurrency(args) -> int:
+    return getattr(args, "upload_concurrency", None) or UPLOAD_CONCURRENCY
+
+
 async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stopper: Stopper,
-                   truth_path: Path | None = None) -> None:
-    """The fleet sends while a table is printed every ``args.every`` seconds; the last one waits for the worker."""
+                   truth_path: Path | None = None, collector_url: str | None = None, metric: str | None = None) -> None:
+    """The fleet sends while a table is printed every ``args.every`` seconds; the last one waits for the worker.
+
+    With ``collector_url`` the fleet uploads its frames to that collector (HTTP, each frame one upload);
+    without, it produces them to Kafka itself."""
     from producer import simulator
+    from producer.reporter import HttpTransport
 
     from .console import write_truth_atomically
 
     stop = asyncio.Event()
     stopper.attach(asyncio.get_running_loop(), stop)
     live = simulator.SimulationResult()
-    task = asyncio.create_task(simulator.run(settings, bootstrap_servers=bootstrap, topic=topic, progress=False,
-                                             should_stop=stop.is_set, result=live))
+    transport = None
+    if collector_url is not None:
+        transport = HttpTransport(collector_url, metric=metric)
+        await transport.start()
+        via = f"through the collector {collector_url}"
+        send = dict(transport=transport, upload_concurrency=upload_concurrency(args))
+    else:
+        via = "straight to Kafka"
+        send = dict(bootstrap_servers=bootstrap, topic=topic)
+    task = asyncio.create_task(simulator.run(settings, progress=False, should_stop=stop.is_set, result=live, **send))
     try:
         while not task.done():
             done, _ = await asyncio.wait({task, asyncio.ensure_future(stop.wait())}, timeout=args.every,
@@ -197,11 +229,16 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
             else:
                 say("final, every report counted:\n"
                     + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n")
+            say(fleet_line(live, via))
     finally:
         stop.set()
         stopper.detach()
-        if not task.done():
-            await task
+        try:
+            if not task.done():
+                await task
+        finally:
+            if transport is not None:
+                await transport.stop()
 
 
 def check_port_free(port: int, flag: str = "--web-port", host: str = "127.0.0.1") -> None:
@@ -252,7 +289,11 @@ def run(args) -> int:
     logs = Path(tempfile.mkdtemp(prefix="ocms-run-"))
     settings = simulator.SimulationSettings(params=params, dataset=dataset, duration_s=args.duration or 10.0**9,
                                             rate=args.rate, frame_size=args.frame_size, seed=seed)
-    broker = worker = None
+    broker = worker = collector = None
+    direct = bool(getattr(args, "direct_kafka", False)) or named is None  # the collector needs a registry metric
+    collector_port = getattr(args, "collector_port", None)
+    if collector_port is not None and not direct:
+        check_port_free(collector_port, "--collector-port")
     failed = True
     stopper = Stopper().install()
     try:
@@ -275,29 +316,48 @@ def run(args) -> int:
              "--truth", str(logs / "truth.json")],
             log=logs / "worker.log").start()
         say(f"worker pid {worker.pid} starting (log {logs / 'worker.log'}) ...")
+        if not direct:  # same registry and topic as the worker; the fleet uploads through it
+            collector = CollectorChild(named.registry_path, bootstrap, topic, collector_port or free_port(),
+                                       log=logs / "collector.log", frame_size=args.frame_size).start()
         try:
             worker.wait_healthy(base)
         except WorkerNotHealthy as exc:
             raise WorkerNotHealthy(f"{exc}; last lines of {logs / 'worker.log'}:\n{_tail(logs / 'worker.log')}") from None
+        if collector is not None:
+            collector.wait_ready()
+            say(f"collector pid {collector.pid} on {collector.url} (log {logs / 'collector.log'})")
+        if collector is not None:
+            fleet_path = (f"uploaded through the collector ({upload_concurrency(args)} uploads in flight; "
+                          f"--direct-kafka: straight to Kafka)")
+        elif named is None and not getattr(args, "direct_kafka", False):
+            fleet_path = "straight to Kafka (the collector needs a registry metric: see --registry)"
+        else:
+            fleet_path = "straight to Kafka (--direct-kafka)"
+        collector_lines = (f"collector    {collector.url}/v1/metrics/{named.name}/reports   (devices upload here; "
+                           f"{collector.url}/healthz   {collector.url}/metrics)\n") if collector is not None else ""
         say(f"""
 console      {base}/   (open in a browser: live estimates beside the fleet's true frequencies)
 worker API   {base}/estimates   {base}/topk?k=10   {base}/params   {base}/healthz
-metrics      {base}/metrics   (JSON listing: curl -s -H 'Accept: application/json' {base}/metrics)
+{collector_lines}metrics      {base}/metrics   (JSON listing: curl -s -H 'Accept: application/json' {base}/metrics)
 try          curl -s '{base}/{f"metrics/{named.name}/estimates/{named.example_value}" if named else "estimates/0"}'
-fleet        {dataset.description}: eps={args.epsilon:g}, {args.rate:,.0f} reports/s in frames of {args.frame_size}
+fleet        {dataset.description}: eps={args.epsilon:g}, {args.rate:,.0f} reports/s in frames of {args.frame_size}, {fleet_path}
 seed         {seed} (ocms run --seed {seed} sends the same values again)
 logs         {logs} (removed after a clean stop)
 Ctrl-C stops everything.
 """)
-        asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json"))
+        asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
+                             collector_url=collector.url if collector is not None else None,
+                             metric=named.name if named is not None else None))
         failed = False
     except StopRequested:
         failed = False
     finally:
         stopper.shield()
         if stopper.requested:
-            say(f"\n{signal.Signals(stopper.signum).name}: stopping fleet, worker, broker ...")
+            say(f"\n{signal.Signals(stopper.signum).name}: stopping fleet, collector, worker, broker ...")
         try:
+            if collector is not None:  # after the fleet (asyncio.run returned), before the worker
+                collector.stop()
             if worker is not None:
                 worker.stop()
             if broker is not None:

@@ -20,6 +20,14 @@ dropped silently.
         async with FrameBatcher(params, send=sink, max_records=1000, max_latency_s=0.05) as batcher:
             await batcher.add(report)            # Report, ReportBatch, [Report...] or a wire message
 
+Named metrics: ``FrameBatcher.for_metric(registry, "flight_dest", send=sink)`` batches one
+registry metric (its newest live version, or "name@N"); :class:`RegistryGateway` takes the
+wire messages of devices reporting any live metric version of a registry and keeps one
+batcher per version (a frame carries one fingerprint: versions never mix)::
+
+    async with RegistryGateway(load_registry("deploy/registry.yaml"), send=sink) as gateway:
+        version = await gateway.add(message_from_device)   # -> the MetricVersion it counts for
+
 The gateway sees no values, only privatized reports; it must not attach device
 identifiers to frames (the frame key is None or a gateway id). See docs/device.md.
 """
@@ -33,7 +41,8 @@ from typing import Any, Awaitable, Callable, Iterable
 from cms_core.errors import InvalidParameterError, InvalidReportError, OCMSError
 from cms_core.params import OCMSParams
 from cms_core.reports import Report, ReportBatch
-from cms_core.wire import HEADER_SIZE, MAX_FRAME_RECORDS, decode_message, encode_frame, record_size
+from cms_core.wire import (HEADER_SIZE, MAX_FRAME_RECORDS, UnknownFingerprintError, decode_message, encode_frame,
+                           peek_header, record_size)
 
 #: Kafka's default max.message.bytes is 1 MiB (1048588 with overhead); stay below it.
 DEFAULT_MAX_FRAME_BYTES = 1_000_000
@@ -59,6 +68,9 @@ class FrameBatcher:
         max_frame_bytes: most bytes per frame (caps ``max_records`` further).
         clock: monotonic seconds (tests may inject one).
     """
+
+    #: The registry metric this batcher serves ("name" / "name@N"; set by ``for_metric``).
+    metric: str | None = None
 
     def __init__(
         self,
@@ -132,6 +144,17 @@ class FrameBatcher:
     @property
     def buffered(self) -> int:
         return self._count
+
+    @classmethod
+    def for_metric(cls, registry, metric: str, **kwargs) -> "FrameBatcher":
+        """A batcher of one registry metric: "name" (its newest live version) or "name@N".
+
+        UnknownMetricError names an unknown metric or version (and a retired one)."""
+        from .reporter import live_version
+
+        batcher = cls(live_version(registry, metric).params, **kwargs)
+        batcher.metric = metric
+        return batcher
 
     # ---------------------------------------------------------------- adding
     def _as_batch(self, item) -> ReportBatch:
@@ -313,4 +336,70 @@ class KafkaFrameSink:
         return await self._producer.send_and_wait(self.topic, frame, key=self.key)
 
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameBatcher", "FrameSendError", "KafkaFrameSink"]
+class RegistryGateway:
+    """Batch device messages of every live metric version of a registry into frames.
+
+    ``add(message)`` reads the message's fingerprint, refuses one that no live version
+    of the registry carries (``UnknownFingerprintError`` naming the fingerprint, before
+    anything is buffered) and buffers the reports in that version's :class:`FrameBatcher`
+    (same limits for all, ``**batcher_kwargs``); ``records_by_metric`` counts what was
+    accepted per "metric@version". All frames go to the one ``send`` (the reports topic).
+    """
+
+    def __init__(self, registry, *, send: Callable[[bytes], Awaitable[Any]], metrics: list[str] | None = None,
+                 **batcher_kwargs):
+        from .reporter import _registry_versions
+
+        selected = set(_registry_versions(registry, metrics))  # UnknownMetricError for an unknown name
+        self.registry = registry
+        self.versions = {v.fingerprint: v for v in registry.live_versions() if v.metric in selected}
+        self.batchers = {fp: FrameBatcher(v.params, send=send, **batcher_kwargs) for fp, v in self.versions.items()}
+        self.records_by_metric: dict[str, int] = {v.binding: 0 for v in self.versions.values()}
+
+    async def add(self, message: bytes):
+        """Buffer one device message (a report or a frame); returns its MetricVersion."""
+        if not isinstance(message, (bytes, bytearray, memoryview)):
+            raise InvalidReportError(f"a registry gateway takes wire messages (bytes), not a {type(message).__name__}")
+        _, fingerprint, _ = peek_header(bytes(message))  # WireFormatError for a damaged header
+        version = self.versions.get(fingerprint)
+        if version is None:
+            known = self.registry.by_fingerprint(fingerprint)
+            why = (f"is {known.binding}, which is retired or not served here" if known is not None
+                   else f"belongs to no metric of the registry {self.registry.path}")
+            raise UnknownFingerprintError(f"parameter fingerprint {fingerprint.hex()} {why}")
+        batcher = self.batchers[fingerprint]
+        before = batcher.records_sent + batcher.buffered
+        try:
+            await batcher.add(message)
+        finally:
+            self.records_by_metric[version.binding] += batcher.records_sent + batcher.buffered - before
+        return version
+
+    async def flush(self) -> int:
+        """Send every version's buffered reports; returns the frames sent."""
+        return sum([await b.flush() for b in self.batchers.values()])
+
+    async def close(self) -> None:
+        errors = []
+        for batcher in self.batchers.values():
+            try:
+                await batcher.close()
+            except Exception as exc:  # close every batcher; raise the first failure after
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    async def __aenter__(self) -> "RegistryGateway":
+        for batcher in self.batchers.values():
+            await batcher.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    @property
+    def frames_sent(self) -> int:
+        return sum(b.frames_sent for b in self.batchers.values())
+
+
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameBatcher", "FrameSendError", "KafkaFrameSink", "RegistryGateway"]

@@ -6,6 +6,20 @@
                               ledger=ledger) as reporter:
         delivery = await reporter.report(42)        # waits until the broker acknowledged it
 
+Named metrics from the registry (deploy/registry.yaml, docs/registry.md): one reporter for
+every metric of the registry, each report naming its metric and its value::
+
+    async with DeviceReporter(load_registry("deploy/registry.yaml"), bootstrap_servers=...,
+                              topic="ocms-reports", device_key=new_device_key(),
+                              ledger=ledger) as reporter:
+        await reporter.report("flight_dest", "ATL")  # the metric's newest live version
+        await reporter.report("carrier@1", "UA")     # a given live version (during a rotation)
+
+A registry reporter looks the metric up (UnknownMetricError), maps the value name with
+:meth:`registry.MetricVersion.value_from_name` (InvalidValueError naming the metric),
+and charges the metric's name in the ledger: every version of one metric shares one
+budget, and distinct metrics are accounted apart -- both before anything is charged.
+
 Order of operations in :meth:`DeviceReporter.submit`, chosen so that privacy
 accounting is never behind what left the device:
 
@@ -135,13 +149,19 @@ class DeviceReporter:
     """Privatize values and deliver them to ``topic`` keyed by ``device_key``.
 
     Args:
-        params: the topic's OCMSParams; each report costs ``params.epsilon``.
+        params: the topic's OCMSParams (each report costs ``params.epsilon``; report with
+            ``report(value)``), or a :class:`registry.Registry`: report with
+            ``report(metric, value_name)``, each metric with its newest live version
+            (``"name@N"`` picks live version N) at that version's ε.
         bootstrap_servers: Kafka bootstrap servers ("host:port[,host:port]").
         topic: the reports topic (pre-created).
         device_key: opaque bytes used as the Kafka key (partitioning); links
             this device's reports together, so make it random
             (:func:`new_device_key`), never a hardware or account id.
-        metric: the ledger account the reports are charged to.
+        metric: the ledger account the reports are charged to (OCMSParams only; a
+            registry reporter charges each report to its metric's name).
+        metrics: with a registry, the metric names this reporter may report (default:
+            every metric with a live version); an unknown name is an UnknownMetricError.
         ledger: the privacy-budget ledger; None disables budget accounting
             (and memoization) -- the caller then owns the accounting.
         memoize: re-send this period's report for a value already reported
@@ -162,12 +182,13 @@ class DeviceReporter:
 
     def __init__(
         self,
-        params: OCMSParams,
+        params,
         *,
         bootstrap_servers: str | None = None,
         topic: str | None = None,
         device_key: bytes | None = None,
-        metric: str,
+        metric: str | None = None,
+        metrics: list[str] | tuple[str, ...] | None = None,
         ledger: PrivacyLedger | None = None,
         memoize: bool = False,
         queue_size: int = 1000,
@@ -180,8 +201,22 @@ class DeviceReporter:
         producer_config: dict | None = None,
         transport: "HttpTransport | None" = None,
     ):
-        if not isinstance(params, OCMSParams):
-            raise InvalidParameterError("params", type(params).__name__, "must be an OCMSParams")
+        from registry import Registry
+
+        self.registry: Registry | None = None
+        if isinstance(params, Registry):
+            if metric is not None:
+                raise InvalidParameterError("metric", metric, "is not taken with a registry: each report names its "
+                                                              "metric (report(metric, value)); select with metrics=[...]")
+            self.registry, self._versions = params, _registry_versions(params, metrics)
+            params = None
+            if transport is not None and transport.metric is not None and set(self._versions) != {transport.metric}:
+                raise InvalidParameterError("transport", transport.url, "posts to one metric's URL; a registry "
+                                            "reporter of several metrics needs HttpTransport(url) without metric=")
+        elif not isinstance(params, OCMSParams):
+            raise InvalidParameterError("params", type(params).__name__, "must be an OCMSParams or a registry.Registry")
+        elif metrics is not None:
+            raise InvalidParameterError("metrics", metrics, "is only taken with a registry (params is an OCMSParams)")
         if transport is not None and not isinstance(transport, HttpTransport):
             raise InvalidParameterError("transport", type(transport).__name__, "must be an HttpTransport or None (Kafka)")
         if transport is not None:
@@ -194,8 +229,8 @@ class DeviceReporter:
             raise InvalidParameterError("topic", topic, "must be a non-empty string")
         if not isinstance(device_key, (bytes, bytearray)) or not device_key:
             raise InvalidParameterError("device_key", type(device_key).__name__, "must be non-empty bytes")
-        if not isinstance(metric, str) or not metric:
-            raise InvalidParameterError("metric", metric, "must be a non-empty string")
+        if self.registry is None and (not isinstance(metric, str) or not metric):
+            raise InvalidParameterError("metric", metric, "must be a non-empty string (the ledger account)")
         if ledger is not None and not isinstance(ledger, PrivacyLedger):
             raise InvalidParameterError("ledger", type(ledger).__name__, "must be a PrivacyLedger or None")
         for name, value, minimum in (("queue_size", queue_size, 1), ("max_retries", max_retries, 0),
@@ -299,25 +334,44 @@ class DeviceReporter:
         return self._queue.qsize() if self._queue is not None else 0
 
     # ---------------------------------------------------------------- reports
-    async def submit(self, value) -> asyncio.Future:
-        """Privatize, charge and enqueue ``value``; returns a future of its :class:`ReportDelivery`.
+    def resolve(self, *args) -> tuple[OCMSParams, str, Any]:
+        """(params, ledger account, dictionary value) for ``submit``'s arguments; raises
+        UnknownMetricError / InvalidValueError / InvalidParameterError before any charge."""
+        if self.registry is None:
+            if len(args) != 1:
+                raise InvalidParameterError("report", f"{len(args)} arguments",
+                                            "takes one value (this reporter has one parameter set, no registry)")
+            return self.params, self.metric, args[0]
+        if len(args) != 2:
+            raise InvalidParameterError("report", f"{len(args)} arguments",
+                                        "takes (metric, value name): this reporter reports a registry's metrics")
+        metric, name = args
+        version = self._versions.get(metric) if isinstance(metric, str) else None
+        if version is None:
+            version = live_version(self.registry, metric, self._versions)
+        return version.params, version.metric, version.value_from_name(name)
 
-        Returns once the report is queued (awaits while the queue is full).
-        Raises InvalidValueError (nothing charged), PrivacyBudgetError (nothing
-        sent) or ReporterClosedError.
+    async def submit(self, *args) -> asyncio.Future:
+        """Privatize, charge and enqueue a value; returns a future of its :class:`ReportDelivery`.
+
+        ``submit(value)`` with an OCMSParams reporter, ``submit(metric, value_name)`` with a
+        registry. Returns once the report is queued (awaits while the queue is full).
+        Raises UnknownMetricError or InvalidValueError (nothing charged),
+        PrivacyBudgetError (nothing sent) or ReporterClosedError.
         """
         if not self._running:
             raise ReporterClosedError("the reporter is not running; use 'async with DeviceReporter(...)' or start()")
-        element = encode_value(self.params, value)  # InvalidValueError before any charge
-        message = encode_report(self.params, privatize(self.params, value))
+        params, account, value = self.resolve(*args)
+        element = encode_value(params, value)  # InvalidValueError before any charge
+        message = encode_report(params, privatize(params, value))
         memoized, epsilon = False, 0.0
         if self.ledger is not None:
-            key = value_key(self.params, element) if self.memoize else None
-            outcome = await asyncio.to_thread(self.ledger.charge_or_reuse, self.metric, self.params.epsilon, key, message)
+            key = value_key(params, element) if self.memoize else None
+            outcome = await asyncio.to_thread(self.ledger.charge_or_reuse, account, params.epsilon, key, message)
             message, memoized = outcome.report, outcome.memoized
-            epsilon = 0.0 if memoized else self.params.epsilon
+            epsilon = 0.0 if memoized else params.epsilon
         else:
-            epsilon = self.params.epsilon
+            epsilon = params.epsilon
         if not self._running:
             raise ReporterClosedError("the reporter closed while this report was being prepared (epsilon stays charged)")
         future = asyncio.get_running_loop().create_future()
@@ -326,13 +380,14 @@ class DeviceReporter:
             future.set_exception(ReporterClosedError("the reporter closed before this report was sent"))
         return future
 
-    async def report(self, value) -> ReportDelivery:
-        """Privatize, charge, send and wait for the broker's acknowledgement.
+    async def report(self, *args) -> ReportDelivery:
+        """Privatize, charge, send and wait for the broker's acknowledgement:
+        ``report(value)``, or ``report("flight_dest", "ATL")`` with a registry.
 
-        Raises InvalidValueError, PrivacyBudgetError, DeliveryError (permanent
-        error or retries exhausted) or ReporterClosedError.
+        Raises UnknownMetricError, InvalidValueError, PrivacyBudgetError,
+        DeliveryError (permanent error or retries exhausted) or ReporterClosedError.
         """
-        return await (await self.submit(value))
+        return await (await self.submit(*args))
 
     # ----------------------------------------------------------------- sender
     async def _send_loop(self) -> None:
@@ -437,6 +492,51 @@ class DeviceReporter:
             self._queue.task_done()
 
 
+def _registry_versions(registry, metrics) -> dict:
+    """{metric name: its newest live version} for the selected metrics (all with a live version)."""
+    from registry import Problem, UnknownMetricError
+
+    if metrics is None:
+        return {m.name: m.latest for m in registry.metrics if m.live_versions}
+    if isinstance(metrics, str) or not all(isinstance(name, str) for name in metrics) or not metrics:
+        raise InvalidParameterError("metrics", metrics, "must be a non-empty list of metric names")
+    versions = {}
+    for name in metrics:
+        spec = registry.metric(name)  # UnknownMetricError naming the registry's metrics
+        if not spec.live_versions:
+            raise UnknownMetricError(Problem(registry.path, spec.line, "every version is retired: nothing of it is "
+                                             "counted any more", metric=name))
+        versions[name] = spec.latest
+    return versions
+
+
+def live_version(registry, metric: str, served: dict | None = None):
+    """The live version ``metric`` names: "name" (its newest live version) or "name@N",
+    among ``served`` ({name: newest live version}; default every metric with one)."""
+    from registry import Problem, UnknownMetricError
+
+    if not isinstance(metric, str) or not metric:
+        raise InvalidParameterError("metric", metric, "must be a metric name from the registry")
+    if served is None:
+        served = _registry_versions(registry, None)
+    name, at, number = metric.partition("@")
+    if name not in served:
+        known = ", ".join(served) or "none"
+        what = "no metric" if name not in {m.name for m in registry.metrics} else "no live version of"
+        raise UnknownMetricError(Problem(registry.path, None, f"{what} {name!r} to report here "
+                                         f"(its metrics: {known})"))
+    if not at:
+        return served[name]
+    if not number.isdigit():
+        raise InvalidParameterError("metric", metric, "must be NAME or NAME@VERSION (VERSION a whole number)")
+    version = registry.metric(name).version(int(number))  # UnknownMetricError listing the versions
+    if not version.live:
+        raise UnknownMetricError(Problem(registry.path, version.line, "is retired: its reports are no longer "
+                                         f"counted; report {name!r} (version {served[name].version})",
+                                         metric=name, version=version.version))
+    return version
+
+
 class HttpTransport:
     """Deliver reports through an ``ocms collector`` over HTTP(S) instead of Kafka.
 
@@ -466,6 +566,7 @@ class HttpTransport:
         for name, value in (("max_latency_s", max_latency_s), ("max_backoff_s", max_backoff_s), ("timeout_s", timeout_s)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
                 raise InvalidParameterError(name, value, "must be a finite number >= 0")
+        self.metric = metric
         base = url.rstrip("/")
         if base.endswith("/reports"):
             self.url = base

@@ -211,13 +211,20 @@ async def run(
     progress: bool | None = None,
     should_stop: Callable[[], bool] | None = None,
     result: SimulationResult | None = None,
+    transport=None,
+    upload_concurrency: int = 8,
 ) -> SimulationResult:
-    """Generate, then send to Kafka and/or write a capture file. Returns counts.
+    """Generate, then send to Kafka, to a collector and/or write a capture file. Returns counts.
 
-    Pass ``result`` to watch the ground truth grow while it runs (``ocms run`` does).
+    Pass ``result`` to watch the ground truth grow while it runs (``ocms run`` does). With
+    ``transport`` (a started ``producer.reporter.HttpTransport``) every message is uploaded to an
+    ``ocms collector`` on its own, ``upload_concurrency`` at a time, and a chunk counts as sent
+    once all its uploads got a 202 (in Kafka); device and gateway keys are not sent (the
+    collector keys nothing by device).
     """
-    if bootstrap_servers is None and out is None:
-        raise InvalidParameterError("bootstrap_servers", None, "give a Kafka bootstrap address, an --out file, or both")
+    if bootstrap_servers is None and out is None and transport is None:
+        raise InvalidParameterError("bootstrap_servers", None,
+                                    "give a Kafka bootstrap address, a collector transport, an --out file, or both")
     if bootstrap_servers is not None and not topic:
         raise InvalidParameterError("topic", topic, "a topic is required to send to Kafka")
     producer = None
@@ -249,6 +256,8 @@ async def run(
             if producer is not None:
                 futures = [await producer.send(topic, value, key=key) for key, value in messages]
                 await asyncio.gather(*futures)  # delivered before the chunk counts as sent
+            if transport is not None:  # 202 = acknowledged by Kafka, before the chunk counts as sent
+                await transport.upload_each([m for _, m in messages], concurrency=upload_concurrency)
             result.counts += np.bincount(values.astype(np.int64), minlength=settings.dataset.dictionary_size)
             result.reports += len(batch)
             result.messages += len(messages)

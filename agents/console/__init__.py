@@ -2,8 +2,9 @@
 
 Static files only (``index.html``, ``console.js``, ``console.css`` and the
 vendored uPlot chart library under ``vendor/``): the page reads the worker's
-public HTTP API (``/healthz``, ``/params``, ``/topk``, ``/trend``) from the
-browser and polls it. Nothing is built at install time; the files ship as
+public HTTP API by metric name (the listing ``/metrics?format=json``, then
+``/metrics/NAME/topk``, ``/trend`` and ``/estimates?version=combined``; and
+``/healthz``) from the browser and polls it. Nothing is built at install time; the files ship as
 package data and are read once, when the routes are added, so a broken
 install fails at start rather than on the first page view.
 

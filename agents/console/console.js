@@ -1,9 +1,11 @@
 /* OCMS live console: polls the worker's HTTP API and draws it with uPlot.
  *
- * Read-only. Every answer is shown as the API gave it (numbers are not
- * re-estimated here); tables carry the exact API numbers in data-raw
- * attributes next to their formatted text. Values are shown as strings
- * (the API's rule: every value is a JSON string; numbers are tolerated).
+ * Read-only. It speaks the worker's metric names: the metric listing
+ * (/metrics?format=json), then per metric /metrics/NAME/topk, /trend and, for
+ * version=combined, /estimates. Every answer is shown as the API gave it
+ * (numbers are not re-estimated here); tables carry the exact API numbers in
+ * data-raw attributes next to their formatted text. Values are names (the
+ * API's rule: every value is a JSON string; numbers are tolerated).
  */
 (function () {
   "use strict";
@@ -11,20 +13,22 @@
   var MAX_TREND_VALUES = 5;
   var TREND_POINTS_TARGET = 120;
   var TREND_REFRESH_MS = 10000;
+  var COMBINED = "combined";
   var COLORS = ["#1f5fa8", "#b8470b", "#2a7f3f", "#7b3fa0", "#8a6d00"];
 
   var state = {
-    params: null,          // last /params document
-    selected: null,        // fingerprint of the shown metric
+    listing: null,         // last /metrics?format=json document
+    selected: null,        // name of the shown metric
+    version: null,         // shown version of it: "1", "2" ... or "combined"
     health: null,
-    rates: {},             // fp -> [{t, n}] samples for reports/s
-    lastChange: {},        // fp -> time (ms) the report count last grew
+    rates: {},             // metric name -> [{t, n}] samples for reports/s
+    lastChange: {},        // metric name -> time (ms) the report count last grew
     pageLoaded: Date.now(),
     truth: null,           // last /console/truth document
-    top: null,             // last /topk document
-    trendValues: [],       // values chosen for the trend
+    top: null,             // last top-K document (a /topk answer, or built from a combined /estimates)
+    trendValues: [],       // value names chosen for the trend
     trendChosenByUser: false,
-    trend: {},             // value -> last /trend document
+    trend: {},
     timer: null,
     polling: false,
     charts: {},
@@ -97,18 +101,30 @@
   }
 
   // --------------------------------------------------------- metric facts
-  function sets() { return (state.params && state.params.parameter_sets) || []; }
+  function metrics() { return (state.listing && state.listing.metrics) || []; }
   function current() {
-    var all = sets();
-    for (var i = 0; i < all.length; i++) if (all[i].fingerprint === state.selected) return all[i];
+    var all = metrics();
+    for (var i = 0; i < all.length; i++) if (all[i].name === state.selected) return all[i];
     return null;
   }
+  function versionsOf(m) { return (m && m.versions) || []; }
+  function newest(m) { var v = versionsOf(m); return v.length ? v[v.length - 1] : null; }
+  function isCombined() { return state.version === COMBINED; }
 
-  function metricName(p) {
-    var name = p.metric || p.name || (p.binding ? String(p.binding).split("@")[0] : null);
-    var version = p.version != null ? p.version : (p.binding && String(p.binding).indexOf("@") > 0 ? String(p.binding).split("@")[1] : null);
-    if (name) return version != null ? name + " v" + version : name;
-    return "params " + String(p.fingerprint).slice(0, 12);
+  /** The version document shown: the chosen one; for "combined" the newest (what trends read). */
+  function currentVersion() {
+    var m = current();
+    if (!m) return null;
+    var all = versionsOf(m);
+    for (var i = 0; i < all.length; i++) if (String(all[i].version) === state.version) return all[i];
+    return newest(m);
+  }
+
+  function versionLabel(m) {
+    if (!m) return "";
+    if (isCombined()) return m.name + " (versions " + versionsOf(m).map(function (v) { return v.version; }).join(" + ") + " combined)";
+    var v = currentVersion();
+    return v && versionsOf(m).length > 1 ? m.name + " v" + v.version : m.name;
   }
 
   var MECHANISMS = {
@@ -116,20 +132,21 @@
     direct: "direct randomized response (k-RR)",
   };
 
-  function mechanism(p) {
-    var name = p.mechanism == null ? "ocms" : str(p.mechanism);  // before mechanisms had names, every set was OCMS+RR
-    var text = MECHANISMS[name] || name;
-    return p.mode ? text + ", tuned for " + (p.mode === "l2" ? "L2 loss" : p.mode === "mse" ? "worst-case MSE" : p.mode) : text;
+  var SHORT_MECHANISMS = { ocms: "OCMS+RR", direct: "direct RR" };
+
+  function mechanism(v, short) {
+    var name = v.mechanism == null ? "ocms" : str(v.mechanism);
+    var text = (short ? SHORT_MECHANISMS : MECHANISMS)[name] || name;
+    if (!v.mode) return text;
+    if (short) return text + " (" + (v.mode === "l2" ? "L2" : v.mode === "mse" ? "MSE" : v.mode) + ")";
+    return text + ", tuned for " + (v.mode === "l2" ? "L2 loss" : v.mode === "mse" ? "worst-case MSE" : v.mode);
   }
 
-  /** Display name of a value: the registry's value name, else the truth file's label, else the value. */
+  /** Display name of a value: its name; with a truth file naming it otherwise (a legacy
+   *  worker's integer ids), "ATL (4)". */
   function valueLabel(value) {
     var v = str(value);
-    var p = current();
-    if (p && Array.isArray(p.value_names) && /^\d+$/.test(v) && p.value_names[Number(v)] != null) {
-      return p.value_names[Number(v)] + " (" + v + ")";
-    }
-    var t = truthFor(p);
+    var t = truthFor(current());
     if (t && t.labels[v] != null && t.labels[v] !== v) return t.labels[v] + " (" + v + ")";
     return v;
   }
@@ -141,16 +158,21 @@
     return full.length > suffix.length && full.slice(-suffix.length) === suffix ? full.slice(0, -suffix.length) : full;
   }
 
-  function truthFor(p) {
+  /** The truth of the simulated fleet for metric m, indexed by value and by value name, or null.
+   *  It belongs to m when its fingerprint is one of m's live versions (combined: any of them). */
+  function truthFor(m) {
     var t = state.truth;
-    if (!t || !t.available || !p) return null;
-    if (t.fingerprint && t.fingerprint !== p.fingerprint) return null;
+    if (!t || !t.available || !m) return null;
+    if (t.metric && t.metric !== m.name) return null;
+    var fps = isCombined() ? versionsOf(m).map(function (v) { return v.fingerprint; })
+      : [currentVersion() && currentVersion().fingerprint];
+    if (t.fingerprint && fps.indexOf(t.fingerprint) < 0) return null;
     if (!t._index) {
       t._index = { freq: {}, labels: {} };
       t.counts.forEach(function (c) {
         t._index.freq[str(c.value)] = t.reports ? c.count / t.reports : 0;
         t._index.labels[str(c.value)] = str(c.label);
-        // A worker serving a registry answers values by name (ATL, not its id 4): index the name too.
+        // A registry worker answers values by name (ATL, not its id 4): index the name too.
         if (c.label != null && t._index.freq[str(c.label)] == null) t._index.freq[str(c.label)] = t._index.freq[str(c.value)];
       });
     }
@@ -212,24 +234,27 @@
         setHealth("ok", "ready");
         banner(null);
       }
-      return api("/params").then(function (params) {
-        if (params.status !== 200 || !params.doc) {
-          if (params.status === 503) {
+      return api("/metrics?format=json").then(function (listing) {
+        if (listing.status !== 200 || !listing.doc || !Array.isArray(listing.doc.metrics)) {
+          if (listing.status === 503) {
             setHealth("wait", "starting");
-            banner("wait", "The worker is starting (the API answered 503: " + (params.error || "") + "). Retrying.");
+            banner("wait", "The worker is starting (the API answered 503: " + (listing.error || "") + "). Retrying.");
           } else {
-            banner("error", "The API answered an error for /params: " + params.error + ". Retrying.");
+            banner("error", "The API answered an error for the metric listing /metrics?format=json: " +
+              (listing.error || "no metrics list in the answer") + ". Retrying.");
           }
           return;
         }
-        state.params = params.doc;
+        state.listing = listing.doc;
         noteRates();
-        if (!state.selected || !current()) {
-          var primary = sets().filter(function (p) { return p.primary; })[0] || sets()[0];
-          state.selected = primary ? primary.fingerprint : null;
-          state.trendValues = []; state.trendChosenByUser = false;
+        if (!state.selected || !current()) chooseMetric(metrics()[0] ? metrics()[0].name : null);
+        else if (!isCombined() && !versionsOf(current()).some(function (v) { return String(v.version) === state.version; })) {
+          state.version = newest(current()) ? String(newest(current()).version) : null;  // a version retired
+        } else if (isCombined() && versionsOf(current()).length < 2) {
+          state.version = newest(current()) ? String(newest(current()).version) : null;
         }
         renderMetrics();
+        renderVersions();
         renderParams();
         renderSteps();
         if (starting) {
@@ -243,31 +268,59 @@
     });
   }
 
+  function chooseMetric(name) {
+    state.selected = name;
+    var v = newest(current());
+    state.version = v ? String(v.version) : null;  // devices report the newest live version
+    state.trendValues = []; state.trendChosenByUser = false; state.trend = {}; state.trendKey = null;
+  }
+
   function noteRates() {
     var now = Date.now();
-    sets().forEach(function (p) {
-      var samples = state.rates[p.fingerprint] || (state.rates[p.fingerprint] = []);
-      var n = num(p.reports) || 0;
+    metrics().forEach(function (m) {
+      var samples = state.rates[m.name] || (state.rates[m.name] = []);
+      var n = num(m.reports) || 0;
       var last = samples[samples.length - 1];
-      if (!last || n > last.n) state.lastChange[p.fingerprint] = last ? now : state.lastChange[p.fingerprint] || null;
+      if (!last || n > last.n) state.lastChange[m.name] = last ? now : state.lastChange[m.name] || null;
       samples.push({ t: now, n: n });
       while (samples.length > 2 && now - samples[0].t > 15000) samples.shift();
     });
   }
 
-  function rateOf(fp) {
-    var s = state.rates[fp] || [];
+  function rateOf(name) {
+    var s = state.rates[name] || [];
     if (s.length < 2) return null;
     var a = s[0], b = s[s.length - 1];
     return b.t > a.t ? Math.max(0, (b.n - a.n) / ((b.t - a.t) / 1000)) : null;
   }
 
+  function metricPath(m, endpoint) { return "/metrics/" + encodeURIComponent(m.name) + "/" + endpoint; }
+
+  /** The top values of the shown metric and version: /topk, or for "combined" the combined
+   *  /estimates sorted by estimate (the API answers combined estimates, not a combined top-K). */
+  function fetchTop(m, k) {
+    if (!isCombined()) {
+      return api(metricPath(m, "topk") + "?" + query({ version: state.version, k: k,
+        postprocess: $("postprocess").value, window: $("window").value }));
+    }
+    return api(metricPath(m, "estimates") + "?" + query({ version: COMBINED, window: $("window").value }))
+      .then(function (answer) {
+        if (answer.status !== 200 || !answer.doc) return answer;
+        var doc = answer.doc, records = (doc.estimates || []).slice();
+        records.sort(function (a, b) { return (num(b.frequency) || -Infinity) - (num(a.frequency) || -Infinity); });
+        var top = {};
+        Object.keys(doc).forEach(function (key) { if (key !== "estimates") top[key] = doc[key]; });
+        top.top = records.slice(0, k);
+        top.k = k;
+        return { status: 200, doc: top };
+      });
+  }
+
   function refreshMetric() {
-    var p = current();
-    if (!p) { metricState("empty", "This worker has no metric."); return Promise.resolve(); }
-    var topQuery = query({ params: p.fingerprint, k: Math.min(Number($("k").value), num(p.tracked_values) || 10),
-      postprocess: $("postprocess").value, window: $("window").value });
-    return Promise.all([api("/topk?" + topQuery), api("/console/truth")]).then(function (answers) {
+    var m = current(), v = currentVersion();
+    if (!m || !v) { metricState("empty", "This worker serves no metric."); drawTop(null); return Promise.resolve(); }
+    var k = Math.min(Number($("k").value), num(v.tracked_values) || 10);
+    return Promise.all([fetchTop(m, k), api("/console/truth")]).then(function (answers) {
       var top = answers[0], truth = answers[1];
       if (truth.status === 200 && truth.doc) { state.truth = truth.doc; }
       else if (truth.status !== 503) { state.truth = null; }  // 503: keep the last truth through a busy moment
@@ -281,62 +334,104 @@
         state.top = null;
         drawTop(null);
         if (top.status === 503) metricState("wait", "The worker is not answering estimates yet (" + top.error + "); retrying.");
-        else if (isWithheld(top)) metricState("withheld", withheldText(top.doc));
         else metricState("error", "The API answered an error: " + top.error + ".");
         return;
       }
       state.top = top.doc;
-      if (top.doc.withheld) { metricState("withheld", withheldText(top.doc)); drawTop(null); return; }
+      if (top.doc.withheld) {
+        metricState("withheld", withheldText(m, top.doc));
+        drawTop(null, withheldText(m, top.doc));
+        chooseTrendValues(top.doc);
+        return refreshTrend(m);  // a trend withholds point by point: older buckets may be published
+      }
       if (!num(top.doc.n)) {
-        metricState("empty", "No reports counted for " + metricName(p) + " in this window yet; the charts fill in as reports arrive.");
+        metricState("empty", "No reports counted for " + versionLabel(m) + " in this window yet; the charts fill in as reports arrive.");
       } else {
         metricState(null);
       }
       drawTop(top.doc);
       chooseTrendValues(top.doc);
-      return refreshTrend(p);
+      return refreshTrend(m);
     });
   }
 
-  function isWithheld(answer) {
-    return !!(answer.doc && (answer.doc.withheld || /withheld/i.test(str(answer.doc.error))));
-  }
+  function windowName(kind) { return kind === "latest_bucket" ? "latest complete bucket" : kind === "total" ? "everything retained" : kind; }
 
-  function withheldText(doc) {
-    return "This window is withheld: " + (doc && (doc.reason || doc.error) || "too few reports to publish it") + ".";
+  function withheldText(m, doc) {
+    var kind = doc && doc.window && doc.window.kind;
+    return "Withheld: " + (kind ? "the window “" + windowName(kind) + "”" : "this window") + " of " + versionLabel(m) +
+      " holds " + int(doc.n) + " reports, fewer than its min_reports of " + int(doc.min_reports) +
+      ". The API publishes no estimate for it (nothing is exported either) until enough reports arrive.";
   }
 
   // ------------------------------------------------------------ metrics list
+  function epsilons(m) {
+    var vs = versionsOf(m);
+    if (vs.length === 1) return String(num(vs[0].epsilon));
+    return vs.map(function (v) { return num(v.epsilon) + " (v" + v.version + ")"; }).join(" · ");
+  }
+
+  function mechanisms(m, short) {
+    var names = [];
+    versionsOf(m).forEach(function (v) { var t = mechanism(v, short); if (names.indexOf(t) < 0) names.push(t); });
+    return names.join(short ? ", " : "; ");
+  }
+
+  function withheldWindows(m) {
+    var list = m.withheld_windows;
+    if (list == null) {  // a listing without the summary: from the versions' windows, if given
+      list = [];
+      versionsOf(m).forEach(function (v) {
+        Object.keys(v.windows || {}).forEach(function (kind) {
+          var w = v.windows[kind];
+          if (w.withheld) list.push({ version: v.version, window: kind, reports: w.reports, min_reports: v.min_reports });
+        });
+      });
+    }
+    if (!list.length) return { lines: ["none"], count: 0 };
+    var many = versionsOf(m).length > 1;
+    return { count: list.length, lines: list.map(function (w) {
+      return (many ? "v" + w.version + " " : "") + (w.window === "total" ? "all retained" : w.window === "latest_bucket" ? "latest bucket" : w.window) +
+        ": " + int(w.reports) + " of " + int(w.min_reports) + " reports";
+    }) };
+  }
+
+  function freshness(m) {
+    var changed = state.lastChange[m.name];
+    var parts = [changed ? "new reports " + ago(Date.now() - changed)
+      : (num(m.reports) ? "no new report since the page opened" : "no reports yet")];
+    if (num(m.latest_bucket_start) != null) parts.push("newest bucket " + new Date(num(m.latest_bucket_start) * 1000).toLocaleTimeString("en-GB"));
+    if (state.health && num(state.health.view_lag_messages)) parts.push("view " + int(state.health.view_lag_messages) + " records behind");
+    return parts.join("; ");
+  }
+
   function renderMetrics() {
     var body = $("metrics").tBodies[0];
-    var rows = sets().map(function (p) {
-      var fp = p.fingerprint;
-      var rate = rateOf(fp);
-      var changed = state.lastChange[fp];
-      var fresh = changed ? "new reports " + ago(Date.now() - changed)
-        : (num(p.reports) ? "no new report since the page opened" : "no reports yet");
-      if (state.health && num(state.health.view_lag_messages)) fresh += "; view " + int(state.health.view_lag_messages) + " records behind";
-      var withheld = p.withheld_windows != null ? str(p.withheld_windows)
-        : (p.min_reports != null ? "below " + int(p.min_reports) + " reports" : "none reported by the API");
-      var button = el("button", { type: "button", class: "pick", "data-fp": fp, "aria-pressed": String(fp === state.selected),
-        title: "fingerprint " + fp, text: metricName(p) + (p.primary ? " (primary)" : "") });
-      var tr = el("tr", { class: fp === state.selected ? "selected" : "", "data-fp": fp }, [
+    var rows = metrics().map(function (m) {
+      var rate = rateOf(m.name);
+      var withheld = withheldWindows(m);
+      var button = el("button", { type: "button", class: "pick", "data-metric": m.name, "aria-pressed": String(m.name === state.selected),
+        title: versionsOf(m).map(function (v) { return "v" + v.version + " fingerprint " + v.fingerprint; }).join("\n"), text: m.name });
+      var description = el("td", {}, [str(m.description) || "—"].concat(m.owner ? [el("span", { class: "owner", text: " · " + m.owner })] : []));
+      return el("tr", { class: m.name === state.selected ? "selected" : "", "data-metric": m.name }, [
         el("th", { scope: "row" }, [button]),
-        el("td", { text: p.description ? str(p.description) : "—" }),
-        el("td", { class: "num", text: num(p.epsilon) != null ? String(num(p.epsilon)) : "–" }),
-        el("td", { text: mechanism(p) }),
-        el("td", { class: "num", "data-raw": str(p.reports), text: int(p.reports) }),
+        description,
+        el("td", { text: str(m.unit) || "—" }),
+        el("td", { class: "num", text: epsilons(m) }),
+        el("td", { title: mechanisms(m), text: mechanisms(m, true) }),
+        el("td", { class: "num", text: versionsOf(m).map(function (v) { return v.version; }).join(", ") }),
+        el("td", { class: "num", "data-raw": str(m.reports), text: int(m.reports) }),
         el("td", { class: "num", text: rate == null ? "measuring…" : rate.toFixed(rate < 10 ? 1 : 0) }),
-        el("td", { text: fresh }),
-        el("td", { text: withheld }),
+        el("td", { text: freshness(m) }),
+        el("td", { class: withheld.count ? "withheld" : "", "data-withheld": String(withheld.count) },
+          withheld.lines.map(function (line) { return el("span", { class: "line", text: line }); })),
       ]);
-      return tr;
     });
-    if (!rows.length) rows = [el("tr", {}, [el("td", { colspan: "8", class: "muted", text: "this worker accepts no parameter set" })])];
+    if (!rows.length) rows = [el("tr", {}, [el("td", { colspan: "10", class: "muted", text: "this worker serves no metric" })])];
     // Same metrics as on screen: update the rows in place, so focus and element identity survive a poll.
     var existing = Array.prototype.slice.call(body.rows);
     var same = existing.length === rows.length && rows.every(function (tr, i) {
-      return tr.getAttribute("data-fp") != null && existing[i].getAttribute("data-fp") === tr.getAttribute("data-fp");
+      return tr.getAttribute("data-metric") != null && existing[i].getAttribute("data-metric") === tr.getAttribute("data-metric");
     });
     if (same) {
       rows.forEach(function (tr, i) {
@@ -346,68 +441,100 @@
         button.setAttribute("aria-pressed", fresh.getAttribute("aria-pressed"));
         if (button.textContent !== fresh.textContent) button.textContent = fresh.textContent;
         for (var c = 1; c < tr.cells.length; c++) {
-          if (old.cells[c].textContent !== tr.cells[c].textContent) old.cells[c].textContent = tr.cells[c].textContent;
-          if (tr.cells[c].hasAttribute("data-raw")) old.cells[c].setAttribute("data-raw", tr.cells[c].getAttribute("data-raw"));
+          if (old.cells[c].textContent !== tr.cells[c].textContent) old.cells[c].replaceChildren.apply(old.cells[c], Array.prototype.slice.call(tr.cells[c].childNodes));
+          ["data-raw", "data-withheld", "class", "title"].forEach(function (a) {
+            if (tr.cells[c].hasAttribute(a)) old.cells[c].setAttribute(a, tr.cells[c].getAttribute(a));
+          });
         }
       });
       return;
     }
-    var focused = document.activeElement && document.activeElement.getAttribute("data-fp");
+    var focused = document.activeElement && document.activeElement.getAttribute("data-metric");
     body.replaceChildren.apply(body, rows);
-    if (focused) { var again = body.querySelector('button[data-fp="' + focused + '"]'); if (again) again.focus(); }
+    if (focused) { var again = body.querySelector('button[data-metric="' + cssEscape(focused) + '"]'); if (again) again.focus(); }
   }
 
-  function selectMetric(fp) {
-    if (fp === state.selected) return;
-    state.selected = fp; state.trendValues = []; state.trendChosenByUser = false; state.trend = {};
-    renderMetrics(); renderParams(); renderSteps();
+  function selectMetric(name) {
+    if (name === state.selected) return;
+    chooseMetric(name);
+    renderMetrics(); renderVersions(); renderParams(); renderSteps();
     poll();
+  }
+
+  /** The version selector: each live version, and "combined" when there are several. */
+  function renderVersions() {
+    var select = $("version"), m = current(), vs = versionsOf(m);
+    var options = vs.map(function (v, i) {
+      return { value: String(v.version), text: "version " + v.version + " (ε = " + num(v.epsilon) + (i === vs.length - 1 ? ", newest" : "") + ")" };
+    });
+    if (vs.length > 1) options.push({ value: COMBINED, text: "combined (versions " + vs.map(function (v) { return v.version; }).join(" + ") + ", inverse-variance)" });
+    var key = (m ? m.name : "") + "|" + options.map(function (o) { return o.value + o.text; }).join(",");
+    if (select.getAttribute("data-options") !== key) {
+      select.replaceChildren.apply(select, options.map(function (o) { return el("option", { value: o.value, text: o.text }); }));
+      select.setAttribute("data-options", key);
+    }
+    if (state.version != null) select.value = state.version;
+    select.disabled = options.length < 2;
+    // Combined estimates are the unbiased ones (the API combines no post-processed estimate).
+    var pp = $("postprocess");
+    pp.disabled = isCombined();
+    if (isCombined()) pp.value = "none";
+    $("combined-note").hidden = !isCombined();
   }
 
   // ----------------------------------------------------------- parameters
   function renderParams() {
-    var p = current();
-    $("metric-h").textContent = p ? "Metric: " + metricName(p) : "Metric";
+    var m = current(), v = currentVersion();
+    $("metric-h").textContent = m ? "Metric: " + versionLabel(m) : "Metric";
     var words = $("params-words");
-    if (!p) { words.replaceChildren(); return; }
-    var eps = num(p.epsilon), m = num(p.hash_range), keep = num(p.keep_probability);
+    if (!m || !v) { words.replaceChildren(); $("params-table").replaceChildren(); return; }
+    var p = v.parameters || v;
+    var eps = num(v.epsilon), mm = num(v.hash_range), keep = num(p.keep_probability);
     var ratio = eps != null ? Math.exp(eps) : null;
     var keepText = keep != null ? (keep * 100).toFixed(1) + " %" : "e^ε / (e^ε + m − 1)";
-    var report = str(p.mechanism) === "direct"
-      ? "Each device sends reports of " + int(p.report_bytes) + " bytes: one value z out of the " + int(m) +
+    var bytes = num(p.report_bytes) != null ? int(p.report_bytes) + " bytes" : "a few bytes";
+    var report = str(v.mechanism) === "direct"
+      ? "Each device sends reports of " + bytes + ": one value z out of the " + int(mm) +
         " possible ones. z is the true value with probability " + keepText + " and otherwise one of the other " +
-        int(m != null ? m - 1 : null) + " values at random. So a report never reveals the value for sure."
-      : "Each device sends reports of " + int(p.report_bytes) + " bytes: two hash coefficients (a0, a1) drawn at random, " +
-        "independently of the value, and one symbol z out of " + int(m) + ". z is the value's hash, kept with probability " +
-        keepText + " and otherwise replaced by one of the other " + int(m != null ? m - 1 : null) +
+        int(mm != null ? mm - 1 : null) + " values at random. So a report never reveals the value for sure."
+      : "Each device sends reports of " + bytes + ": two hash coefficients (a0, a1) drawn at random, " +
+        "independently of the value, and one symbol z out of " + int(mm) + ". z is the value's hash, kept with probability " +
+        keepText + " and otherwise replaced by one of the other " + int(mm != null ? mm - 1 : null) +
         " symbols at random. So a report reveals neither the value nor its hash for sure.";
+    var domain = v.domain === "categories" ? int(v.domain_size) + " named categories"
+      : v.domain === "strings" ? "an open domain of strings" : "a dictionary of " + int(v.domain_size) + " integers";
     var paragraphs = [
-      report,
+      "Mechanism: " + mechanism(v) + ".",
+      (versionsOf(m).length > 1 ? "Version " + v.version + (isCombined() ? " (the newest; the combined estimates weigh every live version by its variance)" : "") + ". " : "") + report,
       "Privacy: ε = " + (eps != null ? eps : "?") + " per report (local differential privacy). For any two values, the chance of " +
         "sending any given report differs by at most a factor e^ε = " + (ratio != null ? ratio.toFixed(2) : "?") +
         ". k reports from one device about the same value add up to k·ε.",
       "What the server sees besides the report: its timing and the device key used for partitioning. " +
         "Estimates are computed from reports only, so they cannot weaken the guarantee.",
-      "Estimates: " + int(p.tracked_values) + " tracked values out of a dictionary of " + int(p.dictionary_size) +
-        "; each estimate is the value's share of the reports counted, with a " +
-        (state.top && num(state.top.confidence) ? Math.round(state.top.confidence * 100) : 95) + " % confidence interval.",
+      "Estimates: " + int(v.tracked_values) + " tracked values out of " + domain +
+        (m.unit ? " (unit: " + m.unit + ")" : "") + "; each estimate is the value's share of the reports counted, with a " +
+        (state.top && num(state.top.confidence) ? Math.round(state.top.confidence * 100) : 95) + " % confidence interval." +
+        (num(v.min_reports) ? " A window with fewer than " + int(v.min_reports) + " reports is withheld: no estimate is published for it." : ""),
     ];
-    if (p.description) paragraphs.unshift(str(p.description));
+    if (m.description) paragraphs.unshift(str(m.description) + (m.owner ? " (owner: " + m.owner + ")" : ""));
     words.replaceChildren.apply(words, paragraphs.map(function (t) { return el("p", { text: t }); }));
-    var keys = Object.keys(p).filter(function (k) { return typeof p[k] !== "object" || p[k] === null; });
+    var flat = {};
+    [v, p].forEach(function (doc) {
+      Object.keys(doc).forEach(function (k) { if (typeof doc[k] !== "object" || doc[k] === null) flat[k] = doc[k]; });
+    });
     var table = el("table", { class: "data" }, [
-      el("caption", { class: "sr-only", text: "All parameters of " + metricName(p) }),
-      el("tbody", {}, keys.map(function (k) {
-        return el("tr", {}, [el("th", { scope: "row", text: k }), el("td", { text: str(p[k]) })]);
+      el("caption", { class: "sr-only", text: "All parameters of " + versionLabel(m) }),
+      el("tbody", {}, Object.keys(flat).map(function (k) {
+        return el("tr", {}, [el("th", { scope: "row", text: k }), el("td", { text: str(flat[k]) })]);
       })),
     ]);
     $("params-table").replaceChildren(table);
   }
 
   function renderSteps() {
-    var select = $("step");
-    var levels = (state.params && state.params.levels) || [];
-    var base = levels.length ? num(levels[0].bucket_seconds) : num(state.params && state.params.bucket_seconds) || 60;
+    var select = $("step"), v = currentVersion();
+    var levels = (v && v.levels) || (v ? [{ bucket_seconds: v.bucket_seconds, retention_seconds: v.retention_seconds }] : []);
+    var base = levels.length ? num(levels[0].bucket_seconds) : 60;
     // Ranges longer than the longest retention have no buckets to show (and the API refuses them).
     var longest = Math.max.apply(null, levels.map(function (l) { return num(l.retention_seconds) || 0; }).concat([0]));
     var rangeSelect = $("range");
@@ -455,7 +582,7 @@
     });
   }
 
-  function drawTop(doc) {
+  function drawTop(doc, withheld) {
     var container = $("topk-chart");
     var rows = doc ? topRows(doc) : [];
     var p = current();
@@ -474,7 +601,8 @@
     renderTopTable(rows, doc, hasTruth);
     if (!rows.length) {
       destroyChart("topk");
-      container.replaceChildren(el("p", { class: "empty", text: doc ? "No values to show yet." : "No data." }));
+      container.replaceChildren(el("p", { class: withheld ? "empty withheld" : "empty",
+        text: withheld ? "Withheld: too few reports in this window to publish estimates." : doc ? "No values to show yet." : "No data." }));
       return;
     }
     var xs = rows.map(function (_, i) { return i; });
@@ -573,6 +701,8 @@
   // --------------------------------------------------------------- trend
   function chooseTrendValues(doc) {
     var top = (doc.top || []).map(function (r) { return str(r.value); });
+    // A withheld window has no top values: offer the version's watch list (named values) instead.
+    if (!top.length && currentVersion()) top = (currentVersion().watch || []).map(str);
     if (!state.trendChosenByUser) state.trendValues = top.slice(0, 3);
     var shown = top.slice();
     state.trendValues.forEach(function (v) { if (shown.indexOf(v) < 0) shown.push(v); });
@@ -600,11 +730,12 @@
     var range = Number($("range").value), step = $("step").value;
     // A trend point covers a whole bucket step: refetch when the choice changed, else at most
     // every TREND_REFRESH_MS (the worker's query thread is shared with every other client).
-    var key = [p.fingerprint, values.join("\n"), range, step, $("postprocess").value].join("|");
+    var version = isCombined() ? String(newest(p).version) : state.version;  // a trend reads one version
+    var key = [p.name, version, values.join("\n"), range, step, $("postprocess").value].join("|");
     if (key === state.trendKey && Date.now() - state.trendFetched < TREND_REFRESH_MS) return Promise.resolve();
     state.trendKey = key; state.trendFetched = Date.now();
     var calls = values.map(function (v) {
-      return api("/trend?" + query({ params: p.fingerprint, value: v, from: "now-" + range + "s", step: step,
+      return api(metricPath(p, "trend") + "?" + query({ version: version, value: v, from: "now-" + range + "s", step: step,
         postprocess: $("postprocess").value }));
     });
     return Promise.all(calls).then(function (answers) {
@@ -616,9 +747,9 @@
       if (errors.length) {
         var e = errors[0];
         if (!$("metric-state").getAttribute("data-state")) {
-          metricState(e.status === 503 ? "wait" : isWithheld(e) ? "withheld" : "error",
+          metricState(e.status === 503 ? "wait" : "error",
             e.status === 503 ? "The worker is starting; the trend appears when it is ready."
-              : isWithheld(e) ? withheldText(e.doc) : "The API answered an error for the trend: " + e.error + ".");
+              : "The API answered an error for the trend: " + e.error + ".");
         }
       }
       drawTrend(p, values, answers.map(function (a) { return a.status === 200 ? a.doc : null; }));
@@ -626,7 +757,7 @@
   }
 
   function trendPointValue(pt, processed) {
-    if (!num(pt.n)) return null;
+    if (!num(pt.n) || pt.withheld) return null;
     return num(processed ? pt.processed : pt.frequency);
   }
 
@@ -639,6 +770,16 @@
       return { color: COLORS[i % COLORS.length], text: valueLabel(u.value) + " (%, band: " + Math.round(num(u.doc.confidence) * 100) + " % CI)", shape: "line" };
     }));
     renderTrendTable(usable, processed);
+    var allWithheld = usable.length && usable.every(function (u) {
+      return u.doc.points.length && u.doc.points.every(function (pt) { return pt.withheld; });
+    });
+    if (allWithheld) {
+      destroyChart("trend");
+      container.replaceChildren(el("p", { class: "empty withheld",
+        text: "Withheld: every bucket of this range holds fewer reports than min_reports (the table lists them)." }));
+      container.setAttribute("aria-label", "Every trend point is withheld");
+      return;
+    }
     if (!usable.length) {
       destroyChart("trend");
       container.replaceChildren(el("p", { class: "empty", text: values.length ? "No trend data." : "Choose values to see their trend." }));
@@ -698,7 +839,7 @@
           el("td", { text: new Date(num(pt.from) * 1000).toLocaleString("en-GB") }),
           el("td", { text: duration(num(pt.to) - num(pt.from)) }),
           el("td", { class: "num", text: int(pt.n) }),
-          el("td", { class: "num est", "data-raw": String(v), text: pct(v) }),
+          el("td", { class: "num est", "data-raw": String(v), "data-withheld": String(!!pt.withheld), text: pt.withheld ? "withheld" : pct(v) }),
           el("td", { class: "num ci-low", "data-raw": String(v == null ? null : num(pt.ci_low)), text: v == null ? "–" : pct(pt.ci_low) }),
           el("td", { class: "num ci-high", "data-raw": String(v == null ? null : num(pt.ci_high)), text: v == null ? "–" : pct(pt.ci_high) }),
         ]));
@@ -739,7 +880,7 @@
   function wire() {
     $("metrics").addEventListener("click", function (e) {
       var button = e.target.closest("button.pick");
-      if (button) selectMetric(button.getAttribute("data-fp"));
+      if (button) selectMetric(button.getAttribute("data-metric"));
     });
     // Arrow keys move between metrics (one tab stop for the list's buttons is the table's order).
     $("metrics").addEventListener("keydown", function (e) {
@@ -752,6 +893,11 @@
       next.focus();
     });
     ["k", "postprocess", "window"].forEach(function (id) { $(id).addEventListener("change", function () { poll(); }); });
+    $("version").addEventListener("change", function () {
+      state.version = $("version").value; state.trendKey = null;
+      renderVersions(); renderParams(); renderSteps(); renderMetrics();
+      poll();
+    });
     $("range").addEventListener("change", function () { renderSteps(); poll(); });
     $("step").addEventListener("change", function () { poll(); });
     $("poll").addEventListener("change", function () { schedule(); if (Number($("poll").value) > 0) poll(); });

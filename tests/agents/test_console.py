@@ -1,12 +1,17 @@
 """The live console in a real browser: Debian's headless Chromium driven by Selenium.
 
-Main test: a real worker (embedded broker) fed 40,000 simulated reports of the
-nycflights13 destinations, spread over the last 20 minutes, with the fleet's
-ground truth in a ``--truth`` file. The page must show the API's top values
-with exactly the API's CI numbers, the truth beside them, a trend, and log no
-browser console error. Degradation (worker starting, empty metric, withheld
-window, error answers, unreachable API) runs the same page against a tiny
-aiohttp stub serving fixed API answers.
+Main test: a real registry worker (``ocms worker --registry``, embedded broker)
+serving two metrics: ``flight_dest`` fed 40,000 simulated reports of the
+nycflights13 destinations spread over the last 20 minutes, with the fleet's
+ground truth in a ``--truth`` file, and ``carrier`` (two versions) fed 2,000
+reports under a ``min_reports`` of 1,000,000, so its windows are withheld. The
+page must list both metrics by name, show the API's top values by name with
+exactly the API's CI numbers, the truth beside them, a trend, the withheld state
+of ``carrier`` (also for ``version=combined``), and log no browser console
+error. A legacy single-metric worker (flags, the one-metric catalog ``default``)
+must keep working. Degradation (worker starting, empty metric, withheld window,
+error answers, unreachable API) runs the same page against a tiny aiohttp stub
+serving fixed answers of the named API.
 
 System tools (chromium, chromedriver) come from scripts/ensure_system_packages.sh,
 which `make test` runs with OCMS_REQUIRE_SYSTEM_TOOLS=1: then a missing tool
@@ -159,6 +164,231 @@ def fed_worker(tmp_path_factory):
             worker.stop()
 
 
+CARRIERS = ["9E", "AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA", "MQ", "OO", "UA", "US", "VX", "WN", "YV"]
+CARRIER_REPORTS = 2_000
+SCREENS = ["home", "search", "feed", "settings", "profile"]
+SCREEN_REPORTS = {1: 3_000, 2: 2_000}
+HUGE_MIN_REPORTS = 1_000_000
+
+
+def registry_text(dataset) -> str:
+    airports = json.dumps([dataset.label(v) for v in range(dataset.dictionary_size)])
+    return f"""\
+metrics:
+  - name: flight_dest
+    description: Destination airport of a departing flight
+    owner: flights-team@example.com
+    unit: flights
+    categories: {airports}
+    epsilon: 2
+    mode: mse
+    bucket: 1m
+    retention: 24h
+    watch: [ATL, ORD]
+    top_k: 10
+    min_reports: 100
+  - name: carrier
+    description: Airline operating a departing flight
+    owner: flights-team@example.com
+    unit: flights
+    categories: {json.dumps(CARRIERS)}
+    mode: mse
+    watch: [UA, B6]
+    top_k: 5
+    min_reports: {HUGE_MIN_REPORTS}
+    versions:
+      - version: 1
+        epsilon: 2
+      - version: 2
+        epsilon: 1
+  - name: screen
+    description: Screen opened at launch
+    owner: mobile@example.com
+    categories: {json.dumps(SCREENS)}
+    mechanism: direct
+    min_reports: 100
+    versions:
+      - version: 1
+        epsilon: 2
+      - version: 2
+        epsilon: 1
+"""
+
+
+@pytest.fixture(scope="module")
+def registry_worker(tmp_path_factory):
+    """A registry worker with --truth: flight_dest fed simulated destinations, carrier withheld."""
+    from producer import simulator
+    from producer.datasets import parse_dataset
+    from registry import load_registry
+
+    dataset = parse_dataset("nycflights13:dest")
+    out = tmp_path_factory.mktemp("console-registry")
+    path = out / "registry.yaml"
+    path.write_text(registry_text(dataset), encoding="utf-8")
+    registry = load_registry(path)
+    dest = registry.metric("flight_dest").live_versions[-1]
+    carrier = registry.metric("carrier").live_versions
+    truth_path = out / "truth.json"
+    rng = np.random.default_rng(11)
+    values = dataset.sample(REPORTS, rng).astype(np.uint64)
+    now_ms = int(time.time() * 1000)
+    messages = report_messages(dest.params, values, REPORTS // FRAMES, seed=12,
+                               timestamps_ms=[now_ms - SPAN_S * 1000 + i * (SPAN_S * 1000 // FRAMES) for i in range(FRAMES)])
+    for i, version in enumerate(carrier):  # half the carrier reports per version, both withheld
+        messages += report_messages(version.params, rng.integers(0, len(CARRIERS), CARRIER_REPORTS // 2), 500, seed=13 + i)
+    for version in registry.metric("screen").live_versions:  # counted, published and combinable
+        shares = np.array([0.4, 0.25, 0.2, 0.1, 0.05])
+        messages += report_messages(version.params, rng.choice(len(SCREENS), SCREEN_REPORTS[version.version], p=shares),
+                                    500, seed=20 + version.version)
+    result = simulator.SimulationResult(reports=REPORTS, counts=np.bincount(values.astype(np.int64),
+                                                                             minlength=dataset.dictionary_size))
+    settings = simulator.SimulationSettings(params=dest.params, dataset=dataset, reports=REPORTS, seed=11)
+    write_truth_atomically(truth_path, lambda tmp: simulator.write_truth(tmp, settings, result))
+    with EmbeddedBroker() as broker:
+        worker = WorkerProcess(broker.bootstrap_servers, "console-reg", "console-reg", out, "--registry", str(path),
+                               "--partitions", "2", "--truth", str(truth_path))
+        worker.start()
+        try:
+            worker.wait_healthy()
+            send(broker.bootstrap_servers, worker.topic, messages)
+            wait_for_listing(worker, {"flight_dest": REPORTS, "carrier": CARRIER_REPORTS,
+                                      "screen": sum(SCREEN_REPORTS.values())})
+            yield worker, dataset, registry, result
+        finally:
+            worker.stop()
+
+
+def wait_for_listing(worker, reports: dict[str, int], timeout: float = 90.0) -> dict:
+    """The JSON metric listing once every named metric has counted its reports."""
+    deadline = time.monotonic() + timeout
+    doc = None
+    while time.monotonic() < deadline:
+        assert worker.alive(), f"worker exited; see {worker.log_dir}"
+        status, doc = get(worker.base_url, "/metrics?format=json")
+        if status == 200 and {m["name"]: m["reports"] for m in doc["metrics"]} == reports:
+            return doc
+        time.sleep(0.25)
+    raise AssertionError(f"the listing did not reach {reports} within {timeout} s: {doc}")
+
+
+def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
+    from selenium.webdriver.support.ui import Select
+
+    worker, dataset, registry, result = registry_worker
+    chrome.get_log("browser")
+    chrome.get(worker.base_url + "/")
+    wait_until(chrome, lambda d: d.find_element("id", "health").get_attribute("data-state") == "ok", "the ready state")
+    wait_until(chrome, lambda d: len(table_rows(d, "topk-data")) == 10 and d.find_elements("css selector", "#topk-chart canvas"),
+               "the top-10 bar chart of flight_dest")
+    wait_until(chrome, lambda d: all("truth" in r["cells"] for r in table_rows(d, "topk-data")), "the truth markers")
+    wait_until(chrome, lambda d: len(table_rows(d, "trend-data")) > 0 and d.find_elements("css selector", "#trend-chart canvas"),
+               "the trend chart")
+
+    # the metrics list: both metrics by name, from the JSON listing
+    listing = get(worker.base_url, "/metrics?format=json")[1]
+    rows = js(chrome, """return Array.from(document.querySelectorAll('#metrics tbody tr')).map(function (tr) {
+        return {metric: tr.getAttribute('data-metric'), cells: Array.from(tr.cells).map(function (c) { return c.textContent; }),
+                withheld: tr.cells[9].getAttribute('data-withheld')}; });""")
+    assert [r["metric"] for r in rows] == ["flight_dest", "carrier", "screen"]
+    dest_row, carrier_row, _ = rows
+    assert dest_row["cells"][1] == "Destination airport of a departing flight · flights-team@example.com"
+    assert dest_row["cells"][2] == "flights" and dest_row["cells"][3] == "2"
+    assert dest_row["cells"][4] == "OCMS+RR (MSE)"
+    assert dest_row["cells"][6] == f"{REPORTS:,}" and carrier_row["cells"][6] == f"{CARRIER_REPORTS:,}"
+    assert carrier_row["cells"][3] == "2 (v1) · 1 (v2)" and carrier_row["cells"][5] == "1, 2"
+    assert "newest bucket" in dest_row["cells"][8]
+    # carrier: both windows of both versions withheld, as the listing says
+    carrier_doc = listing["metrics"][1]
+    assert len(carrier_doc["withheld_windows"]) == 4 and carrier_row["withheld"] == "4"
+    assert f"v1 all retained: {CARRIER_REPORTS // 2:,} of {HUGE_MIN_REPORTS:,} reports" in carrier_row["cells"][9]
+    button = chrome.find_element("css selector", 'button[data-metric="flight_dest"]')
+    assert button.get_attribute("aria-pressed") == "true" and button.text == "flight_dest"
+    assert chrome.find_element("id", "metric-h").text == "Metric: flight_dest"
+    assert Select(chrome.find_element("id", "version")).first_selected_option.text == "version 1 (ε = 2, newest)"
+
+    # top-K by value name, CI numbers equal to the named API's (exact and as shown), truth by name
+    status, api = get(worker.base_url, "/metrics/flight_dest/topk?k=10&postprocess=none&window=total")
+    assert status == 200 and api["n"] == REPORTS and not api["withheld"]
+    names = [rec["value"] for rec in api["top"]]
+    assert all(name.isalpha() and name.isupper() for name in names), names  # ATL, not 4
+    top_rows = table_rows(chrome, "topk-data")
+    assert [r["value"] for r in top_rows] == names
+    truth_freq = {dataset.label(v): result.counts[v] / REPORTS for v in range(dataset.dictionary_size)}
+    for row, rec in zip(top_rows, api["top"]):
+        assert row["cells"]["value"]["text"] == rec["value"]
+        for cls, key in (("est", "frequency"), ("ci-low", "ci_low"), ("ci-high", "ci_high")):
+            assert float(row["cells"][cls]["raw"]) == rec[key], (rec["value"], cls)
+            assert row["cells"][cls]["text"] == pct(rec[key]), (rec["value"], cls)
+        assert float(row["cells"]["truth"]["raw"]) == pytest.approx(truth_freq[rec["value"]], rel=1e-12)
+    inside = sum(r["ci_low"] <= truth_freq[r["value"]] <= r["ci_high"] for r in api["top"])
+    assert inside >= 8, inside
+    assert chrome.find_element("id", "topk-chart").get_attribute("data-values").split("\n") == names
+
+    # the trend by value name: every report of the last 20 minutes counted once per value
+    trend = table_rows(chrome, "trend-data")
+    assert list(dict.fromkeys(r["value"] for r in trend)) == names[:3]
+    sums = js(chrome, """
+        var sums = {};
+        document.querySelectorAll('#trend-data tbody tr').forEach(function (tr) {
+          var v = tr.getAttribute('data-value');
+          sums[v] = (sums[v] || 0) + Number(tr.children[3].textContent.replace(/,/g, '') || 0);
+        });
+        return sums;""")
+    assert sums == {name: REPORTS for name in names[:3]}
+    words = chrome.find_element("id", "params-words").text
+    assert "Mechanism: OCMS+RR (count-mean sketch with randomized response), tuned for worst-case MSE." in words
+    assert "ε = 2 per report" in words and "105 named categories" in words and "fewer than 100 reports is withheld" in words
+
+    shot = tmp_path / "console.png"
+    chrome.execute_script("window.scrollTo(0, 0)")
+    assert chrome.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+    # carrier: the withheld state, said in words, for each version and combined; the API agrees
+    chrome.find_element("css selector", 'button[data-metric="carrier"]').click()
+    wait_until(chrome, lambda d: state_of(d, "metric-state") == "withheld", "the withheld state of carrier")
+    text = chrome.find_element("id", "metric-state").text
+    status, api = get(worker.base_url, "/metrics/carrier/topk?k=5&postprocess=none&window=total")
+    assert status == 200 and api["withheld"] and api["top"] == [] and api["version"] == 2
+    assert f"carrier v2 holds {api['n']:,} reports, fewer than its min_reports of {HUGE_MIN_REPORTS:,}" in text
+    assert "Withheld" in chrome.find_element("id", "topk-chart").text
+    assert table_rows(chrome, "topk-data") == []
+    version = Select(chrome.find_element("id", "version"))
+    assert [o.get_attribute("value") for o in version.options] == ["1", "2", "combined"]
+    version.select_by_value("combined")
+    wait_until(chrome, lambda d: "versions 1 + 2 combined" in d.find_element("id", "metric-state").text,
+               "the withheld state of the combined estimates")
+    status, combined = get(worker.base_url, "/metrics/carrier/estimates?version=combined&window=total")
+    assert status == 200 and combined["withheld"] and combined["n"] == CARRIER_REPORTS
+    assert f"holds {CARRIER_REPORTS:,} reports" in chrome.find_element("id", "metric-state").text
+    assert not chrome.find_element("id", "postprocess").is_enabled()  # combined: raw estimates only
+    # the trend of a withheld metric offers its watch list by name and marks each point withheld
+    wait_until(chrome, lambda d: {r["value"] for r in table_rows(d, "trend-data")} == {"UA", "B6"}, "the watched values' trend")
+    assert {r["cells"]["est"]["text"] for r in table_rows(chrome, "trend-data")} == {"withheld"}
+    wait_until(chrome, lambda d: "Withheld: every bucket" in d.find_element("id", "trend-chart").text,
+               "the withheld trend said in words")
+    chrome.save_screenshot(str(tmp_path / "console-withheld.png"))
+
+    # screen: two published versions; combined shows the API's combined estimates, largest first
+    chrome.find_element("css selector", 'button[data-metric="screen"]').click()
+    status, v2 = get(worker.base_url, "/metrics/screen/topk?k=5&postprocess=none&window=total&version=2")
+    assert status == 200 and v2["n"] == SCREEN_REPORTS[2] and not v2["withheld"]
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == [r["value"] for r in v2["top"]],
+               "screen version 2's top values by name")
+    Select(chrome.find_element("id", "version")).select_by_value("combined")
+    status, combined = get(worker.base_url, "/metrics/screen/estimates?version=combined&window=total")
+    assert status == 200 and combined["combined"] and combined["n"] == sum(SCREEN_REPORTS.values())
+    expected = sorted(combined["estimates"], key=lambda r: -r["frequency"])
+    assert {r["value"] for r in expected} == set(SCREENS)
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == [r["value"] for r in expected],
+               "the combined estimates of screen, largest first")
+    for row, rec in zip(table_rows(chrome, "topk-data"), expected):
+        for cls, key in (("est", "frequency"), ("ci-low", "ci_low"), ("ci-high", "ci_high")):
+            assert float(row["cells"][cls]["raw"]) == rec[key], (rec["value"], cls)
+    assert chrome.find_element("id", "metric-h").text == "Metric: screen (versions 1 + 2 combined)"
+    assert browser_errors(chrome) == []
+
+
 def test_console_assets_and_truth_routes(fed_worker):
     worker, dataset, params, result = fed_worker
     with urllib.request.urlopen(worker.base_url + "/", timeout=10) as response:
@@ -180,9 +410,11 @@ def test_console_assets_and_truth_routes(fed_worker):
         dataset.label(v): int(result.counts[v]) for v in np.nonzero(result.counts)[0]}
 
 
-def test_page_shows_the_api_numbers_and_the_truth(chrome, fed_worker, tmp_path):
+def test_legacy_worker_shows_the_api_numbers_and_the_truth(chrome, fed_worker, tmp_path):
+    """A single-metric worker (flags): its one-metric catalog 'default', values by id, named by the truth."""
     worker, dataset, params, result = fed_worker
     fp = params.fingerprint.hex()
+    chrome.get_log("browser")
     chrome.get(worker.base_url + "/")
     wait_until(chrome, lambda d: d.find_element("id", "health").get_attribute("data-state") == "ok", "the ready state")
     wait_until(chrome, lambda d: len(table_rows(d, "topk-data")) == 10 and d.find_elements("css selector", "#topk-chart canvas"),
@@ -191,16 +423,17 @@ def test_page_shows_the_api_numbers_and_the_truth(chrome, fed_worker, tmp_path):
     wait_until(chrome, lambda d: len(table_rows(d, "trend-data")) > 0 and d.find_elements("css selector", "#trend-chart canvas"),
                "the trend chart")
 
-    # metrics list: this worker's one parameter set, its report count
+    # metrics list: this worker's one metric 'default', its report count
     metrics = chrome.find_element("id", "metrics")
-    button = metrics.find_element("css selector", f'button[data-fp="{fp}"]')
-    assert button.get_attribute("aria-pressed") == "true"
-    assert f"params {fp[:12]}" in button.text
-    assert f"{REPORTS:,}" in metrics.text and "OCMS+RR (count-mean sketch with randomized response)" in metrics.text
+    button = metrics.find_element("css selector", 'button[data-metric="default"]')
+    assert button.get_attribute("aria-pressed") == "true" and button.text == "default"
+    assert fp in button.get_attribute("title")
+    assert f"{REPORTS:,}" in metrics.text and "OCMS+RR (MSE)" in metrics.text
+    assert not chrome.find_element("id", "version").is_enabled()  # one version: nothing to choose
 
     # top-K: the same values in the same order, CI numbers equal to the API's (exact and as shown)
-    status, api = get(worker.base_url, f"/topk?params={fp}&k=10&postprocess=none&window=total")
-    assert status == 200 and api["n"] == REPORTS
+    status, api = get(worker.base_url, "/metrics/default/topk?k=10&postprocess=none&window=total")
+    assert status == 200 and api["n"] == REPORTS and api["metric"] == "default"
     rows = table_rows(chrome, "topk-data")
     assert [r["value"] for r in rows] == [str(rec["value"]) for rec in api["top"]]
     truth_freq = result.counts / REPORTS
@@ -249,16 +482,14 @@ def test_page_shows_the_api_numbers_and_the_truth(chrome, fed_worker, tmp_path):
     from selenium.webdriver.support.ui import Select
 
     Select(chrome.find_element("id", "postprocess")).select_by_value("norm_sub")
-    status, processed = get(worker.base_url, f"/topk?params={fp}&k=10&postprocess=norm_sub&window=total")
+    status, processed = get(worker.base_url, "/metrics/default/topk?k=10&postprocess=norm_sub&window=total")
     wait_until(chrome, lambda d: [float(r["cells"]["est"]["raw"]) for r in table_rows(d, "topk-data")]
                == [rec["processed"] for rec in processed["top"]], "the post-processed estimates")
     Select(chrome.find_element("id", "postprocess")).select_by_value("none")
 
-    shot = tmp_path / "console.png"
+    shot = tmp_path / "console-legacy.png"
     chrome.execute_script("window.scrollTo(0, 0)")
     assert chrome.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
-    if os.environ.get("OCMS_CONSOLE_SCREENSHOT"):  # docs/console.png is made this way
-        shutil.copy(shot, os.environ["OCMS_CONSOLE_SCREENSHOT"])
     assert browser_errors(chrome) == []
 
 
@@ -317,15 +548,36 @@ class StubApi:
         self._thread.join(10)
 
 
-FP = "ab" * 16
-PARAMS_DOC = {
-    "parameter_sets": [{"fingerprint": FP, "primary": True, "reports": 0, "tracked_values": 3, "epsilon": 1.5,
-                        "mode": "mse", "hash_range": 4, "keep_probability": 0.6, "report_bytes": 20,
-                        "dictionary_size": "3"}],
-    "bucket_seconds": 60, "retention_seconds": 86400, "levels": [{"bucket_seconds": 60, "retention_seconds": 86400}],
-    "watch": [], "top_k": 20,
-}
-EMPTY_TOPK = {"params": FP, "window": {"kind": "total"}, "n": 0, "confidence": 0.95, "interval": "normal",
+FP = "ab" * 8
+
+
+def version_doc(version: int = 1, **over) -> dict:
+    doc = {"version": version, "fingerprint": FP, "mechanism": "ocms", "epsilon": 1.5, "mode": "mse", "hash_range": 4,
+           "domain": "categories", "domain_size": "3", "tracked_values": 3, "reports": 0, "bucket_seconds": 60,
+           "retention_seconds": 86400, "rollup_seconds": None, "min_reports": 100, "latest_bucket_start": None,
+           "watch": [], "top_k": 20, "note": None,
+           "windows": {"total": {"kind": "total", "reports": 0, "withheld": True},
+                       "latest_bucket": {"kind": "latest_bucket", "reports": 0, "withheld": True}},
+           "parameters": {"keep_probability": 0.6, "report_bytes": 20},
+           "levels": [{"bucket_seconds": 60, "retention_seconds": 86400}]}
+    doc.update(over)
+    return doc
+
+
+def metric_doc(name: str = "screen", versions=None, **over) -> dict:
+    versions = versions or [version_doc()]
+    doc = {"name": name, "description": "Screen opened at launch", "owner": "mobile@example.com", "unit": "launches",
+           "domain": "categories", "reports": sum(v["reports"] for v in versions), "latest_bucket_start": None,
+           "versions": versions, "withheld_windows": []}
+    doc.update(over)
+    return doc
+
+
+LISTING = {"metrics": [metric_doc()]}
+TOPK = "/metrics/screen/topk"
+TREND = "/metrics/screen/trend"
+EMPTY_TOPK = {"metric": "screen", "version": 1, "mechanism": "ocms", "min_reports": 0, "withheld": False,
+              "params": FP, "window": {"kind": "total"}, "n": 0, "confidence": 0.95, "interval": "normal",
               "postprocess": "none", "k": 3, "top": []}
 NO_TRUTH = {"available": False, "reason": "no ground truth"}
 
@@ -350,22 +602,22 @@ def open_stub(chrome, stub):
 
 def test_worker_starting_shows_a_starting_state(chrome, stub):
     stub.answers.update({"/healthz": (503, {"status": "starting", "view_lag_messages": 1234}),
-                         "/params": (200, PARAMS_DOC), "/console/truth": (200, NO_TRUTH)})
+                         "/metrics": (200, LISTING), "/console/truth": (200, NO_TRUTH)})
     open_stub(chrome, stub)
     wait_until(chrome, lambda d: state_of(d, "health") == "wait" and state_of(d, "metric-state") == "wait",
                "the starting state")
     assert "starting" in chrome.find_element("id", "banner").text and "1,234" in chrome.find_element("id", "banner").text
     assert browser_errors(chrome, allowed=("/healthz - Failed to load resource: the server responded with a status of 503",)) == []
     # it recovers by itself once the worker is ready
-    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/topk": (200, EMPTY_TOPK)})
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), TOPK: (200, EMPTY_TOPK)})
     wait_until(chrome, lambda d: state_of(d, "health") == "ok" and state_of(d, "metric-state") == "empty",
                "recovery after the worker started", timeout=20)
     assert not chrome.find_element("id", "banner").is_displayed()
 
 
 def test_empty_metric_says_no_reports_yet(chrome, stub):
-    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/params": (200, PARAMS_DOC),
-                         "/topk": (200, EMPTY_TOPK), "/console/truth": (200, NO_TRUTH)})
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, LISTING),
+                         TOPK: (200, EMPTY_TOPK), "/console/truth": (200, NO_TRUTH)})
     open_stub(chrome, stub)
     wait_until(chrome, lambda d: state_of(d, "metric-state") == "empty", "the empty state")
     assert "No reports counted" in chrome.find_element("id", "metric-state").text
@@ -375,26 +627,35 @@ def test_empty_metric_says_no_reports_yet(chrome, stub):
 
 
 def test_withheld_window_is_said_so(chrome, stub):
-    withheld = dict(EMPTY_TOPK, n=40, withheld=True, reason="fewer than 100 reports in this window")
-    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/params": (200, PARAMS_DOC),
-                         "/topk": (200, withheld), "/console/truth": (200, NO_TRUTH)})
+    withheld = dict(EMPTY_TOPK, n=40, withheld=True, min_reports=100)
+    listing = {"metrics": [metric_doc(versions=[version_doc(reports=40)], withheld_windows=[
+        {"version": 1, "window": "total", "reports": 40, "min_reports": 100}])]}
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, listing),
+                         TOPK: (200, withheld), "/console/truth": (200, NO_TRUTH),
+                         TREND: (200, {"metric": "screen", "version": 1, "value": "home", "points": [], "step": 60,
+                                       "confidence": 0.95, "withheld": False})})
     open_stub(chrome, stub)
     wait_until(chrome, lambda d: state_of(d, "metric-state") == "withheld", "the withheld state")
-    assert "fewer than 100 reports" in chrome.find_element("id", "metric-state").text
+    assert ("the window “everything retained” of screen holds 40 reports, fewer than its min_reports of 100"
+            in chrome.find_element("id", "metric-state").text)
+    assert "Withheld" in chrome.find_element("id", "topk-chart").text
+    cell = chrome.find_element("css selector", '#metrics tr[data-metric="screen"] td[data-withheld]')
+    assert cell.get_attribute("data-withheld") == "1" and cell.text == "all retained: 40 of 100 reports"
     assert browser_errors(chrome) == []
 
 
 def test_error_answers_are_shown_not_thrown(chrome, stub):
-    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/params": (200, PARAMS_DOC),
-                         "/topk": (400, {"error": "7 must be in [1, 3]", "parameter": "k", "status": 400}),
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, LISTING),
+                         TOPK: (400, {"error": "7 must be in [1, 3]", "parameter": "k", "status": 400}),
                          "/console/truth": (500, {"error": "truth file is not a truth document", "status": 500})})
     open_stub(chrome, stub)
     wait_until(chrome, lambda d: state_of(d, "metric-state") == "error", "the error state")
     text = chrome.find_element("id", "metric-state").text
     assert "400" in text and "k: 7 must be in [1, 3]" in text
-    # an answer that is not JSON, for /params, is an error banner, not a script error
-    stub.answers["/params"] = (502, "<html>bad gateway</html>")
-    wait_until(chrome, lambda d: "/params" in d.find_element("id", "banner").text, "the /params error banner", timeout=20)
+    # an answer that is not JSON, for the listing, is an error banner, not a script error
+    stub.answers["/metrics"] = (502, "<html>bad gateway</html>")
+    wait_until(chrome, lambda d: "/metrics?format=json" in d.find_element("id", "banner").text,
+               "the listing's error banner", timeout=20)
     assert "502" in chrome.find_element("id", "banner").text
     # the API going away entirely
     stub.stop()
@@ -411,12 +672,12 @@ TOPK_3 = dict(EMPTY_TOPK, n=1000, top=[
 
 
 def test_busy_worker_keeps_the_last_answer(chrome, stub):
-    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/params": (200, PARAMS_DOC),
-                         "/topk": (200, TOPK_3), "/console/truth": (200, NO_TRUTH),
-                         "/trend": (200, {"points": [], "step": 60, "confidence": 0.95})})
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, LISTING),
+                         TOPK: (200, TOPK_3), "/console/truth": (200, NO_TRUTH),
+                         TREND: (200, {"points": [], "step": 60, "confidence": 0.95})})
     open_stub(chrome, stub)
     wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == ["2", "0", "1"], "the top values")
-    stub.answers["/topk"] = (503, {"error": "8 heavy queries are waiting already; retry later", "status": 503})
+    stub.answers[TOPK] = (503, {"error": "8 heavy queries are waiting already; retry later", "status": 503})
     wait_until(chrome, lambda d: state_of(d, "metric-state") == "busy", "the busy state", timeout=20)
     assert [r["value"] for r in table_rows(chrome, "topk-data")] == ["2", "0", "1"]
     assert chrome.find_elements("css selector", "#topk-chart canvas")
@@ -424,27 +685,74 @@ def test_busy_worker_keeps_the_last_answer(chrome, stub):
 
 
 def test_keyboard_moves_between_metrics_and_selects_one(chrome, stub):
-    second = dict(PARAMS_DOC["parameter_sets"][0], fingerprint="cd" * 16, primary=False, epsilon=0.5,
-                  binding="checkout_latency@2", description="checkout latency bucket", mechanism="direct",
-                  hash_range=3, report_bytes=1)
-    doc = dict(PARAMS_DOC, parameter_sets=PARAMS_DOC["parameter_sets"] + [second])
-    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/params": (200, doc),
-                         "/topk": (200, EMPTY_TOPK), "/console/truth": (200, NO_TRUTH)})
+    second = metric_doc("checkout_latency", description="checkout latency bucket", unit="ms", versions=[
+        version_doc(1, fingerprint="cd" * 8, epsilon=1.0),
+        version_doc(2, fingerprint="ef" * 8, epsilon=0.5, mechanism="direct", hash_range=3,
+                    parameters={"keep_probability": 0.45, "report_bytes": 1})])
+    doc = {"metrics": LISTING["metrics"] + [second]}
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, doc),
+                         TOPK: (200, EMPTY_TOPK), "/metrics/checkout_latency/topk": (200, EMPTY_TOPK),
+                         "/console/truth": (200, NO_TRUTH)})
     open_stub(chrome, stub)
     wait_until(chrome, lambda d: len(d.find_elements("css selector", "#metrics button.pick")) == 2, "two metrics")
     from selenium.webdriver.common.keys import Keys
 
     first, other = chrome.find_elements("css selector", "#metrics button.pick")
-    assert "checkout_latency v2" in other.text and "checkout latency bucket" in chrome.find_element("id", "metrics").text
+    assert other.text == "checkout_latency" and "checkout latency bucket" in chrome.find_element("id", "metrics").text
     first.send_keys(Keys.ARROW_DOWN)
-    assert chrome.switch_to.active_element.get_attribute("data-fp") == "cd" * 16
+    assert chrome.switch_to.active_element.get_attribute("data-metric") == "checkout_latency"
     chrome.switch_to.active_element.send_keys(Keys.ENTER)
-    wait_until(chrome, lambda d: d.find_element("css selector", 'button[data-fp="' + "cd" * 16 + '"]')
+    wait_until(chrome, lambda d: d.find_element("css selector", 'button[data-metric="checkout_latency"]')
                .get_attribute("aria-pressed") == "true", "the second metric selected by keyboard")
+    # the newest live version is shown first (what devices report); every version and combined offered
     assert "checkout_latency v2" in chrome.find_element("id", "metric-h").text
+    from selenium.webdriver.support.ui import Select
+
+    version = Select(chrome.find_element("id", "version"))
+    assert [o.text for o in version.options] == ["version 1 (ε = 1)", "version 2 (ε = 0.5, newest)",
+                                                 "combined (versions 1 + 2, inverse-variance)"]
     words = chrome.find_element("id", "params-words").text
     assert "ε = 0.5 per report" in words and "one value z out of the 3 possible ones" in words
-    assert "direct randomized response (k-RR)" in chrome.find_element("id", "metrics").text
+    assert "OCMS+RR (MSE), direct RR (MSE)" in chrome.find_element("id", "metrics").text
+    assert "Mechanism: direct randomized response (k-RR), tuned for worst-case MSE." in words
+    assert browser_errors(chrome) == []
+
+
+def test_combined_version_shows_the_combined_estimates_by_name(chrome, stub):
+    """version=combined: the API's combined /estimates, largest first, its numbers unchanged; the
+    trend reads the newest version; post-processing is off (the API combines raw estimates only)."""
+    from selenium.webdriver.support.ui import Select
+
+    versions = [version_doc(1, fingerprint="cd" * 8, epsilon=2.0, reports=3000),
+                version_doc(2, fingerprint="ef" * 8, epsilon=1.0, reports=1000)]
+    listing = {"metrics": [metric_doc(versions=versions)]}
+    records = [{"value": name, "combined": True, "frequency": f, "processed": f, "count": f * 4000,
+                "processed_count": f * 4000, "std": 0.01, "ci_low": f - 0.0196, "ci_high": f + 0.0196,
+                "count_ci_low": (f - 0.0196) * 4000, "count_ci_high": (f + 0.0196) * 4000, "reports": 4000}
+               for name, f in (("search", 0.25), ("home", 0.5), ("feed", 0.125))]
+    combined = {"metric": "screen", "version": "combined", "combined": True, "min_reports": 100,
+                "versions": [{"version": 1, "n": 3000, "fingerprint": "cd" * 8},
+                             {"version": 2, "n": 1000, "fingerprint": "ef" * 8}],
+                "window": {"kind": "total"}, "n": 4000, "confidence": 0.95, "interval": "normal",
+                "postprocess": "none", "withheld": False, "estimates": records}
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, listing),
+                         TOPK: (200, dict(TOPK_3, version=2)), "/metrics/screen/estimates": (200, combined),
+                         TREND: (200, {"points": [], "step": 60, "confidence": 0.95}),
+                         "/console/truth": (200, NO_TRUTH)})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == ["2", "0", "1"], "version 2's top values")
+    Select(chrome.find_element("id", "version")).select_by_value("combined")
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == ["home", "search", "feed"],
+               "the combined estimates, largest first")
+    for row, rec in zip(table_rows(chrome, "topk-data"), sorted(records, key=lambda r: -r["frequency"])):
+        for cls, key in (("est", "frequency"), ("ci-low", "ci_low"), ("ci-high", "ci_high")):
+            assert float(row["cells"][cls]["raw"]) == rec[key]
+    assert chrome.find_element("id", "metric-h").text == "Metric: screen (versions 1 + 2 combined)"
+    assert not chrome.find_element("id", "postprocess").is_enabled()
+    assert chrome.find_element("id", "combined-note").is_displayed()
+    # back to one version: post-processing can be chosen again
+    Select(chrome.find_element("id", "version")).select_by_value("1")
+    wait_until(chrome, lambda d: d.find_element("id", "postprocess").is_enabled(), "post-processing enabled again")
     assert browser_errors(chrome) == []
 
 

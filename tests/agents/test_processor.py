@@ -22,6 +22,8 @@ from agents.processor import (
     PendingBatch,
     RejectedMessage,
     RetentionIndex,
+    batch_keys,
+    encoded_plan,
     expired,
     keys_for,
     plan_batch,
@@ -230,7 +232,21 @@ def model_plan(events, stored: dict) -> dict:
 
 
 def run_plan(events, table: dict):
-    return plan_batch(events, table.get, PARAMS, TRACKED, LEVELS)
+    """The worker's path (OCMSWorker.checkpoint): read the batch's keys up front (on the event
+    loop), then plan, decode and encode away from the table (on the decode thread)."""
+    states = {key: table.get(key) for key in batch_keys(events, LEVELS)}
+    plan, values = encoded_plan(events, states, PARAMS, TRACKED, LEVELS)
+    assert [PartialCounts.from_bytes(v) for v in values] == [state for _, state in plan.writes]
+    assert plan.writes == plan_batch(events, table.get, PARAMS, TRACKED, LEVELS).writes
+    return plan
+
+
+def test_batch_keys_are_every_key_the_plan_reads():
+    events = make_events(71, per_partition=6)
+    read = []
+    plan_batch(events, lambda key: read.append(key), PARAMS, TRACKED, LEVELS)
+    assert set(batch_keys(events, LEVELS)) == set(read)
+    assert len(set(read)) == len(read)  # plan_batch reads each key once
 
 
 def writes_dict(plan) -> dict:

@@ -1,8 +1,10 @@
 """`make run` / `ocms run`: estimates appear, and every way of stopping it leaves no process behind.
 
 Ctrl-C (the terminal's SIGINT to the foreground group), SIGHUP (terminal closed), SIGTERM (kill,
-systemd) and SIGKILL of `ocms run` itself: afterwards no process of its tree is alive and the
-worker's port is closed. The process tree is read from /proc (no psutil).
+systemd) and SIGKILL of `ocms run` itself: afterwards no process of its tree is alive (the broker,
+the worker and the collector the fleet uploads through) and the worker's and the collector's ports
+are closed. A `--duration` run counts every report sent through the collector exactly (and the
+`--direct-kafka` path too). The process tree is read from /proc (no psutil).
 """
 
 from __future__ import annotations
@@ -65,6 +67,17 @@ def port_closed(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
+COLLECTOR = re.compile(r"^collector pid (\d+) on http://127\.0\.0\.1:(\d+) ", re.M)
+
+
+def collector_of(text: str) -> tuple[int, int]:
+    """(pid, port) of the collector `ocms run` started, from its banner."""
+    match = COLLECTOR.search(text)
+    assert match, text
+    assert re.search(r"^collector    http://127\.0\.0\.1:%s/v1/metrics/flight_dest/reports" % match.group(2), text, re.M)
+    return int(match.group(1)), int(match.group(2))
+
+
 def kill_all(pids) -> None:
     for pid in pids:
         if alive(pid):
@@ -91,21 +104,25 @@ def test_make_run_shows_estimates_and_ctrl_c_leaves_nothing(tmp_path):
         assert "curl -s 'http://127.0.0.1:" in text and "/metrics" in text
         assert "\x1b[" not in text  # the log is not a terminal: no cursor escape codes
         port = int(re.search(r"http://127\.0\.0\.1:(\d+)/metrics", text).group(1))
+        assert text.index("console      http://") < text.index("collector    http://")  # the console line stays first
+        collector_pid, collector_port = collector_of(text)
         seen |= descendants(process.pid)
-        assert len(seen) >= 3  # make -> ocms run -> worker (+ the broker)
+        assert len(seen) >= 4 and collector_pid in seen  # make -> ocms run -> worker, collector (+ the broker)
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         process.wait(60)
         wait_until(lambda: not [pid for pid in seen if alive(pid)], 30, f"no process left of {sorted(seen)}")
         assert port_closed(port), "the worker port is still open"
+        assert port_closed(collector_port), "the collector port is still open"
         text = log.read_text()
         assert "stopped." in text and "Traceback" not in text and "BlockingIOError" not in text
+        assert "stopping fleet, collector, worker, broker" in text
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
         kill_all(seen)
 
 
-def start_ocms_run(log: Path) -> tuple[subprocess.Popen, set[int], int]:
+def start_ocms_run(log: Path) -> tuple[subprocess.Popen, set[int], int, Path, tuple[int, int]]:
     """`ocms run` in its own session (as a terminal's foreground job), once the worker answers."""
     process = subprocess.Popen(
         [sys.executable, "-m", "agents.cli", "run", "--rate", "500", "--every", "1", "--show", "2"], cwd=ROOT,
@@ -127,16 +144,18 @@ def start_ocms_run(log: Path) -> tuple[subprocess.Popen, set[int], int]:
     port = int(re.search(r"http://127\.0\.0\.1:(\d+)/metrics", text).group(1))
     worker_log = Path(re.search(r"worker pid \d+ starting \(log (\S+)\)", text).group(1))
     assert "\x1b[" not in worker_log.read_text(errors="replace") and "\x1b[" not in text  # not a terminal: no cursor codes
-    return process, tree, port, worker_log.parent
+    collector = collector_of(text)
+    assert collector[0] in tree, (collector, tree)
+    return process, tree, port, worker_log.parent, collector
 
 
 @pytest.mark.parametrize("how", ["SIGHUP to the terminal's process group", "SIGTERM to ocms run",
                                  "SIGINT twice (an impatient Ctrl-C)"])
 def test_sighup_and_sigterm_stop_the_whole_tree(tmp_path, how):
     log = tmp_path / "run.log"
-    process, tree, port, logs = start_ocms_run(log)
+    process, tree, port, logs, (_, collector_port) = start_ocms_run(log)
     try:
-        assert len(tree) >= 2, tree  # the worker and the embedded broker
+        assert len(tree) >= 3, tree  # the worker, the collector and the embedded broker
         if how.startswith("SIGHUP"):
             os.killpg(process.pid, signal.SIGHUP)
         elif how.startswith("SIGTERM"):
@@ -146,9 +165,10 @@ def test_sighup_and_sigterm_stop_the_whole_tree(tmp_path, how):
             os.killpg(process.pid, signal.SIGINT)
         assert process.wait(60) == 0
         wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"no process left of {sorted(tree)}")
-        assert port_closed(port)
+        assert port_closed(port) and port_closed(collector_port)
         text = log.read_text()
         assert "stopped." in text and "Traceback" not in text, text
+        assert "stopping fleet, collector, worker, broker" in text
         assert not logs.exists()  # a clean stop removes its logs
     finally:
         if process.poll() is None:
@@ -158,16 +178,40 @@ def test_sighup_and_sigterm_stop_the_whole_tree(tmp_path, how):
 
 def test_sigkill_of_ocms_run_leaves_no_children(tmp_path):
     log = tmp_path / "run.log"
-    process, tree, port, logs = start_ocms_run(log)
+    process, tree, port, logs, (_, collector_port) = start_ocms_run(log)
     try:
-        assert len(tree) >= 2, tree
+        assert len(tree) >= 3, tree
         os.kill(process.pid, signal.SIGKILL)
         process.wait(10)
         wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"children of a killed parent gone: {sorted(tree)}")
-        assert port_closed(port)
+        assert port_closed(port) and port_closed(collector_port)
     finally:
         kill_all(tree)
         shutil.rmtree(logs, ignore_errors=True)  # a killed ocms run could not remove them
+
+
+@pytest.mark.parametrize("path", ["collector", "direct-kafka"])
+def test_duration_run_counts_every_report_exactly(tmp_path, path):
+    """`ocms run --duration`: the final table says every report sent was counted, no more, no fewer."""
+    flags = ["--direct-kafka"] if path == "direct-kafka" else []
+    done = subprocess.run(
+        [sys.executable, "-m", "agents.cli", "run", "--duration", "4", "--rate", "2000", "--every", "60", "--show", "2",
+         "--seed", "7", *flags], cwd=ROOT, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    text = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in text, text
+    final = text.split("final, every report counted:", 1)
+    assert len(final) == 2, text
+    sent, counted = (int(n.replace(",", "")) for n in
+                     re.search(r"reports sent ([\d,]+); counted by the worker ([\d,]+)", final[1]).groups())
+    assert sent == counted and sent >= 2000, text  # frames of 100 at 2,000/s for 4 s: whole chunks only
+    fleet = re.search(r"fleet sent ([\d,]+) reports in ([\d,]+) messages .* (through the collector|straight to Kafka)",
+                      final[1])
+    assert fleet and int(fleet.group(1).replace(",", "")) == sent, text
+    if path == "collector":
+        assert fleet.group(3) == "through the collector" and COLLECTOR.search(text), text
+        assert "uploaded through the collector" in text
+    else:
+        assert fleet.group(3) == "straight to Kafka" and not COLLECTOR.search(text), text
 
 
 def _killed_parent_leaves_no_child(tmp_path, child_code: str) -> None:

@@ -252,6 +252,15 @@ scrape_configs:
         assert float(withheld[0]["value"][1]) == 1.0
         reports = prometheus_query(base, 'ocms:params_reports{metric="carrier",window="total"}')
         assert float(reports[0]["value"][1]) == sizes["carrier"]
+        # The per-metric rules (alerts and overview read them) evaluate per metric name.
+        per_metric = {s["metric"]["metric"]: float(s["value"][1]) for s in prometheus_query(base, "ocms:metric_reports:total")}
+        # words: its discovery reports are counted by no table (0 reports in its counted version)
+        assert per_metric == {**{name: float(n) for name, n in sizes.items()}, "words": 0.0}
+        rates = prometheus_query(base, "ocms:metric_reports_accepted:rate5m")
+        assert {s["metric"]["metric"] for s in rates} == set(sizes), rates
+        held = prometheus_query(base, 'ocms:metric_windows_withheld:count{window="total"}')
+        assert {s["metric"]["metric"]: float(s["value"][1]) for s in held} == {"dest": 0.0, "build": 0.0, "carrier": 1.0,
+                                                                              "words": 0.0}
         discovered = {s["metric"]["value"] for s in prometheus_query(base, 'ocms:discovered_frequency{metric="words"}')}
         assert {"the", "and"} <= discovered, discovered  # zebra is truncated to its first 4 letters: zebr
         assert worker.get("/metrics/words/estimates")[1]["n"] == 0  # discovery reports are counted by no table

@@ -1,0 +1,110 @@
+"""``ocms run``'s collector: ``ocms collector`` as a child process the simulated fleet uploads through.
+
+The real path of a deployment is device -> collector (HTTP) -> Kafka (frames) -> worker, so that is
+what ``ocms run`` runs: the collector reads the same registry as the worker, listens on a free port
+and produces to the run's source topic; the fleet posts each of its frames as one upload
+(``producer.reporter.HttpTransport.upload_each``) and counts a chunk as sent only once every
+upload of it got a 202 (acknowledged by Kafka). ``ocms run --direct-kafka`` keeps the old path
+(the fleet produces its frames to Kafka itself) for comparison.
+
+Like the worker, the collector runs in its own session (the terminal's signals reach only
+``ocms run``, which stops it in order, by process group) and receives SIGTERM if ``ocms run`` dies
+(the parent-death signal of ``agents.process.spawn``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from cms_core.errors import OCMSError
+
+from .process import ROOT, spawn, stop_process_group
+
+#: Largest wire record of any parameter set (two 128-bit coefficients and z) plus slack: the body
+#: limit ``ocms run`` gives its collector so that one frame of --frame-size reports fits in one upload.
+MAX_RECORD_BYTES = 64
+FRAME_HEADER_SLACK = 4096
+#: The collector's own default upload limits (docs/collector.md).
+DEFAULT_MAX_UPLOAD_REPORTS = 1000
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+
+
+class CollectorNotReady(OCMSError, RuntimeError):
+    """The collector child exited or did not answer /healthz with 200 in time."""
+
+
+def upload_limits(frame_size: int) -> list[str]:
+    """Collector flags that let one upload hold one of the fleet's frames (the defaults when they do)."""
+    reports = max(DEFAULT_MAX_UPLOAD_REPORTS, frame_size)
+    body = max(DEFAULT_MAX_BODY_BYTES, frame_size * MAX_RECORD_BYTES + FRAME_HEADER_SLACK)
+    return ["--max-upload-reports", str(reports), "--max-body-bytes", str(body)]
+
+
+class CollectorChild:
+    """``ocms collector`` for one registry, Kafka and topic, on ``port``, logging to ``log``.
+
+    OCMS_* variables of this process are dropped, so the caller's environment cannot change the
+    collector's settings (as for ``agents.process.WorkerChild``)."""
+
+    def __init__(self, registry: str, bootstrap_servers: str, topic: str, port: int, *, log: Path,
+                 frame_size: int = 1):
+        from collector.cli import collector_command
+
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = Path(log)
+        self.command = collector_command(
+            registry, bootstrap_servers, port, "--source-topic", topic, "--host", "127.0.0.1",
+            "--log-level", "warning", "--access-log", "false", *upload_limits(frame_size))
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "CollectorChild":
+        with open(self.log, "wb") as out:
+            self.process = spawn(self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT)
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def wait_ready(self, timeout: float = 60.0) -> dict:
+        """Poll /healthz until it answers 200 (listening, and Kafka acknowledges)."""
+        deadline = time.monotonic() + timeout
+        last: object = None
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise CollectorNotReady(f"the collector exited with status {self.process.poll()}; last lines of "
+                                        f"{self.log}:\n{tail(self.log)}")
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=5) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as exc:  # 503 until Kafka acknowledges
+                last = f"HTTP {exc.code}"
+            except OSError as exc:  # not listening yet
+                last = exc
+            time.sleep(0.2)
+        raise CollectorNotReady(f"the collector did not become ready within {timeout:.0f} s (last: {last}); "
+                                f"last lines of {self.log}:\n{tail(self.log)}")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM: uploads already taken are produced and answered first, then it exits."""
+        if self.process is not None:
+            stop_process_group(self.process, timeout)
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

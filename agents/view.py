@@ -10,8 +10,16 @@ workers every worker answers for all partitions, and once its view has caught
 up with the changelog the answer equals a single worker's (the same integers
 from the same keys). It also has no gap while partitions move between workers
 in a rebalance. Costs: every worker reads every changelog write (one value per
-key per micro-batch; the changelog is compacted on Kafka), and the view holds
-keys x D counts (retention / bucket width x partitions x parameter sets).
+key per micro-batch; the changelog is compacted on Kafka).
+
+Memory: per bucket, one summed int64 array of the D tracked counts (what queries
+read: one state per bucket, not one per partition) plus each writing partition's
+latest state as it arrived on the changelog (uint32 counts while n < 2^32). The
+partition states are what keeps the sum exact: a changelog record *replaces* its
+partition's cumulative state (replay after kill -9, a new owner after a rebalance,
+a late report into an old bucket all rewrite it), so the sum moves by
+new - previous, and a tombstone subtracts the previous. About
+``buckets x D x (8 + 4 x partitions)`` bytes per metric version (README, operating notes).
 
 The view is updated on the event loop only. A query takes a *snapshot* there
 (the states of the buckets it reads: references to immutable PartialCounts,
@@ -32,16 +40,64 @@ import numpy as np
 
 from cms_core.errors import OCMSError
 
-from .state import BucketKey, PartialCounts
+from .state import _CODEC, NO_OFFSET, BucketKey, PartialCounts
 
 log = logging.getLogger(__name__)
 
 
+class BucketSum:
+    """One bucket of one parameter set: the partitions' latest states (changelog bytes) and
+    their sum (an immutable PartialCounts, replaced on every change: snapshots keep theirs)."""
+
+    __slots__ = ("partitions", "total")
+
+    def __init__(self, tracked_count: int):
+        self.partitions: dict[int, bytes] = {}
+        self.total = PartialCounts.empty(tracked_count)
+
+    def __getitem__(self, partition: int) -> PartialCounts:
+        return PartialCounts.from_bytes(self.partitions[partition])
+
+    def __len__(self) -> int:
+        return len(self.partitions)
+
+    def replace(self, partition: int, raw: bytes | None, state: PartialCounts | None) -> None:
+        """Set (``state`` decoded from ``raw``) or delete (None) one partition's state."""
+        previous = self.partitions.pop(partition, None)
+        if state is None and previous is None:
+            return
+        counts = self.total.counts.copy()
+        n = self.total.n
+        if previous is not None:  # validated when it arrived: read in place, no decode
+            old_n, old_counts = _stored_counts(previous)
+            counts -= old_counts
+            n -= old_n
+        if state is not None:
+            counts += state.counts
+            n += state.n
+            self.partitions[partition] = raw
+        self.total = _frozen(n, counts)
+
+
+def _stored_counts(raw: bytes) -> tuple[int, np.ndarray]:
+    """(n, counts) of a changelog value already validated by PartialCounts.from_bytes (a view of its bytes)."""
+    _, _, width, n, _, d = _CODEC.unpack_from(raw)
+    return n, np.frombuffer(raw, "<u4" if width == 4 else "<i8", count=d, offset=_CODEC.size)
+
+
+def _frozen(n: int, counts: np.ndarray) -> PartialCounts:
+    """A PartialCounts owning ``counts`` (a fresh int64 array nobody else holds): no second copy."""
+    state = PartialCounts.__new__(PartialCounts)
+    counts.flags.writeable = False
+    state.n, state.counts, state.last_offset = int(n), counts, NO_OFFSET
+    return state
+
+
 class CountsView:
-    """Latest PartialCounts per key, indexed by (fingerprint, width, bucket start)."""
+    """Per (fingerprint, width, bucket start): the summed counts of every partition (BucketSum)."""
 
     def __init__(self, tracked_sizes: dict[str, int] | None = None):
-        self.index: dict[tuple[str, int, int], dict[int, PartialCounts]] = {}
+        self.index: dict[tuple[str, int, int], BucketSum] = {}
         #: (fingerprint, width) -> sorted bucket starts present in ``index``
         self.starts: dict[tuple[str, int], list[int]] = defaultdict(list)
         self.applied = 0
@@ -66,27 +122,33 @@ class CountsView:
             log.warning("ignoring changelog key %s: not a configured parameter set / tracked-set size", key)
             return
         slot = (key.fingerprint, key.width, key.bucket_start)
+        bucket = self.index.get(slot)
         if state is None:
-            self.index.get(slot, {}).pop(key.partition, None)
-            if slot in self.index and not self.index[slot]:
-                del self.index[slot]
-                starts = self.starts[(key.fingerprint, key.width)]
-                del starts[bisect.bisect_left(starts, key.bucket_start)]
+            if bucket is not None:
+                bucket.replace(key.partition, None, None)
+                if not bucket:
+                    del self.index[slot]
+                    starts = self.starts[(key.fingerprint, key.width)]
+                    del starts[bisect.bisect_left(starts, key.bucket_start)]
         else:
-            if slot not in self.index:
-                self.index[slot] = {}
+            if bucket is not None and bucket.total.counts.shape != state.counts.shape:
+                # Only possible without tracked_sizes (every configured size is checked above).
+                self.rejected += 1
+                log.warning("ignoring changelog key %s: %d tracked counts, the bucket has %d", key,
+                            state.counts.shape[0], bucket.total.counts.shape[0])
+                return
+            if bucket is None:
+                bucket = self.index[slot] = BucketSum(state.counts.shape[0])
                 bisect.insort(self.starts[(key.fingerprint, key.width)], key.bucket_start)
-            self.index[slot][key.partition] = state
+            bucket.replace(key.partition, bytes(raw_value), state)
         self.applied += 1
 
     def sum(self, fingerprint: str, width: int, start: int, tracked_count: int) -> tuple[int, np.ndarray]:
-        """(n, counts) of one bucket summed over partitions."""
-        n = 0
-        counts = np.zeros(tracked_count, np.int64)
-        for state in self.index.get((fingerprint, width, start), {}).values():
-            n += state.n
-            counts += state.counts
-        return n, counts
+        """(n, counts) of one bucket summed over partitions (a fresh array)."""
+        bucket = self.index.get((fingerprint, width, start))
+        if bucket is None:
+            return 0, np.zeros(tracked_count, np.int64)
+        return bucket.total.n, bucket.total.counts.copy()
 
     def sum_range(self, fingerprint: str, width: int, start: int, stop: int, tracked_count: int) -> tuple[int, np.ndarray]:
         """(n, counts) of the buckets of ``width`` starting in [start, stop): O(buckets present)."""
@@ -102,18 +164,23 @@ class CountsView:
         return hi - lo
 
     def snapshot(self, fingerprint: str, width: int, start: int, stop: int) -> list[tuple[int, tuple[PartialCounts, ...]]]:
-        """(bucket start, its partitions' states) for the buckets starting in [start, stop).
+        """(bucket start, (its summed state,)) for the buckets starting in [start, stop).
 
         The states are immutable, so the snapshot stays valid however the view moves on."""
         starts, lo, hi = self._span(fingerprint, width, start, stop)
         index = self.index
-        return [(s, tuple(index[(fingerprint, width, s)].values())) for s in starts[lo:hi]]
+        return [(s, (index[(fingerprint, width, s)].total,)) for s in starts[lo:hi]]
 
     def buckets(self, fingerprint: str, width: int) -> list[int]:
         return list(self.starts.get((fingerprint, width), []))
 
     def keys(self) -> int:
+        """Changelog keys held (partition states)."""
         return sum(len(v) for v in self.index.values())
+
+    def memory_bytes(self) -> int:
+        """Bytes of counts held: the summed arrays plus the partition states (payloads only)."""
+        return sum(b.total.counts.nbytes + sum(len(raw) for raw in b.partitions.values()) for b in self.index.values())
 
 
 class ChangelogReader:

@@ -224,7 +224,7 @@ async def run(
     """
     if bootstrap_servers is None and out is None and transport is None:
         raise InvalidParameterError("bootstrap_servers", None,
-                                    "give a Kafka bootstrap address, a collector transport, an --out file, or both")
+                                    "give a Kafka bootstrap address, an --out file or both (or, from Python, a collector transport)")
     if bootstrap_servers is not None and not topic:
         raise InvalidParameterError("topic", topic, "a topic is required to send to Kafka")
     producer = None

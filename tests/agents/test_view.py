@@ -161,3 +161,46 @@ def test_snapshot_survives_later_updates_and_starts_stay_sorted():
     assert view.buckets(FP, 60) == sorted(set(starts[100:]) | {60 * 150})
     assert sum(state.n for _, states in snapshot for state in states) == 200  # the snapshot did not move
     assert view.sum_range(FP, 60, 0, 60 * 200, 1)[0] == 100 + (8 if 60 * 150 in starts[100:] else 9)
+
+
+def test_one_summed_state_per_bucket_whatever_the_partitions():
+    view = CountsView()
+    for partition in range(8):
+        put(view, BucketKey(FP, partition, 60, B), 10 + partition, [partition, 1, 2], partition)
+    [(start, states)] = view.snapshot(FP, 60, B, B + 60)
+    assert start == B and len(states) == 1  # queries add one array per bucket, not one per partition
+    assert states[0].n == sum(10 + p for p in range(8)) and states[0].counts.tolist() == [28, 8, 16]
+    assert view.keys() == 8
+    # Memory: one int64 sum (3 x 8) + 8 partition states as they arrived (24-byte header + 3 x uint32).
+    assert view.memory_bytes() == 3 * 8 + 8 * (24 + 3 * 4)
+
+
+def test_summed_view_equals_the_sum_of_latest_states_under_random_rewrites_and_tombstones():
+    """The sum moves by new - previous: after any sequence of writes, rewrites (replays,
+    new owners), tombstones and returns, it equals summing each key's latest state."""
+    rng = np.random.default_rng(12)
+    view, latest = CountsView(), {}
+    for _ in range(3000):
+        key = BucketKey(FP, int(rng.integers(4)), 60, B + 60 * int(rng.integers(3)))
+        if rng.random() < 0.15:
+            view.apply(key.encode(), None)
+            latest.pop(key, None)
+        else:
+            counts = rng.integers(0, 2**31, 5) if rng.random() < 0.5 else rng.integers(0, 50, 5)
+            n = int(counts.max()) + int(rng.integers(0, 2**33))  # also beyond uint32: the 8-byte codec
+            put(view, key, n, counts, int(rng.integers(100)))
+            latest[key] = (n, counts)
+        start = key.bucket_start
+        want = [(n, c) for k, (n, c) in latest.items() if k.bucket_start == start]
+        n, counts = view.sum(FP, 60, start, 5)
+        assert n == sum(w[0] for w in want)
+        assert counts.tolist() == (np.sum([w[1] for w in want], axis=0) if want else np.zeros(5)).astype(np.int64).tolist()
+    assert view.keys() == len(latest)
+    assert view.buckets(FP, 60) == sorted({k.bucket_start for k in latest})
+
+
+def test_a_state_of_another_size_is_refused_without_tracked_sizes():
+    view = CountsView()
+    put(view, BucketKey(FP, 0, 60, B), 3, [1, 2], 1)
+    put(view, BucketKey(FP, 1, 60, B), 3, [1, 2, 3], 1)
+    assert view.rejected == 1 and view.sum(FP, 60, B, 2)[1].tolist() == [1, 2]

@@ -88,7 +88,7 @@ def test_simulate_then_estimate_offline(capsys, tmp_path):
     "argv, fragment",
     [
         (["simulate", "--dataset", "zipf:s=abc"], "zipf:s"),
-        (["simulate", "--reports", "10"], "--bootstrap-servers: give a Kafka bootstrap address, an --out file"),
+        (["simulate", "--reports", "10"], "--bootstrap-servers: give a Kafka bootstrap address, an --out file or both"),
         (["simulate", "--reports", "0", "--out", "x"], "must be >= 1"),
         (["simulate", "--frame-size", "0", "--out", "x"], "must be >= 1"),
         (["simulate", "--rate", "-5", "--out", "x"], "--rate -5: "),

@@ -194,3 +194,26 @@ def test_frame_batcher_for_a_registry_metric():
         REGISTRY.metric("app_launches").version(2).fingerprint
     with pytest.raises(UnknownMetricError, match="no metric 'flights'"):
         FrameBatcher.for_metric(REGISTRY, "flights", send=sink)
+
+
+def test_memoization_is_per_metric_and_version(tmp_path):
+    """A repeat of the same value name in the same period is free for that metric version only:
+    'home' of app_launches@1 and of app_launches@2 are different reports, each charged once."""
+    fake, ledger = FakeProducer(), PrivacyLedger(tmp_path / "ledger.db", budget=100.0)
+
+    async def go():
+        async with DeviceReporter(REGISTRY, bootstrap_servers="fake:9092", topic="t", device_key=b"d",
+                                  ledger=ledger, memoize=True, producer_factory=fake) as reporter:
+            first = await reporter.report("app_launches", "home")
+            again = await reporter.report("app_launches", "home")
+            old = await reporter.report("app_launches@1", "home")
+            other = await reporter.report("carrier", "UA")
+        return first, again, old, other
+
+    first, again, old, other = asyncio.run(go())
+    assert again.memoized and again.message == first.message and again.epsilon_charged == 0.0
+    assert not old.memoized and peek_header(old.message)[1] == REGISTRY.metric("app_launches").version(1).fingerprint
+    assert not other.memoized
+    eps = {v.version: v.params.epsilon for v in REGISTRY.metric("app_launches").versions}
+    assert ledger.spent("app_launches") == pytest.approx(eps[2] + eps[1])
+    assert ledger.spent("carrier") == pytest.approx(REGISTRY.metric("carrier").latest.params.epsilon)

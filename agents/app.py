@@ -7,9 +7,10 @@ topic with its original bytes and a reason header; an accepted one joins the
 micro-batch (``processor.PendingBatch``). A batch is flushed when it holds
 ``batch_max_reports`` reports or is ``batch_max_seconds`` old, and before Faust
 waits for unacked messages (a rebalance or a clean stop); ``OCMSWorker.checkpoint``
-then decodes it on a decode thread (off the event loop), writes its table values, sends its dead letters, waits for the broker's
-acknowledgements of both, and only then acks and commits its messages (the
-order is the exactness argument; see its docstring).
+then decodes it on a decode thread (off the event loop), writes its table values,
+sends its dead letters, waits for the broker's acknowledgements of both, and only
+then acks and commits its messages (the order is the exactness argument; see its
+docstring).
 
 Deliberate workaround of faust-streaming #497 (table writes outside the
 per-event context raise): a table write needs the "current event" to pick the
@@ -28,9 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import faust
 

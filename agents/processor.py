@@ -306,8 +306,8 @@ def batch_keys(
     messages: Sequence[AcceptedMessage],
     levels: Sequence[tuple[int, int]] | Mapping[str, Sequence[tuple[int, int]]],
 ) -> list[BucketKey]:
-    """Every key ``plan_batch`` reads for ``messages`` (each once, in first-use order), so
-    the caller can read them all up front and plan away from the table."""
+    """Every key ``plan_batch`` reads for ``messages`` (each once), so the caller can read
+    them all up front and plan away from the table."""
     keys: dict[BucketKey, None] = {}
     for message in messages:
         for key in keys_for(message.fingerprint, message.partition, message.timestamp,

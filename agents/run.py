@@ -56,14 +56,17 @@ class Stopper:
 
     While the fleet runs, a signal sets an asyncio event (the fleet finishes its chunk and
     the tables stop); before that, it raises StopRequested out of whatever is starting.
-    A second signal raises at once. ``shield()`` defers signals while the children stop,
-    so a late SIGHUP cannot leave a broker behind.
+    A second signal stops at once: it cancels the running pipeline from the loop (raising
+    from a signal handler in the middle of the event loop's own code could escape as a
+    traceback), or raises StopRequested when no loop is attached. ``shield()`` defers signals
+    while the children stop, so a late SIGHUP cannot leave a broker behind.
     """
 
     def __init__(self):
         self.signum: int | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.event: asyncio.Event | None = None
+        self.task: asyncio.Task | None = None
         self.shielded = False
         self._previous: dict[int, object] = {}
 
@@ -81,12 +84,13 @@ class Stopper:
         return self.signum is not None
 
     def attach(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
-        self.loop, self.event = loop, event
+        """Called from the pipeline's task: signals now set ``event`` (first) or cancel that task."""
+        self.loop, self.event, self.task = loop, event, asyncio.current_task()
         if self.requested:
             event.set()
 
     def detach(self) -> None:
-        self.loop = self.event = None
+        self.loop = self.event = self.task = None
 
     def shield(self) -> None:
         self.shielded = True
@@ -96,8 +100,11 @@ class Stopper:
         self.signum = signum if first else self.signum
         if self.shielded:
             return
-        if first and self.loop is not None and self.event is not None:
-            self.loop.call_soon_threadsafe(self.event.set)
+        if self.loop is not None and self.event is not None:
+            if first:
+                self.loop.call_soon_threadsafe(self.event.set)
+            elif self.task is not None:
+                self.loop.call_soon_threadsafe(self.task.cancel)  # impatient: no waiting for the chunk
             return
         raise StopRequested(signal.Signals(signum).name)
 
@@ -186,11 +193,13 @@ def upload_concurrency(args) -> int:
 
 async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stopper: Stopper,
                    truth_path: Path | None = None, collector_url: str | None = None, metric: str | None = None,
-                   others: list | None = None) -> None:
+                   others: list | None = None, child_gone=None) -> None:
     """The fleet sends while a table is printed every ``args.every`` seconds; the last one waits for the worker.
 
     With ``collector_url`` the fleet uploads its frames to that collector (HTTP, each frame one upload);
-    without, it produces them to Kafka itself."""
+    without, it produces them to Kafka itself. ``child_gone()`` (checked every table) names a child
+    process that exited: the fleet is cancelled at once (its uploads would only retry against a
+    closed port) and ChildProcessGone raised."""
     from producer import simulator
     from producer.reporter import HttpTransport
 
@@ -249,6 +258,10 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
         while not task.done():
             done, _ = await asyncio.wait({task, asyncio.ensure_future(stop.wait())}, timeout=args.every,
                                          return_when=asyncio.FIRST_COMPLETED)
+            gone = child_gone() if child_gone is not None else None
+            if gone:
+                task.cancel()
+                raise ChildProcessGone(gone)
             if task in done or stop.is_set() or live.counts is None:
                 continue
             if truth_path is not None:  # the console's true-frequency markers (worker --truth)
@@ -277,6 +290,9 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
             if not task.done():
                 await task
             await asyncio.gather(*(t for *_, t in extra), return_exceptions=True)
+        except asyncio.CancelledError:
+            if not task.cancelled():  # we are cancelled, not only the fleet
+                raise
         finally:
             if transport is not None:
                 await transport.stop()
@@ -295,6 +311,10 @@ def check_port_free(port: int, flag: str = "--web-port", host: str = "127.0.0.1"
         except OSError as exc:
             raise PortInUseError(f"{flag} {port}: cannot listen on {host}:{port} ({exc.strerror}); "
                                  f"choose another port or leave {flag} out for a free one") from None
+
+
+class ChildProcessGone(OCMSError, RuntimeError):
+    """The collector or the worker exited while the fleet was running."""
 
 
 class PortInUseError(OCMSError, RuntimeError):
@@ -325,6 +345,13 @@ def run(args) -> int:
                         f"(at most {MAX_DEFAULT_TRACKED:,})")
     if args.web_port is not None:
         check_port_free(args.web_port)
+    direct = bool(getattr(args, "direct_kafka", False)) or named is None  # the collector needs a registry metric
+    collector_port = getattr(args, "collector_port", None)
+    if collector_port is not None:
+        if direct:
+            why = "--direct-kafka" if getattr(args, "direct_kafka", False) else f"--dataset {args.dataset} (no registry metric)"
+            raise OCMSError(f"--collector-port {collector_port}: no collector runs with {why}; leave --collector-port out")
+        check_port_free(collector_port, "--collector-port")
     seed = args.seed if args.seed is not None else secrets.randbelow(1 << 31)
     run_id = time.strftime("%Y%m%d-%H%M%S")
     topic = args.topic or (DEFAULT_TOPIC if not args.bootstrap_servers else f"ocms-run-{run_id}")
@@ -335,10 +362,6 @@ def run(args) -> int:
     settings = simulator.SimulationSettings(params=params, dataset=dataset, duration_s=args.duration or 10.0**9,
                                             rate=args.rate, frame_size=args.frame_size, seed=seed)
     broker = worker = collector = None
-    direct = bool(getattr(args, "direct_kafka", False)) or named is None  # the collector needs a registry metric
-    collector_port = getattr(args, "collector_port", None)
-    if collector_port is not None and not direct:
-        check_port_free(collector_port, "--collector-port")
     failed = True
     stopper = Stopper().install()
     try:
@@ -363,7 +386,9 @@ def run(args) -> int:
         say(f"worker pid {worker.pid} starting (log {logs / 'worker.log'}) ...")
         if not direct:  # same registry and topic as the worker; the fleet uploads through it
             collector = CollectorChild(named.registry_path, bootstrap, topic, collector_port or free_port(),
-                                       log=logs / "collector.log", frame_size=args.frame_size).start()
+                                       log=logs / "collector.log", frame_size=args.frame_size,
+                                       # the embedded Tansu broker has no idempotent producer: skip the probe's error
+                                       extra=("--kafka-idempotence", "off") if broker is not None else ()).start()
         try:
             worker.wait_healthy(base)
         except WorkerNotHealthy as exc:
@@ -392,9 +417,22 @@ fleet        {dataset.description}: eps={args.epsilon:g}, {args.rate:,.0f} repor
 logs         {logs} (removed after a clean stop)
 Ctrl-C stops everything.
 """)
-        asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
-                             collector_url=collector.url if collector is not None else None,
-                             metric=named.name if named is not None else None, others=others))
+        def child_gone() -> str | None:
+            for name, child, log in (("collector", collector, logs / "collector.log"),
+                                     ("worker", worker, logs / "worker.log")):
+                if child is not None and not child.alive():
+                    return (f"the {name} (pid {child.pid}) exited with status {child.process.poll()} while the fleet "
+                            f"was sending; last lines of {log}:\n{_tail(log)}")
+            return None
+
+        try:
+            asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
+                                 collector_url=collector.url if collector is not None else None,
+                                 metric=named.name if named is not None else None, others=others,
+                                 child_gone=child_gone))
+        except asyncio.CancelledError:  # a second signal cancelled the pipeline (Stopper)
+            if not stopper.requested:
+                raise
         failed = False
     except StopRequested:
         failed = False

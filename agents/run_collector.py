@@ -53,7 +53,7 @@ class CollectorChild:
     collector's settings (as for ``agents.process.WorkerChild``)."""
 
     def __init__(self, registry: str, bootstrap_servers: str, topic: str, port: int, *, log: Path,
-                 frame_size: int = 1):
+                 frame_size: int = 1, extra: tuple[str, ...] = ()):
         from collector.cli import collector_command
 
         self.port = port
@@ -61,7 +61,7 @@ class CollectorChild:
         self.log = Path(log)
         self.command = collector_command(
             registry, bootstrap_servers, port, "--source-topic", topic, "--host", "127.0.0.1",
-            "--log-level", "warning", "--access-log", "false", *upload_limits(frame_size))
+            "--log-level", "warning", "--access-log", "false", *upload_limits(frame_size), *extra)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
         self.process: subprocess.Popen | None = None
 

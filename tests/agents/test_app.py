@@ -7,6 +7,7 @@ checked with a table and topic whose acknowledgements the test releases.
 """
 
 import asyncio
+import threading
 import time
 from types import SimpleNamespace
 
@@ -15,6 +16,7 @@ import pytest
 
 from faust.types import TP
 
+from agents import app as app_module
 from agents.app import OCMSWorker
 from agents.settings import WorkerSettings
 from agents.state import BucketKey
@@ -94,8 +96,13 @@ def test_pending_messages_of_a_partition_no_longer_owned_are_dropped_not_written
     assert pending(worker)[-1] == (1, 0) and worker.untracked == lost
 
 
-async def settle() -> None:
-    """Let every runnable task run until it waits on something the test has not released."""
+async def settle(worker) -> None:
+    """Let every runnable task run until it waits on something the test has not released,
+    the checkpoint's decode on the worker's decode thread included (one thread: a no-op
+    queued behind the decode runs after it)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+    await asyncio.get_running_loop().run_in_executor(worker.decoder, lambda: None)
     for _ in range(20):
         await asyncio.sleep(0)
 
@@ -106,7 +113,8 @@ async def until(condition, timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
         await asyncio.sleep(0.001)
-    await settle()
+    for _ in range(20):  # then let what the condition released run
+        await asyncio.sleep(0)
 
 
 class HeldTable:
@@ -168,7 +176,7 @@ def test_the_checkpoint_acks_only_after_the_broker_holds_values_and_dead_letters
         assert journal.count("write") == 2 and journal[-1] == "dead letter"  # bucket + cumulative key
         for future in worker.table.every_future:
             future.set_result(None)
-        await settle()
+        await settle(worker)
         assert not checkpoint.done() and not [e for e in journal if e[0] == "ack"]  # one still unacknowledged
         dead_futures[-1].set_result(None)
         await checkpoint
@@ -177,6 +185,42 @@ def test_the_checkpoint_acks_only_after_the_broker_holds_values_and_dead_letters
     assert journal == ["write", "write", "dead letter", ("ack", 0, 0), ("ack", 0, 1), ("ack", 0, 2), ("ack", 1, 0),
                        "commit"]
     assert worker.metrics.rejected.labels(reason)._value.get() == 1
+
+
+def test_the_decode_runs_on_the_decode_thread_and_nothing_is_written_before_it_returns(worker, monkeypatch):
+    """The O(reports x D) decode leaves the event loop free (/healthz, the view, heartbeats)."""
+    journal, _ = held_worker(worker, monkeypatch)
+    decoding = threading.Event()
+    release = threading.Event()
+    seen = []
+    real = app_module.encoded_plan
+
+    def held_decode(*args):
+        seen.append((threading.current_thread().name, list(journal)))
+        decoding.set()
+        assert release.wait(30)
+        return real(*args)
+
+    monkeypatch.setattr(app_module, "encoded_plan", held_decode)
+    for m in deliveries(0, range(3)):
+        worker.receive(m)
+
+    async def run():
+        checkpoint = asyncio.ensure_future(worker.checkpoint(worker.pending.take()))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert await asyncio.to_thread(decoding.wait, 30)
+        await asyncio.sleep(0.01)  # the loop runs other work while the decode is held
+        assert not checkpoint.done() and journal == []
+        release.set()
+        await settle(worker)
+        for future in worker.table.every_future:
+            future.set_result(None)
+        await checkpoint
+
+    asyncio.run(run())
+    assert [name.startswith("ocms-decode") for name, _ in seen] == [True] and seen[0][1] == []
+    assert journal == ["write", "write", ("ack", 0, 0), ("ack", 0, 1), ("ack", 0, 2), "commit"]
 
 
 def test_a_send_the_broker_refuses_acks_nothing_and_crashes_the_worker(worker, monkeypatch):

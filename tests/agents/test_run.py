@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -146,7 +147,16 @@ def start_ocms_run(log: Path) -> tuple[subprocess.Popen, set[int], int, Path, tu
     assert "\x1b[" not in worker_log.read_text(errors="replace") and "\x1b[" not in text  # not a terminal: no cursor codes
     collector = collector_of(text)
     assert collector[0] in tree, (collector, tree)
+    wait_until(lambda: collector_accepted(collector[1]) > 0, 60, "the fleet's reports accepted by the collector")
     return process, tree, port, worker_log.parent, collector
+
+
+def collector_accepted(port: int) -> float:
+    """ocms_collector_reports_accepted_total{metric="flight_dest"} from the collector's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    match = re.search(r'^ocms_collector_reports_accepted_total\{metric="flight_dest"\} (\S+)$', text, re.M)
+    return float(match.group(1)) if match else 0.0
 
 
 @pytest.mark.parametrize("how", ["SIGHUP to the terminal's process group", "SIGTERM to ocms run",
@@ -300,3 +310,40 @@ def test_closing_the_terminal_stops_the_whole_tree():
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
         kill_all(tree)
+
+
+def test_collector_port_errors_name_the_flag():
+    """A taken --collector-port, or one no collector would use, is one clear line before anything starts."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = subprocess.run([sys.executable, "-m", "agents.cli", "run", "--collector-port", str(port)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert busy.returncode != 0 and "Traceback" not in busy.stderr, busy.stderr
+    assert f"--collector-port {port}: cannot listen on 127.0.0.1:{port}" in busy.stderr
+    direct = subprocess.run([sys.executable, "-m", "agents.cli", "run", "--direct-kafka", "--collector-port", "9999"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert direct.returncode == 2 and "no collector runs with --direct-kafka" in direct.stderr, direct.stderr
+    assert "embedded broker" not in direct.stdout  # refused before anything started
+
+
+def test_collector_killed_mid_run_ends_the_run_with_its_reason(tmp_path):
+    """The fleet does not retry for a minute against a dead collector: the next table notices it, names it,
+    and everything else stops (logs kept: they explain the failure)."""
+    log = tmp_path / "run.log"
+    process, tree, port, logs, (collector_pid, collector_port) = start_ocms_run(log)
+    try:
+        os.kill(collector_pid, signal.SIGKILL)
+        assert process.wait(60) != 0
+        wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"no process left of {sorted(tree)}")
+        assert port_closed(port)
+        text = log.read_text()
+        assert f"the collector (pid {collector_pid}) exited with status -9 while the fleet was sending" in text, text
+        assert "Traceback" not in text and "ocms run: error: the collector" in text, text
+        assert (logs / "collector.log").exists()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        kill_all(tree)
+        shutil.rmtree(logs, ignore_errors=True)

@@ -42,8 +42,9 @@ from .console import add_console
 from .faust_internals import PartitionContext, SourcePartition, current_event, warnings_at_start
 from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
-from .processor import (AcceptedMessage, Batch, MessageValidator, PendingBatch, RejectedMessage, RetentionIndex,
-                        batch_keys, encoded_plan)
+from .discovery import WorkerDiscovery
+from .processor import (AcceptedMessage, Batch, DiscoveryMessage, MessageValidator, PendingBatch, RejectedMessage,
+                        RetentionIndex, batch_keys, encoded_plan)
 from .query import EstimateService
 from .settings import TABLE_NAME, WorkerSettings
 from .state import BucketKey, PartialCounts
@@ -142,8 +143,11 @@ class OCMSWorker:
         self.view.tracked_sizes = self.catalog.tracked_sizes
         self.metrics = PipelineMetrics()
         self.metrics.registry.register(EstimatesCollector(self.catalog))
+        # Discoverable metrics' level reports: acked, read by discovery from the topic, counted by no table.
+        self.discovery = WorkerDiscovery.build(self.catalog, settings)
         self.validator = MessageValidator(self.catalog.params_sets, settings.retention_seconds,
-                                          settings.future_tolerance_seconds, self.catalog.retention_by_fp)
+                                          settings.future_tolerance_seconds, self.catalog.retention_by_fp,
+                                          discovery_sets=self.discovery.level_params)
         self.params_by_fp = self.catalog.params_by_fp
         self.tracked_by_fp = self.catalog.tracked_by_fp
         self.fp_hex = {p.fingerprint: p.fingerprint.hex() for p in self.catalog.params_sets}
@@ -212,6 +216,7 @@ class OCMSWorker:
             await self.reader.run()
 
         add_pages(app, self)
+        self.discovery.install(app, self.metrics.registry)  # /discovered?metric=NAME (agents/discovery.py)
         add_console(app, self.settings.truth_file)  # the live console at / (agents/console)
         return app
 
@@ -223,8 +228,11 @@ class OCMSWorker:
         except RejectedMessage as rejection:
             outcome = rejection
         else:
-            outcome = AcceptedMessage(message.partition, message.offset, message.timestamp,
-                                      self.fp_hex[params.fingerprint], batch)
+            if self.validator.is_discovery(params):  # read by discovery from the topic, counted by no table
+                outcome = DiscoveryMessage(message.partition, message.offset, params.fingerprint, len(batch))
+            else:
+                outcome = AcceptedMessage(message.partition, message.offset, message.timestamp,
+                                          self.fp_hex[params.fingerprint], batch)
         superseded = self.pending.add(message, outcome, time.monotonic())
         if superseded:
             self._untrack(superseded)
@@ -315,6 +323,7 @@ class OCMSWorker:
         for message, rejection in batch.dead:
             self.metrics.rejected.labels(rejection.reason).inc()
             log.info("rejected %s/%d/%d: %s", message.topic, message.partition, message.offset, rejection)
+        self.discovery.count(batch.discovery)
         for fp, n in plan.counted.items():
             self.metrics.accepted.labels(*self.catalog.labels_of(fp)).inc(n)
         self.metrics.replayed.inc(plan.replayed)

@@ -101,14 +101,19 @@ def _parse_time(text: str, flag: str) -> datetime:
     return when
 
 
+#: After the end offsets: fetch rounds (each waiting at most SWEEP_WAIT_MS) for what lies beyond them.
+SWEEP_ROUNDS = 50
+SWEEP_WAIT_MS = 300
+
+
 async def read_topic_window(bootstrap: str, topic: str, start: datetime, stop: datetime, *,
                             idle_timeout_s: float = 5.0) -> list[bytes]:
     """Every message of ``topic`` with a timestamp in [start, stop): seek each partition by time, read to stop."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-    await consumer.start()
     try:
+        await consumer.start()  # inside the try: a failed start is stopped too (no unclosed consumer)
         await consumer.topics()  # fetches the cluster metadata
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:
@@ -127,20 +132,37 @@ async def read_topic_window(bootstrap: str, topic: str, start: datetime, stop: d
             if found.offset < ends[tp]:
                 live.add(tp)
         out: list[bytes] = []
+        past_window: set = set()
+
+        def take(tp, records) -> None:
+            for record in records:
+                if record.timestamp >= stop_ms:
+                    past_window.add(tp)  # past the window (timestamps are the producers' append times)
+                    return
+                if record.timestamp >= start_ms:
+                    out.append(record.value)
+
         while live:
             batch = await consumer.getmany(*live, timeout_ms=int(idle_timeout_s * 1000))
             if not batch:
                 break  # no progress within the idle timeout: the end is as far as the broker has
             for tp, records in batch.items():
-                for record in records:
-                    if record.timestamp >= stop_ms:
-                        live.discard(tp)  # past the window (timestamps are the producers' append times)
-                        break
-                    if record.timestamp >= start_ms:
-                        out.append(record.value)
-                    if record.offset >= ends[tp] - 1:
-                        live.discard(tp)  # reached the end as it was when we started
-                        break
+                take(tp, records)
+                if tp in past_window or records[-1].offset >= ends[tp] - 1:
+                    live.discard(tp)  # past the window, or reached the end as it was when we started
+        # A short sweep past those ends: records appended since (a producer's timestamp inside the
+        # window may arrive late), and an end offset a broker under-reports (the embedded Tansu
+        # broker does after multi-record producer batches) would otherwise cut the window short.
+        sweep = {tp for tp in tps if offsets.get(tp) is not None} - past_window
+        for _ in range(SWEEP_ROUNDS):
+            if not sweep:
+                break
+            batch = await consumer.getmany(*sweep, timeout_ms=SWEEP_WAIT_MS)
+            if not batch:
+                break
+            for tp, records in batch.items():
+                take(tp, records)
+            sweep -= past_window
         return out
     finally:
         await consumer.stop()
@@ -366,53 +388,151 @@ DEFAULT_EXPORTED_VALUES = 10
 MAX_LABEL_LENGTH = 100
 
 
+def discovery_pass(versions, bootstrap_servers: str, topic: str, start_ts: float, stop_ts: float, *, alpha: float,
+                   confidence: float, max_candidates: int) -> tuple[dict[str, dict], dict[str, str]]:
+    """One discovery pass: read [start, stop) of ``topic`` and discover every version's values.
+
+    Returns (metric -> document, metric -> error). Synchronous and self-contained (its own event
+    loop for the Kafka read), so it runs in a thread or in a child process alike.
+    """
+    import asyncio
+
+    from registry.discovery import discovery_of
+
+    stop = datetime.fromtimestamp(stop_ts, timezone.utc)
+    start = datetime.fromtimestamp(start_ts, timezone.utc)
+    messages = asyncio.run(read_topic_window(bootstrap_servers, topic, start, stop))
+    window = {"from": start.isoformat(), "to": stop.isoformat(), "topic": topic}
+    docs: dict[str, dict] = {}
+    errors: dict[str, str] = {}
+    for version in versions:
+        spec = discovery_of(version)
+        batches, rejected, read = group_by_level(spec, messages)
+        # Other metrics' reports share the topic: only malformed messages are worth reporting here.
+        rejected.pop("unknown_fingerprint", None)
+        try:
+            doc = discovery_document(version, batches, rejected, read, alpha=alpha, confidence=confidence,
+                                     max_candidates=max_candidates, window=window)
+        except OCMSError as exc:
+            errors[version.metric] = str(exc)
+            continue
+        doc["computed_at"] = stop.isoformat()
+        docs[version.metric] = doc
+    return docs, errors
+
+
+#: The child process of a pass runs this much nicer than the worker (intake and queries first).
+DISCOVERY_NICENESS = 10
+#: A pass in a child process may take max(this, 2 intervals) seconds (10^7 reports decode in ~250 s).
+PASS_TIMEOUT_FLOOR_S = 900.0
+
+
+def _child_pass(connection, arguments: tuple, keywords: dict) -> None:
+    """Entry point of the child process of one pass: the result (or the error) goes back on ``connection``."""
+    import os
+
+    try:
+        os.nice(DISCOVERY_NICENESS)
+    except OSError:
+        pass
+    try:
+        result = ("ok", discovery_pass(*arguments, **keywords))
+    except BaseException as exc:  # reported to the parent, which keeps serving the previous result
+        result = ("error", f"{type(exc).__name__}: {exc}")
+    connection.send(result)
+    connection.close()
+
+
+async def pass_in_child(arguments: tuple, keywords: dict, timeout_seconds: float | None = None):
+    """Run :func:`discovery_pass` in a fresh (spawned) child process and await its result.
+
+    Why a process: the pass is seconds of Python (candidate prefixes, hashing, grouping the
+    window's messages) that would hold the GIL, so in a thread of the worker it would stall
+    intake and /healthz. The child is niced, its memory (the window's reports) is returned to
+    the system when it exits, and it is killed if the awaiting task is cancelled (worker stop) or
+    when it has not answered within ``timeout_seconds`` (an OCMSError saying so).
+    """
+    import asyncio
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")  # forking a running Faust worker copies its threads' locks
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_child_pass, args=(sender, arguments, keywords), daemon=True,
+                            name="ocms-discovery")
+    child.start()
+    sender.close()
+
+    def wait():
+        if not receiver.poll(timeout_seconds):
+            child.kill()
+            return ("error", f"the discovery pass took longer than {timeout_seconds:g} s and was stopped; "
+                             "shorten the window (--discovery-window-seconds) or lower --max-candidates")
+        try:
+            return receiver.recv()  # EOFError when the child died without answering
+        except EOFError:
+            child.join(5)
+            code = child.exitcode
+            how = f"was ended by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
+            return ("error", f"the discovery process {how} before answering")
+
+    try:
+        status, payload = await asyncio.get_running_loop().run_in_executor(None, wait)
+    finally:
+        if child.is_alive():
+            child.kill()
+        receiver.close()
+        await asyncio.get_running_loop().run_in_executor(None, child.join)
+    if status != "ok":
+        raise OCMSError(payload)
+    return payload
+
+
 class DiscoveryService:
     """The latest discovery result per discoverable metric, refreshed from the source topic.
 
     Every ``interval_seconds`` (:meth:`run`), each metric version with a ``discovery:`` block
     is discovered over the window [now - window_seconds, now) of ``topic`` (read by time:
-    Kafka keeps the log, nothing else is stored), in a thread so the event loop stays free.
+    Kafka keeps the log, nothing else is stored), one pass at a time, off the event loop: in a
+    thread (``isolation="thread"``, ``ocms discover --serve``, where nothing else shares the
+    loop) or in a child process (``"process"``, the worker: see :func:`pass_in_child`).
     :meth:`answer` serves ``/discovered?metric=NAME``; :class:`DiscoveryCollector` exports
-    the top discovered values. Hosted by the worker (``add_discovery_pages``) or run alone.
+    the top discovered values. Hosted by the worker (:class:`WorkerDiscovery`) or run alone.
     """
 
     def __init__(self, versions, *, bootstrap_servers: str, topic: str, window_seconds: int = 3600,
                  interval_seconds: float = 300.0, alpha: float = 0.05, confidence: float = 0.95,
-                 max_candidates: int = discovery.DEFAULT_MAX_CANDIDATES, clock=time.time):
+                 max_candidates: int = discovery.DEFAULT_MAX_CANDIDATES, clock=time.time, isolation: str = "thread"):
+        if isolation not in ("thread", "process"):
+            raise ValueError(f"isolation {isolation!r}: thread or process")
         self.versions = {v.metric: v for v in versions if v.discovery is not None}
         self.bootstrap_servers, self.topic = bootstrap_servers, topic
         self.window_seconds, self.interval_seconds = int(window_seconds), float(interval_seconds)
         self.alpha, self.confidence, self.max_candidates = alpha, confidence, max_candidates
         self.clock = clock
+        self.isolation = isolation
         self.latest: dict[str, dict] = {}
         self.errors: dict[str, str] = {}
         self.runs = 0
+        self.last_pass_seconds: float | None = None
+        #: A pass in a child process is stopped after this long (the next one starts on schedule).
+        self.pass_timeout_seconds = max(PASS_TIMEOUT_FLOOR_S, 2 * self.interval_seconds)
 
     async def refresh_once(self, now: float | None = None) -> None:
         import asyncio
 
-        from registry.discovery import discovery_of
-
         now = self.clock() if now is None else now
-        stop = datetime.fromtimestamp(now, timezone.utc)
-        start = datetime.fromtimestamp(now - self.window_seconds, timezone.utc)
-        messages = await read_topic_window(self.bootstrap_servers, self.topic, start, stop)
-        window = {"from": start.isoformat(), "to": stop.isoformat(), "topic": self.topic}
-        for metric, version in self.versions.items():
-            spec = discovery_of(version)
-            batches, rejected, read = group_by_level(spec, messages)
-            # Other metrics' reports share the topic: only malformed messages are worth reporting here.
-            rejected.pop("unknown_fingerprint", None)
-            try:
-                doc = await asyncio.to_thread(
-                    discovery_document, version, batches, rejected, read, alpha=self.alpha,
-                    confidence=self.confidence, max_candidates=self.max_candidates, window=window)
-            except OCMSError as exc:
-                self.errors[metric] = str(exc)
-                continue
-            doc["computed_at"] = stop.isoformat()
+        arguments = (list(self.versions.values()), self.bootstrap_servers, self.topic, now - self.window_seconds, now)
+        keywords = dict(alpha=self.alpha, confidence=self.confidence, max_candidates=self.max_candidates)
+        started = time.monotonic()
+        if self.isolation == "process":
+            docs, errors = await pass_in_child(arguments, keywords, self.pass_timeout_seconds)
+        else:
+            docs, errors = await asyncio.to_thread(discovery_pass, *arguments, **keywords)
+        self.last_pass_seconds = time.monotonic() - started
+        for metric, doc in docs.items():
             self.latest[metric] = doc
             self.errors.pop(metric, None)
+        self.errors.update(errors)
         self.runs += 1
 
     async def run(self) -> None:
@@ -423,6 +543,8 @@ class DiscoveryService:
         while True:
             try:
                 await self.refresh_once()
+            except asyncio.CancelledError:
+                raise
             except Exception as exc:  # keep the worker alive; the API says what failed
                 logging.getLogger(__name__).warning("discovery pass failed: %s", exc)
                 for metric in self.versions:
@@ -438,9 +560,14 @@ class DiscoveryService:
             return 404, {"error": f"metric {metric!r} is not discoverable here (discoverable: "
                                   f"{', '.join(sorted(self.versions)) or 'none'})", "status": 404}
         if metric not in self.latest:
-            why = self.errors.get(metric, "the first discovery pass has not finished yet")
+            default = ("discovery passes are off on this worker (--discovery-interval-seconds 0)"
+                       if self.interval_seconds <= 0 else "the first discovery pass has not finished yet")
+            why = self.errors.get(metric, default)
             return 503, {"error": why, "status": 503}
-        return 200, self.latest[metric]
+        doc = self.latest[metric]
+        if metric in self.errors:  # the latest pass failed: the previous result, saying so
+            doc = dict(doc, stale=True, error=self.errors[metric])
+        return 200, doc
 
 
 class DiscoveryCollector:
@@ -480,7 +607,8 @@ class DiscoveryCollector:
 
 
 def add_discovery_pages(app, service: DiscoveryService) -> None:
-    """Route ``/discovered?metric=NAME`` on a Faust app (the worker's web server) and the refresh task."""
+    """Route ``/discovered?metric=NAME`` on a Faust app (the worker's web server) and, when the service
+    has discoverable metrics, the refresh task."""
     from .web import JSON_TYPE, to_json
 
     @app.page("/discovered")
@@ -493,9 +621,65 @@ def add_discovery_pages(app, service: DiscoveryService) -> None:
             status, doc = service.answer(request.query.get("metric"))
         return web.bytes(to_json(doc), content_type=JSON_TYPE, status=status)
 
-    @app.task
-    async def refresh_discovery():
-        await service.run()
+    if service.versions and service.interval_seconds > 0:
+        @app.task
+        async def refresh_discovery():
+            await service.run()
+
+
+class WorkerDiscovery:
+    """Discovery hosted by the worker (``ocms worker --registry FILE``): what it accepts and what it serves.
+
+    * ``level_params``: the discovery levels of the live versions of the registry's discoverable
+      metrics. The worker's validator accepts their reports (acked, never dead-lettered as
+      unknown fingerprints) and counts them in no table: they are read here, from the topic.
+    * ``service``: a :class:`DiscoveryService` over the worker's source topic, passes in a child
+      process every ``discovery_interval_seconds`` over the last ``discovery_window_seconds``.
+    * ``install(app, registry)``: ``/discovered?metric=NAME`` on the worker's web server, the
+      refresh task, the :class:`DiscoveryCollector` and a counter of the discovery reports seen.
+    """
+
+    def __init__(self, versions, level_params, settings):
+        from prometheus_client import Counter
+
+        self.level_params = tuple(level_params)
+        self._metric_of = {}
+        self.service = DiscoveryService(
+            versions, bootstrap_servers=settings.bootstrap_servers, topic=settings.source_topic,
+            window_seconds=getattr(settings, "discovery_window_seconds", 3600),
+            interval_seconds=getattr(settings, "discovery_interval_seconds", 300.0), isolation="process")
+        self.received = Counter("ocms_discovery_reports_received", "discovery-level reports the worker acked "
+                                "(read by discovery from the topic, counted by no table)", ["metric"], registry=None)
+
+    @classmethod
+    def build(cls, catalog, settings) -> "WorkerDiscovery":
+        """From the catalog's registry: the live versions with a ``discovery:`` block (none: nothing to do)."""
+        from registry.discovery import discovery_of
+
+        served = {s.version.fingerprint for s in catalog.by_fingerprint.values()}
+        versions, levels, metric_of = [], [], {}
+        for spec in catalog.registry.metrics:
+            for version in spec.live_versions:
+                if getattr(version, "discovery", None) is None or version.fingerprint not in served:
+                    continue
+                params = discovery_of(version).params_by_level
+                levels.extend(params)
+                metric_of.update({p.fingerprint: version.metric for p in params})
+                if version is spec.live_versions[-1]:  # the newest live version is what devices report with
+                    versions.append(version)
+        self = cls(versions, levels, settings)
+        self._metric_of = metric_of
+        return self
+
+    def install(self, app, registry) -> None:
+        add_discovery_pages(app, self.service)
+        registry.register(DiscoveryCollector(self.service))
+        registry.register(self.received)
+
+    def count(self, messages) -> None:
+        """Count the acked discovery messages of a checkpointed micro-batch (``processor.DiscoveryMessage``)."""
+        for message in messages:
+            self.received.labels(self._metric_of.get(message.fingerprint, "unknown")).inc(message.reports)
 
 
 def cmd_serve(args) -> int:

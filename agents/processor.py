@@ -50,12 +50,30 @@ class AcceptedMessage:
     batch: ReportBatch
 
 
+@dataclass(frozen=True)
+class DiscoveryMessage:
+    """A well-formed report of a discovery level (docs/discovery.md): acked with its micro-batch,
+    counted by no table and no dead letter; discovery reads it from the source topic's window."""
+
+    partition: int
+    offset: int
+    fingerprint: bytes
+    reports: int
+
+
 class MessageValidator:
-    """Decode and check one message against the accepted parameter sets and time window."""
+    """Decode and check one message against the accepted parameter sets and time window.
+
+    ``discovery_sets`` are the discovery levels of the registry's discoverable metrics: a message
+    of one of them is decoded (a malformed one is still rejected with its reason) and reported by
+    :meth:`is_discovery`; it is not checked against the event-time window, which guards the tables.
+    """
 
     def __init__(self, params_sets: Sequence[OCMSParams], retention_seconds: int, future_tolerance_seconds: int,
-                 retention_by_fp: Mapping[bytes, int] | None = None):
-        self.registry = {p.fingerprint: p for p in params_sets}
+                 retention_by_fp: Mapping[bytes, int] | None = None, discovery_sets: Sequence[OCMSParams] = ()):
+        counted = {p.fingerprint: p for p in params_sets}
+        self.discovery = {p.fingerprint: p for p in discovery_sets if p.fingerprint not in counted}
+        self.registry = {**self.discovery, **counted}
         self.retention_seconds = retention_seconds
         self.future_tolerance_seconds = future_tolerance_seconds
         #: fingerprint -> retention of that metric version (a registry states one per version)
@@ -68,6 +86,8 @@ class MessageValidator:
             params, batch = wire.decode_message(value, self.registry)
         except wire.WireFormatError as exc:
             raise RejectedMessage(exc.reason, str(exc)) from None
+        if params.fingerprint in self.discovery:
+            return params, batch
         retention = self.retention_by_fp.get(params.fingerprint, self.retention_seconds)
         if timestamp < now - retention:
             raise RejectedMessage("expired", f"event time {timestamp:.3f} is older than the {retention} s retention")
@@ -78,6 +98,10 @@ class MessageValidator:
             )
         return params, batch
 
+    def is_discovery(self, params: OCMSParams) -> bool:
+        """True for a discovery level's parameters: never counted by the streaming tables."""
+        return params.fingerprint in self.discovery
+
 
 @dataclass
 class Batch:
@@ -86,6 +110,7 @@ class Batch:
     messages: list  # every source message, accepted or rejected, in arrival order
     accepted: list[AcceptedMessage]
     dead: list[tuple[object, RejectedMessage]]  # (source message, why) for the dead-letter topic
+    discovery: list[DiscoveryMessage] = field(default_factory=list)  # acked, counted nowhere here
 
     def last_offsets(self) -> dict[int, int]:
         """Highest offset of the batch per source partition."""
@@ -109,6 +134,7 @@ class PendingBatch:
         self.messages: list = []
         self.accepted: list[AcceptedMessage] = []
         self.dead: list[tuple[object, RejectedMessage]] = []
+        self.discovery: list[DiscoveryMessage] = []
         self.reports = 0
         self.started = 0.0  # monotonic time of the batch's first message
         self._newest: dict[int, int] = {}  # partition -> highest offset pending
@@ -124,7 +150,7 @@ class PendingBatch:
         """Seconds since the first pending message (0 when nothing is pending)."""
         return now - self.started if self.messages else 0.0
 
-    def add(self, message, outcome: AcceptedMessage | RejectedMessage, now: float) -> list:
+    def add(self, message, outcome: AcceptedMessage | RejectedMessage | DiscoveryMessage, now: float) -> list:
         """Add one message with its validation outcome; returns the pending messages it
         supersedes. A message at or below the partition's newest pending offset means the
         consumer went back (a seek to the committed offset) and delivers them again: the
@@ -138,6 +164,8 @@ class PendingBatch:
         self._newest[message.partition] = message.offset
         if isinstance(outcome, RejectedMessage):
             self.dead.append((message, outcome))
+        elif isinstance(outcome, DiscoveryMessage):
+            self.discovery.append(outcome)
         else:
             self.accepted.append(outcome)
             self.reports += len(outcome.batch)
@@ -158,8 +186,8 @@ class PendingBatch:
 
     def take(self) -> Batch:
         """Hand the pending batch over (for its checkpoint) and start an empty one."""
-        batch = Batch(self.messages, self.accepted, self.dead)
-        self.messages, self.accepted, self.dead, self.reports = [], [], [], 0
+        batch = Batch(self.messages, self.accepted, self.dead, self.discovery)
+        self.messages, self.accepted, self.dead, self.discovery, self.reports = [], [], [], [], 0
         self._newest = {}
         return batch
 
@@ -169,6 +197,7 @@ class PendingBatch:
             self.messages = [m for m in self.messages if not stale(m)]
             self.accepted = [a for a in self.accepted if not stale(a)]
             self.dead = [(m, rejection) for m, rejection in self.dead if not stale(m)]
+            self.discovery = [d for d in self.discovery if not stale(d)]
             self.reports = sum(len(a.batch) for a in self.accepted)
         return dropped
 

@@ -242,6 +242,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("watch", "values always exported to /metrics (comma-separated)", names, default=(), metavar="VALUES"),
     Setting("top_k", "also export the current top K values to /metrics", integer(0, 10_000), default=20,
             metavar="K"),
+    Setting("discovery_window_seconds", "with --registry: each discovery pass reads this much of the source "
+            "topic, up to now (metrics with a discovery: block; docs/discovery.md)", integer(1, 366 * 86_400),
+            default=3600, metavar="SECONDS"),
+    Setting("discovery_interval_seconds", "with --registry: seconds between discovery passes (0: none on this "
+            "worker, e.g. all but one of a group)", number(0.0, inclusive=True), default=300.0, metavar="SECONDS"),
     Setting("log_level", "log level", choice(*LOG_LEVELS), default="info", choices=LOG_LEVELS),
     Setting("truth_file", "ground-truth JSON of a simulated fleet (ocms simulate --truth), shown by the console "
             "beside the estimates", text, metavar="PATH", option="--truth"),
@@ -348,6 +353,9 @@ class WorkerSettings:
     extra_params: tuple[OCMSParams, ...] = ()
     #: The metric registry served (agents.catalog); None: the one metric of the single-metric flags.
     registry: str | None = None
+    #: Discovery passes hosted by the worker (agents.discovery.WorkerDiscovery): window and period.
+    discovery_window_seconds: int = 3600
+    discovery_interval_seconds: float = 300.0
     #: What set each setting (flag, variable, or both names for a default): errors name it.
     labels: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 

@@ -16,6 +16,9 @@ Numbers are JSON strings of decimal digits (``cms_core.values`` rule: GF(2^128)
 coefficients do not fit a JSON number); plain JSON integers are accepted too.
 The JSON reports are written as a wire-v1 frame and decoded like binary uploads.
 
+The fingerprint of a discovery level of a discoverable metric (``registry.discovery``) is
+accepted like a version's: its reports are produced to the source topic for discovery.
+
 All messages of one upload must carry one parameter set (one metric version):
 an upload is produced as part of exactly one Kafka frame, so it is acknowledged
 (202) or refused as a whole, never half produced.
@@ -67,6 +70,12 @@ class UploadParser:
             live = {v.version for v in spec.live_versions}
             for v in spec.versions:
                 self.versions[v.fingerprint] = (v, v.version in live)
+        # Discovery levels (docs/discovery.md) are parameter versions of their metric: accepted and
+        # produced to the source topic like any report (the worker leaves them to discovery).
+        from registry.discovery import discovery_levels
+
+        for fp, level in discovery_levels(registry).items():
+            self.versions.setdefault(fp, (level, level.live))
         self.params = {fp: v.params for fp, (v, _) in self.versions.items()}
         self.record_sizes = {fp: wire.record_size(p) for fp, p in self.params.items()}
         # An upload must fit one frame, and a frame stays under the batcher's byte bound.
@@ -246,7 +255,7 @@ class UploadParser:
 
 
 def _name(version) -> str:
-    return f"{version.metric}@{version.version}"
+    return version.binding  # metric@version, or metric@version/levelL for a discovery level
 
 
 def _json_int(value, where: str) -> int:

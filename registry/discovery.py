@@ -56,6 +56,42 @@ class DiscoverySpec:
         }
 
 
+@dataclass(frozen=True)
+class DiscoveryLevel:
+    """One discovery level of a metric version, as the transports see it: a parameter version of the
+    metric (``params``/``fingerprint`` of the level) whose reports are carried like any report but
+    counted by no streaming table: discovery reads them from the source topic's window."""
+
+    metric: str
+    version: int
+    level: int
+    params: OCMSParams
+    bucket_seconds: int
+    live: bool
+
+    @property
+    def fingerprint(self) -> bytes:
+        return self.params.fingerprint
+
+    @property
+    def binding(self) -> str:
+        return self.params.binding
+
+
+def discovery_levels(registry) -> dict[bytes, DiscoveryLevel]:
+    """Level fingerprint -> :class:`DiscoveryLevel` for every version (live or retired) with a
+    ``discovery:`` block; ``live`` is the version's. Empty for a registry without discovery."""
+    out: dict[bytes, DiscoveryLevel] = {}
+    for spec in registry.metrics:
+        for version in spec.versions:
+            if getattr(version, "discovery", None) is None:
+                continue
+            for level, params in enumerate(discovery_of(version).params_by_level, 1):
+                out[params.fingerprint] = DiscoveryLevel(version.metric, version.version, level, params,
+                                                         int(version.bucket_seconds), bool(version.live))
+    return out
+
+
 def discovery_of(version) -> DiscoverySpec:
     """The discovery set-up of a registry :class:`MetricVersion`; OCMSError when it declares none."""
     from .errors import Problem, RegistryValidationError

@@ -70,6 +70,16 @@ METRICS: tuple[Metric, ...] = (
        "served metric versions and their parameters (value 1)"),
     _m("ocms_latest_bucket_start_timestamp_seconds", "gauge", "metric,version", "global",
        "start of the latest complete bucket"),
+    # Discovery (agents/discovery.py, docs/discovery.md): every worker runs the same periodic pass over
+    # the source topic's window, so the results are global; the reports it acks are per worker.
+    _m("ocms_discovered_frequency", "gauge", "metric,value", "global", "estimated frequency of a discovered value"),
+    _m("ocms_discovered_frequency_ci_low", "gauge", "metric,value", "global", "lower CI bound, discovered value"),
+    _m("ocms_discovered_frequency_ci_high", "gauge", "metric,value", "global", "upper CI bound, discovered value"),
+    _m("ocms_discovered_values", "gauge", "metric", "global", "values discovered in the latest pass"),
+    _m("ocms_discovered_values_omitted", "gauge", "metric", "global", "discovered values not exported (beyond top)"),
+    _m("ocms_discovery_reports", "gauge", "metric", "global", "discovery reports in the latest pass's window"),
+    _m("ocms_discovery_reports_received_total", "counter", "metric", "worker",
+       "discovery-level reports acked (read by discovery, counted by no table)"),
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}

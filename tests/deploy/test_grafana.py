@@ -207,3 +207,11 @@ def test_required_panels(dashboards):
     # Privacy parameters shown from ocms_params_info's labels.
     legends = {t.get("legendFormat") for p in _panels_reading(dashboards, "ocms:params_info") for t in p["targets"]}
     assert {"{{epsilon}}", "{{hash_range}}"} <= legends
+
+
+def test_the_estimates_dashboard_shows_discovered_values(dashboards):
+    """Issue 15: a panel of the latest discovery pass, read through the de-duplicated rules."""
+    (dash,) = [d for path, d in dashboards if path.name == "ocms-estimates.json"]
+    exprs = {t["expr"] for p in promql.iter_panels(dash) if p["type"] == "table" for t in p.get("targets", [])}
+    assert 'sort_desc(ocms:discovered_frequency{metric="$metric"})' in exprs
+    assert {'ocms:discovered_frequency_ci_low{metric="$metric"}', 'ocms:discovered_frequency_ci_high{metric="$metric"}'} <= exprs

@@ -24,6 +24,8 @@ import pytest
 from cms_core import OCMSParams, TrackedValues
 from producer.broker import EmbeddedBroker, free_port
 from producer.offline import sketch_from_messages
+from producer.discovery import simulate_discovery_messages
+from registry.discovery import discovery_of
 from tests.agents.harness import Message, WorkerProcess, report_messages, send
 
 from .promql import live_queries
@@ -132,7 +134,16 @@ metrics:
     epsilon: 1
     watch: [UA]
     min_reports: 1000000
+  - name: words
+    description: Words typed, discovered without a list (docs/discovery.md)
+    owner: keyboard@example.com
+    strings: true
+    tracked: [the]
+    epsilon: 4
+    discovery: {alphabet: "abcdefghijklmnopqrstuvwxyz", max_length: 4}
 """
+#: Discovery reports of ``words`` (planted heavy hitters): the worker's periodic pass finds them.
+LIVE_WORDS = ["the"] * 6000 + ["and"] * 4000 + ["zebra"] * 2000
 
 
 def test_real_prometheus_scrapes_a_three_metric_worker_rules_and_panels_return_data_by_name(
@@ -144,7 +155,7 @@ def test_real_prometheus_scrapes_a_three_metric_worker_rules_and_panels_return_d
     (folder / "registry.yaml").write_text(LIVE_REGISTRY, encoding="utf-8")
     registry = load_registry(folder / "registry.yaml")
     worker = WorkerProcess(broker.bootstrap_servers, "live-prom", "live-prom", folder,
-                           "--registry", str(folder / "registry.yaml"))
+                           "--registry", str(folder / "registry.yaml"), "--discovery-interval-seconds", "2")
     worker.start().wait_healthy()
     port = free_port()
     config = tmp_path / "prometheus.yml"
@@ -173,6 +184,9 @@ scrape_configs:
             version = registry.metric(name).latest
             d = version.params.dictionary_size
             messages += report_messages(version.params, (rng.zipf(1.2, n) - 1) % d, 100, seed=8 + seed)
+        words = discovery_of(registry.metric("words").latest)
+        messages += [Message(frame, b"gw-words") for frame in simulate_discovery_messages(
+            words.domain, words.params_by_level, LIVE_WORDS, rng, frame_size=100)]
         rng.shuffle(messages)
         send(broker.bootstrap_servers, worker.topic, messages, rate=60)  # ~5 s of traffic, scraped throughout
 
@@ -186,7 +200,11 @@ scrape_configs:
         queries = []
         for name in ("dest", "build"):
             values = [v for v in registry.metric(name).latest.watch]
-            queries += live_queries({"metric": name, "version": "1", "value": values})
+            queries += [q for q in live_queries({"metric": name, "version": "1", "value": values})
+                        if "discover" not in q[2]]  # dest and build declare no discovery
+        # The discovered-values panels, for the discoverable metric (the worker's periodic pass).
+        queries += [q for q in live_queries({"metric": "words", "version": "1", "value": ["the"]})
+                    if q[0] == "panel" and "discover" in q[2]]
         # The active-alerts panel is empty exactly when nothing is wrong; it must still evaluate.
         alerts = [q for q in queries if q[2].startswith("ALERTS")]
         for _, _, query in alerts:
@@ -236,11 +254,16 @@ scrape_configs:
         assert float(reports[0]["value"][1]) == sizes["carrier"]
         # The per-metric rules (alerts and overview read them) evaluate per metric name.
         per_metric = {s["metric"]["metric"]: float(s["value"][1]) for s in prometheus_query(base, "ocms:metric_reports:total")}
-        assert per_metric == {name: float(n) for name, n in sizes.items()}
+        # words: its discovery reports are counted by no table (0 reports in its counted version)
+        assert per_metric == {**{name: float(n) for name, n in sizes.items()}, "words": 0.0}
         rates = prometheus_query(base, "ocms:metric_reports_accepted:rate5m")
         assert {s["metric"]["metric"] for s in rates} == set(sizes), rates
         held = prometheus_query(base, 'ocms:metric_windows_withheld:count{window="total"}')
-        assert {s["metric"]["metric"]: float(s["value"][1]) for s in held} == {"dest": 0.0, "build": 0.0, "carrier": 1.0}
+        assert {s["metric"]["metric"]: float(s["value"][1]) for s in held} == {"dest": 0.0, "build": 0.0, "carrier": 1.0,
+                                                                              "words": 0.0}
+        discovered = {s["metric"]["value"] for s in prometheus_query(base, 'ocms:discovered_frequency{metric="words"}')}
+        assert {"the", "and"} <= discovered, discovered  # zebra is truncated to its first 4 letters: zebr
+        assert worker.get("/metrics/words/estimates")[1]["n"] == 0  # discovery reports are counted by no table
         info = prometheus_query(base, 'ocms:params_info{metric="dest"}')
         assert info[0]["metric"]["mechanism"] == "direct"
         assert info[0]["metric"]["fingerprint"] == registry.metric("dest").latest.fingerprint.hex()

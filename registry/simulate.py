@@ -70,12 +70,10 @@ def cmd_simulate(args) -> int:
     from producer import simulator
     from producer.cli import run_simulation
 
+    from .cli import parameter_flags_given
     from .loader import load_registry
 
-    given = [flag for flag, value in (("--epsilon", args.epsilon), ("--dictionary-size", args.dictionary_size),
-                                      ("--strings", args.strings or None), ("--tracked", args.tracked),
-                                      ("--hash-range", args.hash_range),
-                                      ("--mechanism", getattr(args, "mechanism", None))) if value is not None]
+    given = parameter_flags_given(args)
     if given:
         raise OCMSError(f"--registry takes the parameters from the metric; drop {', '.join(given)}")
     if args.metric is None:

@@ -18,9 +18,8 @@ from producer.broker import EmbeddedBroker
 from producer.ledger import PrivacyLedger
 from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport
-from registry import load_registry
 
-from .harness import CollectorProcess, RegistryWorker, consume_all, records_of, write_registry
+from .harness import CollectorProcess, RegistryWorker, consume_all, records_of
 from .loadgen import LoadGenerator
 
 TOPIC = "col-e2e"
@@ -30,16 +29,6 @@ TOPIC = "col-e2e"
 def broker():
     with EmbeddedBroker() as b:
         yield b
-
-
-@pytest.fixture(scope="module")
-def registry_path(tmp_path_factory):
-    return write_registry(tmp_path_factory.mktemp("registry"))
-
-
-@pytest.fixture(scope="module")
-def dest(registry_path):
-    return load_registry(registry_path).metric("dest").version(1)
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,8 @@ import pytest
 
 from cms_core import wire
 from producer.broker import EmbeddedBroker
-from registry import load_registry
 
-from .harness import WIRE, CollectorProcess, consume_all, records_of, reports, request, single_messages, write_registry
+from .harness import WIRE, CollectorProcess, consume_all, records_of, reports, request, single_messages
 from .loadgen import LoadGenerator
 
 
@@ -32,16 +31,6 @@ def broker():
     with EmbeddedBroker() as b:
         b.create_topics({"col-outage": 2, "col-queue": 1, "col-fuzz": 2})
         yield b
-
-
-@pytest.fixture(scope="module")
-def registry_path(tmp_path_factory):
-    return write_registry(tmp_path_factory.mktemp("registry"))
-
-
-@pytest.fixture(scope="module")
-def dest(registry_path):
-    return load_registry(registry_path).metric("dest").version(1)
 
 
 def topic_counter(broker, topic, version) -> Counter:

@@ -19,10 +19,9 @@ import pytest
 
 from cms_core import wire
 from producer.broker import EmbeddedBroker
-from registry import load_registry
 
 from .harness import (
-    WIRE, CollectorProcess, consume_all, records_of, reports, request, single_messages, write_registry,
+    WIRE, CollectorProcess, consume_all, records_of, reports, request, single_messages,
 )
 
 TOPIC = "col-http"
@@ -33,21 +32,6 @@ def broker():
     with EmbeddedBroker() as b:
         b.create_topics({TOPIC: 4, "col-limits": 2, "col-tokens": 2})
         yield b
-
-
-@pytest.fixture(scope="module")
-def registry_path(tmp_path_factory):
-    return write_registry(tmp_path_factory.mktemp("registry"))
-
-
-@pytest.fixture(scope="module")
-def reg(registry_path):
-    return load_registry(registry_path)
-
-
-@pytest.fixture(scope="module")
-def dest(reg):
-    return reg.metric("dest").version(1)
 
 
 @pytest.fixture(scope="module")

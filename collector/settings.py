@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Mapping
 
+from agents.settings import switch, topic  # the worker's validators: same rules, same messages
 from cms_core.errors import InvalidParameterError
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -110,7 +111,7 @@ class CollectorSettings:
                 out[name] = _float(env_name(name), raw[name], zero_ok)
         for name in ("access_log_client_addresses", "access_log"):
             if name in raw:
-                out[name] = _bool(env_name(name), raw[name])
+                out[name] = switch(raw[name], env_name(name))
         if "kafka_idempotence" in raw:
             mode = str(raw["kafka_idempotence"]).lower()
             if mode not in ("auto", "on", "off"):
@@ -122,10 +123,7 @@ class CollectorSettings:
                 raise InvalidParameterError(env_name("log_level"), raw["log_level"], f"expected one of {LOG_LEVELS}")
             out["log_level"] = level
         if "source_topic" in raw:
-            topic = str(raw["source_topic"])
-            if not topic or len(topic) > 249 or any(not (c.isalnum() or c in "._-") for c in topic):
-                raise InvalidParameterError(env_name("source_topic"), topic, "Kafka topic names use [a-zA-Z0-9._-], 1..249 characters")
-            out["source_topic"] = topic
+            out["source_topic"] = topic(raw["source_topic"], env_name("source_topic"))
         if "host" in raw:
             out["host"] = str(raw["host"])
         for name in ("tls_cert", "tls_key", "tokens_file"):
@@ -163,14 +161,3 @@ def _float(name: str, raw, zero_ok: bool) -> float:
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
         raise InvalidParameterError(name, raw, "must be a finite number " + (">= 0" if zero_ok else "> 0"))
     return value
-
-
-def _bool(name: str, raw) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise InvalidParameterError(name, raw, "expected true or false")

@@ -117,8 +117,6 @@ def cmd_plan(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    import asyncio
-
     from producer import simulator
     from producer.datasets import parse_dataset
 
@@ -134,6 +132,20 @@ def cmd_simulate(args) -> int:
         params=params, dataset=dataset, reports=reports, duration_s=args.duration, rate=args.rate,
         devices=args.devices, frame_size=args.frame_size, seed=args.seed,
     )
+    result, where = run_simulation(args, settings)
+    print(f"sent {result.reports:,} reports in {result.messages:,} messages to {where} in {result.seconds:.2f} s: "
+          f"{result.reports_per_second:,.0f} reports/s")
+    return 0
+
+
+def run_simulation(args, settings):
+    """Run the simulated fleet ``settings`` as the ``simulate`` flags say (``--embedded-broker``,
+    ``--bootstrap-servers``, ``--topic``, ``--partitions``, ``--out``, ``--truth``, ``--progress``);
+    returns the :class:`SimulationResult` and where the reports went, for the summary line."""
+    import asyncio
+
+    from producer import simulator
+
     broker = None
     bootstrap = args.bootstrap_servers
     if args.embedded_broker:
@@ -160,9 +172,7 @@ def cmd_simulate(args) -> int:
     if args.truth:
         simulator.write_truth(args.truth, settings, result)
     where = " and ".join(x for x in [f"{bootstrap}/{args.topic}" if bootstrap else "", args.out or ""] if x)
-    print(f"sent {result.reports:,} reports in {result.messages:,} messages to {where} in {result.seconds:.2f} s: "
-          f"{result.reports_per_second:,.0f} reports/s")
-    return 0
+    return result, where
 
 
 #: Parameter-set flags of ``simulate``.

@@ -53,9 +53,7 @@ def add_registry_commands(sub) -> None:
         plan.add_argument("--registry", metavar="FILE", help="plan every metric of a registry (a row per version) "
                                                              "instead of one parameter set from the flags")
         plan.add_argument("--metric", help="with --registry: only this metric")
-        for action in plan._actions:  # --epsilon is required only without --registry (checked in plan_command)
-            if action.dest == "epsilon":
-                action.required = False
+        _epsilon_optional(plan)  # required only without --registry (checked in plan_command)
         plan.set_defaults(func=_plan_dispatch(plan.get_default("func")))
 
     estimate = sub.choices.get("estimate")
@@ -63,10 +61,8 @@ def add_registry_commands(sub) -> None:
         estimate.add_argument("--registry", metavar="FILE", help="estimate a registry metric (with --metric): its "
                               "parameters and tracked values; values answered by name")
         estimate.add_argument("--metric", help="with --registry: the metric the captures hold")
-        estimate.add_argument("--metric-version", type=int, help="with --registry: this version (default the newest live)")
-        for action in estimate._actions:  # --epsilon is required only without --registry
-            if action.dest == "epsilon":
-                action.required = False
+        _add_metric_version_flag(estimate)
+        _epsilon_optional(estimate)  # required only without --registry
         estimate.set_defaults(func=_estimate_dispatch(estimate.get_default("func")))
 
     simulate = sub.choices.get("simulate")
@@ -74,11 +70,30 @@ def add_registry_commands(sub) -> None:
         simulate.add_argument("--registry", metavar="FILE", help="report a registry metric (with --metric): its "
                               "parameters, fingerprint and category names; dataset labels map to categories by name")
         simulate.add_argument("--metric", help="with --registry: the metric the fleet reports")
-        simulate.add_argument("--metric-version", type=int, help="with --registry: this version (default the newest live)")
+        _add_metric_version_flag(simulate)
         simulate.add_argument("--discovery", action="store_true", help="with --registry: discovery reports (a random "
                               "level each, docs/discovery.md) of a metric with a discovery: block, to a capture (--out)")
         defaults = {"epsilon": simulate.get_default("epsilon"), "dataset": simulate.get_default("dataset")}
         simulate.set_defaults(func=_simulate_dispatch(simulate.get_default("func"), defaults), epsilon=None, dataset=None)
+
+
+def _epsilon_optional(parser) -> None:
+    """``--epsilon`` is required only without ``--registry`` (the registry gives it); the command checks."""
+    for action in parser._actions:
+        if action.dest == "epsilon":
+            action.required = False
+
+
+def _add_metric_version_flag(parser) -> None:
+    parser.add_argument("--metric-version", type=int, help="with --registry: this version (default the newest live)")
+
+
+def parameter_flags_given(args) -> list[str]:
+    """The parameter-set flags given on a command line that takes every parameter from ``--registry``."""
+    return [flag for flag, value in (("--epsilon", args.epsilon), ("--dictionary-size", args.dictionary_size),
+                                     ("--strings", args.strings or None), ("--tracked", args.tracked),
+                                     ("--hash-range", args.hash_range),
+                                     ("--mechanism", getattr(args, "mechanism", None))) if value is not None]
 
 
 def _plan_dispatch(single):
@@ -246,10 +261,7 @@ def cmd_device_config(args) -> int:
 def cmd_plan(args) -> int:
     from cms_core import planning
 
-    given = [flag for flag, value in (("--epsilon", args.epsilon), ("--dictionary-size", args.dictionary_size),
-                                      ("--strings", args.strings or None), ("--tracked", args.tracked),
-                                      ("--hash-range", args.hash_range),
-                                      ("--mechanism", getattr(args, "mechanism", None))) if value is not None]
+    given = parameter_flags_given(args)
     if given:
         raise OCMSError(f"--registry takes every parameter from the registry; drop {', '.join(given)}")
     reg = _load(args.registry)

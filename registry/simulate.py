@@ -67,16 +67,13 @@ def dataset_for(version, spec: str | None):
 
 
 def cmd_simulate(args) -> int:
-    import asyncio
-
     from producer import simulator
+    from producer.cli import run_simulation
 
+    from .cli import parameter_flags_given
     from .loader import load_registry
 
-    given = [flag for flag, value in (("--epsilon", args.epsilon), ("--dictionary-size", args.dictionary_size),
-                                      ("--strings", args.strings or None), ("--tracked", args.tracked),
-                                      ("--hash-range", args.hash_range),
-                                      ("--mechanism", getattr(args, "mechanism", None))) if value is not None]
+    given = parameter_flags_given(args)
     if given:
         raise OCMSError(f"--registry takes the parameters from the metric; drop {', '.join(given)}")
     if args.metric is None:
@@ -98,29 +95,7 @@ def cmd_simulate(args) -> int:
         params=version.params, dataset=dataset, reports=reports, duration_s=args.duration, rate=args.rate,
         devices=args.devices, frame_size=args.frame_size, seed=args.seed,
     )
-    broker = None
-    bootstrap = args.bootstrap_servers
-    if args.embedded_broker:
-        if bootstrap:
-            raise OCMSError("--embedded-broker and --bootstrap-servers are exclusive")
-        from producer.broker import EmbeddedBroker
-
-        broker = EmbeddedBroker().start()
-        bootstrap = broker.bootstrap_servers
-        print(f"embedded broker on {bootstrap}", file=sys.stderr)
-    try:
-        if bootstrap:
-            from producer.broker import create_topics
-
-            asyncio.run(create_topics(bootstrap, {args.topic: args.partitions}))
-        result = asyncio.run(simulator.run(settings, bootstrap_servers=bootstrap, topic=args.topic, out=args.out,
-                                           progress=args.progress))
-    finally:
-        if broker is not None:
-            broker.stop()
-    if args.truth:
-        simulator.write_truth(args.truth, settings, result)
-    where = " and ".join(x for x in [f"{bootstrap}/{args.topic}" if bootstrap else "", args.out or ""] if x)
+    result, where = run_simulation(args, settings)
     print(f"{version.binding} (fingerprint {version.fingerprint.hex()}): sent {result.reports:,} reports in "
           f"{result.messages:,} messages to {where} in {result.seconds:.2f} s: {result.reports_per_second:,.0f} reports/s")
     return 0

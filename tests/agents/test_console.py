@@ -272,18 +272,24 @@ def wait_for_listing(worker, reports: dict[str, int], timeout: float = 90.0) -> 
     raise AssertionError(f"the listing did not reach {reports} within {timeout} s: {doc}")
 
 
-def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
-    from selenium.webdriver.support.ui import Select
-
-    worker, dataset, registry, result = registry_worker
+def open_console(chrome, worker, top_chart: str) -> None:
+    """Load the console page (browser log emptied first) and wait until it is ready with its top-10 chart,
+    the truth markers and the trend chart drawn."""
     chrome.get_log("browser")
     chrome.get(worker.base_url + "/")
     wait_until(chrome, lambda d: d.find_element("id", "health").get_attribute("data-state") == "ok", "the ready state")
     wait_until(chrome, lambda d: len(table_rows(d, "topk-data")) == 10 and d.find_elements("css selector", "#topk-chart canvas"),
-               "the top-10 bar chart of flight_dest")
+               top_chart)
     wait_until(chrome, lambda d: all("truth" in r["cells"] for r in table_rows(d, "topk-data")), "the truth markers")
     wait_until(chrome, lambda d: len(table_rows(d, "trend-data")) > 0 and d.find_elements("css selector", "#trend-chart canvas"),
                "the trend chart")
+
+
+def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
+    from selenium.webdriver.support.ui import Select
+
+    worker, dataset, registry, result = registry_worker
+    open_console(chrome, worker, "the top-10 bar chart of flight_dest")
 
     # the metrics list: both metrics by name, from the JSON listing
     listing = get(worker.base_url, "/metrics?format=json")[1]
@@ -414,14 +420,7 @@ def test_legacy_worker_shows_the_api_numbers_and_the_truth(chrome, fed_worker, t
     """A single-metric worker (flags): its one-metric catalog 'default', values by id, named by the truth."""
     worker, dataset, params, result = fed_worker
     fp = params.fingerprint.hex()
-    chrome.get_log("browser")
-    chrome.get(worker.base_url + "/")
-    wait_until(chrome, lambda d: d.find_element("id", "health").get_attribute("data-state") == "ok", "the ready state")
-    wait_until(chrome, lambda d: len(table_rows(d, "topk-data")) == 10 and d.find_elements("css selector", "#topk-chart canvas"),
-               "the top-10 bar chart")
-    wait_until(chrome, lambda d: all("truth" in r["cells"] for r in table_rows(d, "topk-data")), "the truth markers")
-    wait_until(chrome, lambda d: len(table_rows(d, "trend-data")) > 0 and d.find_elements("css selector", "#trend-chart canvas"),
-               "the trend chart")
+    open_console(chrome, worker, "the top-10 bar chart")
 
     # metrics list: this worker's one metric 'default', its report count
     metrics = chrome.find_element("id", "metrics")

@@ -89,6 +89,19 @@ class CollectorProcess:
         log.close()
         return self
 
+    def __enter__(self) -> "CollectorProcess":
+        """``with CollectorProcess(...) as c``: started and healthy; stopped on the way out."""
+        self.start()
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
     def wait_healthy(self, timeout: float = 30.0) -> dict:
         deadline = time.monotonic() + timeout
         last = None

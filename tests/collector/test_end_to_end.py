@@ -18,9 +18,8 @@ from producer.broker import EmbeddedBroker
 from producer.ledger import PrivacyLedger
 from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport
-from registry import load_registry
 
-from .harness import CollectorProcess, RegistryWorker, consume_all, records_of, write_registry
+from .harness import CollectorProcess, RegistryWorker, consume_all, records_of
 from .loadgen import LoadGenerator
 
 TOPIC = "col-e2e"
@@ -33,29 +32,11 @@ def broker():
 
 
 @pytest.fixture(scope="module")
-def registry_path(tmp_path_factory):
-    return write_registry(tmp_path_factory.mktemp("registry"))
-
-
-@pytest.fixture(scope="module")
-def dest(registry_path):
-    return load_registry(registry_path).metric("dest").version(1)
-
-
-@pytest.fixture(scope="module")
 def worker(broker, registry_path, tmp_path_factory):
     w = RegistryWorker(registry_path, "dest", 1, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("worker"))
     w.start()
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            assert w.alive(), w.log_path.read_text()[-3000:]
-            try:
-                if w.estimates()[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.25)
+        w.wait_for_n(0, timeout=90)  # serving
         yield w
     finally:
         w.stop()
@@ -63,13 +44,8 @@ def worker(broker, registry_path, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def collector(broker, registry_path, worker, tmp_path_factory):
-    c = CollectorProcess(registry_path, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("collector"))
-    c.start()
-    try:
-        c.wait_healthy()
+    with CollectorProcess(registry_path, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("collector")) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_devices_through_the_collector_are_counted_exactly(collector, worker, dest, tmp_path):

@@ -21,9 +21,8 @@ import pytest
 
 from cms_core import wire
 from producer.broker import EmbeddedBroker
-from registry import load_registry
 
-from .harness import WIRE, CollectorProcess, consume_all, records_of, reports, request, single_messages, write_registry
+from .harness import WIRE, CollectorProcess, consume_all, records_of, reports, request, single_messages
 from .loadgen import LoadGenerator
 
 
@@ -32,16 +31,6 @@ def broker():
     with EmbeddedBroker() as b:
         b.create_topics({"col-outage": 2, "col-queue": 1, "col-fuzz": 2})
         yield b
-
-
-@pytest.fixture(scope="module")
-def registry_path(tmp_path_factory):
-    return write_registry(tmp_path_factory.mktemp("registry"))
-
-
-@pytest.fixture(scope="module")
-def dest(registry_path):
-    return load_registry(registry_path).metric("dest").version(1)
 
 
 def topic_counter(broker, topic, version) -> Counter:
@@ -91,11 +80,9 @@ def test_kafka_unavailable_answers_503_and_no_accepted_report_is_lost(broker, re
 
 
 def test_a_full_produce_queue_answers_503_queue_full(broker, registry_path, dest, tmp_path):
-    collector = CollectorProcess(registry_path, broker.bootstrap_servers, "col-queue", tmp_path,
-                                 "--max-queued-reports", "10", "--max-upload-reports", "10", "--frame-max-reports", "10",
-                                 "--kafka-timeout-ms", "3000").start()
-    try:
-        collector.wait_healthy()
+    with CollectorProcess(registry_path, broker.bootstrap_servers, "col-queue", tmp_path,
+                          "--max-queued-reports", "10", "--max-upload-reports", "10", "--frame-max-reports", "10",
+                          "--kafka-timeout-ms", "3000") as collector:
         body = wire.encode_frame(dest.params, reports(dest, 10, seed=2))
         os.kill(broker.process.pid, signal.SIGSTOP)
         try:
@@ -111,8 +98,6 @@ def test_a_full_produce_queue_answers_503_queue_full(broker, registry_path, dest
             os.kill(broker.process.pid, signal.SIGCONT)
         thread.join(30)
         assert first and first[0][0] in (202, 503)
-    finally:
-        collector.stop()
 
 
 def fuzz_bodies(dest, n: int, seed: int):
@@ -156,11 +141,9 @@ def test_fuzz_of_10000_hostile_uploads(broker, registry_path, dest, tmp_path):
 
     import aiohttp
 
-    collector = CollectorProcess(registry_path, broker.bootstrap_servers, "col-fuzz", tmp_path,
-                                 "--body-timeout-seconds", "1", "--max-body-bytes", "65536", "--access-log", "false",
-                                 "--reject-delay-ms", "0").start()
-    try:
-        collector.wait_healthy()
+    with CollectorProcess(registry_path, broker.bootstrap_servers, "col-fuzz", tmp_path,
+                          "--body-timeout-seconds", "1", "--max-body-bytes", "65536", "--access-log", "false",
+                          "--reject-delay-ms", "0") as collector:
         valid_sent: Counter = Counter()
         answers: Counter = Counter()
         bad_answers: list = []
@@ -214,8 +197,6 @@ def test_fuzz_of_10000_hostile_uploads(broker, registry_path, dest, tmp_path):
         in_kafka = topic_counter(broker, "col-fuzz", dest)
         assert in_kafka == valid_sent, "valid reports sent between hostile uploads are in Kafka exactly"
         assert sum(valid_sent.values()) == 500
-    finally:
-        collector.stop()
 
 
 def test_sigterm_under_load_answers_what_it_took(broker, registry_path, dest, tmp_path):

@@ -19,10 +19,9 @@ import pytest
 
 from cms_core import wire
 from producer.broker import EmbeddedBroker
-from registry import load_registry
 
 from .harness import (
-    WIRE, CollectorProcess, consume_all, records_of, reports, request, single_messages, write_registry,
+    WIRE, CollectorProcess, consume_all, records_of, reports, request, single_messages,
 )
 
 TOPIC = "col-http"
@@ -36,30 +35,10 @@ def broker():
 
 
 @pytest.fixture(scope="module")
-def registry_path(tmp_path_factory):
-    return write_registry(tmp_path_factory.mktemp("registry"))
-
-
-@pytest.fixture(scope="module")
-def reg(registry_path):
-    return load_registry(registry_path)
-
-
-@pytest.fixture(scope="module")
-def dest(reg):
-    return reg.metric("dest").version(1)
-
-
-@pytest.fixture(scope="module")
 def collector(broker, registry_path, tmp_path_factory):
-    c = CollectorProcess(registry_path, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("collector"),
-                         "--body-timeout-seconds", "1", "--max-upload-reports", "200", "--reject-delay-ms", "0")
-    c.start()
-    try:
-        c.wait_healthy()
+    with CollectorProcess(registry_path, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("collector"),
+                          "--body-timeout-seconds", "1", "--max-upload-reports", "200", "--reject-delay-ms", "0") as c:
         yield c
-    finally:
-        c.stop()
 
 
 def post(collector, body, path="/v1/reports", **kw):
@@ -283,14 +262,9 @@ def test_access_log_holds_no_client_address_or_user_agent(broker, registry_path,
     assert any("POST /v1/reports" in line for line in lines)
     assert not any("127.0.0.1" in line or "device-model-XYZ" in line for line in lines), lines
     # control: an operator can turn client addresses on, and then they are there
-    c = CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path, "--access-log-client-addresses")
-    c.start()
-    try:
-        c.wait_healthy()
+    with CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path, "--access-log-client-addresses") as c:
         lines = [line for line in _access_lines(c, dest) if "POST" in line]
         assert lines and all("127.0.0.1" in line and "device-model-XYZ" in line for line in lines), lines
-    finally:
-        c.stop()
 
 
 # ---------------------------------------------------------------------- tokens and rate limits
@@ -306,10 +280,7 @@ def test_tokens_and_rate_limits(broker, registry_path, dest, reg, tmp_path):
     ]}
     path = tmp_path / "tokens.json"
     path.write_text(json.dumps(doc))
-    c = CollectorProcess(registry_path, broker.bootstrap_servers, "col-tokens", tmp_path, "--tokens-file", str(path))
-    c.start()
-    try:
-        c.wait_healthy()
+    with CollectorProcess(registry_path, broker.bootstrap_servers, "col-tokens", tmp_path, "--tokens-file", str(path)) as c:
         message = single_messages(dest, 1, seed=12)[0]
 
         def auth(name):
@@ -330,21 +301,14 @@ def test_tokens_and_rate_limits(broker, registry_path, dest, reg, tmp_path):
         assert 1 <= int(answers[3][2]["Retry-After"]) <= 2
         # another application is not affected by the slow one's limit
         assert all(post(c, message, headers=auth("fast"))[0] == 202 for _ in range(10))
-    finally:
-        c.stop()
 
 
 def test_global_rate_limit(broker, registry_path, dest, tmp_path):
-    c = CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path,
-                         "--rate-limit", "1", "--rate-burst", "4")
-    c.start()
-    try:
-        c.wait_healthy()
+    with CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path,
+                          "--rate-limit", "1", "--rate-burst", "4") as c:
         message = single_messages(dest, 1, seed=13)[0]
         statuses = [post(c, message)[0] for _ in range(6)]
         assert statuses[:4] == [202] * 4 and statuses[4:] == [429, 429]
-    finally:
-        c.stop()
 
 
 def test_bad_settings_exit_2_naming_the_variable(registry_path, tmp_path):
@@ -449,10 +413,7 @@ def test_bad_uploads_validated_in_one_batch_with_good_ones_fail_alone(broker, co
 def test_client_faults_are_answered_after_a_growing_reject_delay(broker, registry_path, dest, tmp_path):
     import http.client
 
-    c = CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path, "--reject-delay-ms", "50")
-    c.start()
-    try:
-        c.wait_healthy()
+    with CollectorProcess(registry_path, broker.bootstrap_servers, "col-limits", tmp_path, "--reject-delay-ms", "50") as c:
         connection = http.client.HTTPConnection("127.0.0.1", c.port, timeout=30)  # one keep-alive connection
 
         def timed_post(body):
@@ -468,8 +429,6 @@ def test_client_faults_are_answered_after_a_growing_reject_delay(broker, registr
         assert answers[4][1] >= 0.05 * 2 ** 4, "the fifth fault in a row waits 16 times the delay"
         assert timed_post(single_messages(dest, 1, seed=16)[0])[0] == 202  # and resets the count
         connection.close()
-    finally:
-        c.stop()
 
 
 def test_clients_can_read_the_live_metric_versions(collector, reg):

@@ -17,19 +17,8 @@ from collector.guard import (
 from collector.settings import CollectorSettings
 from collector.uploads import UploadParser, UploadRejected
 from producer.reporter import DeliveryError, DeviceReporter, HttpTransport
-from registry import load_registry
 
-from .harness import reports, single_messages, write_registry
-
-
-@pytest.fixture(scope="module")
-def registry_path(tmp_path_factory):
-    return write_registry(tmp_path_factory.mktemp("registry"))
-
-
-@pytest.fixture(scope="module")
-def reg(registry_path):
-    return load_registry(registry_path)
+from .harness import reports, single_messages
 
 
 class Clock:

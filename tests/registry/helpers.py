@@ -42,3 +42,15 @@ def single_problem(tmp_path: Path, text: str, error=RegistryError):
         load(tmp_path, text)
     assert len(info.value.problems) == 1, str(info.value)
     return info.value.problems[0]
+
+
+def run(capsys, *argv):
+    """``ocms ARGV`` in this process through the real entry point: (exit status, stdout, stderr)."""
+    from agents.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err

@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 
-from agents.cli import main
 from registry import load_registry
 
-from .helpers import write
+from .helpers import run, write
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,15 +31,6 @@ metrics:
     tracked: ["18446744073709551615", "7"]
     epsilon: 3
 """
-
-
-def run(capsys, *argv):
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_check_lock_cycle(tmp_path, capsys):

@@ -6,22 +6,12 @@ import json
 
 import numpy as np
 
-from agents.cli import main
 from producer.offline import sketch_from_captures
 from registry import load_registry
 from registry.simulate import dataset_for
 
-from .helpers import write
+from .helpers import run, write
 from .test_deploy_registry import REGISTRY
-
-
-def run(capsys, *argv):
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_a_labelled_dataset_maps_to_categories_by_name(tmp_path, capsys):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from cms_core import OCMSParams, TrackedValues
-from cms_core.errors import InvalidParameterError, InvalidValueError
+from cms_core.errors import InvalidParameterError, InvalidValueError, OCMSError
 from producer.values_file import MAX_WHOLE_DICTIONARY
 
 ENV_PREFIX = "OCMS_"
@@ -430,6 +430,43 @@ class WorkerSettings:
                                         "must differ from the source topic")
 
 
+# --- ``ocms worker --registry FILE``: the registry's parameter sets, and settings that cannot go with it.
+# With a registry every metric version states its own epsilon, dictionary, tracked set, bucket width,
+# retention, rollup, watch list and top-K; the single-metric settings that describe those are refused
+# (naming the flag or variable that set them) rather than silently ignored. The worker-wide settings
+# (broker, topics, partitions, micro-batch, web, store) keep their flags.
+#: Settings (agents.settings.SETTINGS) of the one metric the flags describe: a registry replaces them.
+METRIC_SETTINGS = (
+    "epsilon", "mode", "f_star", "dictionary_size", "strings", "tracked", "hash_range", "mechanism", "extra_epsilon",
+    "tracked_range", "tracked_file", "watch", "top_k", "bucket_seconds", "retention_seconds", "rollup_seconds",
+    "rollup_retention_seconds",
+)
+
+
+class RegistryFlagError(OCMSError, ValueError):
+    """A single-metric setting given together with --registry."""
+
+
+def registry_params(flags: Mapping[str, object], environ: Mapping[str, str], path: str):
+    """(primary parameters, the other live versions' parameters) of the registry at ``path``.
+
+    The primary is the first metric's newest live version; the catalog (agents.catalog) builds
+    the rest of what the worker serves from the same file."""
+    _, labels = resolve(METRIC_SETTINGS, flags, environ)
+    given = [labels[name] for name in METRIC_SETTINGS if name in labels.given]
+    if given:
+        raise RegistryFlagError(f"{', '.join(given)}: describe the single metric of the flags; with --registry "
+                                f"{path} each metric states them in the registry (docs/registry.md)")
+    from registry import load_registry
+
+    registry = load_registry(path)
+    versions = [v for m in registry.metrics for v in m.live_versions]
+    if not versions:
+        raise RegistryFlagError(f"--registry {path}: no live metric version to serve")
+    first = registry.metrics[0].latest if registry.metrics[0].live_versions else versions[0]
+    return first.params, tuple(v.params for v in versions if v is not first)
+
+
 #: Settings that WorkerSettings.build resolves (the parameter set is built before, by build_params).
 WORKER_SETTINGS = tuple(s.name for s in SETTINGS if not s.params and s.name != "extra_epsilon")
 
@@ -438,8 +475,6 @@ def worker_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> 
     """The worker's settings from flag values (None = not given) and the environment."""
     registry, _ = resolve(("registry",), flags, environ)
     if registry["registry"] is not None:  # every metric version states its own parameters
-        from .worker_registry import registry_params
-
         params, extra = registry_params(flags, environ, registry["registry"])
         overrides = {name: flags.get(name) for name in WORKER_SETTINGS}
         return WorkerSettings.build(params, environ, extra_params=extra, **overrides)

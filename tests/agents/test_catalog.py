@@ -307,7 +307,7 @@ def test_single_metric_flags_are_a_one_metric_catalog():
 
 def test_worker_flags_cannot_go_with_a_registry(tmp_path):
     from agents.cli import build_parser, worker_settings_from_args
-    from agents.worker_registry import RegistryFlagError
+    from agents.settings import RegistryFlagError
 
     path = tmp_path / "r.yaml"
     path.write_text(textwrap.dedent(REGISTRY), encoding="utf-8")

@@ -117,3 +117,12 @@ def test_readme_and_makefile_state_one_make_results_time():
     readme_times = set(re.findall(r"make results.*?~(\d+) min", readme))
     make_times = set(re.findall(r"~(\d+) min on", makefile))
     assert readme_times and readme_times == make_times, (readme_times, make_times)
+
+
+def test_l2_derives_the_tracked_count_from_a_tracked_set_given_in_the_environment():
+    """Issue 18: `--mode l2` takes D from the tracked set, wherever the set was given (here OCMS_TRACKED_RANGE)."""
+    env = {"OCMS_TRACKED_RANGE": "0:500", "OCMS_BOOTSTRAP_SERVERS": "127.0.0.1:9092"}
+    settings = worker_settings({"epsilon": "2", "mode": "l2", "dictionary_size": "100000"}, env)
+    assert (settings.params.mode, settings.params.tracked_count) == ("l2", 500)
+    explicit = worker_settings({"epsilon": "2", "mode": "l2", "dictionary_size": "100000", "tracked": "800"}, env)
+    assert explicit.params.tracked_count == 800  # an explicit D wins

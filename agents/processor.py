@@ -18,6 +18,7 @@ import heapq
 import math
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -254,6 +255,8 @@ def plan_batch(
     added: dict[BucketKey, list] = {}  # key -> [n, counts, max offset]
     replayed_keys: set[BucketKey] = set()
     started = time.perf_counter()
+    planned = []  # (thresholds, offsets, cuts, segments, tracked) per group; segments decoded below
+    jobs = []  # (params, batch, tracked, segment): every kernel call of the batch, made together
     for (fingerprint, partition, _), group in groups.items():
         group.sort(key=lambda m: m.offset)
         params, tracked = params_by_fp[fingerprint], tracked_by_fp[fingerprint]
@@ -274,8 +277,12 @@ def plan_batch(
                 segments.append(None)
                 continue
             batch = ReportBatch.concat([m.batch for m in group[lo:hi]])
-            counts = kernel.match_counts(params, batch, tracked)
-            segments.append((len(batch), counts, int(offsets[hi - 1])))
+            segment = [len(batch), None, int(offsets[hi - 1])]
+            jobs.append((params, batch, tracked, segment))
+            segments.append(segment)
+        planned.append((thresholds, offsets, cuts, segments, tracked))
+    decode_segments(jobs)
+    for thresholds, offsets, cuts, segments, tracked in planned:
         for key, threshold in thresholds.items():
             if offsets[0] <= threshold:  # this key skips at least one (replayed) event
                 replayed_keys.add(key)
@@ -300,6 +307,32 @@ def plan_batch(
         plan.reasserted.append(key)
     plan.replayed = plan.reports - sum(plan.counted.values())
     return plan
+
+
+def decode_segments(jobs: list) -> None:
+    """Fill each job's segment ``[n, counts, last]`` with its kernel counts.
+
+    A registry worker's micro-batch holds many small groups (one per metric version,
+    partition and bucket), each below the kernel's own threshold for a second thread, so
+    decoded one after another they used one CPU while the single-metric worker's one large
+    group used all. The groups are independent, so they are decoded on a pool of the
+    kernel's thread count (largest first, for balance) whenever together they are worth it;
+    each count is the same integer whichever thread computes it.
+    """
+    threads = kernel.default_threads()
+    pairs = sum(len(batch) * len(tracked) for _, batch, tracked, _ in jobs)
+    if len(jobs) < 2 or threads < 2 or pairs < 2 * kernel._PAIRS_PER_THREAD:
+        for params, batch, tracked, segment in jobs:
+            segment[1] = kernel.match_counts(params, batch, tracked)
+        return
+    jobs = sorted(jobs, key=lambda job: len(job[1]) * len(job[2]), reverse=True)
+
+    def decode(job):
+        params, batch, tracked, segment = job
+        segment[1] = kernel.match_counts(params, batch, tracked, threads=1)
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ocms-decode-group") as pool:
+        list(pool.map(decode, jobs))
 
 
 def batch_keys(

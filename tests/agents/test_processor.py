@@ -7,6 +7,7 @@ where only some of a batch's table writes landed.
 """
 
 import json
+import threading
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -594,3 +595,31 @@ def test_pending_batch_drops_partitions_no_longer_owned_and_forgets_their_offset
     assert batch.keep_partitions({0}) == []
     back = source(1, 0)  # given back later: a fresh start, not a redelivery of a dropped copy
     assert batch.add(back, accepted_for(back), now=0.0) == [] and batch.messages[-1] is back
+
+
+# ------------------------------------------------- groups decoded on threads
+def test_groups_decoded_together_on_threads_give_the_same_plan(monkeypatch):
+    """A registry worker's batch holds many small groups, decoded on a pool of threads
+    (decode_segments); the plan, replayed segments included, is the one-by-one plan to the integer."""
+    events = make_events(51, per_partition=24)
+    table: dict = {}
+    for key, state in plan_batch(events[:30], table.get, PARAMS, TRACKED, LEVELS).writes:
+        table[key] = state
+    batch = events[12:]  # overlaps what the table holds: replayed segments next to new ones
+    one_by_one = plan_batch(batch, table.get, PARAMS, TRACKED, LEVELS)
+    assert one_by_one.replayed > 0
+    threads = []
+    decode = kernel.match_counts
+
+    def recording(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "match_counts", recording)
+    monkeypatch.setattr(kernel, "_PAIRS_PER_THREAD", 1)  # every batch worth a second thread
+    monkeypatch.setenv("OCMS_DECODE_THREADS", "2")
+    pooled = plan_batch(batch, table.get, PARAMS, TRACKED, LEVELS)
+    assert threads and all(name.startswith("ocms-decode-group") for name in threads)
+    assert pooled.writes == one_by_one.writes
+    assert (pooled.counted, pooled.replayed, pooled.reasserted) == (
+        one_by_one.counted, one_by_one.replayed, one_by_one.reasserted)

@@ -15,32 +15,12 @@ from producer.broker import EmbeddedBroker
 from producer.discovery import simulate_discovery_messages
 from registry import load_registry
 from registry.discovery import discovery_of
+from tests.registry.helpers import DISCOVERY_METRICS
 
 from .harness import CollectorProcess, consume_all, request
 
 TOPIC = "col-discovery"
-REGISTRY = """\
-metrics:
-  - name: typed_words
-    description: Words typed
-    owner: keyboard-team
-    strings: true
-    tracked: [the]
-    epsilon: 4
-    discovery: {alphabet: "abcdefghijklmnopqrstuvwxyz", max_length: 4}
-  - name: build_id
-    description: Build ids
-    owner: release
-    integers: 2^16
-    tracked: {range: [0, 10]}
-    discovery: {bits_per_level: 8}
-    versions:
-      - version: 1
-        epsilon: 2
-        retired: true
-      - version: 2
-        epsilon: 3
-"""
+REGISTRY = DISCOVERY_METRICS
 
 
 @pytest.fixture(scope="module")

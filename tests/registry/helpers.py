@@ -54,3 +54,29 @@ def run(capsys, *argv):
         code = exc.code
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+#: Two discoverable metrics (a string domain, and integers with a retired and a live version): the
+#: registry the discovery intake tests of the worker and of the collector share.
+DISCOVERY_METRICS = """\
+metrics:
+  - name: typed_words
+    description: Words typed
+    owner: keyboard-team
+    strings: true
+    tracked: [the]
+    epsilon: 4
+    discovery: {alphabet: "abcdefghijklmnopqrstuvwxyz", max_length: 4}
+  - name: build_id
+    description: Build ids
+    owner: release
+    integers: 2^16
+    tracked: {range: [0, 10]}
+    discovery: {bits_per_level: 8}
+    versions:
+      - version: 1
+        epsilon: 2
+        retired: true
+      - version: 2
+        epsilon: 3
+"""

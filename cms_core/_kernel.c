@@ -18,12 +18,19 @@
  *                  (report, value) pair: 128-bit multiply + the 2^64 = 59
  *                  folding for 2^64 - 59, Barrett for small primes,
  *                  carry-less multiply (PCLMULQDQ when present) for GF(2^l).
+ *                  GF(2^128) with AVX-512 + VPCLMULQDQ: four reports per
+ *                  vector, the 256-bit product folded by clmul with x^7+x^2+x+1
+ *                  (0x87), the residue mod m without division (below).
  *   hash_residues  per-report hash of a per-report value (simulation path).
  *
  * "z == v mod m" is tested without division: v >= z and (v - z) divisible by
  * m, using the multiplicative-inverse divisibility test (Granlund-Montgomery;
  * Hacker's Delight 10-17): with m = mo * 2^k, mo odd,
  * n % m == 0  <=>  rotr(n * mo^-1 mod 2^64, k) <= floor((2^64 - 1) / m).
+ *
+ * The residue of a 128-bit hash mod m < 2^30 also needs no division: with
+ * c_k = 2^(32k) mod m, s = sum_k limb32_k * c_k < 2^32 + 3 * 2^32 * m < 2^64
+ * is congruent to the hash, and "s mod m == z" is the divisibility test above.
  *
  * Every entry point releases the GIL; cms_core.kernel runs one call per thread
  * on disjoint report slices with private count arrays and sums them.
@@ -184,6 +191,28 @@ static inline uint64_t mod128(uint64_t lo, uint64_t hi, uint64_t m, uint64_t two
     return ((hi % m) * two64_mod_m + lo % m) % m;
 }
 
+/* Division-free "(lo, hi) mod m == z" for m < 2^30 (FOLD_LIMIT): the 32-bit limbs
+ * weighted by c_k = 2^(32k) mod m sum to s < 2^64 with s = (lo, hi) (mod m). */
+#define FOLD_LIMIT (UINT64_C(1) << 30)
+typedef struct {
+    divtest_t dv;
+    uint64_t c1, c2, c3;
+} fold128_t;
+
+static fold128_t fold128_make(uint64_t m) {
+    fold128_t f;
+    f.dv = divtest_make(m);
+    f.c1 = (uint64_t)(((u128)1 << 32) % m);
+    f.c2 = (uint64_t)(((u128)1 << 64) % m);
+    f.c3 = (uint64_t)(((u128)1 << 96) % m);
+    return f;
+}
+
+static inline int residue128_is(const fold128_t *f, uint64_t lo, uint64_t hi, uint64_t z) {
+    uint64_t s = (lo & 0xffffffffu) + (lo >> 32) * f->c1 + (hi & 0xffffffffu) * f->c2 + (hi >> 32) * f->c3;
+    return residue_is(&f->dv, s, z);
+}
+
 /* =================================================== incremental range kernel */
 #define RANGE_KERNEL(NAME, VT, ST, BLOCK)                                                           \
     MULTIVERSION static void NAME(const uint64_t *a0, const uint64_t *a1, const uint32_t *z,        \
@@ -285,14 +314,24 @@ static void values_prime_64(const uint64_t *a0, const uint64_t *a1, const uint32
                                            const uint32_t *z, size_t n, uint64_t m,                 \
                                            const uint64_t *xs, size_t count, int64_t *out) {        \
         uint64_t c = (uint64_t)(((u128)1 << 64) % m);                                              \
+        fold128_t f = fold128_make(m);                                                              \
+        int folded = m < FOLD_LIMIT;                                                                \
         for (size_t base = 0; base < n; base += VBLOCK) {                                           \
             size_t nb = n - base < VBLOCK ? n - base : VBLOCK;                                      \
             for (size_t j = 0; j < count; j++) {                                                    \
                 int64_t acc = 0;                                                                    \
-                for (size_t i = base; i < base + nb; i++) {                                         \
-                    uint64_t r[2];                                                                  \
-                    gf128_mul_##SUFFIX(&a1[2 * i], &xs[2 * j], r);                                  \
-                    acc += mod128(r[0] ^ a0[2 * i], r[1] ^ a0[2 * i + 1], m, c) == z[i];            \
+                if (folded) {                                                                       \
+                    for (size_t i = base; i < base + nb; i++) {                                     \
+                        uint64_t r[2];                                                              \
+                        gf128_mul_##SUFFIX(&a1[2 * i], &xs[2 * j], r);                              \
+                        acc += residue128_is(&f, r[0] ^ a0[2 * i], r[1] ^ a0[2 * i + 1], z[i]);    \
+                    }                                                                               \
+                } else {                                                                            \
+                    for (size_t i = base; i < base + nb; i++) {                                     \
+                        uint64_t r[2];                                                              \
+                        gf128_mul_##SUFFIX(&a1[2 * i], &xs[2 * j], r);                              \
+                        acc += mod128(r[0] ^ a0[2 * i], r[1] ^ a0[2 * i + 1], m, c) == z[i];        \
+                    }                                                                               \
                 }                                                                                   \
                 out[j] += acc;                                                                      \
             }                                                                                       \
@@ -316,6 +355,93 @@ VALUES_GF64(soft, )
 #if HAVE_X86
 VALUES_GF64(hw, __attribute__((target("pclmul,sse4.1"))))
 #endif
+
+#if HAVE_X86 && defined(__GNUC__)
+#define HAVE_VPCLMUL_PATH 1
+/* GF(2^128), four reports per 512-bit vector (each 128-bit lane holds one report's
+ * (lo, hi) limbs, as a0 and a1 are laid out), m < FOLD_LIMIT. Per lane:
+ *   product  (w3 w2 w1 w0) = a1 * x by four lane-wise carry-less multiplies;
+ *   reduce   x^128 = x^7 + x^2 + x + 1 (0x87): (w1 w0) ^ w2*0x87 ^ (w3*0x87 << 64),
+ *            and the <= 7 bits of w3*0x87 above 2^128 folded once more by 0x87;
+ *   residue  the limb fold of residue128_is with 32x32-bit multiplies, the sum of
+ *            the lane's two halves in its low qword, the divisibility test there. */
+#define VP_TARGET __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,vpclmulqdq,pclmul,sse4.1")))
+VP_TARGET static void values_gf128_vp(const uint64_t *a0, const uint64_t *a1, const uint32_t *z, size_t n,
+                                      uint64_t m, const uint64_t *xs, size_t count, int64_t *out) {
+    fold128_t f = fold128_make(m);
+    const __m512i p87 = _mm512_set1_epi64(0x87);
+    const __m512i weight_lo = _mm512_set_epi64(f.c2, 1, f.c2, 1, f.c2, 1, f.c2, 1);
+    const __m512i weight_hi = _mm512_set_epi64(f.c3, f.c1, f.c3, f.c1, f.c3, f.c1, f.c3, f.c1);
+    const __m512i inv = _mm512_set1_epi64((long long)f.dv.inv), lim = _mm512_set1_epi64((long long)f.dv.lim);
+    const __m512i rot = _mm512_set1_epi64((long long)f.dv.k), minus_one = _mm512_set1_epi64(-1);
+    uint64_t zlane[2 * VBLOCK] __attribute__((aligned(64)));
+    for (size_t base = 0; base < n; base += VBLOCK) {
+        size_t nb = n - base < VBLOCK ? n - base : VBLOCK, nv = nb & ~(size_t)3;
+        for (size_t i = 0; i < nv; i++) {
+            zlane[2 * i] = z[base + i];
+            zlane[2 * i + 1] = 0;
+        }
+        const uint64_t *pa0 = a0 + 2 * base, *pa1 = a1 + 2 * base;
+        for (size_t j = 0; j < count; j++) {
+            const __m512i x = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)&xs[2 * j]));
+            __m512i acc = _mm512_setzero_si512();
+            for (size_t i = 0; i < nv; i += 4) {
+                __m512i va1 = _mm512_loadu_si512((const void *)&pa1[2 * i]);
+                __m512i ll = _mm512_clmulepi64_epi128(va1, x, 0x00);
+                __m512i hh = _mm512_clmulepi64_epi128(va1, x, 0x11);
+                __m512i mid = _mm512_xor_si512(_mm512_clmulepi64_epi128(va1, x, 0x01), _mm512_clmulepi64_epi128(va1, x, 0x10));
+                __m512i lo = _mm512_xor_si512(ll, _mm512_bslli_epi128(mid, 8));
+                __m512i hi = _mm512_xor_si512(hh, _mm512_bsrli_epi128(mid, 8));
+                __m512i t2 = _mm512_clmulepi64_epi128(hi, p87, 0x00);
+                __m512i t3 = _mm512_clmulepi64_epi128(hi, p87, 0x01);
+                __m512i t4 = _mm512_clmulepi64_epi128(t3, p87, 0x01);
+                __m512i h = _mm512_ternarylogic_epi64(lo, t2, _mm512_bslli_epi128(t3, 8), 0x96);
+                h = _mm512_ternarylogic_epi64(h, t4, _mm512_loadu_si512((const void *)&pa0[2 * i]), 0x96);
+                __m512i parts = _mm512_add_epi64(_mm512_mul_epu32(h, weight_lo),
+                                                 _mm512_mul_epu32(_mm512_srli_epi64(h, 32), weight_hi));
+                __m512i s = _mm512_add_epi64(parts, _mm512_shuffle_epi32(parts, (_MM_PERM_ENUM)0x4E));
+                __m512i zz = _mm512_load_si512((const void *)&zlane[2 * i]);
+                __m512i q = _mm512_rorv_epi64(_mm512_mullo_epi64(_mm512_sub_epi64(s, zz), inv), rot);
+                __mmask8 hit = _mm512_cmpge_epu64_mask(s, zz) & _mm512_cmple_epu64_mask(q, lim) & 0x55;
+                acc = _mm512_mask_sub_epi64(acc, hit, acc, minus_one);
+            }
+            int64_t total = _mm512_reduce_add_epi64(acc);
+            for (size_t i = nv; i < nb; i++) {
+                uint64_t r[2];
+                gf128_mul_hw(&pa1[2 * i], &xs[2 * j], r);
+                total += residue128_is(&f, r[0] ^ pa0[2 * i], r[1] ^ pa0[2 * i + 1], z[base + i]);
+            }
+            out[j] += total;
+        }
+    }
+}
+#else
+#define HAVE_VPCLMUL_PATH 0
+#endif
+
+/* Instruction-set levels of the values kernels: what the CPU offers, and what a
+ * caller may ask for (tests pin each level to check it against the reference). */
+enum { ISA_PORTABLE = 0, ISA_PCLMUL = 1, ISA_AVX512_VPCLMUL = 2 };
+
+static int best_isa(void) {
+#if HAVE_X86
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = ISA_PORTABLE;
+        if (__builtin_cpu_supports("pclmul")) cached = ISA_PCLMUL;
+#if HAVE_VPCLMUL_PATH
+        if (cached == ISA_PCLMUL && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("vpclmulqdq"))
+            cached = ISA_AVX512_VPCLMUL;
+#endif
+    }
+    return cached;
+#else
+    return ISA_PORTABLE;
+#endif
+}
 
 /* =================================================== Python bindings */
 enum { FIELD_PRIME = 0, FIELD_BINARY = 1 };
@@ -377,12 +503,18 @@ e0:
     return NULL;
 }
 
-/* counts_values(a0, a1, z, kind, order_or_degree, m, xs, out) */
+/* counts_values(a0, a1, z, kind, order_or_degree, m, xs, out[, isa]): isa -1 (default) is the
+ * best level this CPU has (BEST_ISA); 0, 1, 2 pin a level (ValueError if the CPU lacks it). */
 static PyObject *py_counts_values(PyObject *self, PyObject *args) {
     PyObject *oa0, *oa1, *oz, *oxs, *oout;
-    int kind;
+    int kind, isa = -1;
     unsigned long long order, m;
-    if (!PyArg_ParseTuple(args, "OOOiKKOO", &oa0, &oa1, &oz, &kind, &order, &m, &oxs, &oout)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOiKKOO|i", &oa0, &oa1, &oz, &kind, &order, &m, &oxs, &oout, &isa)) return NULL;
+    if (isa < -1 || isa > best_isa()) {
+        PyErr_Format(PyExc_ValueError, "isa %d: this CPU offers levels 0..%d", isa, best_isa());
+        return NULL;
+    }
+    if (isa == -1) isa = best_isa();
     Py_buffer a0, a1, z, xs, out;
     if (get_buffer(oa0, &a0, 0, 8, "a0") < 0) return NULL;
     if (get_buffer(oa1, &a1, 0, 8, "a1") < 0) goto e0;
@@ -399,7 +531,7 @@ static PyObject *py_counts_values(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "hash range out of kernel bounds");
         goto e4;
     }
-    int hw = have_pclmul();
+    int hw = isa >= ISA_PCLMUL;
     if (kind == FIELD_PRIME) {
         if (!(order == P64 || order < (UINT64_C(1) << 32))) {
             PyErr_SetString(PyExc_ValueError, "unsupported prime for the values kernel");
@@ -420,6 +552,9 @@ static PyObject *py_counts_values(PyObject *self, PyObject *args) {
 #endif
         values_gf64_soft(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf);
     } else {
+#if HAVE_VPCLMUL_PATH
+        if (isa >= ISA_AVX512_VPCLMUL && m < FOLD_LIMIT) values_gf128_vp(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf); else
+#endif
 #if HAVE_X86
         if (hw) values_gf128_hw(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf); else
 #endif
@@ -513,7 +648,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel", "OCMS+RR d
 
 PyMODINIT_FUNC PyInit__kernel(void) {
     PyObject *mod = PyModule_Create(&module);
-    if (mod && PyModule_AddIntConstant(mod, "HAVE_PCLMUL", have_pclmul()) < 0) {
+    if (mod && (PyModule_AddIntConstant(mod, "HAVE_PCLMUL", have_pclmul()) < 0 ||
+                PyModule_AddIntConstant(mod, "BEST_ISA", best_isa()) < 0)) {
         Py_DECREF(mod);
         return NULL;
     }

@@ -79,6 +79,48 @@ def test_hash_residues_bit_exact(name, backend):
     assert [int(v) for v in got] == expected
 
 
+ISA_LEVELS = range(kernel._compiled.BEST_ISA + 1) if kernel.BACKEND == "compiled" else range(0)
+
+
+@pytest.mark.parametrize("isa", ISA_LEVELS)
+@pytest.mark.parametrize("hash_range", [2, 3, 6, 64, 1000, 2**30 - 1, 2**30 + 5, 2**32 - 5])
+def test_gf128_every_instruction_level_bit_exact(isa, hash_range):
+    # The GF(2^128) values kernel has three levels (portable clmul, PCLMULQDQ, AVX-512
+    # VPCLMULQDQ four reports per vector) and two residue paths (division-free below
+    # m = 2^30, 128-bit division above); each pinned level must equal the reference.
+    # Half the reports carry z = h(x) of a tracked x, so large m still counts matches;
+    # n = 262 leaves a tail after the last full vector of a 256-report block.
+    params = OCMSParams.build(2.0, value_domain="string", hash_range=hash_range)
+    rng = np.random.default_rng(hash_range % 1000)
+    tracked = TrackedValues.of(params, ["", "a", "ocms", "x" * 300, b"\x00\xff", "ATL"])
+    xs = array_to_elements(tracked.elements)
+    corner = [0, 1, 2**128 - 1, 2**127, 2**64 - 1, 2**64]
+    reports = []
+    for i in range(262):
+        a0 = corner[i % 6] if i < 36 else int.from_bytes(rng.bytes(16), "little")
+        a1 = corner[(i // 6) % 6] if i < 36 else int.from_bytes(rng.bytes(16), "little")
+        x = xs[i % len(xs)]
+        z = params.field.hash_value(a0, a1, x) % hash_range if i % 2 else int(rng.integers(0, hash_range))
+        reports.append(Report(a0, a1, z))
+    batch = ReportBatch.from_reports(params, reports)
+    expected = kernel.reference_match_counts(params, batch, tracked)
+    assert expected.sum() >= 131  # the planted matches are there to be found
+    got = np.zeros(len(tracked), np.int64)
+    kernel._compiled.counts_values(batch.a0, batch.a1, batch.z, 1, 128, hash_range, tracked.elements, got, isa)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.skipif(kernel.BACKEND != "compiled", reason="needs the compiled kernel")
+def test_instruction_level_beyond_the_cpu_is_refused():
+    params = OCMSParams.build(2.0, value_domain="string")
+    batch = boundary_batch(params, np.random.default_rng(2), 4)
+    tracked = TrackedValues.of(params, ["a"])
+    out = np.zeros(1, np.int64)
+    for isa in (-2, kernel._compiled.BEST_ISA + 1):
+        with pytest.raises(ValueError, match=f"isa {isa}"):
+            kernel._compiled.counts_values(batch.a0, batch.a1, batch.z, 1, 128, params.hash_range, tracked.elements, out, isa)
+
+
 def test_long_range_matches_values_path_and_threads():
     # the incremental range path wraps around the field many times
     params = OCMSParams.build(2.0, 5000)

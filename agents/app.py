@@ -10,7 +10,10 @@ waits for unacked messages (a rebalance or a clean stop); ``OCMSWorker.checkpoin
 then decodes it on a decode thread (off the event loop), writes its table values,
 sends its dead letters, waits for the broker's acknowledgements of both, and only
 then acks and commits its messages (the order is the exactness argument; see its
-docstring).
+docstring). A batch that fills up is checkpointed behind the intake: the consumer
+goes on reading the next batch while this one decodes and waits for the broker
+(``batch_full``); batches are still written, acknowledged and committed one after
+another, in the order they were taken.
 
 Deliberate workaround of faust-streaming #497 (table writes outside the
 per-event context raise): a table write needs the "current event" to pick the
@@ -46,7 +49,7 @@ from .discovery import WorkerDiscovery
 from .processor import (AcceptedMessage, Batch, DiscoveryMessage, MessageValidator, PendingBatch, RejectedMessage,
                         RetentionIndex, batch_keys, encoded_plan)
 from .query import EstimateService
-from .settings import TABLE_NAME, WorkerSettings
+from .settings import BATCH_GROWTH_UNDER_LOAD, TABLE_NAME, WorkerSettings
 from .state import BucketKey, PartialCounts
 from .view import ChangelogReader, CountsView
 from .web import add_pages
@@ -63,6 +66,14 @@ AGENT_TAKE_MESSAGES = 1000
 #: Retention deletes run at least this often (seconds), and once per finest bucket width
 #: when that is shorter: a bucket cannot expire more often than that.
 EXPIRY_INTERVAL_S = 30.0
+
+
+def _observed(task: asyncio.Future) -> asyncio.Future:
+    """A chained checkpoint task whose failure its successor or a flush re-raises; marking it
+    retrieved here keeps asyncio from also logging it as never retrieved (the worker crashes
+    on that failure anyway: ``OCMSWorker._acknowledged``)."""
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    return task
 
 
 def expiry_interval(levels) -> float:
@@ -154,7 +165,15 @@ class OCMSWorker:
         self.levels = self.catalog.levels_by_fp
         self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic)
         self.pending = PendingBatch(settings.batch_max_reports)
-        self._lock = asyncio.Lock()  # one checkpoint or retention pass at a time
+        self._lock = asyncio.Lock()  # one checkpoint's writes or retention pass at a time
+        #: The newest batch's wait for the broker and its acks (steps 3-4 of ``checkpoint``): each
+        #: waits for the previous batch's, so batches are acked in the order they were written.
+        self._acking: asyncio.Future | None = None
+        #: Commits of acked offsets, one at a time; acks made while one runs are committed by the next.
+        self._committer: asyncio.Future | None = None
+        self._commit_wanted = False
+        #: The checkpoint of a full batch running behind the intake (``batch_full``).
+        self._behind: asyncio.Future | None = None
         #: Decodes micro-batches off the event loop (O(reports x D): seconds at D = 100,000, which
         #: on the loop stalled /healthz, the view and heartbeats). One thread, and the checkpoint
         #: awaits it under the lock, so batches are decoded and written in order.
@@ -261,13 +280,76 @@ class OCMSWorker:
         return None if raw is None else PartialCounts.from_bytes(raw)
 
     async def flush(self) -> None:
-        """Checkpoint the pending micro-batch, if any."""
+        """Checkpoint the pending micro-batch, if any, and wait until every batch taken so far
+        is acked and committed (the batch timer, a rebalance and a clean stop call this)."""
         async with self._lock:
             self._drop_unowned()
             if self.pending:
-                await self.checkpoint(self.pending.take())
+                await self.checkpoint(self.pending.take(), behind=True)
+        await self._committed()
 
-    async def checkpoint(self, batch: Batch) -> None:
+    async def batch_full(self) -> None:
+        """The intake's call when ``receive`` says the micro-batch is full: checkpoint it behind
+        the intake, which goes on reading and validating meanwhile (the decode thread and the
+        broker's acknowledgements overlap the next batch's intake).
+
+        Group commit: while that checkpoint runs, the next batch may grow to
+        ``BATCH_GROWTH_UNDER_LOAD`` x ``batch_max_reports`` before the intake waits, and is
+        checkpointed as soon as the running one is done. A checkpoint costs a changelog record
+        per touched key (on the embedded broker one request each) whatever its size, so under
+        load batches grow until that cost is shared by enough reports. Memory: at most the
+        batch being checkpointed, the one being acknowledged and the growing one."""
+        while True:
+            behind = self._behind
+            if behind is None or behind.done():
+                self._behind = None
+                if behind is not None:
+                    behind.result()  # a failed checkpoint (the broker refused a write) stops the intake here
+                if self.pending.full:
+                    self._start_behind()
+                    # Let it take the batch now (the lock is free: the previous writes are done), so the
+                    # intake's next message starts the next batch instead of growing this one.
+                    await asyncio.sleep(0)
+                return
+            if self.pending.reports < BATCH_GROWTH_UNDER_LOAD * self.pending.max_reports:
+                return  # the running checkpoint takes this batch when it is done
+            await asyncio.shield(behind)
+
+    def _start_behind(self) -> None:
+        self._behind = _observed(asyncio.ensure_future(self._flush_behind()))
+
+    async def _flush_behind(self) -> None:
+        async with self._lock:
+            self._drop_unowned()
+            if self.pending:
+                await self.checkpoint(self.pending.take(), behind=True)
+        if self.pending.full and self._behind is asyncio.current_task():
+            self._start_behind()  # filled meanwhile: checkpoint it now (the intake may have gone quiet)
+
+    async def _committed(self) -> None:
+        """Wait until every batch written so far is acked and its offsets committed."""
+        while self._acking is not None:
+            acking = self._acking
+            await asyncio.shield(acking)
+            if self._acking is acking:
+                self._acking = None
+        while self._committer is not None and not self._committer.done():
+            await asyncio.shield(self._committer)
+
+    def _request_commit(self) -> None:
+        """Commit the acked offsets soon: now if no commit runs, else right after the one that does
+        (a commit takes tens of ms on the broker; batches acked meanwhile share the next one)."""
+        self._commit_wanted = True
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.ensure_future(self._commit_acked())
+
+    async def _commit_acked(self) -> None:
+        while self._commit_wanted:
+            self._commit_wanted = False
+            if not self.app.rebalancing:  # during a rebalance Faust commits what it keeps
+                await self.app.consumer.commit()
+
+    async def checkpoint(self, batch: Batch, *, behind: bool = False) -> None:
         """Make one micro-batch durable, then let the consumer move past it.
 
         The order of the four steps is the exactness argument (with :mod:`agents.state`):
@@ -294,6 +376,18 @@ class OCMSWorker:
 
         During a rebalance the commit is left to Faust (it commits acked offsets of the
         partitions it keeps; a revoked partition's new owner replays, exactly).
+
+        With ``behind`` (a full batch, or a flush that waits for the chain itself), steps 3-4
+        run after this call returns, chained behind the previous batch's steps 3-4, while the
+        next batch may already decode and write (steps 0-2 stay one batch at a time, under the
+        worker's lock, in the order the batches were taken). The argument still holds for each
+        key: a later batch reads the values this one wrote, its records reach the changelog
+        after this one's, and its messages are acked only after this batch's are and its own
+        records are acknowledged; if a send fails, no later batch is acked either. The call
+        returns once the previous batch is acked, so at most one batch waits for the broker
+        behind the one being written. The commit of step 4 runs beside the next batches (one
+        at a time; batches acked meanwhile share the next): it only moves the offset a restart
+        replays from, and it still never passes an unacked message.
         """
         # 0. decode: read the touched keys here (the table belongs to the loop), then decode, fold
         # and encode on the decode thread while the loop keeps serving. Nothing is written or
@@ -313,12 +407,23 @@ class OCMSWorker:
                 ("ocms-source", f"{message.topic}/{message.partition}/{message.offset}".encode()),
             ]
             acknowledgements.append(await self.dead_letters.send(key=message.key, value=message.value, headers=headers))
+        previous = self._acking
+        acking = self._acking = _observed(asyncio.ensure_future(self._ack(batch, plan, acknowledgements, previous)))
+        if previous is not None:
+            await asyncio.shield(previous)
+        if not behind:
+            await acking
+            await self._committed()
+
+    async def _ack(self, batch: Batch, plan, acknowledgements: list, previous: asyncio.Future | None) -> None:
+        """Steps 3-4 of ``checkpoint`` for one batch, after the previous batch's steps 3-4."""
+        if previous is not None:
+            await asyncio.shield(previous)  # raises if that batch failed: then nothing of this one is acked
         await self._acknowledged(acknowledgements)  # 3. on the broker
-        ack = self.app.consumer.ack  # 4. ack and commit
+        ack = self.app.consumer.ack  # 4. ack, and commit soon
         for message in batch.messages:
             ack(message)
-        if not self.app.rebalancing:
-            await self.app.consumer.commit()
+        self._request_commit()
         self._next_offset.update({p: offset + 1 for p, offset in batch.last_offsets().items()})
         for message, rejection in batch.dead:
             self.metrics.rejected.labels(rejection.reason).inc()

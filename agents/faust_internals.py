@@ -59,7 +59,11 @@ class Intake(Protocol):
     def receive(self, message: Message) -> bool:
         """Take one source message; True when the micro-batch is full and should be flushed."""
 
-    async def flush(self) -> None: ...
+    async def batch_full(self) -> None:
+        """Start the full micro-batch's checkpoint (it may run on behind the intake)."""
+
+    async def flush(self) -> None:
+        """Checkpoint the pending micro-batch and wait until everything taken is committed."""
 
 
 # ----------------------------------------------------------------- 1. table writes
@@ -150,7 +154,7 @@ class IntakeConsumer(aiokafka_driver.Consumer):
             self.track_message(message)
             read_offset[tp] = offset
             if intake.receive(message):
-                await intake.flush()
+                await intake.batch_full()
             since_yield += 1
             if since_yield >= YIELD_EVERY:
                 since_yield = 0

@@ -185,6 +185,11 @@ class Setting:
         return f"{self.default}"
 
 
+
+#: While a full micro-batch's checkpoint runs, the intake may grow the next batch to this many
+#: times batch_max_reports before it waits (group commit: agents.app.OCMSWorker.batch_full).
+BATCH_GROWTH_UNDER_LOAD = 4
+
 SETTINGS: tuple[Setting, ...] = (
     # the parameter set (as `ocms plan`)
     Setting("epsilon", "per-report LDP budget ε in (0, 100]; devices and workers use the same", number(), short="-e",
@@ -231,7 +236,8 @@ SETTINGS: tuple[Setting, ...] = (
             default_text="2592000 (30 days)", metavar="SECONDS"),
     Setting("future_tolerance_seconds", "clock skew accepted (later reports are rejected: future_timestamp)",
             integer(0, 86_400), default=300, metavar="SECONDS"),
-    Setting("batch_max_reports", "micro-batch bound in reports", integer(1, 10_000_000), default=200_000,
+    Setting("batch_max_reports", "reports that start a micro-batch's checkpoint (under load a batch grows to "
+            f"{BATCH_GROWTH_UNDER_LOAD}x this while the previous checkpoint runs)", integer(1, 10_000_000), default=200_000,
             metavar="N"),
     Setting("batch_max_seconds", "micro-batch age bound", number(), default=0.2, metavar="SECONDS"),
     # serving

@@ -1,14 +1,19 @@
 """One worker serving 20 registry metrics mixed on one topic, against one single-metric worker.
 
-    .venv/bin/python benchmarks/bench_registry_worker.py [--reports N] [--metrics M]
+    .venv/bin/python benchmarks/bench_registry_worker.py [--reports N] [--metrics M] [--rounds R]
 
 Issue 12's figure: one ``ocms worker --registry`` of M metrics (default 20: categories,
 integers and strings, different epsilon, direct RR and OCMS+RR) receives frames of 1,000
 reports of every metric interleaved on one topic, produced as fast as the producer can; the
-clock stops when the /metrics listing shows every report counted. In the same run and on the
-same embedded broker, the single-metric worker of benchmarks/bench_worker.py (d = 10,000,
-1,000 tracked, eps 2) counts the same number of reports: the ratio is the cost of serving many
-metrics. Worker memory: RSS of both after the run, and the difference per metric.
+clock stops when the /metrics listing shows every report counted. In the same run, the
+single-metric worker of benchmarks/bench_worker.py (d = 10,000, 1,000 tracked, eps 2) counts
+the same number of reports: the ratio is the cost of serving many metrics.
+
+Rounds: each round measures both, in alternating order, each on a fresh embedded broker
+(the order and what a broker already holds moved single runs by up to 60% on this 2-CPU
+machine); the medians and their ratio are the figure. Each run is N = 6,000,000 reports
+by default, a few seconds, so the last partial batch's wait for the age bound (0.2 s)
+is a small part of it. Worker memory: RSS of both after each run, and the difference per metric.
 
 This is a benchmark, not a test: it prints numbers and never fails on speed.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -84,13 +90,17 @@ def counted(port: int) -> int:
         return sum(m["reports"] for m in json.loads(response.read())["metrics"])
 
 
-def registry_run(bootstrap: str, log_dir: Path, path: Path, n: int) -> dict:
+def registry_payloads(path: Path, n: int) -> tuple[list[bytes], int, int]:
+    """(frames of every metric version interleaved one by one, reports in them, metric versions)."""
     registry = load_registry(path)
     versions = [v for m in registry.metrics for v in m.live_versions]
     per_metric = n // len(versions) // FRAME * FRAME
     streams = [frames_of(v, per_metric, seed=i) for i, v in enumerate(versions)]
     payloads = [frame for group in zip(*streams) for frame in group]  # interleaved: one frame of each in turn
-    total = per_metric * len(versions)
+    return payloads, per_metric * len(versions), len(versions)
+
+
+def registry_run(bootstrap: str, log_dir: Path, path: Path, payloads: list[bytes], total: int, versions: int) -> dict:
     topic, port = "bench-registry", free_port()
     child = WorkerChild(["--registry", str(path), "--bootstrap-servers", bootstrap, "--broker", "embedded",
                          "--app-id", topic, "--source-topic", topic, "--dead-letter-topic", topic + "-dlq",
@@ -106,7 +116,7 @@ def registry_run(bootstrap: str, log_dir: Path, path: Path, n: int) -> dict:
         seconds = time.monotonic() - start
         with open(f"/proc/{child.process.pid}/status") as f:
             rss = next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS"))
-        return {"metrics": len(versions), "reports": total, "seconds": seconds, "produce_seconds": produced,
+        return {"metrics": versions, "reports": total, "seconds": seconds, "produce_seconds": produced,
                 "reports_per_s": total / seconds, "rss_mib": rss, "steal": steal_fraction(ticks, cpu_times())}
     finally:
         child.stop()
@@ -114,30 +124,44 @@ def registry_run(bootstrap: str, log_dir: Path, path: Path, n: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reports", type=int, default=2_000_000, help="reports per worker (default 2,000,000)")
+    parser.add_argument("--reports", type=int, default=6_000_000, help="reports per worker run (default 6,000,000)")
     parser.add_argument("--metrics", type=int, default=20, help="metrics in the registry (default 20)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of (single, mix) in alternating order (default 3)")
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help="value domains the metrics cycle through (default categories,integers,strings)")
     args = parser.parse_args()
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     if not kinds or set(kinds) - set(KINDS):
         parser.error(f"--kinds: choose from {', '.join(KINDS)}")
-    with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
+    if args.rounds < 1 or args.reports < args.metrics * FRAME:
+        parser.error(f"--rounds must be >= 1 and --reports >= {args.metrics * FRAME:,} (a frame per metric)")
+    runs: dict[str, list[dict]] = {"single": [], "mix": []}
+    with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         path = folder / "registry.yaml"
         path.write_text(registry_text(args.metrics, kinds), encoding="utf-8")
+        payloads, total, versions = registry_payloads(path, args.reports)
         print(bench_worker.machine_line(1000))
-        single = bench_worker.throughput(broker.bootstrap_servers, folder, args.reports, FRAME, 1000)
-        many = registry_run(broker.bootstrap_servers, folder, path, args.reports)
-    print(f"single metric (d=10000, 1,000 tracked): {single['reports_per_s']:>12,.0f} reports/s  "
-          f"({single['reports']:,} reports in {single['seconds']:.2f} s; worker RSS {single['rss_mib']:.0f} MiB; "
-          f"CPU steal {bench_worker.steal_text(single)})")
-    print(f"{many['metrics']} metrics ({', '.join(kinds)}) mixed on one topic:  {many['reports_per_s']:>12,.0f} reports/s  "
-          f"({many['reports']:,} reports in {many['seconds']:.2f} s; producing took {many['produce_seconds']:.2f} s; "
-          f"worker RSS {many['rss_mib']:.0f} MiB; CPU steal {bench_worker.steal_text(many)})")
-    print(f"ratio: {many['reports_per_s'] / single['reports_per_s']:.0%} of the single-metric figure; "
-          f"memory: {(many['rss_mib'] - single['rss_mib']) / many['metrics']:.1f} MiB per metric above the "
-          "single-metric worker")
+        for round_ in range(args.rounds):
+            for which in ("single", "mix") if round_ % 2 == 0 else ("mix", "single"):
+                with EmbeddedBroker() as broker:  # a fresh broker for every run
+                    if which == "single":
+                        r = bench_worker.throughput(broker.bootstrap_servers, folder, total, FRAME, 1000)
+                    else:
+                        r = registry_run(broker.bootstrap_servers, folder, path, payloads, total, versions)
+                runs[which].append(r)
+                label = "single metric" if which == "single" else f"{versions} metrics ({', '.join(kinds)})"
+                print(f"round {round_ + 1}, {label}: {r['reports_per_s']:>12,.0f} reports/s  ({r['reports']:,} reports "
+                      f"in {r['seconds']:.2f} s; producing took {r['produce_seconds']:.2f} s; worker RSS "
+                      f"{r['rss_mib']:.0f} MiB; CPU steal {bench_worker.steal_text(r)})", flush=True)
+    single = statistics.median(r["reports_per_s"] for r in runs["single"])
+    many = statistics.median(r["reports_per_s"] for r in runs["mix"])
+    rss_single = statistics.median(r["rss_mib"] for r in runs["single"])
+    rss_many = statistics.median(r["rss_mib"] for r in runs["mix"])
+    print(f"median single metric (d=10000, 1,000 tracked): {single:>12,.0f} reports/s (worker RSS {rss_single:.0f} MiB)")
+    print(f"median {versions} metrics mixed on one topic:      {many:>12,.0f} reports/s (worker RSS {rss_many:.0f} MiB)")
+    print(f"ratio: {many / single:.0%} of the single-metric figure; memory: {(rss_many - rss_single) / versions:.1f} MiB "
+          "per metric above the single-metric worker")
 
 
 if __name__ == "__main__":

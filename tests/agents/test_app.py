@@ -18,6 +18,7 @@ from faust.types import TP
 
 from agents import app as app_module
 from agents.app import OCMSWorker
+from agents.processor import PendingBatch
 from agents.settings import WorkerSettings
 from agents.state import BucketKey
 from cms_core import OCMSParams
@@ -281,3 +282,79 @@ def test_retention_is_read_from_the_table_after_every_rebalance(worker, monkeypa
     assert asyncio.run(worker.expire(now + 86_400 - 1)) == 0  # fresh ends at now, retention 24 h
     assert asyncio.run(worker.expire(now + 86_400)) == 1 and worker.table.deleted[-1] == (fresh, 0)
     assert len(worker.table.values) == 1  # the cumulative key never expires
+
+
+def acks(journal) -> list[tuple[int, int]]:
+    return [(e[1], e[2]) for e in journal if isinstance(e, tuple) and e[0] == "ack"]
+
+
+def test_full_batches_are_checkpointed_behind_the_intake_and_acked_in_the_order_they_were_taken(worker, monkeypatch):
+    """Group commit: the intake goes on while a full batch decodes and waits for the broker; the
+    next batch grows to BATCH_GROWTH_UNDER_LOAD x batch_max_reports before the intake waits.
+    Batches are written one after another, and a later batch's messages are never acked before
+    an earlier one's, even when the broker acknowledges the later batch's records first."""
+    journal, _ = held_worker(worker, monkeypatch)
+    worker.pending = PendingBatch(2 * FRAME)  # full at two messages
+    cap_messages = app_module.BATCH_GROWTH_UNDER_LOAD * 2
+    messages = deliveries(0, range(2 + 2 + cap_messages))
+
+    async def feed(batch):
+        for m in batch:
+            if worker.receive(m):
+                await worker.batch_full()
+
+    async def run():
+        await feed(messages[:2])  # batch 1: full, checkpointed behind the intake
+        assert len(worker.pending) == 0
+        await until(lambda: journal.count("write") == 2)
+        await feed(messages[2:4])  # batch 2: batch 1 wrote, so its checkpoint starts and waits for batch 1's acks
+        await until(lambda: journal.count("write") == 4)
+        assert len(worker.pending) == 0
+        await feed(messages[4:4 + cap_messages - 1])  # batch 3 grows past full while batch 2's checkpoint runs
+        assert len(worker.pending) == cap_messages - 1 and journal.count("write") == 4
+        blocked = asyncio.ensure_future(feed(messages[4 + cap_messages - 1:]))  # at the cap: the intake waits
+        await settle(worker)
+        assert not blocked.done()
+        for future in worker.table.every_future[2:4]:  # the broker acknowledges batch 2 first
+            future.set_result(None)
+        await settle(worker)
+        assert acks(journal) == [] and not blocked.done()
+        for future in worker.table.every_future[0:2]:
+            future.set_result(None)
+        await until(lambda: len(acks(journal)) == 4)
+        await blocked  # batch 2's checkpoint is done (batch 1 acked), batch 3 is taken
+        assert len(worker.pending) == 0
+        await until(lambda: journal.count("write") == 6)
+        for future in worker.table.every_future:
+            if not future.done():
+                future.set_result(None)
+        await worker.flush()
+
+    asyncio.run(run())
+    assert acks(journal) == [(0, i) for i in range(len(messages))]
+    assert journal.index("commit") > journal.index(("ack", 0, 1)) and journal[-1] == "commit"
+    assert journal.count("write") == 6  # three batches, a bucket and a cumulative key each
+
+
+def test_a_batch_the_broker_refuses_stops_every_later_batch_from_being_acked(worker, monkeypatch):
+    journal, _ = held_worker(worker, monkeypatch)
+    worker.pending = PendingBatch(2 * FRAME)
+    messages = deliveries(0, range(6))
+
+    async def run():
+        for m in messages[:4]:
+            if worker.receive(m):
+                await worker.batch_full()
+        await until(lambda: journal.count("write") == 4)
+        for future in worker.table.every_future[2:]:
+            future.set_result(None)  # batch 2 is on the broker ...
+        worker.table.every_future[0].set_exception(RuntimeError("not leader"))  # ... batch 1 is not
+        await until(lambda: any(str(e).startswith("crash") for e in journal))
+        await settle(worker)
+        with pytest.raises(RuntimeError, match="not leader"):  # the intake stops at its next full batch
+            for m in messages[4:]:
+                if worker.receive(m):
+                    await worker.batch_full()
+
+    asyncio.run(run())
+    assert acks(journal) == [] and "commit" not in journal

@@ -31,8 +31,11 @@ class RecordingIntake:
         self.received.append(message)
         return self.full_after is not None and len(self.received) % self.full_after == 0
 
-    async def flush(self) -> None:
+    async def batch_full(self) -> None:
         self.flushes += 1
+
+    async def flush(self) -> None:
+        raise AssertionError("the intake starts a full batch's checkpoint with batch_full, not flush")
 
 
 GENERATION = 7

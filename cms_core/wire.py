@@ -130,6 +130,40 @@ def _bytes_column(raw: np.ndarray, width: int, limbs: int) -> np.ndarray:
     return np.ascontiguousarray(words[:, ::-1])  # little-endian limbs: [lo, hi]
 
 
+_WORD_DTYPES = {1: ">u1", 2: ">u2", 4: ">u4", 8: ">u8"}
+
+
+def _record_dtype(params: OCMSParams) -> np.dtype | None:
+    """A numpy dtype that reads one record in place: fields ``a0``, ``a1``, ``z`` (16-byte
+    coefficients as ``a0_hi``/``a0_lo`` ...), or None when a field is 3, 5, 6 or 7 bytes wide
+    (those take the padded path of :func:`_bytes_column`). Direct RR records are ``z`` alone."""
+
+    def build() -> np.dtype | None:
+        w, limbs = params.coefficient_bytes, limbs_for(params)
+        widths = [("z", params.z_bytes)] if params.is_direct else [("a0", w), ("a1", w), ("z", params.z_bytes)]
+        fields = []
+        for name, width in widths:
+            if width in _WORD_DTYPES and (name == "z" or limbs == 1):
+                fields.append((name, _WORD_DTYPES[width]))
+            elif width == 16 and name != "z" and limbs == 2:
+                fields += [(name + "_hi", ">u8"), (name + "_lo", ">u8")]
+            else:
+                return None
+        return np.dtype(fields)
+
+    return params.cached("wire.record_dtype", build)
+
+
+def _record_field(records: np.ndarray, name: str, limbs: int) -> np.ndarray:
+    """One coefficient column of in-place records as uint64 (n,) or little-endian limbs (n, 2)."""
+    if limbs == 1:
+        return records[name].astype(np.uint64)
+    out = np.empty((records.shape[0], 2), np.uint64)
+    out[:, 0] = records[name + "_lo"]
+    out[:, 1] = records[name + "_hi"]
+    return out
+
+
 def encode_batch(params: OCMSParams, batch: ReportBatch, *, kind: int = KIND_FRAME) -> bytes:
     """One message holding every report of ``batch`` (validated first)."""
     batch.validate(params)
@@ -200,16 +234,26 @@ def decode_message(data: bytes, registry: Mapping[bytes, OCMSParams]) -> tuple[O
                 f"header says {count} records but the body holds {(len(data) - HEADER_SIZE) // size}"
             )
         raise OversizedMessageError(f"{len(data)} bytes, expected {expected} for {count} records")
-    raw = np.frombuffer(data, np.uint8, offset=HEADER_SIZE).reshape(count, size)
-    zw = params.z_bytes
-    if params.is_direct:
-        a0, a1 = identity_coefficients(count)
-        z = _bytes_column(raw, zw, 1)
+    dtype = _record_dtype(params)
+    if dtype is not None:  # the common widths: read in place, one numpy view (the worker's intake path)
+        records = np.frombuffer(data, dtype, count=count, offset=HEADER_SIZE)
+        z = records["z"]
+        if params.is_direct:
+            a0, a1 = identity_coefficients(count)
+        else:
+            limbs = limbs_for(params)
+            a0, a1 = _record_field(records, "a0", limbs), _record_field(records, "a1", limbs)
     else:
-        w, limbs = params.coefficient_bytes, limbs_for(params)
-        a0 = _bytes_column(raw[:, :w], w, limbs)
-        a1 = _bytes_column(raw[:, w : 2 * w], w, limbs)
-        z = _bytes_column(raw[:, 2 * w :], zw, 1)
+        raw = np.frombuffer(data, np.uint8, offset=HEADER_SIZE).reshape(count, size)
+        zw = params.z_bytes
+        if params.is_direct:
+            a0, a1 = identity_coefficients(count)
+            z = _bytes_column(raw, zw, 1)
+        else:
+            w, limbs = params.coefficient_bytes, limbs_for(params)
+            a0 = _bytes_column(raw[:, :w], w, limbs)
+            a1 = _bytes_column(raw[:, w : 2 * w], w, limbs)
+            z = _bytes_column(raw[:, 2 * w :], zw, 1)
     if params.field.kind == "prime" and not params.is_direct:
         order = params.field.order
         if int(a0.max()) >= order or int(a1.max()) >= order:

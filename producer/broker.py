@@ -18,6 +18,7 @@ end-offset requests wrongly when the last batch holds more than one record.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -55,20 +56,33 @@ async def wait_until_ready(bootstrap_servers: str, timeout: float = 30.0) -> Non
 
     deadline = time.monotonic() + timeout
     last: Exception | None = None
-    while time.monotonic() < deadline:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=2000)
-        try:
-            await admin.start()
-            await admin.list_topics()
-            return
-        except Exception as exc:  # not up yet
-            last = exc
-            await asyncio.sleep(0.2)
-        finally:
+    # A refused connection is expected while the broker boots; aiokafka logs each one as an
+    # error ('Unable connect to "HOST:PORT"'), so the probe drops those for these addresses (other
+    # aiokafka records pass) and reports only the last failure if the broker never answers.
+    refusals = tuple(f'Unable connect to "{address.strip()}"' for address in bootstrap_servers.split(","))
+    client_log = logging.getLogger("aiokafka")
+
+    def quiet(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(refusals)
+
+    client_log.addFilter(quiet)
+    try:
+        while time.monotonic() < deadline:
+            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=2000)
             try:
-                await admin.close()
-            except Exception:
-                pass
+                await admin.start()
+                await admin.list_topics()
+                return
+            except Exception as exc:  # not up yet
+                last = exc
+                await asyncio.sleep(0.2)
+            finally:
+                try:
+                    await admin.close()
+                except Exception:
+                    pass
+    finally:
+        client_log.removeFilter(quiet)
     raise BrokerError(f"broker at {bootstrap_servers} did not answer within {timeout:.0f} s: {last}")
 
 

@@ -79,3 +79,21 @@ def test_unreachable_broker_times_out_with_clear_error():
 
     with pytest.raises(BrokerError, match="did not answer"):
         asyncio.run(wait_until_ready(f"127.0.0.1:{free_port()}", timeout=1.0))
+
+
+def test_the_readiness_probe_keeps_expected_refusals_out_of_the_log(caplog):
+    """While a broker boots, every probe is refused; aiokafka logs each refusal as an error
+    ("Unable connect to ..."), which printed a false alarm at every embedded-broker start."""
+    import asyncio
+    import logging
+
+    from producer.broker import BrokerError, free_port, wait_until_ready
+
+    address = f"127.0.0.1:{free_port()}"  # nothing listens here
+    with caplog.at_level(logging.ERROR, logger="aiokafka"):
+        with pytest.raises(BrokerError, match=address):
+            asyncio.run(wait_until_ready(address, timeout=1.0))
+        logging.getLogger("aiokafka").error('Unable connect to "10.0.0.1:9092": elsewhere')  # not this probe's
+    refusals = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Unable connect")]
+    assert refusals == ['Unable connect to "10.0.0.1:9092": elsewhere']
+    assert logging.getLogger("aiokafka").filters == []  # removed when the probe ends

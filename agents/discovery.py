@@ -205,15 +205,13 @@ def cmd_discover(args) -> int:
     if args.promote:
         doc["promoted"] = promote(args.promote, version, doc)
     text = json.dumps(doc, indent=2, ensure_ascii=False)
-    try:
-        if args.out:
-            with open(args.out, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
-        else:
-            print(text)
-    except BrokenPipeError:  # `ocms discover ... | head` ends quietly
-        sys.stderr.close()
-        return 0
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    else:
+        from registry.output import write_stdout
+
+        write_stdout(text + "\n")  # `ocms discover ... | head` ends quietly
     for line in damage:
         print(f"warning: {line}", file=sys.stderr)
     if not batches:

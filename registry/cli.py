@@ -11,6 +11,8 @@ import sys
 
 from cms_core.errors import OCMSError
 
+from .output import write_stdout
+
 
 def add_registry_commands(sub) -> None:
     """Add ``ocms registry ...`` and the ``--registry/--metric`` flags of ``ocms plan`` to the subparsers."""
@@ -228,7 +230,7 @@ def cmd_describe(args) -> int:
         doc = {"registry": reg.path, "metrics": [{
             "name": m.name, "description": m.description, "owner": m.owner, "unit": m.unit, "domain": m.domain,
             "latest_version": m.latest.version, "versions": [v.describe() for v in m.versions]} for m in metrics]}
-        _write(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+        write_stdout(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
         return 0
     rows = [["metric", "version", "status", "fingerprint", "epsilon", "m", "mechanism", "domain", "size", "tracked"]]
     for m in metrics:
@@ -239,7 +241,7 @@ def cmd_describe(args) -> int:
     out = [_table(rows, right={1, 4, 5, 8, 9}), ""]
     for m in metrics:
         out.append(f"{m.name}: {m.description} (owner {m.owner}" + (f", unit {m.unit}" if m.unit else "") + ")")
-    _write("\n".join(out) + "\n")
+    write_stdout("\n".join(out) + "\n")
     return 0
 
 
@@ -248,7 +250,7 @@ def cmd_device_config(args) -> int:
 
     text = json.dumps(device_config(_load(args.file), args.metric), indent=1, ensure_ascii=False) + "\n"
     if args.out is None:
-        _write(text)
+        write_stdout(text)
         return 0
     try:
         with open(args.out, "w", encoding="utf-8") as out:
@@ -281,7 +283,7 @@ def cmd_plan(args) -> int:
                                                                    tracked_count=tracked, **targets)
             records.append(record)
     if args.json:
-        _write(json.dumps({"registry": reg.path, "n": n, "confidence": args.confidence, "target": targets,
+        write_stdout(json.dumps({"registry": reg.path, "n": n, "confidence": args.confidence, "target": targets,
                            "metrics": records}, indent=1) + "\n")
         return 0
     header = ["metric", "version", "epsilon", "mechanism", "m", "field", "report bytes",
@@ -300,7 +302,7 @@ def cmd_plan(args) -> int:
         rows.append(row)
     target_text = "".join(f"; reports needed for {k.replace('target_', '')} <= {v:g}" for k, v in targets.items())
     target_text += "; objective: worst-case MSE (l2 loss in mode l2) of each mechanism, * the lower"
-    _write(f"{reg.path}: predictions at n={n:,} reports per version{target_text}\n"
+    write_stdout(f"{reg.path}: predictions at n={n:,} reports per version{target_text}\n"
            + _table(rows, right={1, 2, 4, 6, 7, 8, 9, 10}) + "\n")
     return 0
 
@@ -316,14 +318,3 @@ def _objectives(comparison: dict) -> str:
     return " | ".join(cells)
 
 
-def _write(text: str) -> None:
-    """Write to stdout; a closed pipe (`| head`) ends quietly instead of a traceback."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        import os
-
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        raise SystemExit(0) from None

@@ -14,6 +14,8 @@ import sys
 
 from cms_core.errors import OCMSError
 
+from .output import write_stdout
+
 PARAM_FLAGS = (("--epsilon", "epsilon"), ("--dictionary-size", "dictionary_size"), ("--tracked", "tracked"),
                ("--hash-range", "hash_range"), ("--mechanism", "mechanism"), ("--tracked-range", "tracked_range"),
                ("--tracked-file", "tracked_file"))
@@ -43,7 +45,6 @@ def registry_hints(reg, params, result) -> list[str]:
 def cmd_estimate(args) -> int:
     from producer.offline import EXIT_NOTHING_COUNTED, EstimateOptions, decode_captures, diagnose, estimate_document
 
-    from .cli import _write
     from .loader import load_registry
 
     given = [flag for flag, name in PARAM_FLAGS if getattr(args, name, None) is not None]
@@ -59,7 +60,7 @@ def cmd_estimate(args) -> int:
     options = EstimateOptions(args.confidence, args.interval, args.postprocess, args.strict)
     result = decode_captures(version.params, version.tracked_values(), args.inputs)
     doc = named_document(version, estimate_document(version.params, result, options))
-    _write(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    write_stdout(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     prog = "ocms estimate"
     # diagnose() explains refused fingerprints in terms of flags; here the registry names them instead.
     lines = [line for line in diagnose(version.params, result)

@@ -181,10 +181,18 @@ async def _caught_up(base: str, sent: int, timeout: float) -> dict | None:
 UPLOAD_CONCURRENCY = 32
 
 
-def fleet_line(live, via: str) -> str:
-    """What the fleet actually reached: reports, seconds and reports/s, and the path it took."""
-    return (f"fleet sent {live.reports:,} reports in {live.messages:,} messages in {live.seconds:.1f} s "
+def fleet_line(live, via: str, companions=()) -> str:
+    """What the fleet actually reached: reports, seconds and reports/s, and the path it took;
+    ``companions``: (metric name, its fleet's result) of the companion metrics, sent beside it."""
+    line = (f"fleet sent {live.reports:,} reports in {live.messages:,} messages in {live.seconds:.1f} s "
             f"({live.reports_per_second:,.0f} reports/s) {via}")
+    if not companions:
+        return line
+    reports = live.reports + sum(result.reports for _, result in companions)
+    seconds = max([live.seconds] + [result.seconds for _, result in companions])
+    each = ", ".join(f"{name} {result.reports:,}" for name, result in companions)
+    rate = f"{reports / seconds:,.0f}" if seconds > 0 else "n/a"
+    return f"{line}; with the companion metrics ({each}): {reports:,} reports in all ({rate} reports/s)"
 
 
 def upload_concurrency(args) -> int:
@@ -282,7 +290,7 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
                 say("final, every report counted:\n"
                     + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n"
                     + await companion_lines(final=True))
-            say(fleet_line(live, via))
+            say(fleet_line(live, via, [(companion.name, result) for companion, result, _, _ in extra]))
     finally:
         stop.set()
         stopper.detach()

@@ -230,6 +230,52 @@ def test_2_sigkill_three_times_mid_stream_still_exact(broker, tmp_path_factory, 
         worker.stop()
 
 
+def test_2b_sigkill_while_checkpoints_run_behind_the_intake_still_exact(broker, tmp_path_factory):
+    """Full batches (400 reports: two frames) checkpointed behind the intake, acks chained, commits
+    coalesced and batches grown under load (agents.app.OCMSWorker.batch_full), SIGKILLed three times
+    while the stream and then each restart's backlog are counted: exact all the same, and the
+    workers did grow batches past batch_max_reports (the path under test did run)."""
+    app_id = "it-kill-behind"
+    worker = start_worker(broker, tmp_path_factory, app_id, "--batch-max-reports", "400")
+    worker.wait_healthy()
+    messages = report_messages(PARAMS, zipf_values(60_000, 13), 200, seed=14)
+    progress, failures, grown = [], [], []
+
+    def grown_batches() -> float:
+        """Batches of this worker process above 1,000 reports (2.5 x batch_max_reports: grown under load)."""
+        scrape = Scrape.parse(worker.text("/metrics"))
+        return scrape.get("ocms_batch_reports_count") - scrape.get("ocms_batch_reports_bucket", le="1000.0")
+
+    def killer():
+        try:
+            for threshold in (8_000, 24_000, 40_000):
+                progress.append(wait_until(lambda: (n := worker.get("/estimates")[1]["n"]) >= threshold and n, 120,
+                                           f"n did not reach {threshold}", interval=0.02))
+                grown.append(grown_batches())
+                worker.kill()
+                worker.start()
+        except BaseException as exc:  # surfaced by the main thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=killer)
+    try:
+        thread.start()
+        send(broker.bootstrap_servers, worker.topic, messages, rate=100)  # 300 frames over ~3 s
+        thread.join()
+        assert not failures, failures
+        assert any(0 < p < 60_000 for p in progress), progress  # killed mid-stream
+        doc = worker.wait_for_n(60_000, timeout=120)
+        assert_same_as_offline(doc, offline(messages))
+        wait_until(lambda: all_committed(broker.bootstrap_servers, app_id, worker.topic)
+                   and worker.get("/healthz")[1]["pending_reports"] == 0, 60, "the source topic was not committed")
+        assert worker.get("/estimates")[1]["n"] == 60_000
+        grown.append(grown_batches())
+        assert sum(grown) > 0, grown
+    finally:
+        thread.join()
+        worker.stop()
+
+
 def test_a_clean_stop_flushes_the_pending_batch(broker, tmp_path_factory):
     """SIGTERM with a micro-batch pending: it is written and acked before exit, so the
     restarted worker shows it at once instead of replaying it after the batch timer."""

@@ -50,11 +50,62 @@ def test_settings_read_the_environment_and_flags_win(registry_path):
     ({"kafka_idempotence": "sometimes"}, "OCMS_COLLECTOR_KAFKA_IDEMPOTENCE"),
     ({"max_queued_reports": "5"}, "OCMS_COLLECTOR_MAX_QUEUED_REPORTS"),
     ({"tokens_file": "/nonexistent"}, "OCMS_COLLECTOR_TOKENS_FILE"),
+    ({"event_loop": "trio"}, "OCMS_COLLECTOR_EVENT_LOOP"),
 ])
 def test_bad_settings_name_the_variable(registry_path, overrides, variable):
     with pytest.raises(InvalidParameterError) as info:
         CollectorSettings.build({}, registry=str(registry_path), bootstrap_servers="k:1", **overrides)
     assert info.value.name == variable
+
+
+def _running_loop_of(registry_path, *flags: str, env: dict | None = None) -> str:
+    """Start ``ocms collector`` (no Kafka needed to serve), read the event loop its banner names, stop it."""
+    import os
+    import signal
+    import subprocess
+
+    from collector.cli import collector_command
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
+    process = subprocess.Popen(collector_command(registry_path, "127.0.0.1:9", 0, "--log-level", "warning", *flags),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**environ, **(env or {})})
+    try:
+        for line in process.stdout:
+            if line.startswith("ocms collector: "):
+                return line.rsplit("event loop: ", 1)[1].strip(" )\n")
+        raise AssertionError(f"no banner; exit status {process.wait()}")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+
+
+def test_the_collector_runs_on_uvloop_unless_turned_off(registry_path):
+    # The banner names the loop the server runs on (type(asyncio.get_running_loop())), not the setting.
+    assert _running_loop_of(registry_path) == "uvloop"
+    assert _running_loop_of(registry_path, "--event-loop", "asyncio") == "asyncio"
+    assert _running_loop_of(registry_path, env={"OCMS_COLLECTOR_EVENT_LOOP": "asyncio"}) == "asyncio"
+    assert _running_loop_of(registry_path, "--event-loop", "uvloop", env={"OCMS_COLLECTOR_EVENT_LOOP": "asyncio"}) == "uvloop"
+
+
+def test_loop_names_follow_the_running_loop():
+    import uvloop
+
+    from collector.cli import loop_factory
+
+    assert loop_factory("asyncio") is None
+    loop = loop_factory("uvloop")()
+    try:
+        assert isinstance(loop, uvloop.Loop)
+        assert loop.run_until_complete(_name()) == "uvloop"
+    finally:
+        loop.close()
+    assert asyncio.run(_name()) == "asyncio"
+
+
+async def _name() -> str:
+    from collector.cli import running_loop_name
+
+    return running_loop_name()
 
 
 # -------------------------------------------------------------------------------------- tokens

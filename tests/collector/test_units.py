@@ -323,3 +323,81 @@ def test_http_transport_rejects_bad_arguments():
         HttpTransport("ftp://x")
     with pytest.raises(InvalidParameterError):
         HttpTransport("http://x", max_reports=0)
+
+
+# ------------------------------------------------------------------------------------- metrics
+
+
+def test_upload_counts_expose_what_a_prometheus_counter_and_histogram_would():
+    """collector.app.UploadCounts (plain counts, families built when scraped) against prometheus_client's own
+    Counter and Histogram fed the same answers: the same exposition, bucket edges included."""
+    import random
+    import re
+
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from collector.app import LATENCY_BUCKETS, UploadCounts
+
+    reference = CollectorRegistry()
+    requests = Counter("ocms_collector_requests", "Uploads answered, by status and reason", ["status", "reason"],
+                       registry=reference)
+    latency = Histogram("ocms_collector_request_seconds", "Time to answer an upload", registry=reference,
+                        buckets=LATENCY_BUCKETS)
+    ours = CollectorRegistry()
+    counts = UploadCounts()
+    ours.register(counts)
+    rng = random.Random(7)
+    for i in range(3000):
+        status, reason = rng.choice([(202, "accepted"), (400, "truncated"), (503, "queue_full"), (429, "rate_limited")])
+        seconds = rng.choice((0.0, 0.001, 0.0025, 0.00250001, 1, 10, 10.5)) if i % 3 == 0 else rng.random() * 12
+        requests.labels(str(status), reason).inc()
+        latency.observe(seconds)
+        counts.count(status, reason, seconds)
+
+    def masked(registry) -> str:
+        return re.sub(r"(_created(\{[^}]*\})? )\S+", r"\1T", generate_latest(registry).decode())
+
+    assert masked(ours) == masked(reference)
+    assert 'ocms_collector_requests_total{reason="accepted",status="202"}' in masked(ours)
+
+
+def test_fast_uploads_takes_exactly_the_two_upload_routes(registry_path, reg):
+    from aiohttp.test_utils import make_mocked_request
+
+    from collector.app import Collector
+
+    collector = Collector(CollectorSettings.build({}, registry=str(registry_path), bootstrap_servers="k:1"), reg)
+    taken = []
+
+    async def upload(request, metric):
+        taken.append(("upload", metric))
+
+    async def app_handler(request):
+        taken.append(("app", None))
+
+    collector._post = upload
+    dispatch = collector.fast_uploads(app_handler)
+    cases = [
+        ("POST", "/v1/reports", {}, ("upload", None)),
+        ("POST", "/v1/reports?x=1", {}, ("upload", None)),
+        ("POST", "/v1/metrics/dest/reports", {}, ("upload", "dest")),
+        ("POST", "/v1/metrics/no_such/reports", {}, ("upload", "no_such")),  # 404 unknown_metric from the handler
+        ("POST", "/v1/metrics/%64est/reports", {}, ("app", None)),
+        ("POST", "/v1/metrics//reports", {}, ("app", None)),
+        ("POST", "/v1/metrics/a/b/reports", {}, ("app", None)),
+        ("POST", "/v1/metrics/reports", {}, ("app", None)),
+        ("POST", "/v1/reports/", {}, ("app", None)),
+        ("POST", "/v1/reports", {"Expect": "100-continue"}, ("app", None)),
+        ("GET", "/v1/reports", {}, ("app", None)),
+        ("PUT", "/v1/metrics/dest/reports", {}, ("app", None)),
+        ("GET", "/v1/metrics/dest", {}, ("app", None)),
+        ("GET", "/metrics", {}, ("app", None)),
+    ]
+
+    async def run():
+        for method, path, headers, expected in cases:
+            taken.clear()
+            await dispatch(make_mocked_request(method, path, headers=headers))
+            assert taken == [expected], (method, path, headers)
+
+    asyncio.run(run())

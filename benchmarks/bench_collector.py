@@ -1,11 +1,14 @@
 """Collector throughput and latency with wrk, side by side with a bare aiohttp handler.
 
-    .venv/bin/python benchmarks/bench_collector.py [--duration S] [--connections C] [--quick]
+    .venv/bin/python benchmarks/bench_collector.py [--duration S] [--connections C] [--event-loop L[,L]] [--quick]
 
 One embedded broker (Tansu, memory), one `ocms collector` process (metric
 flight_dest of deploy/registry.yaml) and, as the limit, a bare aiohttp handler in
 its own process that reads the body and answers 202 (same server library, same
-event loop, no work). The load generator is wrk (Debian package `wrk`), with
+event loop, no work). Both run on uvloop, the collector's default event loop
+(``--event-loop``); the first two runs are repeated with both on asyncio's own
+loop, side by side (``--event-loop uvloop`` alone skips that, ``asyncio,uvloop``
+swaps the roles). The load generator is wrk (Debian package `wrk`), with
 keep-alive connections and a Lua script that POSTs a wire-v1 body. Runs:
 
 1. bare handler, single-report uploads, as fast as wrk can;
@@ -14,7 +17,8 @@ keep-alive connections and a Lua script that POSTs a wire-v1 body. Runs:
 4. collector, single-report uploads paced at half of run 2's rate: p50/p99 time to 202;
 5. the same paced valid traffic while a second wrk sends malformed bodies as fast as it can
    (a reject storm): what the valid uploads still get;
-6. end to end: a device uploads one report through the collector, a worker counts it;
+6. runs 1 and 2 again on each further event loop of ``--event-loop``;
+7. end to end: a device uploads one report through the collector, a worker counts it;
    the time from the upload's start until the worker's API shows it (p50/p99).
 
 Access logs are off in both servers (a log line per request is the operator's
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import shutil
 import signal
@@ -79,8 +84,10 @@ end
 # ----------------------------------------------------------------------------- the bare handler
 
 
-def bare_server(port: int) -> None:
+def bare_server(port: int, event_loop: str) -> None:
     from aiohttp import web
+
+    from collector.cli import loop_factory
 
     async def accept(request: web.Request) -> web.Response:
         await request.read()
@@ -92,7 +99,9 @@ def bare_server(port: int) -> None:
     app = web.Application()
     app.router.add_post("/v1/reports", accept)
     app.router.add_get("/healthz", healthz)
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+    factory = loop_factory(event_loop)  # the collector's own choice of loop, so the limit is like for like
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, backlog=1024,  # as the collector's
+                loop=factory() if factory is not None else asyncio.new_event_loop())
 
 
 # ---------------------------------------------------------------------------------- processes
@@ -187,11 +196,18 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=512, help="keep-alive connections (default 512: an upload waits for its Kafka ack, so fewer connections measure latency, not capacity)")
     parser.add_argument("--probes", type=int, default=200, help="end-to-end probes (default 200)")
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke run)")
+    parser.add_argument("--event-loop", default="uvloop,asyncio",
+                        help="comma-separated event loops (uvloop, asyncio) of the bare handler and the collector: "
+                             "every run on the first; the bare and single-report runs also on each other one, "
+                             "for comparison (default uvloop,asyncio)")
     parser.add_argument("--bare-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_server:
-        bare_server(args.bare_server)
+        bare_server(args.bare_server, args.event_loop)
         return
+    args.event_loops = [name.strip() for name in args.event_loop.split(",") if name.strip()]
+    if not args.event_loops or any(name not in ("uvloop", "asyncio") for name in args.event_loops):
+        raise SystemExit(f"--event-loop {args.event_loop}: expected uvloop, asyncio or both, comma-separated")
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk (scripts/ensure_system_packages.sh does it)")
     if args.quick:
@@ -214,32 +230,52 @@ def main() -> None:
 
     processes: list[subprocess.Popen] = []
     results: dict = {}
+    main_loop, other_loops = args.event_loops[0], args.event_loops[1:]
     steal_before = cpu_times()
     with EmbeddedBroker(log_path=tmp / "broker.log") as broker:
         broker.create_topics({TOPIC: 4})
-        try:
-            bare_port, collector_port, worker_port = free_port(), free_port(), free_port()
-            processes.append(spawn([sys.executable, __file__, "--bare-server", str(bare_port)], tmp / "bare.log"))
-            processes.append(spawn(collector_command(REGISTRY, broker.bootstrap_servers, collector_port,
-                                                     "--source-topic", TOPIC, "--access-log", "false",
-                                                     "--log-level", "warning"), tmp / "collector.log"))
+
+        def servers(event_loop: str) -> tuple[list[subprocess.Popen], str, str]:
+            """A bare handler and a collector, both on ``event_loop``, answering; warmed up."""
+            bare_port, collector_port = free_port(), free_port()
+            started = [spawn([sys.executable, __file__, "--bare-server", str(bare_port), "--event-loop", event_loop],
+                             tmp / f"bare-{event_loop}.log"),
+                       spawn(collector_command(REGISTRY, broker.bootstrap_servers, collector_port,
+                                               "--source-topic", TOPIC, "--access-log", "false", "--log-level",
+                                               "warning", "--event-loop", event_loop),
+                             tmp / f"collector-{event_loop}.log")]
+            processes.extend(started)
             bare_url, collector_url = f"http://127.0.0.1:{bare_port}", f"http://127.0.0.1:{collector_port}"
             wait_http(bare_url + "/healthz")
             wait_http(collector_url + "/healthz")
+            for url in (bare_url, collector_url):  # warm-up (first calls, allocations)
+                wrk(url + "/v1/reports", one, lua, duration=2, connections=args.connections)
+            return started, bare_url, collector_url
+
+        try:
+            worker_port = free_port()
+            _, bare_url, collector_url = servers(main_loop)
             c = args.connections
-            wrk(collector_url + "/v1/reports", one, lua, duration=2, connections=c)  # warm-up (connections, JIT-free)
             results["bare"] = wrk(bare_url + "/v1/reports", one, lua, duration=args.duration, connections=c)
             results["single"] = wrk(collector_url + "/v1/reports", one, lua, duration=args.duration, connections=c)
             results["hundred"] = wrk(collector_url + "/v1/reports", hundred, lua, duration=args.duration, connections=c)
             half = results["single"]["rate"] / 2
-            paced_connections = 32
-            # wrk waits delay() after each answer, so a connection's cycle is delay + latency:
-            # calibrate the delay once so the paced runs reach the target rate.
-            delay_ms = paced_connections * 1000 / half
-            probe = wrk(collector_url + "/v1/reports", one, lua, duration=3, connections=paced_connections,
-                        delay_ms=delay_ms)
-            latency_ms = max(0.0, paced_connections * 1000 / probe["rate"] - delay_ms)
-            delay_ms = max(0.1, paced_connections * 1000 / half - latency_ms)
+            # wrk waits delay() after each answer (whole milliseconds), so a connection's cycle is
+            # delay + latency and the rate is connections / cycle. Choose a whole delay about as long
+            # as an answer takes and enough connections for the target rate (32 connections at ~7.5 ms
+            # an answer cannot go beyond ~4,300 uploads/s); measure the latency at that pace and
+            # calibrate again.
+            paced_connections, delay_ms = 32, 0
+            latency_ms = 8.0  # a first guess (frame latency 5 ms + Kafka's ack)
+            for _ in range(2):
+                delay_ms = max(1, round(latency_ms))
+                paced_connections = max(8, round(half * (delay_ms + latency_ms) / 1000))
+                probe = wrk(collector_url + "/v1/reports", one, lua, duration=3, connections=paced_connections,
+                            delay_ms=delay_ms)
+                latency_ms = max(0.1, paced_connections * 1000 / probe["rate"] - delay_ms)
+            delay_ms = max(1, round(latency_ms))
+            paced_connections = max(8, round(half * (delay_ms + latency_ms) / 1000))
+            results["paced"] = paced_connections
             results["half"] = wrk(collector_url + "/v1/reports", one, lua, duration=args.duration,
                                   connections=paced_connections, delay_ms=delay_ms)
             # reject storm: the paced valid traffic again, with garbage at full speed beside it
@@ -256,6 +292,15 @@ def main() -> None:
                 storm_result = json.loads(storm_line[len("OCMS_RESULT "):])
                 storm_result["rate"] = storm_result["requests"] / (storm_result["duration_us"] / 1e6)
                 results["storm"] = storm_result
+            # the same two runs on each other event loop, for comparison (then those servers stop)
+            for event_loop in other_loops:
+                started, other_bare, other_collector = servers(event_loop)
+                results[f"bare {event_loop}"] = wrk(other_bare + "/v1/reports", one, lua, duration=args.duration,
+                                                    connections=c)
+                results[f"single {event_loop}"] = wrk(other_collector + "/v1/reports", one, lua,
+                                                      duration=args.duration, connections=c)
+                for process in started:
+                    stop(process)
             # end to end, with a worker counting the topic
             processes.append(spawn(worker_command(broker.bootstrap_servers, worker_port), tmp / "worker.log"))
             worker_url = f"http://127.0.0.1:{worker_port}"
@@ -273,22 +318,30 @@ def main() -> None:
     print(f"bench_collector on {cpu_model()}, {os.cpu_count()} CPUs, load average {load:.1f} at the end, "
           f"CPU steal {'n/a' if steal is None else f'{steal:.0%}'}; "
           f"wrk 1 thread, {args.connections} keep-alive connections, {args.duration:g} s per run; metric {METRIC} "
-          f"({len(one.read_bytes())}-byte single report)")
-    print(f"{'run':<46} {'uploads/s':>10} {'reports/s':>11} {'p50':>9} {'p99':>9} {'non-2xx':>8}")
+          f"({len(one.read_bytes())}-byte single report); event loop {main_loop} (both servers)")
+    print(f"{'run':<58} {'uploads/s':>10} {'reports/s':>11} {'p50':>9} {'p99':>9} {'non-2xx':>8}")
 
     def row(name: str, r: dict, per: int, expect_2xx: bool = True) -> None:
         bad = r["non2xx"] + r["socket_errors"]
-        print(f"{name:<46} {r['rate']:>10,.0f} {r['rate'] * per:>11,.0f} {ms(r['p50_us']):>9} {ms(r['p99_us']):>9} "
+        print(f"{name:<58} {r['rate']:>10,.0f} {r['rate'] * per:>11,.0f} {ms(r['p50_us']):>9} {ms(r['p99_us']):>9} "
               f"{bad if expect_2xx else '-':>8}")
 
-    row("bare aiohttp handler, 202 (the limit)", bare, 1)
-    row("collector, single-report uploads", single, 1)
+    row(f"bare aiohttp handler, 202 (the limit) [{main_loop}]", bare, 1)
+    row(f"collector, single-report uploads [{main_loop}]", single, 1)
     row("collector, 100-report uploads", hundred_r, 100)
-    row(f"collector, single at half rate ({half:,.0f}/s target)", half_r, 1)
+    row(f"collector, single at half rate ({half:,.0f}/s target, {results['paced']} conn.)", half_r, 1)
     row("  same, during a reject storm (valid traffic)", storm_valid, 1)
     if "storm" in results:
-        print(f"{'  the storm itself (400 answers)':<46} {results['storm']['rate']:>10,.0f} {'':>11} "
+        print(f"{'  the storm itself (400 answers)':<58} {results['storm']['rate']:>10,.0f} {'':>11} "
               f"{ms(results['storm']['p50_us']):>9} {ms(results['storm']['p99_us']):>9} {'-':>8}")
+    for event_loop in other_loops:
+        row(f"bare aiohttp handler, 202 [{event_loop}]", results[f"bare {event_loop}"], 1)
+        row(f"collector, single-report uploads [{event_loop}]", results[f"single {event_loop}"], 1)
+    if other_loops:
+        print("collector / bare on the same loop: " + "; ".join(
+            f"{name} {results[s]['rate'] / results[b]['rate']:.0%} ({results[s]['rate']:,.0f} / {results[b]['rate']:,.0f})"
+            for name, s, b in [(main_loop, "single", "bare")]
+            + [(o, f"single {o}", f"bare {o}") for o in other_loops]))
     e2e = results["e2e"]
     print(f"end to end device -> 202 -> worker API shows it: p50 {e2e['p50'] * 1000:.0f} ms, "
           f"p99 {e2e['p99'] * 1000:.0f} ms over {e2e['n']} probes")

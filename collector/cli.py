@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from cms_core.errors import OCMSError
+from cms_core.errors import InvalidParameterError, OCMSError
 
 from .settings import CollectorSettings, env_name
 
@@ -50,6 +50,7 @@ FLAGS = (
      "(off by default: privacy at the edge)"),
     ("--access-log", "access_log", "true|false: access log lines at info level [default true]"),
     ("--log-level", "log_level", "debug|info|warning|error [default info]"),
+    ("--event-loop", "event_loop", "uvloop|asyncio: the event loop to run on (asyncio = Python's own) [default uvloop]"),
 )
 
 
@@ -81,7 +82,26 @@ def cmd_collector(args) -> int:
     settings = settings_from_args(args)
     registry = load_metric_registry(settings.registry)  # errors name metric, field and line
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(_serve(settings, registry))
+    with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+        return runner.run(_serve(settings, registry))
+
+
+def loop_factory(name: str):
+    """The event loop factory of ``--event-loop`` (None: asyncio's default loop)."""
+    if name == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:  # a declared dependency; missing only in a broken install
+        raise InvalidParameterError(env_name("event_loop"), name, "uvloop is not installed (pip install uvloop, "
+                                    "or use asyncio)") from None
+    return uvloop.new_event_loop
+
+
+def running_loop_name() -> str:
+    """'uvloop' or 'asyncio': what the running loop is (not what was asked for)."""
+    loop = asyncio.get_running_loop()
+    return "uvloop" if type(loop).__module__.split(".")[0] == "uvloop" else "asyncio"
 
 
 async def _serve(settings, registry) -> int:
@@ -94,7 +114,7 @@ async def _serve(settings, registry) -> int:
     async with CollectorServer(settings, registry) as server:
         names = ", ".join(m.name for m in registry.metrics)
         print(f"ocms collector: {server.url}/v1/reports -> {settings.bootstrap_servers}/{settings.source_topic} "
-              f"(metrics: {names})", flush=True)
+              f"(metrics: {names}; event loop: {running_loop_name()})", flush=True)
         await stop.wait()
     return 0
 

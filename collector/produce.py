@@ -313,8 +313,7 @@ class KafkaOutlet:
             log.warning("frame of %d reports for %s@%s not acknowledged: %s: %s", records, version.metric,
                         version.version, type(exc).__name__, exc)
         finally:
-            self.queued -= records
-            self.metrics.queue_reports.set(self.queued)
+            self.queued -= records  # ocms_collector_queue_reports reads it when scraped
             if error is None:
                 self._available()
                 self.metrics.frames_produced.labels(version.metric).inc()

@@ -19,6 +19,8 @@ from agents.settings import switch, topic  # the worker's validators: same rules
 from cms_core.errors import InvalidParameterError
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+#: The event loop ``ocms collector`` runs on: uvloop (libuv) unless turned off.
+EVENT_LOOPS = ("uvloop", "asyncio")
 
 #: setting name -> environment variable (shared names first, then OCMS_COLLECTOR_*).
 SHARED_ENV = {
@@ -75,6 +77,9 @@ class CollectorSettings:
     access_log_client_addresses: bool = False
     access_log: bool = True
     log_level: str = "info"
+    #: uvloop (default) or asyncio's own loop. Single-report uploads are bound by per-request
+    #: event-loop work (socket reads, writes, callbacks); uvloop does that part in C (docs/collector.md).
+    event_loop: str = "uvloop"
 
     @classmethod
     def build(cls, env: Mapping[str, str] | None = None, **overrides) -> "CollectorSettings":
@@ -122,6 +127,11 @@ class CollectorSettings:
             if level not in LOG_LEVELS:
                 raise InvalidParameterError(env_name("log_level"), raw["log_level"], f"expected one of {LOG_LEVELS}")
             out["log_level"] = level
+        if "event_loop" in raw:
+            loop = str(raw["event_loop"]).strip().lower()
+            if loop not in EVENT_LOOPS:
+                raise InvalidParameterError(env_name("event_loop"), raw["event_loop"], f"expected one of {EVENT_LOOPS}")
+            out["event_loop"] = loop
         if "source_topic" in raw:
             out["source_topic"] = topic(raw["source_topic"], env_name("source_topic"))
         if "host" in raw:

@@ -83,7 +83,9 @@ class CollectorProcess:
         self.starts += 1
         log = open(self.log_path, "wb")
         command = collector_command(self.registry, self.bootstrap, self.port, "--source-topic", self.topic, *self.args)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
+        # The caller's OCMS_* settings stay out, except the event loop: OCMS_COLLECTOR_EVENT_LOOP=asyncio
+        # runs every collector test on asyncio's loop instead of the default uvloop.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_") or k == "OCMS_COLLECTOR_EVENT_LOOP"}
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         log.close()

@@ -442,3 +442,24 @@ def test_clients_can_read_the_live_metric_versions(collector, reg):
     assert dest_doc["upload"] == "/v1/metrics/dest/reports"
     status, doc, _ = request(collector.url + "/v1/metrics/nope", method="GET")
     assert (status, doc["reason"]) == (404, "unknown_metric")
+
+
+def test_uploads_taken_before_the_router_answer_as_through_it(collector, dest):
+    """POST /v1/reports and /v1/metrics/{name}/reports skip the app's router (collector.app.fast_uploads);
+    a percent-encoded path or Expect: 100-continue takes the router's path: the same answers either way."""
+    messages = single_messages(dest, 4, seed=21)
+    fast = post(collector, messages[0], path="/v1/metrics/dest/reports")
+    routed = post(collector, messages[1], path="/v1/metrics/%64est/reports")  # %64 = "d": the router decodes it
+    expect = post(collector, messages[2], path="/v1/metrics/dest/reports", headers={"Expect": "100-continue"})
+    for status, doc, headers in (fast, routed, expect):
+        assert (status, doc) == (202, fast[1])
+        assert headers["Content-Type"] == "application/json; charset=utf-8"
+    for path in ("/v1/metrics/screen/reports", "/v1/metrics/scr%65en/reports"):
+        status, doc, _ = post(collector, messages[3], path=path)
+        assert (status, doc["reason"]) == (400, "foreign_metric")
+    for path in ("/v1/metrics/nope/reports", "/v1/metrics/n%6Fpe/reports"):
+        status, doc, _ = post(collector, messages[3], path=path)
+        assert (status, doc["reason"]) == (404, "unknown_metric")
+    assert post(collector, messages[3], path="/v1/metrics/dest/x/reports")[0] == 404  # no such route
+    assert post(collector, messages[3], path="/v1/reports/")[0] == 404
+    assert request(collector.url + "/v1/reports", method="GET")[0] == 405

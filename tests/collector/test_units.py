@@ -50,11 +50,62 @@ def test_settings_read_the_environment_and_flags_win(registry_path):
     ({"kafka_idempotence": "sometimes"}, "OCMS_COLLECTOR_KAFKA_IDEMPOTENCE"),
     ({"max_queued_reports": "5"}, "OCMS_COLLECTOR_MAX_QUEUED_REPORTS"),
     ({"tokens_file": "/nonexistent"}, "OCMS_COLLECTOR_TOKENS_FILE"),
+    ({"event_loop": "trio"}, "OCMS_COLLECTOR_EVENT_LOOP"),
 ])
 def test_bad_settings_name_the_variable(registry_path, overrides, variable):
     with pytest.raises(InvalidParameterError) as info:
         CollectorSettings.build({}, registry=str(registry_path), bootstrap_servers="k:1", **overrides)
     assert info.value.name == variable
+
+
+def _running_loop_of(registry_path, *flags: str, env: dict | None = None) -> str:
+    """Start ``ocms collector`` (no Kafka needed to serve), read the event loop its banner names, stop it."""
+    import os
+    import signal
+    import subprocess
+
+    from collector.cli import collector_command
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
+    process = subprocess.Popen(collector_command(registry_path, "127.0.0.1:9", 0, "--log-level", "warning", *flags),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**environ, **(env or {})})
+    try:
+        for line in process.stdout:
+            if line.startswith("ocms collector: "):
+                return line.rsplit("event loop: ", 1)[1].strip(" )\n")
+        raise AssertionError(f"no banner; exit status {process.wait()}")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+
+
+def test_the_collector_runs_on_uvloop_unless_turned_off(registry_path):
+    # The banner names the loop the server runs on (type(asyncio.get_running_loop())), not the setting.
+    assert _running_loop_of(registry_path) == "uvloop"
+    assert _running_loop_of(registry_path, "--event-loop", "asyncio") == "asyncio"
+    assert _running_loop_of(registry_path, env={"OCMS_COLLECTOR_EVENT_LOOP": "asyncio"}) == "asyncio"
+    assert _running_loop_of(registry_path, "--event-loop", "uvloop", env={"OCMS_COLLECTOR_EVENT_LOOP": "asyncio"}) == "uvloop"
+
+
+def test_loop_names_follow_the_running_loop():
+    import uvloop
+
+    from collector.cli import loop_factory
+
+    assert loop_factory("asyncio") is None
+    loop = loop_factory("uvloop")()
+    try:
+        assert isinstance(loop, uvloop.Loop)
+        assert loop.run_until_complete(_name()) == "uvloop"
+    finally:
+        loop.close()
+    assert asyncio.run(_name()) == "asyncio"
+
+
+async def _name() -> str:
+    from collector.cli import running_loop_name
+
+    return running_loop_name()
 
 
 # -------------------------------------------------------------------------------------- tokens
@@ -272,3 +323,81 @@ def test_http_transport_rejects_bad_arguments():
         HttpTransport("ftp://x")
     with pytest.raises(InvalidParameterError):
         HttpTransport("http://x", max_reports=0)
+
+
+# ------------------------------------------------------------------------------------- metrics
+
+
+def test_upload_counts_expose_what_a_prometheus_counter_and_histogram_would():
+    """collector.app.UploadCounts (plain counts, families built when scraped) against prometheus_client's own
+    Counter and Histogram fed the same answers: the same exposition, bucket edges included."""
+    import random
+    import re
+
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from collector.app import LATENCY_BUCKETS, UploadCounts
+
+    reference = CollectorRegistry()
+    requests = Counter("ocms_collector_requests", "Uploads answered, by status and reason", ["status", "reason"],
+                       registry=reference)
+    latency = Histogram("ocms_collector_request_seconds", "Time to answer an upload", registry=reference,
+                        buckets=LATENCY_BUCKETS)
+    ours = CollectorRegistry()
+    counts = UploadCounts()
+    ours.register(counts)
+    rng = random.Random(7)
+    for i in range(3000):
+        status, reason = rng.choice([(202, "accepted"), (400, "truncated"), (503, "queue_full"), (429, "rate_limited")])
+        seconds = rng.choice((0.0, 0.001, 0.0025, 0.00250001, 1, 10, 10.5)) if i % 3 == 0 else rng.random() * 12
+        requests.labels(str(status), reason).inc()
+        latency.observe(seconds)
+        counts.count(status, reason, seconds)
+
+    def masked(registry) -> str:
+        return re.sub(r"(_created(\{[^}]*\})? )\S+", r"\1T", generate_latest(registry).decode())
+
+    assert masked(ours) == masked(reference)
+    assert 'ocms_collector_requests_total{reason="accepted",status="202"}' in masked(ours)
+
+
+def test_fast_uploads_takes_exactly_the_two_upload_routes(registry_path, reg):
+    from aiohttp.test_utils import make_mocked_request
+
+    from collector.app import Collector
+
+    collector = Collector(CollectorSettings.build({}, registry=str(registry_path), bootstrap_servers="k:1"), reg)
+    taken = []
+
+    async def upload(request, metric):
+        taken.append(("upload", metric))
+
+    async def app_handler(request):
+        taken.append(("app", None))
+
+    collector._post = upload
+    dispatch = collector.fast_uploads(app_handler)
+    cases = [
+        ("POST", "/v1/reports", {}, ("upload", None)),
+        ("POST", "/v1/reports?x=1", {}, ("upload", None)),
+        ("POST", "/v1/metrics/dest/reports", {}, ("upload", "dest")),
+        ("POST", "/v1/metrics/no_such/reports", {}, ("upload", "no_such")),  # 404 unknown_metric from the handler
+        ("POST", "/v1/metrics/%64est/reports", {}, ("app", None)),
+        ("POST", "/v1/metrics//reports", {}, ("app", None)),
+        ("POST", "/v1/metrics/a/b/reports", {}, ("app", None)),
+        ("POST", "/v1/metrics/reports", {}, ("app", None)),
+        ("POST", "/v1/reports/", {}, ("app", None)),
+        ("POST", "/v1/reports", {"Expect": "100-continue"}, ("app", None)),
+        ("GET", "/v1/reports", {}, ("app", None)),
+        ("PUT", "/v1/metrics/dest/reports", {}, ("app", None)),
+        ("GET", "/v1/metrics/dest", {}, ("app", None)),
+        ("GET", "/metrics", {}, ("app", None)),
+    ]
+
+    async def run():
+        for method, path, headers, expected in cases:
+            taken.clear()
+            await dispatch(make_mocked_request(method, path, headers=headers))
+            assert taken == [expected], (method, path, headers)
+
+    asyncio.run(run())

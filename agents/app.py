@@ -31,6 +31,7 @@ survives restarts and follows partitions to their new owner (``expire``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import tempfile
 import time
@@ -407,16 +408,23 @@ class OCMSWorker:
                 ("ocms-source", f"{message.topic}/{message.partition}/{message.offset}".encode()),
             ]
             acknowledgements.append(await self.dead_letters.send(key=message.key, value=message.value, headers=headers))
+        # What steps 3-4 need: the messages to ack, not their decoded reports (freed here, so a
+        # batch waiting for the broker holds its raw messages only).
+        newest = max((m.timestamp for m in batch.accepted), default=None)
+        batch = dataclasses.replace(batch, accepted=[])
         previous = self._acking
-        acking = self._acking = _observed(asyncio.ensure_future(self._ack(batch, plan, acknowledgements, previous)))
+        acking = self._acking = _observed(asyncio.ensure_future(
+            self._ack(batch, plan, acknowledgements, previous, newest)))
         if previous is not None:
             await asyncio.shield(previous)
         if not behind:
             await acking
             await self._committed()
 
-    async def _ack(self, batch: Batch, plan, acknowledgements: list, previous: asyncio.Future | None) -> None:
-        """Steps 3-4 of ``checkpoint`` for one batch, after the previous batch's steps 3-4."""
+    async def _ack(self, batch: Batch, plan, acknowledgements: list, previous: asyncio.Future | None,
+                   newest: float | None) -> None:
+        """Steps 3-4 of ``checkpoint`` for one batch, after the previous batch's steps 3-4
+        (``newest``: the batch's newest accepted timestamp, None when it accepted nothing)."""
         if previous is not None:
             await asyncio.shield(previous)  # raises if that batch failed: then nothing of this one is acked
         await self._acknowledged(acknowledgements)  # 3. on the broker
@@ -432,10 +440,10 @@ class OCMSWorker:
         for fp, n in plan.counted.items():
             self.metrics.accepted.labels(*self.catalog.labels_of(fp)).inc(n)
         self.metrics.replayed.inc(plan.replayed)
-        if batch.accepted:
+        if newest is not None:
             self.metrics.batch_reports.observe(plan.reports)
             self.metrics.decode_seconds.observe(plan.decode_seconds)
-            self.metrics.last_processed.set(max(m.timestamp for m in batch.accepted))
+            self.metrics.last_processed.set(newest)
 
     async def _acknowledged(self, futures: list) -> None:
         """Wait for the broker's acknowledgement of every future; a failed send crashes the

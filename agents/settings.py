@@ -188,7 +188,7 @@ class Setting:
 
 #: While a full micro-batch's checkpoint runs, the intake may grow the next batch to this many
 #: times batch_max_reports before it waits (group commit: agents.app.OCMSWorker.batch_full).
-BATCH_GROWTH_UNDER_LOAD = 4
+BATCH_GROWTH_UNDER_LOAD = 8
 
 SETTINGS: tuple[Setting, ...] = (
     # the parameter set (as `ocms plan`)

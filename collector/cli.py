@@ -14,7 +14,7 @@ import sys
 
 from cms_core.errors import InvalidParameterError, OCMSError
 
-from .settings import CollectorSettings, env_name
+from .settings import CollectorSettings, env_name, flag_name
 
 #: (flag, setting, help); every flag falls back to its environment variable (env_name).
 FLAGS = (
@@ -93,7 +93,7 @@ def loop_factory(name: str):
     try:
         import uvloop
     except ImportError:  # a declared dependency; missing only in a broken install
-        raise InvalidParameterError(env_name("event_loop"), name, "uvloop is not installed (pip install uvloop, "
+        raise InvalidParameterError(f"{flag_name('event_loop')} (or {env_name('event_loop')})", name, "uvloop is not installed (pip install uvloop, "
                                     "or use asyncio)") from None
     return uvloop.new_event_loop
 

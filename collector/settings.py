@@ -35,6 +35,11 @@ def env_name(setting: str) -> str:
     return SHARED_ENV.get(setting, "OCMS_COLLECTOR_" + setting.upper())
 
 
+def flag_name(setting: str) -> str:
+    """``ocms collector``'s flag for a setting (collector.cli.FLAGS: always --name-with-dashes)."""
+    return "--" + setting.replace("_", "-")
+
+
 @dataclass(frozen=True)
 class CollectorSettings:
     registry: str
@@ -86,20 +91,24 @@ class CollectorSettings:
         """Settings from the environment ``env`` and explicit overrides (None = unset)."""
         env = env or {}
         raw: dict = {}
+        given: dict[str, str] = {}  # setting -> where its value came from, named as the user gave it
         for f in fields(cls):
-            value = overrides.get(f.name)
+            value, source = overrides.get(f.name), flag_name(f.name)
             if value is None:
-                value = env.get(env_name(f.name))
+                value, source = env.get(env_name(f.name)), env_name(f.name)
             if value is not None:
-                raw[f.name] = value
+                raw[f.name], given[f.name] = value, source
+
+        def label(name: str) -> str:
+            """The flag or variable a bad value came from (both when it came from neither)."""
+            return given.get(name) or f"{flag_name(name)} (or {env_name(name)})"
         out: dict = {}
         for name in ("registry", "bootstrap_servers"):
             if not str(raw.get(name, "")).strip():
-                flag = "--" + name.replace("_", "-")
-                raise InvalidParameterError(env_name(name), raw.get(name), f"required: give {flag} or {env_name(name)}")
+                raise InvalidParameterError(label(name), raw.get(name), f"required: give {flag_name(name)} or {env_name(name)}")
             out[name] = str(raw[name]).strip()
         if not Path(out["registry"]).is_file():
-            raise InvalidParameterError(env_name("registry"), out["registry"], "no such file")
+            raise InvalidParameterError(label("registry"), out["registry"], "no such file")
         ints = {
             "port": (0, 65_535), "max_body_bytes": (64, 1 << 30), "max_upload_reports": (1, 1 << 20),
             "max_queued_reports": (1, 1 << 34), "frame_max_reports": (1, 1 << 20), "kafka_timeout_ms": (100, 600_000),
@@ -108,47 +117,47 @@ class CollectorSettings:
         }
         for name, (lo, hi) in ints.items():
             if name in raw:
-                out[name] = _int(env_name(name), raw[name], lo, hi)
+                out[name] = _int(label(name), raw[name], lo, hi)
         floats = {"frame_max_latency_ms": False, "body_timeout_seconds": False, "rate_limit": True, "app_rate_limit": True,
                   "reject_delay_ms": True}
         for name, zero_ok in floats.items():
             if name in raw:
-                out[name] = _float(env_name(name), raw[name], zero_ok)
+                out[name] = _float(label(name), raw[name], zero_ok)
         for name in ("access_log_client_addresses", "access_log"):
             if name in raw:
-                out[name] = switch(raw[name], env_name(name))
+                out[name] = switch(raw[name], label(name))
         if "kafka_idempotence" in raw:
             mode = str(raw["kafka_idempotence"]).lower()
             if mode not in ("auto", "on", "off"):
-                raise InvalidParameterError(env_name("kafka_idempotence"), raw["kafka_idempotence"], "expected auto, on or off")
+                raise InvalidParameterError(label("kafka_idempotence"), raw["kafka_idempotence"], "expected auto, on or off")
             out["kafka_idempotence"] = mode
         if "log_level" in raw:
             level = str(raw["log_level"]).lower()
             if level not in LOG_LEVELS:
-                raise InvalidParameterError(env_name("log_level"), raw["log_level"], f"expected one of {LOG_LEVELS}")
+                raise InvalidParameterError(label("log_level"), raw["log_level"], f"expected one of {LOG_LEVELS}")
             out["log_level"] = level
         if "event_loop" in raw:
             loop = str(raw["event_loop"]).strip().lower()
             if loop not in EVENT_LOOPS:
-                raise InvalidParameterError(env_name("event_loop"), raw["event_loop"], f"expected one of {EVENT_LOOPS}")
+                raise InvalidParameterError(label("event_loop"), raw["event_loop"], f"expected one of {EVENT_LOOPS}")
             out["event_loop"] = loop
         if "source_topic" in raw:
-            out["source_topic"] = topic(raw["source_topic"], env_name("source_topic"))
+            out["source_topic"] = topic(raw["source_topic"], label("source_topic"))
         if "host" in raw:
             out["host"] = str(raw["host"])
         for name in ("tls_cert", "tls_key", "tokens_file"):
             if name in raw and str(raw[name]):
                 if not Path(str(raw[name])).is_file():
-                    raise InvalidParameterError(env_name(name), raw[name], "no such file")
+                    raise InvalidParameterError(label(name), raw[name], "no such file")
                 out[name] = str(raw[name])
         settings = cls(**out)
         if (settings.tls_cert is None) != (settings.tls_key is None):
-            raise InvalidParameterError(env_name("tls_key"), settings.tls_key, "--tls-cert and --tls-key go together")
+            raise InvalidParameterError(label("tls_key"), settings.tls_key, "--tls-cert and --tls-key go together")
         if settings.max_upload_reports > settings.frame_max_reports:
-            raise InvalidParameterError(env_name("max_upload_reports"), settings.max_upload_reports,
+            raise InvalidParameterError(label("max_upload_reports"), settings.max_upload_reports,
                                         f"must be <= the frame bound {settings.frame_max_reports} (an upload never spans two frames)")
         if settings.max_queued_reports < settings.max_upload_reports:
-            raise InvalidParameterError(env_name("max_queued_reports"), settings.max_queued_reports,
+            raise InvalidParameterError(label("max_queued_reports"), settings.max_queued_reports,
                                         f"must be >= the upload bound {settings.max_upload_reports}")
         return settings
 

@@ -318,11 +318,12 @@ def test_bad_settings_exit_2_naming_the_variable(registry_path, tmp_path):
     from .harness import ROOT
 
     cases = [
-        (["--registry", str(registry_path), "--bootstrap-servers", "x:1", "--port", "eighty"], "OCMS_COLLECTOR_PORT"),
-        (["--registry", str(tmp_path / "missing.yaml"), "--bootstrap-servers", "x:1"], "OCMS_REGISTRY"),
-        (["--registry", str(registry_path)], "OCMS_BOOTSTRAP_SERVERS"),
+        (["--registry", str(registry_path), "--bootstrap-servers", "x:1", "--port", "eighty"], "--port eighty:"),
+        (["--registry", str(tmp_path / "missing.yaml"), "--bootstrap-servers", "x:1"], "--registry "),
+        (["--registry", str(registry_path)], "--bootstrap-servers (or OCMS_BOOTSTRAP_SERVERS)"),
         (["--registry", str(registry_path), "--bootstrap-servers", "x:1", "--max-upload-reports", "20000"],
-         "OCMS_COLLECTOR_MAX_UPLOAD_REPORTS"),
+         "--max-upload-reports 20000:"),
+        (["--registry", str(registry_path), "--bootstrap-servers", "x:1", "--event-loop", "trio"], "--event-loop trio:"),
         (["--registry", str(registry_path), "--bootstrap-servers", "x:1", "--tls-cert", str(registry_path)],
          "OCMS_COLLECTOR_TLS_KEY"),
     ]

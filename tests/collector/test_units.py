@@ -53,9 +53,32 @@ def test_settings_read_the_environment_and_flags_win(registry_path):
     ({"event_loop": "trio"}, "OCMS_COLLECTOR_EVENT_LOOP"),
 ])
 def test_bad_settings_name_the_variable(registry_path, overrides, variable):
+    from collector.settings import env_name
+
+    env = {"OCMS_REGISTRY": str(registry_path), "OCMS_BOOTSTRAP_SERVERS": "k:1",
+           **{env_name(name): value for name, value in overrides.items()}}
     with pytest.raises(InvalidParameterError) as info:
-        CollectorSettings.build({}, registry=str(registry_path), bootstrap_servers="k:1", **overrides)
+        CollectorSettings.build(env)
     assert info.value.name == variable
+
+
+def test_a_bad_setting_is_named_as_the_user_gave_it(registry_path):
+    """A flag's bad value names the flag, a variable's the variable (as `ocms worker` does); a
+    required setting given neither way names both."""
+    from collector.cli import FLAGS
+    from collector.settings import flag_name
+
+    env = {"OCMS_REGISTRY": str(registry_path), "OCMS_BOOTSTRAP_SERVERS": "k:9092"}
+    with pytest.raises(InvalidParameterError) as by_flag:
+        CollectorSettings.build(env, port="eighty")
+    assert by_flag.value.name == "--port"
+    with pytest.raises(InvalidParameterError) as by_variable:
+        CollectorSettings.build({**env, "OCMS_COLLECTOR_PORT": "eighty"})
+    assert by_variable.value.name == "OCMS_COLLECTOR_PORT"
+    with pytest.raises(InvalidParameterError) as neither:
+        CollectorSettings.build({"OCMS_REGISTRY": str(registry_path)})
+    assert neither.value.name == "--bootstrap-servers (or OCMS_BOOTSTRAP_SERVERS)"
+    assert all(flag == flag_name(name) for flag, name, _ in FLAGS)  # what the labels rely on
 
 
 def _running_loop_of(registry_path, *flags: str, env: dict | None = None) -> str:

@@ -283,11 +283,16 @@ class OCMSWorker:
     async def flush(self) -> None:
         """Checkpoint the pending micro-batch, if any, and wait until every batch taken so far
         is acked and committed (the batch timer, a rebalance and a clean stop call this)."""
+        await self._checkpoint_pending()
+        await self._committed()
+
+    async def _checkpoint_pending(self) -> None:
+        """Take the pending batch under the lock (so batches are written in take order) and
+        write it; its acks and commit follow behind."""
         async with self._lock:
             self._drop_unowned()
             if self.pending:
                 await self.checkpoint(self.pending.take(), behind=True)
-        await self._committed()
 
     async def batch_full(self) -> None:
         """The intake's call when ``receive`` says the micro-batch is full: checkpoint it behind
@@ -320,10 +325,7 @@ class OCMSWorker:
         self._behind = _observed(asyncio.ensure_future(self._flush_behind()))
 
     async def _flush_behind(self) -> None:
-        async with self._lock:
-            self._drop_unowned()
-            if self.pending:
-                await self.checkpoint(self.pending.take(), behind=True)
+        await self._checkpoint_pending()
         if self.pending.full and self._behind is asyncio.current_task():
             self._start_behind()  # filled meanwhile: checkpoint it now (the intake may have gone quiet)
 

@@ -234,26 +234,23 @@ def decode_message(data: bytes, registry: Mapping[bytes, OCMSParams]) -> tuple[O
                 f"header says {count} records but the body holds {(len(data) - HEADER_SIZE) // size}"
             )
         raise OversizedMessageError(f"{len(data)} bytes, expected {expected} for {count} records")
+    if params.is_direct:
+        a0, a1 = identity_coefficients(count)
     dtype = _record_dtype(params)
     if dtype is not None:  # the common widths: read in place, one numpy view (the worker's intake path)
         records = np.frombuffer(data, dtype, count=count, offset=HEADER_SIZE)
         z = records["z"]
-        if params.is_direct:
-            a0, a1 = identity_coefficients(count)
-        else:
+        if not params.is_direct:
             limbs = limbs_for(params)
             a0, a1 = _record_field(records, "a0", limbs), _record_field(records, "a1", limbs)
     else:
         raw = np.frombuffer(data, np.uint8, offset=HEADER_SIZE).reshape(count, size)
         zw = params.z_bytes
-        if params.is_direct:
-            a0, a1 = identity_coefficients(count)
-            z = _bytes_column(raw, zw, 1)
-        else:
+        z = _bytes_column(raw[:, size - zw :], zw, 1)  # z closes every record (and is all of a direct one)
+        if not params.is_direct:
             w, limbs = params.coefficient_bytes, limbs_for(params)
             a0 = _bytes_column(raw[:, :w], w, limbs)
             a1 = _bytes_column(raw[:, w : 2 * w], w, limbs)
-            z = _bytes_column(raw[:, 2 * w :], zw, 1)
     if params.field.kind == "prime" and not params.is_direct:
         order = params.field.order
         if int(a0.max()) >= order or int(a1.max()) >= order:

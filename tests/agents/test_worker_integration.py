@@ -189,6 +189,44 @@ def test_6_metrics_equal_the_api(fed):
 
 
 # ------------------------------------------------------------------ test 2: SIGKILL x3
+def kill_while_streaming(broker, worker, app_id: str, messages, total: int, *, thresholds, interval: float,
+                         rate: float, before_kill=lambda: None) -> list[int]:
+    """Send ``messages`` (``total`` reports) at ``rate`` while a thread SIGKILLs and restarts ``worker`` as its count
+    passes each threshold (``before_kill()`` first); then check it was killed mid-stream, that its
+    counts equal the offline decode, and that nothing is left to replay (every source message
+    committed, nothing pending). Returns the counts seen at the kills."""
+    progress, failures = [], []
+
+    def killer():
+        try:
+            for threshold in thresholds:  # SIGKILL as the count passes each
+                progress.append(wait_until(lambda: (n := worker.get("/estimates")[1]["n"]) >= threshold and n, 120,
+                                           f"n did not reach {threshold}", interval=interval))
+                before_kill()
+                worker.kill()
+                worker.start()
+        except BaseException as exc:  # surfaced by the main thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=killer)
+    try:
+        thread.start()
+        send(broker.bootstrap_servers, worker.topic, messages, rate=rate)
+        thread.join()
+        assert not failures, failures
+        assert any(0 < p < total for p in progress), progress  # killed mid-stream
+        doc = worker.wait_for_n(total, timeout=120)
+        assert_same_as_offline(doc, offline(messages))
+        # Nothing arrives late and double counted: once every source message is committed
+        # (each only after its checkpoint) and nothing is pending, no replay is left.
+        wait_until(lambda: all_committed(broker.bootstrap_servers, app_id, worker.topic)
+                   and worker.get("/healthz")[1]["pending_reports"] == 0, 60, "the source topic was not committed")
+        assert worker.get("/estimates")[1]["n"] == total
+    finally:
+        thread.join()
+    return progress
+
+
 @pytest.mark.parametrize("store", ["memory", "rocksdb"])
 def test_2_sigkill_three_times_mid_stream_still_exact(broker, tmp_path_factory, store):
     """memory: state rebuilt from the changelog; rocksdb (production): local state survives the kill
@@ -198,35 +236,11 @@ def test_2_sigkill_three_times_mid_stream_still_exact(broker, tmp_path_factory, 
     worker = start_worker(broker, tmp_path_factory, app_id, "--batch-max-seconds", "0.1", "--store", store_url)
     worker.wait_healthy()
     messages = report_messages(PARAMS, zipf_values(60_000, 11), 200, seed=12)
-    progress, failures = [], []
-
-    def killer():
-        try:
-            for threshold in (10_000, 25_000, 40_000):  # SIGKILL as the count passes each
-                progress.append(wait_until(lambda: (n := worker.get("/estimates")[1]["n"]) >= threshold and n, 120,
-                                           f"n did not reach {threshold}", interval=0.05))
-                worker.kill()
-                worker.start()
-        except BaseException as exc:  # surfaced by the main thread
-            failures.append(exc)
-
-    thread = threading.Thread(target=killer)
-    try:
-        thread.start()
-        send(broker.bootstrap_servers, worker.topic, messages, rate=25)  # 300 frames over ~12 s
-        thread.join()
-        assert not failures, failures
+    try:  # 300 frames over ~12 s
+        kill_while_streaming(broker, worker, app_id, messages, 60_000, thresholds=(10_000, 25_000, 40_000),
+                             interval=0.05, rate=25)
         assert worker.starts == 4
-        assert any(0 < p < 60_000 for p in progress), progress  # killed mid-stream
-        doc = worker.wait_for_n(60_000, timeout=120)
-        assert_same_as_offline(doc, offline(messages))
-        # Nothing arrives late and double counted: once every source message is committed
-        # (each only after its checkpoint) and nothing is pending, no replay is left.
-        wait_until(lambda: all_committed(broker.bootstrap_servers, app_id, worker.topic)
-                   and worker.get("/healthz")[1]["pending_reports"] == 0, 60, "the source topic was not committed")
-        assert worker.get("/estimates")[1]["n"] == 60_000
     finally:
-        thread.join()
         worker.stop()
 
 
@@ -239,40 +253,19 @@ def test_2b_sigkill_while_checkpoints_run_behind_the_intake_still_exact(broker, 
     worker = start_worker(broker, tmp_path_factory, app_id, "--batch-max-reports", "400")
     worker.wait_healthy()
     messages = report_messages(PARAMS, zipf_values(60_000, 13), 200, seed=14)
-    progress, failures, grown = [], [], []
+    grown = []
 
     def grown_batches() -> float:
         """Batches of this worker process above 1,000 reports (2.5 x batch_max_reports: grown under load)."""
         scrape = Scrape.parse(worker.text("/metrics"))
         return scrape.get("ocms_batch_reports_count") - scrape.get("ocms_batch_reports_bucket", le="1000.0")
 
-    def killer():
-        try:
-            for threshold in (8_000, 24_000, 40_000):
-                progress.append(wait_until(lambda: (n := worker.get("/estimates")[1]["n"]) >= threshold and n, 120,
-                                           f"n did not reach {threshold}", interval=0.02))
-                grown.append(grown_batches())
-                worker.kill()
-                worker.start()
-        except BaseException as exc:  # surfaced by the main thread
-            failures.append(exc)
-
-    thread = threading.Thread(target=killer)
-    try:
-        thread.start()
-        send(broker.bootstrap_servers, worker.topic, messages, rate=100)  # 300 frames over ~3 s
-        thread.join()
-        assert not failures, failures
-        assert any(0 < p < 60_000 for p in progress), progress  # killed mid-stream
-        doc = worker.wait_for_n(60_000, timeout=120)
-        assert_same_as_offline(doc, offline(messages))
-        wait_until(lambda: all_committed(broker.bootstrap_servers, app_id, worker.topic)
-                   and worker.get("/healthz")[1]["pending_reports"] == 0, 60, "the source topic was not committed")
-        assert worker.get("/estimates")[1]["n"] == 60_000
+    try:  # 300 frames over ~3 s
+        kill_while_streaming(broker, worker, app_id, messages, 60_000, thresholds=(8_000, 24_000, 40_000),
+                             interval=0.02, rate=100, before_kill=lambda: grown.append(grown_batches()))
         grown.append(grown_batches())
         assert sum(grown) > 0, grown
     finally:
-        thread.join()
         worker.stop()
 
 

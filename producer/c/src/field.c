@@ -213,17 +213,11 @@ uint32_t ocms_mod_m(const ocms_u128 *value, uint32_t m) {
 }
 
 size_t ocms_coefficient_bytes(const ocms_params *params) {
-    uint64_t top;
-    size_t bits = 0;
     if (params->field == OCMS_FIELD_GF2_64) return 8;
     if (params->field == OCMS_FIELD_GF2_128) return 16;
-    for (top = params->prime - 1; top; top >>= 1) bits++;
-    return (bits + 7) / 8;
+    return (ocms_bit_length(params->prime - 1) + 7) / 8;
 }
 
 size_t ocms_z_bytes(uint32_t m) {
-    uint32_t top;
-    size_t bits = 0;
-    for (top = m - 1; top; top >>= 1) bits++;
-    return (bits + 7) / 8;
+    return (ocms_bit_length((uint64_t)m - 1) + 7) / 8;
 }

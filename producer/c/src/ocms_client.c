@@ -3,7 +3,7 @@
  * replays tests/vectors/ against it. */
 #include <string.h>
 
-#include "internal.h"
+#include "draw.h"
 
 const char *ocms_strerror(int code) {
     switch (code) {
@@ -390,17 +390,17 @@ int ocms_privatize(const ocms_params *p, const ocms_u128 *element, ocms_rng *rng
         report->a1.lo = 1; /* the identity hash (0, 1), never sent */
         y = (uint32_t)element->lo;
     } else {
-        if ((rc = ocms_draw_coefficient(p, rng, &report->a0)) != OCMS_OK) goto failed;
-        if ((rc = ocms_draw_coefficient(p, rng, &report->a1)) != OCMS_OK) goto failed;
+        if ((rc = draw_coefficient(p, rng, &report->a0)) != OCMS_OK) goto failed;
+        if ((rc = draw_coefficient(p, rng, &report->a1)) != OCMS_OK) goto failed;
         h = ocms_field_hash(p, &report->a0, &report->a1, element);
         y = ocms_mod_m(&h, p->m);
         ocms_wipe(&h, sizeof h);
     }
-    if ((rc = ocms_draw_bits64(rng, &keep_draw)) != OCMS_OK) goto failed;
+    if ((rc = draw_bits64(rng, &keep_draw)) != OCMS_OK) goto failed;
     if (keep_draw < p->keep_threshold) {
         report->z = y;
     } else {
-        if ((rc = ocms_draw_below(rng, (uint64_t)p->m - 1, &other)) != OCMS_OK) goto failed;
+        if ((rc = draw_below(rng, (uint64_t)p->m - 1, &other)) != OCMS_OK) goto failed;
         report->z = (uint32_t)other + (uint32_t)(other >= y); /* uniform over the m - 1 others */
     }
     ocms_wipe(&keep_draw, sizeof keep_draw);
@@ -415,7 +415,7 @@ failed:
 
 static int draw_level(const ocms_discovery *d, ocms_rng *rng, uint32_t *level) {
     uint64_t drawn;
-    int rc = ocms_draw_below(rng, d->levels, &drawn);
+    int rc = draw_below(rng, d->levels, &drawn);
     *level = (uint32_t)drawn + 1;
     return rc;
 }

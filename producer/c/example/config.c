@@ -479,27 +479,28 @@ const ocms_cfg_metric *ocms_cfg_find(const ocms_cfg *cfg, const char *name) {
 }
 
 /* ------------------------------------------------------------ values */
-/* A value shown in an error: printable ASCII as is, other bytes escaped, long values cut. */
-static void show(char *out, size_t outlen, const uint8_t *s, size_t len) {
-    size_t o = 0, i;
-    for (i = 0; i < len && o + 8 < outlen; i++) {
-        if (i == 40 && len > 50) {
-            o += (size_t)snprintf(out + o, outlen - o, "...(%zu bytes)", len);
-            break;
-        }
-        if (s[i] >= 0x20 && s[i] < 0x7f && s[i] != '"' && s[i] != '\\') out[o++] = (char)s[i];
-        else if (s[i] >= 0x80) out[o++] = (char)s[i]; /* UTF-8 text stays readable */
-        else o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", s[i]);
+/* A value shown in an error: printable text as is, control bytes escaped, long values cut at a
+ * character boundary (the message stays UTF-8). out must hold 256 bytes. */
+static void show(char *out, const uint8_t *s, size_t len) {
+    size_t o = 0, i, cut = len;
+    if (len > 50) {
+        cut = 40;
+        while (cut > 0 && (s[cut] & 0xc0) == 0x80) cut--;
     }
+    for (i = 0; i < cut; i++) {
+        if (s[i] < 0x20 || s[i] == 0x7f || s[i] == '"' || s[i] == '\\') o += (size_t)sprintf(out + o, "\\x%02x", s[i]);
+        else out[o++] = (char)s[i];
+    }
+    if (cut < len) o += (size_t)sprintf(out + o, "...(%zu bytes)", len);
     out[o] = '\0';
 }
 
 int ocms_cfg_value_of(const ocms_cfg_metric *m, const uint8_t *name, size_t len, ocms_cfg_value *value, char *err,
                       size_t errlen) {
-    char shown[160];
+    char shown[256];
     ocms_u128 element;
     memset(value, 0, sizeof *value);
-    show(shown, sizeof shown, name, len);
+    show(shown, name, len);
     if (m->ncategories > 0) {
         size_t i;
         for (i = 0; i < m->ncategories; i++) {

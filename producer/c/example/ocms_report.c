@@ -33,6 +33,7 @@ static const char USAGE[] =
     "usage: " PROG " --config DEVICE_CONFIG.json --metric NAME (--out CAPTURE | --collector URL)\n"
     "                     [--ledger FILE --budget EPSILON [--period-seconds N] [--memoize]]\n"
     "                     [--token TOKEN] [--upload-reports N] [--retries N] [--max-backoff S] [--timeout S]\n"
+    "                     [--verbose]\n"
     "                     < values.jsonl\n";
 
 static const char HELP[] =
@@ -50,7 +51,8 @@ static const char HELP[] =
     "  --upload-reports N    reports per upload (default 1000, the collector's default limit)\n"
     "  --retries N           retries of one upload (default 8)\n"
     "  --max-backoff S       cap of backoff and Retry-After in seconds (default 30)\n"
-    "  --timeout S           seconds per upload attempt (default 30)\n\n"
+    "  --timeout S           seconds per upload attempt (default 30)\n"
+    "  --verbose             one line on stderr per failed upload attempt\n\n"
     "Exit status: 0 done; 1 the capture could not be written or an upload failed; 2 bad flags, config\n"
     "or input line (nothing written); 3 privacy budget exhausted (the reports before that line were written).\n";
 
@@ -113,7 +115,7 @@ int main(int argc, char **argv) {
     double budget = 0, period_seconds = 86400;
     int memoize = 0, have_budget = 0, i;
     long upload_reports = 1000;
-    upload_options upload = {NULL, NULL, 8, 30.0, 30.0};
+    upload_options upload = {NULL, NULL, 8, 30.0, 30.0, 0};
     ocms_cfg cfg;
     const ocms_cfg_metric *metric;
     ocms_metric device_metric;
@@ -144,6 +146,10 @@ int main(int argc, char **argv) {
         }
         if (strcmp(arg, "--memoize") == 0) {
             memoize = 1;
+            continue;
+        }
+        if (strcmp(arg, "--verbose") == 0) {
+            upload.verbose = 1;
             continue;
         }
         if (strncmp(arg, "--", 2) != 0) {

@@ -162,9 +162,12 @@ int upload_body(const upload_options *opt, const uint8_t *body, size_t len, int 
             }
         }
         free(answer_body.data);
-        if (attempt < opt->retries) sleep_seconds(wait);
         if (rc == CURLE_OK) snprintf(err, errlen, "HTTP %ld %s", status, answer);
         else snprintf(err, errlen, "%s", answer);
+        if (opt->verbose)
+            fprintf(stderr, "ocms-report-c: upload attempt %d failed (%s); %s\n", attempt + 1, err,
+                    attempt < opt->retries ? "retrying" : "giving up");
+        if (attempt < opt->retries) sleep_seconds(wait);
     }
     curl_easy_cleanup(curl);
     {

@@ -13,6 +13,7 @@ typedef struct {
     int retries;        /* retries after the first attempt */
     double max_backoff; /* seconds: cap of the backoff and of Retry-After */
     double timeout;     /* seconds per attempt */
+    int verbose;        /* one stderr line per failed attempt */
 } upload_options;
 
 /* POST body (wire-v1 messages of one parameter set) until 202: 0, or -1 with the reason. */

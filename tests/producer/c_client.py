@@ -12,11 +12,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import numpy as np
-
-from cms_core import wire
-from cms_core.reports import ReportBatch
-
 ROOT = Path(__file__).resolve().parents[2]
 C_DIR = ROOT / "producer" / "c"
 CLI = C_DIR / "ocms-report-c"
@@ -71,18 +66,6 @@ def run_cli(args, lines=None, *, binary: Path = CLI, env=None, timeout: float = 
     data = "".join(line + "\n" for line in lines) if lines is not None else ""
     return subprocess.run([str(binary), *map(str, args)], input=data.encode("utf-8"), capture_output=True,
                           timeout=timeout, env=env)
-
-
-def read_capture_batch(path: Path, params) -> ReportBatch:
-    """Every single-report message of a capture of one parameter set, decoded by cms_core.wire as one frame."""
-    raw = np.frombuffer(Path(path).read_bytes(), np.uint8)
-    size = wire.HEADER_SIZE + wire.record_size(params)
-    assert raw.size % (4 + size) == 0, "a capture of single reports of one parameter set"
-    rows = raw.reshape(-1, 4 + size)
-    assert (rows[:, :4].view(">u4").ravel() == size).all()
-    header = wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, params.fingerprint, rows.shape[0])
-    assert (rows[:, 4 + 4:4 + 12] == np.frombuffer(params.fingerprint, np.uint8)).all(), "one fingerprint"
-    return wire.decode_message(header + rows[:, 4 + wire.HEADER_SIZE:].tobytes(), {params.fingerprint: params})[1]
 
 
 def device_config_file(directory: Path) -> Path:

@@ -16,16 +16,17 @@ import random
 import stat
 from fractions import Fraction
 
-import numpy as np
 import pytest
 
-from cms_core import OCMSParams
-from cms_core import audit
+from cms_core import OCMSParams, audit, wire
 from cms_core.fields import PRIME_64, BinaryField, PrimeField
 from cms_core.privatize import keep_threshold
+from producer.capture import CaptureReader, read_report_batch
+from registry.loader import parse_registry
+from tests.vectors.make_privatize_vectors import REGISTRY
 
 from .c_client import (C_DIR, CLI, PRIVATIZE_VECTORS, VECTORS, Driver, device_config_file, line_of, make,
-                       read_capture_batch, run_cli)
+                       run_cli)
 
 pytestmark = pytest.mark.integration
 
@@ -258,11 +259,8 @@ def test_cli_writes_one_report_per_line_in_order(config, tmp_path):
     done = run_cli(["--config", config, "--metric", "cat_small", "--out", out], [line_of(v) for v in values])
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode() == f"wrote 5 reports of cat_small@1 to {out}\n"
-    from registry.loader import parse_registry
-    from tests.vectors.make_privatize_vectors import REGISTRY
-
     version = parse_registry(REGISTRY).metric("cat_small").latest
-    batch = read_capture_batch(out, version.params)
+    batch = read_report_batch(out, version.params)
     assert len(batch) == 5
 
 
@@ -293,12 +291,7 @@ def test_cli_integers_strings_and_discovery_metrics(config, tmp_path):
     cases = {"int_gf64": ["0", "18446744073709551615", "0007"], "words": ["", "a" * 5000, "line\nbreak"],
              "words_disc": ["zebra", "", "abcdefgh"], "utf8_disc": ["東京タワー", "x"], "build_disc": ["65535", "1"],
              "cat_direct": ["naïve", "red"], "int_prime64": ["4611686018427387903"]}
-    from registry.loader import parse_registry
-    from tests.vectors.make_privatize_vectors import REGISTRY
-
     registry = parse_registry(REGISTRY)
-    from producer.capture import CaptureReader
-    from cms_core import wire
 
     for name, values in cases.items():
         out = tmp_path / f"{name}.capture"
@@ -357,7 +350,7 @@ def test_cli_ledger_refuses_beyond_the_budget_and_memoizes(config, tmp_path):
     err = done.stderr.decode()
     assert done.returncode == 3, err
     assert "line 3: privacy budget exhausted for metric cat_small" in err and "spent 4" in err
-    assert len(list(__import__("producer.capture", fromlist=["CaptureReader"]).CaptureReader(out))) == 2
+    assert len(list(CaptureReader(out))) == 2
     assert stat.S_IMODE(os.stat(ledger).st_mode) == 0o600
     done = run_cli(args, ['"home"'])  # the spend is on file: nothing left this period
     assert done.returncode == 3 and "line 1:" in done.stderr.decode()
@@ -371,8 +364,6 @@ def test_cli_ledger_refuses_beyond_the_budget_and_memoizes(config, tmp_path):
     done = run_cli(["--config", config, "--metric", "cat_small", "--out", out, "--ledger", ledger3, "--budget", "4",
                     "--memoize"], ['"home"', '"maps"', '"home"', '"maps"', '"home"'])
     assert done.returncode == 0, done.stderr
-    from producer.capture import CaptureReader
-
     messages = list(CaptureReader(out))
     assert messages[0] == messages[2] == messages[4] and messages[1] == messages[3]
     text = ledger3.read_text()
@@ -387,7 +378,6 @@ def test_cli_ledger_refuses_beyond_the_budget_and_memoizes(config, tmp_path):
 def test_ledger_accounts_decimal_epsilons_exactly(built, tmp_path):
     """Ten charges of 0.1 fill a budget of 1.0 exactly (producer/ledger.py's rule), the eleventh is refused."""
     from registry.device import device_config
-    from registry.loader import parse_registry
 
     registry = parse_registry("metrics:\n  - name: tenth\n    description: d\n    owner: o\n    categories: [a, b, c]\n"
                               "    epsilon: 0.1\n")

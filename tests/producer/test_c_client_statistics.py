@@ -1,7 +1,7 @@
 """The C client's reports, statistically (issue 25): the black-box epsilon audit and ocms estimate.
 
-* Black-box audit (cms_core.audit.black_box_audit, the documented procedure: Clopper-Pearson lower
-  bound on epsilon from the most distinguishing event) on 2 x 200,000 reports that ocms-report-c
+* Black-box audit (cms_core.audit.audit_batches, black_box_audit's procedure on reports made
+  elsewhere: Clopper-Pearson lower bound on epsilon from the most distinguishing event) on 2 x 200,000 reports that ocms-report-c
   made from the OS CSPRNG, for OCMS+RR and direct RR: the bound must not exceed epsilon (no leak)
   and must reach 90% of it (the budget is really used). alpha = 1e-6, since the CSPRNG cannot be
   seeded. Negative control: the library with the keep threshold of 1.25 epsilon (a test parameter
@@ -25,14 +25,14 @@ import numpy as np
 import pytest
 
 from cms_core import kernel
-from cms_core.audit import black_box_audit, clopper_pearson_lower
+from cms_core.audit import audit_batches
 from cms_core.privatize import keep_threshold
-from cms_core.reports import Report
 from cms_core.values import elements_to_array, encode_value, limbs_for
+from producer.capture import read_report_batch
 from registry.device import device_config
 from registry.loader import parse_registry
 
-from .c_client import C_DIR, Driver, line_of, make, read_capture_batch, run_cli
+from .c_client import C_DIR, Driver, line_of, make, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -86,25 +86,6 @@ def _cli_capture(config, metric: str, values: list[str], out) -> None:
     assert done.returncode == 0, done.stderr.decode()
 
 
-def _served(batch, params):
-    """A `device` for cms_core.audit.black_box_audit that hands out the C client's reports in order."""
-    reports = iter([Report(int(a0), int(a1), int(z)) for a0, a1, z in zip(batch.a0, batch.a1, batch.z)])
-    return lambda p, x: next(reports)
-
-
-def _audit(params, x1, x2, batch1, batch2, claimed):
-    """black_box_audit over pre-made reports: x1's first, then x2's (the order it samples them in)."""
-    served = iter([_served(batch1, params), _served(batch2, params)])
-    current = {"device": None, "x": None}
-
-    def device(p, x):
-        if current["x"] != x:
-            current["x"], current["device"] = x, next(served)
-        return current["device"](p, x)
-
-    return black_box_audit(params, x1, x2, len(batch1), alpha=AUDIT_ALPHA, claimed_epsilon=claimed, device=device)
-
-
 @pytest.mark.parametrize("metric, x1, x2", [("screens", 3, 7), ("colors", 1, 5)])
 def test_black_box_audit_of_the_c_client(setup, tmp_path, metric, x1, x2):
     directory, registry, config = setup
@@ -114,8 +95,8 @@ def test_black_box_audit_of_the_c_client(setup, tmp_path, metric, x1, x2):
     for x in (x1, x2):
         out = tmp_path / f"{metric}-{x}.capture"
         _cli_capture(config, metric, [names[x]] * AUDIT_TRIALS, out)
-        batches.append(read_capture_batch(out, params))
-    result = _audit(params, x1, x2, *batches, claimed=params.epsilon)
+        batches.append(read_report_batch(out, params))
+    result = audit_batches(params, x1, x2, *batches, alpha=AUDIT_ALPHA)
     assert not result.leaks, result
     assert result.fraction_of_claim >= 0.9, result
 
@@ -132,10 +113,10 @@ def test_black_box_audit_of_the_c_client(setup, tmp_path, metric, x1, x2):
             answer = driver.ask(op="sample", metric=metric, line=line_of(names[x]), n=AUDIT_TRIALS, out=str(out),
                                 keep_threshold=str(leaky_t))
             assert answer["written"] == AUDIT_TRIALS, answer
-            leaky.append(read_capture_batch(out, params))
+            leaky.append(read_report_batch(out, params))
     finally:
         assert driver.close()[0] == 0
-    caught = _audit(params, x1, x2, *leaky, claimed=params.epsilon)
+    caught = audit_batches(params, x1, x2, *leaky, alpha=AUDIT_ALPHA, claimed_epsilon=params.epsilon)
     assert caught.leaks, caught
 
 
@@ -194,7 +175,7 @@ def test_reports_decode_with_ocms_estimate_within_their_intervals(setup, tmp_pat
     assert _outside(wide, wrong) > 0
 
     # keep rate: z equals the true hash of the value (public coefficients) with probability T / 2^64
-    batch = read_capture_batch(capture, params)
+    batch = read_report_batch(capture, params)
     element_of = {v: encode_value(params, version.value_from_name(v)) for v in truth}
     elements = [element_of[v] for v in values]
     x = elements_to_array(elements, limbs_for(params))

@@ -18,31 +18,14 @@ import time
 import numpy as np
 import pytest
 
-from producer.broker import EmbeddedBroker, free_port
+from producer.broker import free_port
 from tests.producer.c_client import CLI, line_of, make
 
-from .harness import ROOT, CollectorProcess, RegistryWorker, consume_all
+from .harness import ROOT, CollectorProcess, consume_all
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "col-c-client"
-
-
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def worker(broker, registry_path, tmp_path_factory):
-    w = RegistryWorker(registry_path, "dest", 1, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("worker"))
-    w.start()
-    try:
-        w.wait_for_n(0, timeout=90)
-        yield w
-    finally:
-        w.stop()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@
 
 #define MAX_CONFIG_BYTES (64u * 1024u * 1024u)
 
-static int problem(char *err, size_t errlen, const char *fmt, ...) {
+int ocms_cfg_problem(char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
@@ -52,10 +52,10 @@ static const cJSON *member(const cJSON *obj, const char *key) {
 static int get_uint(ctx_t *c, const cJSON *obj, const char *key, uint64_t lo, uint64_t hi, uint64_t *out) {
     const cJSON *v = member(obj, key);
     double d;
-    if (!cJSON_IsNumber(v)) return problem(c->err, c->errlen, "%s.%s: missing or not a number", c->path, key);
+    if (!cJSON_IsNumber(v)) return ocms_cfg_problem(c->err, c->errlen, "%s.%s: missing or not a number", c->path, key);
     d = v->valuedouble;
     if (!(d >= (double)lo && d <= (double)hi) || d != floor(d))
-        return problem(c->err, c->errlen, "%s.%s: must be an integer in [%llu, %llu]", c->path, key,
+        return ocms_cfg_problem(c->err, c->errlen, "%s.%s: must be an integer in [%llu, %llu]", c->path, key,
                        (unsigned long long)lo, (unsigned long long)hi);
     *out = (uint64_t)d;
     return 0;
@@ -64,7 +64,7 @@ static int get_uint(ctx_t *c, const cJSON *obj, const char *key, uint64_t lo, ui
 static int get_string(ctx_t *c, const cJSON *obj, const char *key, const char **out) {
     const cJSON *v = member(obj, key);
     if (!cJSON_IsString(v) || v->valuestring == NULL)
-        return problem(c->err, c->errlen, "%s.%s: missing or not a string", c->path, key);
+        return ocms_cfg_problem(c->err, c->errlen, "%s.%s: missing or not a string", c->path, key);
     *out = v->valuestring;
     return 0;
 }
@@ -77,8 +77,8 @@ static int get_decimal(ctx_t *c, const cJSON *obj, const char *key, uint64_t *ou
     if (is_2_64 != NULL) *is_2_64 = strcmp(text, "18446744073709551616") == 0;
     if (is_2_64 != NULL && *is_2_64) return 0;
     rc = ocms_parse_u64(text, strlen(text), out);
-    if (rc == -1) return problem(c->err, c->errlen, "%s.%s: must be decimal digits in a string", c->path, key);
-    if (rc == -2) return problem(c->err, c->errlen, "%s.%s: above 2^64 - 1", c->path, key);
+    if (rc == -1) return ocms_cfg_problem(c->err, c->errlen, "%s.%s: must be decimal digits in a string", c->path, key);
+    if (rc == -2) return ocms_cfg_problem(c->err, c->errlen, "%s.%s: above 2^64 - 1", c->path, key);
     return 0;
 }
 
@@ -92,10 +92,10 @@ static int get_fingerprint(ctx_t *c, const cJSON *obj, uint8_t out[8]) {
     const char *text;
     int i;
     if (get_string(c, obj, "fingerprint", &text)) return -1;
-    if (strlen(text) != 16) return problem(c->err, c->errlen, "%s.fingerprint: must be 16 lowercase hex digits", c->path);
+    if (strlen(text) != 16) return ocms_cfg_problem(c->err, c->errlen, "%s.fingerprint: must be 16 lowercase hex digits", c->path);
     for (i = 0; i < 8; i++) {
         int hi = hex_nibble(text[2 * i]), lo = hex_nibble(text[2 * i + 1]);
-        if (hi < 0 || lo < 0) return problem(c->err, c->errlen, "%s.fingerprint: must be 16 lowercase hex digits", c->path);
+        if (hi < 0 || lo < 0) return ocms_cfg_problem(c->err, c->errlen, "%s.fingerprint: must be 16 lowercase hex digits", c->path);
         out[i] = (uint8_t)(hi << 4 | lo);
     }
     return 0;
@@ -106,7 +106,7 @@ static int parse_field(ctx_t *c, const cJSON *obj, ocms_params *p) {
     const char *kind;
     size_t n = strlen(c->path);
     int rc = -1;
-    if (!cJSON_IsObject(field)) return problem(c->err, c->errlen, "%s.field: missing or not an object", c->path);
+    if (!cJSON_IsObject(field)) return ocms_cfg_problem(c->err, c->errlen, "%s.field: missing or not an object", c->path);
     snprintf(c->path + n, sizeof c->path - n, ".field");
     if (get_string(c, field, "kind", &kind)) goto done;
     if (strcmp(kind, "prime") == 0) {
@@ -122,12 +122,12 @@ static int parse_field(ctx_t *c, const cJSON *obj, ocms_params *p) {
         } else if (degree == 128 && strcmp(poly, "340282366920938463463374607431768211591") == 0) {
             p->field = OCMS_FIELD_GF2_128;
         } else {
-            problem(c->err, c->errlen, "%s: unsupported binary field (GF(2^64) with x^64+x^4+x^3+x+1, "
+            ocms_cfg_problem(c->err, c->errlen, "%s: unsupported binary field (GF(2^64) with x^64+x^4+x^3+x+1, "
                     "GF(2^128) with x^128+x^7+x^2+x+1)", c->path);
             goto done;
         }
     } else {
-        problem(c->err, c->errlen, "%s.kind: must be \"prime\" or \"binary\"", c->path);
+        ocms_cfg_problem(c->err, c->errlen, "%s.kind: must be \"prime\" or \"binary\"", c->path);
         goto done;
     }
     rc = 0;
@@ -144,7 +144,7 @@ static int check_threshold(ctx_t *c, const char *where, const ocms_params *p) {
     long double expect = ldexpl(e / (e + (long double)p->m - 1.0L), 64);
     long double got = (long double)p->keep_threshold;
     if (fabsl(got - expect) > 1e-12L * expect)
-        return problem(c->err, c->errlen, "%s.keep_threshold: %llu does not belong to epsilon %.17g and m %u "
+        return ocms_cfg_problem(c->err, c->errlen, "%s.keep_threshold: %llu does not belong to epsilon %.17g and m %u "
                        "(expected about %.0Lf); the config is damaged", where, (unsigned long long)p->keep_threshold,
                        p->epsilon, (unsigned)p->m, expect);
     return 0;
@@ -158,20 +158,20 @@ static int parse_params(ctx_t *c, const cJSON *obj, ocms_params *p, const char *
     const cJSON *eps;
     if (get_fingerprint(c, obj, p->fingerprint)) return -1;
     eps = member(obj, "epsilon");
-    if (!cJSON_IsNumber(eps)) return problem(c->err, c->errlen, "%s.epsilon: missing or not a number", c->path);
+    if (!cJSON_IsNumber(eps)) return ocms_cfg_problem(c->err, c->errlen, "%s.epsilon: missing or not a number", c->path);
     p->epsilon = eps->valuedouble;
-    if (!(p->epsilon > 0 && p->epsilon <= 100)) return problem(c->err, c->errlen, "%s.epsilon: must be in (0, 100]", c->path);
+    if (!(p->epsilon > 0 && p->epsilon <= 100)) return ocms_cfg_problem(c->err, c->errlen, "%s.epsilon: must be in (0, 100]", c->path);
     if (get_uint(c, obj, "m", 2, OCMS_MAX_HASH_RANGE, &m)) return -1;
     p->m = (uint32_t)m;
     if (get_string(c, obj, "keep_threshold", &threshold)) return -1;
     if (ocms_parse_u64(threshold, strlen(threshold), &p->keep_threshold) != 0 || p->keep_threshold == 0)
-        return problem(c->err, c->errlen, "%s.keep_threshold: must be decimal digits of an integer in [1, 2^64)", c->path);
+        return ocms_cfg_problem(c->err, c->errlen, "%s.keep_threshold: must be decimal digits of an integer in [1, 2^64)", c->path);
     if (check_threshold(c, c->path, p)) return -1;
     if (parse_field(c, obj, p)) return -1;
-    if (ocms_params_check(p, &rule) != OCMS_OK) return problem(c->err, c->errlen, "%s: %s", c->path, rule);
+    if (ocms_params_check(p, &rule) != OCMS_OK) return ocms_cfg_problem(c->err, c->errlen, "%s: %s", c->path, rule);
     ocms_params_fingerprint(p, binding, strlen(binding), computed);
     if (memcmp(computed, p->fingerprint, 8) != 0)
-        return problem(c->err, c->errlen, "%s.fingerprint: does not match the parameters it names (binding %s); "
+        return ocms_cfg_problem(c->err, c->errlen, "%s.fingerprint: does not match the parameters it names (binding %s); "
                        "the config is damaged or from another registry version", c->path, binding);
     return 0;
 }
@@ -207,7 +207,7 @@ static int parse_discovery(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     uint64_t v;
     size_t n = strlen(c->path), i;
     char binding[256];
-    if (!cJSON_IsObject(disc)) return problem(c->err, c->errlen, "%s.discovery: not an object", c->path);
+    if (!cJSON_IsObject(disc)) return ocms_cfg_problem(c->err, c->errlen, "%s.discovery: not an object", c->path);
     snprintf(c->path + n, sizeof c->path - n, ".discovery");
     memset(d, 0, sizeof *d);
     if (get_string(c, disc, "kind", &kind)) return -1;
@@ -215,19 +215,19 @@ static int parse_discovery(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
         const char *alphabet;
         d->kind = OCMS_DISCOVERY_STRINGS;
         if (m->params.domain != OCMS_DOMAIN_STRINGS)
-            return problem(c->err, c->errlen, "%s.kind: strings discovery on a metric of integers", c->path);
+            return ocms_cfg_problem(c->err, c->errlen, "%s.kind: strings discovery on a metric of integers", c->path);
         if (get_string(c, disc, "alphabet", &alphabet)) return -1;
         if (strcmp(alphabet, "utf8") != 0) {
             long count = utf8_code_points(alphabet, NULL), a, b;
             if (count < 1 || count > 65535)
-                return problem(c->err, c->errlen, "%s.alphabet: must be \"utf8\" or 1..65535 characters", c->path);
+                return ocms_cfg_problem(c->err, c->errlen, "%s.alphabet: must be \"utf8\" or 1..65535 characters", c->path);
             m->alphabet = calloc((size_t)count, sizeof *m->alphabet);
-            if (m->alphabet == NULL) return problem(c->err, c->errlen, "out of memory");
+            if (m->alphabet == NULL) return ocms_cfg_problem(c->err, c->errlen, "out of memory");
             utf8_code_points(alphabet, m->alphabet);
             for (a = 0; a < count; a++) {
                 for (b = a + 1; b < count; b++) {
                     if (m->alphabet[a] == m->alphabet[b])
-                        return problem(c->err, c->errlen, "%s.alphabet: lists U+%04X twice", c->path, (unsigned)m->alphabet[a]);
+                        return ocms_cfg_problem(c->err, c->errlen, "%s.alphabet: lists U+%04X twice", c->path, (unsigned)m->alphabet[a]);
                 }
             }
             d->alphabet = m->alphabet;
@@ -240,39 +240,39 @@ static int parse_discovery(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     } else if (strcmp(kind, "integers") == 0) {
         d->kind = OCMS_DISCOVERY_INTEGERS;
         if (m->params.domain != OCMS_DOMAIN_INTEGERS || m->ncategories > 0)
-            return problem(c->err, c->errlen, "%s.kind: integers discovery on a metric that is not of integers", c->path);
+            return ocms_cfg_problem(c->err, c->errlen, "%s.kind: integers discovery on a metric that is not of integers", c->path);
         if (get_uint(c, disc, "bits", 1, 64, &v)) return -1;
         d->bits = (uint32_t)v;
         if (get_uint(c, disc, "bits_per_level", 1, 64, &v)) return -1;
         d->bits_per_level = (uint32_t)v;
     } else {
-        return problem(c->err, c->errlen, "%s.kind: must be \"strings\" or \"integers\"", c->path);
+        return ocms_cfg_problem(c->err, c->errlen, "%s.kind: must be \"strings\" or \"integers\"", c->path);
     }
     levels = member(disc, "levels");
     if (!cJSON_IsArray(levels) || cJSON_GetArraySize(levels) < 1 || cJSON_GetArraySize(levels) > 256)
-        return problem(c->err, c->errlen, "%s.levels: must be an array of 1..256 levels", c->path);
+        return ocms_cfg_problem(c->err, c->errlen, "%s.levels: must be an array of 1..256 levels", c->path);
     d->levels = (uint32_t)cJSON_GetArraySize(levels);
     m->levels = calloc(d->levels, sizeof *m->levels);
-    if (m->levels == NULL) return problem(c->err, c->errlen, "out of memory");
+    if (m->levels == NULL) return ocms_cfg_problem(c->err, c->errlen, "out of memory");
     i = 0;
     cJSON_ArrayForEach(level, levels) {
         ocms_params *lp = &m->levels[i];
         size_t k = strlen(c->path);
         int is_2_64 = 0;
         snprintf(c->path + k, sizeof c->path - k, ".levels[%zu]", i);
-        if (!cJSON_IsObject(level)) return problem(c->err, c->errlen, "%s: not an object", c->path);
+        if (!cJSON_IsObject(level)) return ocms_cfg_problem(c->err, c->errlen, "%s: not an object", c->path);
         if (get_uint(c, level, "level", i + 1, i + 1, &v)) return -1;
         lp->epsilon = m->params.epsilon;
         lp->mechanism = OCMS_MECHANISM_OCMS;
         lp->domain = OCMS_DOMAIN_INTEGERS;
         if (get_decimal(c, level, "dictionary_size", &v, &is_2_64)) return -1;
-        if (!is_2_64 && v < 1) return problem(c->err, c->errlen, "%s.dictionary_size: must be >= 1", c->path);
+        if (!is_2_64 && v < 1) return ocms_cfg_problem(c->err, c->errlen, "%s.dictionary_size: must be >= 1", c->path);
         lp->max_value = is_2_64 ? UINT64_MAX : v - 1;
         {
             /* the level carries no epsilon: it is the metric's */
             cJSON *copy = cJSON_Duplicate(level, 1);
             int rc;
-            if (copy == NULL) return problem(c->err, c->errlen, "out of memory");
+            if (copy == NULL) return ocms_cfg_problem(c->err, c->errlen, "out of memory");
             cJSON_DeleteItemFromObjectCaseSensitive(copy, "epsilon");
             cJSON_AddNumberToObject(copy, "epsilon", m->params.epsilon);
             snprintf(binding, sizeof binding, "%s@%u/level%zu", m->name, (unsigned)m->version, i + 1);
@@ -284,7 +284,7 @@ static int parse_discovery(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
         i++;
     }
     d->level_params = m->levels;
-    if (ocms_discovery_check(d, &rule) != OCMS_OK) return problem(c->err, c->errlen, "%s: %s", c->path, rule);
+    if (ocms_discovery_check(d, &rule) != OCMS_OK) return ocms_cfg_problem(c->err, c->errlen, "%s: %s", c->path, rule);
     c->path[n] = '\0';
     m->has_discovery = 1;
     return 0;
@@ -295,17 +295,17 @@ static int parse_metric(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     const cJSON *mech = member(obj, "mechanism");
     uint64_t version;
     char binding[256];
-    if (!cJSON_IsObject(obj)) return problem(c->err, c->errlen, "%s: not an object", c->path);
+    if (!cJSON_IsObject(obj)) return ocms_cfg_problem(c->err, c->errlen, "%s: not an object", c->path);
     if (get_string(c, obj, "name", &name)) return -1;
-    if (name[0] == '\0' || strlen(name) > 100) return problem(c->err, c->errlen, "%s.name: must be 1..100 characters", c->path);
+    if (name[0] == '\0' || strlen(name) > 100) return ocms_cfg_problem(c->err, c->errlen, "%s.name: must be 1..100 characters", c->path);
     m->name = malloc(strlen(name) + 1);
-    if (m->name == NULL) return problem(c->err, c->errlen, "out of memory");
+    if (m->name == NULL) return ocms_cfg_problem(c->err, c->errlen, "out of memory");
     strcpy(m->name, name);
     if (get_uint(c, obj, "version", 1, 0xffffffffu, &version)) return -1;
     m->version = (uint32_t)version;
     if (mech != NULL) {
         if (!cJSON_IsString(mech) || (strcmp(mech->valuestring, "direct") != 0 && strcmp(mech->valuestring, "ocms") != 0))
-            return problem(c->err, c->errlen, "%s.mechanism: must be \"ocms\" or \"direct\"", c->path);
+            return ocms_cfg_problem(c->err, c->errlen, "%s.mechanism: must be \"ocms\" or \"direct\"", c->path);
         mechanism = mech->valuestring;
     }
     m->params.mechanism = strcmp(mechanism, "direct") == 0 ? OCMS_MECHANISM_DIRECT : OCMS_MECHANISM_OCMS;
@@ -315,21 +315,21 @@ static int parse_metric(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
         size_t i = 0, j;
         m->params.domain = OCMS_DOMAIN_INTEGERS;
         if (!cJSON_IsArray(cats) || cJSON_GetArraySize(cats) < 2)
-            return problem(c->err, c->errlen, "%s.categories: must be an array of at least 2 names", c->path);
+            return ocms_cfg_problem(c->err, c->errlen, "%s.categories: must be an array of at least 2 names", c->path);
         m->ncategories = (size_t)cJSON_GetArraySize(cats);
         m->categories = calloc(m->ncategories, sizeof *m->categories);
         m->category_lengths = calloc(m->ncategories, sizeof *m->category_lengths);
-        if (m->categories == NULL || m->category_lengths == NULL) return problem(c->err, c->errlen, "out of memory");
+        if (m->categories == NULL || m->category_lengths == NULL) return ocms_cfg_problem(c->err, c->errlen, "out of memory");
         cJSON_ArrayForEach(cat, cats) {
             if (!cJSON_IsString(cat) || cat->valuestring == NULL)
-                return problem(c->err, c->errlen, "%s.categories[%zu]: not a string", c->path, i);
+                return ocms_cfg_problem(c->err, c->errlen, "%s.categories[%zu]: not a string", c->path, i);
             m->category_lengths[i] = strlen(cat->valuestring);
             m->categories[i] = malloc(m->category_lengths[i] + 1);
-            if (m->categories[i] == NULL) return problem(c->err, c->errlen, "out of memory");
+            if (m->categories[i] == NULL) return ocms_cfg_problem(c->err, c->errlen, "out of memory");
             memcpy(m->categories[i], cat->valuestring, m->category_lengths[i] + 1);
             for (j = 0; j < i; j++) {
                 if (strcmp(m->categories[j], m->categories[i]) == 0)
-                    return problem(c->err, c->errlen, "%s.categories[%zu]: repeats categories[%zu]", c->path, i, j);
+                    return ocms_cfg_problem(c->err, c->errlen, "%s.categories[%zu]: repeats categories[%zu]", c->path, i, j);
             }
             i++;
         }
@@ -339,12 +339,12 @@ static int parse_metric(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
         int is_2_64 = 0;
         m->params.domain = OCMS_DOMAIN_INTEGERS;
         if (get_decimal(c, obj, "dictionary_size", &d, &is_2_64)) return -1;
-        if (!is_2_64 && d < 2) return problem(c->err, c->errlen, "%s.dictionary_size: must be in [2, 2^64]", c->path);
+        if (!is_2_64 && d < 2) return ocms_cfg_problem(c->err, c->errlen, "%s.dictionary_size: must be in [2, 2^64]", c->path);
         m->params.max_value = is_2_64 ? UINT64_MAX : d - 1;
     } else if (strcmp(domain, "strings") == 0) {
         m->params.domain = OCMS_DOMAIN_STRINGS;
     } else {
-        return problem(c->err, c->errlen, "%s.domain: must be \"categories\", \"integers\" or \"strings\"", c->path);
+        return ocms_cfg_problem(c->err, c->errlen, "%s.domain: must be \"categories\", \"integers\" or \"strings\"", c->path);
     }
     snprintf(binding, sizeof binding, "%s@%u", m->name, (unsigned)m->version);
     if (parse_params(c, obj, &m->params, binding)) return -1;
@@ -385,22 +385,22 @@ int ocms_cfg_load_text(const char *text, size_t len, ocms_cfg *cfg, char *err, s
     c.errlen = errlen;
     strcpy(c.path, "config");
     doc = cJSON_ParseWithLength(text, len);
-    if (doc == NULL) return problem(err, errlen, "not valid JSON (near byte %ld)", (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : 0));
+    if (doc == NULL) return ocms_cfg_problem(err, errlen, "not valid JSON (near byte %ld)", (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : 0));
     format = member(doc, "format");
     metrics = member(doc, "metrics");
     if (!cJSON_IsObject(doc) || !cJSON_IsNumber(format) || format->valuedouble != 1) {
         cJSON_Delete(doc);
-        return problem(err, errlen, "not a device configuration of format 1 (`ocms registry device-config`)");
+        return ocms_cfg_problem(err, errlen, "not a device configuration of format 1 (`ocms registry device-config`)");
     }
     if (!cJSON_IsArray(metrics)) {
         cJSON_Delete(doc);
-        return problem(err, errlen, "config.metrics: missing or not an array");
+        return ocms_cfg_problem(err, errlen, "config.metrics: missing or not an array");
     }
     cfg->count = (size_t)cJSON_GetArraySize(metrics);
     cfg->metrics = calloc(cfg->count ? cfg->count : 1, sizeof *cfg->metrics);
     if (cfg->metrics == NULL) {
         cJSON_Delete(doc);
-        return problem(err, errlen, "out of memory");
+        return ocms_cfg_problem(err, errlen, "out of memory");
     }
     cJSON_ArrayForEach(item, metrics) {
         snprintf(c.path, sizeof c.path, "config.metrics[%zu]", i);
@@ -411,7 +411,7 @@ int ocms_cfg_load_text(const char *text, size_t len, ocms_cfg *cfg, char *err, s
         }
         for (j = 0; j < i; j++) {
             if (strcmp(cfg->metrics[j].name, cfg->metrics[i].name) == 0) {
-                problem(err, errlen, "%s.name: metric %s appears twice", c.path, cfg->metrics[i].name);
+                ocms_cfg_problem(err, errlen, "%s.name: metric %s appears twice", c.path, cfg->metrics[i].name);
                 cJSON_Delete(doc);
                 ocms_cfg_free(cfg);
                 return -1;
@@ -436,7 +436,7 @@ int ocms_cfg_load_file(const char *path, ocms_cfg *cfg, char *err, size_t errlen
     size_t len = 0, cap = 0;
     int rc;
     memset(cfg, 0, sizeof *cfg);
-    if (f == NULL) return problem(err, errlen, "cannot read: %s", strerror(errno));
+    if (f == NULL) return ocms_cfg_problem(err, errlen, "cannot read: %s", strerror(errno));
     for (;;) {
         size_t got;
         if (cap - len < 65536) {
@@ -444,13 +444,13 @@ int ocms_cfg_load_file(const char *path, ocms_cfg *cfg, char *err, size_t errlen
             if (cap >= MAX_CONFIG_BYTES) {
                 free(text);
                 fclose(f);
-                return problem(err, errlen, "larger than %u bytes", MAX_CONFIG_BYTES);
+                return ocms_cfg_problem(err, errlen, "larger than %u bytes", MAX_CONFIG_BYTES);
             }
             grown = realloc(text, cap ? cap * 2 : 65536 * 2);
             if (grown == NULL) {
                 free(text);
                 fclose(f);
-                return problem(err, errlen, "out of memory");
+                return ocms_cfg_problem(err, errlen, "out of memory");
             }
             text = grown;
             cap = cap ? cap * 2 : 65536 * 2;
@@ -462,7 +462,7 @@ int ocms_cfg_load_file(const char *path, ocms_cfg *cfg, char *err, size_t errlen
     if (ferror(f)) {
         free(text);
         fclose(f);
-        return problem(err, errlen, "cannot read: %s", strerror(errno));
+        return ocms_cfg_problem(err, errlen, "cannot read: %s", strerror(errno));
     }
     fclose(f);
     rc = ocms_cfg_load_text(text, len, cfg, err, errlen);
@@ -509,7 +509,7 @@ int ocms_cfg_value_of(const ocms_cfg_metric *m, const uint8_t *name, size_t len,
                 return 0;
             }
         }
-        return problem(err, errlen, "\"%s\" is not a category of metric %s (names are case-sensitive)", shown, m->name);
+        return ocms_cfg_problem(err, errlen, "\"%s\" is not a category of metric %s (names are case-sensitive)", shown, m->name);
     }
     if (m->params.domain == OCMS_DOMAIN_INTEGERS) {
         uint64_t v = 0;
@@ -519,16 +519,16 @@ int ocms_cfg_value_of(const ocms_cfg_metric *m, const uint8_t *name, size_t len,
             if (name[i] < '0' || name[i] > '9') rc = -1;
         }
         if (rc == -1 || len == 0)
-            return problem(err, errlen, "\"%s\" is not a non-negative decimal integer (integers are decimal digits in a "
+            return ocms_cfg_problem(err, errlen, "\"%s\" is not a non-negative decimal integer (integers are decimal digits in a "
                            "JSON string)", shown);
         if (rc == -2 || v > m->params.max_value) {
             char d[24];
             if (m->params.max_value == UINT64_MAX) strcpy(d, "18446744073709551616");
             else snprintf(d, sizeof d, "%llu", (unsigned long long)m->params.max_value + 1);
-            return problem(err, errlen, "%s is outside the dictionary [0, %s) of metric %s", shown, d, m->name);
+            return ocms_cfg_problem(err, errlen, "%s is outside the dictionary [0, %s) of metric %s", shown, d, m->name);
         }
         if (m->has_discovery && ocms_prefix_element_integer(&m->discovery, v, 1, &element) != OCMS_OK)
-            return problem(err, errlen, "%s is outside [0, 2^%u) of metric %s", shown, (unsigned)m->discovery.bits, m->name);
+            return ocms_cfg_problem(err, errlen, "%s is outside [0, 2^%u) of metric %s", shown, (unsigned)m->discovery.bits, m->name);
         value->integer = v;
         return 0;
     }
@@ -536,7 +536,7 @@ int ocms_cfg_value_of(const ocms_cfg_metric *m, const uint8_t *name, size_t len,
     value->bytes = name;
     value->len = len;
     if (m->has_discovery && ocms_prefix_element_string(&m->discovery, name, len, 1, &element) != OCMS_OK)
-        return problem(err, errlen, "\"%s\" holds a character outside the alphabet of metric %s", shown, m->name);
+        return ocms_cfg_problem(err, errlen, "\"%s\" holds a character outside the alphabet of metric %s", shown, m->name);
     return 0;
 }
 

@@ -30,6 +30,9 @@ typedef struct {
     size_t count;
 } ocms_cfg;
 
+/* Formats a one-line error into err and returns -1 (the examples' error convention). */
+int ocms_cfg_problem(char *err, size_t errlen, const char *fmt, ...);
+
 /* 0, or -1 with a one-line reason in err (naming the JSON path). */
 int ocms_cfg_load_text(const char *text, size_t len, ocms_cfg *cfg, char *err, size_t errlen);
 int ocms_cfg_load_file(const char *path, ocms_cfg *cfg, char *err, size_t errlen);

@@ -9,7 +9,6 @@
 #define _DEFAULT_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "ledger_file.h"
 
 #define KEEP_PERIODS 8
@@ -48,14 +48,6 @@ struct ledger_file {
     memo_row *memos;
     size_t nmemos, capmemos;
 };
-
-static int problem(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 uint64_t ledger_budget_nano(double budget) {
     uint64_t units;
@@ -139,45 +131,45 @@ static int load(ledger_file *l, FILE *f, char *err, size_t errlen) {
         lineno++;
         if (lineno == 1) {
             if (strcmp(line, "ocms-c-ledger 1\n") != 0)
-                return problem(err, errlen, "line 1: not an ocms-report-c ledger file (format 1)");
+                return ocms_cfg_problem(err, errlen, "line 1: not an ocms-report-c ledger file (format 1)");
             continue;
         }
         if (sscanf(line, "period_seconds %lld", &period) == 1) {
             stored_period_seconds = period;
         } else if (sscanf(line, "memo_key %511s", a) == 1) {
             size_t n;
-            if (from_hex(a, l->memo_key, 32, &n) || n != 32) return problem(err, errlen, "line %d: bad memo_key", lineno);
+            if (from_hex(a, l->memo_key, 32, &n) || n != 32) return ocms_cfg_problem(err, errlen, "line %d: bad memo_key", lineno);
             have_key = 1;
         } else if (sscanf(line, "spend %511s %lld %llu %llu", a, &period, &x, &y) == 4) {
             uint8_t name[256];
             size_t n;
             spend_row *row;
-            if (from_hex(a, name, sizeof name - 1, &n)) return problem(err, errlen, "line %d: bad metric", lineno);
+            if (from_hex(a, name, sizeof name - 1, &n)) return ocms_cfg_problem(err, errlen, "line %d: bad metric", lineno);
             name[n] = '\0';
             row = find_spend(l, (const char *)name, period, 1);
-            if (row == NULL) return problem(err, errlen, "out of memory");
+            if (row == NULL) return ocms_cfg_problem(err, errlen, "out of memory");
             row->spent = x;
             row->charges = y;
         } else if (sscanf(line, "memo %511s %lld %511s %511s", a, &period, b, c) == 4) {
             uint8_t name[256];
             size_t n;
             memo_row *row = add_memo(l);
-            if (row == NULL) return problem(err, errlen, "out of memory");
-            if (from_hex(a, name, sizeof name - 1, &n)) return problem(err, errlen, "line %d: bad metric", lineno);
+            if (row == NULL) return ocms_cfg_problem(err, errlen, "out of memory");
+            if (from_hex(a, name, sizeof name - 1, &n)) return ocms_cfg_problem(err, errlen, "line %d: bad metric", lineno);
             name[n] = '\0';
             row->metric = strdup((const char *)name);
             row->period = period;
             if (row->metric == NULL || from_hex(b, row->digest, 32, &n) || n != 32 ||
                 from_hex(c, row->report, sizeof row->report, &row->report_len))
-                return problem(err, errlen, "line %d: bad memo", lineno);
+                return ocms_cfg_problem(err, errlen, "line %d: bad memo", lineno);
         } else {
-            return problem(err, errlen, "line %d: unreadable", lineno);
+            return ocms_cfg_problem(err, errlen, "line %d: unreadable", lineno);
         }
     }
     if (lineno == 0) return 1; /* empty: a new ledger */
-    if (!have_key || stored_period_seconds < 1) return problem(err, errlen, "incomplete ledger file");
+    if (!have_key || stored_period_seconds < 1) return ocms_cfg_problem(err, errlen, "incomplete ledger file");
     if (stored_period_seconds != l->period_seconds)
-        return problem(err, errlen, "this ledger file was created with --period-seconds %lld (periods cannot be "
+        return ocms_cfg_problem(err, errlen, "this ledger file was created with --period-seconds %lld (periods cannot be "
                        "re-aligned without letting spend escape)", (long long)stored_period_seconds);
     return 0;
 }
@@ -189,7 +181,7 @@ ledger_file *ledger_file_open(const char *path, uint64_t budget_nano, int64_t pe
     FILE *f;
     int fd, rc;
     if (l == NULL) {
-        problem(err, errlen, "out of memory");
+        ocms_cfg_problem(err, errlen, "out of memory");
         return NULL;
     }
     l->lock_fd = -1;
@@ -200,20 +192,20 @@ ledger_file *ledger_file_open(const char *path, uint64_t budget_nano, int64_t pe
     if (l->path == NULL || lock_path == NULL) {
         free(lock_path);
         ledger_file_close(l);
-        problem(err, errlen, "out of memory");
+        ocms_cfg_problem(err, errlen, "out of memory");
         return NULL;
     }
     sprintf(lock_path, "%s.lock", path);
     l->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     free(lock_path);
     if (l->lock_fd < 0 || flock(l->lock_fd, LOCK_EX) != 0) {
-        problem(err, errlen, "cannot lock %s.lock: %s", path, strerror(errno));
+        ocms_cfg_problem(err, errlen, "cannot lock %s.lock: %s", path, strerror(errno));
         ledger_file_close(l);
         return NULL;
     }
     fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600); /* as sensitive as the values it memoizes */
     if (fd < 0 || (f = fdopen(fd, "r")) == NULL) {
-        problem(err, errlen, "cannot open: %s", strerror(errno));
+        ocms_cfg_problem(err, errlen, "cannot open: %s", strerror(errno));
         if (fd >= 0) close(fd);
         ledger_file_close(l);
         return NULL;
@@ -226,7 +218,7 @@ ledger_file *ledger_file_open(const char *path, uint64_t budget_nano, int64_t pe
     }
     if (rc == 1) { /* a new file: its memo key */
         if (ocms_os_random(NULL, l->memo_key, sizeof l->memo_key) != 0 || ledger_file_commit(l, err, errlen) != 0) {
-            if (err[0] == '\0') problem(err, errlen, "no randomness for the memo key");
+            if (err[0] == '\0') ocms_cfg_problem(err, errlen, "no randomness for the memo key");
             ledger_file_close(l);
             return NULL;
         }
@@ -302,11 +294,11 @@ int ledger_file_commit(ledger_file *l, char *err, size_t errlen) {
     FILE *f;
     int fd, ok = 1;
     size_t i;
-    if (tmp == NULL) return problem(err, errlen, "out of memory");
+    if (tmp == NULL) return ocms_cfg_problem(err, errlen, "out of memory");
     sprintf(tmp, "%s.tmp", l->path);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0 || (f = fdopen(fd, "w")) == NULL) {
-        problem(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        ocms_cfg_problem(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
         if (fd >= 0) close(fd);
         free(tmp);
         return -1;
@@ -333,7 +325,7 @@ int ledger_file_commit(ledger_file *l, char *err, size_t errlen) {
     ok &= fsync(fileno(f)) == 0;
     ok &= fclose(f) == 0;
     if (!ok || rename(tmp, l->path) != 0) {
-        problem(err, errlen, "cannot write %s: %s", l->path, strerror(errno));
+        ocms_cfg_problem(err, errlen, "cannot write %s: %s", l->path, strerror(errno));
         unlink(tmp);
         free(tmp);
         return -1;

@@ -4,7 +4,6 @@
  * with jittered exponential backoff, any other answer is permanent. Nothing identifying is sent:
  * no device key, no custom User-Agent beyond libcurl's default is added. */
 #define _POSIX_C_SOURCE 200809L
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 
+#include "config.h"
 #include "upload.h"
 
 typedef struct {
@@ -40,14 +40,6 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *userdata) {
     if (n > 12 && strncmp(ptr, "Retry-After:", 12) == 0) *retry_after = strtol(ptr + 12, NULL, 10);
     else if (n > 12 && strncmp(ptr, "retry-after:", 12) == 0) *retry_after = strtol(ptr + 12, NULL, 10);
     return n;
-}
-
-static int problem(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 static void sleep_seconds(double s) {
@@ -102,9 +94,9 @@ int upload_body(const upload_options *opt, const uint8_t *body, size_t len, int 
     double backoff = 0.1;
     int attempt;
     CURL *curl;
-    if (upload_new_key(key) != 0) return problem(err, errlen, "no randomness for the Idempotency-Key");
+    if (upload_new_key(key) != 0) return ocms_cfg_problem(err, errlen, "no randomness for the Idempotency-Key");
     curl = curl_easy_init();
-    if (curl == NULL) return problem(err, errlen, "libcurl could not start");
+    if (curl == NULL) return ocms_cfg_problem(err, errlen, "libcurl could not start");
     *attempts = 0;
     for (attempt = 0; attempt <= opt->retries; attempt++) {
         struct curl_slist *headers = NULL;
@@ -158,7 +150,7 @@ int upload_body(const upload_options *opt, const uint8_t *body, size_t len, int 
             } else { /* 4xx: the upload itself is refused, a retry would be too */
                 free(answer_body.data);
                 curl_easy_cleanup(curl);
-                return problem(err, errlen, "refused with HTTP %ld %s", status, answer);
+                return ocms_cfg_problem(err, errlen, "refused with HTTP %ld %s", status, answer);
             }
         }
         free(answer_body.data);
@@ -173,6 +165,6 @@ int upload_body(const upload_options *opt, const uint8_t *body, size_t len, int 
     {
         char last[700];
         snprintf(last, sizeof last, "%s", err);
-        return problem(err, errlen, "gave up after %d attempts, last: %s", *attempts, last);
+        return ocms_cfg_problem(err, errlen, "gave up after %d attempts, last: %s", *attempts, last);
     }
 }

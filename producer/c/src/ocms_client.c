@@ -646,62 +646,66 @@ static int finish(const ocms_metric *metric, const ocms_report *report, const ui
     return OCMS_OK;
 }
 
-static int check_metric(const ocms_metric *metric, uint8_t *out, ocms_sent *sent, ocms_rng *rng) {
+/* A value of either kind, as the two public entry points take it. */
+typedef struct {
+    int is_string;
+    uint64_t integer;
+    const void *bytes;
+    size_t len;
+} value_t;
+
+/* The memoization key: the value as the last level describes it (the whole value, not the level
+ * drawn) for a discoverable metric, else its element; 0 when the value is invalid. */
+static size_t memo_key(const ocms_metric *metric, const value_t *v, uint8_t key[OCMS_VALUE_KEY_BYTES]) {
+    const ocms_discovery *d = metric->discovery;
+    const ocms_params *p = d != NULL ? &d->level_params[d->levels - 1] : metric->params;
+    ocms_u128 element;
+    size_t key_len;
+    int rc;
+    if (d != NULL) {
+        rc = v->is_string ? ocms_prefix_element_string(d, v->bytes, v->len, d->levels, &element)
+                          : ocms_prefix_element_integer(d, v->integer, d->levels, &element);
+    } else if (v->is_string) {
+        ocms_string_fingerprint(v->bytes, v->len, &element);
+        rc = OCMS_OK;
+    } else {
+        rc = ocms_element_integer(p, v->integer, &element);
+    }
+    key_len = rc == OCMS_OK ? value_key(p, &element, key) : 0;
+    ocms_wipe(&element, sizeof element);
+    return key_len;
+}
+
+static int report_value(const ocms_metric *metric, const value_t *v, ocms_rng *rng, const ocms_ledger *ledger,
+                        uint8_t *out, size_t capacity, ocms_sent *sent) {
+    ocms_report report;
+    uint8_t key[OCMS_VALUE_KEY_BYTES];
+    size_t key_len = 0;
+    int rc;
     if (sent != NULL) memset(sent, 0, sizeof *sent);
     if (metric == NULL || metric->params == NULL || metric->name == NULL || out == NULL || sent == NULL || rng == NULL)
         return OCMS_E_PARAMS;
-    return OCMS_OK;
+    rc = v->is_string ? ocms_privatize_string(metric, v->bytes, v->len, rng, &report)
+                      : ocms_privatize_integer(metric, v->integer, rng, &report);
+    if (rc != OCMS_OK) return rc;
+    if (ledger != NULL && metric->memoize) key_len = memo_key(metric, v, key);
+    rc = finish(metric, &report, key_len ? key : NULL, key_len, ledger, out, capacity, sent);
+    ocms_wipe(key, sizeof key);
+    ocms_wipe(&report, sizeof report);
+    return rc;
 }
 
 int ocms_report_integer(const ocms_metric *metric, uint64_t value, ocms_rng *rng, const ocms_ledger *ledger,
                         uint8_t *out, size_t capacity, ocms_sent *sent) {
-    ocms_report report;
-    ocms_u128 element;
-    uint8_t key[OCMS_VALUE_KEY_BYTES];
-    size_t key_len = 0;
-    int rc;
-    if ((rc = check_metric(metric, out, sent, rng)) != OCMS_OK) return rc;
-    if ((rc = ocms_privatize_integer(metric, value, rng, &report)) != OCMS_OK) return rc;
-    if (ledger != NULL && metric->memoize) {
-        /* keyed by the value as the last level describes it (the whole value), not by the level drawn */
-        if (metric->discovery != NULL) {
-            const ocms_discovery *d = metric->discovery;
-            ocms_prefix_element_integer(d, value, d->levels, &element);
-            key_len = value_key(&d->level_params[d->levels - 1], &element, key);
-        } else {
-            ocms_element_integer(metric->params, value, &element);
-            key_len = value_key(metric->params, &element, key);
-        }
-        ocms_wipe(&element, sizeof element);
-    }
-    rc = finish(metric, &report, key_len ? key : NULL, key_len, ledger, out, capacity, sent);
-    ocms_wipe(key, sizeof key);
-    ocms_wipe(&report, sizeof report);
-    return rc;
+    value_t v = {0, 0, NULL, 0};
+    v.integer = value;
+    return report_value(metric, &v, rng, ledger, out, capacity, sent);
 }
 
 int ocms_report_string(const ocms_metric *metric, const void *value, size_t len, ocms_rng *rng,
                        const ocms_ledger *ledger, uint8_t *out, size_t capacity, ocms_sent *sent) {
-    ocms_report report;
-    ocms_u128 element;
-    uint8_t key[OCMS_VALUE_KEY_BYTES];
-    size_t key_len = 0;
-    int rc;
-    if ((rc = check_metric(metric, out, sent, rng)) != OCMS_OK) return rc;
-    if ((rc = ocms_privatize_string(metric, value, len, rng, &report)) != OCMS_OK) return rc;
-    if (ledger != NULL && metric->memoize) {
-        if (metric->discovery != NULL) {
-            const ocms_discovery *d = metric->discovery;
-            ocms_prefix_element_string(d, value, len, d->levels, &element);
-            key_len = value_key(&d->level_params[d->levels - 1], &element, key);
-        } else {
-            ocms_string_fingerprint(value, len, &element);
-            key_len = value_key(metric->params, &element, key);
-        }
-        ocms_wipe(&element, sizeof element);
-    }
-    rc = finish(metric, &report, key_len ? key : NULL, key_len, ledger, out, capacity, sent);
-    ocms_wipe(key, sizeof key);
-    ocms_wipe(&report, sizeof report);
-    return rc;
+    value_t v = {1, 0, NULL, 0};
+    v.bytes = value;
+    v.len = len;
+    return report_value(metric, &v, rng, ledger, out, capacity, sent);
 }

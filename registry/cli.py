@@ -37,14 +37,21 @@ def add_registry_commands(sub) -> None:
     lock.add_argument("--lock", help="lock file (default: the registry's path with .lock)")
     lock.set_defaults(func=cmd_lock)
 
-    describe = verbs.add_parser("describe", help="every metric and version: fingerprint, epsilon, m, domain, tracked")
+    describe = verbs.add_parser("describe", help="every metric and version: fingerprint, epsilon, m, domain, tracked",
+                                description="A table of every metric version (fingerprint, epsilon, m, mechanism, "
+                                            "domain, tracked values), or with --json every value of every version, "
+                                            "discovery levels included.")
     describe.add_argument("file", help="the registry YAML file")
     describe.add_argument("--metric", help="only this metric")
     describe.add_argument("--json", action="store_true", help="machine-readable output with every value")
     describe.set_defaults(func=cmd_describe)
 
     device = verbs.add_parser("device-config", help="the minimal JSON a device needs (per metric: newest live "
-                              "version, fingerprint, epsilon, m, field, categories)")
+                              "version, fingerprint, epsilon, m, field, categories)",
+                              description="The minimal JSON a device needs to report each metric with its newest "
+                                          "live version (fingerprint, epsilon, m, keep threshold, field, categories, "
+                                          "discovery levels), and nothing else (docs/registry.md, Device "
+                                          "configuration).")
     device.add_argument("file", help="the registry YAML file")
     device.add_argument("--metric", action="append", help="only this metric (repeatable)")
     device.add_argument("--out", help="write to this file instead of stdout")
@@ -80,10 +87,12 @@ def add_registry_commands(sub) -> None:
 
 
 def _epsilon_optional(parser) -> None:
-    """``--epsilon`` is required only without ``--registry`` (the registry gives it); the command checks."""
+    """``--epsilon`` is required only without ``--registry`` (the registry gives it); the command checks,
+    and the help says so."""
     for action in parser._actions:
         if action.dest == "epsilon":
             action.required = False
+            action.help = action.help.replace("[required]", "[required without --registry]")
 
 
 def _add_metric_version_flag(parser) -> None:

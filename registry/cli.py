@@ -232,13 +232,25 @@ def _size(n: int) -> str:
     return f"{n:,}"
 
 
+def _version_document(version) -> dict:
+    """``describe --json`` of a version: every value, a discovery block with each level (binding, fingerprint,
+    m, parameters), where MetricVersion.describe() gives the domain's settings and the level count only."""
+    doc = version.describe()
+    if version.discovery is not None:
+        from .discovery import discovery_of
+
+        doc["discovery"] = discovery_of(version).describe()
+    return doc
+
+
 def cmd_describe(args) -> int:
     reg = _load(args.file)
     metrics = _selected(reg, args.metric)
     if args.json:
         doc = {"registry": reg.path, "metrics": [{
             "name": m.name, "description": m.description, "owner": m.owner, "unit": m.unit, "domain": m.domain,
-            "latest_version": m.latest.version, "versions": [v.describe() for v in m.versions]} for m in metrics]}
+            "latest_version": m.latest.version, "versions": [_version_document(v) for v in m.versions]}
+            for m in metrics]}
         write_stdout(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
         return 0
     rows = [["metric", "version", "status", "fingerprint", "epsilon", "m", "mechanism", "domain", "size", "tracked"]]

@@ -113,3 +113,19 @@ def test_truth_to_standard_output_and_both_refused(tmp_path):
     assert code == 0 and json.loads(out)["reports"] == 3000 and "sent 3,000 reports" in err
     code, out, err = ocms(*SIMULATE, "--out", "-", "--truth", "-")
     assert code == 2 and "only one of them can be standard output" in err and out == ""
+
+
+def test_discovery_reports_pipe_into_discover(tmp_path):
+    """The discovery fleet through a pipe: `ocms simulate --discovery --out -` into `ocms discover ... -`."""
+    registry = str(ROOT / "deploy" / "registry.yaml")
+    fleet = tmp_path / "tails.txt"
+    fleet.write_text("N725MQ\n" * 9 + "N722MQ\n", encoding="utf-8")
+    status1, status2, stdout, err1, err2 = pipeline(
+        ["simulate", "--registry", registry, "--metric", "flight_tailnum", "--discovery", "--dataset",
+         f"file:{fleet}", "--reports", "20000", "--seed", "2", "--out", "-"],
+        ["discover", "--registry", registry, "--metric", "flight_tailnum", "-"], tmp_path)
+    assert (status1, status2) == (0, 0), (err1, err2)
+    assert "flight_tailnum@1 discovery (7 levels): sent 20,000 reports" in err1 and err2 == ""
+    doc = json.loads(stdout)
+    assert doc["reports"] == 20_000 and "N725MQ" in {d["value"] for d in doc["discovered"]}
+    assert not (tmp_path / "-").exists()

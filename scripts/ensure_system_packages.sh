@@ -12,7 +12,8 @@ set -euo pipefail
 
 missing=()
 # grep reads all of ldconfig's output (no -q): under pipefail an early exit would fail the pipe.
-have_rdkafka() { ldconfig -p 2>/dev/null | grep 'librdkafka\.so\.1 ' >/dev/null; }
+# ldconfig lives in /sbin, which a non-root PATH may lack.
+have_rdkafka() { "$(command -v ldconfig || echo /sbin/ldconfig)" -p 2>/dev/null | grep 'librdkafka\.so\.1 ' >/dev/null; }
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
     missing+=(prometheus)
 fi

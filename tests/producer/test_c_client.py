@@ -492,7 +492,7 @@ def test_discovery_uploads_carry_one_level_each(config):
         stub.close()
 
 
-def test_library_text_is_small_and_exports_only_its_api(built):
+def test_library_exports_only_its_api_and_needs_no_allocator(built):
     import subprocess
 
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(C_DIR / "libocms_client.so")], capture_output=True,
@@ -502,3 +502,9 @@ def test_library_text_is_small_and_exports_only_its_api(built):
     assert exported and all(f"{name}(" in header for name in exported), exported
     assert "ocms_field_hash" not in exported
     assert CLI.exists()
+    # nothing but libc's memory and string primitives, the OS CSPRNG and the compiler's runtime: no allocator, no I/O
+    undefined = set(subprocess.run(["nm", "-u", str(C_DIR / "libocms_client.a")], capture_output=True, text=True,
+                                   check=True).stdout.split()) - {"U"}
+    external = {s for s in undefined if not s.startswith("ocms_") and not s.endswith(":")}
+    assert external <= {"memcpy", "memset", "memcmp", "strlen", "getrandom", "getentropy", "__errno_location",
+                        "__umodti3", "__cpu_model", "__cpu_indicator_init", "_GLOBAL_OFFSET_TABLE_"}, external

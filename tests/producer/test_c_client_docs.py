@@ -71,3 +71,10 @@ def test_the_c_example_compiles_and_sends_a_valid_report(workdir):
     assert f".max_value = {len(config['categories']) - 1} " in source
     index = int(re.search(r'ocms_report_integer\(&metric, (\d+) /\* "(\w+)"', source).group(1))
     assert config["categories"][index] == re.search(r'/\* "(\w+)"', source).group(1)
+    # the same program against the shared object
+    done = subprocess.run(["bash", "-c", "cc -std=c99 -Iproducer/c/include app.c -Lproducer/c -locms_client -o shared"],
+                          cwd=directory, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    message = subprocess.run([str(directory / "shared")], capture_output=True, check=True,
+                             env=dict(os.environ, LD_LIBRARY_PATH=str(ROOT / "producer" / "c"))).stdout
+    assert len(wire.decode_message(message, {carrier.params.fingerprint: carrier.params})[1]) == 1

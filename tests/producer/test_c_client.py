@@ -14,6 +14,7 @@ import math
 import os
 import random
 import stat
+import time
 from fractions import Fraction
 
 import pytest
@@ -258,7 +259,7 @@ def test_cli_writes_one_report_per_line_in_order(config, tmp_path):
     out = tmp_path / "c.capture"
     done = run_cli(["--config", config, "--metric", "cat_small", "--out", out], [line_of(v) for v in values])
     assert done.returncode == 0, done.stderr
-    assert done.stdout.decode() == f"wrote 5 reports of cat_small@1 to {out}\n"
+    assert done.stderr.decode() == f"ocms-report-c: wrote 5 reports of cat_small@1 to {out}\n" and not done.stdout
     version = parse_registry(REGISTRY).metric("cat_small").latest
     batch = read_report_batch(out, version.params)
     assert len(batch) == 5
@@ -348,12 +349,12 @@ def test_cli_ledger_refuses_beyond_the_budget_and_memoizes(config, tmp_path):
     args = ["--config", config, "--metric", "cat_small", "--out", out, "--ledger", ledger, "--budget", "5"]
     done = run_cli(args, ['"home"', '"maps"', '"feed"'])  # epsilon 2 each: 2 + 2 <= 5, the third would be 6
     err = done.stderr.decode()
-    assert done.returncode == 3, err
+    assert done.returncode == 1, err
     assert "line 3: privacy budget exhausted for metric cat_small" in err and "spent 4" in err
     assert len(list(CaptureReader(out))) == 2
     assert stat.S_IMODE(os.stat(ledger).st_mode) == 0o600
     done = run_cli(args, ['"home"'])  # the spend is on file: nothing left this period
-    assert done.returncode == 3 and "line 1:" in done.stderr.decode()
+    assert done.returncode == 1 and "line 1:" in done.stderr.decode()
     # exactly at the budget: ten charges of 0.1 fill 1.0 (epsilon 2 here: 2.5 charges of 2 = 5 -> 2 fit)
     ledger2 = tmp_path / "ledger2.txt"
     done = run_cli(["--config", config, "--metric", "cat_small", "--out", out, "--ledger", ledger2, "--budget", "4"],
@@ -386,7 +387,7 @@ def test_ledger_accounts_decimal_epsilons_exactly(built, tmp_path):
     args = ["--config", path, "--metric", "tenth", "--out", tmp_path / "c", "--ledger", tmp_path / "l", "--budget", "1.0"]
     assert run_cli(args, ['"a"'] * 10).returncode == 0
     done = run_cli(args, ['"a"'])
-    assert done.returncode == 3 and "spent 1," in done.stderr.decode(), done.stderr
+    assert done.returncode == 1 and "spent 1," in done.stderr.decode(), done.stderr
 
 
 # ------------------------------------------------------------------ upload: retries and idempotency
@@ -433,10 +434,10 @@ def test_upload_retries_with_the_same_idempotency_key_after_retry_after(config, 
     stub = _Stub([(503, {"Retry-After": "1"}, {"status": 503, "reason": "kafka_unavailable"}),
                   (429, {"Retry-After": "1"}, {"status": 429, "reason": "rate_limited"})])
     try:
-        done = run_cli(["--config", config, "--metric", "cat_small", "--collector", stub.url, "--upload-reports", "2",
+        done = run_cli(["--config", config, "--metric", "cat_small", "--collector", stub.url, "--max-upload-reports", "2",
                         "--token", "s3cret"], ['"home"', '"maps"', '"feed"'])
         assert done.returncode == 0, done.stderr
-        assert "uploaded 3 reports of cat_small@1" in done.stdout.decode()
+        assert "uploaded 3 reports of cat_small@1" in done.stderr.decode()
         times, paths, headers, bodies = zip(*stub.requests)
         assert len(stub.requests) == 4  # upload 1 three times (503, 429, 202), upload 2 once
         assert set(paths) == {"/v1/reports"}
@@ -471,6 +472,18 @@ def test_upload_gives_up_after_its_retries(config):
         done = run_cli(["--config", config, "--metric", "cat_small", "--collector", stub.url, "--retries", "2",
                         "--max-backoff", "0.1"], ['"home"'])
         assert done.returncode == 1 and "gave up after 3 attempts, last: HTTP 503 queue_full" in done.stderr.decode()
+    finally:
+        stub.close()
+
+
+def test_upload_gives_up_at_the_timeout(config):
+    stub = _Stub([(503, {"Retry-After": "1"}, {"status": 503, "reason": "kafka_unavailable"})] * 100)
+    try:
+        start = time.monotonic()
+        done = run_cli(["--config", config, "--metric", "cat_small", "--collector", stub.url, "--timeout", "1.5"],
+                       ['"home"'])
+        assert done.returncode == 1 and "not delivered within the --timeout" in done.stderr.decode(), done.stderr
+        assert 1.0 <= time.monotonic() - start < 30
     finally:
         stub.close()
 

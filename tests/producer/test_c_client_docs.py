@@ -44,9 +44,9 @@ def test_quick_start_runs_as_written(workdir):
         done = subprocess.run(["bash", "-c", command], cwd=directory, env=env, capture_output=True, text=True,
                               timeout=300)
         assert done.returncode == 0, (command, done.stderr[-3000:])
-        outputs.append(done.stdout)
-    assert outputs[3] == "wrote 3 reports of carrier@1 to carrier.capture\n"
-    estimate = json.loads(outputs[4])
+        outputs.append((done.stdout, done.stderr))
+    assert outputs[3] == ("", "ocms-report-c: wrote 3 reports of carrier@1 to carrier.capture\n")
+    estimate = json.loads(outputs[4][0])
     assert estimate["metric"] == "carrier" and estimate["n"] == 3 and estimate["rejected"] == {}
 
 

@@ -176,6 +176,6 @@ def test_the_cli_under_the_sanitizers_ends_every_bad_input_with_one_line(asan, t
         if done.returncode == 2:
             assert err.count("\n") == 1 and err.startswith("ocms-report-c: error: line "), err
     done = run_cli(["--config", config, "--metric", "cat_small", "--collector", "http://127.0.0.1:9", "--retries", "1",
-                    "--max-backoff", "0.05", "--timeout", "2"], ['"home"'], binary=cli, env=env)
+                    "--max-backoff", "0.05", "--timeout", "20"], ['"home"'], binary=cli, env=env)
     _clean(done.stderr.decode())
     assert done.returncode == 1 and "gave up after 2 attempts" in done.stderr.decode()

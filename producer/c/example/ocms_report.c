@@ -9,14 +9,15 @@
  * input line in input order, or uploads them to an `ocms collector`. Every line is read and
  * checked before anything is drawn, charged or written: a bad line is a one-line error naming it
  * (exit 2) and nothing is produced. With --ledger, each report is charged to the metric in a
- * ledger file first (exit 3 when the budget runs out: the reports before that line are produced).
- * Exit 1: the capture could not be written or an upload failed. */
+ * ledger file first (exit 1 when the budget runs out: the reports before that line are produced).
+ * Exit 1 too when the capture could not be written or an upload failed within --timeout. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -27,12 +28,12 @@
 #define PROG "ocms-report-c"
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2
-#define EXIT_BUDGET 3
+#define EXIT_BUDGET 1 /* as producer/js/bin/ocms-report.mjs: the run stops, the reports before are produced */
 
 static const char USAGE[] =
     "usage: " PROG " --config DEVICE_CONFIG.json --metric NAME (--out CAPTURE | --collector URL)\n"
     "                     [--ledger FILE --budget EPSILON [--period-seconds N] [--memoize]]\n"
-    "                     [--token TOKEN] [--upload-reports N] [--retries N] [--max-backoff S] [--timeout S]\n"
+    "                     [--token TOKEN] [--max-upload-reports N] [--timeout S] [--retries N] [--max-backoff S]\n"
     "                     [--verbose]\n"
     "                     < values.jsonl\n";
 
@@ -48,13 +49,13 @@ static const char HELP[] =
     "  --period-seconds N    ledger period length, fixed per file (default 86400)\n"
     "  --memoize             re-send this period's report of a repeated value, free (with --ledger)\n"
     "  --token TOKEN         bearer token of the collector (Authorization header)\n"
-    "  --upload-reports N    reports per upload (default 1000, the collector's default limit)\n"
-    "  --retries N           retries of one upload (default 8)\n"
+    "  --max-upload-reports N  reports per upload (default 1000, the collector's default limit)\n"
+    "  --retries N           at most N retries of one upload (default 1000: --timeout decides)\n"
     "  --max-backoff S       cap of backoff and Retry-After in seconds (default 30)\n"
-    "  --timeout S           seconds per upload attempt (default 30)\n"
+    "  --timeout S           give up when the reports are not delivered within S seconds (default 60)\n"
     "  --verbose             one line on stderr per failed upload attempt\n\n"
-    "Exit status: 0 done; 1 the capture could not be written or an upload failed; 2 bad flags, config\n"
-    "or input line (nothing written); 3 privacy budget exhausted (the reports before that line were written).\n";
+    "Exit status: 0 done; 1 the capture could not be written, an upload failed or the privacy budget ran out\n"
+    "(the reports before that line were written or uploaded); 2 bad flags, config or input line (nothing written).\n";
 
 static void die(int code, const char *fmt, ...) {
     va_list ap;
@@ -115,7 +116,8 @@ int main(int argc, char **argv) {
     double budget = 0, period_seconds = 86400;
     int memoize = 0, have_budget = 0, i;
     long upload_reports = 1000;
-    upload_options upload = {NULL, NULL, 8, 30.0, 30.0, 0};
+    upload_options upload = {NULL, NULL, 1000, 30.0, 0.0, 0};
+    double timeout = 60;
     ocms_cfg cfg;
     const ocms_cfg_metric *metric;
     ocms_metric device_metric;
@@ -172,10 +174,10 @@ int main(int argc, char **argv) {
         else if (strcmp(flag, "--budget") == 0) budget = number_flag(flag, value, 1e-9, 1e9), have_budget = 1;
         else if (strcmp(flag, "--period-seconds") == 0) period_seconds = number_flag(flag, value, 1, 1e12);
         else if (strcmp(flag, "--token") == 0) token = value;
-        else if (strcmp(flag, "--upload-reports") == 0) upload_reports = (long)number_flag(flag, value, 1, 1048576);
+        else if (strcmp(flag, "--max-upload-reports") == 0) upload_reports = (long)number_flag(flag, value, 1, 1048576);
         else if (strcmp(flag, "--retries") == 0) upload.retries = (int)number_flag(flag, value, 0, 1000);
         else if (strcmp(flag, "--max-backoff") == 0) upload.max_backoff = number_flag(flag, value, 0, 3600);
-        else if (strcmp(flag, "--timeout") == 0) upload.timeout = number_flag(flag, value, 0.1, 3600);
+        else if (strcmp(flag, "--timeout") == 0) timeout = number_flag(flag, value, 0.1, 86400);
         else {
             fputs(USAGE, stderr);
             die(EXIT_USAGE, "unknown flag %s", flag);
@@ -256,10 +258,15 @@ int main(int argc, char **argv) {
         die(EXIT_FAILED, "--ledger %s: %s (nothing was written)", ledger_path, err);
 
     /* 3. the capture, or the uploads */
-    if (out_path != NULL) {
-        FILE *f = fopen(out_path, "wb");
+    if (out_path != NULL) { /* written whole or not at all: a temporary file renamed over CAPTURE */
+        char *tmp = malloc(strlen(out_path) + 32);
+        FILE *f;
         size_t k;
-        int ok = f != NULL;
+        int ok;
+        if (tmp == NULL) die(EXIT_FAILED, "out of memory");
+        sprintf(tmp, "%s.tmp-%ld", out_path, (long)getpid());
+        f = fopen(tmp, "wb");
+        ok = f != NULL;
         for (k = 0; ok && k < produced; k++) {
             uint8_t prefix[4];
             prefix[0] = (uint8_t)(lengths[k] >> 24);
@@ -270,8 +277,14 @@ int main(int argc, char **argv) {
                  fwrite(messages + k * OCMS_MAX_REPORT_MESSAGE, 1, lengths[k], f) == lengths[k];
         }
         if (f != NULL && fclose(f) != 0) ok = 0;
-        if (!ok) die(EXIT_FAILED, "--out %s: cannot write: %s", out_path, strerror(errno));
-        printf("wrote %zu reports of %s@%u to %s\n", produced, metric->name, (unsigned)metric->version, out_path);
+        if (!ok || rename(tmp, out_path) != 0) {
+            int saved = errno;
+            remove(tmp);
+            die(EXIT_FAILED, "--out %s: cannot write: %s", out_path, strerror(saved));
+        }
+        free(tmp);
+        fprintf(stderr, PROG ": wrote %zu reports of %s@%u to %s\n", produced, metric->name, (unsigned)metric->version,
+                out_path);
     } else if (produced > 0) {
         uint8_t (*seen)[8] = malloc((metric->has_discovery ? metric->discovery.levels : 1) * 8 + 8);
         uint8_t *body = malloc((size_t)upload_reports * OCMS_MAX_REPORT_MESSAGE);
@@ -279,6 +292,7 @@ int main(int argc, char **argv) {
         if (seen == NULL || body == NULL) die(EXIT_FAILED, "out of memory");
         upload.url = endpoint(collector);
         upload.token = token;
+        upload.deadline = upload_now() + timeout;
         if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) die(EXIT_FAILED, "libcurl could not start");
         /* one parameter set per upload (the collector refuses mixed bodies): a discovery metric's
            levels go in separate uploads; each upload keeps the input order of its reports */
@@ -306,14 +320,14 @@ int main(int argc, char **argv) {
                 }
             }
         }
-        printf("uploaded %zu reports of %s@%u to %s in %zu uploads\n", produced, metric->name,
-               (unsigned)metric->version, upload.url, uploads);
+        fprintf(stderr, PROG ": uploaded %zu reports of %s@%u to %s in %zu uploads\n", produced, metric->name,
+                (unsigned)metric->version, upload.url, uploads);
         free(seen);
         free(body);
         free((char *)upload.url);
         curl_global_cleanup();
     } else {
-        printf("no reports to upload\n");
+        fprintf(stderr, PROG ": no reports to upload\n");
     }
     if (budget_line > 0) {
         uint64_t spent = ledger_file_spent(ledger, metric->name);

@@ -1,7 +1,8 @@
 /* Upload to an `ocms collector` (docs/collector.md) with libcurl: POST of wire-v1 messages,
  * Content-Type application/vnd.ocms.wire-v1, one random Idempotency-Key per upload reused by its
  * retries, 429/503 retried after Retry-After (capped), connection errors, timeouts and other 5xx
- * with jittered exponential backoff, any other answer is permanent. Nothing identifying is sent:
+ * with jittered exponential backoff until the deadline (--timeout, over all uploads), any other
+ * answer is permanent. Nothing identifying is sent:
  * no device key, no custom User-Agent beyond libcurl's default is added. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -40,6 +41,12 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *userdata) {
     if (n > 12 && strncmp(ptr, "Retry-After:", 12) == 0) *retry_after = strtol(ptr + 12, NULL, 10);
     else if (n > 12 && strncmp(ptr, "retry-after:", 12) == 0) *retry_after = strtol(ptr + 12, NULL, 10);
     return n;
+}
+
+double upload_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void sleep_seconds(double s) {
@@ -94,6 +101,7 @@ int upload_body(const upload_options *opt, const uint8_t *body, size_t len, int 
     double backoff = 0.1;
     int attempt;
     CURL *curl;
+    if (errlen > 0) err[0] = '\0';
     if (upload_new_key(key) != 0) return ocms_cfg_problem(err, errlen, "no randomness for the Idempotency-Key");
     curl = curl_easy_init();
     if (curl == NULL) return ocms_cfg_problem(err, errlen, "libcurl could not start");
@@ -103,7 +111,8 @@ int upload_body(const upload_options *opt, const uint8_t *body, size_t len, int 
         buffer_t answer_body = {NULL, 0};
         long status = 0, retry_after = -1;
         CURLcode rc;
-        double wait;
+        double wait, remaining = opt->deadline - upload_now();
+        if (remaining <= 0) break;
         headers = curl_slist_append(headers, "Content-Type: application/vnd.ocms.wire-v1");
         snprintf(header, sizeof header, "Idempotency-Key: %s", key); /* the same key for every retry */
         headers = curl_slist_append(headers, header);
@@ -122,7 +131,7 @@ int upload_body(const upload_options *opt, const uint8_t *body, size_t len, int 
         curl_easy_setopt(curl, CURLOPT_WRITEDATA, &answer_body);
         curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
         curl_easy_setopt(curl, CURLOPT_HEADERDATA, &retry_after);
-        curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)(opt->timeout * 1000));
+        curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)(remaining * 1000) + 1);
         curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
         rc = curl_easy_perform(curl);
@@ -159,12 +168,16 @@ int upload_body(const upload_options *opt, const uint8_t *body, size_t len, int 
         if (opt->verbose)
             fprintf(stderr, "ocms-report-c: upload attempt %d failed (%s); %s\n", attempt + 1, err,
                     attempt < opt->retries ? "retrying" : "giving up");
-        if (attempt < opt->retries) sleep_seconds(wait);
+        remaining = opt->deadline - upload_now();
+        if (attempt < opt->retries) sleep_seconds(wait < remaining ? wait : remaining);
     }
     curl_easy_cleanup(curl);
     {
         char last[700];
         snprintf(last, sizeof last, "%s", err);
+        if (upload_now() >= opt->deadline)
+            return ocms_cfg_problem(err, errlen, "not delivered within the --timeout (%d attempts), last: %s", *attempts,
+                                    last[0] ? last : "none");
         return ocms_cfg_problem(err, errlen, "gave up after %d attempts, last: %s", *attempts, last);
     }
 }

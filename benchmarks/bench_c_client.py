@@ -6,7 +6,7 @@
      4 KiB read-ahead buffer (the same byte stream, one syscall per 4 KiB); binary fields with
      PCLMUL and with the portable constant-time carry-less multiply. Goals: >= 5 M/s for small
      prime fields, >= 1 M/s for GF(2^128) strings.
-  2. text size of libocms_client.a (per object, `size`) and of the shared object.
+  2. text size of libocms_client.a (per object, `size`), of the shared object, and of the library built -Os.
   3. the black-box epsilon audit (cms_core.audit.audit_batches) on 10^6 reports per input written
      by ocms-report-c, OCMS+RR and direct RR, with the leaky negative control (the test driver's
      parameter struct with the keep threshold of 1.25 epsilon) caught.
@@ -79,6 +79,19 @@ def sizes() -> None:
             print(f"{target}: .text + .rodata + .plt = {text:,} bytes; file {os.path.getsize(C_DIR / target):,} bytes")
 
 
+def size_os(directory: Path) -> None:
+    """The library's text when built for size (-Os), as firmware would build it."""
+    objects = []
+    for source in sorted((C_DIR / "src").glob("*.c")):
+        obj = directory / (source.stem + ".o")
+        subprocess.run(["cc", "-std=c99", "-Os", "-I", str(C_DIR / "include"), "-c", str(source), "-o", str(obj)],
+                       check=True)
+        objects.append(str(obj))
+    done = subprocess.run(["size", "-t", *objects], capture_output=True, text=True, check=True)
+    total = done.stdout.strip().splitlines()[-1].split()
+    print(f"libocms_client built with -Os: text {int(total[0]):,} bytes, data {int(total[1]):,}, bss {int(total[2]):,}")
+
+
 def audit(trials: int, directory: Path) -> int:
     registry = parse_registry(AUDIT_REGISTRY)
     config = directory / "device-config.json"
@@ -134,8 +147,9 @@ def main() -> int:
     throughput(args.seconds)
     sizes()
     failures = 0
-    if args.audit_trials:
-        with tempfile.TemporaryDirectory(prefix="ocms-bench-c-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ocms-bench-c-") as tmp:
+        size_os(Path(tmp))
+        if args.audit_trials:
             failures = audit(args.audit_trials, Path(tmp))
         print("audit: all checks passed" if failures == 0 else f"audit: {failures} check(s) FAILED")
     return 1 if failures else 0

@@ -376,6 +376,18 @@ def test_cli_ledger_refuses_beyond_the_budget_and_memoizes(config, tmp_path):
     assert done.returncode == 2 and "created with --period-seconds 86400" in done.stderr.decode()
 
 
+def test_cli_memoizes_discovery_reports_by_the_whole_value_level_included(config, tmp_path):
+    out, ledger = tmp_path / "d.capture", tmp_path / "ledger.txt"
+    values = ["zebra", "zoo", "zebra", "zebra", "zoo", "a"]
+    done = run_cli(["--config", config, "--metric", "words_disc", "--out", out, "--ledger", ledger, "--budget", "100",
+                    "--memoize"], [line_of(v) for v in values])
+    assert done.returncode == 0, done.stderr
+    messages = list(CaptureReader(out))
+    assert messages[0] == messages[2] == messages[3] and messages[1] == messages[4]  # same bytes, same level
+    assert len({messages[0], messages[1], messages[5]}) == 3
+    assert " 12000000000 3\n" in ledger.read_text()  # three charges of epsilon 4
+
+
 def test_ledger_accounts_decimal_epsilons_exactly(built, tmp_path):
     """Ten charges of 0.1 fill a budget of 1.0 exactly (producer/ledger.py's rule), the eleventh is refused."""
     from registry.device import device_config

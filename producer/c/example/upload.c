@@ -3,7 +3,7 @@
  * retries, 429/503 retried after Retry-After (capped), connection errors, timeouts and other 5xx
  * with jittered exponential backoff until the deadline (--timeout, over all uploads), any other
  * answer is permanent. Nothing identifying is sent:
- * no device key, no custom User-Agent beyond libcurl's default is added. */
+ * no device key, no User-Agent (libcurl sends none unless asked), no cookie. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>

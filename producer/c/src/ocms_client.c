@@ -310,13 +310,15 @@ int ocms_prefix_element_string(const ocms_discovery *d, const void *value, size_
     int ended;
     element->hi = element->lo = 0;
     if (d->kind != OCMS_DISCOVERY_STRINGS || level < 1 || level > d->levels) return OCMS_E_VALUE;
-    if (string_symbols(d, value, len, &count) != OCMS_OK) return OCMS_E_VALUE;
     alphabet = d->alphabet != NULL ? d->alphabet_size : 256;
     step = d->symbols_per_level;
+    if (alphabet < 1 || step < 1 || step > d->max_length) return OCMS_E_PARAMS;
     for (i = 0; i <= step; i++) { /* branching(1); child_bits = max(1, bit_length(branching - 1)) */
         branching += power;
+        if (branching > 65536) return OCMS_E_PARAMS; /* ocms_discovery_check's bound: the shifts below stay defined */
         power *= alphabet;
     }
+    if (string_symbols(d, value, len, &count) != OCMS_OK) return OCMS_E_VALUE;
     child_bits = bit_length(branching - 1);
     if (child_bits < 1) child_bits = 1;
     length = prefix_length(d, level);
@@ -360,6 +362,7 @@ int ocms_prefix_element_integer(const ocms_discovery *d, uint64_t value, uint32_
     uint32_t length;
     element->hi = element->lo = 0;
     if (d->kind != OCMS_DISCOVERY_INTEGERS || level < 1 || level > d->levels) return OCMS_E_VALUE;
+    if (d->bits < 1 || d->bits > 64 || d->bits_per_level < 1) return OCMS_E_PARAMS;
     if (d->bits < 64 && value >> d->bits) return OCMS_E_VALUE;
     length = prefix_length(d, level);
     element->lo = value >> (d->bits - length);
@@ -415,7 +418,9 @@ failed:
 
 static int draw_level(const ocms_discovery *d, ocms_rng *rng, uint32_t *level) {
     uint64_t drawn;
-    int rc = draw_below(rng, d->levels, &drawn);
+    int rc;
+    if (d->level_params == NULL || d->levels < 1) return OCMS_E_PARAMS;
+    rc = draw_below(rng, d->levels, &drawn);
     *level = (uint32_t)drawn + 1;
     return rc;
 }

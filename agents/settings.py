@@ -187,7 +187,7 @@ class Setting:
 
 
 #: While a full micro-batch's checkpoint runs, the intake may grow the next batch to this many
-#: times batch_max_reports before it waits (group commit: agents.app.OCMSWorker.batch_full).
+#: times batch_max_reports before it waits (group commit: agents.checkpoint.Checkpoint.batch_full).
 BATCH_GROWTH_UNDER_LOAD = 8
 
 SETTINGS: tuple[Setting, ...] = (

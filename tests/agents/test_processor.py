@@ -233,7 +233,7 @@ def model_plan(events, stored: dict) -> dict:
 
 
 def run_plan(events, table: dict):
-    """The worker's path (OCMSWorker.checkpoint): read the batch's keys up front (on the event
+    """The worker's path (agents.checkpoint, step 0): read the batch's keys up front (on the event
     loop), then plan, decode and encode away from the table (on the decode thread)."""
     states = {key: table.get(key) for key in batch_keys(events, LEVELS)}
     plan, values = encoded_plan(events, states, PARAMS, TRACKED, LEVELS)

@@ -1,0 +1,59 @@
+"""What /healthz and the lag gauges say about one worker: readiness, assignment, lags."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from faust.types import TP
+
+if TYPE_CHECKING:  # a type only: the worker imports this module
+    from .app import OCMSWorker
+
+
+def owned_partitions(app, source_topic: str) -> set[int] | None:
+    """Source partitions assigned to this worker; None before the consumer has started."""
+    try:
+        assignment = app.consumer.assignment()
+    except Exception:  # consumer not started yet
+        return None
+    return {tp.partition for tp in assignment if tp.topic == source_topic}
+
+
+class WorkerStatus:
+    def __init__(self, worker: "OCMSWorker"):
+        self.worker = worker
+        self.agent_started = False
+        #: source partition -> the offset after the newest acked message (the lag gauges)
+        self.next_offset: dict[int, int] = {}
+
+    def acked(self, last_offsets: dict[int, int]) -> None:
+        self.next_offset.update({p: offset + 1 for p, offset in last_offsets.items()})
+
+    def assigned_partitions(self) -> list[int]:
+        return sorted(self.worker.owned_partitions() or ())
+
+    def update_lag_metrics(self) -> None:
+        worker = self.worker
+        metrics = worker.metrics
+        assigned = self.assigned_partitions()
+        metrics.assigned.set(len(assigned))
+        metrics.view_lag.set(worker.reader.lag)
+        for partition in assigned:
+            try:
+                highwater = worker.app.consumer.highwater(TP(worker.source_topic, partition))
+            except Exception:
+                continue
+            if highwater is not None:
+                metrics.lag.labels(str(partition)).set(max(0, highwater - self.next_offset.get(partition, 0)))
+
+    def health(self) -> dict:
+        worker = self.worker
+        caught_up = worker.reader.caught_up.is_set()
+        return {
+            "status": "ok" if caught_up and self.agent_started else "starting",
+            "view_caught_up": caught_up,
+            "view_keys": worker.view.keys(),
+            "view_lag_messages": worker.reader.lag,
+            "assigned_partitions": self.assigned_partitions(),
+            "pending_reports": worker.pending.reports,
+        }

@@ -32,7 +32,9 @@ from .discovery import WorkerDiscovery
 from .processor import AcceptedMessage, Batch, BatchPlan, DiscoveryMessage, MessageValidator, PendingBatch, RejectedMessage
 from .query import EstimateService
 from .retention import Retention, expiry_interval
+from .shards import Router, Share
 from .settings import TABLE_NAME, WorkerSettings
+from .state import StateLayout
 from .status import WorkerStatus, owned_partitions
 from .view import ChangelogReader, CountsView
 from .web import add_pages
@@ -98,23 +100,29 @@ class OCMSWorker:
         self.service = (EstimateService(settings, self.view) if self.catalog.legacy
                         else self.catalog.primary.default)
         self.view.tracked_sizes = self.catalog.tracked_sizes
-        self.metrics = PipelineMetrics()
-        self.metrics.guard.add("estimates", EstimatesCollector(self.catalog))  # one bad series never fails /metrics
+        self.metrics = PipelineMetrics()  # its guard: one bad series never fails /metrics
         # Discoverable metrics' level reports: acked, read by discovery from the topic, counted by no table.
         self.discovery = WorkerDiscovery.build(self.catalog, settings)
         self.validator = MessageValidator(self.catalog.params_sets, settings.retention_seconds,
                                           settings.future_tolerance_seconds, self.catalog.retention_by_fp,
                                           discovery_sets=self.discovery.level_params)
         self.fp_hex = {p.fingerprint: p.fingerprint.hex() for p in self.catalog.params_sets}
-        self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic)
+        levels = self.catalog.levels_by_fp
+        layout = StateLayout(levels, self.catalog.tracked_sizes, settings.partitions,
+                             {fp: self.catalog.labels_of(fp)[0] for fp in levels})
+        # Which metrics this worker's view holds (agents.shards): all, or its assigned share.
+        self.share = Share(layout, sharded=settings.view == "share")
+        self.metrics.guard.add("estimates", EstimatesCollector(self.catalog, serves=self.share.serves_fingerprint))
+        self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic, self.share,
+                                      owned=self.owned_partitions, settled=lambda: not self.app.rebalancing)
         self.status = WorkerStatus(self)
         self.app = self._build_app()
+        self.router = Router(self.app, self.share, settings.changelog_topic, self.reader.caught_up.is_set)
         writer = TableWriter(self.table, settings.source_topic)
-        levels = self.catalog.levels_by_fp
-        self.retention = Retention(self.app, writer, levels, self.owned_partitions)
+        self.retention = Retention(self.app, writer, self.owned_partitions)
         self.checkpoint = Checkpoint(
             self.app, writer, self.dead_letters, PendingBatch(settings.batch_max_reports),
-            FoldInputs(self.catalog.params_by_fp, self.catalog.tracked_by_fp, levels),
+            FoldInputs(self.catalog.params_by_fp, self.catalog.tracked_by_fp, levels, layout),
             on_written=self.retention.add, on_acked=self._acked, drop_unowned=self._drop_unowned)
 
     @property

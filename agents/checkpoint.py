@@ -7,9 +7,10 @@ why an offset stored beside its counts makes a replay exact):
    table), then decode, fold and encode on the decode thread (``encoded_plan``: the
    O(reports x D) work) while the loop keeps answering /healthz, feeding the view and
    heartbeating. Nothing of the batch is written or acked before the decode returns.
-1. Write tables. Each touched key's new value: its counts together with the highest source
-   offset they include. A replay of any of the batch's messages later skips exactly the
-   events a key's value already holds, key by key.
+1. Write tables. Each touched table key's new value (a bundle of member states,
+   :mod:`agents.state`): every member's counts together with the highest source offset they
+   include. A replay of any of the batch's messages later skips exactly the events a member
+   key's state already holds, key by key.
 2. Send dead letters: the batch's rejected messages, with a reason header.
 3. Wait for the broker: until it has acknowledged every changelog record of step 1 and every
    dead letter of step 2 (``acks=all``). Should a send fail, nothing of the batch is acked:
@@ -51,9 +52,9 @@ from typing import Callable
 import faust
 
 from .faust_internals import PartitionContext, SourcePartition, current_event
-from .processor import Batch, BatchPlan, PendingBatch, batch_keys, encoded_plan
+from .processor import Batch, BatchPlan, PendingBatch, encoded_plan, table_keys
 from .settings import BATCH_GROWTH_UNDER_LOAD
-from .state import BucketKey, PartialCounts
+from .state import StateKey, StateLayout
 
 log = logging.getLogger("ocms.worker")
 
@@ -102,15 +103,14 @@ class TableWriter:
             context = self._contexts[partition] = PartitionContext(SourcePartition(self.source_topic, partition))
         return context
 
-    def read(self, key: BucketKey) -> PartialCounts | None:
-        raw = self.table.get(key.encode())
-        return None if raw is None else PartialCounts.from_bytes(raw)
+    def read(self, key: StateKey) -> bytes | None:
+        return self.table.get(key.encode())
 
-    def write(self, key: BucketKey, value: bytes) -> None:
+    def write(self, key: StateKey, value: bytes) -> None:
         with current_event(self._context(key.partition)):
             self.table[key.encode()] = value
 
-    def delete(self, key: BucketKey) -> None:
+    def delete(self, key: StateKey) -> None:
         with current_event(self._context(key.partition)):
             self.table.pop(key.encode(), None)
 
@@ -133,23 +133,25 @@ async def acknowledged(app: faust.App, futures: list) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class FoldInputs:
-    """What step 0 folds a batch with: per fingerprint its parameters, tracked values and time levels."""
+    """What step 0 folds a batch with: per fingerprint its parameters, tracked values and time
+    levels, and where its states are stored."""
 
     params_by_fp: dict
     tracked_by_fp: dict
     levels: dict
+    layout: StateLayout
 
 
 class Checkpoint:
     """The checkpoint chain of one worker (the module docstring has the argument).
 
-    ``on_written(key)`` is called for every key step 1 writes (the retention index);
+    ``on_written(key)`` is called for every table key step 1 writes (the retention index);
     ``on_acked(batch, plan, newest)`` after step 4 (metrics; ``newest`` is the batch's newest
     accepted timestamp, None when it accepted nothing); ``drop_unowned()`` before a batch is
     taken (pending messages of partitions a rebalance took are dropped, not written)."""
 
     def __init__(self, app: faust.App, writer: TableWriter, dead_letters, pending: PendingBatch, fold: FoldInputs, *,
-                 on_written: Callable[[BucketKey], None], on_acked: Callable[[Batch, BatchPlan, float | None], None],
+                 on_written: Callable[[StateKey], None], on_acked: Callable[[Batch, BatchPlan, float | None], None],
                  drop_unowned: Callable[[], None]):
         self.app = app
         self.writer = writer
@@ -214,13 +216,14 @@ class Checkpoint:
         full batch, or a flush that waits for the chain itself) it returns once the previous
         batch is acked, so at most one batch waits for the broker behind the one being written.
         """
-        # 0. decode: read the touched keys here (the table belongs to the loop), then decode, fold
-        # and encode on the decode thread while the loop keeps serving.
+        # 0. decode: read the touched table keys here (the table belongs to the loop), then decode,
+        # fold and encode on the decode thread while the loop keeps serving.
         fold = self.fold
-        states = {key: self.writer.read(key) for key in batch_keys(batch.accepted, fold.levels)}
-        plan, values = await asyncio.get_running_loop().run_in_executor(
-            self.decoder, encoded_plan, batch.accepted, states, fold.params_by_fp, fold.tracked_by_fp, fold.levels)
-        for (key, _), value in zip(plan.writes, values):  # 1. write tables
+        stored = {key: self.writer.read(key) for key in table_keys(batch.accepted, fold.layout, fold.levels)}
+        plan, writes = await asyncio.get_running_loop().run_in_executor(
+            self.decoder, encoded_plan, batch.accepted, stored, fold.layout, fold.params_by_fp, fold.tracked_by_fp,
+            fold.levels)
+        for key, value in writes:  # 1. write tables
             self.writer.write(key, value)
             self.on_written(key)
         acknowledgements = self.writer.take_unacknowledged()

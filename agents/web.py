@@ -119,7 +119,19 @@ def add_pages(app: faust.App, worker: "OCMSWorker") -> None:
     def error(web, exc: ApiError):
         return web.bytes(to_json(exc.as_json()), content_type=JSON_TYPE, status=exc.status)
 
+    primary = worker.catalog.primary.name
+
     async def answer(web, request, endpoint: str, value: str | None = None, metric: str | None = None):
+        if metric is not None:
+            try:
+                worker.catalog.metric(metric)  # an unknown name is a 404 here, not forwarded
+            except ApiError as exc:
+                return error(web, exc)
+        # Answered here when this view holds the metric, else by the worker that does (agents.shards).
+        return await worker.router.route(web, request, metric or primary,
+                                         lambda: answer_here(web, request, endpoint, value, metric))
+
+    async def answer_here(web, request, endpoint: str, value: str | None, metric: str | None):
         try:
             if metric is None:
                 query = check_query(endpoint, request.query.items())

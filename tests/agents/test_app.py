@@ -20,7 +20,7 @@ from agents import checkpoint as checkpoint_module
 from agents.app import OCMSWorker
 from agents.processor import PendingBatch
 from agents.settings import WorkerSettings
-from agents.state import BucketKey
+from agents.state import BucketKey, StateKey
 from cms_core import OCMSParams
 
 from .harness import report_messages
@@ -254,7 +254,7 @@ class KeyTable:
     def pop(self, key, default=None):
         from faust.streams import current_event as faust_current_event
 
-        self.deleted.append((BucketKey.decode(key), faust_current_event().message.partition))
+        self.deleted.append((StateKey.decode(key), faust_current_event().message.partition))
         return self.values.pop(key, default)
 
     def take_unacknowledged(self):
@@ -267,9 +267,10 @@ def test_retention_is_read_from_the_table_after_every_rebalance(worker, monkeypa
     deleted while a rebalance is under way."""
     fp = PARAMS.fingerprint.hex()
     now = 1_699_999_980  # a multiple of 60
-    old = [BucketKey(fp, p, 60, now - 86_400 - 120) for p in (0, 1, 2)]
-    fresh = BucketKey(fp, 0, 60, now - 60)
-    table = worker.retention.writer.table = KeyTable(old + [fresh, BucketKey.total(fp, 0)])
+    layout = worker.checkpoint.fold.layout
+    old = [layout.key_of(BucketKey(fp, p, 60, now - 86_400 - 120)) for p in (0, 1, 2)]
+    fresh = layout.key_of(BucketKey(fp, 0, 60, now - 60))
+    table = worker.retention.writer.table = KeyTable(old + [fresh, layout.key_of(BucketKey.total(fp, 0))])
     app = worker.app
     monkeypatch.setattr(app, "rebalancing", True)
     assert asyncio.run(worker.retention.expire(now)) == 0 and table.deleted == []

@@ -34,7 +34,6 @@ from .query import EstimateService
 from .retention import Retention, expiry_interval
 from .shards import Router, Share
 from .settings import TABLE_NAME, WorkerSettings
-from .state import StateLayout
 from .status import WorkerStatus, owned_partitions
 from .view import ChangelogReader, CountsView
 from .web import add_pages
@@ -108,8 +107,7 @@ class OCMSWorker:
                                           discovery_sets=self.discovery.level_params)
         self.fp_hex = {p.fingerprint: p.fingerprint.hex() for p in self.catalog.params_sets}
         levels = self.catalog.levels_by_fp
-        layout = StateLayout(levels, self.catalog.tracked_sizes, settings.partitions,
-                             {fp: self.catalog.labels_of(fp)[0] for fp in levels})
+        layout = self.catalog.state_layout(settings.partitions)
         # Which metrics this worker's view holds (agents.shards): all, or its assigned share.
         self.share = Share(layout, sharded=settings.view == "share")
         self.metrics.guard.add("estimates", EstimatesCollector(self.catalog, serves=self.share.serves_fingerprint))

@@ -2,10 +2,12 @@
 and any worker answers any query.
 
 Store of record and exactness are unchanged: the counts table and its changelog are written as
-with ``--view all`` (agents.checkpoint). Only the read model is sharded. A metric's *shard* is
-its group number mod the partition count (agents.state: every version of a metric is in one
-group, and a table key starts with its group), and a worker's *share* is the shards equal to
-the source partitions the consumer group assigns it. So the share moves with Kafka's assignment
+with ``--view all`` (agents.checkpoint). Only the read model is sharded. A metric's *shard*
+is that of its group (agents.state: every version of a metric is in one group, a table key
+starts with its group, and ``StateLayout`` packs the groups into as many shards as partitions,
+heaviest first onto the lightest, so shards hold about equal counts; every worker of one
+registry computes the same packing), and a worker's *share* is the shards equal to the source
+partitions the consumer group assigns it. So the share moves with Kafka's assignment
 when workers join, leave or die, with no membership protocol of our own.
 
 * The view reader (agents.view.ChangelogReader) reads every changelog record's key prefix and
@@ -31,7 +33,7 @@ import asyncio
 import logging
 from typing import Callable
 
-from .state import StateLayout, group_of, shard_of
+from .state import StateLayout
 
 log = logging.getLogger("ocms.worker")
 
@@ -61,7 +63,7 @@ class Share:
         self._by_prefix: dict[bytes, int | None] = {}
 
     def shard_of_metric(self, name: str) -> int:
-        return shard_of(group_of(name, "", 0, self.partitions), self.partitions)
+        return self.layout.shard_of_metric(name)
 
     def shard_of_key(self, raw_key: bytes | None) -> int | None:
         """The shard of an encoded table key from its group prefix alone; None when it has none
@@ -70,7 +72,7 @@ class Share:
         shard = self._by_prefix.get(prefix, -1)
         if shard == -1:
             try:
-                shard = shard_of(prefix.decode("ascii"), self.partitions)
+                shard = self.layout.shard_of_group(prefix.decode("ascii"))
             except (ValueError, UnicodeDecodeError):
                 shard = None
             if len(self._by_prefix) < 100_000:

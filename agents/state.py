@@ -91,16 +91,33 @@ def group_count(partitions: int) -> int:
     return partitions * -(-STATE_GROUPS // partitions)
 
 
+def group_number(metric: str, partitions: int) -> int:
+    """The group of every version of a metric (a hash of its name)."""
+    digest = hashlib.blake2b(metric.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % group_count(partitions)
+
+
 def group_of(metric: str, fingerprint: str, tracked_count: int, partitions: int) -> str:
     """The group token of a metric version: ``g<N>`` (shared), or ``g<N>-<fingerprint>`` (large D)."""
-    digest = hashlib.blake2b(metric.encode("utf-8"), digest_size=8).digest()
-    number = int.from_bytes(digest, "big") % group_count(partitions)
+    number = group_number(metric, partitions)
     return f"g{number}" if tracked_count < SOLO_TRACKED else f"g{number}-{fingerprint}"
 
 
-def shard_of(group: str, partitions: int) -> int:
-    """The shard of a group token: the source partition whose owner's view holds it (agents.shards)."""
-    return int(group[1:].partition("-")[0]) % partitions
+def group_number_of(group: str) -> int:
+    return int(group[1:].partition("-")[0])
+
+
+def pack_groups(weights: Mapping[int, float], groups: int, partitions: int) -> list[int]:
+    """The shard of each group number: the heaviest group first onto the lightest shard (ties: the lower
+    number), so shards hold about equal counts whatever the hash gave each group. Deterministic: every
+    worker serving the same registry computes the same shards."""
+    load = [0.0] * partitions
+    shards = [0] * groups
+    for group in sorted(range(groups), key=lambda g: (-weights.get(g, 0.0), g)):
+        shard = min(range(partitions), key=lambda s: (load[s], s))
+        shards[group] = shard
+        load[shard] += weights.get(group, 0.0)
+    return shards
 
 
 def _valid_group(group: str) -> bool:
@@ -155,23 +172,41 @@ class StateKey:
 
 
 class StateLayout:
-    """Where a member key's state is stored: ``levels`` fingerprint -> ((width, retention), ...),
-    ``tracked_sizes`` fingerprint -> D of every metric version served, ``partitions`` of the
-    changelog, ``metric_of`` fingerprint -> metric name (default: the fingerprint itself)."""
+    """Where a member key's state is stored, and which shard serves it.
+
+    ``levels`` fingerprint -> ((width, retention), ...), ``tracked_sizes`` fingerprint -> D of every
+    metric version served, ``partitions`` of the changelog, ``metric_of`` fingerprint -> metric name
+    (default: the fingerprint itself). A group's shard (agents.shards: the source partition whose
+    owner's view holds it) packs the groups by the counts they hold (D x buckets kept)."""
 
     def __init__(self, levels: Mapping[str, Iterable[tuple[int, int]]], tracked_sizes: Mapping[str, int],
                  partitions: int = 4, metric_of: Mapping[str, str] | None = None):
         self.partitions = partitions
         self.retention = {fp: dict(lv) for fp, lv in levels.items()}
         metric_of = metric_of or {}
-        self.groups = {fp: group_of(metric_of.get(fp, fp), fp, d, partitions) for fp, d in tracked_sizes.items()}
-
-    def shard_of_fingerprint(self, fingerprint: str) -> int:
-        return shard_of(self.groups[fingerprint], self.partitions)
+        self.metric_of = {fp: metric_of.get(fp, fp) for fp in tracked_sizes}
+        self.groups = {fp: group_of(self.metric_of[fp], fp, d, partitions) for fp, d in tracked_sizes.items()}
+        weights: dict[int, float] = {}
+        for fp, d in tracked_sizes.items():
+            buckets = 1 + sum(retention // width + 1 for width, retention in self.retention[fp].items())
+            number = group_number_of(self.groups[fp])
+            weights[number] = weights.get(number, 0.0) + d * buckets
+        self.shards = pack_groups(weights, group_count(partitions), partitions)
 
     def key_of(self, key: BucketKey) -> StateKey:
         retention = 0 if key.is_total else self.retention[key.fingerprint][key.width]
         return StateKey(self.groups[key.fingerprint], key.partition, key.width, retention, key.bucket_start)
+
+    def shard_of_group(self, group: str) -> int:
+        """The shard of a group token (a number beyond this layout's groups: by the number, mod partitions)."""
+        number = group_number_of(group)
+        return self.shards[number] if number < len(self.shards) else number % self.partitions
+
+    def shard_of_metric(self, metric: str) -> int:
+        return self.shards[group_number(metric, self.partitions)]
+
+    def shard_of_fingerprint(self, fingerprint: str) -> int:
+        return self.shard_of_group(self.groups[fingerprint])
 
 
 _BUNDLE = struct.Struct("<2sBI")  # magic, version, members

@@ -55,6 +55,7 @@ class WorkerStatus:
             "view_keys": worker.view.keys(),
             "view_reports": worker.view.reports(),
             "view_bytes": worker.view.memory_bytes(),
+            "table_bytes": sum(len(value) for value in worker.table.values()),  # this worker's table partitions
             **worker.share.describe(),
             "view_lag_messages": worker.reader.lag,
             "assigned_partitions": self.assigned_partitions(),

@@ -41,7 +41,7 @@ import numpy as np
 
 from cms_core.errors import OCMSError
 
-from .state import _CODEC, NO_OFFSET, TOTAL_WIDTH, BucketKey, PartialCounts, StateKey, decode_bundle, shard_of
+from .state import _CODEC, NO_OFFSET, TOTAL_WIDTH, BucketKey, PartialCounts, StateKey, decode_bundle
 
 log = logging.getLogger(__name__)
 
@@ -306,7 +306,7 @@ class ChangelogReader:
         share.ready -= gone
         share.rebuilding -= gone
         if gone:
-            self.view.drop_groups(lambda group: shard_of(group, share.partitions) in gone)
+            self.view.drop_groups(lambda group: share.layout.shard_of_group(group) in gone)
             log.info("counts view dropped shards %s (their partitions moved)", sorted(gone))
         if new:
             # Read again from the beginning: below the current positions only the new shards' records

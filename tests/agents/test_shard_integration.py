@@ -16,7 +16,9 @@ import time
 import numpy as np
 import pytest
 
-from agents.state import group_of, shard_of
+from agents.catalog import Catalog
+from agents.settings import worker_settings
+from agents.view import CountsView
 from producer.broker import EmbeddedBroker
 from producer.offline import sketch_from_messages
 from registry import load_registry
@@ -29,23 +31,7 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 4
 
 
-def shard(name: str) -> int:
-    return shard_of(group_of(name, "", 0, PARTITIONS), PARTITIONS)
-
-
-def names_covering_every_shard(per_shard: int = 2) -> list[str]:
-    """Metric names, ``per_shard`` in each of the four shards (found by trying names in order)."""
-    found: dict[int, list[str]] = {s: [] for s in range(PARTITIONS)}
-    i = 0
-    while any(len(v) < per_shard for v in found.values()):
-        name = f"screen_{i}"
-        if len(found[shard(name)]) < per_shard:
-            found[shard(name)].append(name)
-        i += 1
-    return [name for s in range(PARTITIONS) for name in found[s]]
-
-
-NAMES = names_covering_every_shard()
+NAMES = [f"screen_{i}" for i in range(8)]
 CATEGORIES = ["home", "search", "feed", "settings"]
 REPORTS = 2000
 
@@ -71,6 +57,10 @@ def fed(tmp_path_factory):
     path = folder / "registry.yaml"
     path.write_text(registry_text(), encoding="utf-8")
     registry = load_registry(path)
+    settings = worker_settings({"registry": str(path), "bootstrap_servers": "unused"}, {})
+    layout = Catalog.build(settings, CountsView()).state_layout(PARTITIONS)
+    shards = {name: layout.shard_of_metric(name) for name in NAMES}
+    assert set(shards.values()) == set(range(PARTITIONS))  # precondition: every shard serves a metric
     with EmbeddedBroker() as broker:
         workers = [WorkerProcess(broker.bootstrap_servers, "it-shards", "it-shards", folder, "--registry", str(path),
                                  "--view", "share") for _ in range(2)]
@@ -94,7 +84,7 @@ def fed(tmp_path_factory):
                 sketch, rejected = sketch_from_messages(v.params, v.tracked_values(), [m.value for m in sent[name]])
                 assert not rejected
                 expected[name] = sketch.counts.tolist()
-            yield broker, workers, expected
+            yield broker, workers, expected, shards
         finally:
             for w in workers:
                 w.stop()
@@ -105,7 +95,7 @@ def answers_exactly(doc: dict, counts: list[int]) -> bool:
 
 
 def test_every_worker_answers_every_metric_exactly_from_the_share_that_holds_it(fed):
-    _, workers, expected = fed
+    _, workers, expected, shards = fed
 
     def all_exact():
         return all(get(w, name)[0] == 200 and answers_exactly(get(w, name)[1], counts)
@@ -120,17 +110,17 @@ def test_every_worker_answers_every_metric_exactly_from_the_share_that_holds_it(
     for w, mine in zip(workers, held):
         scrape = Scrape.parse(w.text("/metrics"))
         exported = {dict(k)["metric"] for k in scrape.series("ocms_params_reports")}
-        assert exported == {name for name in NAMES if shard(name) in mine}  # the series of its share only
+        assert exported == {name for name in NAMES if shards[name] in mine}  # the series of its share only
     # The view of each holds its share only: fewer member states than all metrics' (2 keys each, 4 partitions at most).
     assert all(0 < h["view_keys"] < sum(1 for _ in NAMES) * 2 * PARTITIONS for h in health)
 
 
 def test_killing_the_holder_of_a_share_gives_exact_answers_or_503_never_wrong(fed):
-    _, workers, expected = fed
+    _, workers, expected, shards = fed
     wait_until(lambda: all(get(w, n)[0] == 200 for w in workers for n in NAMES), 120, "both workers answering")
     survivor, victim = workers
     victim_shards = set(victim.get("/healthz")[1]["held_shards"])
-    watched = [name for name in NAMES if shard(name) in victim_shards]
+    watched = [name for name in NAMES if shards[name] in victim_shards]
     assert watched
     seen, wrong, stop = [], [], threading.Event()
 

@@ -77,25 +77,35 @@ def share_of_largest(partitions: int, workers: int) -> float:
     return math.ceil(partitions / workers) / partitions
 
 
-def kafka_bytes_per_day(shapes, reports_per_day: float, partitions: int, checkpoints_per_s: float = 5.0) -> dict:
-    """Source bytes (reports as frames) and changelog bytes written per day (every checkpoint rewrites the
-    touched bundles: each active metric's current bucket(s) and cumulative key per partition)."""
+def kafka_bytes_per_day(shapes, reports_per_day: float, partitions: int, checkpoint_s: float,
+                        frame_reports: int = 100) -> dict:
+    """Source bytes (reports in frames) and changelog bytes written per day.
+
+    A checkpoint rewrites whole the states it touched: a version's current bucket of each level and
+    its cumulative key, in each partition its frames reached. The owner of a partition checkpoints at
+    most every ``checkpoint_s`` (``--batch-max-seconds``, below a batch's size), and only when frames
+    arrived, so a version's states in one partition are rewritten min(1 / checkpoint_s, its frames/s in
+    that partition) times a second (reports spread evenly over the versions, frames of
+    ``frame_reports``). Compaction keeps the latest per key: what stays is about the table stores' bytes."""
     versions = sum(s.count for s in shapes)
     per_report = sum(s.count * REPORT_BYTES[s.domain] for s in shapes) / versions
-    levels = sum(s.count * (3 if s.rollup_s else 2) for s in shapes) / versions
-    state = sum(s.count * (STATE_HEADER + MEMBER_HEADER + 4 * s.tracked) for s in shapes)
-    changelog = checkpoints_per_s * 86_400 * partitions * levels * state
-    return {"source": reports_per_day * per_report, "changelog": changelog}
+    frames_per_s = reports_per_day / 86_400 / versions / frame_reports / partitions  # per version and partition
+    rewrites_per_s = min(1.0 / checkpoint_s, frames_per_s)
+    rewritten = sum(s.count * (3 if s.rollup_s else 2) * (STATE_HEADER + MEMBER_HEADER + 4 * s.tracked) for s in shapes)
+    return {"source": reports_per_day * per_report, "changelog": 86_400 * rewrites_per_s * partitions * rewritten}
 
 
-def worker_cores(shapes, reports_per_day: float, partitions: int, checkpoints_per_s: float = 5.0,
-                 groups: int = 16) -> float:
-    """Cores of decode, intake and checkpoint records the whole pipeline needs (spread over the workers)."""
+def worker_cores(shapes, reports_per_day: float, partitions: int, checkpoint_s: float, groups: int = 16,
+                 frame_reports: int = 100) -> float:
+    """Cores of decode (reports x their metric's D), intake and changelog records for the whole pipeline,
+    spread over the workers (reports spread evenly over the metric versions)."""
     versions = sum(s.count for s in shapes)
     mean_tracked = sum(s.count * s.tracked for s in shapes) / versions
     per_s = reports_per_day / 86_400
     decode = per_s * mean_tracked / DECODE_PAIRS_PER_CORE_S
     intake = per_s * INTAKE_CORE_S_PER_REPORT
+    # records: one per touched group, level and partition and checkpoint (at most every checkpoint_s)
+    checkpoints_per_s = min(1.0 / checkpoint_s, per_s / frame_reports / partitions)
     records = checkpoints_per_s * partitions * 3 * min(groups, versions) * RECORD_CORE_S
     return decode + intake + records
 
@@ -104,13 +114,16 @@ def query_latency_s(forwarded: bool) -> float:
     return QUERY_LOCAL_S + (QUERY_HOP_S if forwarded else 0.0)
 
 
+#: docs/capacity.md's worked examples: devices, reports per device per day (over all metrics),
+#: partitions, workers (--view share), --batch-max-seconds, and the metric versions served.
 EXAMPLES = {
-    "10k-device pilot": dict(devices=10_000, reports_per_device_day=24, partitions=4, workers=1,
+    "10k-device pilot": dict(devices=10_000, reports_per_device_day=50, partitions=4, workers=1, checkpoint_s=0.2,
                              shapes=(MetricShape(10, 30, domain="categories"), MetricShape(5, 1000))),
-    "10M-device app": dict(devices=10_000_000, reports_per_device_day=48, partitions=16, workers=4,
+    "10M-device app": dict(devices=10_000_000, reports_per_device_day=100, partitions=16, workers=4, checkpoint_s=2.0,
                            shapes=(MetricShape(100, 50, domain="categories"), MetricShape(80, 2000),
                                    MetricShape(20, 4043, domain="strings"))),
-    "1B-device platform": dict(devices=1_000_000_000, reports_per_device_day=96, partitions=64, workers=32,
+    "1B-device platform": dict(devices=1_000_000_000, reports_per_device_day=200, partitions=64, workers=32,
+                               checkpoint_s=10.0,
                                shapes=(MetricShape(1000, 50, domain="categories"), MetricShape(800, 2000),
                                        MetricShape(200, 10_000, domain="strings"))),
 }
@@ -118,27 +131,32 @@ EXAMPLES = {
 
 def example(name: str) -> dict:
     e = EXAMPLES[name]
-    shapes, p, w = e["shapes"], e["partitions"], e["workers"]
-    reports = e["devices"] * e["reports_per_device_day"] * sum(s.count for s in shapes) / 10  # each device reports 1 in 10 metrics
-    kafka = kafka_bytes_per_day(shapes, reports, p)
-    return {"metric_versions": sum(s.count for s in shapes), "reports_per_day": reports,
+    shapes, p, w, c = e["shapes"], e["partitions"], e["workers"], e["checkpoint_s"]
+    reports = e["devices"] * e["reports_per_device_day"]
+    kafka = kafka_bytes_per_day(shapes, reports, p, c)
+    return {"metric_versions": sum(s.count for s in shapes), "reports_per_day": reports, "checkpoint_s": c,
             "source_gb_day": kafka["source"] / 1e9, "changelog_gb_day": kafka["changelog"] / 1e9,
-            "cores": worker_cores(shapes, reports, p), "workers": w, "partitions": p,
+            "cores": worker_cores(shapes, reports, p, c), "workers": w, "partitions": p,
             "view_gb_per_worker": view_bytes(shapes, p, w) / 1e9, "view_gb_one_worker": view_bytes(shapes, p, 1) / 1e9,
             "table_gb_per_worker": table_bytes(shapes, p, w) / 1e9,
             "query_ms_local": query_latency_s(False) * 1e3, "query_ms_forwarded": query_latency_s(True) * 1e3}
 
 
+def size(gigabytes: float) -> str:
+    return f"{gigabytes:,.1f} GB" if gigabytes >= 1 else f"{gigabytes * 1000:,.1f} MB"
+
+
 def main() -> None:
     for name in EXAMPLES:
         r = example(name)
-        print(f"{name}: {r['metric_versions']:,} metric versions, {r['reports_per_day']:.3g} reports/day, "
-              f"{r['partitions']} partitions, {r['workers']} workers (--view share)")
-        print(f"  Kafka: source {r['source_gb_day']:,.1f} GB/day, changelog {r['changelog_gb_day']:,.1f} GB/day "
+        print(f"{name}: {r['metric_versions']:,} metric versions, {r['reports_per_day']:,.0f} reports/day, "
+              f"{r['partitions']} partitions, {r['workers']} workers (--view share), checkpoints every "
+              f"{r['checkpoint_s']:g} s")
+        print(f"  Kafka: source {size(r['source_gb_day'])}/day, changelog {size(r['changelog_gb_day'])}/day "
               f"written (compacted to the tables)")
-        print(f"  worker CPU: {r['cores']:,.2f} cores in all")
-        print(f"  view per worker: {r['view_gb_per_worker']:,.2f} GB (one worker holding all: "
-              f"{r['view_gb_one_worker']:,.2f} GB); table store per worker {r['table_gb_per_worker']:,.2f} GB")
+        print(f"  worker CPU: {r['cores']:,.3f} cores in all ({r['cores'] / r['workers']:,.3f} per worker)")
+        print(f"  view per worker: {size(r['view_gb_per_worker'])} (one worker holding all: "
+              f"{size(r['view_gb_one_worker'])}); table store per worker {size(r['table_gb_per_worker'])}")
         print(f"  one-value query: {r['query_ms_local']:.0f} ms local, {r['query_ms_forwarded']:.0f} ms forwarded")
 
 

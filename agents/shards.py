@@ -134,15 +134,61 @@ class Router:
                                          "retry shortly")
         return await self.forward(web, request, owner, metric)
 
-    async def forward(self, web, request, owner: str, metric: str):
+    async def listing(self, doc: dict, forwarded: bool) -> dict:
+        """The JSON metric listing (``doc``: this worker's): with ``--view share`` the entries of metrics
+        held elsewhere come from their holders (one request per holder, concurrently); an entry no holder
+        gave says ``"unavailable"`` and why. A forwarded listing request gets this worker's own."""
+        share = self.share
+        if not share.sharded or forwarded:
+            return doc
+        wanted: dict[str, list[str]] = {}
+        missing: dict[str, str] = {}
+        for entry in doc["metrics"]:
+            shard = share.shard_of_metric(entry["name"])
+            if shard in share.ready:
+                continue
+            owner = None if self.app.rebalancing else owner_url(self.app, self.changelog_topic, shard)
+            if owner is None or owner == self.url:
+                missing[entry["name"]] = "its counts are moving between workers; retry shortly"
+            else:
+                wanted.setdefault(owner, []).append(entry["name"])
+        answers = await asyncio.gather(*(self._get_json(owner + "/metrics?format=json") for owner in wanted))
+        theirs = {}
+        for (owner, names), answer in zip(wanted.items(), answers):
+            entries = {e["name"]: e for e in (answer or {}).get("metrics", ())}
+            for name in names:
+                if name in entries:
+                    theirs[name] = entries[name]
+                else:
+                    missing[name] = f"the worker holding it ({owner}) did not answer; retry shortly"
+        metrics = [theirs.get(e["name"]) or ({**e, "unavailable": missing[e["name"]]} if e["name"] in missing else e)
+                   for e in doc["metrics"]]
+        return {**doc, "metrics": metrics}
+
+    def _client(self):
         import aiohttp
 
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        return self._session
+
+    async def _get_json(self, url: str) -> dict | None:
+        import aiohttp
+
+        try:
+            async with self._client().get(url, headers={FORWARDED_HEADER: self.url}) as response:
+                return await response.json() if response.status == 200 else None
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+            log.warning("reading the metric listing of %s failed: %s", url, exc or type(exc).__name__)
+            return None
+
+    async def forward(self, web, request, owner: str, metric: str):
+        import aiohttp
+
         url = owner + request.path_qs
         try:
-            async with self._session.get(url, headers={FORWARDED_HEADER: self.url, "Accept":
-                                                       request.headers.get("Accept", "*/*")}) as response:
+            async with self._client().get(url, headers={FORWARDED_HEADER: self.url, "Accept":
+                                                        request.headers.get("Accept", "*/*")}) as response:
                 body = await response.read()
                 headers = {k: response.headers[k] for k in ("Retry-After", ANSWERED_BY_HEADER) if k in response.headers}
                 self.forwarded += 1

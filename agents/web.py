@@ -35,6 +35,7 @@ from .query import (INLINE_WORK, ApiError, Answer, Estimator, check_query, count
                     start_answer_process, to_json)
 
 from .metric_pages import add_metric_pages, wants_listing
+from .shards import FORWARDED_HEADER
 
 if TYPE_CHECKING:
     from .app import OCMSWorker
@@ -184,7 +185,8 @@ def add_pages(app: faust.App, worker: "OCMSWorker") -> None:
     async def metrics(web, request):
         try:
             if wants_listing(request):  # the metric listing (JSON); Prometheus gets the exposition
-                return web.bytes(to_json(worker.catalog.describe()), content_type=JSON_TYPE)
+                doc = await worker.router.listing(worker.catalog.describe(), bool(request.headers.get(FORWARDED_HEADER)))
+                return web.bytes(to_json(doc), content_type=JSON_TYPE)
             check_query("metrics", request.query.items())
         except ApiError as exc:
             return error(web, exc)

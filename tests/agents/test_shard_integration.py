@@ -111,6 +111,10 @@ def test_every_worker_answers_every_metric_exactly_from_the_share_that_holds_it(
         scrape = Scrape.parse(w.text("/metrics"))
         exported = {dict(k)["metric"] for k in scrape.series("ocms_params_reports")}
         assert exported == {name for name in NAMES if shards[name] in mine}  # the series of its share only
+    for w in workers:  # the listing (the console's) gives every metric's count through either worker
+        listing = w.get("/metrics", format="json")[1]
+        assert {m["name"]: m["versions"][0]["reports"] for m in listing["metrics"]} == {n: REPORTS for n in NAMES}
+        assert w.get(f"/metrics/{NAMES[0]}")[1]["versions"][0]["reports"] == REPORTS
     # The view of each holds its share only: fewer member states than all metrics' (2 keys each, 4 partitions at most).
     assert all(0 < h["view_keys"] < sum(1 for _ in NAMES) * 2 * PARTITIONS for h in health)
 

@@ -431,8 +431,9 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
         out["withheld"] = withheld
         records = []
         # The noise test of f = 0 over every name a live version tracks, at each value's combined
-        # variance under that hypothesis; the answer's floor is the highest (values fewer versions
-        # track have fewer reports): above it, every value is above the noise.
+        # variance under that hypothesis (normal: no single binomial count). A value fewer versions
+        # track has fewer reports and a higher floor, so each record carries its own; the answer's
+        # is the lowest, that of the values every version tracks.
         out.update(noise_floor=None, noise_floor_count=None, processed_noise_floor=None, noise_values=tracked_names,
                    noise_correction=NOISE_CORRECTION)
         if not withheld:
@@ -450,11 +451,12 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
                     x = float(fields[field])
                     record[field] = x if np.isfinite(x) else None
                 record["above_noise"] = bool(c.frequency[i] > floors[i])  # NaN (no estimate) is not above
+                record["noise_floor"] = float(floors[i]) if np.isfinite(floors[i]) else None
                 record["reports"] = int(c.reports[i])
                 records.append(record)
             finite = floors[np.isfinite(floors)]
             if finite.size:
-                floor = float(finite.max())
+                floor = float(finite.min())
                 out.update(noise_floor=floor, noise_floor_count=floor * n, processed_noise_floor=floor)
         if endpoint == "estimates":
             out["estimates"] = records

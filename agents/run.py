@@ -163,16 +163,16 @@ def table(dataset, truth: np.ndarray, sent: int, doc: dict, show: int, confidenc
     order = np.argsort(-truth, kind="stable")[:show]
     scale = counted / sent if sent else 0.0  # compare like with like while the worker catches up
     lines = [f"reports sent {sent:,}; counted by the worker {counted:,} (true counts scaled to the {counted:,} counted)",
-             f"  {'value':>12} {'true, scaled':>12} {'estimate':>10}    {confidence:.0%} CI of the count"]
+             f"  {'value':>12} {'true, scaled':>13} {'estimate':>10}    {confidence:.0%} CI of the count"]
     by_value = {value_id(dataset, rec["value"]): rec for rec in records if "value" in rec}  # names or digits
     for value in order:
         label = dataset.label(int(value))
         rec = by_value.get(int(value), {})
         if rec.get("count") is not None:  # records of n = 0 hold null estimates (cms_core.records)
-            lines.append(f"  {label:>12} {truth[value] * scale:>12,.0f} {rec['count']:>10,.0f}{noise_mark(rec)}   "
+            lines.append(f"  {label:>12} {truth[value] * scale:>13,.0f} {rec['count']:>10,.0f}{noise_mark(rec)}   "
                          f"[{rec['count_ci_low']:,.0f}, {rec['count_ci_high']:,.0f}]")
         else:
-            lines.append(f"  {label:>12} {truth[value] * scale:>12,.0f} {'-':>10}")
+            lines.append(f"  {label:>12} {truth[value] * scale:>13,.0f} {'-':>10}")
     legend = noise_legend(doc, confidence)
     if legend:
         lines.append(legend)

@@ -72,7 +72,11 @@ def test_ocms_run_says_atl_in_the_table_and_the_api(tmp_path):
     assert "also         metric flight_tailnum" in out and "eps=4" in out
     carrier = re.search(r"^carrier\s+eps=1\s+sent ([\d,]+)\s+counted ([\d,]+)\s+(.*)$", final, re.M)
     assert carrier and carrier[1] == carrier[2] == "4,000", final
-    assert re.match(r"(UA|B6|EV|DL|AA|MQ) -?[\d,]+ \[", carrier[3]), carrier[3]
+    assert re.match(r"noise floor [\d,]+  (UA|B6|EV|DL|AA|MQ) -?[\d,]+~? \[", carrier[3]), carrier[3]
+    # The true counts are scaled to the reports counted, and the header says so; the floor is explained.
+    assert re.search(r"^\s+value\s+true, scaled\s+estimate\s+95% CI of the count$", final, re.M), final
+    assert re.search(r"^  ~ under the noise floor \([\d,]+ of [\d,]+ reports, [\d.]+%\): cannot be told from zero "
+                     r"among the 105 tracked values at 95%$", final, re.M), final
     assert re.search(r"^flight_tailnum\s+eps=4\s+sent 4,000\s+counted 4,000\s+withheld \(fewer than 5,000", final, re.M)
 
 

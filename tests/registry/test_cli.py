@@ -155,6 +155,7 @@ def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
     """A device can rebuild the exact parameters (same fingerprint) from the config, and nothing else is in it."""
     from cms_core import OCMSParams
     from cms_core.fields import BinaryField, PrimeField
+    from cms_core.privatize import keep_threshold
 
     from .test_deploy_registry import REGISTRY
 
@@ -167,8 +168,8 @@ def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
     for entry in doc["metrics"]:
         spec = reg.metric(entry["name"])
         assert entry["version"] == spec.latest.version
-        allowed = {"name", "version", "fingerprint", "epsilon", "m", "field", "domain", "categories", "dictionary_size",
-                   "mechanism", "discovery"}
+        allowed = {"name", "version", "fingerprint", "epsilon", "m", "keep_threshold", "field", "domain", "categories",
+                   "dictionary_size", "mechanism", "discovery"}
         assert set(entry) <= allowed
         field = entry["field"]
         field = PrimeField(int(field["order"])) if field["kind"] == "prime" else BinaryField(field["degree"])
@@ -179,6 +180,7 @@ def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
                              binding=f"{entry['name']}@{entry['version']}",
                              mechanism=entry.get("mechanism", "ocms"))
         assert rebuilt.fingerprint.hex() == entry["fingerprint"] == spec.latest.fingerprint.hex()
+        assert int(entry["keep_threshold"]) == keep_threshold(rebuilt)  # the device keeps with the Python integer
         for level in entry.get("discovery", {}).get("levels", []):  # issue 15: each level rebuilds too
             lf = level["field"]
             lf = PrimeField(int(lf["order"])) if lf["kind"] == "prime" else BinaryField(lf["degree"])
@@ -186,6 +188,7 @@ def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
                                  dictionary_size=int(level["dictionary_size"]), mode="mse", f_star=0.0,
                                  binding=f"{entry['name']}@{entry['version']}/level{level['level']}")
             assert rebuilt.fingerprint.hex() == level["fingerprint"]
+            assert int(level["keep_threshold"]) == keep_threshold(rebuilt)
     code, out, _ = run(capsys, "registry", "device-config", str(REGISTRY), "--metric", "app_launches")
     (entry,) = json.loads(out)["metrics"]
     assert entry["version"] == 2 and entry["categories"][-1] == "wallet"

@@ -213,11 +213,11 @@ def cmd_discover(args) -> int:
 
         write_stdout(text + "\n")  # `ocms discover ... | head` ends quietly
     for line in damage:
-        print(f"warning: {line}", file=sys.stderr)
+        print(f"ocms discover: warning: {line}", file=sys.stderr)
     if batches:
         print(f"ocms discover: {detection_line(doc)}", file=sys.stderr)
     if not batches:
-        print(f"error: no report of {version.binding}'s {spec.domain.levels} discovery levels was found "
+        print(f"ocms discover: error: no report of {version.binding}'s {spec.domain.levels} discovery levels was found "
               f"({read:,} messages read, rejected: {dict(rejected) or 'none'})", file=sys.stderr)
         return EXIT_NOTHING_COUNTED
     return 0
@@ -291,7 +291,7 @@ def add_discover_parser(sub) -> None:
                        description="Prefix-extension discovery (docs/discovery.md) over capture files or a time "
                                    "window of the reports topic. Output: discovered values with estimates and CIs, "
                                    "per-level candidates and cut-offs.")
-    p.add_argument("inputs", nargs="*", metavar="CAPTURE", help="capture files (ocms simulate --out, or kcat -f '%%R%%s')")
+    p.add_argument("inputs", nargs="*", metavar="CAPTURE", help="capture files (ocms simulate --out, or kcat -f '%%R%%s'); - reads standard input")
     p.add_argument("--registry", required=True, metavar="FILE", help="the registry (the metric needs a discovery: block)")
     p.add_argument("--metric", help="the metric to discover values of (with --serve: default every discoverable one)")
     p.add_argument("--metric-version", type=int, help="this version (default: the newest live one)")
@@ -364,15 +364,21 @@ def simulate_discovery(args, version) -> int:
     if args.truth:
         counts = Counter(values)
         top = counts.most_common(1000)
-        with open(args.truth, "w", encoding="utf-8") as f:
-            json.dump({"metric": version.metric, "version": version.version, "dataset": dataset.name, "reports": n,
-                       "seed": args.seed, "distinct_values": len(counts),
-                       "top": [{"value": value_to_json(v), "count": c} for v, c in top]}, f, indent=1,
-                      ensure_ascii=False)
+        truth = json.dumps({"metric": version.metric, "version": version.version, "dataset": dataset.name,
+                            "reports": n, "seed": args.seed, "distinct_values": len(counts),
+                            "top": [{"value": value_to_json(v), "count": c} for v, c in top]}, indent=1,
+                           ensure_ascii=False) + "\n"
+        if args.truth == "-":
+            sys.stdout.write(truth)
+        else:
+            with open(args.truth, "w", encoding="utf-8") as f:
+                f.write(truth)
+    from producer.cli import output_name, status
+
     where = " and ".join(x for x in [f"{args.bootstrap_servers}/{args.topic}" if args.bootstrap_servers else "",
-                                     args.out or ""] if x)
-    print(f"{version.binding} discovery ({spec.domain.levels} levels): sent {n:,} reports in {messages:,} messages "
-          f"to {where} in {seconds:.2f} s")
+                                     output_name(args.out) if args.out else ""] if x)
+    status(f"{version.binding} discovery ({spec.domain.levels} levels): sent {n:,} reports in {messages:,} messages "
+           f"to {where} in {seconds:.2f} s")
     return 0
 
 

@@ -9,6 +9,9 @@ complete bucket), and the fixed reject reasons; ``ocms_estimate_values_omitted``
 says how many tracked values were left out. A value label is the value's name:
 a category name, a string exactly (the exposition escapes what it must), an
 integer's decimal digits. Fingerprints appear only on ``ocms_params_info``.
+``ocms_estimate_above_noise`` (1/0 per exported value) and ``ocms_estimate_noise_floor_ratio``
+(per metric version and window) carry the noise test of every answer (cms_core.theory, "Above the
+noise"), at the exported estimates' 95%.
 
 Every worker exports the same global estimates (its view reads the whole
 changelog); pipeline counters are per worker. Recording rules in

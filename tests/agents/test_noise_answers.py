@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.cli import main
 from agents.run import UNDER_NOISE, table
 from agents.run_registry import companion_line, companions, run_metric, value_id
 from cms_core import OCMSSketch
 from producer.datasets import parse_dataset
 
+from ..producer.test_offline_estimate import ocms
 from .harness import ROOT
 from .test_catalog import answer, catalog, fed, registry, scrape  # noqa: F401 (fixtures)
 from .test_query import BUCKETS, CUR, D, FP1, P1, SERVICE, TRACKED, expected_counts
@@ -136,15 +136,6 @@ def test_prometheus_exports_the_flag_and_the_floor(catalog):
 
 
 # ------------------------------------------------------------------ ocms estimate
-
-def ocms(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
 
 def test_ocms_estimate_carries_the_noise_in_json_and_says_it_on_stderr(capsys, tmp_path):
     cap = tmp_path / "z.cap"

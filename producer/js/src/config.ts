@@ -36,7 +36,7 @@ export type Domain = "categories" | "integers" | "strings";
 export type ReportValue = string | bigint | number | Uint8Array;
 
 /** exp(eps) lowered by two ulps, as an exact rational num / 2^shift (cms_core.privatize.keep_threshold). */
-function keepThresholdFor(epsilon: number, m: number): bigint {
+export function keepThresholdFor(epsilon: number, m: number): bigint {
   const view = new DataView(new ArrayBuffer(8));
   view.setFloat64(0, Math.exp(epsilon));
   const bits = view.getBigUint64(0);

@@ -14,9 +14,9 @@ import { testOverrides } from "./internal.js";
 import type { OcmsClient } from "./client.js";
 import type { ByteStream } from "./random.js";
 
-export { RecordedStream, SmallBelow, drawBelowBig, drawBits64, keepDraw, ByteStream } from "./random.js";
+export { CryptoStream, RecordedStream, SmallBelow, drawBelowBig, drawBits64, keepDraw, ByteStream } from "./random.js";
 export { privatizeWith, privatizeEncoded, reportOf, randomizedResponse } from "./privatize.js";
-export { checkKeepThreshold, parameterFingerprint, ReportParams } from "./config.js";
+export { checkKeepThreshold, keepThresholdFor, parameterFingerprint, ReportParams } from "./config.js";
 export { primeField, binaryField, isPrime } from "./fields.js";
 
 /** Make `client` draw from `stream` and/or keep with other thresholds (by parameter fingerprint). */

@@ -219,7 +219,8 @@ export class Uploader {
   private schedule(ms: number): void {
     if (this.timer !== null || this.closed) return;
     this.timer = setTimeout(() => { this.timer = null; this.kick(true); }, Math.max(0, ms));
-    (this.timer as { unref?: () => void }).unref?.();
+    // In Node a pending retry does not keep the process alive, unless flush() waits for it.
+    if (this.idleWaiters.length === 0) (this.timer as { unref?: () => void }).unref?.();
   }
 
   /** Resolves when the queue is empty (every upload answered 202 or dropped). */

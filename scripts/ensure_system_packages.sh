@@ -4,6 +4,8 @@
 #   kcat                     from Debian's `kcat` package
 #   chromium + chromedriver  from Debian's `chromium` and `chromium-driver` (console browser test)
 #   wrk                      from Debian's `wrk` (load generator of benchmarks/bench_collector.py)
+#   node + npm               from Debian's `nodejs` and `npm` (producer/js, the JavaScript client; a newer
+#                            node already on PATH is kept)
 # Idempotent: does nothing when every tool is already on PATH. Otherwise runs
 # `apt-get update` once and installs the missing packages non-interactively,
 # with sudo only when not running as root. Called by `make test`.
@@ -22,9 +24,12 @@ fi
 if ! command -v wrk >/dev/null 2>&1; then
     missing+=(wrk)
 fi
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    missing+=(nodejs npm)
+fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "ensure_system_packages: promtool, prometheus, kcat, chromium, chromedriver and wrk present, nothing to do"
+    echo "ensure_system_packages: promtool, prometheus, kcat, chromium, chromedriver, wrk, node and npm present, nothing to do"
     exit 0
 fi
 
@@ -49,7 +54,7 @@ export DEBIAN_FRONTEND=noninteractive
 # --no-install-recommends keeps the prometheus package from pulling extras.
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 
-for tool in promtool prometheus kcat chromium chromedriver wrk; do
+for tool in promtool prometheus kcat chromium chromedriver wrk node npm; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "ensure_system_packages: $tool still missing after apt-get install" >&2
         exit 1

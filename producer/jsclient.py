@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import math
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from cms_core.errors import OCMSError
@@ -87,3 +89,45 @@ def node(*args: str | os.PathLike, input: bytes | None = None, timeout: float = 
         raise OCMSError(f"node {' '.join(map(str, args))} exited {done.returncode}:\n"
                         f"{done.stdout.decode(errors='replace')[-3000:]}\n{done.stderr.decode(errors='replace')[-3000:]}")
     return done
+
+
+def js_reports(config: str | os.PathLike, version, value_name: str, n: int, leaky_threshold: int | None = None):
+    """A ReportBatch of n reports of one value made by the JS client (test/tools/reports.mjs: the public API
+    and the CSPRNG; with ``leaky_threshold``, the same keeping with that threshold)."""
+    from cms_core import wire
+
+    with tempfile.TemporaryDirectory(prefix="ocms-js-") as tmp:
+        out = Path(tmp) / "reports.bin"
+        node("test/tools/reports.mjs", config, version.metric, value_name, str(n), out,
+             *([str(leaky_threshold)] if leaky_threshold is not None else []))
+        _, batch = wire.decode_message(out.read_bytes(), {version.params.fingerprint: version.params})
+    if len(batch) != n:
+        raise OCMSError(f"the JS client made {len(batch)} reports, not {n}")
+    return batch
+
+
+def audit_js_client(config: str | os.PathLike, version, x1: int, x2: int, trials: int, alpha: float,
+                    leaky_threshold: int | None = None):
+    """cms_core.audit.black_box_audit's procedure (the distinguishing event, one-sided Clopper-Pearson bounds at
+    alpha / 2 each) on ``trials`` reports per input from the JS client; x1, x2 are dictionary values."""
+    import numpy as np
+
+    from cms_core import audit
+
+    params = version.params
+    event = audit.distinguishing_event(params, x1, x2)
+    hits = [int(np.count_nonzero(event(js_reports(config, version, version.value_name(x), trials, leaky_threshold))))
+            for x in (x1, x2)]
+    lower = audit.clopper_pearson_lower(hits[0], trials, alpha / 2)
+    upper = audit.clopper_pearson_upper(hits[1], trials, alpha / 2)
+    bound = math.log(lower / upper) if lower > 0 else -math.inf
+    return audit.AuditResult(params.epsilon, trials, hits[0], hits[1], alpha, bound)
+
+
+def leaky_threshold_for(params, factor: float = 1.25) -> int:
+    """The keep threshold of ``factor`` x epsilon with the same m and field: the leaky device of the negative controls."""
+    from cms_core import OCMSParams
+    from cms_core.privatize import keep_threshold
+
+    return keep_threshold(OCMSParams.build(params.epsilon * factor, params.dictionary_size, hash_range=params.hash_range,
+                                           field=params.field, mechanism=params.mechanism))

@@ -29,11 +29,11 @@ import numpy as np
 import pytest
 
 import cms_core.audit as audit
-from cms_core import OCMSParams, kernel, wire
+from cms_core import kernel, wire
 from cms_core.privatize import keep_threshold
 from cms_core.values import string_fingerprint
 from producer.capture import read_capture
-from producer.jsclient import CLI, JS_DIR, NodeMissingError, ensure_built, node
+from producer.jsclient import CLI, JS_DIR, NodeMissingError, audit_js_client, ensure_built, leaky_threshold_for, node
 from registry import load_registry
 from registry.device import device_config
 
@@ -166,8 +166,7 @@ def test_exact_privacy_loss_from_the_threshold_the_client_uses(js_client, regist
 def test_exact_check_catches_a_client_keeping_with_a_leaky_threshold(js_client, registry, metric, monkeypatch):
     _, reg, config = registry
     params = reg.metric(metric).latest.params
-    leaky = keep_threshold(OCMSParams.build(params.epsilon * 1.25, params.dictionary_size, hash_range=params.hash_range,
-                                            field=params.field, mechanism=params.mechanism))
+    leaky = leaky_threshold_for(params)
     used = probed_threshold(config, metric, "a", leaky)
     assert used == leaky
     monkeypatch.setattr(audit, "keep_threshold", lambda p: used)
@@ -175,45 +174,19 @@ def test_exact_check_catches_a_client_keeping_with_a_leaky_threshold(js_client, 
 
 
 # ------------------------------------------------------------------ black-box audit
-def js_reports(config: Path, version, value: str, n: int, out: Path, leaky: int | None = None):
-    node("test/tools/reports.mjs", config, version.metric, value, str(n), out, *([str(leaky)] if leaky else []))
-    params, batch = wire.decode_message(out.read_bytes(), {version.params.fingerprint: version.params})
-    out.unlink()
-    assert len(batch) == n
-    return batch
-
-
-def js_audit(config, version, x1: int, x2: int, trials: int, tmp_path, leaky: int | None = None):
-    """cms_core.audit.black_box_audit's procedure on reports of the JS client (names x1, x2 by value name)."""
-    params = version.params
-    event = audit.distinguishing_event(params, x1, x2)
-    hits = []
-    for x in (x1, x2):
-        batch = js_reports(config, version, version.value_name(x), trials, tmp_path / "reports.bin", leaky)
-        hits.append(int(np.count_nonzero(event(batch))))
-    lower = audit.clopper_pearson_lower(hits[0], trials, AUDIT_ALPHA / 2)
-    upper = audit.clopper_pearson_upper(hits[1], trials, AUDIT_ALPHA / 2)
-    bound = math.log(lower / upper) if lower > 0 else -math.inf
-    return audit.AuditResult(params.epsilon, trials, hits[0], hits[1], AUDIT_ALPHA, bound)
-
-
 @pytest.mark.parametrize("metric", ["audit_ocms", "audit_direct"])
-def test_black_box_audit_of_the_js_client(js_client, registry, metric, tmp_path):
+def test_black_box_audit_of_the_js_client(js_client, registry, metric):
     _, reg, config = registry
-    version = reg.metric(metric).latest
-    result = js_audit(config, version, 3, 7, AUDIT_TRIALS, tmp_path)
+    result = audit_js_client(config, reg.metric(metric).latest, 3, 7, AUDIT_TRIALS, AUDIT_ALPHA)
     assert not result.leaks, result
     assert result.fraction_of_claim >= 0.9, result
 
 
 @pytest.mark.parametrize("metric", ["audit_ocms", "audit_direct"])
-def test_black_box_audit_catches_the_leaky_js_client(js_client, registry, metric, tmp_path):
+def test_black_box_audit_catches_the_leaky_js_client(js_client, registry, metric):
     _, reg, config = registry
     version = reg.metric(metric).latest
-    p = version.params
-    leaky = keep_threshold(OCMSParams.build(p.epsilon * 1.25, p.dictionary_size, hash_range=p.hash_range, field=p.field,
-                                            mechanism=p.mechanism))
-    result = js_audit(config, version, 3, 7, AUDIT_TRIALS // 4, tmp_path, leaky)
+    result = audit_js_client(config, version, 3, 7, AUDIT_TRIALS // 4, AUDIT_ALPHA, leaky_threshold_for(version.params))
     assert result.leaks, result
 
 

@@ -49,7 +49,8 @@ export function valueKey(version: MetricVersion, value: ReportValue): Uint8Array
     const last = version.levels[version.levels.length - 1];
     return concat(last.fingerprint, uintBytes(version.levelElement(encoded, version.levels.length), last.field.coefficientBytes));
   }
-  return concat(version.params.fingerprint, uintBytes(encoded.integer, version.params.field.coefficientBytes));
+  const element = encoded.fingerprint ?? uintBytes(encoded.integer!, version.params.field.coefficientBytes);
+  return concat(version.params.fingerprint, element);
 }
 
 export interface ClientOptions {

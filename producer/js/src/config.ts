@@ -186,8 +186,10 @@ function buildParams(where: string, spec: { fingerprint: unknown; epsilon: numbe
 /** A value as its field element (`element`) and, for memoization, the integer or fingerprint it stands for. */
 export interface EncodedValue {
   readonly element: Element;
-  /** The value's integer (categories: its index; integers: itself; strings: the 128-bit fingerprint). */
-  readonly integer: bigint;
+  /** The value's integer (categories: its index; integers: itself); strings: null, see `fingerprint`. */
+  readonly integer: bigint | null;
+  /** Strings: the 16-byte value fingerprint (big-endian; the element's integer). */
+  readonly fingerprint?: Uint8Array;
   /** Discovery: the string's symbols or the integer, to cut into a level's prefix. */
   readonly symbols?: number[];
 }
@@ -331,15 +333,13 @@ export class MetricVersion {
     }
     if (this.discovery) symbols = this.discovery.symbols(value as string | Uint8Array);
     const fingerprint = blake2b(bytes, 16, "ocms-value-v1");
-    let integer = 0n;
-    for (const b of fingerprint) integer = (integer << 8n) | BigInt(b);
-    return { element: field.elementOfBytes!(fingerprint), integer, symbols };
+    return { element: field.elementOfBytes!(fingerprint), integer: null, fingerprint, symbols };
   }
 
   /** The integer a discovery level's parameters encode for an encoded value. */
   levelElement(encoded: EncodedValue, level: number): bigint {
     const domain = this.discovery!;
-    return domain.kind === "strings" ? domain.stringElement(encoded.symbols!, level) : domain.integerElement(encoded.integer, level);
+    return domain.kind === "strings" ? domain.stringElement(encoded.symbols!, level) : domain.integerElement(encoded.integer!, level);
   }
 }
 

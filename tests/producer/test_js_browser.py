@@ -49,6 +49,15 @@ metrics:
 ROOT = Path(__file__).resolve().parents[2]
 
 
+class Site(str):
+    """The page's origin (a str: its URL) and the directory it serves (``.root``)."""
+
+    def __new__(cls, url: str, root: Path):
+        self = super().__new__(cls, url)
+        self.root = root
+        return self
+
+
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
@@ -68,7 +77,7 @@ def site(tmp_path_factory):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield Site(f"http://127.0.0.1:{server.server_address[1]}", root)
     finally:
         server.shutdown()
         server.server_close()
@@ -177,3 +186,57 @@ def test_browser_reports_arrive_once_through_reloads_and_a_collector_outage(chro
     offline = json.loads(done.stdout)
     assert [r["match_count"] for r in doc["estimates"]] == [r["match_count"] for r in offline["estimates"]]
     assert browser_errors(chrome, allowed=("net::ERR_CONNECTION_REFUSED", "Failed to load resource", "/v1/")) == []
+
+
+# ------------------------------------------------------------------ what docs/device.md shows
+DOCS_TOPIC = "js-docs"
+
+
+def doc_block(fence: str, after: str) -> str:
+    """The first ``fence`` code block of docs/device.md after the text ``after``."""
+    text = (ROOT / "docs" / "device.md").read_text()
+    return text.split(after, 1)[1].split(f"```{fence}\n", 1)[1].split("```", 1)[0]
+
+
+def run_doc_command(line: str, cwd: Path, replace: dict[str, str]) -> subprocess.CompletedProcess:
+    import shlex
+
+    from producer.jsclient import node_binary
+
+    for old, new in replace.items():
+        line = line.replace(old, new)
+    words = shlex.split(line)
+    stdin = None
+    if "<" in words:
+        at = words.index("<")
+        stdin, words = (cwd / words[at + 1]).read_bytes(), words[:at] + words[at + 2:]
+    program = {"ocms": [sys.executable, "-m", "agents.cli"], "node": [node_binary()]}[words[0]]
+    return subprocess.run(program + words[1:], cwd=cwd, input=stdin, capture_output=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.integration
+def test_the_quick_start_page_and_the_commands_of_the_docs(chrome, site, stack, tmp_path):  # noqa: F811
+    _, broker, _, _ = stack
+    from registry import load_registry
+
+    registry = ROOT / "deploy" / "registry.yaml"
+    version = load_registry(registry).metric("flight_dest").latest
+    with CollectorProcess(registry, broker.bootstrap_servers, DOCS_TOPIC, tmp_path, "--cors-origins", site) as collector:
+        page = doc_block("html", "<!-- quick-start:").replace("http://127.0.0.1:8080", collector.url)
+        (site.root / "quick-start.html").write_text(f"<!doctype html>\n<meta charset=\"utf-8\">\n<body>\n{page}</body>\n")
+        chrome.get(f"{site}/quick-start.html")
+        wait_for("the quick start page's report", lambda: chrome.execute_script("return document.body.dataset.reported;"))
+        assert chrome.execute_script("return document.body.dataset.reported;") == version.fingerprint.hex()
+
+        values = ["ATL", "ORD", "LAX", "ATL", "BOS"] * 20
+        (tmp_path / "values.jsonl").write_text("".join(json.dumps(v) + "\n" for v in values))
+        replace = {"deploy/registry.yaml": str(registry), "producer/js/bin/ocms-report.mjs": str(JS_DIR / "bin" / "ocms-report.mjs"),
+                   "http://127.0.0.1:8080": collector.url}
+        for line in doc_block("sh", "The command-line example").strip().splitlines():
+            done = run_doc_command(line, tmp_path, replace)
+            assert done.returncode == 0, f"{line}: {done.stderr.decode()[-2000:]}"
+            if line.startswith("ocms estimate"):
+                assert json.loads(done.stdout)["n"] == len(values)
+        in_kafka = sum(len(records_of(r.value, version)) for r in consume_all(broker.bootstrap_servers, DOCS_TOPIC))
+        assert in_kafka == 1 + len(values), "the quick start's report and the uploaded lines"

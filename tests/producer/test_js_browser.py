@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from producer.broker import EmbeddedBroker, free_port
-from producer.jsclient import BUNDLE, JS_DIR, NodeMissingError, ensure_built
+from producer.jsclient import BUNDLE, JS_DIR
 from tests.agents.test_console import browser_errors, chrome  # noqa: F401  (the Chromium fixture)
 from tests.collector.harness import CollectorProcess, RegistryWorker, consume_all, records_of
 
@@ -64,12 +64,8 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def site(js_client, tmp_path_factory):
     """The page and the bundle on their own origin (http://127.0.0.1:PORT)."""
-    try:
-        ensure_built()
-    except NodeMissingError as exc:
-        pytest.fail(str(exc)) if __import__("os").environ.get("OCMS_REQUIRE_SYSTEM_TOOLS") else pytest.skip(str(exc))
     root = tmp_path_factory.mktemp("site")
     (root / "index.html").write_text((JS_DIR / "test" / "browser" / "page.html").read_text())
     (root / "ocms-client.min.js").write_bytes(BUNDLE.read_bytes())

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -33,11 +32,10 @@ from cms_core import kernel, wire
 from cms_core.privatize import keep_threshold
 from cms_core.values import string_fingerprint
 from producer.capture import read_capture
-from producer.jsclient import CLI, JS_DIR, NodeMissingError, audit_js_client, ensure_built, leaky_threshold_for, node
+from producer.jsclient import CLI, JS_DIR, audit_js_client, leaky_threshold_for, node
 from registry import load_registry
 from registry.device import device_config
 
-REQUIRE_ENV = "OCMS_REQUIRE_SYSTEM_TOOLS"
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Small metrics: exact enumeration (tiny*), the audit's parameter sets (audit_*), the statistical runs (stat_*).
@@ -94,19 +92,7 @@ STAT_REPORTS = 100_000
 AUDIT_TRIALS = 200_000
 AUDIT_ALPHA = 1e-6
 
-
-def _missing(what: str):
-    if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
-        pytest.fail(f"{what} and {REQUIRE_ENV} is set: run scripts/ensure_system_packages.sh")
-    pytest.skip(f"{what}: run scripts/ensure_system_packages.sh; set {REQUIRE_ENV}=1 to fail instead")
-
-
-@pytest.fixture(scope="session")
-def js_client():
-    try:
-        return ensure_built()
-    except NodeMissingError as exc:
-        _missing(str(exc))
+pytestmark = pytest.mark.integration  # every test runs node (or the CLI) in a child process
 
 
 @pytest.fixture(scope="module")

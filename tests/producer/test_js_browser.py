@@ -22,7 +22,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -32,6 +31,7 @@ import pytest
 from producer.broker import EmbeddedBroker, free_port
 from producer.jsclient import BUNDLE, JS_DIR
 from tests.agents.test_console import browser_errors, chrome  # noqa: F401  (the Chromium fixture)
+from tests.agents.test_named_integration import wait_until
 from tests.collector.harness import CollectorProcess, RegistryWorker, consume_all, records_of
 
 TOPIC = "js-browser"
@@ -119,16 +119,6 @@ def queued(driver) -> int:
     return call(driver, "return await window.client.uploader.queued();")
 
 
-def wait_for(what: str, condition, timeout: float = 120.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 @pytest.mark.integration
 def test_browser_reports_arrive_once_through_reloads_and_a_collector_outage(chrome, site, stack, tmp_path):  # noqa: F811
     registry, broker, worker, collector = stack
@@ -163,7 +153,7 @@ def test_browser_reports_arrive_once_through_reloads_and_a_collector_outage(chro
 
     collector.start()
     collector.wait_healthy()
-    wait_for("the page's queue to drain", lambda: queued(chrome) == 0, timeout=180)
+    wait_until(lambda: queued(chrome) == 0, 180, "the page's queue to drain")
 
     made = [bytes.fromhex(h) for h in chrome.execute_script("return JSON.parse(localStorage.getItem('test-capture'));")]
     assert len(made) == REPORTS
@@ -222,7 +212,7 @@ def test_the_quick_start_page_and_the_commands_of_the_docs(chrome, site, stack, 
         page = doc_block("html", "<!-- quick-start:").replace("http://127.0.0.1:8080", collector.url)
         (site.root / "quick-start.html").write_text(f"<!doctype html>\n<meta charset=\"utf-8\">\n<body>\n{page}</body>\n")
         chrome.get(f"{site}/quick-start.html")
-        wait_for("the quick start page's report", lambda: chrome.execute_script("return document.body.dataset.reported;"))
+        wait_until(lambda: chrome.execute_script("return document.body.dataset.reported;"), 120, "the quick start page's report")
         assert chrome.execute_script("return document.body.dataset.reported;") == version.fingerprint.hex()
 
         values = ["ATL", "ORD", "LAX", "ATL", "BOS"] * 20

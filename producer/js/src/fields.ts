@@ -204,19 +204,29 @@ function fromWords(words: ArrayLike<number>): bigint {
   return x;
 }
 
-/** GF(2^64): two 32-bit words, Horner over the bits of x (x is fixed per value, a1 is fresh per report). */
-class BinaryField64 implements Field {
+/** GF(2^degree): what both binary fields share (their products are written out per word count, for speed). */
+abstract class BinaryField {
   readonly kind = "binary";
-  readonly order = 1n << 64n;
-  readonly bits = 64;
-  readonly coefficientBytes = 8;
+  readonly order: bigint;
+  readonly coefficientBytes: number;
   readonly descriptor: Uint8Array;
-  readonly label = "GF(2^64)";
-  private readonly low: number;
+  readonly label: string;
+  /** The polynomial's terms below x^degree (cms_core's fit one 32-bit word). */
+  protected readonly low: number;
 
+  constructor(readonly bits: number, polynomial: bigint) {
+    this.order = 1n << BigInt(bits);
+    this.coefficientBytes = bits / 8;
+    this.descriptor = binaryDescriptor(bits, polynomial);
+    this.label = `GF(2^${bits})`;
+    this.low = Number(polynomial & 0xffffffffn);
+  }
+}
+
+/** GF(2^64): two 32-bit words, Horner over the bits of x (x is fixed per value, a1 is fresh per report). */
+class BinaryField64 extends BinaryField implements Field {
   constructor(polynomial: bigint) {
-    this.descriptor = binaryDescriptor(64, polynomial);
-    this.low = Number(polynomial & 0xffffffffn); // the validated polynomial's terms below x^64 fit one word
+    super(64, polynomial);
   }
 
   element(x: bigint): Element {
@@ -261,18 +271,9 @@ class BinaryField64 implements Field {
 }
 
 /** GF(2^128): four 32-bit words, most significant first; the string fingerprints' field. */
-class BinaryField128 implements Field {
-  readonly kind = "binary";
-  readonly order = 1n << 128n;
-  readonly bits = 128;
-  readonly coefficientBytes = 16;
-  readonly descriptor: Uint8Array;
-  readonly label = "GF(2^128)";
-  private readonly low: number;
-
+class BinaryField128 extends BinaryField implements Field {
   constructor(polynomial: bigint) {
-    this.descriptor = binaryDescriptor(128, polynomial);
-    this.low = Number(polynomial & 0xffffffffn);
+    super(128, polynomial);
   }
 
   element(x: bigint): Element {

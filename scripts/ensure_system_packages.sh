@@ -4,14 +4,18 @@
 #   kcat                     from Debian's `kcat` package
 #   chromium + chromedriver  from Debian's `chromium` and `chromium-driver` (console browser test)
 #   wrk                      from Debian's `wrk` (load generator of benchmarks/bench_collector.py)
-#   node + npm               from Debian's `nodejs` and `npm` (producer/js, the JavaScript client; a newer
-#                            node already on PATH is kept)
+#   librdkafka.so.1          from Debian's `librdkafka1` (its mock cluster: producer/mock_cluster.py)
+#   node + npm               from Debian's `nodejs` and `npm` (producer/js, the JavaScript client; a node
+#                            already on PATH is kept)
 # Idempotent: does nothing when every tool is already on PATH. Otherwise runs
 # `apt-get update` once and installs the missing packages non-interactively,
 # with sudo only when not running as root. Called by `make test`.
 set -euo pipefail
 
 missing=()
+# grep reads all of ldconfig's output (no -q): under pipefail an early exit would fail the pipe.
+# ldconfig lives in /sbin, which a non-root PATH may lack.
+have_rdkafka() { "$(command -v ldconfig || echo /sbin/ldconfig)" -p 2>/dev/null | grep 'librdkafka\.so\.1 ' >/dev/null; }
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
     missing+=(prometheus)
 fi
@@ -24,12 +28,15 @@ fi
 if ! command -v wrk >/dev/null 2>&1; then
     missing+=(wrk)
 fi
+if ! have_rdkafka; then
+    missing+=(librdkafka1)
+fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     missing+=(nodejs npm)
 fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "ensure_system_packages: promtool, prometheus, kcat, chromium, chromedriver, wrk, node and npm present, nothing to do"
+    echo "ensure_system_packages: promtool, prometheus, kcat, chromium, chromedriver, wrk, librdkafka1, node and npm present, nothing to do"
     exit 0
 fi
 
@@ -60,4 +67,8 @@ for tool in promtool prometheus kcat chromium chromedriver wrk node npm; do
         exit 1
     fi
 done
+if ! have_rdkafka; then
+    echo "ensure_system_packages: librdkafka.so.1 still missing after apt-get install librdkafka1" >&2
+    exit 1
+fi
 echo "ensure_system_packages: $(promtool --version 2>&1 | head -n1); $(kcat -V 2>&1 | grep -m1 -i "version" || echo kcat)"

@@ -105,6 +105,25 @@ def test_describe_table_and_json(tmp_path, capsys):
     assert code == 2 and "no metric 'nope'" in err
 
 
+def test_describe_json_lists_every_discovery_level(capsys):
+    """Each discovery level of a version, as docs/discovery.md says (it used to be the level count only)."""
+    from registry.discovery import discovery_of
+
+    from .test_deploy_registry import REGISTRY
+
+    build = load_registry(REGISTRY).metric("build_id").latest
+    code, out, _ = run(capsys, "registry", "describe", str(REGISTRY), "--json", "--metric", "build_id")
+    assert code == 0
+    discovery = json.loads(out)["metrics"][0]["versions"][0]["discovery"]
+    expected = discovery_of(build).params_by_level
+    assert len(expected) == 8 and (discovery["kind"], discovery["bits_per_level"]) == ("integers", 8)
+    assert [level["level"] for level in discovery["levels"]] == list(range(1, 9))
+    assert [level["binding"] for level in discovery["levels"]] == [f"build_id@1/level{i}" for i in range(1, 9)]
+    assert [level["fingerprint"] for level in discovery["levels"]] == [p.fingerprint.hex() for p in expected]
+    assert all(level["params"] == p.describe() and level["hash_range"] == p.hash_range
+               for level, p in zip(discovery["levels"], expected))
+
+
 def test_plan_registry(tmp_path, capsys):
     path = write(tmp_path, TEXT)
     code, out, _ = run(capsys, "plan", "--registry", str(path), "--n", "10000", "--target-ci", "0.01")

@@ -60,7 +60,7 @@ def run_case(directory: Path, reports: int, lines: int, seed: int) -> None:
             "--out", str(capture), "--truth", str(truth)]
     printed = io.StringIO()
     started = time.perf_counter()
-    with contextlib.redirect_stdout(printed):
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):  # the status line is on stderr
         status = main(argv)
     wall = time.perf_counter() - started
     if status != 0:

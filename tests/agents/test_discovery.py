@@ -128,7 +128,7 @@ def test_simulate_discovery_from_a_long_tailed_file_finds_the_frequent_values_on
     assert main(["simulate", "--registry", str(registry), "--metric", "typed_words", "--discovery",
                  "--dataset", f"file:{values}", "--reports", "30000", "--seed", "5",
                  "--out", str(capture), "--truth", str(truth)]) == 0
-    assert "sent 30,000 reports" in capsys.readouterr().out
+    assert "sent 30,000 reports" in capsys.readouterr().err  # the status line goes to stderr
     assert json.loads(truth.read_text())["distinct_values"] > 900
     assert main(["discover", "--registry", str(registry), "--metric", "typed_words", str(capture)]) == 0
     doc = json.loads(capsys.readouterr().out)

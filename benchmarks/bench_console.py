@@ -38,7 +38,7 @@ CHART_READY = """
 var done = arguments[arguments.length - 1];
 (function check() {
   var rows = document.querySelectorAll('#topk-data tbody tr').length;
-  if (rows > 0 && document.querySelector('#topk-chart canvas')) done(performance.now());
+  if (rows > 0 && document.querySelector('#topk-chart svg.bars')) done(performance.now());
   else setTimeout(check, 10);
 })();
 """

@@ -158,7 +158,7 @@ def discovery_fleet(named, args) -> DiscoveryFleet | None:
         return None
     try:
         dataset = parse_dataset(spec)
-    except OCMSError:  # wordfreq is in the `data` extra: without it, no discovery fleet (said by ocms run)
+    except OCMSError:  # wordfreq is in the `data` extra, like the flights of the main fleet: without it, none
         return None
     return DiscoveryFleet(version, dataset, args.rate * share)
 

@@ -748,7 +748,7 @@
     if (oldest == null) return most;
     // The API widens `from` to its bucket's start: now - (now - oldest) starts at the oldest bucket.
     var since = Math.ceil(serverNow() - oldest);
-    return Math.min(most, Math.max(2 * width, since));
+    return Math.min(most, Math.max(width, since));
   }
 
   function renderSteps() {
@@ -1108,7 +1108,7 @@
       width: chartWidth(container), height: 300,
       legend: { show: false },
       scales: { x: { time: true, range: function () { return state.trendSpan; } }, y: { auto: true } },
-      axes: [{ label: "time (bucket start, " + TIME_ZONE + ")", values: timeTicks, space: 110 },
+      axes: [{ label: "time (bucket start, " + TIME_ZONE + ")", values: timeTicks, space: 80 },
         { label: "frequency (%)", size: 60,
           values: function (u, splits) { return splits.map(function (v) { return v.toFixed(Math.abs(v) < 1 ? 2 : 1); }); } }],
       series: series, bands: bands,
@@ -1210,8 +1210,8 @@
     if (!doc) { table.replaceChildren(); summary.textContent = ""; return; }
     var found = doc.discovered || [];
     var t = discoveryTruthFor(m);
-    var window = doc.window || {};
-    var span = window.from && window.to ? " over " + timeText(Date.parse(window.from) / 1000) + "–" + timeText(Date.parse(window.to) / 1000) : "";
+    var pass = doc.window || {};
+    var span = pass.from && pass.to ? " over " + timeText(Date.parse(pass.from) / 1000) + "–" + timeText(Date.parse(pass.to) / 1000) : "";
     var threshold = num(doc.detection_threshold);
     summary.textContent = "Latest discovery pass" + (doc.computed_at ? " at " + timeText(Date.parse(doc.computed_at) / 1000) : "") + span +
       ": " + int(doc.reports) + " discovery reports, " + plural(found.length, "value") + " found. " +

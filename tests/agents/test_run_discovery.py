@@ -118,3 +118,21 @@ def test_the_demo_finds_frequent_words_within_two_minutes():
     above = {fleet.dataset.label(int(i)) for i in np.flatnonzero(truth > threshold)}
     assert above and above <= found, (threshold, above - found)
     assert len(found) >= 5
+
+
+def test_the_readme_shows_the_discovery_line_as_ocms_run_prints_it():
+    """The README's sample line is what agents.run_discovery.discovery_line prints for such a pass."""
+    from pathlib import Path
+
+    from agents.run_discovery import discovery_line
+
+    fleet = discovery_fleet(run_metric(args(), DEST), args())
+    found = [{"value": v, "frequency": f} for v, f in
+             (("the", 0.069), ("and", 0.036), ("a", 0.032), ("to", 0.032), ("of", 0.026), ("in", 0.02), ("i", 0.015))]
+    line = discovery_line(fleet, DiscoveryFleetResult(reports=68_730), 200, {"reports": 45_106, "discovered": found})
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert line in readme.splitlines(), line
+    waiting = discovery_line(fleet, DiscoveryFleetResult(reports=10), 503, {"error": "the first discovery pass has not finished yet"})
+    assert waiting.endswith("discovery: the first discovery pass has not finished yet")
+    assert "none above the detection threshold yet" in discovery_line(fleet, DiscoveryFleetResult(reports=10), 200,
+                                                                       {"reports": 10, "discovered": []})

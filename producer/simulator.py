@@ -278,9 +278,13 @@ async def run(
 
 
 def write_truth(path: str | Path, settings: SimulationSettings, result: SimulationResult) -> None:
-    """Ground truth JSON (:func:`truth_document`) written to ``path``."""
-    doc = truth_document(settings, result)
-    Path(path).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    """Ground truth JSON (:func:`truth_document`) written to ``path`` ("-": standard output)."""
+    text = json.dumps(truth_document(settings, result), indent=1, ensure_ascii=False) + "\n"
+    if str(path) == "-":  # standard output (ocms simulate --truth -)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        Path(path).write_text(text, encoding="utf-8")
 
 
 def truth_document(settings: SimulationSettings, result: SimulationResult) -> dict:

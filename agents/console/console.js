@@ -808,6 +808,7 @@
         low: low, high: high, count: num(processed ? r.processed_count : r.count),
         above: above, belowNoise: above === false || (above == null && floor != null && estimate != null && estimate <= floor),
         truth: t ? (t.freq[v] != null ? t.freq[v] : 0) : null,
+        bytes: r.bytes_hex, cut: r.cut_inside_character,
       };
     });
   }
@@ -867,6 +868,16 @@
     return { ticks: ticks, step: step };
   }
 
+  /** A value whose bytes are not whole characters (a discovered prefix cut inside one) arrives as text
+   *  with U+FFFD at the cut plus its exact bytes (bytes_hex, docs/discovery.md): shown on hover. */
+  function withBytes(attrs, bytesHex, cut) {
+    if (bytesHex) {
+      attrs.title = "exact bytes (hex): " + bytesHex + (cut ? " (cut inside a character)" : "");
+      attrs["data-bytes"] = bytesHex;
+    }
+    return attrs;
+  }
+
   var measureCanvas = null;
   function textWidth(text, font) {
     measureCanvas = measureCanvas || document.createElement("canvas");
@@ -920,7 +931,8 @@
       var cy = top + i * rowH + rowH / 2;
       var cls = "bar-row" + (r.belowNoise ? " below-noise" : "");
       var tip = r.label + ": " + pct(r.estimate) + (r.low != null ? " [" + pct(r.low) + ", " + pct(r.high) + "]" : "") +
-        (r.belowNoise ? " (within noise)" : "") + (r.truth != null ? "; true " + pct(r.truth) : "");
+        (r.belowNoise ? " (within noise)" : "") + (r.truth != null ? "; true " + pct(r.truth) : "") +
+        (r.bytes ? "; exact bytes (hex): " + r.bytes : "");
       var g = svg("g", { class: cls, "data-value": r.value }, [svg("title", { text: tip })]);
       g.appendChild(svg("text", { class: "value-label", x: labelW, y: cy + 4, "text-anchor": "end", text: fitText(r.short, labelW, font) }));
       if (r.estimate != null) {
@@ -957,7 +969,7 @@
       el("tbody", {}, rows.map(function (r, i) {
         return el("tr", { "data-value": r.value, class: r.belowNoise ? "below-noise" : null }, [
           el("td", { class: "num", text: String(i + 1) }),
-          el("th", { scope: "row", class: "value", text: r.label }),
+          el("th", withBytes({ scope: "row", class: "value", text: r.label }, r.bytes, r.cut)),
           el("td", { class: "num est", "data-raw": String(r.estimate), text: pct(r.estimate) }),
           el("td", { class: "num ci-low", "data-raw": String(r.low), text: pct(r.low) }),
           el("td", { class: "num ci-high", "data-raw": String(r.high), text: pct(r.high) }),
@@ -1198,13 +1210,6 @@
     });
   }
 
-  /** The text of a discovered value: its ``value`` as text; a value cut inside a character (the
-   *  record says complete: false) is marked, its exact bytes in the title. */
-  function discoveredText(rec) {
-    var text = str(rec.value);
-    return rec.complete === false ? text + "…" : text;
-  }
-
   function drawDiscovered(m, doc) {
     var table = $("discovered-table"), summary = $("discovered-summary");
     if (!doc) { table.replaceChildren(); summary.textContent = ""; return; }
@@ -1224,12 +1229,14 @@
     var rows = found.map(function (r) {
       var notes = [];
       if (r.truncated) notes.push("first " + (doc.domain && doc.domain.max_length ? doc.domain.max_length + " " : "") + "symbols only");
-      if (r.complete === false) notes.push("cut inside a character");
+      if (r.cut_inside_character) notes.push("cut inside a character (exact bytes on hover)");
+      else if (r.bytes_hex) notes.push("not UTF-8 (exact bytes on hover)");
       if (r.selection_biased) notes.push("selection-biased estimate");
       var f = num(r.frequency), truth = t ? (t.freq[str(r.value)] != null ? t.freq[str(r.value)] : 0) : null;
       var bar = el("span", { class: "mini-bar", "aria-hidden": "true" });
       bar.style.width = Math.max(0, Math.min(100, (f || 0) / max * 100)).toFixed(1) + "%";
-      var valueCell = el("th", { scope: "row", class: "value", title: r.bytes_hex ? "bytes " + r.bytes_hex : null }, [discoveredText(r)]);
+      // value: valid text (U+FFFD where its bytes are not whole characters: docs/discovery.md), bytes_hex exact
+      var valueCell = el("th", withBytes({ scope: "row", class: "value", text: str(r.value) }, r.bytes_hex, r.cut_inside_character));
       return el("tr", { "data-value": str(r.value) }, [
         valueCell,
         el("td", { class: "num est", "data-raw": String(f) }, [el("span", { class: "mini-track" }, [bar]), " " + pct(f)]),

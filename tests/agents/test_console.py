@@ -625,6 +625,8 @@ class StubApi:
             status, body = answer(request.query) if callable(answer) else answer
             if isinstance(body, str):
                 return web.Response(text=body, status=status, content_type="text/plain")
+            if isinstance(body, bytes):  # JSON text exactly as the worker writes it (agents.query.to_json)
+                return web.Response(body=body, status=status, content_type="application/json")
             return web.json_response(body, status=status)
 
         async def start():
@@ -865,6 +867,36 @@ def test_combined_version_shows_the_combined_estimates_by_name(chrome, stub):
     # back to one version: post-processing can be chosen again
     Select(chrome.find_element("id", "version")).select_by_value("1")
     wait_until(chrome, lambda d: d.find_element("id", "postprocess").is_enabled(), "post-processing enabled again")
+    assert browser_errors(chrome) == []
+
+
+@pytest.mark.integration
+def test_non_ascii_values_show_as_the_api_writes_them(chrome, stub):
+    """Issue 24: café, naïve, 東京, emoji and a value cut inside a character, in UTF-8 JSON as the worker
+    writes it, show as sent; the cut value shows U+FFFD and keeps its exact bytes on hover; an axis label
+    cut to 14 characters never splits an emoji (a lone UTF-16 surrogate)."""
+    from agents.query import to_json
+
+    party = "🎉" * 15
+    names = ["café", "naïve", "東京", party, "ab東京タワ\ufffd"]
+    top = dict(TOPK_3, top=[dict(TOPK_3["top"][0], value=name, frequency=0.3 - 0.05 * i, processed=0.3 - 0.05 * i)
+                            for i, name in enumerate(names)])
+    top["top"][-1].update(bytes_hex="ab東京タワー".encode()[:16].hex(), cut_inside_character=True)
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, LISTING), TOPK: (200, to_json(top)),
+                         "/console/truth": (200, NO_TRUTH), TREND: (200, {"points": [], "step": 60, "confidence": 0.95})})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == names, "the non-ASCII top values")
+    cells = chrome.find_elements("css selector", "#topk-data tbody th.value")
+    assert [r["cells"]["value"]["text"] for r in table_rows(chrome, "topk-data")] == names
+    assert cells[-1].get_attribute("data-bytes") == "6162e69db1e4baace382bfe383afe383"
+    assert "6162e69db1e4baace382bfe383afe383" in cells[-1].get_attribute("title")
+    assert not cells[0].get_attribute("title") and cells[0].get_attribute("data-bytes") is None  # whole text
+    # the chart's labels: whole characters, an emoji never split (no lone UTF-16 surrogate), cut with "…" to fit
+    labels = js(chrome, "return Array.from(document.querySelectorAll('#topk-chart .value-label')).map(function (e) {"
+                        " return e.textContent; });")
+    assert labels[:3] == names[:3] and labels[4] == names[4]
+    assert labels[3] == party or (labels[3].endswith("…") and set(labels[3][:-1]) == {"🎉"}), labels[3]
+    assert not any(0xD800 <= ord(c) <= 0xDFFF for label in labels for c in label)
     assert browser_errors(chrome) == []
 
 
@@ -1151,7 +1183,8 @@ DISCOVERED = {"metric": "screen", "version": 1, "window": {"from": "2026-11-25T1
                   {"value": "naïve", "found_at_level": 6, "truncated": False, "frequency": 0.1, "std": 0.01, "ci_low": 0.08,
                    "ci_high": 0.12, "count": 6000, "count_ci_low": 4800, "count_ci_high": 7200, "reports_used": 10_000,
                    "selection_biased": True},
-                  {"value": "東京", "found_at_level": 6, "truncated": True, "complete": False, "bytes_hex": "e69db1e4baace3",
+                  {"value": "東京\ufffd", "found_at_level": 6, "truncated": True, "cut_inside_character": True,
+                   "bytes_hex": "e69db1e4baace3",
                    "frequency": 0.05, "std": 0.01, "ci_low": 0.03, "ci_high": 0.07, "count": 3000, "count_ci_low": 1800,
                    "count_ci_high": 4200, "reports_used": 10_000, "selection_biased": True}]}
 
@@ -1172,10 +1205,11 @@ def test_discovered_panel_states_and_text(chrome, stub):
     wait_until(chrome, lambda d: len(table_rows(d, "discovered-data")) == 3, "the discovered values", timeout=20)
     assert [stub_q["metric"] for p, stub_q in stub.requests if p == "/discovered"][-1] == ["screen"]
     rows = table_rows(chrome, "discovered-data")
-    assert [r["cells"]["value"]["text"] for r in rows] == ["café", "naïve", "東京…"]
+    assert [r["cells"]["value"]["text"] for r in rows] == ["café", "naïve", "東京\ufffd"]  # as the API writes them
     assert [float(r["cells"]["est"]["raw"]) for r in rows] == [0.2, 0.1, 0.05]
-    cut = chrome.find_element("css selector", '#discovered-data tr[data-value="東京"] th')
-    assert cut.get_attribute("title") == "bytes e69db1e4baace3"
+    cut = chrome.find_elements("css selector", "#discovered-data tbody th.value")[2]
+    assert cut.get_attribute("data-bytes") == "e69db1e4baace3" and "e69db1e4baace3" in cut.get_attribute("title")
+    assert chrome.find_elements("css selector", "#discovered-data tbody th.value")[0].get_attribute("data-bytes") is None
     assert "cut inside a character" in rows[2]["cells"]["notes"]["text"] and "selection-biased" in rows[1]["cells"]["notes"]["text"]
     assert "60,000 discovery reports, 3 values found" in chrome.find_element("id", "discovered-summary").text
     from selenium.webdriver.support.ui import Select

@@ -145,7 +145,8 @@ def main() -> int:
                 from selenium.webdriver.support.ui import Select
 
                 Select(driver.find_element("id", "range")).select_by_value(args.range)
-                time.sleep(3)  # one poll draws the new range (a picture, not a measurement)
+                # a picture, not a measurement: polls draw the new range and measure reports/s over several listings
+                time.sleep(15)
                 whole_page(driver, args.screenshot)
             if args.discovery_screenshot:
                 driver.get(url + "/?metric=typed_words")

@@ -23,6 +23,8 @@
   var TREND_POINTS_TARGET = 120;
   var TREND_REFRESH_MS = 10000;
   var TRUTH_REFRESH_MS = 5000;
+  /** Reports/s: over this many seconds of listings (the worker's clock). */
+  var RATE_WINDOW_S = 30;
   var DISCOVERED_REFRESH_MS = 5000;
   /** "fit the data": since the oldest bucket holding reports, at most this long (or 3 buckets). */
   var AUTO_RANGE_MAX_S = 900;
@@ -445,16 +447,26 @@
       if (last && now <= last.t) return;  // the same listing again (or a clock step back): no new sample
       if (!last || n > last.n) state.lastChange[m.name] = last ? now : state.lastChange[m.name] || null;
       samples.push({ t: now, n: n });
-      while (samples.length > 2 && now - samples[0].t > 15) samples.shift();
+      while (samples.length > 2 && now - samples[0].t > RATE_WINDOW_S) samples.shift();
     });
   }
 
-  /** Reports/s over the last ~15 s of the worker's clock; null until two listings are apart. */
+  /** Reports/s over the last RATE_WINDOW_S of the worker's clock; null until two listings are apart.
+   *  The count grows in steps (one per micro-batch checkpoint), so the rate is taken between the first
+   *  and the last listing where it grew: a window cut in the middle of two steps would over- or
+   *  under-count by a whole batch. A count that stopped growing brings the rate down to the present. */
   function rateOf(name) {
     var s = state.rates[name] || [];
     if (s.length < 2) return null;
-    var a = s[0], b = s[s.length - 1];
-    return b.t > a.t ? Math.max(0, (b.n - a.n) / (b.t - a.t)) : null;
+    var first = s[0], last = s[s.length - 1];
+    var steps = s.filter(function (x, i) { return i > 0 && x.n > s[i - 1].n; });
+    if (steps.length >= 2) {
+      var a = steps[0], b = steps[steps.length - 1];
+      var usual = (b.t - a.t) / (steps.length - 1);
+      if (last.t - b.t <= 2 * usual + 2) return Math.max(0, (b.n - a.n) / (b.t - a.t));
+      return Math.max(0, (last.n - a.n) / (last.t - a.t));
+    }
+    return last.t > first.t ? Math.max(0, (last.n - first.n) / (last.t - first.t)) : null;
   }
 
   function metricPath(m, endpoint) { return "/metrics/" + encodeURIComponent(m.name) + "/" + endpoint; }

@@ -105,9 +105,10 @@ def test_make_run_shows_estimates_and_ctrl_c_leaves_nothing(tmp_path):
         assert "curl -s 'http://127.0.0.1:" in text and "/metrics" in text
         assert "\x1b[" not in text  # the log is not a terminal: no cursor escape codes
         port = int(re.search(r"http://127\.0\.0\.1:(\d+)/metrics", text).group(1))
-        # what is printed before the console's address: one line each for the broker, the worker starting and
-        # the collector, then the addresses, the console's first (README: "the console's address first")
-        before = text[:text.index("console      http://")].strip().splitlines()
+        # what ocms run prints before the console's address (make may install first, if pyproject.toml changed):
+        # one line each for the broker, the worker starting and the collector, then the addresses, the console's
+        # first (README: "the console's address first")
+        before = text[text.index("embedded broker"):text.index("console      http://")].strip().splitlines()
         assert [line.split(" ", 1)[0] for line in before] == ["embedded", "worker", "collector"], before
         assert text.index("console      http://") < text.index("collector    http://")
         # the discovery demo (agents/run_discovery.py): typed_words' console view and /discovered are printed

@@ -26,7 +26,7 @@ import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -37,7 +37,9 @@ from .query import (INLINE_WORK, ApiError, Answer, Estimator, check_query, count
 from .metric_pages import add_metric_pages, wants_listing
 
 if TYPE_CHECKING:
-    from .app import OCMSWorker
+    from .catalog import Catalog
+    from .metrics import PipelineMetrics
+    from .query import EstimateService
 
 #: CPU of one core the query thread may use on average while answers wait.
 QUERY_CPU_SHARE = 0.25
@@ -46,6 +48,19 @@ MAX_WAITING = 8
 #: The answer process runs this much nicer than the worker (intake first).
 ANSWER_NICENESS = 10
 JSON_TYPE = "application/json"
+
+
+class ServedWorker(Protocol):
+    """What the routes read of the worker (``agents.app.OCMSWorker`` is one). A protocol, not the
+    class: app.py installs these routes, so this module imports nothing of it."""
+
+    service: EstimateService  # the name-less routes' metric (/estimates, /topk ...)
+    catalog: Catalog  # every served metric version, by name and fingerprint
+    metrics: PipelineMetrics  # what /metrics exposes
+
+    def health(self) -> dict: ...
+
+    def update_lag_metrics(self) -> None: ...
 
 
 class QueryBusy(Exception):
@@ -111,7 +126,7 @@ def _timed(compute: Callable):
     return result, time.thread_time() - start
 
 
-def add_pages(app: faust.App, worker: "OCMSWorker") -> None:
+def add_pages(app: faust.App, worker: ServedWorker) -> None:
     service = worker.service
     estimator = worker.catalog.estimator  # every served fingerprint (agents.catalog)
     runner = QueryRunner(estimator)

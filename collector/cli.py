@@ -46,6 +46,13 @@ FLAGS = (
     ("--idempotency-window-seconds", "idempotency_window_seconds", "retries with the same Idempotency-Key within "
      "this window are answered once [default 900; 0 = off]"),
     ("--idempotency-max-keys", "idempotency_max_keys", "most remembered keys, ~400 bytes each [default 200000]"),
+    ("--idempotency-topic", "idempotency_topic", "collector-only topic the replicas share retries through, so a "
+     "retried upload counts once across restarts and replicas [default <source topic>-idempotency; off = per "
+     "process]"),
+    ("--idempotency-secret-file", "idempotency_secret_file", "file holding a secret shared by the replicas: keys "
+     "the hash of each Idempotency-Key in that topic"),
+    ("--instance-id", "instance_id", "this collector's identity across restarts (unique among live collectors) "
+     "[default host:port]"),
     ("--access-log-client-addresses", "access_log_client_addresses", "log client addresses and user agents "
      "(off by default: privacy at the edge)"),
     ("--access-log", "access_log", "true|false: access log lines at info level [default true]"),

@@ -11,6 +11,7 @@ wins over the default. Shared names keep the worker's variables
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Mapping
@@ -78,6 +79,13 @@ class CollectorSettings:
     idempotency_window_seconds: int = 900
     #: About 400 bytes per key: 200,000 keys hold ~80 MB.
     idempotency_max_keys: int = 200_000
+    #: The collector-only topic every replica shares retries through (exactly once across restarts and
+    #: replicas; collector/exactly_once.py): default "<source topic>-idempotency"; "off" = per process only.
+    idempotency_topic: str | None = None
+    #: A secret shared by the replicas that keys the hash of an Idempotency-Key in that topic.
+    idempotency_secret_file: str | None = None
+    #: This collector's identity across restarts (its transactional id); default host:port.
+    instance_id: str | None = None
     #: Access log lines hold no client address unless an operator turns this on.
     access_log_client_addresses: bool = False
     access_log: bool = True
@@ -143,9 +151,19 @@ class CollectorSettings:
             out["event_loop"] = loop
         if "source_topic" in raw:
             out["source_topic"] = topic(raw["source_topic"], label("source_topic"))
+        if "idempotency_topic" in raw and str(raw["idempotency_topic"]).strip().lower() != "off":
+            out["idempotency_topic"] = topic(raw["idempotency_topic"], label("idempotency_topic"))
+        elif "idempotency_topic" not in raw:
+            out["idempotency_topic"] = out.get("source_topic", cls.source_topic) + "-idempotency"
+        if "instance_id" in raw:
+            instance = str(raw["instance_id"]).strip()
+            if not re.fullmatch(r"[A-Za-z0-9._:-]{1,200}", instance):
+                raise InvalidParameterError(label("instance_id"), raw["instance_id"],
+                                            "expected 1-200 characters of [A-Za-z0-9._:-], unique per live collector")
+            out["instance_id"] = instance
         if "host" in raw:
             out["host"] = str(raw["host"])
-        for name in ("tls_cert", "tls_key", "tokens_file"):
+        for name in ("tls_cert", "tls_key", "tokens_file", "idempotency_secret_file"):
             if name in raw and str(raw[name]):
                 if not Path(str(raw[name])).is_file():
                     raise InvalidParameterError(label(name), raw[name], "no such file")

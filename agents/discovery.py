@@ -204,7 +204,10 @@ def cmd_discover(args) -> int:
         doc["damaged_captures"] = damage
     if args.promote:
         doc["promoted"] = promote(args.promote, version, doc)
-    text = json.dumps(doc, indent=2, ensure_ascii=False)
+    from .query import json_answer
+
+    # UTF-8 with every value as text (cms_core.values.value_record); encoded before --out is opened.
+    text = json_answer(doc, indent=2)[0].decode("utf-8")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
@@ -213,9 +216,9 @@ def cmd_discover(args) -> int:
 
         write_stdout(text + "\n")  # `ocms discover ... | head` ends quietly
     for line in damage:
-        print(f"warning: {line}", file=sys.stderr)
+        print(f"ocms discover: warning: {line}", file=sys.stderr)
     if not batches:
-        print(f"error: no report of {version.binding}'s {spec.domain.levels} discovery levels was found "
+        print(f"ocms discover: error: no report of {version.binding}'s {spec.domain.levels} discovery levels was found "
               f"({read:,} messages read, rejected: {dict(rejected) or 'none'})", file=sys.stderr)
         return EXIT_NOTHING_COUNTED
     return 0
@@ -225,8 +228,8 @@ def promote(path: str, version, doc: dict) -> dict:
     """Add the discovered complete values to a tracked-values file (JSON lines), keeping what it holds.
 
     The file is what a new registry version lists under ``tracked: {file: PATH}`` so the
-    streaming path counts the values exactly. Truncated values (only a prefix is known) are not
-    promoted. Returns what was added.
+    streaming path counts the values exactly. Truncated values (only a prefix is known) and values
+    whose bytes are not UTF-8 text (records with ``bytes_hex``) are not promoted. Returns what was added.
     """
     from pathlib import Path
 
@@ -238,7 +241,8 @@ def promote(path: str, version, doc: dict) -> dict:
         raw = read_raw_values(target)
         existing = [value_to_json(v) for v in raw.items]
     known = set(existing)
-    new = [d["value"] for d in doc["discovered"] if not d["truncated"] and d["value"] not in known]
+    new = [d["value"] for d in doc["discovered"]
+           if not d["truncated"] and "bytes_hex" not in d and d["value"] not in known]
     if version.domain == "integers":
         values = [int(v) for v in existing + new]
     else:
@@ -274,7 +278,7 @@ def add_discover_parser(sub) -> None:
                        description="Prefix-extension discovery (docs/discovery.md) over capture files or a time "
                                    "window of the reports topic. Output: discovered values with estimates and CIs, "
                                    "per-level candidates and cut-offs.")
-    p.add_argument("inputs", nargs="*", metavar="CAPTURE", help="capture files (ocms simulate --out, or kcat -f '%%R%%s')")
+    p.add_argument("inputs", nargs="*", metavar="CAPTURE", help="capture files (ocms simulate --out, or kcat -f '%%R%%s'); - reads standard input")
     p.add_argument("--registry", required=True, metavar="FILE", help="the registry (the metric needs a discovery: block)")
     p.add_argument("--metric", help="the metric to discover values of (with --serve: default every discoverable one)")
     p.add_argument("--metric-version", type=int, help="this version (default: the newest live one)")
@@ -347,15 +351,21 @@ def simulate_discovery(args, version) -> int:
     if args.truth:
         counts = Counter(values)
         top = counts.most_common(1000)
-        with open(args.truth, "w", encoding="utf-8") as f:
-            json.dump({"metric": version.metric, "version": version.version, "dataset": dataset.name, "reports": n,
-                       "seed": args.seed, "distinct_values": len(counts),
-                       "top": [{"value": value_to_json(v), "count": c} for v, c in top]}, f, indent=1,
-                      ensure_ascii=False)
+        truth = json.dumps({"metric": version.metric, "version": version.version, "dataset": dataset.name,
+                            "reports": n, "seed": args.seed, "distinct_values": len(counts),
+                            "top": [{"value": value_to_json(v), "count": c} for v, c in top]}, indent=1,
+                           ensure_ascii=False) + "\n"
+        if args.truth == "-":
+            sys.stdout.write(truth)
+        else:
+            with open(args.truth, "w", encoding="utf-8") as f:
+                f.write(truth)
+    from producer.cli import output_name, status
+
     where = " and ".join(x for x in [f"{args.bootstrap_servers}/{args.topic}" if args.bootstrap_servers else "",
-                                     args.out or ""] if x)
-    print(f"{version.binding} discovery ({spec.domain.levels} levels): sent {n:,} reports in {messages:,} messages "
-          f"to {where} in {seconds:.2f} s")
+                                     output_name(args.out) if args.out else ""] if x)
+    status(f"{version.binding} discovery ({spec.domain.levels} levels): sent {n:,} reports in {messages:,} messages "
+           f"to {where} in {seconds:.2f} s")
     return 0
 
 
@@ -575,7 +585,12 @@ class DiscoveryCollector:
         self.service, self.top = service, top
 
     def describe(self):
-        return []
+        """The families ``collect()`` yields (for no result yet)."""
+        from types import SimpleNamespace
+
+        from .metrics import families_without_samples
+
+        return families_without_samples(DiscoveryCollector(SimpleNamespace(latest={}), self.top).collect())
 
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
@@ -669,10 +684,11 @@ class WorkerDiscovery:
         self._metric_of = metric_of
         return self
 
-    def install(self, app, registry) -> None:
+    def install(self, app, metrics) -> None:
+        """Routes on ``app``; the collector behind ``metrics.guard`` (agents.metrics.PipelineMetrics)."""
         add_discovery_pages(app, self.service)
-        registry.register(DiscoveryCollector(self.service))
-        registry.register(self.received)
+        metrics.guard.add("discovery", DiscoveryCollector(self.service))
+        metrics.registry.register(self.received)
 
     def count(self, messages) -> None:
         """Count the acked discovery messages of a checkpointed micro-batch (``processor.DiscoveryMessage``)."""
@@ -715,8 +731,12 @@ async def serve(service: DiscoveryService, host: str, port: int, top: int = DEFA
     from aiohttp import web
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+    from .metrics import ExpositionGuard
+    from .query import ANSWER_RECORDS_DROPPED, to_json
+
     registry = CollectorRegistry()
-    registry.register(DiscoveryCollector(service, top))
+    ExpositionGuard(registry).add("discovery", DiscoveryCollector(service, top))  # one bad series never fails /metrics
+    registry.register(ANSWER_RECORDS_DROPPED)
 
     async def discovered(request):
         extra = sorted(set(request.query) - {"metric"})
@@ -725,8 +745,7 @@ async def serve(service: DiscoveryService, host: str, port: int, top: int = DEFA
                                 "status": 400}
         else:
             status, doc = service.answer(request.query.get("metric"))
-        return web.Response(body=json.dumps(doc, allow_nan=False, ensure_ascii=False).encode(), status=status,
-                            content_type="application/json")
+        return web.Response(body=to_json(doc), status=status, content_type="application/json")
 
     async def metrics(request):
         return web.Response(body=generate_latest(registry), content_type=CONTENT_TYPE_LATEST.split(";")[0],

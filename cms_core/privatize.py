@@ -7,7 +7,9 @@ and the report carries the constant coefficients (0, 1) (never sent).
 Two paths, deliberately named apart:
 
 * :func:`privatize` -- the **device path**. Every random draw comes from the
-  operating system's CSPRNG (``secrets``). The keep decision compares a
+  operating system's CSPRNG (``os.urandom``), read through the *randomness
+  contract* below, which every device client (Python, producer/js, producer/c)
+  implements byte for byte. The keep decision compares a
   uniform 64-bit integer with the integer threshold
   T = floor(2^64 * e_lo / (e_lo + m - 1)), where e_lo <= e^eps is exp(eps)
   rounded down by two ulps. The realised probability ratio
@@ -16,17 +18,37 @@ Two paths, deliberately named apart:
   :func:`ratio_gap_bound` = 2^-51 + 2^-52 + 2^64 / (T (2^64 - T)) (6.7e-16 at
   eps = 2, m = 4, where the exact gap is 4.2e-16; 5.8e-10 at eps = 30,
   m = 1000, gap 2.8e-10); the keep probability is exact to 2^-64. A replaced z is uniform over the m - 1 other
-  symbols (``secrets.randbelow``, rejection sampling, no modulo bias).
+  symbols (rejection sampling, no modulo bias).
 * :func:`simulate_reports` -- the **simulation path** for synthetic fleets:
   vectorized, seeded numpy ``Generator``, float64 keep probability. Never use
   it on a device: a seeded PRNG is not a privacy mechanism.
+
+The randomness contract (docs/device.md, "Randomness contract"; vectors in
+tests/vectors/privatize_v1.json): a device reads its CSPRNG as a stream of bytes,
+``random(n)`` returning the next n bytes.
+
+* ``draw_bits64``: the next 8 bytes, big-endian: uniform on [0, 2^64).
+* ``draw_below(n)`` for n >= 1: n = 1 takes no bytes and gives 0; otherwise k is the
+  bit length of n - 1, each try takes the next ceil(k / 8) bytes, reads them
+  big-endian, keeps the low k bits and is accepted when below n (rejection
+  sampling: uniform, no modulo bias; fewer than 2 tries on average).
+* A report draws, in this order: a0 = draw_below(field order), a1 =
+  draw_below(field order) (OCMS+RR only; direct RR draws none), the keep
+  decision draw_bits64() < T, and only when not kept other = draw_below(m - 1),
+  z = other if other < y else other + 1.
+* A discovery report first draws its level: draw_below(levels) + 1.
+
+The contract fixes the order and the width of every draw so that a recorded byte
+stream reproduces a report exactly in every language; with a CSPRNG behind
+``random`` the distribution is the mechanism's whatever the contract.
 """
 
 from __future__ import annotations
 
 import math
-import secrets
+import os
 from fractions import Fraction
+from typing import Callable
 
 import numpy as np
 
@@ -67,28 +89,53 @@ def ratio_gap_bound(params: OCMSParams) -> float:
     return 2.0**-51 + 2.0**-52 + float(Fraction(2**64, t * (2**64 - t)))
 
 
-def randomized_response(params: OCMSParams, y: int) -> int:
+#: A device's source of random bytes: ``random(n)`` returns the next n bytes of a CSPRNG.
+RandomBytes = Callable[[int], bytes]
+
+
+def draw_bits64(random: RandomBytes) -> int:
+    """Uniform on [0, 2^64): the next 8 bytes, big-endian (the randomness contract, module doc)."""
+    return int.from_bytes(random(8), "big")
+
+
+def draw_below(random: RandomBytes, n: int) -> int:
+    """Uniform on [0, n) by rejection over the low bit_length(n - 1) bits of ceil(k / 8) big-endian bytes."""
+    if n < 1:
+        raise ValueError(f"draw_below: n must be >= 1, got {n}")
+    if n == 1:
+        return 0
+    bits = (n - 1).bit_length()
+    width, mask = (bits + 7) // 8, (1 << bits) - 1
+    while True:
+        candidate = int.from_bytes(random(width), "big") & mask
+        if candidate < n:
+            return candidate
+
+
+def randomized_response(params: OCMSParams, y: int, random: RandomBytes = os.urandom) -> int:
     """CSPRNG randomized response over [m] for a hashed value y."""
-    if secrets.randbits(64) < keep_threshold(params):
+    if draw_bits64(random) < keep_threshold(params):
         return y
-    other = secrets.randbelow(params.hash_range - 1)
+    other = draw_below(random, params.hash_range - 1)
     return other if other < y else other + 1
 
 
-def privatize(params: OCMSParams, value) -> Report:
+def privatize(params: OCMSParams, value, random: RandomBytes = os.urandom) -> Report:
     """Device path: one epsilon-LDP report of ``value`` (CSPRNG randomness only).
 
-    Privacy: the report is epsilon-LDP (see :mod:`cms_core.params`).
+    Privacy: the report is epsilon-LDP (see :mod:`cms_core.params`) when ``random`` is a
+    CSPRNG (the default, ``os.urandom``); any other ``random`` is for reproducing test
+    vectors only.
     Runtime: two field draws, one field multiply and one hash; microseconds.
     """
     x = encode_value(params, value)
     if params.is_direct:
-        return Report(0, 1, randomized_response(params, x))
+        return Report(0, 1, randomized_response(params, x, random))
     order = params.field.order
-    a0 = secrets.randbelow(order)
-    a1 = secrets.randbelow(order)
+    a0 = draw_below(random, order)
+    a1 = draw_below(random, order)
     y = params.field.hash_value(a0, a1, x) % params.hash_range
-    return Report(a0, a1, randomized_response(params, y))
+    return Report(a0, a1, randomized_response(params, y, random))
 
 
 def _random_coefficients(params: OCMSParams, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -121,6 +168,9 @@ def simulate_reports(params: OCMSParams, elements: np.ndarray, rng: np.random.Ge
 
 
 __all__ = [
+    "RandomBytes",
+    "draw_below",
+    "draw_bits64",
     "keep_threshold",
     "privatize",
     "randomized_response",

@@ -106,6 +106,30 @@ def estimate_frequencies(coefficients: tuple[float, float], counts, n):
     return a * (np.asarray(counts) / n) + b
 
 
+# --- Poisoning: the maximal-gain attack (Cao, Jia, Gong, USENIX Security 2021) on the estimator above ---
+
+def poisoning_gain(coefficients: tuple[float, float]) -> float:
+    """Rise of a value's estimate per unit fraction of fake reports crafted to support it: A + B.
+
+    A fake report of the maximal-gain attack always matches its target (OCMS+RR: any a0, a1
+    and z = h(target); direct RR: z = target), so with a fraction beta of fakes the match
+    fraction is (1 - beta) mu + beta and g = (1 - beta) f + beta (A + B): a value held by
+    nobody reads beta (A + B). For OCMS+RR with m' = m, A + B = (e + m - 1)/(e - 1)
+    = (1 - 1/m)/(p - 1/m), p = e/(e + m - 1); for direct RR over d values (1 - q)/(p - q) = (e + d - 2)/(e - 1),
+    which grows with d. No per-report check can see it: every fake is a valid report.
+    """
+    a, b = coefficients
+    return a + b
+
+
+def fake_fraction_to_reach(gain: float, target_frequency: float, true_frequency: float = 0.0) -> float:
+    """The fraction beta of fake reports that lifts a value from f to ``target_frequency``:
+    (target - f) / (gain - f), from g = (1 - beta) f + beta gain (0 when already there)."""
+    if target_frequency <= true_frequency:
+        return 0.0
+    return (target_frequency - true_frequency) / (gain - true_frequency)
+
+
 def estimator_variance(epsilon: float, m: int, c_bar: float, f, n):
     """MSE(g(x)) of Theorem g_x_def (== Var, g is unbiased), for f in [0, 1].
 

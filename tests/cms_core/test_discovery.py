@@ -292,3 +292,24 @@ def test_range_path_counts_equal_explicit_counts_bit_for_bit():
         tracked = TrackedValues.of(params[level - 1], [D.prefix_element_value(domain, c) for c in candidates])
         slow = OCMSSketch(params[level - 1], tracked).update(batches[level])
         assert fast == slow and fast.n == len(batches[level]) and fast.counts.sum() > 0
+
+
+def test_utf8_prefixes_and_truncated_values_cut_inside_a_character_carry_their_exact_bytes():
+    """Issue 24: level 4 of café is caf\\xc3 and max_length 16 cuts ab東京タワー東京 inside ー; their JSON
+    is valid text (U+FFFD at the cut) plus the exact bytes, never a lone surrogate."""
+    import json
+
+    domain = D.DiscoveryDomain("strings", alphabet="utf8", max_length=16, symbols_per_level=1)
+    params = D.level_params("words", 1, 4.0, domain)
+    values = ["café"] * 6000 + ["ab東京タワー東京"] * 6000 + ["🎉"] * 4000
+    rng = np.random.default_rng(24)
+    result = D.discover(domain, params, D.simulate_level_reports(domain, params, values, rng), alpha=0.05)
+    doc = json.loads(json.dumps(result.to_json(), ensure_ascii=False).encode("utf-8"))  # raised before the fix
+    found = {d["value"]: d for d in doc["discovered"]}
+    assert set(found) == {"café", "🎉", "ab東京タワ\ufffd"}
+    tower = found["ab東京タワ\ufffd"]
+    assert tower["truncated"] and tower["cut_inside_character"]
+    assert bytes.fromhex(tower["bytes_hex"]) == "ab東京タワー東京".encode()[:16]
+    assert "bytes_hex" not in found["café"] and "bytes_hex" not in found["🎉"]
+    level4 = {s["prefix"]: s for s in doc["levels"][3]["survivors"]}
+    assert level4["caf\ufffd"]["bytes_hex"] == "636166c3" and level4["caf\ufffd"]["cut_inside_character"]

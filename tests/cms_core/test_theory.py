@@ -105,3 +105,31 @@ def test_chernoff_alpha_solves_bound():
 def test_reports_needed():
     assert theory.reports_needed(10.0, 0.001) == 10000
     assert theory.reports_needed(10.0, 0.0011) == 9091
+
+
+# ------------------------------------------------ poisoning (maximal-gain attack)
+def test_poisoning_gain_is_the_closed_form_for_both_mechanisms_and_moves_an_estimate_by_it():
+    import math
+
+    from cms_core import OCMSParams
+    from cms_core.theory import fake_fraction_to_reach
+
+    for epsilon in (1.0, 2.0, 4.0):
+        ocms = OCMSParams.build(epsilon=epsilon, dictionary_size=10_000, mechanism="ocms", mode="l2", tracked_count=1000)
+        e, m = math.exp(epsilon), ocms.hash_range
+        p = e / (e + m - 1)
+        # (1 - 1/m)/(p - 1/m) with m' = m; the exact m' of the field moves it by less than 1e-9 here
+        assert ocms.poisoning_gain == pytest.approx((1 - 1 / m) / (p - 1 / m), rel=1e-6)
+        # 0.3-0.5% of fake reports lift a value nobody holds to 1% (issue 28's figure for eps 1..4, mode l2;
+        # mode mse picks a smaller m, a smaller gain: 0.36-0.87%)
+        assert 0.002 <= fake_fraction_to_reach(ocms.poisoning_gain, 0.01) <= 0.006
+    direct = OCMSParams.build(epsilon=2.0, dictionary_size=1024, mechanism="direct")
+    p, q = math.exp(2) / (math.exp(2) + 1023), 1 / (math.exp(2) + 1023)
+    assert direct.poisoning_gain == pytest.approx((1 - q) / (p - q)) == pytest.approx((math.exp(2) + 1022) / math.expm1(2))
+    assert fake_fraction_to_reach(direct.poisoning_gain, 0.01) == pytest.approx(0.0000620, rel=0.01)  # ~0.006%
+    # the estimator itself: beta of always-matching reports over a value nobody holds reads beta * gain
+    a, b = direct.estimator_coefficients
+    beta = 0.001
+    mu = 1 / (math.exp(2) + 1023)  # a non-holder's match probability (q) under direct RR
+    assert a * ((1 - beta) * mu + beta) + b == pytest.approx(beta * direct.poisoning_gain, rel=1e-9)
+    assert fake_fraction_to_reach(5.0, 0.01, true_frequency=0.02) == 0.0

@@ -9,6 +9,7 @@ because the collector only accepts registry-bound fingerprints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -256,3 +257,15 @@ class RegistryWorker:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(10)
+
+
+@contextlib.contextmanager
+def serving_worker(registry: Path, metric: str, version: int, bootstrap: str, topic: str, log_dir: Path):
+    """A started RegistryWorker that serves its API (n = 0 answered); stopped on the way out."""
+    worker = RegistryWorker(registry, metric, version, bootstrap, topic, log_dir)
+    worker.start()
+    try:
+        worker.wait_for_n(0, timeout=90)
+        yield worker
+    finally:
+        worker.stop()

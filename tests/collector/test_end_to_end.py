@@ -14,32 +14,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from producer.broker import EmbeddedBroker
 from producer.ledger import PrivacyLedger
 from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport
 
-from .harness import CollectorProcess, RegistryWorker, consume_all, records_of
+from .harness import CollectorProcess, consume_all, records_of
 from .loadgen import LoadGenerator
 
 TOPIC = "col-e2e"
-
-
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def worker(broker, registry_path, tmp_path_factory):
-    w = RegistryWorker(registry_path, "dest", 1, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("worker"))
-    w.start()
-    try:
-        w.wait_for_n(0, timeout=90)  # serving
-        yield w
-    finally:
-        w.stop()
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,8 @@ def _stub(bin_dir: Path, name: str, body: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
-def _sandbox(tmp_path: Path, tools: tuple[str, ...], uid: int = 0, sudo: bool = True) -> tuple[Path, dict]:
+def _sandbox(tmp_path: Path, tools: tuple[str, ...], uid: int = 0, sudo: bool = True,
+             rdkafka: bool = True) -> tuple[Path, dict]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "calls.log"
@@ -32,6 +33,12 @@ def _sandbox(tmp_path: Path, tools: tuple[str, ...], uid: int = 0, sudo: bool = 
     _stub(bin_dir, "id", f'[ "$1" = "-u" ] && echo {uid} || echo "uid={uid}"')
     for tool in tools:
         _stub(bin_dir, tool, f'echo "{tool}, version 9.9"')
+    # The shared library is found through ldconfig's cache: present while the marker file exists.
+    marker = bin_dir / ".librdkafka1"
+    if rdkafka:
+        marker.touch()
+    _stub(bin_dir, "ldconfig", f'echo "libc.so.6 (libc6,x86-64) => /lib/libc.so.6"; '
+                               f'[ -e {marker} ] && echo "	librdkafka.so.1 (libc6,x86-64) => /lib/librdkafka.so.1"; true')
     # apt-get install creates the tools it was asked for.
     _stub(bin_dir, "apt-get", f"""echo "apt-get $* DEBIAN_FRONTEND=$DEBIAN_FRONTEND" >> {log}
 if [ "$1" = install ]; then
@@ -42,6 +49,7 @@ if [ "$1" = install ]; then
       chromium) printf '#!/bin/bash\\n' > {bin_dir}/chromium; chmod +x {bin_dir}/chromium;;
       wrk) printf '#!/bin/bash\\n' > {bin_dir}/wrk; chmod +x {bin_dir}/wrk;;
       chromium-driver) printf '#!/bin/bash\\n' > {bin_dir}/chromedriver; chmod +x {bin_dir}/chromedriver;;
+      librdkafka1) : > {marker};;
     esac
   done
 fi""")
@@ -86,6 +94,14 @@ def test_promtool_without_prometheus_installs_the_package(tmp_path):
     log, env = _sandbox(tmp_path, ("promtool", "kcat", "chromium", "chromedriver", "wrk"))
     assert run_script(env).returncode == 0
     assert "install -y -qq --no-install-recommends prometheus " in _calls(log)[1]
+
+
+def test_a_missing_librdkafka_is_installed_and_checked_afterwards(tmp_path):
+    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "kcat", "chromium", "chromedriver", "wrk"), rdkafka=False)
+    result = run_script(env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "install -y -qq --no-install-recommends librdkafka1 " in _calls(log)[1]
+    assert "nothing to do" in run_script(env).stdout
 
 
 def test_uses_sudo_when_not_root(tmp_path):

@@ -105,6 +105,25 @@ def test_describe_table_and_json(tmp_path, capsys):
     assert code == 2 and "no metric 'nope'" in err
 
 
+def test_describe_json_lists_every_discovery_level(capsys):
+    """Each discovery level of a version, as docs/discovery.md says (it used to be the level count only)."""
+    from registry.discovery import discovery_of
+
+    from .test_deploy_registry import REGISTRY
+
+    build = load_registry(REGISTRY).metric("build_id").latest
+    code, out, _ = run(capsys, "registry", "describe", str(REGISTRY), "--json", "--metric", "build_id")
+    assert code == 0
+    discovery = json.loads(out)["metrics"][0]["versions"][0]["discovery"]
+    expected = discovery_of(build).params_by_level
+    assert len(expected) == 8 and (discovery["kind"], discovery["bits_per_level"]) == ("integers", 8)
+    assert [level["level"] for level in discovery["levels"]] == list(range(1, 9))
+    assert [level["binding"] for level in discovery["levels"]] == [f"build_id@1/level{i}" for i in range(1, 9)]
+    assert [level["fingerprint"] for level in discovery["levels"]] == [p.fingerprint.hex() for p in expected]
+    assert all(level["params"] == p.describe() and level["hash_range"] == p.hash_range
+               for level, p in zip(discovery["levels"], expected))
+
+
 def test_plan_registry(tmp_path, capsys):
     path = write(tmp_path, TEXT)
     code, out, _ = run(capsys, "plan", "--registry", str(path), "--n", "10000", "--target-ci", "0.01")
@@ -155,6 +174,7 @@ def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
     """A device can rebuild the exact parameters (same fingerprint) from the config, and nothing else is in it."""
     from cms_core import OCMSParams
     from cms_core.fields import BinaryField, PrimeField
+    from cms_core.privatize import keep_threshold
 
     from .test_deploy_registry import REGISTRY
 
@@ -167,8 +187,8 @@ def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
     for entry in doc["metrics"]:
         spec = reg.metric(entry["name"])
         assert entry["version"] == spec.latest.version
-        allowed = {"name", "version", "fingerprint", "epsilon", "m", "field", "domain", "categories", "dictionary_size",
-                   "mechanism", "discovery"}
+        allowed = {"name", "version", "fingerprint", "epsilon", "m", "keep_threshold", "field", "domain", "categories",
+                   "dictionary_size", "mechanism", "discovery"}
         assert set(entry) <= allowed
         field = entry["field"]
         field = PrimeField(int(field["order"])) if field["kind"] == "prime" else BinaryField(field["degree"])
@@ -179,6 +199,7 @@ def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
                              binding=f"{entry['name']}@{entry['version']}",
                              mechanism=entry.get("mechanism", "ocms"))
         assert rebuilt.fingerprint.hex() == entry["fingerprint"] == spec.latest.fingerprint.hex()
+        assert int(entry["keep_threshold"]) == keep_threshold(rebuilt)  # the device keeps with the Python integer
         for level in entry.get("discovery", {}).get("levels", []):  # issue 15: each level rebuilds too
             lf = level["field"]
             lf = PrimeField(int(lf["order"])) if lf["kind"] == "prime" else BinaryField(lf["degree"])
@@ -186,6 +207,7 @@ def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
                                  dictionary_size=int(level["dictionary_size"]), mode="mse", f_star=0.0,
                                  binding=f"{entry['name']}@{entry['version']}/level{level['level']}")
             assert rebuilt.fingerprint.hex() == level["fingerprint"]
+            assert int(level["keep_threshold"]) == keep_threshold(rebuilt)
     code, out, _ = run(capsys, "registry", "device-config", str(REGISTRY), "--metric", "app_launches")
     (entry,) = json.loads(out)["metrics"]
     assert entry["version"] == 2 and entry["categories"][-1] == "wallet"

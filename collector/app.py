@@ -338,7 +338,10 @@ class Collector:
         length = request.content_length
         if length is not None and length > self.settings.max_body_bytes:
             return _answer(413, "body_too_large", f"{length} bytes; at most {self.settings.max_body_bytes} per upload")
-        ctype = request.content_type
+        ctype = request.content_type  # aiohttp says application/octet-stream when there is no Content-Type
+        if hdrs.CONTENT_TYPE not in request.headers:
+            return _answer(415, "unsupported_content_type",
+                           f"no Content-Type: send {BINARY_CONTENT_TYPES[0]} (wire-v1 messages) or {JSON_CONTENT_TYPE}")
         if ctype not in BINARY_CONTENT_TYPES and ctype != JSON_CONTENT_TYPE:
             return _answer(415, "unsupported_content_type",
                            f"Content-Type {ctype!r}: use {BINARY_CONTENT_TYPES[0]} (wire-v1 messages) or {JSON_CONTENT_TYPE}")

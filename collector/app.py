@@ -41,6 +41,7 @@ from .guard import (
     AuthError, Authenticator, IDEMPOTENCY_KEY, IdempotencyCache, KeyReusedError, RateLimiter, body_digest, load_tokens,
 )
 from .exactly_once import IdempotencyPending, KeyHeld, SharedIdempotency
+from .http_server import ConnectionGuard, ErrorAnswers, GuardedAppRunner, json_errors
 from .produce import KafkaOutlet, KafkaUnavailable, Lane
 from .uploads import BINARY_CONTENT_TYPES, JSON_CONTENT_TYPE, UploadParser, UploadRejected
 
@@ -135,6 +136,18 @@ class CollectorMetrics:
         self.idempotent_replays = Counter("ocms_collector_idempotent_replays",
                                           "Retried uploads answered from the idempotency cache", registry=r)
         self.idempotency_keys = Gauge("ocms_collector_idempotency_keys", "Keys in the idempotency cache", registry=r)
+        self.http_errors = Counter("ocms_collector_http_errors",
+                                   "Error answers outside the upload routes (routing, method, malformed requests, "
+                                   "server errors, header timeouts), by reason", ["reason"], registry=r)
+        self.connections = Gauge("ocms_collector_connections", "Open HTTP connections", registry=r)
+        self.connections_refused = Counter("ocms_collector_connections_refused",
+                                           "Connections answered 503 at the connection cap (none idle to close)",
+                                           registry=r)
+        self.connections_closed = Counter("ocms_collector_connections_closed",
+                                          "Connections the collector closed: evicted_idle (to make room at the cap), "
+                                          "header_timeout", ["reason"], registry=r)
+        for reason in ("evicted_idle", "header_timeout"):
+            self.connections_closed.labels(reason)
         self.idempotency_settled = Counter("ocms_collector_idempotency_settled",
                                            "In-doubt earlier attempts settled by fencing their collector, by outcome",
                                            ["outcome"], registry=r)
@@ -195,10 +208,14 @@ class Collector:
         self._accepted_bodies: dict[tuple, bytes] = {}
         self.metrics.kafka_available.set(0)
         self.metrics.queue_reports.set_function(lambda: self.outlet.queued)
+        #: JSON error answers outside the upload handler (routes, methods, malformed requests, failures)
+        self.answers = ErrorAnswers(lambda status, reason: self.metrics.http_errors.labels(reason).inc(),
+                                    logging.getLogger("ocms.collector.errors"),
+                                    client_addresses=settings.access_log_client_addresses)
 
     # ------------------------------------------------------------------- app
     def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.settings.max_body_bytes + 1)
+        app = web.Application(client_max_size=self.settings.max_body_bytes + 1, middlewares=[json_errors(self.answers)])
         app[COLLECTOR_KEY] = self
         app.router.add_post("/v1/reports", self.post_reports)
         app.router.add_post("/v1/metrics/{metric}/reports", self.post_reports)
@@ -248,6 +265,8 @@ class Collector:
                "idempotency": ("shared" if shared.ready else "reading") if shared is not None else "per-process"}
         if self.outlet.last_error:
             doc["error"] = self.outlet.last_error
+        if not healthy:  # a state, not a fault: the load balancer drains this replica
+            doc["reason"] = "kafka_unavailable" if not self.outlet.available else "reading_idempotency_log"
         return web.json_response(doc, status=200 if healthy else 503,
                                  headers=None if healthy else {"Retry-After": self.retry_after})
 
@@ -292,6 +311,10 @@ class Collector:
             response = await self._upload(request, metric)
         except UploadRejected as exc:
             response = _answer(exc.status, exc.reason, exc.detail)
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as exc:  # a bug: a JSON 500 and one log line (the upload counts below)
+            response = self.answers.for_exception(request, exc, count=False)
         self.metrics.count(response.status, response.ocms_reason, time.perf_counter() - started)
         if self.reject_delay and (self.strikes or response.status in TARPIT_STATUSES):
             await self._tarpit(request, response)
@@ -513,11 +536,17 @@ class CollectorServer:
         settings = self.settings
         access_log = logging.getLogger("ocms.collector.access") if settings.access_log else None
         fmt = ACCESS_LOG_FORMAT_WITH_CLIENT if settings.access_log_client_addresses else ACCESS_LOG_FORMAT
-        self.runner = web.AppRunner(self.collector.make_app(), access_log=access_log, access_log_format=fmt,
-                                    handle_signals=False)
+        collector = self.collector
+        self.guard = ConnectionGuard(settings.max_connections, settings.header_timeout_seconds, collector.metrics,
+                                     logging.getLogger("ocms.collector.connections"), collector.answers)
+        collector.metrics.connections.set_function(lambda: len(self.guard))
+        # keepalive_timeout: aiohttp closes a connection without a request after it (from its start too)
+        self.runner = GuardedAppRunner(collector.make_app(), guard=self.guard, answers=collector.answers,
+                                       access_log=access_log, access_log_format=fmt, handle_signals=False,
+                                       keepalive_timeout=settings.idle_timeout_seconds)
         await self.runner.setup()
         server = self.runner.server
-        server.request_handler = self.collector.fast_uploads(server.request_handler)  # before any connection
+        server.request_handler = collector.fast_uploads(server.inner_request_handler)  # before any connection
         ssl_context = None
         if settings.tls_cert:
             import ssl

@@ -35,6 +35,12 @@ FLAGS = (
      "broker supports it) [default auto]"),
     ("--retry-after-seconds", "retry_after_seconds", "Retry-After of 503 answers [default 2]"),
     ("--body-timeout-seconds", "body_timeout_seconds", "the whole body must arrive within this [default 10]; else 408"),
+    ("--header-timeout-seconds", "header_timeout_seconds", "a request's header must arrive within this of its first "
+     "byte [default 10]; else 408 and the connection is closed"),
+    ("--idle-timeout-seconds", "idle_timeout_seconds", "a connection without a request for this long is closed "
+     "[default 30]"),
+    ("--max-connections", "max_connections", "open connections at most, lowered to fit the open-files limit; beyond "
+     "it the longest-idle connection is closed, or the new one answered 503 [default 10000]"),
     ("--reject-delay-ms", "reject_delay_ms", "answer client faults (400/401/403/404/413/415/422) after this delay, "
      "doubled per fault in a row on a connection (at most 5 s), so a reject storm slows itself down "
      "[default 200; 0 = off]"),

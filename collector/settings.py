@@ -67,6 +67,13 @@ class CollectorSettings:
     retry_after_seconds: int = 2
     #: Slow uploads: the whole body must arrive within this many seconds (else 408).
     body_timeout_seconds: float = 10.0
+    #: A request's header must arrive within this many seconds of its first byte (else 408, closed).
+    header_timeout_seconds: float = 10.0
+    #: A connection without a request for this long is closed (after its last answer, or from its start).
+    idle_timeout_seconds: float = 30.0
+    #: Open connections at most (lowered to fit the open-files limit); beyond it the longest-idle one is
+    #: closed to make room, or the new one is answered 503 when all are busy.
+    max_connections: int = 10_000
     #: Client faults (400, 401, 403, 404, 413, 415, 422) are answered after this delay (reject storms).
     reject_delay_ms: float = 200.0
     tokens_file: str | None = None
@@ -122,12 +129,13 @@ class CollectorSettings:
             "max_queued_reports": (1, 1 << 34), "frame_max_reports": (1, 1 << 20), "kafka_timeout_ms": (100, 600_000),
             "retry_after_seconds": (1, 3600), "rate_burst": (0, 1 << 30), "app_rate_burst": (0, 1 << 30),
             "idempotency_window_seconds": (0, 7 * 86_400), "idempotency_max_keys": (0, 1 << 26),
+            "max_connections": (1, 1 << 20),
         }
         for name, (lo, hi) in ints.items():
             if name in raw:
                 out[name] = _int(label(name), raw[name], lo, hi)
         floats = {"frame_max_latency_ms": False, "body_timeout_seconds": False, "rate_limit": True, "app_rate_limit": True,
-                  "reject_delay_ms": True}
+                  "reject_delay_ms": True, "header_timeout_seconds": False, "idle_timeout_seconds": False}
         for name, zero_ok in floats.items():
             if name in raw:
                 out[name] = _float(label(name), raw[name], zero_ok)

@@ -62,7 +62,8 @@ def write_registry(directory: Path) -> Path:
 
 
 class CollectorProcess:
-    def __init__(self, registry: Path, bootstrap: str, topic: str, log_dir: Path, *args: str, port: int | None = None):
+    def __init__(self, registry: Path, bootstrap: str, topic: str, log_dir: Path, *args: str, port: int | None = None,
+                 open_files: int | None = None):
         self.registry = registry
         self.bootstrap = bootstrap
         self.topic = topic
@@ -71,6 +72,7 @@ class CollectorProcess:
         self.args = list(args)
         self.process: subprocess.Popen | None = None
         self.starts = 0
+        self.open_files = open_files  # RLIMIT_NOFILE of the child (soft and hard), None = inherited
 
     @property
     def url(self) -> str:
@@ -87,8 +89,16 @@ class CollectorProcess:
         # The caller's OCMS_* settings stay out, except the event loop: OCMS_COLLECTOR_EVENT_LOOP=asyncio
         # runs every collector test on asyncio's loop instead of the default uvloop.
         env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_") or k == "OCMS_COLLECTOR_EVENT_LOOP"}
+        limit = self.open_files
+
+        def limit_open_files() -> None:  # in the child, before exec
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+                                        stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+                                        preexec_fn=limit_open_files if limit else None)
         log.close()
         return self
 

@@ -41,7 +41,7 @@ from .guard import (
     AuthError, Authenticator, IDEMPOTENCY_KEY, IdempotencyCache, KeyReusedError, RateLimiter, body_digest, load_tokens,
 )
 from .exactly_once import IdempotencyPending, KeyHeld, SharedIdempotency
-from .http_server import ConnectionGuard, ErrorAnswers, GuardedAppRunner, json_errors
+from .http_server import ConnectionGuard, ErrorAnswers, GuardedAppRunner, json_errors, quiet_aiohttp_server_log
 from .produce import KafkaOutlet, KafkaUnavailable, Lane
 from .uploads import BINARY_CONTENT_TYPES, JSON_CONTENT_TYPE, UploadParser, UploadRejected
 
@@ -537,6 +537,7 @@ class CollectorServer:
         access_log = logging.getLogger("ocms.collector.access") if settings.access_log else None
         fmt = ACCESS_LOG_FORMAT_WITH_CLIENT if settings.access_log_client_addresses else ACCESS_LOG_FORMAT
         collector = self.collector
+        quiet_aiohttp_server_log()
         self.guard = ConnectionGuard(settings.max_connections, settings.header_timeout_seconds, collector.metrics,
                                      logging.getLogger("ocms.collector.connections"), collector.answers)
         collector.metrics.connections.set_function(lambda: len(self.guard))

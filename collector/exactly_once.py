@@ -426,6 +426,24 @@ class SharedIdempotency:
         log.info("settled an in-doubt frame of %s: %s", listing.owner, "stored" if stored else "never stored")
         return stored
 
+    async def settle_predecessors(self, incarnation: bytes) -> None:
+        """Settle the pending listings of earlier producers of this collector's id (a killed process,
+        or this one before a renewal), once the log is read: the producer started as ``incarnation``
+        fenced them, so their partitions say what is final. Retries then find outcomes, and no other
+        replica needs to fence this collector for them."""
+        while not self.ready:
+            await asyncio.sleep(0.1)
+        await self.applied(self._applied)
+        for listing in list(self.state.frames.values()):
+            outlet = self.outlet
+            if outlet is None or outlet.incarnation != incarnation:
+                return  # renewed again meanwhile: the next call does it
+            if listing.status == "pending" and listing.owner == self.owner and listing.incarnation != incarnation:
+                try:
+                    await self.settle(listing)
+                except Exception as exc:  # a retry settles it later
+                    log.info("a predecessor's frame not settled yet: %s: %s", type(exc).__name__, exc)
+
     async def fence(self, owner: str) -> None:
         """Bump ``owner``'s producer epoch: the broker refuses that producer's sends from now on."""
         from aiokafka import AIOKafkaProducer

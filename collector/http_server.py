@@ -229,7 +229,14 @@ def install_handle_error(answers: ErrorAnswers) -> None:
     global _process_answers
     _process_answers = answers
     web.RequestHandler.handle_error = _installed_handle_error
-    logging.getLogger("aiohttp.server").addFilter(_one_line_filter)
+    quiet_aiohttp_server_log()
+
+
+def quiet_aiohttp_server_log() -> None:
+    """What aiohttp's server still logs itself (an unhandled exception of a connection) in one line."""
+    server_log = logging.getLogger("aiohttp.server")
+    if _one_line_filter not in server_log.filters:
+        server_log.addFilter(_one_line_filter)
 
 
 def _one_line_filter(record: logging.LogRecord) -> bool:

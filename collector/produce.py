@@ -344,6 +344,8 @@ class KafkaOutlet:
                         self.incarnation = os.urandom(8)
                         if self._committer is None:
                             self._committer = asyncio.create_task(self._commit_loop(), name="ocms-collector-commit")
+                        # settle what a killed predecessor (same id) left in doubt, before other replicas fence us
+                        self.log._spawn(self.log.settle_predecessors(self.incarnation))
                     self._available()
                     self._wake.set()
             elif not self.available:

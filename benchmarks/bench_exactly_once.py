@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.bench_collector import REGISTRY, METRIC, VERSION, ms, spawn, stop, wait_http, wrk
+from benchmarks.bench_collector import LUA as BENCH_COLLECTOR_LUA
+from benchmarks.bench_collector import METRIC, REGISTRY, VERSION, ms, spawn, stop, wait_http, wrk
 from benchmarks.experiments.common import cpu_model
 from cms_core import wire
 from cms_core.privatize import simulate_reports
@@ -33,14 +34,8 @@ from producer.broker import EmbeddedBroker, free_port
 
 TOPIC = "bench-exactly-once"
 
-#: bench_collector's script plus a fresh Idempotency-Key per request (OCMS_BENCH_KEYS=1).
-LUA = r"""
-local f = io.open(os.getenv("OCMS_BENCH_BODY"), "rb")
-local body = f:read("*all")
-f:close()
-wrk.method = "POST"
-wrk.body = body
-wrk.headers["Content-Type"] = "application/vnd.ocms.wire-v1"
+#: bench_collector's script plus a fresh Idempotency-Key per request when OCMS_BENCH_KEYS=1.
+LUA = BENCH_COLLECTOR_LUA + r"""
 local keyed = os.getenv("OCMS_BENCH_KEYS") == "1"
 local prefix = string.format("bench%d", os.time())
 local counter = 0
@@ -49,20 +44,7 @@ function request()
     counter = counter + 1
     wrk.headers["Idempotency-Key"] = string.format("%s-%012d", prefix, counter)
   end
-  return wrk.format(nil, nil, nil, body)
-end
-local pace = tonumber(os.getenv("OCMS_BENCH_DELAY_MS") or "0")
-if pace > 0 then
-  function delay()
-    return pace
-  end
-end
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format('OCMS_RESULT {"requests": %d, "duration_us": %d, "non2xx": %d, "socket_errors": %d, '
-    .. '"p50_us": %d, "p90_us": %d, "p99_us": %d, "max_us": %d}\n',
-    summary.requests, summary.duration, e.status, e.connect + e.read + e.write + e.timeout,
-    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max))
+  return wrk.format()
 end
 """
 

@@ -37,7 +37,6 @@ import os
 import resource
 import time
 import traceback
-from importlib import metadata
 from typing import Callable
 
 from aiohttp import web, web_protocol, web_server
@@ -477,11 +476,9 @@ class GuardedAppRunner(web.AppRunner):
 # ----------------------------------------------------------------- drift check
 def drift() -> list[str]:
     """What differs from the aiohttp this module was written against (empty when nothing does)."""
-    problems = []
-    for package, pinned in PINNED_VERSIONS.items():
-        installed = metadata.version(package)
-        if installed != pinned:
-            problems.append(f"{package} {installed} is installed; collector/http_server.py was checked against {pinned}")
+    from .kafka_internals import version_drift
+
+    problems = version_drift(PINNED_VERSIONS, "collector/http_server.py")
     make = getattr(web.AppRunner, "_make_server", None)
     if make is None or not inspect.iscoroutinefunction(make):
         problems.append("aiohttp's AppRunner._make_server is gone or no longer a coroutine")

@@ -79,16 +79,23 @@ def install() -> None:
 
 
 # ----------------------------------------------------------------- drift check
+def version_drift(pinned: dict[str, str], module: str) -> list[str]:
+    """Installed versions other than those ``module`` (a path, for the message) was checked against."""
+    installed = {package: _installed(package) for package in pinned}
+    return [f"{package} {installed[package]} is installed; {module} was checked against {version}"
+            for package, version in pinned.items() if installed[package] != version]
+
+
+def _installed(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def drift() -> list[str]:
     """What differs from the aiokafka this module was written against (empty when nothing does)."""
-    problems = []
-    for package, pinned in PINNED_VERSIONS.items():
-        try:
-            installed = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            installed = None
-        if installed != pinned:
-            problems.append(f"{package} {installed} is installed; collector/kafka_internals.py was checked against {pinned}")
+    problems = version_drift(PINNED_VERSIONS, "collector/kafka_internals.py")
     original = getattr(aiokafka_sender, "InitProducerIdRequest", None)
     if original is None:
         problems.append("aiokafka.producer.sender.InitProducerIdRequest is gone")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -40,6 +41,13 @@ class LoadLog:
 
     def statuses(self) -> Counter:
         return Counter(o.status for o in self.outcomes)
+
+    def wait_for_accepted(self, more: int, timeout: float = 30.0) -> None:
+        """Wait (at most ``timeout`` s) until ``more`` uploads beyond those so far got a 202."""
+        target = self.statuses()[202] + more
+        deadline = time.monotonic() + timeout
+        while self.statuses()[202] < target and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 class LoadGenerator:

@@ -24,7 +24,7 @@ from collector.exactly_once import (
 from collector.kafka_internals import drift
 from producer.broker import EmbeddedBroker
 
-from .harness import WIRE, CollectorProcess, RegistryWorker, consume_all, records_of, request, single_messages
+from .harness import CollectorProcess, consume_all, records_of, request, serving_worker, single_messages
 from .loadgen import RetryingLoad
 
 
@@ -222,13 +222,9 @@ def test_concurrent_attempts_at_two_replicas_store_each_upload_once(broker, regi
 
 @pytest.fixture(scope="module")
 def kill_worker(broker, registry_path, tmp_path_factory):
-    w = RegistryWorker(registry_path, "dest", 1, broker.bootstrap_servers, "eo-kill", tmp_path_factory.mktemp("worker"))
-    w.start()
-    try:
-        w.wait_for_n(0, timeout=90)
+    with serving_worker(registry_path, "dest", 1, broker.bootstrap_servers, "eo-kill",
+                        tmp_path_factory.mktemp("worker")) as w:
         yield w
-    finally:
-        w.stop()
 
 
 @pytest.mark.integration
@@ -245,18 +241,12 @@ def test_sigkill_under_load_with_retrying_devices_counts_every_upload_once(broke
     kills = 0
     try:
         while kills < 12 and (kills < 4 or sum(o.replayed and o.cut_off for o in list(load.log.outcomes)) < 2):
-            accepted = load.log.statuses()[202]
-            deadline = time.monotonic() + 30
-            while load.log.statuses()[202] < accepted + 100 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            load.log.wait_for_accepted(100)
             collector.kill()
             kills += 1
             collector.start()
             collector.wait_healthy()
-        accepted = load.log.statuses()[202]
-        deadline = time.monotonic() + 30
-        while load.log.statuses()[202] < accepted + 100 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        load.log.wait_for_accepted(100)
     finally:
         log = load.stop()
         collector.stop()

@@ -21,7 +21,7 @@ from cms_core import wire
 from producer.broker import EmbeddedBroker
 
 from .harness import (
-    WIRE, CollectorProcess, consume_all, records_of, reports, request, single_messages,
+    WIRE, CollectorProcess, consume_all, read_answer, records_of, reports, request, single_messages,
 )
 
 TOPIC = "col-http"
@@ -205,29 +205,10 @@ def test_wrong_content_type_is_415(collector, dest):
     for path in ("/v1/reports", "/v1/metrics/dest/reports"):
         sock = socket.create_connection(("127.0.0.1", collector.port), timeout=10)
         sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(message)}\r\n\r\n".encode() + message)
-        answer = _read_answer(sock)
+        answer = read_answer(sock)
         sock.close()
         assert answer.startswith(b"HTTP/1.1 415"), answer[:200]
         assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["reason"] == "unsupported_content_type"
-
-
-def _read_answer(sock: socket.socket) -> bytes:
-    """One HTTP answer (headers and a Content-Length body) read from a raw socket."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-    head, body = data.split(b"\r\n\r\n", 1)
-    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return head + b"\r\n\r\n" + body
 
 
 def _raw_post(port: int, body_prefix: bytes, length: int) -> socket.socket:

@@ -20,73 +20,10 @@ from collector.http_server import ErrorAnswers, drift, json_errors
 from collector.settings import CollectorSettings
 from producer.broker import EmbeddedBroker
 
-from .harness import WIRE, CollectorProcess, RegistryWorker, request, single_messages
+from .harness import (WIRE, CollectorProcess, parse_answer, raw_exchange, read_answer, request, serving_worker,
+                      single_messages, wait_until)
 
 TOPIC = "edge-http"
-
-
-def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> tuple[int | None, dict, bytes]:
-    """(status, JSON body or {}, raw answer) of one raw request; status None when no answer came."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    try:
-        try:
-            sock.sendall(data)
-        except OSError:
-            pass  # the server may close before all of a hostile request is written
-        answer = read_answer(sock)
-    finally:
-        sock.close()
-    return parse_answer(answer)
-
-
-def read_answer(sock: socket.socket) -> bytes:
-    """One final HTTP answer (a 1xx interim answer is skipped) from a raw socket."""
-    answer = _read_one(sock)
-    while answer.startswith(b"HTTP/1.1 1") and answer.endswith(b"\r\n\r\n"):
-        answer = _read_one(sock)
-    return answer
-
-
-def _read_one(sock: socket.socket) -> bytes:
-    data = b""
-    try:
-        while b"\r\n\r\n" not in data:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return data
-            data += chunk
-        head, body = data.split(b"\r\n\r\n", 1)
-        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                       if line.lower().startswith(b"content-length:")), 0)
-        while len(body) < length:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            body += chunk
-        return head + b"\r\n\r\n" + body
-    except (ConnectionResetError, socket.timeout):
-        return data
-
-
-def parse_answer(answer: bytes) -> tuple[int | None, dict, bytes]:
-    """(status, JSON body, raw). A body cut short (the server closed a connection whose request it did not
-    read in full: the kernel resets it and may drop the answer's tail) is judged by its Content-Type."""
-    if not answer.startswith(b"HTTP/1.") or b"\r\n\r\n" not in answer:
-        return None, {}, answer  # no answer, or one cut inside its header
-    status = int(answer.split(b" ", 2)[1])
-    head, _, body = answer.partition(b"\r\n\r\n")
-    fields = {line.split(b":", 1)[0].strip().lower(): line.split(b":", 1)[1].strip()
-              for line in head.split(b"\r\n")[1:] if b":" in line}
-    length = int(fields.get(b"content-length", b"0") or 0)
-    if len(body) < length:
-        json_type = fields.get(b"content-type", b"").startswith(b"application/json")
-        return status, ({"reason": "(answer cut short)"} if json_type else {"not json": "cut short"}), answer
-    body = body[:length]  # a pipelined second answer may follow (a CONNECT's "body" read as a new request)
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        doc = {"not json": body[:200].decode("latin-1")}
-    return status, doc, answer
 
 
 def metric_value(url: str, name: str, labels: str = "") -> float:
@@ -98,16 +35,6 @@ def metric_value(url: str, name: str, labels: str = "") -> float:
         if line.startswith(name + (("{" + labels + "}") if labels else "")):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
-
-
-def wait_until(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_http_server_internals_match_the_installed_aiohttp():
@@ -428,13 +355,9 @@ def test_a_fuzz_of_hostile_requests_gets_json_answers_and_never_a_500(edge_colle
 
 @pytest.fixture(scope="module")
 def edge_worker(broker, registry_path, tmp_path_factory):
-    w = RegistryWorker(registry_path, "dest", 1, broker.bootstrap_servers, "edge-worker", tmp_path_factory.mktemp("w"))
-    w.start()
-    try:
-        w.wait_for_n(0, timeout=90)
+    with serving_worker(registry_path, "dest", 1, broker.bootstrap_servers, "edge-worker",
+                        tmp_path_factory.mktemp("w")) as w:
         yield w
-    finally:
-        w.stop()
 
 
 @pytest.mark.integration

@@ -37,6 +37,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from .cors import CorsPolicy
 from .guard import (
     AuthError, Authenticator, IDEMPOTENCY_KEY, IdempotencyCache, KeyReusedError, RateLimiter, body_digest, load_tokens,
 )
@@ -206,6 +207,8 @@ class Collector:
         self.reject_delay = settings.reject_delay_ms / 1000
         self.strikes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> faults in a row
         self._accepted_bodies: dict[tuple, bytes] = {}
+        self.cors = CorsPolicy(settings.cors_origins)
+        self._device_config: bytes | None = None
         self.metrics.kafka_available.set(0)
         self.metrics.queue_reports.set_function(lambda: self.outlet.queued)
         #: JSON error answers outside the upload handler (routes, methods, malformed requests, failures)
@@ -215,12 +218,16 @@ class Collector:
 
     # ------------------------------------------------------------------- app
     def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.settings.max_body_bytes + 1, middlewares=[json_errors(self.answers)])
+        app = web.Application(client_max_size=self.settings.max_body_bytes + 1)
         app[COLLECTOR_KEY] = self
         app.router.add_post("/v1/reports", self.post_reports)
         app.router.add_post("/v1/metrics/{metric}/reports", self.post_reports)
         app.router.add_get("/v1/metrics", self.list_metrics)
         app.router.add_get("/v1/metrics/{metric}", self.describe_metric)
+        app.router.add_get("/v1/device-config", self.device_config)
+        if self.cors:
+            self.cors.install(app)
+        app.middlewares.append(json_errors(self.answers))  # inside CORS: error answers get its headers too
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.prometheus)
         app.on_startup.append(self._on_startup)
@@ -256,6 +263,14 @@ class Collector:
     def _shared(self) -> SharedIdempotency | None:
         """The shared idempotency log while it is on (a broker without transactions turns it off)."""
         return self.shared if self.shared is not None and self.shared.enabled else None
+
+    async def device_config(self, request: web.Request) -> web.Response:
+        """``ocms registry device-config`` of the collector's registry: what a device client (producer/js) needs."""
+        if self._device_config is None:
+            from registry.device import device_config
+
+            self._device_config = json.dumps(device_config(self.registry), ensure_ascii=False).encode()
+        return web.Response(body=self._device_config, content_type="application/json", charset="utf-8")
 
     async def healthz(self, request: web.Request) -> web.Response:
         shared = self._shared()
@@ -316,6 +331,8 @@ class Collector:
         except Exception as exc:  # a bug: a JSON 500 and one log line (the upload counts below)
             response = self.answers.for_exception(request, exc, count=False)
         self.metrics.count(response.status, response.ocms_reason, time.perf_counter() - started)
+        if self.cors and (cors := self.cors.headers(request)) is not None:
+            response.headers.update(cors)
         if self.reject_delay and (self.strikes or response.status in TARPIT_STATUSES):
             await self._tarpit(request, response)
         return response

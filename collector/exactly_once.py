@@ -406,9 +406,12 @@ class SharedIdempotency:
             if future is None:
                 raise IdempotencyPending("the earlier attempt's frame is not known here", 1)
             try:
-                return await asyncio.wait_for(asyncio.shield(future), timeout)
+                stored = await asyncio.wait_for(asyncio.shield(future), timeout)
             except TimeoutError:
                 raise IdempotencyPending("the earlier attempt is still waiting for Kafka", 1) from None
+            if listing.status == "pending":  # its outcome is known here: in the log before a new listing
+                await self.append([encode_outcome(listing.nonce, stored)])
+            return stored
         if listing.owner == self.owner:
             # an earlier producer of this collector (a killed process, or this one before its producer was
             # renewed): the current producer's start fenced it, so the partition says what is final

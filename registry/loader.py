@@ -38,7 +38,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, ReusedAnchorWarning, YAMLError, YAMLWarning
 
 from cms_core.errors import InvalidParameterError
-from cms_core.params import MAX_HASH_RANGE, MECHANISM_CHOICES, OCMSParams, check_epsilon
+from cms_core.params import MAX_HASH_RANGE, MECHANISM_CHOICES, OCMSParams, check_epsilon, compare_mechanisms
 
 from .errors import Problem, RegistryFileError, RegistryValidationError
 from .model import MetricSpec, MetricVersion, Registry, TrackedSpec
@@ -228,6 +228,7 @@ class _Loader:
         self.problems: list[Problem] = []
         self.tracked_sources: dict[str, tuple | None] = {}  # metric -> parsed 'tracked' (None: reported)
         self.missing_tracked: dict[str, list] = {}  # metric -> tracked names not in its newest version
+        self.mechanism_notes: dict[tuple, str] = {}  # (metric, version) -> what mechanism auto's pick costs
 
     # -------------------------------------------------------------- reporting
     def problem(self, line, message, metric=None, field=None, version=None) -> None:
@@ -322,7 +323,8 @@ class _Loader:
             versions.append(MetricVersion(
                 metric=label, version=vnum, params=params, domain=kind,
                 value_names=tuple(names) if kind == "categories" else None, tracked=tracked,
-                watch=(), retired=bool(retired), note=note, line=vline, discovery=discoverable, **exposure))
+                watch=(), retired=bool(retired), note=note, line=vline, discovery=discoverable,
+                mechanism_note=self.mechanism_notes.get((label, vnum)), **exposure))
         if len(self.problems) > before or exposure is None or name is None:
             return None  # a bad name was reported; the rest of the metric was still checked under "#N"
         versions = self.apply_watch(entry, versions, label)
@@ -802,6 +804,14 @@ class _Loader:
         if len(self.problems) > before:
             return None
         try:
+            if mechanism == "auto":  # no hash_range here (checked above)
+                # The comparison auto picks with also says when the pick is much more exposed to poisoning.
+                comparison = compare_mechanisms(
+                    epsilon, None if kind == "strings" else d, mode=mode, f_star=f_star, tracked_count=tracked_count,
+                    value_domain="string" if kind == "strings" else "integer", binding=f"{metric}@{version}")
+                if comparison.poisoning_note is not None:
+                    self.mechanism_notes[(metric, version)] = comparison.poisoning_note
+                return comparison.chosen
             return OCMSParams.build(
                 epsilon, None if kind == "strings" else d, mode=mode, f_star=f_star, tracked_count=tracked_count,
                 hash_range=hash_range, value_domain="string" if kind == "strings" else "integer",

@@ -23,6 +23,7 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from cms_core.planning import noise_floor
 from cms_core.values import value_to_json
 
 from .processor import REJECT_REASONS
@@ -222,6 +223,7 @@ class EstimatesCollector:
         self.catalog = catalog
         self.clock = clock
         self.max_values = max_values
+        self._floors: dict[str, tuple] = {}  # fingerprint -> ((fingerprint, bucket start, n, confidence), floor)
 
     def describe(self):
         """The families ``collect()`` yields (for no metric version: nothing is computed)."""
@@ -245,6 +247,15 @@ class EstimatesCollector:
                                          "field", "mode"])
         latest_start = GaugeMetricFamily("ocms_latest_bucket_start_timestamp_seconds",
                                          "start of the latest complete bucket", labels=["metric", "version"])
+        # The simultaneous noise level of the latest bucket (cms_core.planning.noise_floor: the exact Bonferroni
+        # test of f = 0 over the version's D tracked values at 95%; +Inf while no estimate can stand above it).
+        floor = GaugeMetricFamily("ocms_estimate_noise_floor_ratio", "the frequency an estimate must exceed to stand "
+                                  "above the noise of all the version's tracked values (95%, simultaneous)",
+                                  labels=["metric", "version", "window"])
+        previous_upper = GaugeMetricFamily(
+            "ocms_estimate_previous_ci_upper_ratio", "upper confidence bound of the frequency in the bucket before "
+            "the latest complete one, for the values exported in the latest bucket (the OCMSValueSurge alert's baseline)",
+            labels=["metric", "version", "value"])
         capped = GaugeMetricFamily("ocms_estimate_values_capped",
                                    f"values of watch + top-K not exported because the scrape holds {self.max_values} "
                                    "already (a global cap over every metric version)")
@@ -277,6 +288,8 @@ class EstimatesCollector:
                 withheld.add_metric(names + [window], 1.0 if held else 0.0)
                 if not n or held:
                     continue
+                if window == "latest_bucket":
+                    floor.add_metric(names + [window], self._floor(service, latest.start, n, options.confidence))
                 if window == "total":
                     exported = len(chosen)
                 for record in select(est, chosen).as_records():  # O(exported), not O(D)
@@ -284,6 +297,8 @@ class EstimatesCollector:
                     for suffix, field, _ in ESTIMATE_FIELDS:
                         families[suffix].add_metric(labels, record[field])
             omitted.add_metric(names, float(len(service.labels) - exported))
+            if latest_n and not service.withheld(latest_n):
+                self._previous_upper(service, latest, chosen, options, names, previous_upper)
         yield info
         yield reports
         yield latest_start
@@ -292,6 +307,31 @@ class EstimatesCollector:
         yield withheld
         yield capped
         yield from families.values()
+        yield floor
+        yield previous_upper
+
+    def _floor(self, service, start: int, n: int, confidence: float) -> float:
+        """The latest bucket's noise floor, computed once per (version, bucket, n): the exact test costs
+        O(sqrt(n)) (tens of ms at n = 10^6), and a complete bucket's n rarely changes between scrapes."""
+        key = (service.fingerprint, start, n, confidence)
+        cached = self._floors.get(service.fingerprint)
+        if cached is None or cached[0] != key:
+            cached = self._floors[service.fingerprint] = (
+                key, noise_floor(service.version.params, n, confidence, len(service.labels)))
+        return cached[1]
+
+    @staticmethod
+    def _previous_upper(service, latest, chosen, options, names, family) -> None:
+        """The upper bound of each exported value in the bucket before ``latest`` (none when that bucket is
+        empty or withheld): O(exported) estimates from the bucket's counts, one value at a time."""
+        width = latest.width
+        previous = Window("previous_bucket", width, latest.start - width, latest.start)
+        n, counts = service.counts(service.fingerprint, previous)
+        if not n or service.withheld(n):
+            return
+        for index in chosen:
+            est = service.estimator.estimate_one(service.fingerprint, index, n, int(counts[index]), options)
+            family.add_metric(names + [service.name_of(value_to_json(service.labels[index]))], float(est.ci_high[0]))
 
 
 class _NoVersions:

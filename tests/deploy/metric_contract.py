@@ -74,6 +74,12 @@ METRICS: tuple[Metric, ...] = (
        "served metric versions and their parameters (value 1)"),
     _m("ocms_latest_bucket_start_timestamp_seconds", "gauge", "metric,version", "global",
        "start of the latest complete bucket"),
+    # The surge alert's inputs (issue 28): the bucket before the latest's upper bound per exported value, and
+    # the latest bucket's simultaneous noise floor per metric version (window="latest_bucket").
+    _m("ocms_estimate_previous_ci_upper_ratio", "gauge", "metric,version,value", "global",
+       "CI upper bound of the frequency in the bucket before the latest complete one"),
+    _m("ocms_estimate_noise_floor_ratio", "gauge", "metric,version,window", "global",
+       "frequency an estimate must exceed to stand above the noise of all tracked values (simultaneous)"),
     # Discovery (agents/discovery.py, docs/discovery.md): every worker runs the same periodic pass over
     # the source topic's window, so the results are global; the reports it acks are per worker.
     _m("ocms_discovered_frequency", "gauge", "metric,value", "global", "estimated frequency of a discovered value"),

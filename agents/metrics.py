@@ -323,15 +323,16 @@ class EstimatesCollector:
     @staticmethod
     def _previous_upper(service, latest, chosen, options, names, family) -> None:
         """The upper bound of each exported value in the bucket before ``latest`` (none when that bucket is
-        empty or withheld): O(exported) estimates from the bucket's counts, one value at a time."""
+        empty or withheld): one vectorized estimate of the bucket, as for the other windows, read at the
+        exported values (one-value estimates cost ~0.1 ms each: +70% of a 2,000-value scrape)."""
         width = latest.width
         previous = Window("previous_bucket", width, latest.start - width, latest.start)
         n, counts = service.counts(service.fingerprint, previous)
         if not n or service.withheld(n):
             return
+        upper = service.estimate(service.fingerprint, n, counts, options).ci_high
         for index in chosen:
-            est = service.estimator.estimate_one(service.fingerprint, index, n, int(counts[index]), options)
-            family.add_metric(names + [service.name_of(value_to_json(service.labels[index]))], float(est.ci_high[0]))
+            family.add_metric(names + [service.name_of(value_to_json(service.labels[index]))], float(upper[index]))
 
 
 class _NoVersions:

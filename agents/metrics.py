@@ -9,6 +9,9 @@ complete bucket), and the fixed reject reasons; ``ocms_estimate_values_omitted``
 says how many tracked values were left out. A value label is the value's name:
 a category name, a string exactly (the exposition escapes what it must), an
 integer's decimal digits. Fingerprints appear only on ``ocms_params_info``.
+``ocms_estimate_above_noise`` (1/0 per exported value) and ``ocms_estimate_noise_floor_ratio``
+(per metric version and window) carry the noise test of every answer (cms_core.theory, "Above the
+noise"), at the exported estimates' 95%.
 
 Every worker exports the same global estimates (its view reads the whole
 changelog); pipeline counters are per worker. Recording rules in
@@ -23,7 +26,6 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from cms_core.planning import noise_floor
 from cms_core.values import value_to_json
 
 from .processor import REJECT_REASONS
@@ -223,7 +225,6 @@ class EstimatesCollector:
         self.catalog = catalog
         self.clock = clock
         self.max_values = max_values
-        self._floors: dict[str, tuple] = {}  # fingerprint -> ((fingerprint, bucket start, n, confidence), floor)
 
     def describe(self):
         """The families ``collect()`` yields (for no metric version: nothing is computed)."""
@@ -247,10 +248,13 @@ class EstimatesCollector:
                                          "field", "mode"])
         latest_start = GaugeMetricFamily("ocms_latest_bucket_start_timestamp_seconds",
                                          "start of the latest complete bucket", labels=["metric", "version"])
-        # The simultaneous noise level of the latest bucket (cms_core.planning.noise_floor: the exact Bonferroni
-        # test of f = 0 over the version's D tracked values at 95%; +Inf while no estimate can stand above it).
+        # The noise test (cms_core.theory, "Above the noise"): a series per exported value (no label that
+        # flips, so an estimate's series never splits), and the floor per metric version and window.
+        above = GaugeMetricFamily("ocms_estimate_above_noise", "1 when the value's estimate stands above the noise "
+                                  "floor of all its version's tracked values (Bonferroni at 95%), else 0",
+                                  labels=["metric", "version", "value", "window"])
         floor = GaugeMetricFamily("ocms_estimate_noise_floor_ratio", "the frequency an estimate must exceed to stand "
-                                  "above the noise of all the version's tracked values (95%, simultaneous)",
+                                  "above zero among all tracked values of the version (Bonferroni at 95%)",
                                   labels=["metric", "version", "window"])
         previous_upper = GaugeMetricFamily(
             "ocms_estimate_previous_ci_upper_ratio", "upper confidence bound of the frequency in the bucket before "
@@ -288,14 +292,14 @@ class EstimatesCollector:
                 withheld.add_metric(names + [window], 1.0 if held else 0.0)
                 if not n or held:
                     continue
-                if window == "latest_bucket":
-                    floor.add_metric(names + [window], self._floor(service, latest.start, n, options.confidence))
+                floor.add_metric(names + [window], est.noise_floor)  # +Inf: a bound that says nothing
                 if window == "total":
                     exported = len(chosen)
                 for record in select(est, chosen).as_records():  # O(exported), not O(D)
                     labels = names + [service.name_of(value_to_json(record["value"])), window]
                     for suffix, field, _ in ESTIMATE_FIELDS:
                         families[suffix].add_metric(labels, record[field])
+                    above.add_metric(labels, 1.0 if record["above_noise"] else 0.0)
             omitted.add_metric(names, float(len(service.labels) - exported))
             if latest_n and not service.withheld(latest_n):
                 self._previous_upper(service, latest, chosen, options, names, previous_upper)
@@ -307,18 +311,9 @@ class EstimatesCollector:
         yield withheld
         yield capped
         yield from families.values()
+        yield above
         yield floor
         yield previous_upper
-
-    def _floor(self, service, start: int, n: int, confidence: float) -> float:
-        """The latest bucket's noise floor, computed once per (version, bucket, n): the exact test costs
-        O(sqrt(n)) (tens of ms at n = 10^6), and a complete bucket's n rarely changes between scrapes."""
-        key = (service.fingerprint, start, n, confidence)
-        cached = self._floors.get(service.fingerprint)
-        if cached is None or cached[0] != key:
-            cached = self._floors[service.fingerprint] = (
-                key, noise_floor(service.version.params, n, confidence, len(service.labels)))
-        return cached[1]
 
     @staticmethod
     def _previous_upper(service, latest, chosen, options, names, family) -> None:

@@ -134,26 +134,51 @@ def coverage(truth: np.ndarray, records: list[dict], scale: float, dataset=None)
     return inside, total
 
 
+#: Marks an estimate under the noise floor in the table and the companion lines.
+UNDER_NOISE = "~"
+
+
+def noise_mark(record: dict) -> str:
+    """``UNDER_NOISE`` for a record the worker says is not above the noise floor, else a space."""
+    return UNDER_NOISE if record.get("above_noise") is False else " "
+
+
+def noise_legend(doc: dict, confidence: float = 0.95) -> str | None:
+    """The line explaining ``UNDER_NOISE`` with the answer's floor (None before there is one)."""
+    floor, count, n = doc.get("noise_floor"), doc.get("noise_floor_count"), doc.get("n", 0)
+    if floor is None or count is None or not n:
+        return None
+    return (f"  {UNDER_NOISE} under the noise floor ({count:,.0f} of {n:,} reports, {floor:.2%}): cannot be told "
+            f"from zero among the {doc.get('noise_values', 0):,} tracked values at {confidence:.0%}")
+
+
 def table(dataset, truth: np.ndarray, sent: int, doc: dict, show: int, confidence: float = 0.95) -> str:
-    """Truth next to the estimates for the ``show`` most frequent values, and the coverage line."""
+    """Truth next to the estimates for the ``show`` most frequent values, and the coverage line.
+
+    The true count is the fleet's count scaled to the reports the worker counted so far (x counted /
+    sent): like with like while the worker catches up. Estimates the worker calls under the noise
+    floor are marked ``UNDER_NOISE``, explained by a legend line."""
     records = doc.get("estimates", [])
     counted = doc.get("n", 0)
     order = np.argsort(-truth, kind="stable")[:show]
     scale = counted / sent if sent else 0.0  # compare like with like while the worker catches up
-    lines = [f"reports sent {sent:,}; counted by the worker {counted:,}",
-             f"  {'value':>12} {'true count':>11} {'estimate':>10}   {confidence:.0%} CI of the count"]
+    lines = [f"reports sent {sent:,}; counted by the worker {counted:,} (true counts scaled to the {counted:,} counted)",
+             f"  {'value':>12} {'true, scaled':>13} {'estimate':>10}    {confidence:.0%} CI of the count"]
     by_value = {value_id(dataset, rec["value"]): rec for rec in records if "value" in rec}  # names or digits
     for value in order:
         label = dataset.label(int(value))
         rec = by_value.get(int(value), {})
         if rec.get("count") is not None:  # records of n = 0 hold null estimates (cms_core.records)
-            lines.append(f"  {label:>12} {truth[value] * scale:>11,.0f} {rec['count']:>10,.0f}   "
+            lines.append(f"  {label:>12} {truth[value] * scale:>13,.0f} {rec['count']:>10,.0f}{noise_mark(rec)}   "
                          f"[{rec['count_ci_low']:,.0f}, {rec['count_ci_high']:,.0f}]")
         else:
-            lines.append(f"  {label:>12} {truth[value] * scale:>11,.0f} {'-':>10}")
+            lines.append(f"  {label:>12} {truth[value] * scale:>13,.0f} {'-':>10}")
+    legend = noise_legend(doc, confidence)
+    if legend:
+        lines.append(legend)
     inside, total = coverage(truth, records, scale, dataset)
     if total:
-        lines.append(f"  {inside} of {total} values inside their {confidence:.0%} CI "
+        lines.append(f"  {inside:,} of {total:,} values inside their {confidence:.0%} CI "
                      f"(about {confidence:.0%} expected: one in {1 / (1 - confidence):.0f} outside is normal)")
     return "\n".join(lines)
 
@@ -420,7 +445,7 @@ console      {base}/   (open in a browser: live estimates beside the fleet's tru
 worker API   {base}/estimates   {base}/topk?k=10   {base}/params   {base}/healthz
 {collector_lines}metrics      {base}/metrics   (JSON listing: curl -s -H 'Accept: application/json' {base}/metrics)
 try          curl -s '{base}/{f"metrics/{named.name}/estimates/{named.example_value}" if named else "estimates/0"}'
-fleet        {dataset.description}: eps={args.epsilon:g}, {args.rate:,.0f} reports/s in frames of {args.frame_size}, {fleet_path}
+fleet        {dataset.description}: eps={args.epsilon:g}, {args.rate:,.0f} reports/s in frames of {args.frame_size:,}, {fleet_path}
 {also_lines}seed         {seed} (ocms run --seed {seed} sends the same values again)
 logs         {logs} (removed after a clean stop)
 Ctrl-C stops everything.

@@ -137,24 +137,17 @@ POISONING_TARGET = 0.01
 
 
 def noise_floor(params: OCMSParams, n: int, confidence: float, tracked_count: int) -> float:
-    """The frequency an estimate must exceed to stand above the noise of ``tracked_count`` values at n reports.
-
-    The exact one-sided binomial test of f = 0 at level (1 - confidence) / D (Bonferroni over the D tracked
-    values): under f = 0 the match count is Binomial(n, q0) (q0 = -B/A, Theorem g_x_def), k is the smallest
-    count whose upper tail is at most that level (:func:`cms_core.discovery.critical_count`), and the floor is
-    the estimate at k - 1. This is the noise floor the worker's answers state (issue 27's "above the noise");
-    +inf when not even n matches reach the level. Cost O(sqrt(n)).
+    """The frequency an estimate must exceed to stand above the noise of ``tracked_count`` values at n reports:
+    the noise floor the worker's answers state (:func:`cms_core.sketch.noise_test`, the exact Bonferroni
+    test of f = 0), predicted for n reports; +inf when not even n matches reach the level. Cost O(sqrt(n)).
     """
-    from .discovery import critical_count, null_match_probability  # discovery builds on this module
+    from .sketch import noise_test
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InvalidParameterError("n", n, "must be an integer >= 1")
     if not 0 < confidence < 1:
         raise InvalidParameterError("confidence", confidence, "must be in (0, 1)")
-    k = critical_count(n, null_match_probability(params), (1.0 - confidence) / max(1, int(tracked_count)))
-    if k > n:
-        return math.inf
-    return float(theory.estimate_frequencies(params.estimator_coefficients, k - 1, n))
+    return noise_test(params, n, confidence, max(1, int(tracked_count)))[1]
 
 
 def _exposure_row(params: OCMSParams, n: int | None, confidence: float, tracked_count: int | None) -> dict:

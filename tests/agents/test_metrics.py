@@ -106,7 +106,8 @@ def expected_chosen(service, fp, top_k) -> list[str]:
 def test_family_names_and_types(families):
     names = {f"ocms_estimate_{suffix}" for suffix, _, _ in ESTIMATE_FIELDS}
     names |= {"ocms_estimate_values_omitted", "ocms_params_reports", "ocms_params_info", "ocms_estimate_withheld",
-              "ocms_estimate_values_capped", "ocms_estimate_previous_ci_upper_ratio", "ocms_estimate_noise_floor_ratio",
+              "ocms_estimate_values_capped", "ocms_estimate_above_noise", "ocms_estimate_noise_floor_ratio",
+              "ocms_estimate_previous_ci_upper_ratio",
               "ocms_latest_bucket_start_timestamp_seconds"}
     assert set(families) == names
     assert all(f.type == "gauge" for f in families.values())
@@ -172,13 +173,14 @@ def test_previous_bucket_upper_bound_is_the_answer_for_that_bucket(service, fami
 
 
 @pytest.mark.parametrize("fp", [FP1, FP2])
-def test_noise_floor_per_window_is_the_exact_bonferroni_floor(service, families, fp):
+def test_noise_floor_per_window_is_what_ocms_plan_predicts(service, families, fp):
+    """The floor the surge alert reads is the one `ocms plan` states for the same n and D."""
     from cms_core import planning
 
-    n = service.estimates({"params": fp, "window": "latest_bucket"})["n"]
-    (sample,) = samples(families["ocms_estimate_noise_floor_ratio"], params=fp)  # the latest bucket's only
-    assert sample.labels["window"] == "latest_bucket"
-    assert sample.value == planning.noise_floor(PARAMS[fp], n, 0.95, D) > 0
+    for window in ("total", "latest_bucket"):
+        n = service.estimates({"params": fp, "window": window})["n"]
+        (sample,) = samples(families["ocms_estimate_noise_floor_ratio"], params=fp, window=window)
+        assert sample.value == planning.noise_floor(PARAMS[fp], n, 0.95, D) > 0
 
 
 def test_latest_bucket_excludes_the_current_bucket(service, families):

@@ -167,6 +167,12 @@ class VersionService(EstimateService):
         starts = self.view.buckets(self.fingerprint, self.version.bucket_seconds)
         return starts[-1] if starts else None
 
+    def oldest_bucket(self) -> int | None:
+        """Start of the oldest retained base bucket holding counts (the console's trend range fits
+        the data from there), None before the first report."""
+        starts = self.view.buckets(self.fingerprint, self.version.bucket_seconds)
+        return starts[0] if starts else None
+
     def window_reports(self) -> dict:
         """Reports and the withheld state of the windows the API answers by name (``total``,
         ``latest_bucket``), as Prometheus exports them: O(partitions), no counts summed."""
@@ -190,8 +196,10 @@ class VersionService(EstimateService):
             "tracked_values": len(self.labels), "reports": self.reports(self.fingerprint),
             "bucket_seconds": v.bucket_seconds, "retention_seconds": v.retention_seconds,
             "rollup_seconds": v.rollup_seconds, "min_reports": v.min_reports,
-            "latest_bucket_start": self.newest_bucket(),
+            "latest_bucket_start": self.newest_bucket(), "oldest_bucket_start": self.oldest_bucket(),
             "watch": list(v.watch), "top_k": v.top_k, "note": v.note,
+            # Its values can be discovered (docs/discovery.md): the worker answers /discovered?metric=NAME.
+            "discoverable": getattr(v, "discovery", None) is not None,
         }
 
 
@@ -257,6 +265,7 @@ class Catalog:
                  clock: Callable[[], float] = time.time, legacy: bool = False):
         self.registry = registry
         self.legacy = legacy
+        self.clock = clock
         entries = []
         for spec in registry.metrics:
             services = tuple(VersionService(v, settings, view, clock) for v in spec.live_versions)
@@ -323,7 +332,9 @@ class Catalog:
         return entry
 
     def describe(self) -> dict:
-        return {"metrics": [e.describe() for e in self.metrics.values()]}
+        # generated_at: the worker's clock when listed; the console measures reports/s against it, not
+        # against the browser's clock (a headless screenshot under virtual time runs that clock fast).
+        return {"generated_at": self.clock(), "metrics": [e.describe() for e in self.metrics.values()]}
 
     def prepare(self, name: str, endpoint: str, pairs, value: str | None = None) -> Answer:
         """A named request (/metrics/NAME/...): checked completely, the version chosen, work stated.

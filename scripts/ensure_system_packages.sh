@@ -7,6 +7,8 @@
 #   librdkafka.so.1          from Debian's `librdkafka1` (its mock cluster: producer/mock_cluster.py)
 #   cJSON and libcurl headers from Debian's `libcjson-dev` and `libcurl4-openssl-dev` (producer/c's
 #                            example program ocms-report-c; the C library itself needs only libc)
+#   node + npm               from Debian's `nodejs` and `npm` (producer/js, the JavaScript client; a node
+#                            already on PATH is kept)
 # Idempotent: does nothing when every tool is already on PATH. Otherwise runs
 # `apt-get update` once and installs the missing packages non-interactively,
 # with sudo only when not running as root. Called by `make test`.
@@ -39,9 +41,12 @@ fi
 if ! has_header curl/curl.h; then
     missing+=(libcurl4-openssl-dev)
 fi
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    missing+=(nodejs npm)
+fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "ensure_system_packages: promtool, prometheus, kcat, chromium, chromedriver, wrk, librdkafka1, cJSON and libcurl headers present, nothing to do"
+    echo "ensure_system_packages: promtool, prometheus, kcat, chromium, chromedriver, wrk, librdkafka1, cJSON and libcurl headers, node and npm present, nothing to do"
     exit 0
 fi
 
@@ -66,7 +71,7 @@ export DEBIAN_FRONTEND=noninteractive
 # --no-install-recommends keeps the prometheus package from pulling extras.
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 
-for tool in promtool prometheus kcat chromium chromedriver wrk; do
+for tool in promtool prometheus kcat chromium chromedriver wrk node npm; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "ensure_system_packages: $tool still missing after apt-get install" >&2
         exit 1

@@ -116,6 +116,25 @@ def test_simulate_discovery_needs_a_discoverable_metric_and_a_capture(workspace,
         assert message in capsys.readouterr().err
 
 
+
+def test_simulate_discovery_from_a_long_tailed_file_finds_the_frequent_values_only(workspace, tmp_path, capsys):
+    """A file: dataset whose values are mostly drawn once (issue 24's slow case, small): every report is sent,
+    the frequent values are found, nothing outside the file is."""
+    _, registry, _, _ = workspace
+    tail = [f"{a}{b}{c}{d}" for a in "qrs" for b in "uvwxy" for c in "abcdefghij" for d in "0123456"]
+    values = tmp_path / "values.txt"
+    values.write_text("\n".join(["the"] * 3000 + ["cat"] * 2000 + tail) + "\n", encoding="utf-8")
+    capture, truth = tmp_path / "long.cap", tmp_path / "long.json"
+    assert main(["simulate", "--registry", str(registry), "--metric", "typed_words", "--discovery",
+                 "--dataset", f"file:{values}", "--reports", "30000", "--seed", "5",
+                 "--out", str(capture), "--truth", str(truth)]) == 0
+    assert "sent 30,000 reports" in capsys.readouterr().err  # the status line goes to stderr
+    assert json.loads(truth.read_text())["distinct_values"] > 900
+    assert main(["discover", "--registry", str(registry), "--metric", "typed_words", str(capture)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    found = {d["value"] for d in doc["discovered"]}
+    assert doc["reports"] == 30000 and {"the", "cat"} <= found and found <= {"the", "cat", *tail}
+
 # ------------------------------------------------ periodic discovery over a topic window (embedded broker)
 
 def test_periodic_discovery_reads_the_topic_window_and_exports_bounded_labels(workspace):
@@ -170,6 +189,35 @@ def test_periodic_discovery_reads_the_topic_window_and_exports_bounded_labels(wo
     assert 'ocms_discovered_frequency{metric="typed_words",value="zebra"}' in text
     assert 'value="quiet"' not in text  # beyond the exported top
     assert f'ocms_discovered_values_omitted{{metric="typed_words"}} {float(len(found) - 1)}' in text
+
+
+def test_the_worker_page_answers_with_the_one_discovered_handler(workspace):
+    """/discovered is written once (DiscoveryService.page): the worker's Faust page returns its answers as they are
+    (``ocms discover --serve`` is checked over HTTP by test_discover_serve_publishes_the_latest_pass_over_http)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from agents.discovery import DiscoveryService, add_discovery_pages
+    from registry import load_registry
+
+    _, registry_path, _, _ = workspace
+    version = load_registry(registry_path).metric("typed_words").latest
+    service = DiscoveryService([version], bootstrap_servers="unused:9092", topic="unused", interval_seconds=60)
+    service.latest["typed_words"] = {"metric": "typed_words", "discovered": [], "reports": 7}
+    pages = {}
+    app = SimpleNamespace(page=lambda path: lambda handler: pages.setdefault(path, handler),
+                          task=lambda job: job)
+    add_discovery_pages(app, service)
+    web = SimpleNamespace(bytes=lambda body, content_type, status: (status, content_type, body))
+    cases = {"metric=typed_words": 200, "": 400, "metric=screens": 404, "metric=typed_words&x=1": 400}
+    for query, expected in cases.items():
+        params = dict(pair.split("=") for pair in query.split("&") if pair)
+        status, body = service.page(params)
+        doc = json.loads(body)
+        assert status == expected and (doc["reports"] == 7 if status == 200 else doc["status"] == status)
+        request = SimpleNamespace(query=params)
+        assert asyncio.run(pages["/discovered"](web, request)) == (status, "application/json", body)
+    assert "'x'" in json.loads(service.page({"metric": "typed_words", "x": "1"})[1])["error"]
 
 
 def test_promote_adds_discovered_values_to_a_tracked_file(workspace, capsys):

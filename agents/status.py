@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from faust.types import TP
 
 if TYPE_CHECKING:  # a type only: the worker imports this module
     from .app import OCMSWorker
+
+
+#: /healthz's ``table_bytes`` is at most this old.
+TABLE_BYTES_EVERY_S = 2.0
 
 
 def owned_partitions(app, source_topic: str) -> set[int] | None:
@@ -25,6 +30,7 @@ class WorkerStatus:
         self.agent_started = False
         #: source partition -> the offset after the newest acked message (the lag gauges)
         self.next_offset: dict[int, int] = {}
+        self._table_bytes = (-TABLE_BYTES_EVERY_S, 0)  # (when counted, bytes)
 
     def acked(self, last_offsets: dict[int, int]) -> None:
         self.next_offset.update({p: offset + 1 for p, offset in last_offsets.items()})
@@ -46,6 +52,14 @@ class WorkerStatus:
             if highwater is not None:
                 metrics.lag.labels(str(partition)).set(max(0, highwater - self.next_offset.get(partition, 0)))
 
+    def table_bytes(self) -> int:
+        """Bytes of the table values this worker's store holds (its partitions), re-counted at most
+        every ``TABLE_BYTES_EVERY_S``: a scan of every key, too slow for each /healthz poll."""
+        now = time.monotonic()
+        if now - self._table_bytes[0] >= TABLE_BYTES_EVERY_S:
+            self._table_bytes = (now, sum(len(value) for value in self.worker.table.values()))
+        return self._table_bytes[1]
+
     def health(self) -> dict:
         worker = self.worker
         caught_up = worker.reader.caught_up.is_set()
@@ -55,7 +69,7 @@ class WorkerStatus:
             "view_keys": worker.view.keys(),
             "view_reports": worker.view.reports(),
             "view_bytes": worker.view.memory_bytes(),
-            "table_bytes": sum(len(value) for value in worker.table.values()),  # this worker's table partitions
+            "table_bytes": self.table_bytes(),
             **worker.share.describe(),
             "view_lag_messages": worker.reader.lag,
             "assigned_partitions": self.assigned_partitions(),

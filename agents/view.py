@@ -103,6 +103,7 @@ class CountsView:
         self.starts: dict[tuple[str, int], list[int]] = defaultdict(list)
         #: table key -> the fingerprints of its latest bundle (a tombstone deletes their states)
         self.members: dict[StateKey, tuple[str, ...]] = {}
+        self.held_bytes = 0  # memory_bytes
         self.applied = 0
         self.rejected = 0  # changelog records or member states that are not ours (never counted)
         #: fingerprint -> D; records of other parameter sets or tracked-set sizes are refused
@@ -144,16 +145,20 @@ class CountsView:
             return
         slot = (key.fingerprint, key.width, key.bucket_start)
         bucket = self.index.get(slot)
+        previous = None if bucket is None else bucket.partitions.get(key.partition)
+        self.held_bytes -= 0 if previous is None else len(previous)
         if state is None:
             if bucket is not None:
                 bucket.replace(key.partition, None, None)
                 if not bucket:
+                    self.held_bytes -= bucket.total.counts.nbytes
                     del self.index[slot]
                     starts = self.starts[(key.fingerprint, key.width)]
                     del starts[bisect.bisect_left(starts, key.bucket_start)]
         else:
             if bucket is not None and bucket.total.counts.shape != state.counts.shape:
                 # Only possible without tracked_sizes (every configured size is checked above).
+                self.held_bytes += 0 if previous is None else len(previous)  # nothing changes
                 self.rejected += 1
                 log.warning("ignoring changelog key %s: %d tracked counts, the bucket has %d", key,
                             state.counts.shape[0], bucket.total.counts.shape[0])
@@ -161,7 +166,9 @@ class CountsView:
             if bucket is None:
                 bucket = self.index[slot] = BucketSum(state.counts.shape[0])
                 bisect.insort(self.starts[(key.fingerprint, key.width)], key.bucket_start)
+                self.held_bytes += bucket.total.counts.nbytes
             bucket.replace(key.partition, raw_value, state)
+            self.held_bytes += len(raw_value)
         self.applied += 1
 
     def sum(self, fingerprint: str, width: int, start: int, tracked_count: int) -> tuple[int, np.ndarray]:
@@ -210,8 +217,9 @@ class CountsView:
         return sum(len(v) for v in self.index.values())
 
     def memory_bytes(self) -> int:
-        """Bytes of counts held: the summed arrays plus the partition states (payloads only)."""
-        return sum(b.total.counts.nbytes + sum(len(raw) for raw in b.partitions.values()) for b in self.index.values())
+        """Bytes of counts held: the summed arrays plus the partition states (payloads only; kept as
+        states come and go, so /healthz reads it at no cost)."""
+        return self.held_bytes
 
 
 class ChangelogReader:

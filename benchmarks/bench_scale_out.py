@@ -33,6 +33,7 @@ import numpy as np
 from agents.process import WorkerChild
 from agents.catalog import Catalog
 from agents.settings import worker_settings
+from agents.status import TABLE_BYTES_EVERY_S
 from agents.view import CountsView
 from benchmarks.capacity_model import view_bytes_of
 from cms_core import wire
@@ -150,6 +151,7 @@ def run(workers: int, path: Path, versions, records, total: int, log_dir: Path, 
             asyncio.run(produce(broker.bootstrap_servers, topic, records))
             wait(lambda: sum(get(url + "/healthz")[1]["view_reports"] for url in urls) >= total, 600, "all counted")
             seconds = time.monotonic() - start
+            time.sleep(TABLE_BYTES_EVERY_S)  # /healthz's table_bytes is re-counted at most this often
             health = [get(url + "/healthz")[1] for url in urls]
             after = [rss_mib(c.process.pid) for c in children]
             local, forwarded, answers = [], [], {}

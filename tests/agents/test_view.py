@@ -202,6 +202,9 @@ def test_summed_view_equals_the_sum_of_latest_states_under_random_rewrites_and_t
         assert counts.tolist() == (np.sum([w[1] for w in want], axis=0) if want else np.zeros(5)).astype(np.int64).tolist()
     assert view.keys() == len(latest)
     assert view.buckets(FP, 60) == sorted({k.bucket_start for k in latest})
+    # the bytes kept as states came and went are what the view holds now
+    assert view.memory_bytes() == sum(b.total.counts.nbytes + sum(len(r) for r in b.partitions.values())
+                                      for b in view.index.values())
 
 
 def test_a_state_of_another_size_is_refused_without_tracked_sizes():

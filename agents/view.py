@@ -1,4 +1,4 @@
-"""The global read model: every worker's complete view of the counts table.
+"""The read model: every worker's view of the counts table (all of it, or its share: agents.shards).
 
 Why (scale-out design): a Faust table is partitioned, so a worker holds only
 the partitions it owns and would answer for part of the topic. Each worker
@@ -10,7 +10,10 @@ workers every worker answers for all partitions, and once its view has caught
 up with the changelog the answer equals a single worker's (the same integers
 from the same keys). It also has no gap while partitions move between workers
 in a rebalance. Costs: every worker reads every changelog write (one value per
-key per micro-batch; the changelog is compacted on Kafka).
+table key per micro-batch; the changelog is compacted on Kafka). With ``--view share``
+a worker keeps only its share's records (agents.shards), so its memory falls as
+1/workers. A record is a table key's bundle of member states (agents.state); the view
+keeps one entry per member state.
 
 Memory: per bucket, one summed int64 array of the D tracked counts (what queries
 read: one state per bucket, not one per partition) plus each writing partition's

@@ -290,7 +290,9 @@ class PartialCounts:
         return header + self.counts.astype("<u4" if width == 4 else "<i8").tobytes()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "PartialCounts":
+    def from_bytes(cls, data: bytes, *, copy: bool = True) -> "PartialCounts":
+        """The state a table value holds; ``copy=False`` leaves the counts a read-only view of ``data``
+        (as stored: uint32 while n < 2^32), for a reader that only adds them up (agents.view)."""
         if len(data) < _CODEC.size:
             raise SerializationError(f"table value of {len(data)} bytes is shorter than its header")
         magic, version, width, n, last_offset, d = _CODEC.unpack_from(data)
@@ -299,7 +301,11 @@ class PartialCounts:
         if len(data) != _CODEC.size + d * width:
             raise SerializationError(f"table value has {len(data)} bytes, expected {_CODEC.size + d * width}")
         counts = np.frombuffer(data, "<u4" if width == 4 else "<i8", count=d, offset=_CODEC.size)
-        return cls(n, counts, last_offset)
+        if copy:
+            return cls(n, counts, last_offset)
+        state = cls.__new__(cls)
+        state.n, state.counts, state.last_offset = int(n), counts, int(last_offset)
+        return state
 
     def to_json(self) -> dict:
         return {"n": self.n, "counts": self.counts.tolist(), "last_offset": self.last_offset}

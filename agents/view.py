@@ -134,7 +134,7 @@ class CountsView:
     def apply_state(self, key: BucketKey, raw_value: bytes | None) -> None:
         """Set (PartialCounts bytes) or delete (None) one member key's state."""
         try:
-            state = None if raw_value is None else PartialCounts.from_bytes(raw_value)
+            state = None if raw_value is None else PartialCounts.from_bytes(raw_value, copy=False)
         except OCMSError as exc:
             self.rejected += 1
             log.warning("ignoring changelog state of %s that is not a counts value: %s", key, exc)

@@ -1,13 +1,14 @@
 """Real collector (and worker) processes against the embedded broker, for the collector tests.
 
 ``CollectorProcess`` is ``python -m agents.cli collector ...`` in its own session
-(SIGKILL takes exactly it). ``registry_worker`` is ``ocms worker --registry`` on the
+(SIGKILL takes exactly it). ``serving_worker`` is ``ocms worker --registry`` on the
 same registry (tests.agents.harness.WorkerProcess), because the collector only accepts
 registry-bound fingerprints.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -171,8 +172,15 @@ def records_of(message: bytes, version) -> list[bytes]:
     return [body[i:i + size] for i in range(0, len(body), size)]
 
 
-def registry_worker(registry: Path, bootstrap: str, topic: str, log_dir: Path) -> WorkerProcess:
-    """``ocms worker --registry REGISTRY`` reading ``topic`` (not started): it counts every version of the
-    registry's metrics, and its name-less /estimates answers the first metric's ("dest" version 1)."""
-    return WorkerProcess(bootstrap, f"{topic}-worker", topic, log_dir, "--registry", str(registry),
-                         "--batch-max-seconds", "0.1")
+@contextlib.contextmanager
+def serving_worker(registry: Path, bootstrap: str, topic: str, log_dir: Path):
+    """``ocms worker --registry REGISTRY`` reading ``topic``, serving its API (n = 0 answered); stopped on
+    the way out. It counts every version of the registry's metrics; its name-less /estimates answers
+    the first metric's ("dest" version 1)."""
+    worker = WorkerProcess(bootstrap, f"{topic}-worker", topic, log_dir, "--registry", str(registry),
+                           "--batch-max-seconds", "0.1").start()
+    try:
+        worker.wait_for_n(0, timeout=90)
+        yield worker
+    finally:
+        worker.stop()

@@ -1,7 +1,7 @@
 """Device -> collector -> Kafka -> worker, exact; and SIGKILLs of the collector under load.
 
 The worker is ``ocms worker --registry`` on the collector's registry
-(harness.registry_worker). Expectations are integers: the worker's n
+(conftest.worker). Expectations are integers: the worker's n
 and match counts against an offline decode of exactly what was delivered.
 """
 
@@ -13,7 +13,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from producer.broker import EmbeddedBroker
 from producer.ledger import PrivacyLedger
 from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport
@@ -21,28 +20,12 @@ from tests.agents.harness import ocms
 from tests.support.topics import consume
 from tests.support.waiting import poll_until
 
-from .harness import CollectorProcess, records_of, registry_worker
+from .harness import CollectorProcess, records_of
 from .loadgen import LoadGenerator
 
 pytestmark = pytest.mark.integration  # a broker, a worker and collectors
 
 TOPIC = "col-e2e"
-
-
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def worker(broker, registry_path, tmp_path_factory):
-    w = registry_worker(registry_path, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("worker")).start()
-    try:
-        w.wait_for_n(0, timeout=90)  # serving
-        yield w
-    finally:
-        w.stop()
 
 
 @pytest.fixture(scope="module")

@@ -61,6 +61,11 @@ class WorkerProcess:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.web_port}"
 
+    @property
+    def log_path(self) -> Path:
+        """The log of the worker process started last."""
+        return self.child.log
+
     def start(self) -> "WorkerProcess":
         self.starts += 1
         self.child = WorkerChild(self.topic, *self.args, bootstrap=self.bootstrap, web_port=self.web_port,

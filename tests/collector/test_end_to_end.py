@@ -18,7 +18,6 @@ from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport
 from tests.agents.harness import ocms
 from tests.support.topics import consume
-from tests.support.waiting import poll_until
 
 from .harness import CollectorProcess, records_of
 from .loadgen import LoadGenerator
@@ -102,15 +101,11 @@ def test_sigkill_of_the_collector_under_load_loses_no_accepted_report(broker, re
     load = LoadGenerator(collector.url + "/v1/reports", dest, concurrency=8, per_upload=4, seed=7).start()
     try:
         for kill in range(3):
-            accepted = load.log.statuses()[202]
-            poll_until(lambda: load.log.statuses()[202], 60, "40 more accepted uploads before a kill",
-                       until=lambda now: now >= accepted + 40, interval=0.05)
+            load.log.wait_for_accepted(40)
             collector.kill()  # SIGKILL: uploads in flight get no answer
             collector.start()
             collector.wait_healthy()
-        accepted = load.log.statuses()[202]
-        poll_until(lambda: load.log.statuses()[202], 60, "40 more accepted uploads after the last restart",
-                   until=lambda now: now >= accepted + 40, interval=0.05)
+        load.log.wait_for_accepted(40)
     finally:
         log = load.stop()
     statuses = log.statuses()

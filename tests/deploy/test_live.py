@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path

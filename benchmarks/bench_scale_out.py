@@ -129,15 +129,13 @@ def run(workers: int, path: Path, versions, records, total: int, log_dir: Path, 
     with EmbeddedBroker() as broker:
         topic = f"scale-{workers}"
         ports = [free_port() for _ in range(workers)]
-        children = [WorkerChild(["--registry", str(path), "--bootstrap-servers", broker.bootstrap_servers,
-                                 "--broker", "embedded", "--app-id", topic, "--source-topic", topic,
-                                 "--dead-letter-topic", topic + "-dlq", "--web-port", str(port), "--view", "share",
-                                 "--log-level", "warning", "--discovery-interval-seconds", "0"],
+        children = [WorkerChild(topic, "--registry", str(path), "--view", "share", "--discovery-interval-seconds", "0",
+                                bootstrap=broker.bootstrap_servers, web_port=port,
                                 log=log_dir / f"{topic}-{port}.log").start() for port in ports]
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         try:
-            for child, url in zip(children, urls):
-                child.wait_healthy(url, 180)
+            for child in children:
+                child.wait_healthy(180)
 
             def settled():
                 docs = [get(url + "/healthz")[1] for url in urls]

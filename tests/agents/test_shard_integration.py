@@ -24,7 +24,7 @@ from producer.offline import sketch_from_messages
 from registry import load_registry
 
 from .harness import Scrape, WorkerProcess, report_messages, send
-from .test_named_integration import wait_until
+from tests.support.waiting import poll_until
 
 pytestmark = pytest.mark.integration
 
@@ -101,7 +101,7 @@ def test_every_worker_answers_every_metric_exactly_from_the_share_that_holds_it(
         return all(get(w, name)[0] == 200 and answers_exactly(get(w, name)[1], counts)
                    for w in workers for name, counts in expected.items())
 
-    wait_until(all_exact, 120, "every worker answering every metric exactly")
+    poll_until(all_exact, 120, "every worker answering every metric exactly")
     health = [w.get("/healthz")[1] for w in workers]
     held = [set(h["held_shards"]) for h in health]
     assert all(h["view"] == "share" for h in health)
@@ -121,7 +121,7 @@ def test_every_worker_answers_every_metric_exactly_from_the_share_that_holds_it(
 
 def test_killing_the_holder_of_a_share_gives_exact_answers_or_503_never_wrong(fed):
     _, workers, expected, shards = fed
-    wait_until(lambda: all(get(w, n)[0] == 200 for w in workers for n in NAMES), 120, "both workers answering")
+    poll_until(lambda: all(get(w, n)[0] == 200 for w in workers for n in NAMES), 120, "both workers answering")
     survivor, victim = workers
     victim_shards = set(victim.get("/healthz")[1]["held_shards"])
     watched = [name for name in NAMES if shards[name] in victim_shards]
@@ -142,12 +142,12 @@ def test_killing_the_holder_of_a_share_gives_exact_answers_or_503_never_wrong(fe
     thread = threading.Thread(target=query)
     thread.start()
     try:
-        wait_until(lambda: seen.count(200) >= 5, 30, "answers before the kill")
+        poll_until(lambda: seen.count(200) >= 5, 30, "answers before the kill")
         victim.kill()
-        wait_until(lambda: set(survivor.get("/healthz")[1]["ready_shards"]) == set(range(PARTITIONS)), 90,
+        poll_until(lambda: set(survivor.get("/healthz")[1]["ready_shards"]) == set(range(PARTITIONS)), 90,
                    "the survivor rebuilding the dead worker's share")
         answered_after = len(seen)
-        wait_until(lambda: seen[answered_after:].count(200) >= 2 * len(watched), 30, "answers after the rebuild")
+        poll_until(lambda: seen[answered_after:].count(200) >= 2 * len(watched), 30, "answers after the rebuild")
     finally:
         stop.set()
         thread.join()

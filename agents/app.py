@@ -16,6 +16,7 @@ owned partitions of the table. Status (:mod:`agents.status`): /healthz and the l
 
 from __future__ import annotations
 
+import gc
 import logging
 import tempfile
 import time
@@ -249,6 +250,10 @@ class OCMSWorker:
         for problem in warnings_at_start():
             log.warning("Faust internals: %s", problem)
 
+        # The catalog, tracked sets and app built above live as long as the worker: the cyclic
+        # collector need not trace them again on every full collection (with hundreds of metrics,
+        # their label lists and dicts made collections 8% of the event loop's CPU, perf).
+        gc.freeze()
         worker = Worker(self.app, loglevel=self.settings.log_level.upper(), quiet=True)
         if not worker.stdout.isatty():
             worker.spinner = None  # its cursor escape codes belong on a terminal, not in a log

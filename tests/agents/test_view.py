@@ -204,6 +204,7 @@ def test_summed_view_equals_the_sum_of_latest_states_under_random_rewrites_and_t
     assert view.keys() == len(latest)
     assert view.buckets(FP, 60) == sorted({k.bucket_start for k in latest if k.width})
     assert view.reports() == sum(n for k, (n, _) in latest.items() if k.is_total) > 0
+    assert view.keys() == sum(len(bucket) for bucket in view.index.values())
     # the bytes kept as states came and went are what the view holds now
     assert view.memory_bytes() == sum(b.total.counts.nbytes + sum(len(r) for r in b.partitions.values())
                                       for b in view.index.values())

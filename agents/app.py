@@ -152,7 +152,10 @@ class OCMSWorker:
 
         @app.timer(interval=max(0.02, s.batch_max_seconds / 4))
         async def flush_old_batch():
-            if self.pending.age(time.monotonic()) >= s.batch_max_seconds:
+            # A full batch is left to the group commit (Checkpoint.ready): it waits for the
+            # acknowledgements of the batches before it, growing meanwhile.
+            if self.pending.age(time.monotonic()) >= s.batch_max_seconds and (
+                    not self.pending.full or self.checkpoint.ready()):
                 await self.flush()
 
         @app.timer(interval=expiry_interval(self.catalog.levels_by_fp))

@@ -58,10 +58,6 @@ from .web import add_pages
 log = logging.getLogger("ocms.worker")
 
 REASON_HEADER = "ocms-reject-reason"
-#: Tansu holds a fetch that found no data for its whole max wait (new data does not end
-#: it early), so Faust's 1,500 ms wait showed up as ~1 s latency spikes (bench_worker:
-#: single reports at 2,000/s, p99 1.08 s with 1,500 ms, 0.38 s with 100 ms).
-EMBEDDED_FETCH_MAX_WAIT_MS = 100
 #: Messages per ``take_events`` list on the "agent-take" intake path (benchmark only).
 AGENT_TAKE_MESSAGES = 1000
 #: Retention deletes run at least this often (seconds), and once per finest bucket width
@@ -102,7 +98,8 @@ class CountsTable(faust.Table):
 
 
 def faust_settings(settings: WorkerSettings) -> dict:
-    """faust.App keyword settings; the embedded broker needs short sessions and one-record batches."""
+    """faust.App keyword settings; what differs between brokers comes from the broker profile
+    (``producer.kafka``: sessions, one-record batches, topic declaration)."""
     if settings.store.startswith("rocksdb://"):
         # rocksdb://PATH: Faust keeps one RocksDB per table partition under its data directory.
         store, datadir = "rocksdb://", settings.store[len("rocksdb://"):] or f"{settings.app_id}-data"
@@ -110,12 +107,14 @@ def faust_settings(settings: WorkerSettings) -> dict:
         # The memory store keeps nothing on disk: Faust is given a directory name it never
         # creates (IntakeApp.create_data_directories), so no run leaves a temp folder behind.
         store, datadir = settings.store, f"{tempfile.gettempdir()}/ocms-{settings.app_id}-unused"
+    profile = settings.broker
     conf = dict(
         broker="kafka://" + settings.bootstrap_servers.replace(",", ";kafka://"),
         store=store,
         datadir=datadir,
         topic_partitions=settings.partitions,
-        topic_allow_declare=True,
+        topic_allow_declare=profile.clients_create_topics,
+        topic_disable_leader=True,  # no on_leader timer or task: no leader-election topic
         consumer_auto_offset_reset="earliest",
         table_standby_replicas=0,  # every worker reads the whole changelog into its view anyway
         broker_session_timeout=settings.session_timeout_s,
@@ -127,10 +126,8 @@ def faust_settings(settings: WorkerSettings) -> dict:
         web_host=settings.web_host,
         autodiscover=False,
     )
-    if settings.embedded_broker:
-        # Tansu answers end offsets wrongly when a batch holds several records; Faust would then
-        # lose the changelog tail on recovery. Batches of one record (any record exceeds 1 byte).
-        conf["producer_max_batch_size"] = 1
+    if profile.one_record_batches:
+        conf["producer_max_batch_size"] = 1  # any record exceeds 1 byte: one record per batch
     return conf
 
 
@@ -164,7 +161,8 @@ class OCMSWorker:
         self.tracked_by_fp = self.catalog.tracked_by_fp
         self.fp_hex = {p.fingerprint: p.fingerprint.hex() for p in self.catalog.params_sets}
         self.levels = self.catalog.levels_by_fp
-        self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic)
+        self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic, settings.partitions,
+                                      settings.broker)
         self.pending = PendingBatch(settings.batch_max_reports)
         self._lock = asyncio.Lock()  # one checkpoint's writes or retention pass at a time
         #: The newest batch's wait for the broker and its acks (steps 3-4 of ``checkpoint``): each
@@ -185,6 +183,7 @@ class OCMSWorker:
         #: Bucket keys by expiry, rebuilt from the table whenever ownership may have changed.
         self.retention = RetentionIndex(self.levels)
         self._retention_basis: tuple | None = None  # (rebalance count, owned partitions) indexed
+        self.failure: str | None = None  # a background job that stopped (``supervised``): the worker exits
         self.app = self._build_app()
 
     # ------------------------------------------------------------- wiring
@@ -193,8 +192,7 @@ class OCMSWorker:
         app = IntakeApp(s.app_id, **faust_settings(s))
         app.create_data_directories = s.store.startswith("rocksdb://")
         app.intake = self if self.intake_path == "side" else None
-        if s.embedded_broker:
-            app.fetch_max_wait_ms = EMBEDDED_FETCH_MAX_WAIT_MS
+        app.fetch_max_wait_ms = s.broker.fetch_max_wait_ms
         raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.source = app.topic(s.source_topic, partitions=s.partitions, **raw)
         self.dead_letters = app.topic(s.dead_letter_topic, partitions=s.partitions, **raw)
@@ -224,21 +222,43 @@ class OCMSWorker:
         @app.timer(interval=max(0.02, s.batch_max_seconds / 4))
         async def flush_old_batch():
             if self.pending.age(time.monotonic()) >= s.batch_max_seconds:
-                await self.flush()
+                await self.supervised("the micro-batch timer", self.flush())
 
         @app.timer(interval=expiry_interval(self.levels))
         async def expire_buckets():
             async with self._lock:
-                await self.expire(time.time())
+                await self.supervised("the retention timer", self.expire(time.time()))
 
         @app.task
         async def read_changelog():
-            await self.reader.run()
+            await self.supervised("the changelog view reader", self.reader.run(), forever=True)
 
         add_pages(app, self)
         self.discovery.install(app, self.metrics.registry)  # /discovered?metric=NAME (agents/discovery.py)
         add_console(app, self.settings.truth_file)  # the live console at / (agents/console)
         return app
+
+    async def supervised(self, what: str, work, *, forever: bool = False) -> None:
+        """Run a background job of the worker (a timer's round, or the view reader, ``forever``). If it
+        fails, is cancelled while the worker runs, or a ``forever`` job returns, say so (an error log
+        line naming it, /healthz 503 with ``failed``) and crash the worker, whose supervisor restarts it
+        from its committed offsets: a job that died quietly left /healthz at 503 for ever (the view
+        reader) or batches unwritten."""
+        try:
+            await work
+            if not forever:
+                return
+            error: BaseException = RuntimeError("it returned")
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.app.should_stop or (task is not None and task.cancelling()):
+                raise
+            error = RuntimeError("it was cancelled")
+        except Exception as exc:
+            error = exc
+        self.failure = f"{what} stopped: {type(error).__name__}: {error}"
+        log.error("%s; the worker exits (restarted, it resumes from its committed offsets)", self.failure)
+        await self.app.crash(error)
 
     # --------------------------------------------------------- per message
     def receive(self, message) -> bool:
@@ -537,9 +557,10 @@ class OCMSWorker:
         return TP(self.settings.source_topic, partition)
 
     def health(self) -> dict:
-        ready = self.reader.caught_up.is_set() and self._agent_started
+        ready = self.reader.caught_up.is_set() and self._agent_started and self.failure is None
         return {
-            "status": "ok" if ready else "starting",
+            "status": "ok" if ready else "failed" if self.failure else "starting",
+            "failed": self.failure,
             "view_caught_up": self.reader.caught_up.is_set(),
             "view_keys": self.view.keys(),
             "view_lag_messages": self.reader.lag,
@@ -561,12 +582,13 @@ class OCMSWorker:
 
 
 async def prepare_topics(settings: WorkerSettings) -> None:
-    """Create the source, dead-letter and changelog topics with the configured partitions."""
-    from producer.broker import create_topics
+    """Create the source, dead-letter and changelog topics with the configured partitions (on a broker
+    whose clients cannot create topics: check they exist with them)."""
+    from producer.kafka import create_topics
 
     await create_topics(
         settings.bootstrap_servers,
         {settings.source_topic: settings.partitions, settings.dead_letter_topic: settings.partitions,
          settings.changelog_topic: settings.partitions},
-        configs={settings.changelog_topic: {"cleanup.policy": "compact"}},
+        settings.broker, configs={settings.changelog_topic: {"cleanup.policy": "compact"}},
     )

@@ -109,9 +109,11 @@ SWEEP_WAIT_MS = 300
 async def read_topic_window(bootstrap: str, topic: str, start: datetime, stop: datetime, *,
                             idle_timeout_s: float = 5.0) -> list[bytes]:
     """Every message of ``topic`` with a timestamp in [start, stop): seek each partition by time, read to stop."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    from producer.kafka import make_consumer
+
+    consumer = make_consumer(bootstrap)
     try:
         await consumer.start()  # inside the try: a failed start is stopped too (no unclosed consumer)
         await consumer.topics()  # fetches the cluster metadata
@@ -367,12 +369,10 @@ def simulate_discovery(args, version) -> int:
 
 async def _send_frames(bootstrap: str, topic: str, partitions: int, frames: list[bytes]) -> None:
     """Create ``topic`` if needed and send every frame (acks=all), keyed round-robin like simulated gateways."""
-    from aiokafka import AIOKafkaProducer
-
-    from producer.broker import create_topics
+    from producer.kafka import create_topics, make_producer
 
     await create_topics(bootstrap, {topic: partitions})
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 << 20)
+    producer = make_producer(bootstrap, idempotent=False)  # any broker, the embedded one included
     await producer.start()
     try:
         for start in range(0, len(frames), 64):

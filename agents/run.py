@@ -339,7 +339,8 @@ def _tail(path: Path, lines: int = 15) -> str:
 def run(args) -> int:
     from cms_core import OCMSParams
     from producer import simulator
-    from producer.broker import EmbeddedBroker, create_topics, free_port
+    from producer.broker import EmbeddedBroker, free_port
+    from producer.kafka import EMBEDDED, KAFKA, create_topics
     from producer.datasets import parse_dataset
 
     from .settings import MAX_DEFAULT_TRACKED
@@ -382,11 +383,12 @@ def run(args) -> int:
             say(f"embedded broker (Tansu, memory storage) on {bootstrap}")
         from producer.cli import reach_kafka
 
-        reach_kafka(bootstrap, lambda: create_topics(bootstrap, {topic: args.partitions}))
+        profile = EMBEDDED if broker is not None else KAFKA
+        reach_kafka(bootstrap, lambda: create_topics(bootstrap, {topic: args.partitions}, profile))
         metric_flags = named.worker_flags() if named else [
             "--epsilon", str(args.epsilon), "--dictionary-size", str(dataset.dictionary_size)]
         worker = WorkerChild(
-            [*metric_flags, "--bootstrap-servers", bootstrap, "--broker", "kafka" if args.bootstrap_servers else "embedded",
+            [*metric_flags, "--bootstrap-servers", bootstrap, "--broker", profile.name,
              "--app-id", app_id, "--source-topic", topic, "--dead-letter-topic", topic + "-dlq",
              "--partitions", str(args.partitions), "--web-port", str(web_port), "--log-level", "warning",
              "--truth", str(logs / "truth.json")],
@@ -395,8 +397,7 @@ def run(args) -> int:
         if not direct:  # same registry and topic as the worker; the fleet uploads through it
             collector = CollectorChild(named.registry_path, bootstrap, topic, collector_port or free_port(),
                                        log=logs / "collector.log", frame_size=args.frame_size,
-                                       # the embedded Tansu broker has no idempotent producer: skip the probe's error
-                                       extra=("--kafka-idempotence", "off") if broker is not None else ()).start()
+                                       extra=("--broker", profile.name)).start()
         try:
             worker.wait_healthy(base)
         except WorkerNotHealthy as exc:

@@ -40,6 +40,8 @@ import numpy as np
 
 from cms_core.errors import OCMSError
 
+from producer.kafka import KAFKA, BrokerProfile, make_consumer, stop_client
+
 from .state import _CODEC, NO_OFFSET, BucketKey, PartialCounts
 
 log = logging.getLogger(__name__)
@@ -184,32 +186,29 @@ class CountsView:
 
 
 class ChangelogReader:
-    """Feeds a CountsView from every partition of the changelog topic (from the beginning)."""
+    """Feeds a CountsView from every partition of the changelog topic (from the beginning).
 
-    def __init__(self, view: CountsView, bootstrap_servers: str, topic: str):
+    ``partitions``: the changelog's partition count (the worker creates or checks the topic
+    with it before it starts), so the reader assigns them without waiting for metadata."""
+
+    def __init__(self, view: CountsView, bootstrap_servers: str, topic: str, partitions: int,
+                 profile: BrokerProfile = KAFKA):
         self.view = view
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
+        self.partitions = partitions
+        self.profile = profile
         self.caught_up = asyncio.Event()
         self.lag = 0
         self.last_update = 0.0
 
     async def run(self) -> None:
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka import TopicPartition
 
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False, auto_offset_reset="earliest",
-            group_id=None, fetch_max_wait_ms=100,
-        )
+        consumer = make_consumer(self.bootstrap_servers, profile=self.profile, auto_offset_reset="earliest")
         await consumer.start()
         try:
-            partitions = None
-            while partitions is None:
-                partitions = consumer.partitions_for_topic(self.topic)
-                if partitions is None:
-                    await consumer.force_metadata_update()
-                    await asyncio.sleep(0.2)
-            tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+            tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             start_ends = await consumer.end_offsets(tps)
@@ -232,7 +231,7 @@ class ChangelogReader:
                         lag += max(0, highwater - await consumer.position(tp))
                 self.lag = lag
         finally:
-            await consumer.stop()
+            await stop_client(consumer)
 
 
 def sum_states(snapshot, tracked_count: int) -> tuple[int, np.ndarray]:

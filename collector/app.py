@@ -37,10 +37,12 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from producer.kafka import KafkaUnavailableError
+
 from .guard import (
     AuthError, Authenticator, IDEMPOTENCY_KEY, IdempotencyCache, KeyReusedError, RateLimiter, body_digest, load_tokens,
 )
-from .produce import KafkaOutlet, KafkaUnavailable, Lane
+from .produce import KafkaOutlet, Lane
 from .uploads import BINARY_CONTENT_TYPES, JSON_CONTENT_TYPE, UploadParser, UploadRejected
 
 log = logging.getLogger(__name__)
@@ -411,7 +413,7 @@ class Collector:
                 await lane.submit(records, n)  # validated with the other uploads of this loop turn
             else:
                 await (await lane.add(batch, self.clock()))
-        except KafkaUnavailable as exc:  # the frame failed (the outlet released its queue places)
+        except KafkaUnavailableError as exc:  # the frame failed (the outlet released its queue places)
             return 503, {"status": 503, "reason": "kafka_unavailable", "detail": f"Kafka did not acknowledge: {exc}"}, \
                 {"Retry-After": self.retry_after}
         except UploadRejected as exc:  # a report of this upload failed the batch validation

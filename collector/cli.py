@@ -21,6 +21,8 @@ FLAGS = (
     ("--registry", "registry", "metric registry file"),
     ("--bootstrap-servers", "bootstrap_servers", "Kafka bootstrap address HOST:PORT[,HOST:PORT]"),
     ("--source-topic", "source_topic", "topic the frames go to [default ocms-reports]"),
+    ("--broker", "broker", "kafka|embedded|mock: the broker's profile (what the Kafka client does differently "
+     "there; README, operating notes) [default kafka]"),
     ("--host", "host", "listen address [default 127.0.0.1; 0.0.0.0 in a container]"),
     ("--port", "port", "listen port [default 8080; 0 = a free port, printed]"),
     ("--tls-cert", "tls_cert", "PEM certificate chain: serve HTTPS (or terminate TLS in a reverse proxy)"),

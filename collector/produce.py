@@ -34,16 +34,13 @@ from dataclasses import dataclass, field
 from cms_core import wire
 from cms_core.reports import ReportBatch
 from producer.gateway import FrameBatcher
+from producer.kafka import KafkaUnavailableError, aiokafka_producer, broker_profile, producer_config
 from producer.reporter import is_retriable
 
 log = logging.getLogger(__name__)
 
 #: Most reports validated by one decode call in a lane's batch validation.
 DRAIN_MAX_REPORTS = 65_536
-
-
-class KafkaUnavailable(Exception):
-    """The frame holding an upload was not acknowledged (Kafka down, timed out, or refused it)."""
 
 
 @dataclass
@@ -92,7 +89,7 @@ class Lane:
         Uploads submitted in the same event-loop turn are decoded and validated together with one
         :func:`cms_core.wire.decode_message` call (the per-call cost dominates single-report uploads);
         if that fails, each is decoded alone, so a bad upload gets its own reason and the others go on.
-        The future raises UploadRejected for a bad upload, KafkaUnavailable when its frame fails.
+        The future raises UploadRejected for a bad upload, KafkaUnavailableError when its frame fails.
         """
         future = asyncio.get_running_loop().create_future()
         self.pending.append((records, n, future))
@@ -142,7 +139,7 @@ class Lane:
             except BaseException as exc:
                 for _, _, future in items:
                     if not future.done():
-                        future.set_exception(exc if isinstance(exc, Exception) else KafkaUnavailable("cancelled"))
+                        future.set_exception(exc if isinstance(exc, Exception) else KafkaUnavailableError("cancelled"))
                 if not isinstance(exc, Exception):
                     raise
 
@@ -218,31 +215,21 @@ class KafkaOutlet:
         self._probe: asyncio.Task | None = None
         self._closing = False
         self.last_error: str | None = "not connected yet"
-        self.idempotent = settings.kafka_idempotence != "off"
+        self.profile = broker_profile(settings.broker)
+        self.idempotent = {"on": True, "off": False}.get(settings.kafka_idempotence, self.profile.idempotent_producer)
 
     def config(self) -> dict:
         s = self.settings
-        config = {
-            "bootstrap_servers": s.bootstrap_servers,
-            "acks": "all",
-            "client_id": "ocms-collector",
-            "linger_ms": 0,
-            "request_timeout_ms": s.kafka_timeout_ms,
-            "retry_backoff_ms": 100,
-            "max_request_size": 1_048_576,
-            "max_batch_size": 1_048_576,
-            "enable_idempotence": self.idempotent,
-        }
-        return config
+        return producer_config(s.bootstrap_servers, self.profile, idempotent=self.idempotent, client_id="ocms-collector",
+                               linger_ms=0, request_timeout_ms=s.kafka_timeout_ms, retry_backoff_ms=100,
+                               max_batch_size=1_048_576)
 
     async def start(self) -> None:
         """Start connecting in the background; uploads get 503 until Kafka answers."""
         self._probe = asyncio.create_task(self._connect_loop(), name="ocms-collector-kafka")
 
     async def _connect_loop(self) -> None:
-        from aiokafka import AIOKafkaProducer
-
-        factory = self._factory or AIOKafkaProducer
+        factory = self._factory or aiokafka_producer
         while not self._closing:
             if self.producer is None:
                 producer = factory(**self.config())
@@ -299,16 +286,16 @@ class KafkaOutlet:
         error: BaseException | None = None
         try:
             if self.producer is None:
-                raise KafkaUnavailable("not connected to Kafka")
+                raise KafkaUnavailableError("not connected to Kafka")
             # key=None: frames are keyed by nobody (spread over partitions), never by a device.
             ack = await self.producer.send(self.settings.source_topic, frame, key=None, timestamp_ms=timestamp_ms)
             await ack
         except asyncio.CancelledError:
-            error = KafkaUnavailable("the collector stopped before Kafka acknowledged the frame")
+            error = KafkaUnavailableError("the collector stopped before Kafka acknowledged the frame")
             raise
         except Exception as exc:
             error = exc
-            if is_retriable(exc) or isinstance(exc, KafkaUnavailable):
+            if is_retriable(exc) or isinstance(exc, KafkaUnavailableError):
                 self._unavailable(f"{type(exc).__name__}: {exc}")
             log.warning("frame of %d reports for %s@%s not acknowledged: %s: %s", records, version.metric,
                         version.version, type(exc).__name__, exc)
@@ -325,7 +312,7 @@ class KafkaOutlet:
                 self.metrics.frames_failed.labels(version.metric).inc()
                 for f in futures:
                     if not f.done():
-                        f.set_exception(KafkaUnavailable(f"{type(error).__name__}: {error}"))
+                        f.set_exception(KafkaUnavailableError(f"{type(error).__name__}: {error}"))
 
     async def close(self, lanes) -> None:
         """Send what the lanes hold, wait for every frame in flight, stop the producer."""

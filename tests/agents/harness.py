@@ -1,8 +1,12 @@
-"""Real worker processes against the embedded broker, for the integration tests.
+"""Real worker processes against a broker, for the integration tests.
 
 A ``WorkerProcess`` is ``ocms worker ...`` started by ``agents.process.WorkerChild``
 (own session, so SIGKILL takes exactly it; it dies with the test run); ``send`` produces wire messages with explicit
 keys/timestamps through aiokafka; ``wait_for`` polls the HTTP API.
+
+The broker is a bootstrap address of the embedded broker, or a broker object (``producer.broker.EmbeddedBroker``,
+``producer.mock_cluster.MockCluster``) whose ``profile`` the worker (``--broker``) and the clients here use;
+on a broker whose clients cannot create topics (the mock) ``WorkerProcess`` creates the worker's topics first.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from agents.process import WorkerChild
 from cms_core import OCMSParams, wire
 from cms_core.privatize import simulate_reports
 from producer.broker import free_port
+from producer.kafka import make_consumer, make_producer
+from tests.brokers import endpoint, worker_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,8 +46,9 @@ class Message:
 class WorkerProcess:
     """One ``ocms worker`` of a test (agents.process.WorkerChild: own session, dies with the test run)."""
 
-    def __init__(self, bootstrap: str, app_id: str, topic: str, log_dir: Path, *args: str, web_port: int | None = None):
-        self.bootstrap = bootstrap
+    def __init__(self, broker, app_id: str, topic: str, log_dir: Path, *args: str, web_port: int | None = None):
+        self.broker = broker
+        self.bootstrap, self.profile = endpoint(broker)
         self.app_id = app_id
         self.topic = topic
         self.web_port = web_port or free_port()
@@ -60,8 +67,10 @@ class WorkerProcess:
 
     def start(self) -> "WorkerProcess":
         self.starts += 1
+        if self.starts == 1 and not self.profile.clients_create_topics:
+            self.broker.create_topics(worker_topics(self.app_id, self.topic))
         self.child = WorkerChild(
-            ["--bootstrap-servers", self.bootstrap, "--broker", "embedded", "--app-id", self.app_id,
+            ["--bootstrap-servers", self.bootstrap, "--broker", self.profile.name, "--app-id", self.app_id,
              "--source-topic", self.topic, "--dead-letter-topic", self.topic + "-dlq",
              "--web-port", str(self.web_port), "--log-level", "warning", *self.args],
             log=self.log_dir / f"{self.app_id}-{self.web_port}-{self.starts}.log",
@@ -136,10 +145,8 @@ def report_messages(params: OCMSParams, values: np.ndarray, frame_size: int, see
             for i, (v, k) in enumerate(zip(values, keys))]
 
 
-async def _send(bootstrap: str, topic: str, messages: list[Message], rate: float | None) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+async def _send(broker, topic: str, messages: list[Message], rate: float | None) -> None:
+    producer = make_producer(*endpoint(broker), linger_ms=5)
     await producer.start()
     try:
         started = time.monotonic()
@@ -155,15 +162,13 @@ async def _send(bootstrap: str, topic: str, messages: list[Message], rate: float
         await producer.stop()
 
 
-def send(bootstrap: str, topic: str, messages: list[Message], rate: float | None = None) -> None:
-    asyncio.run(_send(bootstrap, topic, messages, rate))
+def send(broker, topic: str, messages: list[Message], rate: float | None = None) -> None:
+    asyncio.run(_send(broker, topic, messages, rate))
 
 
-async def _consume(bootstrap: str, topic: str, expected: int, timeout: float) -> list:
-    from aiokafka import AIOKafkaConsumer
-
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None)
+async def _consume(broker, topic: str, expected: int, timeout: float) -> list:
+    bootstrap, profile = endpoint(broker)
+    consumer = make_consumer(bootstrap, topic, profile=profile, auto_offset_reset="earliest")
     await consumer.start()
     records = []
     try:
@@ -179,8 +184,8 @@ async def _consume(bootstrap: str, topic: str, expected: int, timeout: float) ->
     return records
 
 
-def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list:
-    return asyncio.run(_consume(bootstrap, topic, expected, timeout))
+def consume(broker, topic: str, expected: int, timeout: float = 30.0) -> list:
+    return asyncio.run(_consume(broker, topic, expected, timeout))
 
 
 @dataclass

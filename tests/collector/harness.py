@@ -1,9 +1,10 @@
-"""Real collector (and worker) processes against the embedded broker, for the collector tests.
+"""Real collector (and worker) processes against a broker, for the collector tests.
 
 ``CollectorProcess`` is ``python -m agents.cli collector ...`` in its own session
 (SIGKILL takes exactly it). ``RegistryWorker`` runs the real ``OCMSWorker`` with
 the parameters of one registry metric version (``tests/collector/registry_worker.py``),
-because the collector only accepts registry-bound fingerprints.
+because the collector only accepts registry-bound fingerprints. The broker is a bootstrap address of
+the embedded broker or a broker object with a profile (tests/brokers.py), passed on as ``--broker``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from cms_core import wire
 from cms_core.privatize import simulate_reports
 from collector.cli import collector_command
 from producer.broker import free_port
+from producer.kafka import make_consumer
+from tests.brokers import endpoint, worker_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 WIRE = "application/vnd.ocms.wire-v1"
@@ -61,9 +64,9 @@ def write_registry(directory: Path) -> Path:
 
 
 class CollectorProcess:
-    def __init__(self, registry: Path, bootstrap: str, topic: str, log_dir: Path, *args: str, port: int | None = None):
+    def __init__(self, registry: Path, broker, topic: str, log_dir: Path, *args: str, port: int | None = None):
         self.registry = registry
-        self.bootstrap = bootstrap
+        self.bootstrap, self.profile = endpoint(broker)
         self.topic = topic
         self.log_dir = log_dir
         self.port = port or free_port()
@@ -82,7 +85,8 @@ class CollectorProcess:
     def start(self) -> "CollectorProcess":
         self.starts += 1
         log = open(self.log_path, "wb")
-        command = collector_command(self.registry, self.bootstrap, self.port, "--source-topic", self.topic, *self.args)
+        command = collector_command(self.registry, self.bootstrap, self.port, "--source-topic", self.topic,
+                                    "--broker", self.profile.name, *self.args)
         # The caller's OCMS_* settings stay out, except the event loop: OCMS_COLLECTOR_EVENT_LOOP=asyncio
         # runs every collector test on asyncio's loop instead of the default uvloop.
         env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_") or k == "OCMS_COLLECTOR_EVENT_LOOP"}
@@ -179,11 +183,9 @@ def records_of(message: bytes, version) -> list[bytes]:
     return [body[i:i + size] for i in range(0, len(body), size)]
 
 
-async def _consume_all(bootstrap: str, topic: str, idle_s: float, timeout: float) -> list:
-    from aiokafka import AIOKafkaConsumer
-
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None)
+async def _consume_all(broker, topic: str, idle_s: float, timeout: float) -> list:
+    bootstrap, profile = endpoint(broker)
+    consumer = make_consumer(bootstrap, topic, profile=profile, auto_offset_reset="earliest")
     await consumer.start()
     records = []
     try:
@@ -200,17 +202,20 @@ async def _consume_all(bootstrap: str, topic: str, idle_s: float, timeout: float
     return records
 
 
-def consume_all(bootstrap: str, topic: str, idle_s: float = 1.5, timeout: float = 60.0) -> list:
+def consume_all(broker, topic: str, idle_s: float = 1.5, timeout: float = 60.0) -> list:
     """Every record of ``topic`` (stops after ``idle_s`` without new records)."""
-    return asyncio.run(_consume_all(bootstrap, topic, idle_s, timeout))
+    return asyncio.run(_consume_all(broker, topic, idle_s, timeout))
 
 
 class RegistryWorker:
     """The real worker (agents.app.OCMSWorker) for one registry metric version, in its own session."""
 
-    def __init__(self, registry: Path, metric: str, version: int, bootstrap: str, topic: str, log_dir: Path):
+    def __init__(self, registry: Path, metric: str, version: int, broker, topic: str, log_dir: Path):
+        bootstrap, profile = endpoint(broker)
+        if not profile.clients_create_topics:
+            broker.create_topics(worker_topics(f"{topic}-worker", topic))
         self.args = [sys.executable, "-m", "tests.collector.registry_worker", str(registry), metric, str(version),
-                     bootstrap, topic]
+                     bootstrap, topic, profile.name]
         self.web_port = free_port()
         self.log_path = log_dir / f"worker-{topic}.log"
         self.process: subprocess.Popen | None = None

@@ -1,5 +1,5 @@
 """Run the real worker for one registry metric version: ``python -m tests.collector.registry_worker
-REGISTRY METRIC VERSION BOOTSTRAP TOPIC WEB_PORT``.
+REGISTRY METRIC VERSION BOOTSTRAP TOPIC BROKER WEB_PORT`` (BROKER: the broker profile).
 
 The collector accepts only registry-bound fingerprints; until ``ocms worker`` reads the
 registry itself, the tests build the worker's settings from the version's parameters
@@ -18,10 +18,10 @@ def main(argv: list[str]) -> int:
     from agents.settings import WorkerSettings
     from registry import load_registry
 
-    registry_path, metric, version, bootstrap, topic, web_port = argv
+    registry_path, metric, version, bootstrap, topic, broker, web_port = argv
     mv = load_registry(registry_path).metric(metric).version(int(version))
     settings = WorkerSettings.build(
-        mv.params, {}, bootstrap_servers=bootstrap, embedded_broker=True, app_id=f"{topic}-worker",
+        mv.params, {}, bootstrap_servers=bootstrap, broker=broker, app_id=f"{topic}-worker",
         source_topic=topic, dead_letter_topic=f"{topic}-dlq", web_port=web_port, bucket_seconds=mv.bucket_seconds,
         retention_seconds=mv.retention_seconds, batch_max_seconds=0.1, log_level="warning",
     )

@@ -2,7 +2,9 @@
 
 The worker is the real OCMSWorker built from the registry version's parameters
 (tests/collector/registry_worker.py). Expectations are integers: the worker's n
-and match counts against an offline decode of exactly what was delivered.
+and match counts against an offline decode of exactly what was delivered. Every test
+runs on the embedded broker and on librdkafka's mock cluster (tests/brokers.py:
+the production ``kafka`` path, idempotent producer included).
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from producer.broker import EmbeddedBroker
 from producer.ledger import PrivacyLedger
 from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport
+
+from tests.brokers import BROKERS, start_broker
 
 from .harness import CollectorProcess, RegistryWorker, consume_all, records_of
 from .loadgen import LoadGenerator
@@ -25,15 +28,15 @@ from .loadgen import LoadGenerator
 TOPIC = "col-e2e"
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
+@pytest.fixture(scope="module", params=BROKERS)
+def broker(request):
+    with start_broker(request.param) as b:
         yield b
 
 
 @pytest.fixture(scope="module")
 def worker(broker, registry_path, tmp_path_factory):
-    w = RegistryWorker(registry_path, "dest", 1, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("worker"))
+    w = RegistryWorker(registry_path, "dest", 1, broker, TOPIC, tmp_path_factory.mktemp("worker"))
     w.start()
     try:
         w.wait_for_n(0, timeout=90)  # serving
@@ -44,7 +47,7 @@ def worker(broker, registry_path, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def collector(broker, registry_path, worker, tmp_path_factory):
-    with CollectorProcess(registry_path, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("collector")) as c:
+    with CollectorProcess(registry_path, broker, TOPIC, tmp_path_factory.mktemp("collector")) as c:
         yield c
 
 
@@ -121,7 +124,7 @@ def test_sigkill_of_the_collector_under_load_loses_no_accepted_report(broker, re
     statuses = log.statuses()
     assert statuses[None] >= 1, "the kills should have cut some uploads off"
     assert set(statuses) <= {202, None, 503}, statuses
-    in_kafka = Counter(r for record in consume_all(broker.bootstrap_servers, TOPIC)
+    in_kafka = Counter(r for record in consume_all(broker, TOPIC)
                        for r in records_of(record.value, dest))
     accepted = log.records(202)
     assert not accepted - in_kafka, "a report that got a 202 is missing"

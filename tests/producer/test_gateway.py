@@ -194,18 +194,17 @@ def test_constructor_validation(kwargs, name):
 
 
 def test_frames_through_kafka_sink_to_the_embedded_broker():
-    from aiokafka import AIOKafkaConsumer
-
     from producer.broker import EmbeddedBroker
+    from producer.kafka import EMBEDDED, make_consumer
 
     sent = [privatize(PARAMS, v % 1000) for v in range(250)]  # device path reports
 
     async def go(servers):
-        async with KafkaFrameSink(servers, "gw-frames", key=b"gateway-1") as sink:
+        async with KafkaFrameSink(servers, "gw-frames", key=b"gateway-1", profile=EMBEDDED) as sink:
             async with FrameBatcher(PARAMS, send=sink, max_records=100, max_latency_s=0.05) as batcher:
                 for r in sent:
                     await batcher.add(r)
-        consumer = AIOKafkaConsumer("gw-frames", bootstrap_servers=servers, auto_offset_reset="earliest", group_id=None)
+        consumer = make_consumer(servers, "gw-frames", profile=EMBEDDED, auto_offset_reset="earliest")
         await consumer.start()
         got = []
         try:

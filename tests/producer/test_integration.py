@@ -30,10 +30,10 @@ def broker():
 
 
 async def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60.0) -> list[bytes]:
-    from aiokafka import AIOKafkaConsumer
+    from producer.kafka import EMBEDDED, make_consumer
 
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None,
-                                max_partition_fetch_bytes=8 << 20)
+    consumer = make_consumer(bootstrap, topic, profile=EMBEDDED, auto_offset_reset="earliest",
+                             max_partition_fetch_bytes=8 << 20)
     await consumer.start()
     got: list[bytes] = []
     loop = asyncio.get_running_loop()

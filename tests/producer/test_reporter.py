@@ -12,6 +12,7 @@ from cms_core.errors import InvalidParameterError, InvalidValueError, PrivacyBud
 from cms_core.params import OCMSParams
 from cms_core.wire import decode_message
 from producer.broker import EmbeddedBroker
+from producer.kafka import EMBEDDED, make_consumer
 from producer.ledger import PrivacyLedger
 from producer.reporter import (
     DeliveryError,
@@ -34,9 +35,7 @@ def broker():
 
 async def consume_all(servers: str, topic: str, expected: int, settle_s: float = 0.5, deadline_s: float = 10.0):
     """Every message of ``topic`` (waits for ``expected``, then ``settle_s`` more for extras)."""
-    from aiokafka import AIOKafkaConsumer
-
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=servers, auto_offset_reset="earliest", group_id=None)
+    consumer = make_consumer(servers, topic, profile=EMBEDDED, auto_offset_reset="earliest")
     await consumer.start()
     got = []
     try:
@@ -57,7 +56,7 @@ async def consume_all(servers: str, topic: str, expected: int, settle_s: float =
 def reporter(broker, topic, **kwargs):
     kwargs.setdefault("device_key", new_device_key())
     kwargs.setdefault("metric", "m")
-    return DeviceReporter(PARAMS, bootstrap_servers=broker.bootstrap_servers, topic=topic, **kwargs)
+    return DeviceReporter(PARAMS, bootstrap_servers=broker.bootstrap_servers, topic=topic, profile=EMBEDDED, **kwargs)
 
 
 def test_200_reports_from_several_devices_arrive_exactly_once_keyed_by_device(broker, tmp_path):

@@ -26,7 +26,7 @@ run: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_decode.py
 	$(PY) benchmarks/bench_producer.py
-	$(PY) benchmarks/bench_worker.py
+	$(PY) -m benchmarks.bench_worker
 
 # Regenerates docs/results/ (paper replication, peers, mechanism choice, pipeline matrix + 10-min
 # memory run): ~26 min on 2 cores, as the README says (parts' last runs: ~7 min, 171 s, 972 s).

@@ -161,8 +161,8 @@ class OCMSWorker:
         self.tracked_by_fp = self.catalog.tracked_by_fp
         self.fp_hex = {p.fingerprint: p.fingerprint.hex() for p in self.catalog.params_sets}
         self.levels = self.catalog.levels_by_fp
-        self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic, settings.partitions,
-                                      settings.broker)
+        self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic,
+                                      settings.partitions, settings.broker)
         self.pending = PendingBatch(settings.batch_max_reports)
         self._lock = asyncio.Lock()  # one checkpoint's writes or retention pass at a time
         #: The newest batch's wait for the broker and its acks (steps 3-4 of ``checkpoint``): each

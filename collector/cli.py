@@ -32,7 +32,8 @@ FLAGS = (
     ("--max-queued-reports", "max_queued_reports", "reports held waiting for Kafka [default 1000000]; beyond: 503"),
     ("--frame-max-reports", "frame_max_reports", "most reports per Kafka frame [default 10000]"),
     ("--frame-max-latency-ms", "frame_max_latency_ms", "longest a report waits for its frame [default 5]"),
-    ("--kafka-timeout-ms", "kafka_timeout_ms", "Kafka request timeout [default 5000]"),
+    ("--kafka-timeout-ms", "kafka_timeout_ms", "Kafka request timeout; an upload waits at most twice this for its "
+     "frame's acknowledgement, else 503 [default 5000]"),
     ("--kafka-idempotence", "kafka_idempotence", "auto|on|off: Kafka's idempotent producer (auto: on when the "
      "broker supports it) [default auto]"),
     ("--retry-after-seconds", "retry_after_seconds", "Retry-After of 503 answers [default 2]"),

@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 
 #: Most reports validated by one decode call in a lane's batch validation.
 DRAIN_MAX_REPORTS = 65_536
+#: An upload waits at most this many Kafka timeouts for its frame's acknowledgement: one request and
+#: one re-send. The idempotent producer re-sends a batch until the broker takes it, however long a
+#: broker stays down, so without this bound an upload caught by an outage waited for its end.
+ACK_TIMEOUTS = 2
 
 
 @dataclass
@@ -220,9 +224,9 @@ class KafkaOutlet:
 
     def config(self) -> dict:
         s = self.settings
-        return producer_config(s.bootstrap_servers, self.profile, idempotent=self.idempotent, client_id="ocms-collector",
-                               linger_ms=0, request_timeout_ms=s.kafka_timeout_ms, retry_backoff_ms=100,
-                               max_batch_size=1_048_576)
+        return producer_config(s.bootstrap_servers, self.profile, idempotent=self.idempotent,
+                               client_id="ocms-collector", linger_ms=0, request_timeout_ms=s.kafka_timeout_ms,
+                               retry_backoff_ms=100, max_batch_size=1_048_576)
 
     async def start(self) -> None:
         """Start connecting in the background; uploads get 503 until Kafka answers."""
@@ -289,7 +293,12 @@ class KafkaOutlet:
                 raise KafkaUnavailableError("not connected to Kafka")
             # key=None: frames are keyed by nobody (spread over partitions), never by a device.
             ack = await self.producer.send(self.settings.source_topic, frame, key=None, timestamp_ms=timestamp_ms)
-            await ack
+            bound_ms = ACK_TIMEOUTS * self.settings.kafka_timeout_ms
+            try:
+                await asyncio.wait_for(asyncio.shield(ack), bound_ms / 1000)
+            except asyncio.TimeoutError:  # the producer may still deliver it: a 503 never promises absence
+                raise KafkaUnavailableError(
+                    f"no acknowledgement within {bound_ms} ms ({ACK_TIMEOUTS} x --kafka-timeout-ms)") from None
         except asyncio.CancelledError:
             error = KafkaUnavailableError("the collector stopped before Kafka acknowledged the frame")
             raise

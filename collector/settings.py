@@ -61,7 +61,8 @@ class CollectorSettings:
     max_queued_reports: int = 1_000_000
     frame_max_reports: int = 10_000
     frame_max_latency_ms: float = 5.0
-    #: aiokafka's per-request timeout: an upload caught by an outage waits at most about this long.
+    #: aiokafka's per-request timeout; an upload caught by an outage waits at most twice this long for
+    #: its frame's acknowledgement (one request and one re-send), then gets 503.
     kafka_timeout_ms: int = 5000
     #: Kafka's idempotent producer: a frame aiokafka re-sends after a lost answer is stored once.
     #: auto = the broker profile's (on for Apache Kafka; the embedded Tansu broker has none), and off

@@ -38,7 +38,7 @@ def test_the_session_timeout_setting_overrides_the_profile():
         settings("kafka", session_timeout_seconds="0.5")
 
 
-@pytest.mark.parametrize("broker, wait", [("kafka", None), ("mock", None), ("embedded", 100)])
+@pytest.mark.parametrize("broker, wait", [("kafka", None), ("mock", 100), ("embedded", 100)])
 def test_the_view_reader_gets_the_fetch_wait_of_its_profile(broker, wait):
     worker = OCMSWorker(settings(broker))
     assert worker.reader.profile.fetch_max_wait_ms == wait

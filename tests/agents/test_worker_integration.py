@@ -280,6 +280,7 @@ def test_2b_sigkill_while_checkpoints_run_behind_the_intake_still_exact(broker, 
         worker.stop()
 
 
+@on_brokers("embedded")
 def test_a_clean_stop_flushes_the_pending_batch(broker, tmp_path_factory):
     """SIGTERM with a micro-batch pending: it is written and acked before exit, so the
     restarted worker shows it at once instead of replaying it after the batch timer."""
@@ -445,6 +446,7 @@ def test_retention_survives_a_sigkill_and_restart(broker, tmp_path_factory, stor
         worker.stop()
 
 
+@on_brokers("embedded")
 def test_retention_deletes_buckets_of_a_partition_that_moved(broker, tmp_path_factory):
     """The owner of the partition is SIGKILLed before its buckets expire; the worker that
     takes the partition over deletes them from the changelog, so its view shrinks too."""

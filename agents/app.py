@@ -151,7 +151,7 @@ class OCMSWorker:
                         else self.catalog.primary.default)
         self.view.tracked_sizes = self.catalog.tracked_sizes
         self.metrics = PipelineMetrics()
-        self.metrics.registry.register(EstimatesCollector(self.catalog))
+        self.metrics.guard.add("estimates", EstimatesCollector(self.catalog))  # one bad series never fails /metrics
         # Discoverable metrics' level reports: acked, read by discovery from the topic, counted by no table.
         self.discovery = WorkerDiscovery.build(self.catalog, settings)
         self.validator = MessageValidator(self.catalog.params_sets, settings.retention_seconds,
@@ -234,7 +234,7 @@ class OCMSWorker:
             await self.supervised("the changelog view reader", self.reader.run(), forever=True)
 
         add_pages(app, self)
-        self.discovery.install(app, self.metrics.registry)  # /discovered?metric=NAME (agents/discovery.py)
+        self.discovery.install(app, self.metrics)  # /discovered?metric=NAME (agents/discovery.py)
         add_console(app, self.settings.truth_file)  # the live console at / (agents/console)
         return app
 

@@ -184,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     (Kafka, a port), 130 interrupted. Errors are one line naming what to fix."""
     import signal
 
+    from registry.output import utf8_stdout
+
+    utf8_stdout()  # every command writes UTF-8 (docs/discovery.md "Values that are not whole characters")
     parser = build_parser()
     args = parser.parse_args(argv)
     # A shell starting us in the background (scripts, CI) leaves SIGINT ignored, and Python then

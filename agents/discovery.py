@@ -206,7 +206,10 @@ def cmd_discover(args) -> int:
         doc["damaged_captures"] = damage
     if args.promote:
         doc["promoted"] = promote(args.promote, version, doc)
-    text = json.dumps(doc, indent=2, ensure_ascii=False)
+    from .query import json_answer
+
+    # UTF-8 with every value as text (cms_core.values.value_record); encoded before --out is opened.
+    text = json_answer(doc, indent=2)[0].decode("utf-8")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
@@ -227,8 +230,8 @@ def promote(path: str, version, doc: dict) -> dict:
     """Add the discovered complete values to a tracked-values file (JSON lines), keeping what it holds.
 
     The file is what a new registry version lists under ``tracked: {file: PATH}`` so the
-    streaming path counts the values exactly. Truncated values (only a prefix is known) are not
-    promoted. Returns what was added.
+    streaming path counts the values exactly. Truncated values (only a prefix is known) and values
+    whose bytes are not UTF-8 text (records with ``bytes_hex``) are not promoted. Returns what was added.
     """
     from pathlib import Path
 
@@ -240,7 +243,8 @@ def promote(path: str, version, doc: dict) -> dict:
         raw = read_raw_values(target)
         existing = [value_to_json(v) for v in raw.items]
     known = set(existing)
-    new = [d["value"] for d in doc["discovered"] if not d["truncated"] and d["value"] not in known]
+    new = [d["value"] for d in doc["discovered"]
+           if not d["truncated"] and "bytes_hex" not in d and d["value"] not in known]
     if version.domain == "integers":
         values = [int(v) for v in existing + new]
     else:
@@ -581,7 +585,12 @@ class DiscoveryCollector:
         self.service, self.top = service, top
 
     def describe(self):
-        return []
+        """The families ``collect()`` yields (for no result yet)."""
+        from types import SimpleNamespace
+
+        from .metrics import families_without_samples
+
+        return families_without_samples(DiscoveryCollector(SimpleNamespace(latest={}), self.top).collect())
 
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
@@ -675,10 +684,11 @@ class WorkerDiscovery:
         self._metric_of = metric_of
         return self
 
-    def install(self, app, registry) -> None:
+    def install(self, app, metrics) -> None:
+        """Routes on ``app``; the collector behind ``metrics.guard`` (agents.metrics.PipelineMetrics)."""
         add_discovery_pages(app, self.service)
-        registry.register(DiscoveryCollector(self.service))
-        registry.register(self.received)
+        metrics.guard.add("discovery", DiscoveryCollector(self.service))
+        metrics.registry.register(self.received)
 
     def count(self, messages) -> None:
         """Count the acked discovery messages of a checkpointed micro-batch (``processor.DiscoveryMessage``)."""
@@ -721,8 +731,12 @@ async def serve(service: DiscoveryService, host: str, port: int, top: int = DEFA
     from aiohttp import web
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+    from .metrics import ExpositionGuard
+    from .query import ANSWER_RECORDS_DROPPED, to_json
+
     registry = CollectorRegistry()
-    registry.register(DiscoveryCollector(service, top))
+    ExpositionGuard(registry).add("discovery", DiscoveryCollector(service, top))  # one bad series never fails /metrics
+    registry.register(ANSWER_RECORDS_DROPPED)
 
     async def discovered(request):
         extra = sorted(set(request.query) - {"metric"})
@@ -731,8 +745,7 @@ async def serve(service: DiscoveryService, host: str, port: int, top: int = DEFA
                                 "status": 400}
         else:
             status, doc = service.answer(request.query.get("metric"))
-        return web.Response(body=json.dumps(doc, allow_nan=False, ensure_ascii=False).encode(), status=status,
-                            content_type="application/json")
+        return web.Response(body=to_json(doc), status=status, content_type="application/json")
 
     async def metrics(request):
         return web.Response(body=generate_latest(registry), content_type=CONTENT_TYPE_LATEST.split(";")[0],

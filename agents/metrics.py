@@ -17,15 +17,16 @@ deploy/prometheus de-duplicate the former and sum the latter.
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from cms_core.values import value_to_json
 
 from .processor import REJECT_REASONS
-from .query import EstimateOptions, Window, select, top_indices
+from .query import ANSWER_RECORDS_DROPPED, EstimateOptions, Window, select, top_indices
 
 # ``*_created`` series double the scrape size and no dashboard or rule uses them.
 disable_created_metrics()
@@ -71,6 +72,136 @@ class PipelineMetrics:
         self.assigned = Gauge("ocms_assigned_partitions", "source partitions this worker owns", registry=r)
         self.view_lag = Gauge("ocms_view_lag_messages", "changelog records not yet read into this worker's view",
                               registry=r)
+        r.register(ANSWER_RECORDS_DROPPED)
+        #: Scrape-time collectors (estimates, discovery) are added here, never registered bare.
+        self.guard = ExpositionGuard(r)
+
+
+#: Why the guard leaves a series out (the ``reason`` label of ocms_exposition_series_dropped_total).
+DROP_REASONS = ("collect_failed", "label_not_unicode", "duplicate_series", "value_not_number")
+
+
+class ExpositionGuard:
+    """Scrape-time collectors behind one guard: one bad series or collector never fails /metrics.
+
+    prometheus_client writes the whole exposition or raises (an HTTP 500: every series of the
+    worker gone, estimates, lag and counters alike) when one label is not valid Unicode text
+    or one collector raises. The guard collects each collector it holds on its own and checks
+    each series before the writer sees it; what it leaves out is counted in
+    ``ocms_exposition_series_dropped_total{collector,reason}`` (exported after the guarded
+    collectors, so a scrape counts its own drops) and logged once per collector and reason:
+
+    * ``collect_failed``: the collector raised; its series are left out (counted once per scrape);
+    * ``label_not_unicode``: a label value that is not text with UTF-8 bytes (a lone surrogate);
+    * ``duplicate_series``: the name and labels of a series already written (two values whose
+      labels are equal, e.g. long values cut to the same label);
+    * ``value_not_number``: a sample value that is not a number.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.collectors: dict[str, object] = {}
+        self.dropped: dict[tuple[str, str], int] = {}
+        self._registry = registry
+        self._logged: set = set()
+
+    def add(self, name: str, collector) -> None:
+        """Guard ``collector`` under ``name`` (the ``collector`` label); (re-)registers the guard so the
+        registry knows every family name (``describe``) and collects the guard after what it holds."""
+        self.collectors[name] = collector
+        for reason in DROP_REASONS:
+            self.dropped.setdefault((name, reason), 0)
+        if self._registry is not None:
+            if len(self.collectors) > 1:
+                self._registry.unregister(self)
+            self._registry.register(self)
+
+    def describe(self):
+        families = []
+        for collector in self.collectors.values():
+            try:
+                families.extend(collector.describe())
+            except Exception:  # a describe() that fails only costs the registry's name check
+                pass
+        return families + [CounterMetricFamily("ocms_exposition_series_dropped", _DROPPED_HELP,
+                                               labels=["collector", "reason"])]
+
+    def collect(self):
+        written: dict = {}
+        for name, collector in self.collectors.items():
+            try:
+                families = list(collector.collect())
+            except Exception as exc:
+                self._drop(name, "collect_failed", 1, f"{type(exc).__name__}: {exc}")
+                continue
+            for family in families:
+                kept = []
+                for sample in family.samples:
+                    reason = _series_problem(sample, written)
+                    if reason is None:
+                        kept.append(sample)
+                    else:
+                        self._drop(name, reason, 1, f"a series of {family.name}")
+                family.samples = kept
+                yield family
+        dropped = CounterMetricFamily("ocms_exposition_series_dropped", _DROPPED_HELP, labels=["collector", "reason"])
+        for (name, reason), n in sorted(self.dropped.items()):
+            dropped.add_metric([name, reason], float(n))
+        yield dropped
+
+    def _drop(self, name: str, reason: str, n: int, what: str) -> None:
+        self.dropped[(name, reason)] = self.dropped.get((name, reason), 0) + n
+        if (name, reason) not in self._logged:  # the counter keeps counting; the log says it once
+            self._logged.add((name, reason))
+            logging.getLogger(__name__).warning(
+                "/metrics: left out %s of the %s collector (%s); counted in ocms_exposition_series_dropped_total"
+                "{collector=\"%s\",reason=\"%s\"}", what, name, reason, name, reason)
+
+
+_DROPPED_HELP = ("series left out of the exposition so that the rest is written, by collector and reason "
+                 "(collect_failed, label_not_unicode, duplicate_series, value_not_number)")
+
+
+def _is_text(label) -> bool:
+    """A str with UTF-8 bytes (no lone surrogate)."""
+    if not isinstance(label, str):
+        return False
+    if label.isascii():
+        return True
+    try:
+        label.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _series_problem(sample, written: dict) -> str | None:
+    """Why ``sample`` must be left out of the exposition, or None. ``written``: label set -> names of
+    the series written with it (a label set's text is checked once: a scrape repeats it across fields)."""
+    labels = tuple(sample.labels.items())  # in the family's label order (prometheus_client builds them so)
+    names = written.get(labels)
+    if names is None:
+        if not all(_is_text(name) and _is_text(value) for name, value in labels):
+            return "label_not_unicode"
+        names = written[labels] = set()
+    value = sample.value
+    if type(value) is not float:
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            return "value_not_number"
+    if sample.name in names:
+        return "duplicate_series"
+    names.add(sample.name)
+    return None
+
+
+def families_without_samples(families) -> list:
+    """The families a collector yields, emptied: its ``describe()`` (names and types for the registry)."""
+    out = []
+    for family in families:
+        family.samples = []
+        out.append(family)
+    return out
 
 
 #: At most this many values are exported per scrape over every metric version (each value is a series
@@ -93,7 +224,9 @@ class EstimatesCollector:
         self.max_values = max_values
 
     def describe(self):
-        return []  # estimates are dynamic; do not let register() call collect()
+        """The families ``collect()`` yields (for no metric version: nothing is computed)."""
+        nothing = EstimatesCollector(_NoVersions(), self.clock, self.max_values)
+        return families_without_samples(nothing.collect())
 
     def collect(self):
         families = {
@@ -159,3 +292,9 @@ class EstimatesCollector:
         yield withheld
         yield capped
         yield from families.values()
+
+
+class _NoVersions:
+    """A catalog serving nothing (``EstimatesCollector.describe``)."""
+
+    by_fingerprint: dict = {}

@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from typing import Callable, Iterable, Mapping
 
 import numpy as np
+from prometheus_client import Counter as PrometheusCounter
 
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, postprocess
 from cms_core.errors import OCMSError
@@ -304,9 +305,81 @@ class Estimator:
         return doc
 
 
+#: Records left out of JSON answers because they could not be written, by (field, reason); the answer
+#: process's counts come back with each answer (``finish_json``). Exported by every /metrics that serves answers.
+ANSWER_RECORDS_DROPPED = PrometheusCounter(
+    "ocms_answer_records_dropped", "records left out of a JSON answer because they could not be written "
+    "(text that is not valid Unicode, a number that is not finite), by the answer's field and the reason",
+    ["field", "reason"], registry=None)
+
+
+def _dump(doc, indent: int | None = None) -> bytes:
+    separators = (",", ":") if indent is None else (",", ": ")
+    return json.dumps(doc, allow_nan=False, ensure_ascii=False, indent=indent, separators=separators).encode("utf-8")
+
+
+def _unwritable(record) -> str | None:
+    """Why ``record`` cannot be written as JSON (a reason name), or None."""
+    try:
+        _dump(record)
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 for it (checked before ValueError, its base)
+        return "text_not_unicode"
+    except ValueError:
+        return "number_not_finite"
+    except TypeError:
+        return "not_json_type"
+    return None
+
+
+def _without_bad_records(node, field: str | None, dropped: dict) -> object:
+    """``node`` without the records (dicts in a list, at any depth) that cannot be written; each left out
+    is counted under (the list's field, reason). A record keeps its good nested records."""
+    if isinstance(node, dict):
+        return {key: _without_bad_records(value, key, dropped) for key, value in node.items()}
+    if isinstance(node, list):
+        kept = []
+        for item in node:
+            if isinstance(item, dict):
+                item = _without_bad_records(item, field, dropped)
+                reason = _unwritable(item)
+                if reason is not None:
+                    dropped[(field, reason)] = dropped.get((field, reason), 0) + 1
+                    continue
+            kept.append(item)
+        return kept
+    return node
+
+
+def json_answer(doc: dict, indent: int | None = None) -> tuple[bytes, dict]:
+    """(UTF-8 JSON text of ``doc``, {(field, reason): records left out}).
+
+    One record that cannot be written (text with a lone surrogate, a NaN) never fails the whole
+    answer: it is left out, and the answer says so in ``dropped_records`` ({field: {reason: n}}).
+    """
+    try:
+        return _dump(doc, indent), {}
+    except (ValueError, TypeError):
+        pass
+    dropped: dict = {}
+    pruned = _without_bad_records(doc, None, dropped)
+    summary: dict = {}
+    for (field, reason), n in sorted(dropped.items(), key=lambda item: (str(item[0][0]), item[0][1])):
+        summary.setdefault(str(field), {})[reason] = n
+    pruned["dropped_records"] = summary
+    return _dump(pruned, indent), dropped
+
+
+def count_dropped(dropped: dict) -> None:
+    for (field, reason), n in dropped.items():
+        ANSWER_RECORDS_DROPPED.labels(str(field), reason).inc(n)
+
+
 def to_json(doc: dict) -> bytes:
-    """JSON text of an answer (no NaN/Infinity: records carry null for an unbounded end)."""
-    return json.dumps(doc, allow_nan=False, separators=(",", ":")).encode()
+    """JSON text of an answer: UTF-8, no NaN/Infinity (records carry null for an unbounded end); a record
+    that cannot be written is left out and counted (:func:`json_answer`, ocms_answer_records_dropped_total)."""
+    body, dropped = json_answer(doc)
+    count_dropped(dropped)
+    return body
 
 
 _PROCESS_ESTIMATOR: Estimator | None = None
@@ -322,9 +395,9 @@ def start_answer_process(sets: Mapping[str, tuple[OCMSParams, TrackedValues]], n
         pass
 
 
-def finish_json(job: Job) -> bytes:
-    """In the answer process: the answer's JSON text."""
-    return to_json(_PROCESS_ESTIMATOR.finish(job))
+def finish_json(job: Job) -> tuple[bytes, dict]:
+    """In the answer process: the answer's JSON text and the records it left out (counted by the worker)."""
+    return json_answer(_PROCESS_ESTIMATOR.finish(job))
 
 
 def select(est: Estimates, indices) -> Estimates:

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Callable
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .query import INLINE_WORK, ApiError, Answer, Estimator, check_query, finish_json, start_answer_process, to_json
+from .query import (INLINE_WORK, ApiError, Answer, Estimator, check_query, count_dropped, finish_json,
+                    start_answer_process, to_json)
 
 from .metric_pages import add_metric_pages, wants_listing
 
@@ -88,10 +89,11 @@ class QueryRunner:
                 job, cpu = await loop.run_in_executor(self.thread, _timed, answer.gather)
                 self.rest_until = time.monotonic() + cpu * (1.0 / self.cpu_share - 1.0)
                 try:
-                    body = await loop.run_in_executor(self._process(), finish_json, job)
+                    body, dropped = await loop.run_in_executor(self._process(), finish_json, job)
                 except BrokenProcessPool:
                     self.process = None  # the answer process died (e.g. killed): a new one next time
                     raise QueryBusy("the answer process restarted; retry") from None
+                count_dropped(dropped)  # records the answer process left out (agents.query.json_answer)
                 self.answered += 1
                 return body
         finally:

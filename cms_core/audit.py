@@ -205,11 +205,27 @@ def black_box_audit(
     """
     if trials < 1:
         raise InvalidParameterError("trials", trials, "must be >= 1")
+    batches = [ReportBatch.from_reports(params, [device(params, x) for _ in range(trials)]) for x in (x1, x2)]
+    return audit_batches(params, x1, x2, *batches, alpha=alpha, claimed_epsilon=claimed_epsilon)
+
+
+def audit_batches(
+    params: OCMSParams,
+    x1: int,
+    x2: int,
+    reports_x1: ReportBatch,
+    reports_x2: ReportBatch,
+    *,
+    alpha: float = 0.01,
+    claimed_epsilon: float | None = None,
+) -> AuditResult:
+    """:func:`black_box_audit` on reports made elsewhere (another device client: producer/js, producer/c),
+    ``reports_x1`` all of x1 and ``reports_x2`` all of x2, as many of each."""
+    trials = len(reports_x1)
+    if trials < 1 or len(reports_x2) != trials:
+        raise InvalidParameterError("reports", (len(reports_x1), len(reports_x2)), "need as many (>= 1) reports of x1 and x2")
     event = distinguishing_event(params, x1, x2)
-    hits = []
-    for x in (x1, x2):
-        batch = ReportBatch.from_reports(params, [device(params, x) for _ in range(trials)])
-        hits.append(int(np.count_nonzero(event(batch))))
+    hits = [int(np.count_nonzero(event(batch))) for batch in (reports_x1, reports_x2)]
     lower = clopper_pearson_lower(hits[0], trials, alpha / 2)
     upper = clopper_pearson_upper(hits[1], trials, alpha / 2)
     bound = math.log(lower / upper) if lower > 0 else -math.inf

@@ -33,7 +33,7 @@ import hashlib
 import itertools
 import math
 from dataclasses import dataclass, field as dataclass_field
-from functools import cached_property
+from functools import cache, cached_property
 from statistics import NormalDist
 from typing import Mapping, Sequence
 
@@ -45,7 +45,7 @@ from .errors import InvalidParameterError, InvalidValueError, ParameterMismatchE
 from .params import OCMSParams
 from .reports import ReportBatch
 from .sketch import OCMSSketch
-from .values import TrackedValues, value_to_json
+from .values import TrackedValues, value_record
 
 DOMAIN_KINDS = ("strings", "integers")
 #: The string alphabet spelled ``utf8``: the 256 byte values of the UTF-8 encoding.
@@ -213,6 +213,7 @@ STRING_PREFIX_BITS = 63
 _PREFIX_PERSON = b"ocms-prefix-v1"
 
 
+@cache
 def child_bits(domain: DiscoveryDomain) -> int:
     """Bits of a string prefix's element that index its last step (the rest is its parent's hash)."""
     return max(1, (domain.branching(1) - 1).bit_length())
@@ -250,11 +251,15 @@ def prefix_element_value(domain: DiscoveryDomain, prefix: Prefix) -> int:
     """
     if domain.kind == "integers":
         return int(prefix.symbols)
-    symbols = prefix.symbols
-    step = domain.symbols_per_level
-    parent_length = ((len(symbols) - (0 if prefix.ended else 1)) // step) * step if symbols or prefix.ended else 0
-    parent, tail = symbols[:parent_length], symbols[parent_length:]
+    parent, tail = _parent_and_tail(domain, prefix.symbols, prefix.ended)
     return (_parent_hash(domain, parent) << child_bits(domain)) + _step_index(domain, tail)
+
+
+def _parent_and_tail(domain: DiscoveryDomain, symbols: tuple[int, ...], ended: bool):
+    """A string prefix split into its parent (the previous level's symbols) and its last step."""
+    step = domain.symbols_per_level
+    parent_length = ((len(symbols) - (0 if ended else 1)) // step) * step if symbols or ended else 0
+    return symbols[:parent_length], symbols[parent_length:]
 
 
 def prefix_of(domain: DiscoveryDomain, value, level: int) -> Prefix:
@@ -270,6 +275,31 @@ def prefix_of(domain: DiscoveryDomain, value, level: int) -> Prefix:
 def prefix_value(domain: DiscoveryDomain, value, level: int):
     """What the device privatizes at ``level`` with that level's parameters (device side uses this)."""
     return prefix_element_value(domain, prefix_of(domain, value, level))
+
+
+def prefix_values(domain: DiscoveryDomain, values: Sequence, level: int) -> list[int]:
+    """:func:`prefix_value` of many values at one level, each parent's hash computed once (the simulation path:
+    at the first levels most values share their parent)."""
+    length = domain.prefix_length(level)
+    if domain.kind == "integers":
+        shift = domain.bits - length
+        return [domain.check_integer(value) >> shift for value in values]
+    shift = child_bits(domain)
+    parent_hashes: dict[tuple[int, ...], int] = {}
+    elements: dict[tuple, int] = {}
+    out = []
+    for value in values:
+        symbols = domain.symbols(value)
+        prefix = (symbols[:length], len(symbols) < length)  # as prefix_of
+        element = elements.get(prefix)
+        if element is None:
+            parent, tail = _parent_and_tail(domain, *prefix)
+            parent_hash = parent_hashes.get(parent)
+            if parent_hash is None:
+                parent_hash = parent_hashes[parent] = _parent_hash(domain, parent)
+            element = elements[prefix] = (parent_hash << shift) + _step_index(domain, tail)
+        out.append(element)
+    return out
 
 
 def prefix_label(domain: DiscoveryDomain, prefix: Prefix):
@@ -472,7 +502,7 @@ class LevelResult:
             "cutoff_count": self.cutoff_count,
             "cutoff_frequency": _finite(self.cutoff_frequency),
             "survivors": [
-                {"prefix": value_to_json(prefix_label(domain, p)), "ended": p.ended, "frequency": f,
+                {**value_record(prefix_label(domain, p), "prefix"), "ended": p.ended, "frequency": f,
                  "ci_low": lo, "ci_high": hi}
                 for p, f, lo, hi in self.survivors
             ],
@@ -494,7 +524,7 @@ class DiscoveredValue:
 
     def to_json(self, total_reports: int) -> dict:
         return {
-            "value": value_to_json(self.value),
+            **value_record(self.value),  # + bytes_hex, cut_inside_character for bytes that are not whole characters
             "found_at_level": self.found_at_level,
             "truncated": self.truncated,
             "frequency": self.frequency,
@@ -682,8 +712,9 @@ def simulate_level_reports(domain: DiscoveryDomain, params_by_level: Sequence[OC
                            rng: np.random.Generator) -> dict[int, ReportBatch]:
     """Simulation path (seeded, never on a device): one report per value, at a uniform random level.
 
-    ``values`` may repeat (a sample of a population); each distinct value's prefix
-    elements are computed once per level.
+    ``values`` may repeat (a sample of a population); a level computes the prefix elements
+    of the distinct values drawn at that level only, so the work is O(reports), not
+    O(levels x distinct values) (a long tail of values each drawn once or twice).
     """
     from .privatize import simulate_reports
     from .values import encode_value, elements_to_array, limbs_for
@@ -699,9 +730,10 @@ def simulate_level_reports(domain: DiscoveryDomain, params_by_level: Sequence[OC
         rows = np.flatnonzero(levels == level)
         if rows.size == 0:
             continue
-        table = elements_to_array([encode_value(params, prefix_value(domain, v, level)) for v in uniques],
-                                  limbs_for(params))
-        out[level] = simulate_reports(params, table[codes[rows]], rng)
+        drawn, row_codes = np.unique(codes[rows], return_inverse=True)
+        elements = prefix_values(domain, [uniques[c] for c in drawn.tolist()], level)
+        table = elements_to_array([encode_value(params, e) for e in elements], limbs_for(params))
+        out[level] = simulate_reports(params, table[row_codes.reshape(-1)], rng)
     return out
 
 
@@ -732,5 +764,6 @@ __all__ = [
     "prefix_label",
     "prefix_of",
     "prefix_value",
+    "prefix_values",
     "simulate_level_reports",
 ]

@@ -45,6 +45,9 @@ from .fields import BinaryField, FiniteField, PrimeField, choose_field
 #: Above this, e^eps overflows the closed forms long before it matters: the
 #: keep probability is 1 - 1e-43 and a report is effectively the raw hash.
 MAX_EPSILON = 100.0
+#: Below this no hash range is usable: the device's rounded keep probability is not above 1/m even
+#: at m = 2 (theory.min_usable_epsilon; each m has its own, larger bound, checked with m).
+MIN_EPSILON = theory.min_usable_epsilon(2)
 #: z travels as a 32-bit integer and the kernel lanes are 32/64-bit.
 MAX_HASH_RANGE = 2**32 - 1
 #: String/bytes values are mapped to 128-bit fingerprints (see values.py).
@@ -67,6 +70,10 @@ def check_epsilon(epsilon) -> float:
         raise InvalidParameterError("epsilon", epsilon, "must be finite")
     if epsilon <= 0:
         raise InvalidParameterError("epsilon", epsilon, "must be > 0")
+    if epsilon < MIN_EPSILON:
+        raise InvalidParameterError("epsilon", epsilon, f"must be >= {MIN_EPSILON:.2g}: below it randomized response "
+                                    "keeps the true bucket no more often than another (the device's keep probability "
+                                    "rounds to 1/m), so a report says nothing about the value")
     if epsilon > MAX_EPSILON:
         raise InvalidParameterError("epsilon", epsilon, f"must be <= {MAX_EPSILON:g} (larger values give no meaningful privacy)")
     return epsilon
@@ -112,7 +119,7 @@ class OCMSParams:
     so that deserialized parameters are as trustworthy as built ones.
 
     Attributes:
-        epsilon: the LDP budget of one report, 0 < eps <= 100.
+        epsilon: the LDP budget of one report, theory.min_usable_epsilon(m) (>= 8.9e-16) <= eps <= 100.
         hash_range: m, the size of the randomized-response alphabet, >= 2.
         field: the finite field of the hash family H_api.
         dictionary_size: d; values are integers in [0, d) (or 128-bit string fingerprints).
@@ -143,6 +150,11 @@ class OCMSParams:
     def __post_init__(self):
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         _check_int("hash_range", self.hash_range, 2, MAX_HASH_RANGE)
+        usable = theory.min_usable_epsilon(self.hash_range)
+        if self.epsilon < usable:
+            raise InvalidParameterError(
+                "epsilon", self.epsilon, f"must be >= {usable:.2g} with m = {self.hash_range}: below it the device's "
+                f"keep probability rounds to 1/m or less, so a report says nothing about the value")
         if self.value_domain not in VALUE_DOMAINS:
             raise InvalidParameterError("value_domain", self.value_domain, f"expected one of {VALUE_DOMAINS}")
         _check_int("dictionary_size", self.dictionary_size, 1, STRING_DICTIONARY_SIZE)
@@ -201,7 +213,7 @@ class OCMSParams:
         """Choose m and the field for a privacy budget and dictionary.
 
         Args:
-            epsilon: per-report LDP budget, finite, 0 < eps <= 100.
+            epsilon: per-report LDP budget, min_usable_epsilon(m) (>= 8.9e-16) <= eps <= 100.
             dictionary_size: d for integer values [0, d). Omit for strings.
             mode: "mse" (minimise the worst-case MSE given the prior f*) or
                 "l2" (minimise the l2 loss over ``tracked_count`` values).
@@ -454,7 +466,8 @@ class MechanismComparison:
 
     ``objective`` names what is compared ("worst_case_mse" over [0, f*] or
     "l2_loss" over D values), per report (n = 1; every variance scales as 1/n).
-    ``direct`` is None where direct RR cannot run (strings, d = 1, d > 2^32 - 1).
+    ``direct`` is None where direct RR cannot run (strings, d = 1, d > 2^32 - 1, epsilon below
+    :func:`theory.min_usable_epsilon` of m = d).
     """
 
     objective: str
@@ -509,7 +522,8 @@ def compare_mechanisms(
                             value_domain=value_domain, binding=binding)
     name, ocms_value = objective_per_report(ocms)
     direct = direct_value = None
-    if ocms.value_domain == "integer" and 2 <= ocms.dictionary_size <= MAX_HASH_RANGE:
+    if (ocms.value_domain == "integer" and 2 <= ocms.dictionary_size <= MAX_HASH_RANGE
+            and ocms.epsilon >= theory.min_usable_epsilon(ocms.dictionary_size)):  # else direct RR's m = d is unusable
         direct = OCMSParams.build(epsilon, dictionary_size, mode=mode, f_star=f_star, tracked_count=tracked_count,
                                   binding=binding, mechanism="direct")
         direct_value = objective_per_report(direct)[1]

@@ -59,6 +59,25 @@ def rr_variance_unequal(epsilon: float, m: int) -> float:
         return (np.float64(math.expm1(epsilon)) + m - 1) / np.float64(math.expm1(epsilon)) ** 2
 
 
+# --- The device's keep threshold (cms_core.privatize.keep_threshold; docs/cms_core.md "Sampling precision") ---
+
+def min_usable_epsilon(m: int) -> float:
+    """Smallest epsilon whose device keep probability T / 2^64 is guaranteed above 1/m (bound 2^-50 + m^2 / ((m-1) 2^63)).
+
+    The device keeps y when a uniform 64-bit integer is below T = floor(2^64 e_lo / (e_lo + m - 1)),
+    e_lo = fl(e^eps) (1 - 2^-51) <= e^eps (never more privacy loss than claimed). T / 2^64 > 1/m needs
+    e_lo - 1 >= c = m^2 / ((m - 1) 2^64 - m), and fl(e^eps) >= e^eps (1 - 2^-52), so
+    eps >= log1p(c) + 3 * 2^-52 + 2^-103 suffices; 2^-50 + m^2 / ((m - 1) 2^63) is above that
+    (c <= m^2 / ((m - 1) 2^63) for m >= 2). Below it the rounded keep probability may be 1/m or less:
+    a report then says nothing about the value (or favours the other buckets), while every estimator
+    divides by e^eps - 1 as if it did. 8.9e-16 at m = 2, 1.0e-15 at m = 1000, 4.7e-10 at m = 2^32 - 1;
+    the rounding really fails below 5.6e-16 at m = 2 and 2.3e-10 at m = 2^32 - 1 (tests/cms_core/test_params.py).
+    The closed forms fail later (e^eps - 1 squared underflows near 1.5e-154: variances nan). The
+    rounding's bias of the estimates stays far below their noise everywhere above the bound.
+    """
+    return 2.0**-50 + m * m / ((m - 1) * 2.0**63)
+
+
 # --- Imperfect hashing (Section "Unbiased CMS with Imperfect Hashing", erratum 4 of docs/paper-errata.md) ---
 
 def field_quotient_remainder(field_order: int, m: int) -> tuple[int, int]:

@@ -8,10 +8,18 @@ big-endian, an element of GF(2^128). Collision bound: for N distinct strings,
 P(any two share a fingerprint) <= N (N - 1) / 2^129 (about 1.5e-21 for
 N = 10^9), so a collision is not a practical concern; if two strings did
 collide they would be counted as one value.
+
+Text in every output (JSON, Prometheus labels, logs): valid Unicode, never a lone
+surrogate. A value held as bytes that are not UTF-8 text (a discovered UTF-8 prefix
+cut inside a multi-byte character: level 4 of ``café`` is ``caf\\xc3``) is written
+with U+FFFD where its bytes are not whole characters, and a JSON record of it also
+carries the exact bytes (:func:`value_record`, docs/discovery.md "Values that are not
+whole characters").
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,9 +33,18 @@ from .params import OCMSParams
 _VALUE_PERSON = b"ocms-value-v1"
 
 
+def utf8_of(text: str) -> bytes:
+    """The UTF-8 bytes of ``text``; a lone surrogate (JSON ``"\\udcc3"``) has none: InvalidValueError."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidValueError(f"value {text!r}: not valid Unicode text (a lone surrogate at character "
+                                f"{exc.start})") from None
+
+
 def string_fingerprint(value: str | bytes) -> int:
-    """The documented 128-bit fingerprint of a string or bytes value."""
-    data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    """The documented 128-bit fingerprint of a string or bytes value (a str must be valid Unicode text)."""
+    data = utf8_of(value) if isinstance(value, str) else bytes(value)
     return int.from_bytes(hashlib.blake2b(data, digest_size=16, person=_VALUE_PERSON).digest(), "big")
 
 
@@ -46,16 +63,20 @@ def encode_value(params: OCMSParams, value) -> int:
 
 
 def value_to_json(value) -> str:
-    """A dictionary value as it travels in JSON (CLI, HTTP API, files): always a string.
+    """A dictionary value as it travels in JSON (CLI, HTTP API, files) and in labels: always valid text.
 
     Integers are written as their decimal digits in a JSON string: a JSON
     number loses every integer above 2^53 in JavaScript clients and in jq 1.6
     (2^64 - 1 reads back as 18446744073709552000), and one type for every value
     keeps clients simple. Strings are written unchanged (JSON escapes any
-    character), bytes as their UTF-8 text.
+    character), bytes as their UTF-8 text with U+FFFD (the Unicode replacement
+    character) for each run of bytes that is not a whole character (the
+    standard "replace" decoding, the same as a browser's TextDecoder): lossy
+    only for bytes that are not UTF-8 text, whose exact bytes
+    :func:`value_record` adds.
     """
     if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", errors="surrogateescape")
+        return bytes(value).decode("utf-8", errors="replace")
     if isinstance(value, str):
         return value
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -63,11 +84,39 @@ def value_to_json(value) -> str:
     return str(int(value))
 
 
+def ends_inside_character(raw: bytes) -> bool:
+    """True when ``raw`` ends with the first bytes of a multi-byte UTF-8 character it does not finish."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    decoder.decode(bytes(raw), final=False)
+    return bool(decoder.getstate()[0])  # the bytes held back, waiting for the rest of a character
+
+
+def value_record(value, key: str = "value") -> dict:
+    """A value as the fields of a JSON record: ``{key: value_to_json(value)}``, and when the value is
+    bytes that are not UTF-8 text (a prefix or a truncated value cut inside a character) also
+
+    * ``bytes_hex``: the value's exact bytes, lowercase hex (``caf\\xc3`` -> ``"636166c3"``);
+    * ``cut_inside_character``: true when the bytes end inside a multi-byte character (the text
+      shows it as a trailing U+FFFD), false when the bytes are not UTF-8 elsewhere.
+
+    So a record has ``bytes_hex`` exactly when its text is not its value's exact bytes.
+    """
+    record = {key: value_to_json(value)}
+    if isinstance(value, (bytes, bytearray)):
+        raw = bytes(value)
+        if record[key].encode("utf-8") != raw:
+            record["bytes_hex"] = raw.hex()
+            record["cut_inside_character"] = ends_inside_character(raw)
+    return record
+
+
 def value_from_json(params: OCMSParams, text) -> int | str:
     """Inverse of :func:`value_to_json` for ``params``' value domain (exact for every value)."""
     if params.value_domain == "string":
         if not isinstance(text, str):
             raise InvalidValueError(f"value {text!r}: the string domain takes JSON strings")
+        if not text.isascii():
+            utf8_of(text)  # refuses a lone surrogate
         return text
     if isinstance(text, bool) or not isinstance(text, (str, int)):
         raise InvalidValueError(f"value {text!r}: the integer domain takes decimal digits as a JSON string")

@@ -39,6 +39,7 @@ from prometheus_client.utils import floatToGoString
 
 from producer.kafka import KafkaUnavailableError
 
+from .cors import CorsPolicy
 from .guard import (
     AuthError, Authenticator, IDEMPOTENCY_KEY, IdempotencyCache, KeyReusedError, RateLimiter, body_digest, load_tokens,
 )
@@ -188,6 +189,8 @@ class Collector:
         self.reject_delay = settings.reject_delay_ms / 1000
         self.strikes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> faults in a row
         self._accepted_bodies: dict[tuple, bytes] = {}
+        self.cors = CorsPolicy(settings.cors_origins)
+        self._device_config: bytes | None = None
         self.metrics.kafka_available.set(0)
         self.metrics.queue_reports.set_function(lambda: self.outlet.queued)
 
@@ -199,6 +202,9 @@ class Collector:
         app.router.add_post("/v1/metrics/{metric}/reports", self.post_reports)
         app.router.add_get("/v1/metrics", self.list_metrics)
         app.router.add_get("/v1/metrics/{metric}", self.describe_metric)
+        app.router.add_get("/v1/device-config", self.device_config)
+        if self.cors:
+            self.cors.install(app)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.prometheus)
         app.on_startup.append(self._on_startup)
@@ -230,6 +236,14 @@ class Collector:
         except UploadRejected as exc:
             return _answer(exc.status, exc.reason, exc.detail)
         return web.json_response(self._metric_doc(spec))
+
+    async def device_config(self, request: web.Request) -> web.Response:
+        """``ocms registry device-config`` of the collector's registry: what a device client (producer/js) needs."""
+        if self._device_config is None:
+            from registry.device import device_config
+
+            self._device_config = json.dumps(device_config(self.registry), ensure_ascii=False).encode()
+        return web.Response(body=self._device_config, content_type="application/json", charset="utf-8")
 
     async def healthz(self, request: web.Request) -> web.Response:
         doc = {"kafka": "available" if self.outlet.available else "unavailable", "queued_reports": self.outlet.queued,
@@ -280,6 +294,8 @@ class Collector:
         except UploadRejected as exc:
             response = _answer(exc.status, exc.reason, exc.detail)
         self.metrics.count(response.status, response.ocms_reason, time.perf_counter() - started)
+        if self.cors and (cors := self.cors.headers(request)) is not None:
+            response.headers.update(cors)
         if self.reject_delay and (self.strikes or response.status in TARPIT_STATUSES):
             await self._tarpit(request, response)
         return response

@@ -53,6 +53,8 @@ FLAGS = (
      "(off by default: privacy at the edge)"),
     ("--access-log", "access_log", "true|false: access log lines at info level [default true]"),
     ("--log-level", "log_level", "debug|info|warning|error [default info]"),
+    ("--cors-origins", "cors_origins", "origins whose web pages may upload from a browser (CORS), comma-separated "
+     "https://host[:port], or * [default off]"),
     ("--event-loop", "event_loop", "uvloop|asyncio: the event loop to run on (asyncio = Python's own) [default uvloop]"),
 )
 

@@ -91,6 +91,8 @@ class CollectorSettings:
     #: uvloop (default) or asyncio's own loop. Single-report uploads are bound by per-request
     #: event-loop work (socket reads, writes, callbacks); uvloop does that part in C (docs/collector.md).
     event_loop: str = "uvloop"
+    #: Origins whose pages may upload from a browser (CORS; collector/cors.py): empty = off, ("*",) = any.
+    cors_origins: tuple[str, ...] = ()
 
     @classmethod
     def build(cls, env: Mapping[str, str] | None = None, **overrides) -> "CollectorSettings":
@@ -152,6 +154,10 @@ class CollectorSettings:
             if loop not in EVENT_LOOPS:
                 raise InvalidParameterError(label("event_loop"), raw["event_loop"], f"expected one of {EVENT_LOOPS}")
             out["event_loop"] = loop
+        if "cors_origins" in raw:
+            from .cors import parse_origins
+
+            out["cors_origins"] = parse_origins(raw["cors_origins"], label("cors_origins"))
         if "source_topic" in raw:
             out["source_topic"] = topic(raw["source_topic"], label("source_topic"))
         if "host" in raw:

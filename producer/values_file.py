@@ -36,6 +36,9 @@ from typing import Iterable, Sequence
 from cms_core import OCMSParams, TrackedValues
 from cms_core.errors import InvalidValueError, OCMSError
 from cms_core.values import encode_value, value_from_json, value_to_json
+from registry.errors import FileRefusedError
+from registry.files import read_regular_file
+from registry.loader import MAX_TRACKED_FILE_BYTES
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 JSON_ARRAY_SUFFIXES = (".json",)
@@ -69,7 +72,10 @@ def file_format(path: str | Path) -> str:
 
 def _read_text(path: Path) -> str:
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path, MAX_TRACKED_FILE_BYTES)  # a FIFO or /dev/zero is refused, not read
+    except FileRefusedError as exc:
+        raise ValuesFileError(f"{path}: {exc} (a values file is a regular file of at most "
+                              f"{MAX_TRACKED_FILE_BYTES:,} bytes)") from None
     except OSError as exc:
         raise ValuesFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:

@@ -50,6 +50,10 @@ class RegistryError(OCMSError):
         super().__init__("\n".join(str(p) for p in self.problems))
 
 
+class FileRefusedError(OCMSError):
+    """A file that is not read at all: not a regular file (a FIFO, a device, a directory), or over its size bound."""
+
+
 class RegistryFileError(RegistryError):
     """The registry file cannot be read, or is not well-formed YAML (syntax, duplicate keys)."""
 

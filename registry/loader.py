@@ -1,11 +1,13 @@
 """Reading and validating a registry file (YAML), once, with every error located.
 
-Parsing uses ruamel.yaml (YAML 1.2: ``NO`` and ``off`` stay strings, so country
-codes and screen names survive; duplicate keys are an error; every node knows
-its line). Validation is hand-written rather than a JSON Schema because most
-rules are semantic (a watch value must be a tracked value, categories are only
-appended, epsilon must give a usable hash range) and each message must name the
-metric, the field and the line, like Prometheus' ``promtool check config``.
+Reading and parsing are :mod:`registry.files` (a regular file of bounded size;
+ruamel.yaml's libyaml parser, YAML 1.2: ``NO`` and ``off`` stay strings, so country
+codes and screen names survive; duplicate keys are an error; every mapping key and
+list item knows its line; nesting, values and integer digits are bounded).
+Validation is hand-written rather than a JSON Schema because most rules are
+semantic (a watch value must be a tracked value, categories are only appended,
+epsilon must give a usable hash range) and each message must name the metric,
+the field and the line, like Prometheus' ``promtool check config``.
 
 Layout (docs/registry.md is the full reference)::
 
@@ -26,31 +28,33 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import io
 import json
 import math
 import os
 import re
-import warnings
 from pathlib import Path
-
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, ReusedAnchorWarning, YAMLError, YAMLWarning
 
 from cms_core.errors import InvalidParameterError
 from cms_core.params import MAX_HASH_RANGE, MECHANISM_CHOICES, OCMSParams, check_epsilon
 
-from .errors import Problem, RegistryFileError, RegistryValidationError
+from .errors import FileRefusedError, Problem, RegistryFileError, RegistryValidationError
+from .files import MAX_INTEGER_DIGITS, YamlMap, YamlSeq, compose, open_regular_file, read_regular_file
 from .model import MetricSpec, MetricVersion, Registry, TrackedSpec
 
 #: A registry is configuration, not data: refuse anything absurdly large before parsing it.
 MAX_REGISTRY_BYTES = 16 * 2**20
 MAX_METRICS = 10_000
 MAX_VERSIONS = 1_000
+#: Problems listed in one error (a hostile file can hold millions); the rest are counted.
+MAX_PROBLEMS = 200
 MAX_VERSION_NUMBER = 1_000_000
 #: Categories and tracked values are held in every worker's view; keep them bounded.
 MAX_CATEGORIES = 1_000_000
 MAX_TRACKED = 1_000_000
+#: Category names summed over the lists of a registry's versions: a version that adds categories has
+#: its own list (a version adding none shares its predecessor's), held by every worker.
+MAX_VERSIONED_NAMES = 4_000_000
 #: Without an explicit ``tracked``, an integer metric tracks its whole dictionary only up to this size.
 MAX_DEFAULT_TRACKED = 100_000
 MAX_INTEGER_DOMAIN = 2**64
@@ -63,6 +67,10 @@ MAX_MIN_REPORTS = 10**12
 MAX_BUCKET_SECONDS = 86_400
 MAX_ROLLUP_SECONDS = 366 * 86_400
 MAX_TRACKED_FILE_BYTES = 256 * 2**20
+#: A tracked string is at most 4,096 characters; its JSON line, escaped, fits in this many.
+MAX_TRACKED_LINE_CHARS = 6 * 4096 + 64
+#: Lines read from a tracked file (values, blank and bad lines) before it is refused.
+MAX_TRACKED_LINES = 2 * MAX_TRACKED
 #: Problems reported per tracked file before giving up on it.
 MAX_FILE_PROBLEMS = 10
 
@@ -92,66 +100,44 @@ def load_registry(path: str | os.PathLike) -> Registry:
     """Read, parse and validate a registry file; raises a RegistryError naming every mistake."""
     shown = os.fspath(path)
     try:
-        size = os.path.getsize(path)
-        if size > MAX_REGISTRY_BYTES:
-            raise RegistryFileError(Problem(shown, None, f"is {size:,} bytes; a registry is at most {MAX_REGISTRY_BYTES:,}"))
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RegistryFileError(Problem(shown, None, f"cannot read the registry: {exc}")) from None
+        data = read_regular_file(path, MAX_REGISTRY_BYTES)
+    except FileRefusedError as exc:
+        raise RegistryFileError(Problem(shown, None, f"cannot read the registry: it {exc} (a registry is a regular "
+                                                     f"file of at most {MAX_REGISTRY_BYTES:,} bytes)")) from None
+    except OSError as exc:
+        raise RegistryFileError(Problem(shown, None, f"cannot read the registry: {exc.strerror or exc}")) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise RegistryFileError(Problem(shown, line, f"cannot read the registry: not UTF-8 text ({exc.reason} at "
+                                                     f"byte {exc.start:,})")) from None
     return parse_registry(text, shown, base_dir=Path(path).resolve().parent)
 
 
 def parse_registry(text: str, path: str = "<registry>", base_dir: str | os.PathLike | None = None) -> Registry:
     """Validate registry text; ``base_dir`` resolves relative tracked files (default: the working directory)."""
-    yaml = YAML(typ="rt", pure=True)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", YAMLWarning)
-            document = yaml.load(text)
-        for warning in caught:
-            if issubclass(warning.category, YAMLWarning):
-                raise RegistryFileError(_yaml_warning_problem(path, warning.message))
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        reason = " ".join(x for x in (exc.context, exc.problem) if x) or str(exc)
-        raise RegistryFileError(Problem(path, line, f"not valid YAML: {reason}")) from None
-    except YAMLError as exc:
-        raise RegistryFileError(Problem(path, None, f"not valid YAML: {exc}")) from None
+    document = compose(text, path)
     return _Loader(path, Path(base_dir) if base_dir is not None else Path.cwd()).load(document)
-
-
-def _yaml_warning_problem(path: str, warning) -> Problem:
-    """A YAML warning (e.g. an anchor defined twice, which silently rebinds it) as a located error."""
-    text = str(warning)
-    lines = [int(n) for n in re.findall(r"\(line: (\d+)\)", text)]
-    if isinstance(warning, ReusedAnchorWarning):
-        anchor = re.search(r"found duplicate anchor '([^']*)'", text)
-        name = f"&{anchor.group(1)}" if anchor else "an anchor"
-        where = f" (lines {lines[0]} and {lines[-1]})" if len(lines) >= 2 else ""
-        return Problem(path, lines[-1] if lines else None,
-                       f"anchor {name} is defined twice{where}: give each anchor its own name")
-    return Problem(path, lines[-1] if lines else None, f"not valid YAML: {text.strip().splitlines()[0]}")
 
 
 # --------------------------------------------------------------------------- helpers
 def _key_line(mapping, key) -> int | None:
     try:
-        return mapping.lc.key(key)[0] + 1
+        return mapping.key_lines[key]
     except (AttributeError, KeyError, TypeError):
         return _node_line(mapping)
 
 
 def _item_line(sequence, index: int) -> int | None:
     try:
-        return sequence.lc.item(index)[0] + 1
-    except (AttributeError, KeyError, TypeError, IndexError):
+        return sequence.item_lines[index]
+    except (AttributeError, IndexError, TypeError):
         return _node_line(sequence)
 
 
 def _node_line(node) -> int | None:
-    lc = getattr(node, "lc", None)
-    return lc.line + 1 if lc is not None and lc.line is not None else None
+    return getattr(node, "line", None)
 
 
 def _show(value) -> str:
@@ -187,7 +173,7 @@ def parse_duration(value) -> int | None:
     """Seconds from an integer or a Prometheus-style duration ("90s", "15m", "1h30m", "7d"); None if invalid."""
     if _is_int(value):
         return int(value)
-    if isinstance(value, str) and _DURATION.fullmatch(value.strip()):
+    if isinstance(value, str) and len(value) <= MAX_INTEGER_DIGITS and _DURATION.fullmatch(value.strip()):
         return sum(int(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(value.strip()))
     return None
 
@@ -196,13 +182,15 @@ def parse_domain_size(value) -> int | None:
     """An integer, digits with '_' separators, or a power written ``2^64``; None if invalid."""
     if _is_int(value):
         return int(value)
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= MAX_INTEGER_DIGITS:  # far above 2^64's 20 digits; int() is bounded
         text = value.strip().replace("_", "")
         if text.isascii() and text.isdigit():
             return int(text)
         base, sep, exponent = text.partition("^")
-        if sep and base.isascii() and base.isdigit() and exponent.isascii() and exponent.isdigit() and len(exponent) <= 4:
-            return int(base) ** int(exponent)
+        if sep and base.isascii() and base.isdigit() and exponent.isascii() and exponent.isdigit():
+            base, exponent = int(base), int(exponent)
+            if base.bit_length() * exponent <= 4 * MAX_INTEGER_DIGITS:  # 9^9999 would be 9,542 digits
+                return base**exponent
     return None
 
 
@@ -225,20 +213,41 @@ class _Loader:
     def __init__(self, path: str, base_dir: Path):
         self.path = path
         self.base_dir = base_dir
-        self.problems: list[Problem] = []
+        self.problems: list[Problem] = []  # the first MAX_PROBLEMS distinct ones
+        self.problem_count = 0  # distinct problems found, shown or not
+        self.seen_problems: set[Problem] = set()
+        self.metrics_with_problems: set = set()
         self.tracked_sources: dict[str, tuple | None] = {}  # metric -> parsed 'tracked' (None: reported)
         self.missing_tracked: dict[str, list] = {}  # metric -> tracked names not in its newest version
+        self.tracked_specs: dict[str, tuple] = {}  # metric -> (names object, spec): versions with the same names share it
+        self.category_index: dict[str, dict] = {}  # metric -> name -> id (ids never change: names are appended)
+        self.versioned_names = 0  # category names held by every version's own list (shared lists count once)
 
     # -------------------------------------------------------------- reporting
     def problem(self, line, message, metric=None, field=None, version=None) -> None:
-        self.problems.append(Problem(self.path, line, message, metric, field, version))
+        problem = Problem(self.path, line, message, metric, field, version)
+        if problem in self.seen_problems:
+            return  # a metric-level default shared by several versions is reported once, not once per version
+        self.problem_count += 1
+        self.metrics_with_problems.add(metric)
+        if len(self.problems) < MAX_PROBLEMS:
+            self.seen_problems.add(problem)
+            self.problems.append(problem)
+
+    def shown_problems(self) -> list[Problem]:
+        hidden = self.problem_count - len(self.problems)
+        if hidden <= 0:
+            return self.problems
+        return self.problems + [Problem(self.path, None, f"... and {hidden:,} more problems (the first "
+                                                          f"{len(self.problems):,} are shown)")]
 
     def unknown_keys(self, mapping, allowed, metric=None, version=None, prefix="", extensions=False) -> None:
         for key in mapping:
             if extensions and isinstance(key, str) and key.startswith("x-"):
                 continue  # a place for YAML anchors shared by metrics, as docker-compose's x- keys
             if key not in allowed:
-                hint = difflib.get_close_matches(str(key), allowed, n=1)
+                # A hint while problems are still listed (difflib per key is slow for a file of 10^6 keys).
+                hint = difflib.get_close_matches(str(key)[:100], allowed, n=1) if len(self.problems) < MAX_PROBLEMS else ()
                 suffix = f" (did you mean {hint[0]!r}?)" if hint else f"; expected one of: {', '.join(allowed)}"
                 self.problem(_key_line(mapping, key), f"unknown key{suffix}", metric, prefix + str(key), version)
 
@@ -246,21 +255,21 @@ class _Loader:
     def load(self, document) -> Registry:
         if document is None:
             raise RegistryValidationError(Problem(self.path, 1, "the file is empty; expected a top-level 'metrics:' list"))
-        if not isinstance(document, CommentedMap):
+        if not isinstance(document, YamlMap):
             raise RegistryValidationError(Problem(self.path, _node_line(document) or 1,
                                                   "expected a mapping with a top-level 'metrics:' list"))
         self.unknown_keys(document, TOP_KEYS, extensions=True)
         if "metrics" not in document:
             self.problem(1, "missing the top-level 'metrics:' list", field="metrics")
-            raise RegistryValidationError(self.problems)
+            raise RegistryValidationError(self.shown_problems())
         entries = document["metrics"]
         line = _key_line(document, "metrics")
-        if not isinstance(entries, CommentedSeq) or not entries:
+        if not isinstance(entries, YamlSeq) or not entries:
             self.problem(line, f"must be a non-empty list of metrics, got {_show(entries)}", field="metrics")
-            raise RegistryValidationError(self.problems)
+            raise RegistryValidationError(self.shown_problems())
         if len(entries) > MAX_METRICS:
             self.problem(line, f"{len(entries):,} metrics; at most {MAX_METRICS:,}", field="metrics")
-            raise RegistryValidationError(self.problems)
+            raise RegistryValidationError(self.shown_problems())
         metrics: list[MetricSpec] = []
         seen: dict[str, int] = {}
         for index, entry in enumerate(entries):
@@ -268,17 +277,16 @@ class _Loader:
             if spec is not None:
                 metrics.append(spec)
         if self.problems:
-            # A metric-level default shared by several versions is reported once, not once per version.
-            raise RegistryValidationError(list(dict.fromkeys(self.problems)))
+            raise RegistryValidationError(self.shown_problems())
         return Registry(self.path, tuple(metrics))
 
     # -------------------------------------------------------------- metric
     def metric(self, entries, index, entry, seen) -> MetricSpec | None:
         line = _item_line(entries, index)
-        if not isinstance(entry, CommentedMap):
+        if not isinstance(entry, YamlMap):
             self.problem(line, f"metric #{index + 1}: expected a mapping with a 'name', got {_show(entry)}", field="metrics")
             return None
-        before = len(self.problems)
+        before = self.problem_count
         name = self.metric_name(entry, line, seen)
         label = name if name is not None else f"#{index + 1}"
         self.unknown_keys(entry, METRIC_KEYS, label)
@@ -323,7 +331,7 @@ class _Loader:
                 metric=label, version=vnum, params=params, domain=kind,
                 value_names=tuple(names) if kind == "categories" else None, tracked=tracked,
                 watch=(), retired=bool(retired), note=note, line=vline, discovery=discoverable, **exposure))
-        if len(self.problems) > before or exposure is None or name is None:
+        if self.problem_count > before or exposure is None or name is None:
             return None  # a bad name was reported; the rest of the metric was still checked under "#N"
         versions = self.apply_watch(entry, versions, label)
         if versions is None:
@@ -413,27 +421,26 @@ class _Loader:
     def names(self, mapping, key, metric, version, known: set, limit=MAX_CATEGORIES) -> list[str] | None:
         """A list of category names: strings, printable, unique (also against ``known``)."""
         value, line = mapping[key], _key_line(mapping, key)
-        if not isinstance(value, CommentedSeq):
+        if not isinstance(value, YamlSeq):
             self.problem(line, f"must be a list of names, got {_show(value)}", metric, key, version)
             return None
         if len(value) > limit:
             self.problem(line, f"{len(value):,} names; at most {limit:,}", metric, key, version)
             return None
         out: list[str] = []
-        seen = set(known)
+        seen: set = set()
         ok = True
         for i, item in enumerate(value):
-            iline = _item_line(value, i)
             if not isinstance(item, str):
-                self.problem(iline, f"each name must be a string (quote numbers, e.g. '14' or '1.10'), got {_show(item)}",
-                             metric, key, version)
+                self.problem(_item_line(value, i), f"each name must be a string (quote numbers, e.g. '14' or '1.10'), "
+                             f"got {_show(item)}", metric, key, version)
                 ok = False
             elif not item or len(item) > MAX_VALUE_LENGTH or not item.isprintable():
-                self.problem(iline, f"a name must be 1 to {MAX_VALUE_LENGTH} printable characters, got {_show(item)}",
-                             metric, key, version)
+                self.problem(_item_line(value, i), f"a name must be 1 to {MAX_VALUE_LENGTH} printable characters, "
+                             f"got {_show(item)}", metric, key, version)
                 ok = False
-            elif item in seen:
-                self.problem(iline, f"{_show(item)} is listed twice", metric, key, version)
+            elif item in seen or item in known:
+                self.problem(_item_line(value, i), f"{_show(item)} is listed twice", metric, key, version)
                 ok = False
             else:
                 seen.add(item)
@@ -446,7 +453,7 @@ class _Loader:
         if "versions" not in entry:
             return [(1, None, line)]
         value, vline = entry["versions"], _key_line(entry, "versions")
-        if not isinstance(value, CommentedSeq) or not value:
+        if not isinstance(value, YamlSeq) or not value:
             self.problem(vline, f"must be a non-empty list of versions, got {_show(value)}", metric, "versions")
             return None
         if len(value) > MAX_VERSIONS:
@@ -457,7 +464,7 @@ class _Loader:
         ok = True
         for i, item in enumerate(value):
             iline = _item_line(value, i)
-            if not isinstance(item, CommentedMap):
+            if not isinstance(item, YamlMap):
                 self.problem(iline, f"each version must be a mapping with a 'version' number, got {_show(item)}",
                              metric, "versions")
                 ok = False
@@ -482,8 +489,11 @@ class _Loader:
             out.append((int(number), item, iline))
         return out if ok else None
 
-    def category_versions(self, kind, base_names, versions_raw, metric) -> list[list]:
-        names = list(base_names or [])
+    def category_versions(self, kind, base_names, versions_raw, metric) -> list[tuple]:
+        """Each version's category names: one tuple, shared by the versions that add none."""
+        names = tuple(base_names or ())
+        known = set(names) if any(vmap is not None and "add_categories" in vmap for _, vmap, _ in versions_raw) else ()
+        self.versioned_names += len(names)
         out = []
         for number, vmap, _ in versions_raw:
             if vmap is not None and "add_categories" in vmap:
@@ -491,19 +501,28 @@ class _Loader:
                     self.problem(_key_line(vmap, "add_categories"), f"only a 'categories' metric can add categories; "
                                  f"this one has {kind!r}", metric, "add_categories", number)
                 else:
-                    added = self.names(vmap, "add_categories", metric, number, set(names),
+                    added = self.names(vmap, "add_categories", metric, number, known,
                                        limit=MAX_CATEGORIES - len(names))
                     if added is not None:
                         if not added:
                             self.problem(_key_line(vmap, "add_categories"), "is empty; omit it or list new names",
                                          metric, "add_categories", number)
-                        names = names + added
-            out.append(list(names))
+                        elif self.versioned_names + len(names) + len(added) > MAX_VERSIONED_NAMES:
+                            # Every version that adds names keeps a list of its own (workers, describe, lock digests).
+                            self.problem(_key_line(vmap, "add_categories"), f"the category lists of the versions that "
+                                         f"add categories would hold more than {MAX_VERSIONED_NAMES:,} names in all; "
+                                         "add more names per version, or define a new metric", metric,
+                                         "add_categories", number)
+                        else:
+                            names = names + tuple(added)
+                            known.update(added)
+                            self.versioned_names += len(names)
+            out.append(names)
         return out
 
     # -------------------------------------------------------------- exposure
     def exposure(self, entry, metric) -> dict | None:
-        before = len(self.problems)
+        before = self.problem_count
         bucket = self.duration(entry, "bucket", metric, DEFAULT_BUCKET_SECONDS, 1, MAX_BUCKET_SECONDS)
         retention = self.duration(entry, "retention", metric, DEFAULT_RETENTION_SECONDS, 1, None)
         if bucket is not None and retention is not None and retention < bucket:
@@ -513,7 +532,7 @@ class _Loader:
         if "rollup" in entry:
             rollup = entry["rollup"]
             rline = _key_line(entry, "rollup")
-            if not isinstance(rollup, CommentedMap):
+            if not isinstance(rollup, YamlMap):
                 self.problem(rline, f"must be a mapping with 'bucket' (and optional 'retention'), got {_show(rollup)}",
                              metric, "rollup")
             else:
@@ -533,7 +552,7 @@ class _Loader:
                                  f"got {rollup_retention} s", metric, "rollup.retention")
         top_k = self.integer(entry, "top_k", metric, DEFAULT_TOP_K, 0, MAX_TOP_K)
         min_reports = self.integer(entry, "min_reports", metric, DEFAULT_MIN_REPORTS, 0, MAX_MIN_REPORTS)
-        if len(self.problems) > before:
+        if self.problem_count > before:
             return None
         return {"bucket_seconds": bucket, "retention_seconds": retention, "rollup_seconds": rollup_seconds,
                 "rollup_retention_seconds": rollup_retention if rollup_seconds is not None else None,
@@ -594,11 +613,22 @@ class _Loader:
                 spec = TrackedSpec("range", start=start, stop=stop)
         else:
             items, where = data
+            shared = self.tracked_specs.get(metric)
+            if shared is not None and shared[0] is names:
+                return shared[1]  # the same names (or none) as the previous version: the same tracked set
             if kind == "categories":
                 # Each version tracks the listed names it has; a name of no version is reported by apply_watch.
-                index = {n: i for i, n in enumerate(names)}
-                values = [index[n] for n, _ in items if n in index]
-                self.missing_tracked[metric] = [(n, line) for n, line in items if n not in index]
+                index = self.category_index.setdefault(metric, {})
+                for i in range(len(index), len(names)):  # names are only appended: ids never change
+                    index[names[i]] = i
+                count, values, missing = len(names), [], []
+                for name, name_line in items:
+                    position = index.get(name, count)
+                    if position < count:
+                        values.append(position)
+                    else:
+                        missing.append((name, name_line))
+                self.missing_tracked[metric] = missing
                 if values:
                     spec = TrackedSpec("list", values=tuple(values), source=where)
                 else:
@@ -611,6 +641,8 @@ class _Loader:
                         self.problem(line, f"{value} is outside the dictionary [0, {d})", metric, raw_field(where))
             else:
                 spec = TrackedSpec("list", values=tuple(v for v, _ in items), source=where)
+            if spec is not None:
+                self.tracked_specs[metric] = (names, spec)
         if spec is None:
             self.tracked_sources[metric] = None  # reported; later versions stay quiet
         return spec
@@ -620,17 +652,17 @@ class _Loader:
         if not raw.present or raw.value == "all":
             return ("all", None)
         value, line = raw.value, raw.line
-        if isinstance(value, CommentedSeq):
+        if isinstance(value, YamlSeq):
             return self.tracked_items([(v, _item_line(value, i)) for i, v in enumerate(value)], kind, metric,
                                       "tracked", "list")
-        if isinstance(value, CommentedMap) and len(value) == 1 and ("range" in value or "file" in value):
+        if isinstance(value, YamlMap) and len(value) == 1 and ("range" in value or "file" in value):
             if "range" in value:
                 rng, rline = value["range"], _key_line(value, "range")
                 if kind != "integers":
                     self.problem(rline, f"a range tracks integers; this metric has {kind!r} (list the values instead)",
                                  metric, "tracked.range")
                     return None
-                if (not isinstance(rng, CommentedSeq) or len(rng) != 2
+                if (not isinstance(rng, YamlSeq) or len(rng) != 2
                         or any(parse_domain_size(b) is None for b in rng)):
                     self.problem(rline, f"must be [START, STOP] (integers, STOP excluded), got {_show(rng)}",
                                  metric, "tracked.range")
@@ -653,42 +685,59 @@ class _Loader:
             self.problem(line, f"must be a file path (JSON lines), got {_show(name)}", metric, "tracked.file")
             return None
         path = Path(name) if os.path.isabs(name) else self.base_dir / name
-        try:
-            size = path.stat().st_size
-            if size > MAX_TRACKED_FILE_BYTES:
-                self.problem(line, f"{name}: {size:,} bytes; at most {MAX_TRACKED_FILE_BYTES:,}", metric, "tracked.file")
-                return None
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            self.problem(line, f"cannot read {name}: {exc}", metric, "tracked.file")
-            return None
         items = []
         bad = 0
-        for number, row in enumerate(text.splitlines(), 1):
-            if not row.strip():
-                continue
-            try:
-                value = json.loads(row)
-            except ValueError as exc:
-                value, reason = None, f"not JSON ({exc.args[0] if exc.args else exc})"
-            else:
-                reason = None if isinstance(value, str) else f"expected a JSON string, got {row.strip()[:60]}"
-            if reason is not None:
-                bad += 1
-                if bad <= MAX_FILE_PROBLEMS:
-                    self.problem(line, f"{name}:{number}: {reason} (one JSON string per line, e.g. \"ATL\")",
-                                 metric, "tracked.file")
-                continue
-            items.append((value, (name, number)))
-        result = self.tracked_items(items, kind, metric, "tracked.file", name, file_line=line) if items or not bad else None
+        try:
+            with io.TextIOWrapper(open_regular_file(path, MAX_TRACKED_FILE_BYTES), encoding="utf-8",
+                                  newline="\n") as handle:
+                for number, row in enumerate(iter(lambda: handle.readline(MAX_TRACKED_LINE_CHARS + 1), ""), 1):
+                    if number > MAX_TRACKED_LINES:
+                        self.problem(line, f"{name}: more than {MAX_TRACKED_LINES:,} lines; a tracked file lists at most "
+                                           f"{MAX_TRACKED:,} values, one a line", metric, "tracked.file")
+                        return None
+                    if len(row) > MAX_TRACKED_LINE_CHARS:
+                        self.problem(line, f"{name}:{number}: longer than {MAX_TRACKED_LINE_CHARS:,} characters (a "
+                                           "tracked value is at most 4,096)", metric, "tracked.file")
+                        return None
+                    if not row.strip():
+                        continue
+                    try:
+                        value = json.loads(row)
+                    except ValueError as exc:
+                        value, reason = None, f"not JSON ({exc.args[0] if exc.args else exc})"
+                    else:
+                        reason = None if isinstance(value, str) else f"expected a JSON string, got {row.strip()[:60]}"
+                    if reason is not None:
+                        bad += 1
+                        if bad <= MAX_FILE_PROBLEMS:
+                            self.problem(line, f"{name}:{number}: {reason} (one JSON string per line, e.g. \"ATL\")",
+                                         metric, "tracked.file")
+                        continue
+                    if len(items) == MAX_TRACKED:  # stop reading: the file cannot be valid
+                        self.problem(line, f"{name}:{number}: more than {MAX_TRACKED:,} tracked values; at most "
+                                           f"{MAX_TRACKED:,}", metric, "tracked.file")
+                        return None
+                    items.append((value, number))
+        except FileRefusedError as exc:
+            self.problem(line, f"{name}: {exc} (a tracked file is a regular file of at most "
+                               f"{MAX_TRACKED_FILE_BYTES:,} bytes)", metric, "tracked.file")
+            return None
+        except UnicodeDecodeError as exc:
+            self.problem(line, f"{name}: not UTF-8 text ({exc.reason})", metric, "tracked.file")
+            return None
+        except OSError as exc:
+            self.problem(line, f"cannot read {name}: {exc.strerror or exc}", metric, "tracked.file")
+            return None
+        result = (self.tracked_items(items, kind, metric, "tracked.file", name, file_line=line, file_name=name)
+                  if items or not bad else None)
         if bad:
             if bad > MAX_FILE_PROBLEMS:
                 self.problem(line, f"{name}: {bad - MAX_FILE_PROBLEMS} more bad lines", metric, "tracked.file")
             return None
         return result
 
-    def tracked_items(self, items, kind, metric, field, source, file_line=None):
-        """Validate tracked values (duplicates, types); lines are YAML lines or (file, line) pairs."""
+    def tracked_items(self, items, kind, metric, field, source, file_line=None, file_name=None):
+        """Validate tracked values (duplicates, types); lines are YAML lines, or lines of ``file_name``."""
         if not items:
             self.problem(file_line, "holds no values", metric, field)
             return None
@@ -696,37 +745,38 @@ class _Loader:
             self.problem(file_line or items[0][1], f"{len(items):,} tracked values; at most {MAX_TRACKED:,}", metric, field)
             return None
 
-        def where(loc):
+        def prefix(loc) -> str:
             # YAML items report their own line; file items report the 'file:' key's line plus file:line.
-            return (file_line, f"{loc[0]}:{loc[1]}: ") if isinstance(loc, tuple) else (loc, "")
+            return f"{file_name}:{loc}: " if file_name is not None else ""
 
-        out, seen, ok = [], {}, True
+        out, seen, ok = [], set(), True
         for value, loc in items:
-            line, prefix = where(loc)
+            line = file_line if file_name is not None else loc
             if kind == "integers":
                 number = parse_domain_size(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
                 if number is None or (isinstance(value, str) and not value.strip().isdigit()):
-                    self.problem(line, f"{prefix}an integer value (decimal digits) expected, got {_show(value)}",
+                    self.problem(line, f"{prefix(loc)}an integer value (decimal digits) expected, got {_show(value)}",
                                  metric, field)
                     ok = False
                     continue
                 value = number
             elif not isinstance(value, str) or not value:
-                self.problem(line, f"{prefix}a non-empty string expected (quote numbers), got {_show(value)}", metric, field)
+                self.problem(line, f"{prefix(loc)}a non-empty string expected (quote numbers), got {_show(value)}",
+                             metric, field)
                 ok = False
                 continue
             else:
                 value = str(value)
                 if len(value) > 4096:
-                    self.problem(line, f"{prefix}a tracked string is at most 4096 characters, got {len(value)}",
+                    self.problem(line, f"{prefix(loc)}a tracked string is at most 4096 characters, got {len(value)}",
                                  metric, field)
                     ok = False
                     continue
             if value in seen:
-                self.problem(line, f"{prefix}{_show(value)} is listed twice", metric, field)
+                self.problem(line, f"{prefix(loc)}{_show(value)} is listed twice", metric, field)
                 ok = False
                 continue
-            seen[value] = loc
+            seen.add(value)
             out.append((value, line))
         return ("list", (out, source)) if ok else None
 
@@ -740,7 +790,7 @@ class _Loader:
         return _Field(None, None, False)
 
     def params(self, entry, vmap, kind, d, tracked: TrackedSpec, metric, version, vline) -> OCMSParams | None:
-        before = len(self.problems)
+        before = self.problem_count
         f = {k: self.privacy(entry, vmap, k, version) for k in PRIVACY_KEYS}
         eps = f["epsilon"]
         epsilon = None
@@ -799,7 +849,7 @@ class _Loader:
                              metric, "hash_range", f["hash_range"].version)
             else:
                 mechanism = value
-        if len(self.problems) > before:
+        if self.problem_count > before:
             return None
         try:
             return OCMSParams.build(
@@ -822,17 +872,23 @@ class _Loader:
         # Categories are only appended, so a name missing from the newest version is in no version.
         for name, line in self.missing_tracked.get(metric, []):
             self.problem(line, f"{_show(name)} is not a category of any version", metric, "tracked")
-        tracked_by_version = {v.version: set(v.tracked_names()) for v in versions}
+        sets: dict[tuple[int, int], set] = {}  # versions sharing their tracked spec and names share one set
+        tracked_by_version = {}
+        for v in versions:
+            key = (id(v.tracked), id(v.value_names))
+            if key not in sets:
+                sets[key] = set(v.tracked_names())
+            tracked_by_version[v.version] = sets[key]
         watch: list[tuple[str, int]] = []
         if "watch" in entry:
             value, line = entry["watch"], _key_line(entry, "watch")
-            if not isinstance(value, CommentedSeq):
+            if not isinstance(value, YamlSeq):
                 self.problem(line, f"must be a list of value names, got {_show(value)}", metric, "watch")
             elif len(value) > MAX_WATCH:
                 self.problem(line, f"{len(value):,} values; at most {MAX_WATCH:,}", metric, "watch")
             else:
                 seen = set()
-                every = set().union(*tracked_by_version.values())
+                every = set().union(*sets.values())
                 for i, item in enumerate(value):
                     iline = _item_line(value, i)
                     name = str(item) if _is_int(item) and versions[0].domain == "integers" else item
@@ -845,9 +901,13 @@ class _Loader:
                     else:
                         seen.add(name)
                         watch.append((name, iline))
-        if self.problems and any(p.metric == metric for p in self.problems):
+        if metric in self.metrics_with_problems:
             return None
         out = []
+        shared: dict[int, dict] = {}
         for v in versions:
-            out.append(dataclasses.replace(v, watch=tuple(n for n, _ in watch if n in tracked_by_version[v.version])))
+            version = dataclasses.replace(v, watch=tuple(n for n, _ in watch if n in tracked_by_version[v.version]))
+            if version.value_names is not None:  # digests and name indexes computed once per names list
+                version._cache["names_cache"] = shared.setdefault(id(version.value_names), {})
+            out.append(version)
         return out

@@ -92,9 +92,18 @@ class MetricVersion:
         reordering categories in place would silently relabel published counts, so the lock
         records this digest too.
         """
-        names = list(self.value_names) if self.value_names is not None else None
-        text = json.dumps({"domain": self.domain, "categories": names}, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        cache = self._names_cache()
+        digest = cache.get("definition_digest")
+        if digest is None:
+            names = list(self.value_names) if self.value_names is not None else None
+            text = json.dumps({"domain": self.domain, "categories": names}, separators=(",", ":"), ensure_ascii=False)
+            digest = cache.setdefault("definition_digest", hashlib.sha256(text.encode("utf-8")).hexdigest())
+        return digest
+
+    def _names_cache(self) -> dict:
+        """Where results that depend only on ``value_names`` (and the domain) are kept: a dict the loader
+        shares between versions with the same names (10^6 names, hundreds of versions), else this version's."""
+        return self._cache.get("names_cache", self._cache)
 
     # -------------------------------------------------------------- values
     def value_from_name(self, name) -> int | str:
@@ -104,9 +113,10 @@ class MetricVersion:
         Raises InvalidValueError naming the metric when the name is not in the dictionary.
         """
         if self.domain == "categories":
-            index = self._cache.get("name_index")
+            cache = self._names_cache()
+            index = cache.get("name_index")
             if index is None:
-                index = self._cache.setdefault("name_index", {n: i for i, n in enumerate(self.value_names)})
+                index = cache.setdefault("name_index", {n: i for i, n in enumerate(self.value_names)})
             if name not in index:
                 raise InvalidValueError(f"metric {self.metric!r} version {self.version}: {name!r} is not a category")
             return index[name]

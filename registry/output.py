@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
+
+
+def utf8_stdout() -> None:
+    """Make stdout UTF-8 whatever the locale: ocms output (JSON above all: RFC 8259 says UTF-8) is the
+    same bytes under C.UTF-8, a strict ASCII locale (``PYTHONIOENCODING=ascii:strict``) or a file
+    (``--out FILE``). Under the C locales Python's stdout would pass lone surrogates through as raw
+    bytes (surrogateescape, invalid UTF-8); a character that is not text is written as a backslash
+    escape instead of raising."""
+    stream = sys.stdout
+    if not isinstance(stream, io.TextIOWrapper):
+        return
+    if stream.encoding.lower().replace("-", "").replace("_", "") != "utf8" or stream.errors == "surrogateescape":
+        stream.reconfigure(encoding="utf-8", errors="backslashreplace")
 
 
 def write_stdout(text: str) -> None:

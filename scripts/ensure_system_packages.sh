@@ -5,6 +5,10 @@
 #   chromium + chromedriver  from Debian's `chromium` and `chromium-driver` (console browser test)
 #   wrk                      from Debian's `wrk` (load generator of benchmarks/bench_collector.py)
 #   librdkafka.so.1          from Debian's `librdkafka1` (its mock cluster: producer/mock_cluster.py)
+#   cJSON and libcurl headers from Debian's `libcjson-dev` and `libcurl4-openssl-dev` (producer/c's
+#                            example program ocms-report-c; the C library itself needs only libc)
+#   node + npm               from Debian's `nodejs` and `npm` (producer/js, the JavaScript client; a node
+#                            already on PATH is kept)
 # Idempotent: does nothing when every tool is already on PATH. Otherwise runs
 # `apt-get update` once and installs the missing packages non-interactively,
 # with sudo only when not running as root. Called by `make test`.
@@ -29,9 +33,20 @@ fi
 if ! have_rdkafka; then
     missing+=(librdkafka1)
 fi
+# A header is present when the C compiler finds it (what `make -C producer/c` needs).
+has_header() { printf '#include <%s>\n' "$1" | ${CC:-cc} -E -x c - >/dev/null 2>&1; }
+if ! has_header cjson/cJSON.h; then
+    missing+=(libcjson-dev)
+fi
+if ! has_header curl/curl.h; then
+    missing+=(libcurl4-openssl-dev)
+fi
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    missing+=(nodejs npm)
+fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "ensure_system_packages: promtool, prometheus, kcat, chromium, chromedriver, wrk and librdkafka1 present, nothing to do"
+    echo "ensure_system_packages: promtool, prometheus, kcat, chromium, chromedriver, wrk, librdkafka1, cJSON and libcurl headers, node and npm present, nothing to do"
     exit 0
 fi
 
@@ -56,7 +71,7 @@ export DEBIAN_FRONTEND=noninteractive
 # --no-install-recommends keeps the prometheus package from pulling extras.
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 
-for tool in promtool prometheus kcat chromium chromedriver wrk; do
+for tool in promtool prometheus kcat chromium chromedriver wrk node npm; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "ensure_system_packages: $tool still missing after apt-get install" >&2
         exit 1
@@ -66,4 +81,10 @@ if ! have_rdkafka; then
     echo "ensure_system_packages: librdkafka.so.1 still missing after apt-get install librdkafka1" >&2
     exit 1
 fi
+for header in cjson/cJSON.h curl/curl.h; do
+    if ! has_header "$header"; then
+        echo "ensure_system_packages: <$header> still missing after apt-get install" >&2
+        exit 1
+    fi
+done
 echo "ensure_system_packages: $(promtool --version 2>&1 | head -n1); $(kcat -V 2>&1 | grep -m1 -i "version" || echo kcat)"

@@ -578,6 +578,7 @@
         estimate: num(processed ? r.processed : r.frequency), raw: num(r.frequency), processed: num(r.processed),
         low: num(r.ci_low), high: num(r.ci_high), count: num(processed ? r.processed_count : r.count),
         truth: t ? (t.freq[v] != null ? t.freq[v] : 0) : null,
+        bytes: r.bytes_hex, cut: r.cut_inside_character,
       };
     });
   }
@@ -598,6 +599,7 @@
       ? "Bar chart of the " + rows.length + " most frequent values; the largest is " + rows[0].label + " at " + pct(rows[0].estimate) + ". Use “Show as table” for all numbers."
       : "No estimates to chart");
     container.setAttribute("data-values", rows.map(function (r) { return r.value; }).join("\n"));
+    container.setAttribute("data-ticks", rows.map(function (r) { return shortLabel(r.short); }).join("\n"));  // the axis' text
     renderTopTable(rows, doc, hasTruth);
     if (!rows.length) {
       destroyChart("topk");
@@ -650,7 +652,18 @@
     chart.redraw();
   }
 
-  function shortLabel(text) { return text.length > 14 ? text.slice(0, 13) + "…" : text; }
+  /** At most 14 characters: whole code points (slicing UTF-16 units could split an emoji in two). */
+  function shortLabel(text) { var chars = Array.from(text); return chars.length > 14 ? chars.slice(0, 13).join("") + "…" : text; }
+
+  /** A value whose bytes are not whole characters (a discovered prefix cut inside one) arrives as text
+   *  with U+FFFD at the cut plus its exact bytes (bytes_hex, docs/discovery.md): shown on hover. */
+  function withBytes(attrs, bytesHex, cut) {
+    if (bytesHex) {
+      attrs.title = "exact bytes (hex): " + bytesHex + (cut ? " (cut inside a character)" : "");
+      attrs["data-bytes"] = bytesHex;
+    }
+    return attrs;
+  }
 
   function drawWhiskersAndTruth(u) {
     var ctx = u.ctx, rows = state.topRows || [], dpr = window.devicePixelRatio || 1;
@@ -687,7 +700,7 @@
       el("tbody", {}, rows.map(function (r, i) {
         return el("tr", { "data-value": r.value }, [
           el("td", { class: "num", text: String(i + 1) }),
-          el("th", { scope: "row", class: "value", text: r.label }),
+          el("th", withBytes({ scope: "row", class: "value", text: r.label }, r.bytes, r.cut)),
           el("td", { class: "num est", "data-raw": String(r.estimate), text: pct(r.estimate) }),
           el("td", { class: "num ci-low", "data-raw": String(r.low), text: pct(r.low) }),
           el("td", { class: "num ci-high", "data-raw": String(r.high), text: pct(r.high) }),

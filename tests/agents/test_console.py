@@ -519,6 +519,8 @@ class StubApi:
             status, body = self.answers.get(path, (404, {"error": f"stub has no {path}", "status": 404}))
             if isinstance(body, str):
                 return web.Response(text=body, status=status, content_type="text/plain")
+            if isinstance(body, bytes):  # JSON text exactly as the worker writes it (agents.query.to_json)
+                return web.Response(body=body, status=status, content_type="application/json")
             return web.json_response(body, status=status)
 
         async def start():
@@ -752,6 +754,31 @@ def test_combined_version_shows_the_combined_estimates_by_name(chrome, stub):
     # back to one version: post-processing can be chosen again
     Select(chrome.find_element("id", "version")).select_by_value("1")
     wait_until(chrome, lambda d: d.find_element("id", "postprocess").is_enabled(), "post-processing enabled again")
+    assert browser_errors(chrome) == []
+
+
+def test_non_ascii_values_show_as_the_api_writes_them(chrome, stub):
+    """Issue 24: café, naïve, 東京, emoji and a value cut inside a character, in UTF-8 JSON as the worker
+    writes it, show as sent; the cut value shows U+FFFD and keeps its exact bytes on hover; an axis label
+    cut to 14 characters never splits an emoji (a lone UTF-16 surrogate)."""
+    from agents.query import to_json
+
+    party = "🎉" * 15
+    names = ["café", "naïve", "東京", party, "ab東京タワ\ufffd"]
+    top = dict(TOPK_3, top=[dict(TOPK_3["top"][0], value=name, frequency=0.3 - 0.05 * i, processed=0.3 - 0.05 * i)
+                            for i, name in enumerate(names)])
+    top["top"][-1].update(bytes_hex="ab東京タワー".encode()[:16].hex(), cut_inside_character=True)
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, LISTING), TOPK: (200, to_json(top)),
+                         "/console/truth": (200, NO_TRUTH), TREND: (200, {"points": [], "step": 60, "confidence": 0.95})})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == names, "the non-ASCII top values")
+    cells = chrome.find_elements("css selector", "#topk-data tbody th.value")
+    assert [r["cells"]["value"]["text"] for r in table_rows(chrome, "topk-data")] == names
+    assert cells[-1].get_attribute("data-bytes") == "6162e69db1e4baace382bfe383afe383"
+    assert "6162e69db1e4baace382bfe383afe383" in cells[-1].get_attribute("title")
+    assert not cells[0].get_attribute("title") and cells[0].get_attribute("data-bytes") is None  # whole text
+    ticks = chrome.find_element("id", "topk-chart").get_attribute("data-ticks").split("\n")
+    assert ticks == names[:3] + ["🎉" * 13 + "…", names[4]]
     assert browser_errors(chrome) == []
 
 

@@ -116,6 +116,25 @@ def test_simulate_discovery_needs_a_discoverable_metric_and_a_capture(workspace,
         assert message in capsys.readouterr().err
 
 
+
+def test_simulate_discovery_from_a_long_tailed_file_finds_the_frequent_values_only(workspace, tmp_path, capsys):
+    """A file: dataset whose values are mostly drawn once (issue 24's slow case, small): every report is sent,
+    the frequent values are found, nothing outside the file is."""
+    _, registry, _, _ = workspace
+    tail = [f"{a}{b}{c}{d}" for a in "qrs" for b in "uvwxy" for c in "abcdefghij" for d in "0123456"]
+    values = tmp_path / "values.txt"
+    values.write_text("\n".join(["the"] * 3000 + ["cat"] * 2000 + tail) + "\n", encoding="utf-8")
+    capture, truth = tmp_path / "long.cap", tmp_path / "long.json"
+    assert main(["simulate", "--registry", str(registry), "--metric", "typed_words", "--discovery",
+                 "--dataset", f"file:{values}", "--reports", "30000", "--seed", "5",
+                 "--out", str(capture), "--truth", str(truth)]) == 0
+    assert "sent 30,000 reports" in capsys.readouterr().err  # the status line goes to stderr
+    assert json.loads(truth.read_text())["distinct_values"] > 900
+    assert main(["discover", "--registry", str(registry), "--metric", "typed_words", str(capture)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    found = {d["value"] for d in doc["discovered"]}
+    assert doc["reports"] == 30000 and {"the", "cat"} <= found and found <= {"the", "cat", *tail}
+
 # ------------------------------------------------ periodic discovery over a topic window (embedded broker)
 
 def test_periodic_discovery_reads_the_topic_window_and_exports_bounded_labels(workspace):

@@ -267,3 +267,59 @@ def test_awkward_value_labels_round_trip_exactly(tmp_path, domain, values):
     for sample in families["ocms_estimate_ratio"].samples:
         if sample.labels["window"] == "total":
             assert sample.value == answers[sample.labels["value"]]
+
+
+# ------------------------------------------- one bad series never fails /metrics (issue 24, section 1)
+
+class _Families:
+    """A scrape-time collector yielding fixed series, or raising."""
+
+    def __init__(self, rows=(), error: Exception | None = None):
+        self.rows, self.error = rows, error
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        if self.error is not None:
+            raise self.error
+        family = GaugeMetricFamily("ocms_test_value", "a test family", labels=["value"])
+        for label, value in self.rows:
+            family.add_metric([label], value)
+        yield family
+
+
+def test_a_bad_series_is_left_out_and_counted_and_the_rest_is_written():
+    metrics = PipelineMetrics()
+    metrics.rejected.labels("expired").inc(2)
+    metrics.guard.add("words", _Families([("café", 0.5), ("caf\udcc3", 0.25), ("東京", 0.125), ("café", 0.0625),
+                                          ("🎉", "not a number")]))
+    metrics.guard.add("broken", _Families(error=RuntimeError("boom")))
+    for _ in range(2):  # counted on every scrape
+        text = generate_latest(metrics.registry).decode("utf-8", errors="strict")  # raised before
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert [(s.labels["value"], s.value) for s in families["ocms_test_value"].samples] == [("café", 0.5),
+                                                                                           ("東京", 0.125)]
+    dropped = {(s.labels["collector"], s.labels["reason"]): s.value
+               for s in families["ocms_exposition_series_dropped"].samples}
+    assert dropped == {("words", "label_not_unicode"): 2.0, ("words", "duplicate_series"): 2.0,
+                       ("words", "value_not_number"): 2.0, ("words", "collect_failed"): 0.0,
+                       ("broken", "collect_failed"): 2.0, ("broken", "label_not_unicode"): 0.0,
+                       ("broken", "duplicate_series"): 0.0, ("broken", "value_not_number"): 0.0}
+    assert {s.labels["reason"]: s.value for s in families["ocms_reports_rejected"].samples}["expired"] == 2.0
+
+
+def test_guarded_collectors_describe_their_families(service):
+    """describe() names every family collect() yields, so the registry refuses a clashing name."""
+    from prometheus_client import Gauge
+
+    catalog = Catalog.build(service.settings, service.view, service.clock)
+    collector = EstimatesCollector(catalog)
+    assert {f.name for f in collector.describe()} == {f.name for f in collector.collect()}
+    assert all(f.samples == [] for f in collector.describe())
+    metrics = PipelineMetrics()
+    metrics.guard.add("estimates", collector)
+    with pytest.raises(ValueError, match="Duplicated"):
+        Gauge("ocms_estimate_ratio", "a clash", registry=metrics.registry)

@@ -589,7 +589,7 @@ def test_heavy_answers_finish_identically_in_another_process():
     jobs = [a.gather() for a in answers]
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=start_answer_process,
                              initargs=(SERVICE.estimator.sets, 0)) as pool:
-        remote = list(pool.map(finish_json, jobs))
+        remote = [body for body, dropped in pool.map(finish_json, jobs) if dropped == {}]
     assert remote == [to_json(SERVICE.estimator.finish(pickle.loads(pickle.dumps(job)))) for job in jobs]
     assert json_loads(remote[0]) == SERVICE.estimates({"from": str(BUCKETS[0])})
 
@@ -677,3 +677,30 @@ def test_absurd_steps_blame_step(step):
     with pytest.raises(ApiError) as info:
         SERVICE.trend({"value": "3", "step": step})
     assert info.value.parameter == "step" and len(info.value.message) < 160
+
+
+def test_a_record_that_cannot_be_written_is_left_out_of_the_answer_and_counted():
+    """Issue 24: one bad record (a lone surrogate, a NaN) never fails a whole JSON answer."""
+    import json
+
+    from agents.query import ANSWER_RECORDS_DROPPED, to_json
+
+    def dropped(field, reason):
+        return ANSWER_RECORDS_DROPPED.labels(field, reason)._value.get()
+
+    before = {key: dropped(*key) for key in (("estimates", "text_not_unicode"), ("estimates", "number_not_finite"),
+                                               ("survivors", "text_not_unicode"))}
+    doc = {"metric": "words", "estimates": [{"value": "café", "frequency": 0.5},
+                                            {"value": "caf\udcc3", "frequency": 0.1},
+                                            {"value": "東京", "frequency": float("nan")},
+                                            {"value": "🎉", "frequency": 0.2}],
+           "levels": [{"level": 4, "survivors": [{"prefix": "caf\ufffd", "bytes_hex": "636166c3"},
+                                                 {"prefix": "na\udcc3"}]}]}
+    body = to_json(doc)
+    answer = json.loads(body.decode("utf-8", errors="strict"))
+    assert [r["value"] for r in answer["estimates"]] == ["café", "🎉"]
+    assert answer["levels"] == [{"level": 4, "survivors": [{"prefix": "caf\ufffd", "bytes_hex": "636166c3"}]}]
+    assert answer["dropped_records"] == {"estimates": {"number_not_finite": 1, "text_not_unicode": 1},
+                                         "survivors": {"text_not_unicode": 1}}
+    assert {key: dropped(*key) - n for key, n in before.items()} == dict.fromkeys(before, 1)
+    assert to_json({"value": "café"}) == '{"value":"café"}'.encode("utf-8")  # UTF-8 itself, not \\u escapes

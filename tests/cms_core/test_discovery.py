@@ -292,3 +292,89 @@ def test_range_path_counts_equal_explicit_counts_bit_for_bit():
         tracked = TrackedValues.of(params[level - 1], [D.prefix_element_value(domain, c) for c in candidates])
         slow = OCMSSketch(params[level - 1], tracked).update(batches[level])
         assert fast == slow and fast.n == len(batches[level]) and fast.counts.sum() > 0
+
+
+def test_utf8_prefixes_and_truncated_values_cut_inside_a_character_carry_their_exact_bytes():
+    """Issue 24: level 4 of café is caf\\xc3 and max_length 16 cuts ab東京タワー東京 inside ー; their JSON
+    is valid text (U+FFFD at the cut) plus the exact bytes, never a lone surrogate."""
+    import json
+
+    domain = D.DiscoveryDomain("strings", alphabet="utf8", max_length=16, symbols_per_level=1)
+    params = D.level_params("words", 1, 4.0, domain)
+    values = ["café"] * 6000 + ["ab東京タワー東京"] * 6000 + ["🎉"] * 4000
+    rng = np.random.default_rng(24)
+    result = D.discover(domain, params, D.simulate_level_reports(domain, params, values, rng), alpha=0.05)
+    doc = json.loads(json.dumps(result.to_json(), ensure_ascii=False).encode("utf-8"))  # raised before the fix
+    found = {d["value"]: d for d in doc["discovered"]}
+    assert set(found) == {"café", "🎉", "ab東京タワ\ufffd"}
+    tower = found["ab東京タワ\ufffd"]
+    assert tower["truncated"] and tower["cut_inside_character"]
+    assert bytes.fromhex(tower["bytes_hex"]) == "ab東京タワー東京".encode()[:16]
+    assert "bytes_hex" not in found["café"] and "bytes_hex" not in found["🎉"]
+    level4 = {s["prefix"]: s for s in doc["levels"][3]["survivors"]}
+    assert level4["caf\ufffd"]["bytes_hex"] == "636166c3" and level4["caf\ufffd"]["cut_inside_character"]
+
+
+# ------------------------------------------------------------------ simulation path (issue 24: O(reports), not O(levels x distinct))
+
+PAIRS = D.DiscoveryDomain("strings", alphabet="abc", max_length=5, symbols_per_level=2)
+ODD_BITS = D.DiscoveryDomain("integers", bits=20, bits_per_level=8)
+
+
+@pytest.mark.parametrize("domain, values", [
+    (SMALL, ["a", "ab", "abcd", "abcdefg", "hhhh", "ab", "ba"]),
+    (UTF8, ["café", "日本", "naïve", b"\xff\x00", "", "café"]),
+    (PAIRS, ["a", "ab", "abc", "abcab", "cc", "abc"]),
+    (ODD_BITS, [0, 1, 255, 2**20 - 1, 12345, 1]),
+])
+def test_prefix_values_equal_prefix_value_one_by_one(domain, values):
+    for level in range(1, domain.levels + 1):
+        assert D.prefix_values(domain, values, level) == [D.prefix_value(domain, v, level) for v in values]
+
+
+def test_prefix_values_refuse_what_prefix_value_refuses():
+    for domain, bad in ((SMALL, "abz"), (INT64, 2**64), (UTF8, 3.5)):
+        with pytest.raises(InvalidValueError):
+            D.prefix_values(domain, ["a" if domain.kind == "strings" else 1, bad], 1)
+
+
+def _reference_level_reports(domain, params_by_level, values, rng):
+    """The simulation spelled out report by report: same levels, same elements, same random draws."""
+    from cms_core.privatize import simulate_reports
+    from cms_core.values import elements_to_array, limbs_for
+
+    levels = D.assign_levels(domain.levels, len(values), rng)
+    out = {}
+    for level in range(1, domain.levels + 1):
+        rows = np.flatnonzero(levels == level)
+        if rows.size:
+            params = params_by_level[level - 1]
+            elements = [D.prefix_value(domain, values[i], level) for i in rows.tolist()]
+            out[level] = simulate_reports(params, elements_to_array(elements, limbs_for(params)), rng)
+    return out
+
+
+@pytest.mark.parametrize("domain, values", [
+    (UTF8, ["the", "café", "日本", "of"] * 300 + [f"tail{i}" for i in range(800)]),
+    (INT64, [2**64 - 1, 7, 12345] * 300 + list(range(10**6, 10**6 + 800))),
+])
+def test_simulated_reports_equal_the_report_by_report_reference(domain, values):
+    params = D.level_params("m", 1, 3.0, domain)
+    fast = D.simulate_level_reports(domain, params, values, np.random.default_rng(11))
+    slow = _reference_level_reports(domain, params, values, np.random.default_rng(11))
+    assert sorted(fast) == sorted(slow)
+    for level in fast:
+        assert np.array_equal(fast[level].a0, slow[level].a0) and np.array_equal(fast[level].a1, slow[level].a1)
+        assert np.array_equal(fast[level].z, slow[level].z)
+
+
+def test_simulation_computes_prefixes_of_the_values_drawn_at_each_level_only(monkeypatch):
+    """A long tail (every value distinct): one prefix per report, not one per level and distinct value."""
+    calls = []
+    symbols = D.DiscoveryDomain.symbols
+    monkeypatch.setattr(D.DiscoveryDomain, "symbols", lambda self, value: calls.append(value) or symbols(self, value))
+    values = [f"v{i}" for i in range(2000)]
+    params = D.level_params("m", 1, 3.0, UTF8)
+    batches = D.simulate_level_reports(UTF8, params, values, np.random.default_rng(2))
+    assert sum(len(b) for b in batches.values()) == len(values)
+    assert len(calls) == len(values)  # before: UTF8.levels x 2000 = 16,000

@@ -4,7 +4,10 @@ import pytest
 
 from cms_core import InvalidParameterError, OCMSParams
 from cms_core.fields import PRIME_64, BinaryField, PrimeField
-from cms_core.params import MAX_EPSILON, MAX_HASH_RANGE, STRING_DICTIONARY_SIZE
+from cms_core import theory
+from cms_core.params import MAX_EPSILON, MAX_HASH_RANGE, MIN_EPSILON, STRING_DICTIONARY_SIZE, compare_mechanisms
+from cms_core.planning import predict
+from cms_core.privatize import realised_probability_ratio
 
 
 @pytest.mark.parametrize(
@@ -16,6 +19,9 @@ from cms_core.params import MAX_EPSILON, MAX_HASH_RANGE, STRING_DICTIONARY_SIZE
         (math.inf, "epsilon=inf: must be finite"),
         (100.5, "epsilon=100.5: must be <= 100"),
         ("2", "epsilon='2': must be a real number"),
+        (5e-324, "epsilon=5e-324: must be >= 8.9e-16: below it randomized response keeps the true bucket no more"),
+        (1e-320, "must be >= 8.9e-16"),  # issue 24: accepted, then `ocms plan` printed nan
+        (8.8e-16, "must be >= 8.9e-16"),
         (True, "epsilon=True: must be a real number"),
     ],
 )
@@ -27,8 +33,12 @@ def test_bad_epsilon_named(epsilon, fragment):
 
 
 def test_epsilon_extremes_exactly():
-    tiny = OCMSParams.build(5e-324, 1000)  # smallest positive double
-    assert tiny.hash_range == 2 and tiny.keep_probability == 0.5
+    tiny = OCMSParams.build(MIN_EPSILON, 1000)  # the smallest usable epsilon (issue 24)
+    assert tiny.hash_range == 2 and tiny.keep_probability > 0.5
+    assert realised_probability_ratio(tiny) > 1  # the device still favours the true bucket
+    prediction = predict(tiny, 1000)
+    assert all(math.isfinite(v) and v > 0 for k, v in prediction.items() if isinstance(v, float))
+    assert all(math.isfinite(c) for c in tiny.estimator_coefficients)
     top = OCMSParams.build(MAX_EPSILON, 10, hash_range=2)
     assert top.epsilon == 100.0 and top.keep_probability == 1.0
     # the optimum m for eps = 100 exceeds the hash-range limit: clear error naming epsilon
@@ -125,3 +135,45 @@ def test_binding_separates_fingerprints_and_keeps_unbound_ones():
 def test_bad_binding_names_the_field(binding):
     with pytest.raises(InvalidParameterError, match="binding"):
         OCMSParams.build(epsilon=2.0, dictionary_size=10, binding=binding)
+
+
+# ------------------------------------------------------------------ the smallest usable epsilon (issue 24)
+
+def _raw_ratio(epsilon: float, m: int):
+    """T (m-1) / (2^64 - T) of privatize.keep_threshold, without building parameters (they refuse small epsilons)."""
+    from fractions import Fraction
+
+    e_lo = Fraction(math.exp(epsilon)) * Fraction(2**52 - 2, 2**52)
+    t = min(math.floor(e_lo / (e_lo + m - 1) * 2**64), 2**64 - 1)
+    return Fraction(t * (m - 1), 2**64 - t)
+
+
+@pytest.mark.parametrize("m", [2, 3, 4, 7, 1000, 2**16, 2**20 + 3, 10**9 + 7, 2**31, 2**32 - 1])
+def test_at_and_above_the_bound_the_device_favours_the_true_bucket(m):
+    bound = theory.min_usable_epsilon(m)
+    params = OCMSParams(epsilon=bound, hash_range=m, field=PrimeField(PRIME_64), dictionary_size=2**32 - 1)
+    assert realised_probability_ratio(params) == _raw_ratio(bound, m)  # the same threshold as the device's
+    for epsilon in (bound, math.nextafter(bound, 1.0), bound * 1.3, bound * 7, bound * 1e3):
+        assert _raw_ratio(epsilon, m) > 1, (m, epsilon)
+
+
+@pytest.mark.parametrize("m, below", [(2, 5.5e-16), (2**32 - 1, 2.3e-10)])
+def test_the_bound_is_close_to_where_the_keep_threshold_really_degenerates(m, below):
+    """Negative control: a little under the bound (within a factor 2) the rounded keep probability is <= 1/m."""
+    assert theory.min_usable_epsilon(m) < 2.1 * below
+    assert _raw_ratio(below, m) <= 1
+
+
+def test_a_fixed_hash_range_names_its_own_bound():
+    with pytest.raises(InvalidParameterError, match=r"must be >= 4.7e-10 with m = 4294967295") as info:
+        OCMSParams.build(1e-12, 2**40, hash_range=MAX_HASH_RANGE)
+    assert info.value.name == "epsilon"
+    assert OCMSParams.build(theory.min_usable_epsilon(MAX_HASH_RANGE), 2**40, hash_range=MAX_HASH_RANGE)
+
+
+def test_auto_skips_direct_rr_where_its_m_is_unusable():
+    comparison = compare_mechanisms(1e-12, 2**32 - 1)
+    assert comparison.direct is None and comparison.chosen.mechanism == "ocms"
+    assert OCMSParams.build(1e-12, 2**32 - 1, mechanism="auto").hash_range == 2
+    with pytest.raises(InvalidParameterError, match="with m = 4294967295"):
+        OCMSParams.build(1e-12, 2**32 - 1, mechanism="direct")

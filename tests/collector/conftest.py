@@ -1,12 +1,14 @@
-"""Fixtures every collector test module shares: the test registry (harness.REGISTRY_YAML) and its "dest" metric."""
+"""Fixtures every collector test module shares: the test registry (harness.REGISTRY_YAML) and its "dest" metric;
+for modules that define TOPIC, a broker and the real worker of "dest" on that topic (a module may define its own)."""
 
 from __future__ import annotations
 
 import pytest
 
+from producer.broker import EmbeddedBroker
 from registry import load_registry
 
-from .harness import write_registry
+from .harness import serving_worker, write_registry
 
 
 @pytest.fixture(scope="module")
@@ -23,3 +25,17 @@ def reg(registry_path):
 def dest(reg):
     """Version 1 of the integer metric "dest"."""
     return reg.metric("dest").version(1)
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def worker(broker, registry_path, request, tmp_path_factory):
+    """The real worker of "dest" version 1 reading the module's TOPIC, serving its API."""
+    with serving_worker(registry_path, "dest", 1, broker, request.module.TOPIC,
+                        tmp_path_factory.mktemp("worker")) as w:
+        yield w

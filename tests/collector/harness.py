@@ -10,6 +10,7 @@ the embedded broker or a broker object with a profile (tests/brokers.py), passed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -261,3 +262,15 @@ class RegistryWorker:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(10)
+
+
+@contextlib.contextmanager
+def serving_worker(registry: Path, metric: str, version: int, broker, topic: str, log_dir: Path):
+    """A started RegistryWorker that serves its API (n = 0 answered); stopped on the way out."""
+    worker = RegistryWorker(registry, metric, version, broker, topic, log_dir)
+    worker.start()
+    try:
+        worker.wait_for_n(0, timeout=90)
+        yield worker
+    finally:
+        worker.stop()

@@ -22,7 +22,7 @@ from producer.reporter import DeviceReporter, HttpTransport
 
 from tests.brokers import BROKERS, start_broker
 
-from .harness import CollectorProcess, RegistryWorker, consume_all, records_of
+from .harness import CollectorProcess, consume_all, records_of
 from .loadgen import LoadGenerator
 
 TOPIC = "col-e2e"
@@ -30,19 +30,9 @@ TOPIC = "col-e2e"
 
 @pytest.fixture(scope="module", params=BROKERS)
 def broker(request):
+    """Overrides conftest's embedded broker: these tests run on both (the conftest worker follows)."""
     with start_broker(request.param) as b:
         yield b
-
-
-@pytest.fixture(scope="module")
-def worker(broker, registry_path, tmp_path_factory):
-    w = RegistryWorker(registry_path, "dest", 1, broker, TOPIC, tmp_path_factory.mktemp("worker"))
-    w.start()
-    try:
-        w.wait_for_n(0, timeout=90)  # serving
-        yield w
-    finally:
-        w.stop()
 
 
 @pytest.fixture(scope="module")

@@ -54,6 +54,10 @@ METRICS: tuple[Metric, ...] = (
     _m("ocms_consumer_lag_messages", "gauge", "partition", "worker", "messages not yet processed"),
     _m("ocms_last_processed_timestamp_seconds", "gauge", "", "worker", "event time of the latest processed message"),
     _m("ocms_assigned_partitions", "gauge", "", "worker", "partitions assigned to this worker"),
+    _m("ocms_exposition_series_dropped_total", "counter", "collector,reason", "worker",
+       "series left out of /metrics so that the rest is written (agents.metrics.ExpositionGuard)"),
+    _m("ocms_answer_records_dropped_total", "counter", "field,reason", "worker",
+       "records left out of a JSON answer because they could not be written"),
     # Global estimates (same on every worker).
     _m("ocms_estimate_ratio", "gauge", ESTIMATE_LABELS, "global", "estimated frequency"),
     _m("ocms_estimate_count", "gauge", ESTIMATE_LABELS, "global", "estimated count"),

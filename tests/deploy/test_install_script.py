@@ -23,8 +23,12 @@ def _stub(bin_dir: Path, name: str, body: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
+#: Every tool the script checks for on PATH.
+ALL_TOOLS = ("promtool", "prometheus", "kcat", "chromium", "chromedriver", "wrk", "node", "npm")
+
+
 def _sandbox(tmp_path: Path, tools: tuple[str, ...], uid: int = 0, sudo: bool = True,
-             rdkafka: bool = True) -> tuple[Path, dict]:
+             rdkafka: bool = True, headers: bool = True) -> tuple[Path, dict]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "calls.log"
@@ -39,6 +43,13 @@ def _sandbox(tmp_path: Path, tools: tuple[str, ...], uid: int = 0, sudo: bool = 
         marker.touch()
     _stub(bin_dir, "ldconfig", f'echo "libc.so.6 (libc6,x86-64) => /lib/libc.so.6"; '
                                f'[ -e {marker} ] && echo "	librdkafka.so.1 (libc6,x86-64) => /lib/librdkafka.so.1"; true')
+    # The C compiler finds a header while its marker exists (libcjson-dev, libcurl4-openssl-dev).
+    cjson, curl = bin_dir / ".cjson", bin_dir / ".curl"
+    if headers:
+        cjson.touch()
+        curl.touch()
+    _stub(bin_dir, "cc", f'input=$(cat); case "$input" in *cjson/cJSON.h*) [ -e {cjson} ];; '
+                         f'*curl/curl.h*) [ -e {curl} ];; *) false;; esac')
     # apt-get install creates the tools it was asked for.
     _stub(bin_dir, "apt-get", f"""echo "apt-get $* DEBIAN_FRONTEND=$DEBIAN_FRONTEND" >> {log}
 if [ "$1" = install ]; then
@@ -50,6 +61,10 @@ if [ "$1" = install ]; then
       wrk) printf '#!/bin/bash\\n' > {bin_dir}/wrk; chmod +x {bin_dir}/wrk;;
       chromium-driver) printf '#!/bin/bash\\n' > {bin_dir}/chromedriver; chmod +x {bin_dir}/chromedriver;;
       librdkafka1) : > {marker};;
+      libcjson-dev) : > {cjson};;
+      libcurl4-openssl-dev) : > {curl};;
+      nodejs) printf '#!/bin/bash\\n' > {bin_dir}/node; chmod +x {bin_dir}/node;;
+      npm) printf '#!/bin/bash\\n' > {bin_dir}/npm; chmod +x {bin_dir}/npm;;
     esac
   done
 fi""")
@@ -70,7 +85,7 @@ def test_script_syntax():
 
 
 def test_nothing_to_do_when_every_tool_is_present(tmp_path):
-    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "kcat", "chromium", "chromedriver", "wrk"))
+    log, env = _sandbox(tmp_path, ALL_TOOLS)
     result = run_script(env)
     assert result.returncode == 0, result.stderr
     assert "nothing to do" in result.stdout
@@ -78,7 +93,7 @@ def test_nothing_to_do_when_every_tool_is_present(tmp_path):
 
 
 def test_installs_only_what_is_missing_as_root(tmp_path):
-    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "chromium", "chromedriver", "wrk"))
+    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "chromium", "chromedriver", "wrk", "node", "npm"))
     result = run_script(env)
     assert result.returncode == 0, result.stdout + result.stderr
     calls = _calls(log)
@@ -91,16 +106,24 @@ def test_installs_only_what_is_missing_as_root(tmp_path):
 
 
 def test_promtool_without_prometheus_installs_the_package(tmp_path):
-    log, env = _sandbox(tmp_path, ("promtool", "kcat", "chromium", "chromedriver", "wrk"))
+    log, env = _sandbox(tmp_path, ("promtool", "kcat", "chromium", "chromedriver", "wrk", "node", "npm"))
     assert run_script(env).returncode == 0
     assert "install -y -qq --no-install-recommends prometheus " in _calls(log)[1]
 
 
 def test_a_missing_librdkafka_is_installed_and_checked_afterwards(tmp_path):
-    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "kcat", "chromium", "chromedriver", "wrk"), rdkafka=False)
+    log, env = _sandbox(tmp_path, ALL_TOOLS, rdkafka=False)
     result = run_script(env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "install -y -qq --no-install-recommends librdkafka1 " in _calls(log)[1]
+    assert "nothing to do" in run_script(env).stdout
+
+
+def test_missing_c_headers_and_node_are_installed(tmp_path):
+    log, env = _sandbox(tmp_path, ALL_TOOLS[:-2], headers=False)
+    result = run_script(env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "--no-install-recommends libcjson-dev libcurl4-openssl-dev nodejs npm " in _calls(log)[1]
     assert "nothing to do" in run_script(env).stdout
 
 
@@ -110,11 +133,12 @@ def test_uses_sudo_when_not_root(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     calls = _calls(log)
     assert calls[0].startswith("sudo -n env DEBIAN_FRONTEND=noninteractive apt-get update")
-    assert any("apt-get install -y -qq --no-install-recommends prometheus kcat chromium chromium-driver wrk" in c for c in calls)
+    assert any("apt-get install -y -qq --no-install-recommends prometheus kcat chromium chromium-driver wrk nodejs npm"
+               in c for c in calls)
 
 
 def test_browser_without_its_driver_installs_both(tmp_path):
-    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "kcat", "chromium", "wrk"))
+    log, env = _sandbox(tmp_path, ("promtool", "prometheus", "kcat", "chromium", "wrk", "node", "npm"))
     assert run_script(env).returncode == 0
     assert "install -y -qq --no-install-recommends chromium chromium-driver " in _calls(log)[1]
 

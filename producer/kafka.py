@@ -10,7 +10,11 @@ broker; nothing else in the code asks which broker it talks to. Three profiles:
   tests (``producer.broker``); each difference from ``kafka`` is a Tansu fact, measured.
 * ``mock`` (:data:`MOCK`): librdkafka's mock cluster (``producer.mock_cluster``), the
   second Kafka implementation the ``kafka_mock`` tests run the ``kafka`` path against. It
-  differs from ``kafka`` only where the mock cannot do what Apache Kafka does.
+  differs from ``kafka`` only where the mock cannot do what Apache Kafka does: it advertises
+  no controller (clients cannot create topics) and holds an empty fetch for its whole max
+  wait. Limits no client setting can change (README, operating notes): it keeps each
+  partition's last 5 MiB or 100,000 batches, has no log compaction, and checks producer
+  sequences for transactional producers only (an idempotent re-send is stored twice).
 
 Each profile names the reason for every setting in which it differs from ``kafka``
 (``BrokerProfile.differences``; the test fails on a difference without one), and the

@@ -16,11 +16,14 @@ fault-injection API. This module runs one in a **child process** (ctypes on
         cluster.broker_down(1); cluster.broker_up(1)
         cluster.set_rtt(2, 500)
 
-What the mock cannot do, and what callers must do instead (docs: README "Operating notes"):
-no CreateTopics from clients (topics are created here, through the mock API, before the
-worker and the collector start; Faust's topic declaration is off in the ``mock`` broker
-profile), no log compaction (compacted changelogs grow; keep tests short), and
-partitions held in memory.
+What the mock cannot do, and what callers must do instead (docs: README "Operating notes";
+the client side is the ``mock`` broker profile, ``producer.kafka.MOCK``): no CreateTopics from
+clients (it advertises no controller: topics are created here, through the mock API, before
+the worker and the collector start; Faust's topic declaration is off), fetches that find no
+data are held for their whole max wait (the profile's 100 ms), no log compaction (compacted
+changelogs grow; keep tests short), each partition keeps its last 5 MiB or 100,000 batches
+(older ones are dropped), and producer sequences are checked for transactional producers
+only, so a batch the idempotent producer re-sends after a lost answer is stored twice.
 
 The child exits when its stdin closes, so the cluster never outlives the process that
 started it (SIGKILL included).

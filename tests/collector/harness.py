@@ -264,6 +264,16 @@ class RegistryWorker:
                 self.process.wait(10)
 
 
+def wait_until(condition, timeout: float, what: str) -> None:
+    """Poll ``condition`` every 50 ms; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 @contextlib.contextmanager
 def serving_worker(registry: Path, metric: str, version: int, broker, topic: str, log_dir: Path):
     """A started RegistryWorker that serves its API (n = 0 answered); stopped on the way out."""

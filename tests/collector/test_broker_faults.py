@@ -24,7 +24,7 @@ import pytest
 from producer.mock_cluster import MockCluster
 from producer.offline import sketch_from_messages
 
-from .harness import CollectorProcess, RegistryWorker, consume_all, records_of
+from .harness import CollectorProcess, consume_all, records_of, serving_worker, wait_until
 from .loadgen import LoadGenerator, LoadLog
 
 pytestmark = [pytest.mark.kafka_mock, pytest.mark.integration]
@@ -35,15 +35,6 @@ PARTITIONS = range(4)
 BROKERS = (1, 2, 3)
 
 
-def wait_until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def cluster():
     with MockCluster(brokers=3) as running:
@@ -52,13 +43,8 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def worker(cluster, registry_path, tmp_path_factory):
-    w = RegistryWorker(registry_path, "dest", 1, cluster, TOPIC, tmp_path_factory.mktemp("worker"))
-    w.start()
-    try:
-        w.wait_for_n(0, timeout=90)
+    with serving_worker(registry_path, "dest", 1, cluster, TOPIC, tmp_path_factory.mktemp("worker")) as w:
         yield w
-    finally:
-        w.stop()
 
 
 @pytest.fixture(scope="module")

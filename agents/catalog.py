@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Mapping
 
 import numpy as np
@@ -37,7 +38,8 @@ LEGACY_METRIC = "default"
 #: Record fields that exist only with an estimate: a withheld window answers without them.
 _WITHHELD_FIELDS = (
     "match_count", "frequency", "processed", "count", "processed_count", "std",
-    "ci_low", "ci_high", "count_ci_low", "count_ci_high",
+    "ci_low", "ci_high", "count_ci_low", "count_ci_high", "processed_ci_low", "processed_ci_high",
+    "processed_count_ci_low", "processed_count_ci_high", "above_noise",
 )
 
 
@@ -165,6 +167,12 @@ class VersionService(EstimateService):
         starts = self.view.buckets(self.fingerprint, self.version.bucket_seconds)
         return starts[-1] if starts else None
 
+    def oldest_bucket(self) -> int | None:
+        """Start of the oldest retained base bucket holding counts (the console's trend range fits
+        the data from there), None before the first report."""
+        starts = self.view.buckets(self.fingerprint, self.version.bucket_seconds)
+        return starts[0] if starts else None
+
     def window_reports(self) -> dict:
         """Reports and the withheld state of the windows the API answers by name (``total``,
         ``latest_bucket``), as Prometheus exports them: O(partitions), no counts summed."""
@@ -188,8 +196,10 @@ class VersionService(EstimateService):
             "tracked_values": len(self.labels), "reports": self.reports(self.fingerprint),
             "bucket_seconds": v.bucket_seconds, "retention_seconds": v.retention_seconds,
             "rollup_seconds": v.rollup_seconds, "min_reports": v.min_reports,
-            "latest_bucket_start": self.newest_bucket(),
+            "latest_bucket_start": self.newest_bucket(), "oldest_bucket_start": self.oldest_bucket(),
             "watch": list(v.watch), "top_k": v.top_k, "note": v.note,
+            # Its values can be discovered (docs/discovery.md): the worker answers /discovered?metric=NAME.
+            "discoverable": getattr(v, "discovery", None) is not None,
         }
 
 
@@ -228,6 +238,11 @@ class MetricEntry:
                                      f"{self.name!r} (see /metrics)")
         return self.default, rest
 
+    @cached_property
+    def tracked_names(self) -> int:
+        """Distinct value names any live version tracks: D of a combined answer's noise test."""
+        return len({s.name_of(value_to_json(label)) for s in self.services for label in s.labels})
+
     def describe(self) -> dict:
         s = self.spec
         versions = [v.describe() for v in self.services]
@@ -250,6 +265,7 @@ class Catalog:
                  clock: Callable[[], float] = time.time, legacy: bool = False):
         self.registry = registry
         self.legacy = legacy
+        self.clock = clock
         entries = []
         for spec in registry.metrics:
             services = tuple(VersionService(v, settings, view, clock) for v in spec.live_versions)
@@ -316,7 +332,9 @@ class Catalog:
         return entry
 
     def describe(self) -> dict:
-        return {"metrics": [e.describe() for e in self.metrics.values()]}
+        # generated_at: the worker's clock when listed; the console measures reports/s against it, not
+        # against the browser's clock (a headless screenshot under virtual time runs that clock fast).
+        return {"generated_at": self.clock(), "metrics": [e.describe() for e in self.metrics.values()]}
 
     def prepare(self, name: str, endpoint: str, pairs, value: str | None = None) -> Answer:
         """A named request (/metrics/NAME/...): checked completely, the version chosen, work stated.
@@ -371,8 +389,9 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
     one window (``cms_core.combine``). Values are matched by name; a value some version does not
     track combines the versions that do. Windows under ``min_reports`` (summed over versions) are
     withheld. Only the raw (unbiased) estimates with normal intervals combine."""
+    from cms_core import theory
     from cms_core.combine import combine_frequencies
-    from cms_core.records import ESTIMATE_FIELDS
+    from cms_core.records import ESTIMATE_FIELDS, NOISE_CORRECTION
 
     if endpoint not in _COMBINED_ENDPOINTS:
         raise ApiError("version", f"combined is answered by /estimates and /estimates/VALUE, not /{endpoint}")
@@ -389,6 +408,8 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
         services[-1].value_index(value)  # raises the version's 404 naming the value
     work = sum(a.work for a in answers if a is not None)
     confidence = float(query.get("confidence", "0.95"))
+    tracked_names = entry.tracked_names
+    multiplier = theory.one_sided_z(theory.bonferroni_level(confidence, tracked_names))
 
     def gather() -> Job:
         # Each version's raw answer (not withheld one by one: min_reports applies to the combined n).
@@ -420,19 +441,34 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
         withheld = n < min_reports or not any(p[1] for p in parts)
         out["withheld"] = withheld
         records = []
+        # The noise test of f = 0 over every name a live version tracks, at each value's combined
+        # variance under that hypothesis (normal: no single binomial count). A value fewer versions
+        # track has fewer reports and a higher floor, so each record carries its own; the answer's
+        # is the lowest, that of the values every version tracks.
+        out.update(noise_floor=None, noise_floor_count=None, processed_noise_floor=None, noise_values=tracked_names,
+                   noise_correction=NOISE_CORRECTION)
         if not withheld:
             c = combine_frequencies(parts, confidence)
+            floors = theory.noise_floor(multiplier, c.null_variance)
             for i, name in enumerate(names):
                 record = {"value": name, "combined": True}
                 fields = dict(frequency=c.frequency[i], processed=c.frequency[i], count=c.frequency[i] * c.reports[i],
                               processed_count=c.frequency[i] * c.reports[i], std=c.std[i], ci_low=c.ci_low[i],
                               ci_high=c.ci_high[i], count_ci_low=c.ci_low[i] * c.reports[i],
-                              count_ci_high=c.ci_high[i] * c.reports[i])
+                              count_ci_high=c.ci_high[i] * c.reports[i], processed_ci_low=c.ci_low[i],
+                              processed_ci_high=c.ci_high[i], processed_count_ci_low=c.ci_low[i] * c.reports[i],
+                              processed_count_ci_high=c.ci_high[i] * c.reports[i])
                 for field in ESTIMATE_FIELDS:
                     x = float(fields[field])
                     record[field] = x if np.isfinite(x) else None
+                record["above_noise"] = bool(c.frequency[i] > floors[i])  # NaN (no estimate) is not above
+                record["noise_floor"] = float(floors[i]) if np.isfinite(floors[i]) else None
                 record["reports"] = int(c.reports[i])
                 records.append(record)
+            finite = floors[np.isfinite(floors)]
+            if finite.size:
+                floor = float(finite.min())
+                out.update(noise_floor=floor, noise_floor_count=floor * n, processed_noise_floor=floor)
         if endpoint == "estimates":
             out["estimates"] = records
         else:

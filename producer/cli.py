@@ -71,10 +71,14 @@ def _params_from_args(args, names=PLAN_FLAGS, defaults=None):
 def cmd_plan(args) -> int:
     from cms_core import planning
 
+    planning.check_shuffle_flags(args.shuffled, args.delta)
     params, values = _params_and_values(args)
     tracked = values["tracked"]
     result = {"params": params.describe(),
               "mechanisms": planning.compare_mechanisms(params, args.n or 1, tracked)}
+    result.update(planning.privacy_figures(params, n=args.n, confidence=args.confidence,
+                                           tracked_count=tracked or _default_tracked_count(params),
+                                           shuffled=args.shuffled, delta=args.delta))
     if args.n is not None:
         result["prediction"] = planning.predict(params, args.n, args.confidence, tracked)
     target = {
@@ -110,10 +114,19 @@ def cmd_plan(args) -> int:
         if "l2_loss" in pr:
             print(f"  l2 over D={pr['tracked_count']}  {pr['l2_loss']:.4g}; l1 <= {pr['l1_bound']:.4g}")
     print("\n".join(planning.comparison_lines(result["mechanisms"])))
+    print("\n".join(planning.privacy_lines(result["poisoning"], result.get("shuffled"))))
     if "reports_needed" in result:
         (name, value), = result["target"].items()
         print(f"reports needed for {name.replace('target_', '')} <= {value:g}: {result['reports_needed']}")
     return 0
+
+
+def _default_tracked_count(params) -> int | None:
+    """D when no --tracked says it: the whole dictionary when a worker would track it whole (integers, d <=
+    MAX_DEFAULT_TRACKED), else unknown (the noise floor needs D)."""
+    if params.value_domain == "integer" and params.dictionary_size <= MAX_DEFAULT_TRACKED:
+        return params.dictionary_size
+    return None
 
 
 def cmd_simulate(args) -> int:
@@ -309,6 +322,16 @@ def reach_kafka(bootstrap: str, make_coroutine, flag: str = "--bootstrap-servers
         quiet.level = level
 
 
+def add_privacy_flags(plan) -> None:
+    """``--shuffled N --delta D`` of ``ocms plan`` (both bodies: the flags' parameter set and --registry)."""
+    plan.add_argument("--shuffled", type=int_at_least(1), metavar="N",
+                      help="also print the central epsilon of a batch of N reports shuffled by the collector "
+                           "(FMT21 bound; docs/privacy.md)")
+    plan.add_argument("--delta", type=finite_float, metavar="D",
+                      help="delta of that central (epsilon, delta), in (0, 1/N) (default 1e-6, or the largest "
+                           "power of ten below 1/N for N >= 10^6)")
+
+
 def add_producer_commands(sub) -> None:
     """Add ``plan``, ``simulate``, ``estimate`` and ``broker`` to the ``ocms`` subparsers."""
     plan = sub.add_parser("plan", help="choose parameters and predict accuracy / reports needed",
@@ -322,6 +345,7 @@ def add_producer_commands(sub) -> None:
     plan.add_argument("--target-mse", type=finite_float, help="report the n needed for this worst-case MSE")
     plan.add_argument("--target-ci", type=finite_float, help="report the n needed for this CI half-width (frequency)")
     plan.add_argument("--target-l2", type=finite_float, help="report the n needed for this l2 loss (needs --tracked)")
+    add_privacy_flags(plan)
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(func=cmd_plan, parser=plan)
     simulate = sub.add_parser("simulate", help="simulated fleet: privatize dataset values, send to Kafka and/or a file",

@@ -185,13 +185,22 @@ def cmd_check(args) -> int:
         if args.require_locked:
             raise OCMSError(f"{summary}; no lock file {lock_path}: run `ocms registry lock {args.file}`")
         print(f"{summary}; no lock file {lock_path} (run `ocms registry lock {args.file}` to publish them)")
+        _print_mechanism_notes(versions)
         return 0
     comparison.raise_for_changes()
     if comparison.new and args.require_locked:
         raise OCMSError(f"{summary}; not locked yet: {', '.join(comparison.new)}: run `ocms registry lock {args.file}`")
     print(f"{summary}; {len(comparison.locked)} locked versions unchanged"
           + (f"; new, to lock with `ocms registry lock {args.file}`: {', '.join(comparison.new)}" if comparison.new else ""))
+    _print_mechanism_notes(versions)
     return 0
+
+
+def _print_mechanism_notes(versions) -> None:
+    """What mechanism auto's picks cost against poisoning, where it is more than twice the other's."""
+    for v in versions:
+        if v.mechanism_note:
+            print(f"note: {v.metric} version {v.version}: {v.mechanism_note}")
 
 
 def cmd_lock(args) -> int:
@@ -287,6 +296,7 @@ def cmd_plan(args) -> int:
     given = parameter_flags_given(args)
     if given:
         raise OCMSError(f"--registry takes every parameter from the registry; drop {', '.join(given)}")
+    planning.check_shuffle_flags(args.shuffled, args.delta)
     reg = _load(args.registry)
     n = args.n if args.n is not None else 100_000
     targets = {k: v for k, v in {"target_mse": args.target_mse, "target_ci_half_width": args.target_ci,
@@ -299,6 +309,9 @@ def cmd_plan(args) -> int:
                       "tracked_count": str(tracked),
                       "prediction": planning.predict(v.params, n, args.confidence, tracked),
                       "mechanisms": planning.compare_mechanisms(v.params, n, tracked)}
+            record.update(planning.privacy_figures(v.params, n=n, confidence=args.confidence, tracked_count=tracked,
+                                                   shuffled=args.shuffled, delta=args.delta))
+            record["poisoning"]["note"] = v.mechanism_note  # a pinned mechanism was not auto's pick
             if targets:
                 record["reports_needed"] = planning.reports_needed(v.params, confidence=args.confidence,
                                                                    tracked_count=tracked, **targets)
@@ -311,6 +324,7 @@ def cmd_plan(args) -> int:
               f"{args.confidence:.0%} CI +- (freq)", "CI +- (count)", "objective ocms | direct"]
     if targets:
         header.append("reports needed")
+    header += ["fakes for 1%", "for floor"] + (["central eps"] if args.shuffled is not None else [])
     rows = [header]
     for r in records:
         p, pr = r["params"], r["prediction"]
@@ -320,11 +334,16 @@ def cmd_plan(args) -> int:
                _objectives(r["mechanisms"])]
         if targets:
             row.append(f"{r['reports_needed']:,}")
+        row += planning.privacy_cells(r["poisoning"], r.get("shuffled"))
         rows.append(row)
     target_text = "".join(f"; reports needed for {k.replace('target_', '')} <= {v:g}" for k, v in targets.items())
     target_text += "; objective: worst-case MSE (l2 loss in mode l2) of each mechanism, * the lower"
+    notes = [f"note: {r['metric']} version {r['version']}: {r['poisoning']['note']}" for r in records
+             if r["poisoning"]["note"]]
     write_stdout(f"{reg.path}: predictions at n={n:,} reports per version{target_text}\n"
-           + _table(rows, right={1, 2, 4, 6, 7, 8, 9, 10}) + "\n")
+                 + _table(rows, right=set(range(1, len(header))) - {3, 5}) + "\n"
+                 + planning.privacy_legend(n, args.confidence, args.shuffled, args.delta) + "\n"
+                 + "".join(line + "\n" for line in notes))
     return 0
 
 

@@ -43,7 +43,8 @@ def registry_hints(reg, params, result) -> list[str]:
 
 
 def cmd_estimate(args) -> int:
-    from producer.offline import EXIT_NOTHING_COUNTED, EstimateOptions, decode_captures, diagnose, estimate_document
+    from producer.offline import (EXIT_NOTHING_COUNTED, EstimateOptions, decode_captures, diagnose, estimate_document,
+                                  noise_line)
 
     from .loader import load_registry
 
@@ -65,8 +66,9 @@ def cmd_estimate(args) -> int:
     # diagnose() explains refused fingerprints in terms of flags; here the registry names them instead.
     lines = [line for line in diagnose(version.params, result)
              if not line.startswith(("warning: these messages carry other", "warning:   fingerprint"))]
-    for line in lines + registry_hints(reg, version.params, result):
-        print(f"{prog}: {line}", file=sys.stderr)
+    for line in lines + registry_hints(reg, version.params, result) + [noise_line(doc)]:
+        if line:
+            print(f"{prog}: {line}", file=sys.stderr)
     problems = bool(result.rejected) or bool(result.damage)
     if result.sketch.n == 0 and problems:
         why = (f"every readable message was rejected (none is {version.binding})" if result.rejected

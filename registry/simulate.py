@@ -102,8 +102,8 @@ def cmd_simulate(args) -> int:
     version = spec.version(args.metric_version) if args.metric_version is not None else spec.latest
     if not version.live:
         print(f"ocms simulate: note: {version.binding} is retired; workers do not count it", file=sys.stderr)
-    if getattr(args, "discovery", False):  # issue 15: discovery reports (agents/discovery.py)
-        from agents.discovery import simulate_discovery
+    if getattr(args, "discovery", False):  # issue 15: discovery reports (producer/discovery.py)
+        from producer.discovery import simulate_discovery
 
         if version.discovery is None:
             raise OCMSError(f"--discovery: metric {version.metric!r} version {version.version} declares no "

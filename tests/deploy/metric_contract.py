@@ -66,6 +66,10 @@ METRICS: tuple[Metric, ...] = (
     _m("ocms_estimate_ci_upper_ratio", "gauge", ESTIMATE_LABELS, "global", "CI upper bound, frequency"),
     _m("ocms_estimate_ci_lower_count", "gauge", ESTIMATE_LABELS, "global", "CI lower bound, count"),
     _m("ocms_estimate_ci_upper_count", "gauge", ESTIMATE_LABELS, "global", "CI upper bound, count"),
+    _m("ocms_estimate_above_noise", "gauge", ESTIMATE_LABELS, "global",
+       "1: the estimate stands above the noise floor of the version's tracked values"),
+    _m("ocms_estimate_noise_floor_ratio", "gauge", "metric,version,window", "global",
+       "the frequency an estimate must exceed to stand above zero among the tracked values"),
     _m("ocms_estimate_values_omitted", "gauge", "metric,version", "global", "tracked values not exported"),
     _m("ocms_estimate_values_capped", "gauge", "", "global", "values left out by the global export cap"),
     _m("ocms_estimate_withheld", "gauge", "metric,version,window", "global", "1: the window holds fewer than min_reports"),
@@ -74,6 +78,9 @@ METRICS: tuple[Metric, ...] = (
        "served metric versions and their parameters (value 1)"),
     _m("ocms_latest_bucket_start_timestamp_seconds", "gauge", "metric,version", "global",
        "start of the latest complete bucket"),
+    # The surge alert's baseline (issue 28; its margin is ocms_estimate_noise_floor_ratio of the latest bucket).
+    _m("ocms_estimate_previous_ci_upper_ratio", "gauge", "metric,version,value", "global",
+       "CI upper bound of the frequency in the bucket before the latest complete one"),
     # Discovery (agents/discovery.py, docs/discovery.md): every worker runs the same periodic pass over
     # the source topic's window, so the results are global; the reports it acks are per worker.
     _m("ocms_discovered_frequency", "gauge", "metric,value", "global", "estimated frequency of a discovered value"),
@@ -82,6 +89,8 @@ METRICS: tuple[Metric, ...] = (
     _m("ocms_discovered_values", "gauge", "metric", "global", "values discovered in the latest pass"),
     _m("ocms_discovered_values_omitted", "gauge", "metric", "global", "discovered values not exported (beyond top)"),
     _m("ocms_discovery_reports", "gauge", "metric", "global", "discovery reports in the latest pass's window"),
+    _m("ocms_discovery_detection_threshold_ratio", "gauge", "metric", "global",
+       "the frequency a value needed to be found in the latest pass's window"),
     _m("ocms_discovery_reports_received_total", "counter", "metric", "worker",
        "discovery-level reports acked (read by discovery, counted by no table)"),
 )

@@ -51,6 +51,11 @@ def endpoint(broker) -> tuple:
     return broker.bootstrap_servers, broker.profile
 
 
+def collector_topics(topic: str, partitions: int = 4) -> dict[str, int]:
+    """The topics ``ocms collector --source-topic TOPIC`` needs: the source and its shared idempotency log."""
+    return {topic: partitions, f"{topic}-idempotency": 1}
+
+
 def worker_topics(app_id: str, topic: str, partitions: int = 4) -> dict[str, int]:
     """The topics ``ocms worker --app-id APP_ID --source-topic TOPIC --dead-letter-topic TOPIC-dlq`` needs:
     what a broker whose clients cannot create topics (the mock) must hold before the worker starts."""

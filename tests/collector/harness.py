@@ -29,7 +29,7 @@ from cms_core.privatize import simulate_reports
 from collector.cli import collector_command
 from producer.broker import free_port
 from producer.kafka import make_consumer
-from tests.brokers import endpoint, worker_topics
+from tests.brokers import collector_topics, endpoint, worker_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 WIRE = "application/vnd.ocms.wire-v1"
@@ -70,6 +70,8 @@ class CollectorProcess:
                  open_files: int | None = None):
         self.registry = registry
         self.bootstrap, self.profile = endpoint(broker)
+        if not self.profile.clients_create_topics:  # the mock: create what is not there yet
+            broker.create_topics({t: n for t, n in collector_topics(topic).items() if t not in broker.topics})
         self.topic = topic
         self.log_dir = log_dir
         self.port = port or free_port()

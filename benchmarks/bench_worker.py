@@ -68,12 +68,9 @@ class Worker:
         profile = EMBEDDED if cluster is None else cluster.profile
         if cluster is not None:  # the mock's clients cannot create topics
             cluster.create_topics({topic: 4, topic + "-dlq": 4, f"{topic}-ocms-counts-changelog": 4})
-        self.child = WorkerChild(
-            ["-e", "2", "-d", "10000", "--tracked-range", f"0:{tracked}", "--bootstrap-servers", bootstrap,
-             "--broker", profile.name, "--app-id", topic, "--source-topic", topic,
-             "--dead-letter-topic", topic + "-dlq",
-             "--web-port", str(self.port), "--log-level", "warning", *extra],
-            log=log_dir / f"{topic}.log").start()
+        self.child = WorkerChild(topic, "-e", "2", "-d", "10000", "--tracked-range", f"0:{tracked}", *extra,
+                                 bootstrap=bootstrap, web_port=self.port, broker=profile.name,
+                                 log=log_dir / f"{topic}.log").start()
         self.process = self.child.process
 
     def get(self, path: str) -> dict:
@@ -84,7 +81,7 @@ class Worker:
         return self.get("/params")["parameter_sets"][0]["reports"]
 
     def wait_healthy(self, timeout: float = 60) -> None:
-        self.child.wait_healthy(f"http://127.0.0.1:{self.port}", timeout)
+        self.child.wait_healthy(timeout)
 
     def rss_mib(self) -> float:
         with open(f"/proc/{self.process.pid}/status") as f:

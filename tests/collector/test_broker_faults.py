@@ -31,7 +31,10 @@ import pytest
 from producer.mock_cluster import MockCluster
 from producer.offline import sketch_from_messages
 
-from .harness import CollectorProcess, consume_all, records_of, serving_worker, wait_until
+from tests.support.topics import consume
+from tests.support.waiting import poll_until
+
+from .harness import CollectorProcess, records_of, serving_worker
 from .loadgen import LoadGenerator, LoadLog
 
 pytestmark = [pytest.mark.kafka_mock, pytest.mark.integration]
@@ -51,7 +54,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def worker(cluster, registry_path, tmp_path_factory):
-    with serving_worker(registry_path, "dest", 1, cluster, TOPIC, tmp_path_factory.mktemp("worker")) as w:
+    with serving_worker(registry_path, cluster, TOPIC, tmp_path_factory.mktemp("worker")) as w:
         yield w
 
 
@@ -74,10 +77,10 @@ def under_load(collector, dest, uploads: list, fault, *, seed: int, after: int =
     load = LoadGenerator(collector.url + "/v1/reports", dest, concurrency=4, per_upload=3, seed=seed,
                          pause_s=0.005).start()
     try:
-        wait_until(lambda: load.log.statuses()[202] >= 30, 30, "accepted uploads before the fault")
+        poll_until(lambda: load.log.statuses()[202] >= 30, 30, "accepted uploads before the fault")
         fault()
         mark = len(load.log.outcomes)
-        wait_until(lambda: sum(o.status == 202 for o in load.log.outcomes[mark:]) >= after, 60,
+        poll_until(lambda: sum(o.status == 202 for o in load.log.outcomes[mark:]) >= after, 60,
                    "accepted uploads after the fault")
     finally:
         log = load.stop()
@@ -87,7 +90,7 @@ def under_load(collector, dest, uploads: list, fault, *, seed: int, after: int =
 
 def assert_exact(cluster, worker, dest, uploads: list[LoadLog]) -> Counter:
     """Both promises over the whole topic (module docstring); returns the records in Kafka."""
-    frames = [record.value for record in consume_all(cluster, TOPIC)]
+    frames = [record.value for record in consume(cluster, TOPIC)]
     in_kafka = Counter(r for frame in frames for r in records_of(frame, dest))
     accepted = sum((log.records(202) for log in uploads), Counter())
     uploaded = sum((Counter(r for o in log.outcomes for r in o.records) for log in uploads), Counter())
@@ -203,7 +206,7 @@ def test_a_refused_frame_answers_503_and_nothing_of_it_is_stored(cluster, worker
     status, doc, headers = request_upload(collector, refused[0])
     assert (status, doc["reason"]) == (503, "kafka_unavailable") and headers["Retry-After"] == "1", doc
     assert "TopicAuthorizationFailedError" in doc["detail"]
-    wait_until(lambda: "not acknowledged: TopicAuthorizationFailedError" in collector.log_path.read_text(), 10,
+    poll_until(lambda: "not acknowledged: TopicAuthorizationFailedError" in collector.log_path.read_text(), 10,
                "the collector's log line for the refused frame")
     log = under_load(collector, dest, uploads, lambda: None, seed=7, after=10)
     assert set(log.statuses()) == {202}
@@ -232,7 +235,7 @@ def test_a_refused_changelog_write_stops_the_worker_before_its_checkpoint_commit
     status, doc, _ = request_upload(collector, body)
     assert status == 202, doc
     uploads.append(LoadLog([type(uploads[0].outcomes[0])(202, records)]))
-    wait_until(lambda: not worker.alive(), 30, "the worker to stop after the refused changelog write")
+    poll_until(lambda: not worker.alive(), 30, "the worker to stop after the refused changelog write")
     log = worker.log_path.read_text()
     assert "the broker did not acknowledge a changelog record or dead letter" in log, log[-3000:]
     worker.start()  # what a supervisor (compose's restart policy, Kubernetes) does
@@ -261,7 +264,7 @@ def test_a_frame_whose_answer_is_lost_is_acknowledged_after_the_retry(cluster, r
             cluster.broker_push_request_errors(1, "Produce", [("NO_ERROR", 2500)])
             body, records = load._upload()
             status, doc, _ = request_upload(collector, body)
-            stored = Counter(r for record in consume_all(cluster, topic) for r in records_of(record.value, dest))
+            stored = Counter(r for record in consume(cluster, topic) for r in records_of(record.value, dest))
         copies[mode] = (status, max(stored[r] for r in records))
     assert copies["shared"] == (202, 1), copies  # acknowledged after the re-send, stored once
     assert copies["off"] == (503, 1), copies  # landed once, but the upload was answered 503

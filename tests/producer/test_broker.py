@@ -6,8 +6,9 @@ import os
 import pytest
 
 from producer.broker import EmbeddedBroker, free_port
-from producer.kafka import (EMBEDDED, KafkaUnavailableError, TopicMismatchError, make_admin, make_consumer, make_producer,
+from producer.kafka import (EMBEDDED, KafkaUnavailableError, TopicMismatchError, make_admin, make_producer,
                             wait_until_ready)
+from tests.support.topics import read_topic
 
 
 @pytest.fixture(scope="module")
@@ -16,6 +17,7 @@ def broker():
         yield b
 
 
+@pytest.mark.integration
 def test_topics_pre_created_with_explicit_partitions(broker):
     broker.create_topics({"ocms-test-a": 2, "ocms-test-b": 1})
     broker.create_topics({"ocms-test-a": 2})  # idempotent
@@ -35,6 +37,7 @@ def test_topics_pre_created_with_explicit_partitions(broker):
         broker.create_topics({"ocms-test-c": 0})
 
 
+@pytest.mark.integration
 def test_produce_consume_round_trip(broker):
     broker.create_topics({"ocms-test-rt": 3})
 
@@ -46,22 +49,12 @@ def test_produce_consume_round_trip(broker):
                 await producer.send_and_wait("ocms-test-rt", b"m%d" % i, key=b"k%d" % i)
         finally:
             await producer.stop()
-        consumer = make_consumer(broker.bootstrap_servers, "ocms-test-rt", profile=EMBEDDED, auto_offset_reset="earliest")
-        await consumer.start()
-        got = []
-        try:
-            for _ in range(40):
-                for msgs in (await consumer.getmany(timeout_ms=250)).values():
-                    got += [m.value for m in msgs]
-                if len(got) >= 30:
-                    break
-        finally:
-            await consumer.stop()
-        return got
+        return [record.value for record in await read_topic(broker, "ocms-test-rt", 30)]
 
     assert sorted(asyncio.run(go())) == sorted(b"m%d" % i for i in range(30))
 
 
+@pytest.mark.integration
 def test_stop_leaves_no_process():
     b = EmbeddedBroker().start()
     pid = b.process.pid

@@ -1,9 +1,9 @@
 """Kafka's own failure modes under load, on librdkafka's mock cluster (3 brokers; issue 29).
 
 The whole production path runs with the ``mock`` broker profile (the ``kafka`` path, with topics
-created through the mock): devices upload to the collector (idempotent producer, ``acks=all``),
-the worker (registry metric ``dest``) counts from the source topic and checkpoints to its
-changelog. Each test injects one fault while uploads run, heals it, and then checks both promises
+created through the mock): devices upload to the collector (the shared idempotency log's
+transactional producer, ``acks=all``), the worker (registry metric ``dest``) counts from the
+source topic and checkpoints to its changelog. Each test injects one fault while uploads run, heals it, and then checks both promises
 over everything in the topic so far:
 
 * every report whose upload got a 202 is in Kafka exactly once, and nothing is there that was
@@ -13,12 +13,11 @@ over everything in the topic so far:
 
 What the pipeline does on each fault is in the README ("Operating notes", Kafka failures).
 
-The collectors here keep idempotency keys per process (``--idempotency-topic off``: one idempotent,
-non-transactional producer), except in the lost-answer test, which also runs the default shared
-idempotency log (collector/exactly_once.py, a transactional producer). With the shared log the whole
-module on the mock gave, in 3 runs: a broker down 5 s left a report answered 202 twice in the topic
-once; a refused frame is followed by more 503s while the producer is renewed (by design). Set
-PER_PROCESS_KEYS to () to run them so.
+The collectors run the default shared idempotency log (collector/exactly_once.py: a transactional
+producer); the lost-answer test also runs keys per process (``--idempotency-topic off``). Every
+upload's reports are unique in the test process (tests/collector/loadgen.py), so a report found
+twice in the topic is an upload stored twice: two uploads that drew the same 5-byte report by chance
+once looked like that here.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from .loadgen import LoadGenerator, LoadLog
 pytestmark = [pytest.mark.kafka_mock, pytest.mark.integration]
 
 TOPIC = "faults"
-PER_PROCESS_KEYS = ("--idempotency-topic", "off")
+PER_PROCESS_KEYS = ("--idempotency-topic", "off")  # the lost-answer test's other collectors
 CHANGELOG = f"{TOPIC}-worker-ocms-counts-changelog"
 PARTITIONS = range(4)
 BROKERS = (1, 2, 3)
@@ -60,7 +59,7 @@ def worker(cluster, registry_path, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def collector(cluster, registry_path, worker, tmp_path_factory):
-    with CollectorProcess(registry_path, cluster, TOPIC, tmp_path_factory.mktemp("collector"), *PER_PROCESS_KEYS,
+    with CollectorProcess(registry_path, cluster, TOPIC, tmp_path_factory.mktemp("collector"),
                           "--kafka-timeout-ms", "1500", "--retry-after-seconds", "1") as c:
         yield c
 
@@ -195,7 +194,9 @@ def test_retriable_produce_errors_are_retried(cluster, worker, collector, dest, 
 def test_a_refused_frame_answers_503_and_nothing_of_it_is_stored(cluster, worker, collector, dest, uploads):
     """A non-retriable produce error (the broker refuses the frame: TOPIC_AUTHORIZATION_FAILED) fails
     the frame at once: its uploads get 503 with Retry-After, the collector logs it, Kafka holds none
-    of its reports; the next frames are stored."""
+    of its reports. The failed send also ends the transaction of the shared log's producer: the
+    collector renews it (its start fences the old one) and answers 503 with Retry-After, /healthz
+    included, until the new one is up; then the next frames are stored."""
     assert_exact(cluster, worker, dest, uploads)  # quiet: no produce request is in flight now
     for p in PARTITIONS:
         cluster.partition_set_leader(TOPIC, p, 1)
@@ -208,6 +209,7 @@ def test_a_refused_frame_answers_503_and_nothing_of_it_is_stored(cluster, worker
     assert "TopicAuthorizationFailedError" in doc["detail"]
     poll_until(lambda: "not acknowledged: TopicAuthorizationFailedError" in collector.log_path.read_text(), 10,
                "the collector's log line for the refused frame")
+    collector.wait_healthy()  # the renewed producer is up
     log = under_load(collector, dest, uploads, lambda: None, seed=7, after=10)
     assert set(log.statuses()) == {202}
     in_kafka = assert_exact(cluster, worker, dest, uploads)

@@ -63,8 +63,12 @@ class WorkerStatus:
     def health(self) -> dict:
         worker = self.worker
         caught_up = worker.reader.caught_up.is_set()
+        assigned = self.assigned_partitions()
+        # "ok" means answers are exact from now on: with --view share, also that this worker's
+        # share matches its assignment and is rebuilt (a load balancer's readiness probe).
+        ready = caught_up and self.agent_started and worker.share.settled(set(assigned))
         return {
-            "status": "ok" if caught_up and self.agent_started else "starting",
+            "status": "ok" if ready else "starting",
             "view_caught_up": caught_up,
             "view_keys": worker.view.keys(),
             "view_reports": worker.view.reports(),
@@ -72,6 +76,6 @@ class WorkerStatus:
             "table_bytes": self.table_bytes(),
             **worker.share.describe(),
             "view_lag_messages": worker.reader.lag,
-            "assigned_partitions": self.assigned_partitions(),
+            "assigned_partitions": assigned,
             "pending_reports": worker.pending.reports,
         }

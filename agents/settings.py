@@ -251,9 +251,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("web_port", "port of the HTTP API and /metrics", integer(1, 65_535), default=6066, metavar="PORT"),
     Setting("store", "table store: memory:// or rocksdb://PATH (production; extra rocksdb)", store,
             default="memory://", metavar="URL"),
-    Setting("view", "counts this worker's view holds: all (every worker answers from its own view) or share (the "
-            "metrics of its assigned partitions; queries for others are forwarded to their holder; docs/capacity.md)",
-            choice("all", "share"), default="all", choices=("all", "share")),
+    Setting("view", "counts this worker's view holds: share (the metrics of its assigned partitions; queries for "
+            "others are forwarded to their holder; docs/capacity.md) or all (every worker answers from its own view)",
+            choice("all", "share"), default="share", choices=("all", "share")),
     Setting("watch", "values always exported to /metrics (comma-separated)", names, default=(), metavar="VALUES"),
     Setting("top_k", "also export the current top K values to /metrics", integer(0, 10_000), default=20,
             metavar="K"),
@@ -374,7 +374,7 @@ class WorkerSettings:
     #: The consumer group session (None: the broker profile's).
     session_timeout_seconds: float | None = None
     #: "all": the view holds every metric; "share": the metrics of the assigned partitions (agents.shards).
-    view: str = "all"
+    view: str = "share"
     #: What set each setting (flag, variable, or both names for a default): errors name it.
     labels: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 

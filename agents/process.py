@@ -111,6 +111,13 @@ def watch_parent(parent_pid: int, poll_s: float = PARENT_POLL_S, grace_s: float 
     return thread
 
 
+def worker_topics(app_id: str, topic: str, partitions: int = 4) -> dict[str, int]:
+    """The topics ``ocms worker --app-id APP_ID --source-topic TOPIC --dead-letter-topic TOPIC-dlq`` needs
+    (what :class:`WorkerChild` starts): what a broker whose clients cannot create topics (the mock) must
+    hold before the worker starts."""
+    return {topic: partitions, topic + "-dlq": partitions, f"{app_id}-ocms-counts-changelog": partitions}
+
+
 class WorkerChild:
     """``ocms worker`` reading ``topic`` as a child process: own session, dies with this process, stopped by group.
 

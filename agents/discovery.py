@@ -233,7 +233,7 @@ def promote(path: str, version, doc: dict) -> dict:
     """
     from pathlib import Path
 
-    from producer.values_file import read_raw_values, write_values_file
+    from registry.values_file import read_raw_values, write_values_file
 
     target = Path(path)
     existing: list[str] = []

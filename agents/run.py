@@ -342,15 +342,15 @@ def run(args) -> int:
     from producer.broker import EmbeddedBroker, create_topics, free_port
     from producer.datasets import parse_dataset
 
-    from .settings import MAX_DEFAULT_TRACKED
+    from .settings import MAX_WHOLE_DICTIONARY
 
     dataset = parse_dataset(args.dataset)
     named = run_metric(args, dataset)  # deploy/registry.yaml's flight_dest for the default run (agents/run_registry)
     others = companions(named, args)  # and its carrier and tail-number metrics beside it
     params = named.version.params if named else OCMSParams.build(args.epsilon, dataset.dictionary_size)
-    if dataset.dictionary_size > MAX_DEFAULT_TRACKED:
+    if dataset.dictionary_size > MAX_WHOLE_DICTIONARY:
         raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
-                        f"(at most {MAX_DEFAULT_TRACKED:,})")
+                        f"(at most {MAX_WHOLE_DICTIONARY:,})")
     if args.web_port is not None:
         check_port_free(args.web_port)
     direct = bool(getattr(args, "direct_kafka", False)) or named is None  # the collector needs a registry metric

@@ -28,13 +28,11 @@ from typing import Callable, Mapping, Sequence
 
 from cms_core import OCMSParams, TrackedValues
 from cms_core.errors import InvalidParameterError, InvalidValueError, OCMSError
-from producer.values_file import MAX_WHOLE_DICTIONARY
+from registry.values_file import MAX_WHOLE_DICTIONARY
 
 ENV_PREFIX = "OCMS_"
 TABLE_NAME = "ocms-counts"
 LOG_LEVELS = ("debug", "info", "warning", "error")
-#: Tracking the whole dictionary is allowed up to this size; the same bound for every command.
-MAX_DEFAULT_TRACKED = MAX_WHOLE_DICTIONARY
 
 Parse = Callable[[object, str], object]
 
@@ -225,7 +223,7 @@ SETTINGS: tuple[Setting, ...] = (
             default=4, metavar="N"),
     # what is counted
     Setting("tracked_range", "tracked values START:STOP (integers)", span, metavar="START:STOP",
-            default_text=f"the whole dictionary (d <= {MAX_DEFAULT_TRACKED:,})"),
+            default_text=f"the whole dictionary (d <= {MAX_WHOLE_DICTIONARY:,})"),
     Setting("tracked_file", "tracked values, one per line; exclusive with --tracked-range", text, metavar="PATH"),
     Setting("bucket_seconds", "event-time bucket width", integer(1, 86_400), default=60, metavar="SECONDS"),
     Setting("retention_seconds", "bucket retention; older reports are rejected (expired)", integer(1),
@@ -488,8 +486,6 @@ def worker_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> 
     if values["mode"] == "l2" and values["tracked"] is None:  # D is the tracked set's size unless given
         from argparse import Namespace
 
-        from producer.values_file import tracked_count_for_l2
-
         tracked, _ = resolve(("tracked_range", "tracked_file"), flags, environ)
         start_stop = tracked["tracked_range"]
         values["tracked"] = tracked_count_for_l2(Namespace(
@@ -508,6 +504,40 @@ def worker_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> 
     overrides = {name: flags.get(name) for name in WORKER_SETTINGS}
     settings = WorkerSettings.build(params, environ, extra_params=tuple(extra), **overrides)
     return settings
+
+
+def tracked_count_for_l2(args) -> int | None:
+    """D (``tracked_count``) for ``--mode l2``: ``--tracked`` when given, else the tracked set's size.
+
+    The tracked set is what ``--tracked-range START:STOP`` or ``--tracked-file``
+    names, or the whole integer dictionary where a command tracks it by
+    default. An explicit ``--tracked`` wins (devices may have been configured
+    for a larger D than the values an estimate looks at).
+    """
+    from registry.values_file import ValuesFileError, count_values
+
+    tracked = getattr(args, "tracked", None)
+    if tracked is not None or getattr(args, "mode", None) != "l2":
+        return tracked
+    if getattr(args, "tracked_range", None):
+        start, sep, stop = str(args.tracked_range).partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            return int(stop) - int(start)
+        except ValueError:
+            raise OCMSError(f"--tracked-range {args.tracked_range!r}: expected START:STOP integers") from None
+    if getattr(args, "tracked_file", None):
+        try:
+            return count_values(args.tracked_file)
+        except ValuesFileError as exc:
+            raise OCMSError(f"--tracked-file: {exc}") from None
+    d = getattr(args, "dictionary_size", None)
+    if hasattr(args, "tracked_range") and not getattr(args, "strings", False) and d is not None \
+            and d <= MAX_WHOLE_DICTIONARY:
+        return d  # the whole dictionary is the tracked set
+    hint = ", or a tracked set to count (--tracked-range / --tracked-file)" if hasattr(args, "tracked_range") else ""
+    raise OCMSError(f"--mode l2 needs --tracked N (tracked_count D, the number of tracked values){hint}")
 
 
 # ---------------------------------------------------------------- derived: argparse flags and the README table
@@ -566,15 +596,15 @@ def tracked_values(settings: WorkerSettings, params: OCMSParams) -> TrackedValue
             raise InvalidParameterError(settings.label("tracked_range"), f"{start}:{stop}", str(exc)) from None
     if settings.tracked_file is not None:
         return tracked_from_file(settings.tracked_file, params, settings.label("tracked_file"))
-    if params.value_domain != "integer" or params.dictionary_size > MAX_DEFAULT_TRACKED:
+    if params.value_domain != "integer" or params.dictionary_size > MAX_WHOLE_DICTIONARY:
         raise InvalidParameterError(settings.label("tracked_range"), None,
-                                    f"give a tracked range or file (the dictionary is larger than {MAX_DEFAULT_TRACKED:,})")
+                                    f"give a tracked range or file (the dictionary is larger than {MAX_WHOLE_DICTIONARY:,})")
     return TrackedValues.range(params, 0, params.dictionary_size)
 
 
 def tracked_from_file(path: str, params: OCMSParams, name: str) -> TrackedValues:
-    """The tracked set a values file lists (format: producer.values_file, docs/tracked-values.md)."""
-    from producer.values_file import ValuesFileError, tracked_from_file as read_tracked
+    """The tracked set a values file lists (format: registry.values_file, docs/tracked-values.md)."""
+    from registry.values_file import ValuesFileError, tracked_from_file as read_tracked
 
     try:
         return read_tracked(path, params)

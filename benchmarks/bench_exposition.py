@@ -30,7 +30,7 @@ from agents.view import CountsView
 from cms_core import OCMSParams, TrackedValues, kernel
 from cms_core.privatize import simulate_reports
 from cms_core.values import elements_to_array, encode_value, limbs_for
-from producer.values_file import write_values_file
+from registry.values_file import write_values_file
 
 NOW = 1_700_000_000.0
 BUCKET = 1_699_999_920

@@ -15,7 +15,8 @@ import json
 import math
 import sys
 
-from agents.settings import MAX_DEFAULT_TRACKED, PARAMS_SETTINGS, add_flags, build_params, resolve
+from agents.settings import PARAMS_SETTINGS, add_flags, build_params, resolve, tracked_count_for_l2
+from registry.values_file import MAX_WHOLE_DICTIONARY
 from cms_core.errors import InvalidParameterError, OCMSError
 
 
@@ -58,8 +59,6 @@ def _params_and_values(args, names=PLAN_FLAGS, defaults=None):
     values, labels = resolve(names, vars(args), defaults=defaults)
     if values.get("mode") == "l2" and values.get("tracked") is None:
         # D: the size of the tracked set the command counts, unless --tracked says otherwise
-        from producer.values_file import tracked_count_for_l2
-
         values["tracked"] = tracked_count_for_l2(argparse.Namespace(**{**vars(args), **values}))
     return build_params(values, labels), values
 
@@ -232,8 +231,8 @@ def _tracked_from_args(args, params):
         from agents.settings import tracked_from_file
 
         return tracked_from_file(args.tracked_file, params, "--tracked-file")
-    if params.value_domain != "integer" or params.dictionary_size > MAX_DEFAULT_TRACKED:
-        raise OCMSError(f"give --tracked-range or --tracked-file (the dictionary is larger than {MAX_DEFAULT_TRACKED:,}"
+    if params.value_domain != "integer" or params.dictionary_size > MAX_WHOLE_DICTIONARY:
+        raise OCMSError(f"give --tracked-range or --tracked-file (the dictionary is larger than {MAX_WHOLE_DICTIONARY:,}"
                         " values, too large to track whole)")
     return TrackedValues.range(params, 0, params.dictionary_size)
 
@@ -362,7 +361,7 @@ def add_producer_commands(sub) -> None:
                           "standard input")
     add_flags(estimate, PLAN_FLAGS)
     tracked = estimate.add_mutually_exclusive_group()
-    tracked.add_argument("--tracked-range", help=f"START:STOP, integers (default: the whole dictionary, d <= {MAX_DEFAULT_TRACKED:,})")
+    tracked.add_argument("--tracked-range", help=f"START:STOP, integers (default: the whole dictionary, d <= {MAX_WHOLE_DICTIONARY:,})")
     tracked.add_argument("--tracked-file", help="tracked values: *.jsonl (one JSON string per line, exact) or plain "
                          "lines (docs/tracked-values.md)")
     estimate.add_argument("--confidence", type=finite_float, default=0.95,

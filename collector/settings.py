@@ -15,10 +15,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Mapping
 
-from agents.settings import switch, topic  # the worker's validators: same rules, same messages
 from cms_core.errors import InvalidParameterError
-
-LOG_LEVELS = ("debug", "info", "warning", "error")
+from registry.flags import LOG_LEVELS, switch, topic  # the worker's validators: same rules, same messages
 #: The event loop ``ocms collector`` runs on: uvloop (libuv) unless turned off.
 EVENT_LOOPS = ("uvloop", "asyncio")
 

@@ -80,8 +80,10 @@ class ValuesFileError(OCMSError, ValueError):
         self.path, self.problems, self.more, self.good = str(path), tuple(problems), more, good
         where, reason = self.problems[0]
         extra = len(self.problems) - 1 + more
-        super().__init__(f"{self.path}{' ' + where if where else ''}: {reason}"
-                         + (f" (and {extra} more bad line{'s' if extra != 1 else ''})" if extra else ""))
+        #: The message without the file's name (for a flag that names the file already).
+        self.detail = (f"{where}: " if where else "") + reason + (
+            f" (and {extra} more bad line{'s' if extra != 1 else ''})" if extra else "")
+        super().__init__(f"{self.path}{' ' if where else ': '}{self.detail}")
 
 
 @dataclass(frozen=True)

@@ -307,12 +307,12 @@ def test_single_metric_flags_are_a_one_metric_catalog():
 
 def test_worker_flags_cannot_go_with_a_registry(tmp_path):
     from agents.cli import build_parser, worker_settings_from_args
-    from agents.settings import RegistryFlagError
+    from registry.flags import MetricFlagError
 
     path = tmp_path / "r.yaml"
     path.write_text(textwrap.dedent(REGISTRY), encoding="utf-8")
     args = build_parser().parse_args(["worker", "--registry", str(path), "--epsilon", "2", "--bootstrap-servers", "k"])
-    with pytest.raises(RegistryFlagError, match="--epsilon: describe the single metric"):
+    with pytest.raises(MetricFlagError, match="--epsilon: single-metric flag; .* drop --epsilon"):
         worker_settings_from_args(args, {})
     args = build_parser().parse_args(["worker", "--bootstrap-servers", "k"])
     settings_ = worker_settings_from_args(args, {"OCMS_REGISTRY": str(path)})

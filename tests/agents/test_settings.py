@@ -7,7 +7,9 @@ import pytest
 
 from agents import settings as settings_module
 from agents.cli import build_parser
-from agents.settings import MAX_WHOLE_DICTIONARY, SETTINGS, WorkerSettings, markdown_table, worker_settings
+from agents.settings import README_MARKER, SETTINGS, WorkerSettings, readme_table, worker_settings
+from registry.flags import generated_table
+from registry.values_file import MAX_WHOLE_DICTIONARY
 from cms_core import InvalidParameterError, OCMSParams
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,18 +91,18 @@ def test_every_setting_is_a_flag_with_its_variable_in_the_help():
 
 def test_readme_settings_table_is_the_generated_one():
     readme = (ROOT / "README.md").read_text()
-    match = settings_module.README_TABLE.search(readme)
-    assert match, "README.md lost its settings-table markers"
-    assert match.group(2) == markdown_table(), "regenerate: python -m agents.settings --update-readme"
+    table = generated_table(ROOT / "README.md", README_MARKER)
+    assert table is not None, "README.md lost its settings-table markers"
+    assert table == readme_table(), "regenerate: python -m agents.settings --update-readme"
     printed = subprocess.run([sys.executable, "-m", "agents.settings"], capture_output=True, text=True, check=True,
                              cwd=ROOT).stdout
-    assert printed.strip() == markdown_table()
+    assert printed.strip() == readme_table()
 
 
 def test_one_tracked_set_limit_everywhere(capsys):
     from agents.cli import main
 
-    text = markdown_table()
+    text = readme_table()
     assert f"d <= {MAX_WHOLE_DICTIONARY:,}" in text
     with pytest.raises(SystemExit) as info:
         main(["estimate", "x.cap", "-e", "2", "-d", str(MAX_WHOLE_DICTIONARY + 1)])

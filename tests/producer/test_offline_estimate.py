@@ -226,9 +226,9 @@ def test_l2_derives_tracked_count_from_the_tracked_set(capsys, tmp_path):
     (["plan", "-e", "2", "-d", "10", "--mode", "l2"], "--mode l2 needs --tracked N"),
     (["estimate", "x.cap", "-e", "2", "--strings", "--mode", "l2"],
      "--mode l2 needs --tracked N (tracked_count D, the number of tracked values), or a tracked set"),
-    (["estimate", "x.cap", "-e", "2", "-d", "10", "--mode", "l2", "--tracked-range", "1-5"], "--tracked-range '1-5'"),
+    (["estimate", "x.cap", "-e", "2", "-d", "10", "--mode", "l2", "--tracked-range", "1-5"], "--tracked-range 1-5: expected START:STOP"),
     (["estimate", "x.cap", "-e", "2", "--strings", "--mode", "l2", "--tracked-file", "missing.jsonl"],
-     "--tracked-file: missing.jsonl: cannot read"),
+     "--tracked-file missing.jsonl: cannot read"),
 ])
 def test_l2_without_tracked_count_names_the_flag(capsys, tmp_path, monkeypatch, argv, fragment):
     monkeypatch.chdir(tmp_path)

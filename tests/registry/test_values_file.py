@@ -5,7 +5,6 @@ import re
 
 import pytest
 
-from agents.settings import tracked_from_file as settings_tracked_from_file
 from cms_core import OCMSParams
 from cms_core.errors import InvalidParameterError
 from producer.datasets import parse_dataset
@@ -104,11 +103,16 @@ def test_unreadable_files(tmp_path):
 
 
 def test_worker_setting_names_the_variable(tmp_path):
+    import argparse
+
+    from registry.flags import METRIC_SETTINGS, metrics_from_args
+
     path = tmp_path / "t.jsonl"
     path.write_text('" a"\n" a"\n')
+    args = argparse.Namespace(registry=None, **{s.name: None for s in METRIC_SETTINGS})
     with pytest.raises(InvalidParameterError) as info:
-        settings_tracked_from_file(str(path), STRINGS, "OCMS_TRACKED_FILE")
-    assert info.value.name == "OCMS_TRACKED_FILE" and 'duplicate value " a"' in str(info.value)
+        metrics_from_args(args, {"OCMS_EPSILON": "2", "OCMS_STRINGS": "1", "OCMS_TRACKED_FILE": str(path)})
+    assert info.value.name == "OCMS_TRACKED_FILE" and 'line 2: duplicate value " a"' in str(info.value)
 
 
 def test_dataset_file_reads_json_lines_exactly(tmp_path):
@@ -124,6 +128,15 @@ def test_dataset_file_reads_json_lines_exactly(tmp_path):
     assert sorted(int(x) for x in ds.labels) == [2**53 + 1, 2**64 - 1]
 
 
+def tracking_version(tmp_path, domain: str, name: str):
+    """The version of a one-metric registry (``domain``) whose tracked values are the file ``name``."""
+    from registry import load_registry
+
+    (tmp_path / "r.yaml").write_text(f"metrics:\n  - name: m\n    description: d\n    owner: o\n    {domain}\n"
+                                     f"    epsilon: 2\n    tracked: {{file: {name}}}\n", encoding="utf-8")
+    return load_registry(tmp_path / "r.yaml").metric("m").latest
+
+
 @pytest.mark.parametrize("name, text", [
     ("t.jsonl", '"ATL"\n\n"caf\\u00e9"\n"N725MQ"\n'),
     ("t.json", '["ATL", "caf\\u00e9", "N725MQ"]'),
@@ -131,23 +144,15 @@ def test_dataset_file_reads_json_lines_exactly(tmp_path):
 ])
 def test_a_values_file_means_the_same_to_the_registry_and_to_the_flags(tmp_path, name, text):
     """Issue 26: one grammar. The registry's tracked: {file: ...} and --tracked-file read a file alike."""
-    from registry import load_registry
-
     (tmp_path / name).write_text(text, encoding="utf-8", newline="")
-    (tmp_path / "r.yaml").write_text("metrics:\n  - name: m\n    description: d\n    owner: o\n    strings: true\n"
-                                     f"    epsilon: 2\n    tracked: {{file: {name}}}\n", encoding="utf-8")
-    version = load_registry(tmp_path / "r.yaml").metric("m").latest
+    version = tracking_version(tmp_path, "strings: true", name)
     assert version.tracked_names() == ["ATL", "caf\u00e9", "N725MQ"]
     assert tracked_from_file(tmp_path / name, STRINGS).all_labels() == version.tracked_names()
 
 
 def test_integers_in_json_lines_are_read_alike_as_numbers_or_digits(tmp_path):
-    from registry import load_registry
-
     (tmp_path / "i.jsonl").write_text('7\n"18446744073709551615"\n', encoding="utf-8")
-    (tmp_path / "r.yaml").write_text("metrics:\n  - name: m\n    description: d\n    owner: o\n    integers: 2^64\n"
-                                     "    epsilon: 2\n    tracked: {file: i.jsonl}\n", encoding="utf-8")
-    version = load_registry(tmp_path / "r.yaml").metric("m").latest
+    version = tracking_version(tmp_path, "integers: 2^64", "i.jsonl")
     assert version.tracked.values == (7, 2**64 - 1)
     assert read_values_file(tmp_path / "i.jsonl", INTEGERS) == [7, 2**64 - 1]
 

@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 import faust
 
 from cms_core.errors import OCMSError
+from registry import Registry
 
 from .catalog import Catalog
 from .console import add_console
@@ -49,7 +50,6 @@ from .metrics import EstimatesCollector, PipelineMetrics
 from .discovery import WorkerDiscovery
 from .processor import (AcceptedMessage, Batch, DiscoveryMessage, MessageValidator, PendingBatch, RejectedMessage,
                         RetentionIndex, batch_keys, encoded_plan)
-from .query import EstimateService
 from .settings import BATCH_GROWTH_UNDER_LOAD, TABLE_NAME, WorkerSettings
 from .state import BucketKey, PartialCounts
 from .view import ChangelogReader, CountsView
@@ -143,21 +143,18 @@ class OCMSWorker:
     #: README ("Why the intake side path") has the measurement that chose it.
     intake_path = "side"
 
-    def __init__(self, settings: WorkerSettings):
+    def __init__(self, settings: WorkerSettings, metrics: Registry):
         self.settings = settings
         self.source_topic = settings.source_topic  # read by agents.intake
         self.view = CountsView()
-        # Every metric version served, by name and fingerprint (a registry, or the single-metric flags).
-        self.catalog = Catalog.build(settings, self.view)
-        # The name-less endpoints (/estimates ...): the flags' metric as before, or the registry's first.
-        self.service = (EstimateService(settings, self.view) if self.catalog.legacy
-                        else self.catalog.primary.default)
+        # Every metric version served, by name and fingerprint (a registry, or the single-metric flags').
+        self.catalog = Catalog(metrics, self.view, future_tolerance_seconds=settings.future_tolerance_seconds)
         self.view.tracked_sizes = self.catalog.tracked_sizes
         self.metrics = PipelineMetrics()
         self.metrics.guard.add("estimates", EstimatesCollector(self.catalog))  # one bad series never fails /metrics
         # Discoverable metrics' level reports: acked, read by discovery from the topic, counted by no table.
         self.discovery = WorkerDiscovery.build(self.catalog, settings)
-        self.validator = MessageValidator(self.catalog.params_sets, settings.retention_seconds,
+        self.validator = MessageValidator(self.catalog.params_sets, None,
                                           settings.future_tolerance_seconds, self.catalog.retention_by_fp,
                                           discovery_sets=self.discovery.level_params)
         self.params_by_fp = self.catalog.params_by_fp

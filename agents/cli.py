@@ -24,7 +24,8 @@ __all__ = ["main", "build_parser", "reach_kafka", "KafkaUnreachableError", "work
 
 
 def worker_settings_from_args(args, environ=None):
-    """The worker's frozen settings: flags over OCMS_* environment variables over defaults."""
+    """(the worker's frozen settings, the metrics it counts): flags over OCMS_* environment variables over
+    defaults; the metrics are --registry FILE or the single-metric flags (registry.flags)."""
     import os
 
     from .settings import worker_settings
@@ -68,11 +69,11 @@ def cmd_worker(args) -> int:
         from .process import watch_parent
 
         watch_parent(args.parent_pid)
-    settings = worker_settings_from_args(args)
+    settings, metrics = worker_settings_from_args(args)
     if settings.embedded_broker and not settings.bootstrap_servers:
         raise OCMSError("--broker embedded needs --bootstrap-servers of a running `ocms broker` (or use `ocms run`)")
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    worker = OCMSWorker(settings)  # builds the tracked sets: bad values fail before touching Kafka
+    worker = OCMSWorker(settings, metrics)  # builds the tracked sets: bad values fail before touching Kafka
     from .run import check_port_free
 
     check_port_free(settings.web_port, settings.label("web_port"), settings.web_host)

@@ -342,7 +342,7 @@ def run(args) -> int:
     from producer.broker import EmbeddedBroker, create_topics, free_port
     from producer.datasets import parse_dataset
 
-    from .settings import MAX_WHOLE_DICTIONARY
+    from registry.values_file import MAX_WHOLE_DICTIONARY
 
     dataset = parse_dataset(args.dataset)
     named = run_metric(args, dataset)  # deploy/registry.yaml's flight_dest for the default run (agents/run_registry)

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 from argparse import Namespace
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Mapping
 
-from cms_core import OCMSParams, TrackedValues
-from cms_core.errors import InvalidParameterError, InvalidValueError
+from cms_core.errors import InvalidParameterError
+from registry import Registry
 from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, METRIC_SETTINGS, REGISTRY, Setting, choice, integer,
                             markdown_table, metrics_from_args, number, resolve, text, topic, update_markdown_table)
-from registry.values_file import MAX_WHOLE_DICTIONARY
 
 TABLE_NAME = "ocms-counts"
 
@@ -86,44 +84,29 @@ BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """The worker's settings; build them with :meth:`build` (defaults live in :data:`SETTINGS`)."""
+    """The worker-wide settings; build them with :meth:`build` (defaults live in :data:`WORKER_ROWS`).
 
-    params: OCMSParams
+    What the worker counts is not here: that is a :class:`registry.Registry` (``--registry FILE`` or
+    the single-metric flags, compiled once by :func:`worker_settings`)."""
+
     bootstrap_servers: str
     embedded_broker: bool
     app_id: str
     source_topic: str
     dead_letter_topic: str
     partitions: int
-    tracked_range: tuple[int, int] | None
-    tracked_file: str | None
-    bucket_seconds: int
-    retention_seconds: int
+    future_tolerance_seconds: int
     batch_max_reports: int
     batch_max_seconds: float
     web_host: str
     web_port: int
     store: str
-    watch: tuple[str, ...]
-    top_k: int
-    rollup_seconds: int | None
-    rollup_retention_seconds: int
-    future_tolerance_seconds: int
+    discovery_window_seconds: int
+    discovery_interval_seconds: float
     log_level: str
     truth_file: str | None  # ground truth of a simulated fleet, for the console (ocms run)
-    extra_params: tuple[OCMSParams, ...] = ()
-    #: The metric registry served (agents.catalog); None: the one metric of the single-metric flags.
-    registry: str | None = None
-    #: Discovery passes hosted by the worker (agents.discovery.WorkerDiscovery): window and period.
-    discovery_window_seconds: int = 3600
-    discovery_interval_seconds: float = 300.0
     #: What set each setting (flag, variable, or both names for a default): errors name it.
     labels: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def params_sets(self) -> tuple[OCMSParams, ...]:
-        """Every parameter set the worker accepts; the first is the primary (API default)."""
-        return (self.params,) + self.extra_params
 
     @property
     def changelog_topic(self) -> str:
@@ -132,132 +115,49 @@ class WorkerSettings:
     def label(self, name: str) -> str:
         return self.labels.get(name) or f"{BY_NAME[name].flag} (or {BY_NAME[name].env})"
 
-    def levels(self) -> tuple[tuple[int, int], ...]:
-        """(bucket width, retention) per time level, finest first."""
-        out = [(self.bucket_seconds, self.retention_seconds)]
-        if self.rollup_seconds:
-            out.append((self.rollup_seconds, self.rollup_retention_seconds))
-        return tuple(out)
-
     @property
     def session_timeout_s(self) -> float:
         return 3.0 if self.embedded_broker else 30.0
 
     @classmethod
-    def build(cls, params: OCMSParams, env: Mapping[str, str] | None = None, **overrides) -> "WorkerSettings":
+    def build(cls, env: Mapping[str, str] | None = None, **overrides) -> "WorkerSettings":
         """Settings from explicit ``overrides`` (flag values; None = not given) over ``OCMS_*`` variables in
         ``env`` over the declared defaults. ``embedded_broker=True`` stands for ``broker="embedded"``."""
         if overrides.pop("embedded_broker", None):
             overrides.setdefault("broker", "embedded")
-        extra = tuple(overrides.pop("extra_params", None) or ())
-        declared = WORKER_SETTINGS
-        unknown = set(overrides) - {s.name for s in declared}
+        unknown = set(overrides) - {s.name for s in WORKER_ROWS}
         if unknown:
             raise TypeError(f"unknown worker settings: {sorted(unknown)}")
-        values, labels = resolve(declared, overrides, env or {})
-        fingerprints = [p.fingerprint for p in (params,) + extra]
-        if len(set(fingerprints)) != len(fingerprints):
-            raise InvalidParameterError(labels.get("extra_epsilon", "--extra-epsilon"), [p.epsilon for p in extra],
-                                        "repeats a parameter set already accepted")
+        values, labels = resolve(WORKER_ROWS, overrides, env or {})
         embedded = values.pop("broker") == "embedded"
         if values["bootstrap_servers"] is None and not embedded:
             raise InvalidParameterError(labels["bootstrap_servers"], None,
                                         "give a Kafka bootstrap address or use the embedded broker")
         values["bootstrap_servers"] = values["bootstrap_servers"] or ""
-        settings = cls(params=params, embedded_broker=embedded, extra_params=extra, labels=labels, **values)
-        settings._check()
-        return settings
-
-    def _check(self) -> None:
-        """Rules between settings; each error names the setting to change, as the user wrote it."""
-        label = self.label
-        if self.tracked_range is not None and self.tracked_file is not None:
-            raise InvalidParameterError(label("tracked_file"), self.tracked_file,
-                                        f"exclusive with {label('tracked_range')}")
-        if self.retention_seconds < self.bucket_seconds:
-            raise InvalidParameterError(label("retention_seconds"), self.retention_seconds,
-                                        f"must be >= the bucket width {self.bucket_seconds}")
-        if self.rollup_seconds is not None:
-            if self.rollup_seconds <= self.bucket_seconds or self.rollup_seconds % self.bucket_seconds:
-                raise InvalidParameterError(label("rollup_seconds"), self.rollup_seconds,
-                                            f"must be a multiple of the bucket width {self.bucket_seconds} and larger")
-            if self.rollup_retention_seconds < self.rollup_seconds:
-                raise InvalidParameterError(label("rollup_retention_seconds"), self.rollup_retention_seconds,
-                                            "must be >= the rollup width")
-        if self.tracked_file is not None and not Path(self.tracked_file).is_file():
-            raise InvalidParameterError(label("tracked_file"), self.tracked_file, "no such file")
-        if self.source_topic == self.dead_letter_topic:
-            raise InvalidParameterError(label("dead_letter_topic"), self.dead_letter_topic,
+        if values["source_topic"] == values["dead_letter_topic"]:
+            raise InvalidParameterError(labels["dead_letter_topic"], values["dead_letter_topic"],
                                         "must differ from the source topic")
+        return cls(embedded_broker=embedded, labels=labels, **values)
 
 
-#: Settings that WorkerSettings.build resolves (the parameter sets come from registry.flags.metrics_from_args).
-WORKER_SETTINGS = tuple(s for s in SETTINGS if s.name not in ("epsilon", "mode", "f_star", "dictionary_size", "strings",
-                                                              "tracked", "hash_range", "mechanism", "extra_epsilon"))
-
-
-def worker_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> WorkerSettings:
-    """The worker's settings from flag values (None = not given) and the environment.
-
-    The metrics (``--registry FILE`` or the single-metric flags, registry.flags) are checked and
-    compiled here: a single-metric flag beside a registry is an error naming it."""
-    registry = metrics_from_args(Namespace(**{s.name: flags.get(s.name) for s in SETTINGS}), environ)
-    versions = list(registry.live_versions())
-    if not versions:
-        raise InvalidParameterError(WORKER_REGISTRY.flag, registry.path, "holds no live metric version to serve")
-    first = registry.metrics[0].latest if registry.metrics[0].live_versions else versions[0]
-    overrides = {s.name: flags.get(s.name) for s in WORKER_SETTINGS}
-    return WorkerSettings.build(first.params, environ, extra_params=tuple(v.params for v in versions if v is not first),
-                                **overrides)
-
-
-# ---------------------------------------------------------------- tracked values and the watch list
-
-def tracked_values(settings: WorkerSettings, params: OCMSParams) -> TrackedValues:
-    """The configured tracked set for one parameter set (same labels for every set)."""
-    if settings.tracked_range is not None:
-        start, stop = settings.tracked_range
-        try:
-            return TrackedValues.range(params, start, stop)
-        except InvalidValueError as exc:
-            raise InvalidParameterError(settings.label("tracked_range"), f"{start}:{stop}", str(exc)) from None
-    if settings.tracked_file is not None:
-        return tracked_from_file(settings.tracked_file, params, settings.label("tracked_file"))
-    if params.value_domain != "integer" or params.dictionary_size > MAX_WHOLE_DICTIONARY:
-        raise InvalidParameterError(settings.label("tracked_range"), None,
-                                    f"give a tracked range or file (the dictionary is larger than {MAX_WHOLE_DICTIONARY:,})")
-    return TrackedValues.range(params, 0, params.dictionary_size)
-
-
-def tracked_from_file(path: str, params: OCMSParams, name: str) -> TrackedValues:
-    """The tracked set a values file lists (format: registry.values_file, docs/tracked-values.md)."""
-    from registry.values_file import ValuesFileError, tracked_from_file as read_tracked
-
-    try:
-        return read_tracked(path, params)
-    except (ValuesFileError, InvalidValueError) as exc:
-        raise InvalidParameterError(name, path, str(exc)) from None
-
-
-def watch_indices(settings: WorkerSettings, tracked: TrackedValues) -> tuple[int, ...]:
-    """Indices of the watch list in the tracked set; an untracked value is an error."""
-    labels = tracked.all_labels()
-    position = {str(label): i for i, label in enumerate(labels)}
-    out = []
-    for value in settings.watch:
-        if value not in position:
-            raise InvalidParameterError(settings.label("watch"), value, "is not a tracked value")
-        out.append(position[value])
-    return tuple(out)
+def worker_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> tuple[WorkerSettings, Registry]:
+    """The worker's settings and the metrics it counts, from flag values (None = not given) and the
+    environment. The metrics are ``--registry FILE`` (read here, once) or the single-metric flags
+    compiled into a one-metric registry (registry.flags); a single-metric flag beside a registry is an
+    error naming it."""
+    metrics = metrics_from_args(Namespace(**{s.name: flags.get(s.name) for s in SETTINGS}), environ)
+    if not any(True for _ in metrics.live_versions()):
+        raise InvalidParameterError(WORKER_REGISTRY.flag, metrics.path, "holds no live metric version to serve")
+    settings = WorkerSettings.build(environ, **{s.name: flags.get(s.name) for s in WORKER_ROWS})
+    return settings, metrics
 
 
 def _check_declarations() -> None:
-    """WorkerSettings has a field for every declared worker setting (and no undeclared one)."""
-    declared = {s.name for s in WORKER_SETTINGS} - {"broker"} | {"embedded_broker"}
-    derived = {"params", "extra_params", "labels"}
-    have = {f.name for f in fields(WorkerSettings)} - derived
+    """WorkerSettings has a field for every worker-wide setting (and no undeclared one)."""
+    declared = {s.name for s in WORKER_ROWS} - {"broker"} | {"embedded_broker"}
+    have = {f.name for f in fields(WorkerSettings)} - {"labels"}
     if have != declared:
-        raise AssertionError(f"WorkerSettings fields and SETTINGS differ: {sorted(have ^ declared)}")
+        raise AssertionError(f"WorkerSettings fields and WORKER_ROWS differ: {sorted(have ^ declared)}")
 
 
 _check_declarations()

@@ -112,7 +112,6 @@ def _timed(compute: Callable):
 
 
 def add_pages(app: faust.App, worker: "OCMSWorker") -> None:
-    service = worker.service
     estimator = worker.catalog.estimator  # every served fingerprint (agents.catalog)
     runner = QueryRunner(estimator)
 
@@ -121,9 +120,8 @@ def add_pages(app: faust.App, worker: "OCMSWorker") -> None:
 
     async def answer(web, request, endpoint: str, value: str | None = None, metric: str | None = None):
         try:
-            if metric is None:
-                query = check_query(endpoint, request.query.items())
-                prepared = service.prepare(endpoint, query, value)
+            if metric is None:  # /estimates ...: the first metric's (agents.catalog)
+                prepared = worker.catalog.prepare_primary(endpoint, request.query.items(), value)
             else:  # /metrics/NAME/...: one version of a named metric (agents.catalog)
                 prepared = worker.catalog.prepare(metric, endpoint, request.query.items(), value)
             if prepared.work <= INLINE_WORK:

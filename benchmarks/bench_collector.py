@@ -184,7 +184,9 @@ def end_to_end(collector_url: str, worker_url: str, version, probes: int) -> lis
 
 
 def worker_command(bootstrap: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "tests.collector.registry_worker", str(REGISTRY), METRIC, str(VERSION), bootstrap, TOPIC, str(port)]
+    from tests.collector.harness import worker_flags
+
+    return [sys.executable, "-m", "agents.cli", "worker", *worker_flags(REGISTRY, bootstrap, TOPIC, port)]
 
 
 # ------------------------------------------------------------------------------------- main

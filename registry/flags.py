@@ -21,6 +21,7 @@ Two things live here, below every command:
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import re
@@ -397,6 +398,16 @@ def metrics_from_args(args, environ: Mapping[str, str] | None = None, *,
         raise MetricFlagError(f"{'/'.join(alone)} need{'s' if len(alone) == 1 else ''} --registry FILE")
     values, labels = resolve(declared, flags, environ, defaults)
     return compile_flags(values, labels, counts="tracked_range" in flags)
+
+
+def metrics_from_flags(**flags):
+    """The one-metric registry of metric flags given as keywords, as on ``ocms worker``'s command line
+    (``metrics_from_flags(epsilon=2, dictionary_size=1000, tracked_range="0:50", watch="3,7")``): for
+    tests, benchmarks and tools that state a metric the way a user does."""
+    unknown = set(flags) - set(BY_NAME)
+    if unknown:
+        raise TypeError(f"not metric flags: {sorted(unknown)}")
+    return metrics_from_args(argparse.Namespace(registry=None, **{name: flags.get(name) for name in BY_NAME}))
 
 
 def version_from_args(args, registry):

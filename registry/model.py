@@ -82,6 +82,14 @@ class MetricVersion:
         return not self.retired
 
     @property
+    def levels(self) -> tuple[tuple[int, int], ...]:
+        """(bucket width, retention) per time level, finest first: the buckets, then the rollup if any."""
+        out = [(self.bucket_seconds, self.retention_seconds)]
+        if self.rollup_seconds:
+            out.append((self.rollup_seconds, self.rollup_retention_seconds))
+        return tuple(out)
+
+    @property
     def mechanism(self) -> str:
         """The report mechanism: "ocms" (OCMS+RR) or "direct" (randomized response over the d values)."""
         return self.params.mechanism

@@ -5,25 +5,27 @@ from pathlib import Path
 
 import pytest
 
-from agents import settings as settings_module
 from agents.cli import build_parser
-from agents.settings import README_MARKER, SETTINGS, WorkerSettings, readme_table, worker_settings
+from agents.settings import README_MARKER, SETTINGS, WORKER_ROWS, WorkerSettings, readme_table, worker_settings
+from cms_core import InvalidParameterError
 from registry.flags import generated_table
 from registry.values_file import MAX_WHOLE_DICTIONARY
-from cms_core import InvalidParameterError, OCMSParams
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PARAMS = OCMSParams.build(2.0, 1000)
+#: A worker's one metric, in its variables.
+METRIC_ENV = {"OCMS_EPSILON": "2", "OCMS_DICTIONARY_SIZE": "1000"}
 
 
 def test_env_then_overrides_and_frozen():
     env = {"OCMS_BOOTSTRAP_SERVERS": "k:9092", "OCMS_PARTITIONS": "8", "OCMS_TRACKED_RANGE": "0:1000",
-           "OCMS_WATCH": "1, 2,3", "OCMS_BUCKET_SECONDS": "60"}
-    s = WorkerSettings.build(PARAMS, env, partitions=2)
-    assert (s.bootstrap_servers, s.partitions, s.tracked_range, s.watch) == ("k:9092", 2, (0, 1000), ("1", "2", "3"))
+           "OCMS_WATCH": "1, 2,3", "OCMS_BUCKET_SECONDS": "60", **METRIC_ENV}
+    s, metrics = worker_settings({"partitions": "2"}, env)
+    version = metrics.metrics[0].latest
+    assert (s.bootstrap_servers, s.partitions, version.tracked_count, version.watch) == ("k:9092", 2, 1000,
+                                                                                         ("1", "2", "3"))
     assert s.session_timeout_s == 30.0
-    assert WorkerSettings.build(PARAMS, embedded_broker=True).session_timeout_s == 3.0
+    assert WorkerSettings.build(embedded_broker=True).session_timeout_s == 3.0
     with pytest.raises(AttributeError):
         s.partitions = 3
 
@@ -46,22 +48,22 @@ def test_env_then_overrides_and_frozen():
 )
 def test_bad_settings_name_the_variable(env, name):
     with pytest.raises(InvalidParameterError) as info:
-        WorkerSettings.build(PARAMS, env)
+        worker_settings({}, {**METRIC_ENV, **env})
     assert info.value.name == name
 
 
 def test_flags_name_themselves_when_given():
     with pytest.raises(InvalidParameterError) as info:
-        WorkerSettings.build(PARAMS, {"OCMS_WEB_PORT": "8080"}, bootstrap_servers="k", web_port="0")
+        WorkerSettings.build({"OCMS_WEB_PORT": "8080"}, bootstrap_servers="k", web_port="0")
     assert info.value.name == "--web-port"
     with pytest.raises(InvalidParameterError) as info:
-        WorkerSettings.build(PARAMS, {"OCMS_BUCKET_SECONDS": "60"}, bootstrap_servers="k", retention_seconds=30)
+        worker_settings({"retention_seconds": "30", "bootstrap_servers": "k"}, {"OCMS_BUCKET_SECONDS": "60", **METRIC_ENV})
     assert info.value.name == "--retention-seconds"
 
 
 def test_defaults_come_from_the_declarations():
-    s = WorkerSettings.build(PARAMS, {}, bootstrap_servers="k")
-    for setting in SETTINGS:
+    s = WorkerSettings.build({}, bootstrap_servers="k")
+    for setting in WORKER_ROWS:
         if hasattr(s, setting.name) and setting.name != "bootstrap_servers":
             assert getattr(s, setting.name) == setting.default, setting.name
     assert s.embedded_broker is False
@@ -70,9 +72,10 @@ def test_defaults_come_from_the_declarations():
 def test_parameter_set_from_flags_and_environment():
     env = {"OCMS_EPSILON": "2", "OCMS_DICTIONARY_SIZE": "1_000", "OCMS_BOOTSTRAP_SERVERS": "k:1",
            "OCMS_EXTRA_EPSILON": "1, 3", "OCMS_STRINGS": "false"}
-    s = worker_settings({"epsilon": "4"}, env)
-    assert s.params.epsilon == 4.0 and s.params.dictionary_size == 1000
-    assert [p.epsilon for p in s.extra_params] == [1.0, 3.0]
+    _, metrics = worker_settings({"epsilon": "4"}, env)
+    versions = metrics.metrics[0].versions
+    assert versions[-1].params.epsilon == 4.0 and versions[-1].params.dictionary_size == 1000
+    assert [v.params.epsilon for v in versions] == [1.0, 3.0, 4.0]  # the rotated sets, then --epsilon
     with pytest.raises(InvalidParameterError) as info:
         worker_settings({}, {**env, "OCMS_EPSILON": "-1"})
     assert info.value.name == "OCMS_EPSILON"
@@ -108,8 +111,8 @@ def test_one_tracked_set_limit_everywhere(capsys):
         main(["estimate", "x.cap", "-e", "2", "-d", str(MAX_WHOLE_DICTIONARY + 1)])
     assert info.value.code == 2 and f"larger than {MAX_WHOLE_DICTIONARY:,}" in capsys.readouterr().err
     with pytest.raises(InvalidParameterError) as info:
-        settings_module.tracked_values(WorkerSettings.build(PARAMS, {}, bootstrap_servers="k"),
-                                       OCMSParams.build(2.0, MAX_WHOLE_DICTIONARY + 1))
+        worker_settings({"bootstrap_servers": "k"}, {"OCMS_EPSILON": "2",
+                                                     "OCMS_DICTIONARY_SIZE": str(MAX_WHOLE_DICTIONARY + 1)})
     assert f"larger than {MAX_WHOLE_DICTIONARY:,}" in info.value.reason
 
 
@@ -124,7 +127,7 @@ def test_readme_and_makefile_state_one_make_results_time():
 def test_l2_derives_the_tracked_count_from_a_tracked_set_given_in_the_environment():
     """Issue 18: `--mode l2` takes D from the tracked set, wherever the set was given (here OCMS_TRACKED_RANGE)."""
     env = {"OCMS_TRACKED_RANGE": "0:500", "OCMS_BOOTSTRAP_SERVERS": "127.0.0.1:9092"}
-    settings = worker_settings({"epsilon": "2", "mode": "l2", "dictionary_size": "100000"}, env)
-    assert (settings.params.mode, settings.params.tracked_count) == ("l2", 500)
-    explicit = worker_settings({"epsilon": "2", "mode": "l2", "dictionary_size": "100000", "tracked": "800"}, env)
-    assert explicit.params.tracked_count == 800  # an explicit D wins
+    params = worker_settings({"epsilon": "2", "mode": "l2", "dictionary_size": "100000"}, env)[1].metrics[0].latest.params
+    assert (params.mode, params.tracked_count) == ("l2", 500)
+    explicit = worker_settings({"epsilon": "2", "mode": "l2", "dictionary_size": "100000", "tracked": "800"}, env)[1]
+    assert explicit.metrics[0].latest.params.tracked_count == 800  # an explicit D wins

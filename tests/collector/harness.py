@@ -1,9 +1,8 @@
 """Real collector (and worker) processes against the embedded broker, for the collector tests.
 
 ``CollectorProcess`` is ``python -m agents.cli collector ...`` in its own session
-(SIGKILL takes exactly it). ``RegistryWorker`` runs the real ``OCMSWorker`` with
-the parameters of one registry metric version (``tests/collector/registry_worker.py``),
-because the collector only accepts registry-bound fingerprints.
+(SIGKILL takes exactly it). ``RegistryWorker`` is ``ocms worker --registry`` (the collector
+only accepts registry-bound fingerprints), read through one metric version's named route.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +22,7 @@ import numpy as np
 
 from cms_core import wire
 from cms_core.privatize import simulate_reports
+from agents.process import WorkerChild
 from collector.cli import collector_command
 from producer.broker import free_port
 
@@ -206,33 +205,37 @@ def consume_all(bootstrap: str, topic: str, idle_s: float = 1.5, timeout: float 
     return asyncio.run(_consume_all(bootstrap, topic, idle_s, timeout))
 
 
+def worker_flags(registry: Path, bootstrap: str, topic: str, web_port: int) -> list[str]:
+    """``ocms worker``'s flags for the collector tests and bench_collector: every live version of every
+    metric of ``registry``, on the embedded broker, reading ``topic``."""
+    return ["--registry", str(registry), "--bootstrap-servers", bootstrap, "--broker", "embedded",
+            "--app-id", f"{topic}-worker", "--source-topic", topic, "--dead-letter-topic", f"{topic}-dlq",
+            "--web-port", str(web_port), "--batch-max-seconds", "0.1", "--log-level", "warning"]
+
+
 class RegistryWorker:
-    """The real worker (agents.app.OCMSWorker) for one registry metric version, in its own session."""
+    """The real worker (``ocms worker --registry``, agents.process.WorkerChild), answering for one metric
+    version of the registry (its named route, /metrics/NAME/estimates?version=N)."""
 
     def __init__(self, registry: Path, metric: str, version: int, bootstrap: str, topic: str, log_dir: Path):
-        self.args = [sys.executable, "-m", "tests.collector.registry_worker", str(registry), metric, str(version),
-                     bootstrap, topic]
         self.web_port = free_port()
         self.log_path = log_dir / f"worker-{topic}.log"
-        self.process: subprocess.Popen | None = None
+        self.child = WorkerChild(worker_flags(registry, bootstrap, topic, self.web_port), log=self.log_path)
+        self.route = f"/metrics/{metric}/estimates?version={version}"
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.web_port}"
 
     def start(self) -> "RegistryWorker":
-        log = open(self.log_path, "wb")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
-        self.process = subprocess.Popen([*self.args, str(self.web_port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-        log.close()
+        self.child.start()
         return self
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.child.alive()
 
     def estimates(self) -> tuple[int, dict]:
-        status, doc, _ = request(self.base_url + "/estimates", method="GET")
+        status, doc, _ = request(self.base_url + self.route, method="GET")
         return status, doc
 
     def wait_for_n(self, n: int, timeout: float = 90.0) -> dict:
@@ -250,13 +253,7 @@ class RegistryWorker:
         raise AssertionError(f"worker did not reach n={n} within {timeout} s (last {doc and doc.get('n')})")
 
     def stop(self) -> None:
-        if self.alive():
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
+        self.child.stop(20)
 
 
 @contextlib.contextmanager

@@ -252,10 +252,11 @@ def test_worker_l2_derives_tracked_count_for_every_parameter_set(tmp_path):
     write_values_file(values, [" a", "", "line\nbreak"])
     args = build_parser().parse_args(["worker", "-e", "2", "--strings", "--mode", "l2", "--tracked-file", str(values),
                                       "--extra-epsilon", "1", "--bootstrap-servers", "k:9092"])
-    settings = worker_settings_from_args(args, environ={})
-    assert [p.tracked_count for p in settings.params_sets] == [3, 3]
-    assert settings.params.fingerprint == OCMSParams.build(2.0, mode="l2", tracked_count=3,
-                                                           value_domain="string").fingerprint
+    _, metrics = worker_settings_from_args(args, environ={})
+    versions = metrics.metrics[0].versions
+    assert [v.params.tracked_count for v in versions] == [3, 3]
+    assert versions[-1].params.fingerprint == OCMSParams.build(2.0, mode="l2", tracked_count=3,
+                                                               value_domain="string").fingerprint
 
 
 def test_simulate_strings_sends_labels_of_an_unlabelled_dataset(capsys, tmp_path):

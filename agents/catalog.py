@@ -20,12 +20,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Mapping
 
 import numpy as np
 
 from cms_core import OCMSParams, TrackedValues
 from cms_core.errors import InvalidParameterError
+from cms_core.values import value_to_json
 
 from .query import Answer, ApiError, EstimateService, Estimator, Job, check_query, show
 from .view import CountsView
@@ -74,6 +76,11 @@ class MetricEntry:
         doc["parameter_sets"] += [dict(entry, primary=False) for entry in others]
         return doc
 
+    @cached_property
+    def tracked_names(self) -> int:
+        """Distinct value names any live version tracks: D of a combined answer's noise test."""
+        return len({s.name_of(value_to_json(label)) for s in self.services for label in s.labels})
+
     def describe(self) -> dict:
         s = self.spec
         versions = [v.describe() for v in self.services]
@@ -95,6 +102,7 @@ class Catalog:
     def __init__(self, registry, view: CountsView, clock: Callable[[], float] = time.time,
                  future_tolerance_seconds: int = 300):
         self.registry = registry
+        self.clock = clock
         entries = []
         for spec in registry.metrics:
             services = tuple(EstimateService(v, view, clock, future_tolerance_seconds) for v in spec.live_versions)
@@ -163,7 +171,9 @@ class Catalog:
         return entry
 
     def describe(self) -> dict:
-        return {"metrics": [e.describe() for e in self.metrics.values()]}
+        # generated_at: the worker's clock when listed; the console measures reports/s against it, not
+        # against the browser's clock (a headless screenshot under virtual time runs that clock fast).
+        return {"generated_at": self.clock(), "metrics": [e.describe() for e in self.metrics.values()]}
 
     def prepare(self, name: str, endpoint: str, pairs, value: str | None = None) -> Answer:
         """A named request (/metrics/NAME/...): checked completely, the version chosen, work stated.
@@ -194,8 +204,9 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
     one window (``cms_core.combine``). Values are matched by name; a value some version does not
     track combines the versions that do. Windows under ``min_reports`` (summed over versions) are
     withheld. Only the raw (unbiased) estimates with normal intervals combine."""
+    from cms_core import theory
     from cms_core.combine import combine_frequencies
-    from cms_core.records import ESTIMATE_FIELDS
+    from cms_core.records import ESTIMATE_FIELDS, NOISE_CORRECTION
 
     if endpoint not in _COMBINED_ENDPOINTS:
         raise ApiError("version", f"combined is answered by /estimates and /estimates/VALUE, not /{endpoint}")
@@ -212,6 +223,8 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
         services[-1].value_index(value)  # raises the version's 404 naming the value
     work = sum(a.work for a in answers if a is not None)
     confidence = float(query.get("confidence", "0.95"))
+    tracked_names = entry.tracked_names
+    multiplier = theory.one_sided_z(theory.bonferroni_level(confidence, tracked_names))
 
     def gather() -> Job:
         # Each version's raw answer (not withheld one by one: min_reports applies to the combined n).
@@ -243,19 +256,34 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
         withheld = n < min_reports or not any(p[1] for p in parts)
         out["withheld"] = withheld
         records = []
+        # The noise test of f = 0 over every name a live version tracks, at each value's combined
+        # variance under that hypothesis (normal: no single binomial count). A value fewer versions
+        # track has fewer reports and a higher floor, so each record carries its own; the answer's
+        # is the lowest, that of the values every version tracks.
+        out.update(noise_floor=None, noise_floor_count=None, processed_noise_floor=None, noise_values=tracked_names,
+                   noise_correction=NOISE_CORRECTION)
         if not withheld:
             c = combine_frequencies(parts, confidence)
+            floors = theory.noise_floor(multiplier, c.null_variance)
             for i, name in enumerate(names):
                 record = {"value": name, "combined": True}
                 fields = dict(frequency=c.frequency[i], processed=c.frequency[i], count=c.frequency[i] * c.reports[i],
                               processed_count=c.frequency[i] * c.reports[i], std=c.std[i], ci_low=c.ci_low[i],
                               ci_high=c.ci_high[i], count_ci_low=c.ci_low[i] * c.reports[i],
-                              count_ci_high=c.ci_high[i] * c.reports[i])
+                              count_ci_high=c.ci_high[i] * c.reports[i], processed_ci_low=c.ci_low[i],
+                              processed_ci_high=c.ci_high[i], processed_count_ci_low=c.ci_low[i] * c.reports[i],
+                              processed_count_ci_high=c.ci_high[i] * c.reports[i])
                 for field in ESTIMATE_FIELDS:
                     x = float(fields[field])
                     record[field] = x if np.isfinite(x) else None
+                record["above_noise"] = bool(c.frequency[i] > floors[i])  # NaN (no estimate) is not above
+                record["noise_floor"] = float(floors[i]) if np.isfinite(floors[i]) else None
                 record["reports"] = int(c.reports[i])
                 records.append(record)
+            finite = floors[np.isfinite(floors)]
+            if finite.size:
+                floor = float(finite.min())
+                out.update(noise_floor=floor, noise_floor_count=floor * n, processed_noise_floor=floor)
         if endpoint == "estimates":
             out["estimates"] = records
         else:

@@ -218,11 +218,28 @@ def cmd_discover(args) -> int:
         write_stdout(text + "\n")  # `ocms discover ... | head` ends quietly
     for line in damage:
         print(f"ocms discover: warning: {line}", file=sys.stderr)
+    if batches:
+        print(f"ocms discover: {detection_line(doc)}", file=sys.stderr)
     if not batches:
         print(f"ocms discover: error: no report of {version.binding}'s {spec.domain.levels} discovery levels was found "
               f"({read:,} messages read, rejected: {dict(rejected) or 'none'})", file=sys.stderr)
         return EXIT_NOTHING_COUNTED
     return 0
+
+
+def detection_line(doc: dict) -> str:
+    """What a discovery document found, and what a value needed to be found (its window's detection
+    threshold, docs/discovery.md): "nothing found" is an answer, not a mystery."""
+    found = len(doc["discovered"])
+    what = f"found {found:,} value{'s' if found != 1 else ''}"
+    threshold = doc.get("detection_threshold")
+    if threshold is None:
+        empty = [level for level, n in enumerate(doc["reports_per_level"], 1) if not n]
+        why = f"level {empty[0]} has no reports" if empty else "not even a value every report holds passes every level"
+        return f"{what}; no value could be found in this window ({why})"
+    return (f"{what}; a value needed a frequency of at least {threshold:.2%} (about {doc['detection_threshold_count']:,.0f} "
+            f"of the {doc['reports']:,} reports) to be found with {1 - doc['detection_miss']:.0%} probability "
+            f"in this window")
 
 
 def promote(path: str, version, doc: dict) -> dict:
@@ -525,17 +542,22 @@ class DiscoveryCollector:
                                     labels=["metric"])
         reports = GaugeMetricFamily("ocms_discovery_reports", "discovery reports in the latest pass's window",
                                     labels=["metric"])
+        threshold = GaugeMetricFamily("ocms_discovery_detection_threshold_ratio",
+                                      "the frequency a value needed to be found (95%) in the latest pass's window",
+                                      labels=["metric"])
         for metric, doc in sorted(self.service.latest.items()):
             values = doc["discovered"]
             found.add_metric([metric], float(len(values)))
             omitted.add_metric([metric], float(max(0, len(values) - self.top)))
             reports.add_metric([metric], float(doc["reports"]))
+            needed = doc.get("detection_threshold")
+            threshold.add_metric([metric], float("inf") if needed is None else needed)
             for item in values[: self.top]:
                 label = item["value"][:MAX_LABEL_LENGTH]
                 frequency.add_metric([metric, label], item["frequency"])
                 low.add_metric([metric, label], item["ci_low"])
                 high.add_metric([metric, label], item["ci_high"])
-        yield from (frequency, low, high, found, omitted, reports)
+        yield from (frequency, low, high, found, omitted, reports, threshold)
 
 
 def add_discovery_pages(app, service: DiscoveryService) -> None:

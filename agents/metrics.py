@@ -9,6 +9,9 @@ complete bucket), and the fixed reject reasons; ``ocms_estimate_values_omitted``
 says how many tracked values were left out. A value label is the value's name:
 a category name, a string exactly (the exposition escapes what it must), an
 integer's decimal digits. Fingerprints appear only on ``ocms_params_info``.
+``ocms_estimate_above_noise`` (1/0 per exported value) and ``ocms_estimate_noise_floor_ratio``
+(per metric version and window) carry the noise test of every answer (cms_core.theory, "Above the
+noise"), at the exported estimates' 95%.
 
 Every worker exports the same global estimates (its view reads the whole
 changelog); pipeline counters are per worker. Recording rules in
@@ -245,6 +248,14 @@ class EstimatesCollector:
                                          "field", "mode"])
         latest_start = GaugeMetricFamily("ocms_latest_bucket_start_timestamp_seconds",
                                          "start of the latest complete bucket", labels=["metric", "version"])
+        # The noise test (cms_core.theory, "Above the noise"): a series per exported value (no label that
+        # flips, so an estimate's series never splits), and the floor per metric version and window.
+        above = GaugeMetricFamily("ocms_estimate_above_noise", "1 when the value's estimate stands above the noise "
+                                  "floor of all its version's tracked values (Bonferroni at 95%), else 0",
+                                  labels=["metric", "version", "value", "window"])
+        floor = GaugeMetricFamily("ocms_estimate_noise_floor_ratio", "the frequency an estimate must exceed to stand "
+                                  "above zero among all tracked values of the version (Bonferroni at 95%)",
+                                  labels=["metric", "version", "window"])
         capped = GaugeMetricFamily("ocms_estimate_values_capped",
                                    f"values of watch + top-K not exported because the scrape holds {self.max_values} "
                                    "already (a global cap over every metric version)")
@@ -277,12 +288,14 @@ class EstimatesCollector:
                 withheld.add_metric(names + [window], 1.0 if held else 0.0)
                 if not n or held:
                     continue
+                floor.add_metric(names + [window], est.noise_floor)  # +Inf: a bound that says nothing
                 if window == "total":
                     exported = len(chosen)
                 for record in select(est, chosen).as_records():  # O(exported), not O(D)
                     labels = names + [service.name_of(value_to_json(record["value"])), window]
                     for suffix, field, _ in ESTIMATE_FIELDS:
                         families[suffix].add_metric(labels, record[field])
+                    above.add_metric(labels, 1.0 if record["above_noise"] else 0.0)
             omitted.add_metric(names, float(len(service.labels) - exported))
         yield info
         yield reports
@@ -292,6 +305,8 @@ class EstimatesCollector:
         yield withheld
         yield capped
         yield from families.values()
+        yield above
+        yield floor
 
 
 class _NoVersions:

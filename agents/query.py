@@ -39,6 +39,7 @@ from prometheus_client import Counter as PrometheusCounter
 
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, postprocess
 from cms_core.errors import InvalidValueError, OCMSError
+from cms_core.records import noise_fields
 from cms_core.sketch import INTERVALS, Estimates
 from cms_core.values import value_to_json
 
@@ -72,13 +73,15 @@ ESTIMATE_COST = 250  # one value estimated with post-processing (numpy passes; a
 STATE_COST = 300  # one state read for one value (Python)
 POINT_COST = 100_000  # one single-value estimate (a one-value sketch)
 RECORD_COST = 20_000  # one record answered (dict, float reprs, JSON text)
+NOISE_COST = 100_000  # one noise floor (a binomial tail: 0.03-0.1 ms at n <= 10^6, cms_core.discovery.critical_count)
 #: Answers up to this much work run inline on the event loop (~ a millisecond).
 INLINE_WORK = 1_000_000
 #: Answers over this much work (~ seconds of CPU) are refused before they start.
 MAX_WORK = 4_000_000_000
 
 #: Record fields that can be infinite (a bound the theorem cannot give): JSON null.
-_BOUND_FIELDS = ("ci_low", "ci_high", "count_ci_low", "count_ci_high")
+_BOUND_FIELDS = ("ci_low", "ci_high", "count_ci_low", "count_ci_high", "processed_ci_low", "processed_ci_high",
+                 "processed_count_ci_low", "processed_count_ci_high")
 
 
 def show(raw: str, limit: int = 40) -> str:
@@ -255,13 +258,15 @@ class Estimator:
             confidence=options.confidence, interval=options.interval, postprocess_method=options.postprocess)
 
     def estimate_one(self, fp: str, index: int, n: int, count: int, options: EstimateOptions) -> Estimates:
-        """The estimate of one value from its count alone (elementwise post-processing only): O(1)."""
+        """The estimate of one value from its count alone (elementwise post-processing only): O(1).
+        Its noise test is the tracked set's (D values), as in the answers over all of them."""
         params, tracked = self.sets[fp]
         one = self._one.get((fp, index))
         if one is None:
             one = self._one[(fp, index)] = TrackedValues.of(params, [tracked.label(index)])
         return OCMSSketch(params, one, [count], n).estimate(
-            confidence=options.confidence, interval=options.interval, postprocess_method=options.postprocess)
+            confidence=options.confidence, interval=options.interval, postprocess_method=options.postprocess,
+            noise_values=len(tracked))
 
     def finish(self, job: Job) -> dict:
         doc = self._finish(job)
@@ -276,9 +281,12 @@ class Estimator:
         doc["n"] = job.n
         if job.kind == "one":
             count = int(job.counts[0])
-            doc["estimate"] = records(self.estimate_one(job.fp, job.index, job.n, count, job.options), [count])[0]
+            est = self.estimate_one(job.fp, job.index, job.n, count, job.options)
+            doc.update(noise_fields(est))
+            doc["estimate"] = records(est, [count])[0]
             return doc
         est = self.estimate(job.fp, job.n, job.counts, job.options)
+        doc.update(noise_fields(est))  # every value above or under the noise of all D tracked values
         if job.kind == "all":
             doc["estimates"] = records(est, job.counts)
         elif job.kind == "select":
@@ -296,7 +304,9 @@ class Estimator:
             if n == 0:
                 record = {"value": label, "match_count": 0}
             else:
-                record = records(self.estimate_one(job.fp, job.index, n, count, job.options), [count])[0]
+                est = self.estimate_one(job.fp, job.index, n, count, job.options)
+                record = records(est, [count])[0]
+                record["noise_floor"] = noise_fields(est)["noise_floor"]  # each point has its own n
             record.update({"from": lo, "to": hi, "n": n})
             points.append(record)
         doc["n"] = sum(p["n"] for p in points)
@@ -405,6 +415,8 @@ def select(est: Estimates, indices) -> Estimates:
     return dataclasses.replace(
         est, values=[est.values[i] for i in idx], frequency=est.frequency[idx], processed=est.processed[idx],
         variance=est.variance[idx], std=est.std[idx], ci_low=est.ci_low[idx], ci_high=est.ci_high[idx],
+        processed_ci_low=est.processed_ci_low[idx], processed_ci_high=est.processed_ci_high[idx],
+        above_noise=est.above_noise[idx],
     )
 
 
@@ -482,7 +494,8 @@ class Naming:
 #: Record fields that exist only with an estimate: a withheld window answers without them.
 WITHHELD_FIELDS = (
     "match_count", "frequency", "processed", "count", "processed_count", "std",
-    "ci_low", "ci_high", "count_ci_low", "count_ci_high",
+    "ci_low", "ci_high", "count_ci_low", "count_ci_high", "processed_ci_low", "processed_ci_high",
+    "processed_count_ci_low", "processed_count_ci_high", "above_noise",
 )
 
 
@@ -681,8 +694,8 @@ class EstimateService:
                 n, count = sum_states_at(snapshot, index)
                 return Job("one", fp, header, options, n, np.array([count], np.int64), index=index)
 
-            return Answer(self._bounded(states * STATE_COST + POINT_COST, parameter, what), gather_one)
-        full = states * d * SUM_COST + d * ESTIMATE_COST
+            return Answer(self._bounded(states * STATE_COST + POINT_COST + NOISE_COST, parameter, what), gather_one)
+        full = states * d * SUM_COST + d * ESTIMATE_COST + NOISE_COST
         kind, returned = {"estimates": ("all", d), "estimate_value": ("select", 1), "topk": ("top", 0)}[endpoint]
         if kind == "top":
             returned = k
@@ -711,9 +724,9 @@ class EstimateService:
         d = self.d
         elementwise = options.postprocess in ELEMENTWISE
         if elementwise:
-            work = states * STATE_COST + points_count * (POINT_COST + RECORD_COST)
+            work = states * STATE_COST + points_count * (POINT_COST + NOISE_COST + RECORD_COST)
         else:  # every point estimates all D values to post-process them
-            work = states * d * SUM_COST + points_count * (d * ESTIMATE_COST + RECORD_COST)
+            work = states * d * SUM_COST + points_count * (d * ESTIMATE_COST + NOISE_COST + RECORD_COST)
         self._bounded(work, "step", f"{points_count:,} points" + (
             "" if elementwise else f" of postprocess={options.postprocess} over {d:,} values"))
         header = self._header(fp, window, 0, options)
@@ -742,6 +755,7 @@ class EstimateService:
                 else:
                     est = select(self.estimate(n, counts, options), [index])
                     record = records(est, counts[[index]])[0]
+                    record["noise_floor"] = noise_fields(est)["noise_floor"]
                 record.update({"from": lo, "to": hi, "n": n})
                 doc["points"].append(record)
             doc["n"] = sum(p["n"] for p in doc["points"])
@@ -776,6 +790,12 @@ class EstimateService:
         starts = self.view.buckets(self.fingerprint, self.version.bucket_seconds)
         return starts[-1] if starts else None
 
+    def oldest_bucket(self) -> int | None:
+        """Start of the oldest retained base bucket holding counts (the console's trend range fits
+        the data from there), None before the first report."""
+        starts = self.view.buckets(self.fingerprint, self.version.bucket_seconds)
+        return starts[0] if starts else None
+
     def window_reports(self) -> dict:
         """Reports and the withheld state of the windows the API answers by name (``total``,
         ``latest_bucket``), as Prometheus exports them: O(partitions), no counts summed."""
@@ -799,8 +819,10 @@ class EstimateService:
             "tracked_values": self.d, "reports": self.reports(),
             "bucket_seconds": v.bucket_seconds, "retention_seconds": v.retention_seconds,
             "rollup_seconds": v.rollup_seconds, "min_reports": v.min_reports,
-            "latest_bucket_start": self.newest_bucket(),
+            "latest_bucket_start": self.newest_bucket(), "oldest_bucket_start": self.oldest_bucket(),
             "watch": list(v.watch), "top_k": v.top_k, "note": v.note,
+            # Its values can be discovered (docs/discovery.md): the worker answers /discovered?metric=NAME.
+            "discoverable": getattr(v, "discovery", None) is not None,
         }
 
 

@@ -28,6 +28,7 @@ import signal
 import socket
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -38,6 +39,7 @@ from cms_core.errors import OCMSError
 
 from .process import WorkerChild, WorkerNotHealthy
 from .run_collector import CollectorChild
+from .run_discovery import DiscoveryFleetResult, discovery_fleet, discovery_line
 from .run_registry import companion_line, companion_values, companions, run_metric, value_id
 
 #: Signals that stop ``ocms run`` the way Ctrl-C does.
@@ -122,6 +124,18 @@ def _get(url: str) -> dict:
         return json.loads(response.read())
 
 
+def _get_status(url: str) -> tuple[int, dict]:
+    """(status, JSON document) of a GET whose error answers are JSON too (the worker API's are)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.loads(exc.read())
+        except ValueError:
+            return exc.code, {"error": f"HTTP {exc.code}"}
+
+
 def coverage(truth: np.ndarray, records: list[dict], scale: float, dataset=None) -> tuple[int, int]:
     """(values whose scaled true count lies inside the count CI, values with an estimate)."""
     inside = total = 0
@@ -134,26 +148,51 @@ def coverage(truth: np.ndarray, records: list[dict], scale: float, dataset=None)
     return inside, total
 
 
+#: Marks an estimate under the noise floor in the table and the companion lines.
+UNDER_NOISE = "~"
+
+
+def noise_mark(record: dict) -> str:
+    """``UNDER_NOISE`` for a record the worker says is not above the noise floor, else a space."""
+    return UNDER_NOISE if record.get("above_noise") is False else " "
+
+
+def noise_legend(doc: dict, confidence: float = 0.95) -> str | None:
+    """The line explaining ``UNDER_NOISE`` with the answer's floor (None before there is one)."""
+    floor, count, n = doc.get("noise_floor"), doc.get("noise_floor_count"), doc.get("n", 0)
+    if floor is None or count is None or not n:
+        return None
+    return (f"  {UNDER_NOISE} under the noise floor ({count:,.0f} of {n:,} reports, {floor:.2%}): cannot be told "
+            f"from zero among the {doc.get('noise_values', 0):,} tracked values at {confidence:.0%}")
+
+
 def table(dataset, truth: np.ndarray, sent: int, doc: dict, show: int, confidence: float = 0.95) -> str:
-    """Truth next to the estimates for the ``show`` most frequent values, and the coverage line."""
+    """Truth next to the estimates for the ``show`` most frequent values, and the coverage line.
+
+    The true count is the fleet's count scaled to the reports the worker counted so far (x counted /
+    sent): like with like while the worker catches up. Estimates the worker calls under the noise
+    floor are marked ``UNDER_NOISE``, explained by a legend line."""
     records = doc.get("estimates", [])
     counted = doc.get("n", 0)
     order = np.argsort(-truth, kind="stable")[:show]
     scale = counted / sent if sent else 0.0  # compare like with like while the worker catches up
-    lines = [f"reports sent {sent:,}; counted by the worker {counted:,}",
-             f"  {'value':>12} {'true count':>11} {'estimate':>10}   {confidence:.0%} CI of the count"]
+    lines = [f"reports sent {sent:,}; counted by the worker {counted:,} (true counts scaled to the {counted:,} counted)",
+             f"  {'value':>12} {'true, scaled':>13} {'estimate':>10}    {confidence:.0%} CI of the count"]
     by_value = {value_id(dataset, rec["value"]): rec for rec in records if "value" in rec}  # names or digits
     for value in order:
         label = dataset.label(int(value))
         rec = by_value.get(int(value), {})
         if rec.get("count") is not None:  # records of n = 0 hold null estimates (cms_core.records)
-            lines.append(f"  {label:>12} {truth[value] * scale:>11,.0f} {rec['count']:>10,.0f}   "
+            lines.append(f"  {label:>12} {truth[value] * scale:>13,.0f} {rec['count']:>10,.0f}{noise_mark(rec)}   "
                          f"[{rec['count_ci_low']:,.0f}, {rec['count_ci_high']:,.0f}]")
         else:
-            lines.append(f"  {label:>12} {truth[value] * scale:>11,.0f} {'-':>10}")
+            lines.append(f"  {label:>12} {truth[value] * scale:>13,.0f} {'-':>10}")
+    legend = noise_legend(doc, confidence)
+    if legend:
+        lines.append(legend)
     inside, total = coverage(truth, records, scale, dataset)
     if total:
-        lines.append(f"  {inside} of {total} values inside their {confidence:.0%} CI "
+        lines.append(f"  {inside:,} of {total:,} values inside their {confidence:.0%} CI "
                      f"(about {confidence:.0%} expected: one in {1 / (1 - confidence):.0f} outside is normal)")
     return "\n".join(lines)
 
@@ -195,19 +234,37 @@ def fleet_line(live, via: str, companions=()) -> str:
     return f"{line}; with the companion metrics ({each}): {reports:,} reports in all ({rate} reports/s)"
 
 
+def fleet_truths(settings, live, metric: str | None, companions=(), discovery=None) -> dict:
+    """The truth file of ``ocms run`` (the worker's ``--truth``, the console's markers): one
+    ``ocms simulate --truth`` document per metric the fleet simulates, each naming its metric -- the
+    main one, every companion ((Companion, its SimulationResult)) and the discovery fleet's values
+    ((DiscoveryFleet, its result), ``discovery: true``). Fleets that sent nothing yet are left out."""
+    from producer import simulator
+
+    main = simulator.truth_document(settings, live)
+    docs = [dict(main, metric=metric) if metric else main]
+    docs += [dict(simulator.truth_document(companion.settings(settings), result), metric=companion.name)
+             for companion, result in companions if result.counts is not None]
+    if discovery is not None and discovery[1].counts is not None:
+        docs.append(discovery[0].truth_document(discovery[1]))
+    return {"truths": docs}
+
+
 def upload_concurrency(args) -> int:
     return getattr(args, "upload_concurrency", None) or UPLOAD_CONCURRENCY
 
 
 async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stopper: Stopper,
                    truth_path: Path | None = None, collector_url: str | None = None, metric: str | None = None,
-                   others: list | None = None, child_gone=None) -> None:
+                   others: list | None = None, child_gone=None, finder=None) -> None:
     """The fleet sends while a table is printed every ``args.every`` seconds; the last one waits for the worker.
 
     With ``collector_url`` the fleet uploads its frames to that collector (HTTP, each frame one upload);
-    without, it produces them to Kafka itself. ``child_gone()`` (checked every table) names a child
+    without, it produces them to Kafka itself. ``finder`` (agents.run_discovery.DiscoveryFleet) sends
+    discovery reports of its metric the same way. ``child_gone()`` (checked every table) names a child
     process that exited: the fleet is cancelled at once (its uploads would only retry against a
-    closed port) and ChildProcessGone raised."""
+    closed port) and ChildProcessGone raised. The truth file (the console's true-frequency markers)
+    holds every fleet's truth, one document per metric."""
     from producer import simulator
     from producer.reporter import HttpTransport
 
@@ -236,6 +293,36 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
             await own["transport"].start()
         extra.append((companion, result, own.get("transport"), asyncio.create_task(simulator.run(
             companion.settings(settings), progress=False, should_stop=stop.is_set, result=result, **own))))
+    # The discovery fleet (agents/run_discovery.py): discovery reports of its metric, on the same path.
+    found = None
+    if finder is not None:
+        found_result = DiscoveryFleetResult()
+        if transport is not None:
+            found_transport = HttpTransport(collector_url, metric=finder.name)
+            await found_transport.start()
+            way = dict(transport=found_transport, upload_concurrency=upload_concurrency(args))
+        else:
+            found_transport = None
+            way = dict(bootstrap_servers=bootstrap, topic=topic)
+        found = (found_result, found_transport, asyncio.create_task(finder.run(
+            found_result, seed=settings.seed + 1 + len(extra), should_stop=stop.is_set, duration_s=settings.duration_s,
+            frame_size=settings.frame_size, **way)))
+
+    def write_truths() -> None:
+        doc = fleet_truths(settings, live, metric, [(companion, result) for companion, result, _, _ in extra],
+                           (finder, found[0]) if found is not None else None)
+        write_truth_atomically(truth_path, lambda tmp: Path(tmp).write_text(
+            json.dumps(doc, ensure_ascii=False) + "\n", encoding="utf-8"))
+
+    async def discovery_lines() -> str:
+        if found is None:
+            return ""
+        try:
+            status, doc = await asyncio.to_thread(
+                _get_status, f"{base}/discovered?metric={urllib.parse.quote(finder.name, safe='')}")
+        except OSError:
+            return ""
+        return discovery_line(finder, found[0], status, doc) + "\n"
 
     async def companion_lines(final: bool = False) -> str:
         if final:  # as for the main metric: wait (bounded) until the worker counted every companion report
@@ -273,15 +360,18 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
             if task in done or stop.is_set() or live.counts is None:
                 continue
             if truth_path is not None:  # the console's true-frequency markers (worker --truth)
-                write_truth_atomically(truth_path, lambda tmp: simulator.write_truth(tmp, settings, live))
+                write_truths()
             try:
                 doc = await _estimates(base)
             except OSError as exc:
                 say(f"(worker API not answering: {exc})")
                 continue
-            say(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n" + await companion_lines())
+            say(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n" + await companion_lines()
+                + await discovery_lines())
         await task
         await asyncio.gather(*(t for *_, t in extra))
+        if found is not None:
+            await found[2]
         if not stop.is_set() and live.counts is not None:  # --duration ended: a last table once all is counted
             doc = await _caught_up(base, live.reports, CATCH_UP_TIMEOUT_S)
             if doc is None:
@@ -291,13 +381,17 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
                     + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n"
                     + await companion_lines(final=True))
             say(fleet_line(live, via, [(companion.name, result) for companion, result, _, _ in extra]))
+            if found is not None:
+                say(f"discovery fleet sent {found[0].reports:,} {finder.name} discovery reports in "
+                    f"{found[0].messages:,} messages {via}")
     finally:
         stop.set()
         stopper.detach()
         try:
             if not task.done():
                 await task
-            await asyncio.gather(*(t for *_, t in extra), return_exceptions=True)
+            await asyncio.gather(*(t for *_, t in extra), *([found[2]] if found is not None else []),
+                                 return_exceptions=True)
         except asyncio.CancelledError:
             if not task.cancelled():  # we are cancelled, not only the fleet
                 raise
@@ -307,6 +401,8 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
             for *_, own_transport, _ in extra:
                 if own_transport is not None:
                     await own_transport.stop()
+            if found is not None and found[1] is not None:
+                await found[1].stop()
 
 
 def check_port_free(port: int, flag: str = "--web-port", host: str = "127.0.0.1") -> None:
@@ -347,6 +443,7 @@ def run(args) -> int:
     dataset = parse_dataset(args.dataset)
     named = run_metric(args, dataset)  # deploy/registry.yaml's flight_dest for the default run (agents/run_registry)
     others = companions(named, args)  # and its carrier and tail-number metrics beside it
+    finder = discovery_fleet(named, args)  # and typed_words' discovery reports (agents/run_discovery)
     params = named.version.params if named else OCMSParams.build(args.epsilon, dataset.dictionary_size)
     if dataset.dictionary_size > MAX_WHOLE_DICTIONARY:
         raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
@@ -389,7 +486,7 @@ def run(args) -> int:
             [*metric_flags, "--bootstrap-servers", bootstrap, "--broker", "kafka" if args.bootstrap_servers else "embedded",
              "--app-id", app_id, "--source-topic", topic, "--dead-letter-topic", topic + "-dlq",
              "--partitions", str(args.partitions), "--web-port", str(web_port), "--log-level", "warning",
-             "--truth", str(logs / "truth.json")],
+             "--truth", str(logs / "truth.json"), *(finder.worker_flags() if finder is not None else [])],
             log=logs / "worker.log").start()
         say(f"worker pid {worker.pid} starting (log {logs / 'worker.log'}) ...")
         if not direct:  # same registry and topic as the worker; the fleet uploads through it
@@ -415,12 +512,17 @@ def run(args) -> int:
                            f"{collector.url}/healthz   {collector.url}/metrics)\n") if collector is not None else ""
         also_lines = "".join(f"also         metric {c.name}: {c.dataset.description}, eps={c.version.params.epsilon:g}, "
                              f"{c.rate:,.0f} reports/s\n" for c in others)
+        if finder is not None:
+            also_lines += (f"discovery    metric {finder.name}: {finder.dataset.description}, eps={finder.version.params.epsilon:g}, "
+                           f"{finder.rate:,.0f} discovery reports/s; values found (a pass every "
+                           f"{finder.worker_flags()[1]} s): {base}/?metric={finder.name}   "
+                           f"{base}/discovered?metric={finder.name}\n")
         say(f"""
 console      {base}/   (open in a browser: live estimates beside the fleet's true frequencies)
 worker API   {base}/estimates   {base}/topk?k=10   {base}/params   {base}/healthz
 {collector_lines}metrics      {base}/metrics   (JSON listing: curl -s -H 'Accept: application/json' {base}/metrics)
 try          curl -s '{base}/{f"metrics/{named.name}/estimates/{named.example_value}" if named else "estimates/0"}'
-fleet        {dataset.description}: eps={args.epsilon:g}, {args.rate:,.0f} reports/s in frames of {args.frame_size}, {fleet_path}
+fleet        {dataset.description}: eps={args.epsilon:g}, {args.rate:,.0f} reports/s in frames of {args.frame_size:,}, {fleet_path}
 {also_lines}seed         {seed} (ocms run --seed {seed} sends the same values again)
 logs         {logs} (removed after a clean stop)
 Ctrl-C stops everything.
@@ -437,7 +539,7 @@ Ctrl-C stops everything.
             asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
                                  collector_url=collector.url if collector is not None else None,
                                  metric=named.name if named is not None else None, others=others,
-                                 child_gone=child_gone))
+                                 child_gone=child_gone, finder=finder))
         except asyncio.CancelledError:  # a second signal cancelled the pipeline (Stopper)
             if not stopper.requested:
                 raise

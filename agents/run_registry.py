@@ -153,14 +153,19 @@ def companions(named: RunMetric | None, args) -> list[Companion]:
 
 
 def companion_line(companion: Companion, truth, sent: int, docs: dict, show: int = 3) -> str:
-    """One line per companion metric: reports, and its ``show`` truly most frequent values, by name,
-    with their estimates (95% CI) beside the true counts. ``docs``: value name -> the worker's
-    /metrics/NAME/estimates/VALUE answer."""
+    """One line per companion metric: reports, the noise floor, and its ``show`` truly most frequent
+    values, by name, with their estimates (95% CI) beside the true counts (scaled to the reports
+    counted, as in the table); an estimate under the noise floor is marked as in the table.
+    ``docs``: value name -> the worker's /metrics/NAME/estimates/VALUE answer."""
+    from .run import noise_mark
+
     any_doc = next(iter(docs.values()), {})
     counted = any_doc.get("n", 0)
     head = f"{companion.name:<15} eps={companion.version.params.epsilon:g}  sent {sent:,}  counted {counted:,}"
     if any_doc.get("withheld"):
         return f"{head}  withheld (fewer than {any_doc.get('min_reports', 0):,} reports)"
+    if any_doc.get("noise_floor_count") is not None:
+        head += f"  noise floor {any_doc['noise_floor_count']:,.0f}"
     scale = counted / sent if sent else 0.0
     parts = []
     for name, doc in docs.items():
@@ -169,8 +174,8 @@ def companion_line(companion: Companion, truth, sent: int, docs: dict, show: int
         if rec.get("count") is None:
             parts.append(f"{name} - (true {true:,.0f})")
         else:
-            parts.append(f"{name} {rec['count']:,.0f} [{rec['count_ci_low']:,.0f}, {rec['count_ci_high']:,.0f}] "
-                         f"(true {true:,.0f})")
+            parts.append(f"{name} {rec['count']:,.0f}{noise_mark(rec).strip()} [{rec['count_ci_low']:,.0f}, "
+                         f"{rec['count_ci_high']:,.0f}] (true {true:,.0f})")
     return f"{head}  " + ", ".join(parts)
 
 

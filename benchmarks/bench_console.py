@@ -38,10 +38,31 @@ CHART_READY = """
 var done = arguments[arguments.length - 1];
 (function check() {
   var rows = document.querySelectorAll('#topk-data tbody tr').length;
-  if (rows > 0 && document.querySelector('#topk-chart canvas')) done(performance.now());
+  if (rows > 0 && document.querySelector('#topk-chart svg.bars')) done(performance.now());
   else setTimeout(check, 10);
 })();
 """
+
+
+DISCOVERED_READY = """
+var done = arguments[arguments.length - 1];
+(function check() {
+  if (document.querySelectorAll('#discovered-data tbody tr').length > 0) done(true);
+  else setTimeout(check, 100);
+})();
+"""
+
+
+def whole_page(driver, path: str, until: str = "footer") -> None:
+    """Screenshot from the top of the page down to the bottom of ``until`` (the window grown to hold it)."""
+    height = driver.execute_script(
+        "return Math.ceil(document.querySelector(arguments[0]).getBoundingClientRect().bottom + scrollY + 16)", until)
+    viewport = driver.execute_script("return window.innerHeight")
+    size = driver.get_window_size()
+    # no empty tail: the window is the viewport plus its frame
+    driver.set_window_size(size["width"], height + size["height"] - viewport)
+    driver.execute_script("window.scrollTo(0, 0)")
+    driver.save_screenshot(path)
 
 
 def healthy(url: str) -> bool:
@@ -77,7 +98,10 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=20.0, help="seconds of fleet data before measuring")
     parser.add_argument("--loads", type=int, default=5)
     parser.add_argument("--screenshot", help="save a screenshot of the last load here (PNG)")
-    parser.add_argument("--range", default="900", help="trend range in seconds chosen before the screenshot")
+    parser.add_argument("--range", default="auto", help="trend range chosen before the screenshot (seconds, or "
+                        "auto: the page's default, fitting the data)")
+    parser.add_argument("--discovery-screenshot", help="also save a screenshot of the discovered values of typed_words "
+                        "(the page at ?metric=typed_words) here (PNG)")
     args = parser.parse_args()
 
     run = None
@@ -96,6 +120,7 @@ def main() -> int:
         time.sleep(args.warmup)  # a benchmark, not a test: the fleet sends for this long
 
         driver = chrome(1400, 1800)
+        driver.set_script_timeout(120)
         try:
             dcl, load, chart, sizes, errors = [], [], [], None, []
             for _ in range(args.loads):
@@ -120,15 +145,13 @@ def main() -> int:
                 from selenium.webdriver.support.ui import Select
 
                 Select(driver.find_element("id", "range")).select_by_value(args.range)
-                time.sleep(3)  # one poll draws the new range (a picture, not a measurement)
-                height = driver.execute_script(
-                    "return Math.ceil(document.querySelector('footer').getBoundingClientRect().bottom + scrollY + 16)")
-                viewport = driver.execute_script("return window.innerHeight")
-                size = driver.get_window_size()
-                # the whole page and no empty tail: the window is the viewport plus its frame
-                driver.set_window_size(size["width"], height + size["height"] - viewport)
-                driver.execute_script("window.scrollTo(0, 0)")
-                driver.save_screenshot(args.screenshot)
+                # a picture, not a measurement: polls draw the new range and measure reports/s over several listings
+                time.sleep(15)
+                whole_page(driver, args.screenshot)
+            if args.discovery_screenshot:
+                driver.get(url + "/?metric=typed_words")
+                driver.execute_async_script(DISCOVERED_READY)
+                whole_page(driver, args.discovery_screenshot, until="#discovered-card")
         finally:
             driver.quit()
     finally:
@@ -147,8 +170,9 @@ def main() -> int:
     for name, values in (("DOMContentLoaded", dcl), ("load event", load), ("first chart with data", chart)):
         print(f"  {name:<22} median {statistics.median(values):7.1f} ms   max {max(values):7.1f} ms")
     print(f"browser console errors: {len(errors)}" + ("".join("\n  " + e for e in errors)))
-    if args.screenshot:
-        print(f"screenshot: {args.screenshot}")
+    for path in (args.screenshot, args.discovery_screenshot):
+        if path:
+            print(f"screenshot: {path}")
     return 1 if errors else 0
 
 

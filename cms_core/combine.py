@@ -9,6 +9,8 @@ devices share one distribution, the combined estimate is the inverse-variance we
 
 with the weights evaluated at one common plug-in frequency f_bar = clip(sum_i n_i g_i / sum_i n_i, 0, 1)
 (so a version's weight does not follow its own noise), and the normal interval g +- z * sqrt(Var(g)).
+The noise test of f = 0 (:mod:`cms_core.theory`, "Above the noise") uses the combined variance under
+that hypothesis, 1 / sum_i 1/Var_i(0, n_i) (the weights at f = 0), ``null_variance``.
 The combination is unbiased for any fixed weights; the plug-in makes the variance and interval
 approximate, like the per-version plug-in variance of :class:`cms_core.sketch.OCMSSketch`.
 """
@@ -38,6 +40,7 @@ class Combined:
     ci_low: np.ndarray
     ci_high: np.ndarray
     confidence: float
+    null_variance: np.ndarray
 
 
 def combine_frequencies(parts: Sequence[tuple[OCMSParams, int, np.ndarray]], confidence: float = 0.95) -> Combined:
@@ -71,5 +74,8 @@ def combine_frequencies(parts: Sequence[tuple[OCMSParams, int, np.ndarray]], con
     variance = np.where(total > 0, variance, np.nan)
     std = np.sqrt(variance)
     half = theory.normal_z(confidence) * std
+    null_precision = sum(np.where(mask, 1.0 / np.float64(p.variance(0.0, n)), 0.0) for (p, n, _), mask in zip(parts, present))
+    with np.errstate(divide="ignore"):
+        null_variance = np.where(null_precision > 0, 1.0 / null_precision, np.nan)
     return Combined(sum(n for _, n, _ in parts), np.asarray(reports, dtype=np.int64), frequency, variance, std, frequency - half, frequency + half,
-                    confidence)
+                    confidence, null_variance)

@@ -49,7 +49,20 @@ class Estimates:
     ``frequency`` is the raw unbiased g(x); ``processed`` the post-processed
     frequency (``postprocess`` names the method; equal to ``frequency`` for
     "none"). ``ci_low``/``ci_high`` bound the true frequency at ``confidence``
-    around the raw estimate; ``count*`` are the same quantities times n.
+    around the raw estimate; ``processed_ci_low``/``processed_ci_high`` are the
+    interval shown beside ``processed`` (:func:`cms_core.postprocess.processed_interval`:
+    the raw one cut to [0, 1], widened to hold the processed value); ``count*``
+    are the same quantities times n.
+
+    Above the noise (:mod:`cms_core.theory`, "Above the noise"): ``above_noise``
+    says per value whether its lower bound, simultaneous over the
+    ``noise_values`` tracked values at ``confidence`` (Bonferroni, the exact
+    binomial test of f = 0 at level alpha / D), is above 0; that is exactly
+    when ``frequency`` exceeds ``noise_floor`` (+inf: nothing can at this n).
+    The test is the same whatever ``interval`` asks for.
+    ``processed_noise_floor`` is where the floor lands on the processed scale
+    (the same shift as the estimates), so processed estimates of values above
+    the noise are never below it.
     """
 
     values: list
@@ -63,6 +76,12 @@ class Estimates:
     confidence: float
     interval: str
     postprocess: str
+    processed_ci_low: np.ndarray
+    processed_ci_high: np.ndarray
+    above_noise: np.ndarray
+    noise_floor: float
+    processed_noise_floor: float
+    noise_values: int
 
     @property
     def count(self) -> np.ndarray:
@@ -87,6 +106,11 @@ class Estimates:
                 "ci_high": float(self.ci_high[i]),
                 "count_ci_low": float(self.ci_low[i] * n),
                 "count_ci_high": float(self.ci_high[i] * n),
+                "processed_ci_low": float(self.processed_ci_low[i]),
+                "processed_ci_high": float(self.processed_ci_high[i]),
+                "processed_count_ci_low": float(self.processed_ci_low[i] * n),
+                "processed_count_ci_high": float(self.processed_ci_high[i] * n),
+                "above_noise": bool(self.above_noise[i]),
             }
             for i in range(len(self.values))
         ]
@@ -184,6 +208,7 @@ class OCMSSketch:
         interval: str = "normal",
         postprocess_method: str = "none",
         total: float | None = None,
+        noise_values: int | None = None,
     ) -> Estimates:
         """Unbiased estimates with standard deviations and confidence intervals.
 
@@ -194,7 +219,10 @@ class OCMSSketch:
         Hoeffding's bound on M/n (:func:`cms_core.theory.hoeffding_half_width`).
         ``total`` is the mass Norm-Sub keeps: 1 when the tracked set is the
         whole dictionary, else clip(sum of estimates, 0, 1) unless given.
-        With n = 0 every estimate is NaN and every interval infinite.
+        ``noise_values`` is D of the noise test (default: the tracked values): an answer
+        about some values of a larger tracked set (a one-value sketch) passes that set's size.
+        The noise test costs O(sqrt(n)) (a binomial tail) plus O(D).
+        With n = 0 every estimate is NaN, every interval infinite, nothing above the noise.
         """
         confidence = _check_confidence(confidence)
         if interval not in INTERVALS:
@@ -203,12 +231,16 @@ class OCMSSketch:
             raise InvalidParameterError("postprocess", postprocess_method, f"expected one of {postprocess.METHODS}")
         params = self._params
         d = len(self._tracked)
+        family = d if noise_values is None else int(noise_values)
+        if family < d:
+            raise InvalidParameterError("noise_values", noise_values, f"must be >= the {d} values estimated")
         if self._n == 0:
             nan = np.full(d, np.nan)
             inf = np.full(d, np.inf)
             return Estimates(
                 self._tracked.all_labels(), 0, nan, nan.copy(), inf, inf.copy(), -inf, inf.copy(),
-                confidence, interval, postprocess_method,
+                confidence, interval, postprocess_method, -inf, inf.copy(), np.zeros(d, bool), math.inf, math.inf,
+                family,
             )
         frequency = theory.estimate_frequencies(params.estimator_coefficients, self._counts, self._n)
         variance = np.asarray(params.variance(np.clip(frequency, 0.0, 1.0), self._n), dtype=np.float64)
@@ -224,11 +256,30 @@ class OCMSSketch:
             half = alpha * std if covered else np.full(d, math.inf)
         if total is None and len(self._tracked) == params.dictionary_size:
             total = 1.0  # the tracked set is the whole dictionary: frequencies sum to 1
-        processed = postprocess.apply(postprocess_method, frequency, total)
+        processed, shift = postprocess.apply_with_shift(postprocess_method, frequency, total)
+        ci_low, ci_high = frequency - half, frequency + half
+        floor, above_noise = self._noise_test(confidence, family)
+        processed_floor = float(postprocess.shifted(postprocess_method, shift, floor)) if math.isfinite(floor) else floor
         return Estimates(
             self._tracked.all_labels(), self._n, frequency, processed, variance, std,
-            frequency - half, frequency + half, confidence, interval, postprocess_method,
+            ci_low, ci_high, confidence, interval, postprocess_method,
+            *postprocess.processed_interval(postprocess_method, processed, ci_low, ci_high),
+            above_noise, floor, processed_floor, family,
         )
+
+    def _noise_test(self, confidence: float, family: int) -> tuple[float, np.ndarray]:
+        """(noise floor, above the noise per value) over ``family`` values (:mod:`cms_core.theory`,
+        "Above the noise"): the exact one-sided binomial test of f = 0 at level alpha / D. A value is
+        above the noise when its match count reaches the critical count k; the floor is the estimate at
+        k - 1 (an estimate must exceed it), +inf when not even k = n reaches the level at this n."""
+        from .discovery import critical_count, null_match_probability  # discovery builds on this module
+
+        params, n = self._params, self._n
+        k = critical_count(n, null_match_probability(params), theory.bonferroni_level(confidence, family))
+        if k > n:
+            return math.inf, np.zeros(self._counts.shape, bool)
+        floor = float(theory.estimate_frequencies(params.estimator_coefficients, k - 1, n))
+        return floor, self._counts >= k
 
     # -------------------------------------------------------- serialization
     def serialize(self) -> bytes:

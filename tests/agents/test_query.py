@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from agents.query import MAX_TREND_POINTS, ApiError, EstimateOptions, Window, parse_time, top_indices
+from agents.query import ESTIMATE_COST, MAX_TREND_POINTS, ApiError, EstimateOptions, Window, parse_time, top_indices
 from agents.state import BucketKey, PartialCounts, bucket_start
 from agents.view import CountsView
 from cms_core import OCMSParams, OCMSSketch, ReportBatch, TrackedValues, kernel
@@ -112,6 +112,13 @@ def expected_records(fp, n, counts, **options) -> list[dict]:
     return records
 
 
+def expected_point(fp, n, counts, index, lo, hi, **options) -> dict:
+    """A trend point: the value's record, its span, and the noise floor at the point's own n."""
+    floor = OCMSSketch(PARAMS[fp], TRACKED[fp], counts, n).estimate(**options).noise_floor
+    return dict(expected_records(fp, n, counts, **options)[index], noise_floor=floor, withheld=False,
+                **{"from": lo, "to": hi, "n": n})
+
+
 def in_base(lo, hi):
     return lambda base, rollup: base is not None and lo <= base < hi
 
@@ -210,8 +217,7 @@ def _check_point(fp, point, lo, hi, index):
     if n == 0:
         assert point == {"value": str(index), "match_count": 0, "from": lo, "to": hi, "n": 0, "withheld": False}
     else:
-        expected = dict(expected_records(fp, n, counts)[index], **{"from": lo, "to": hi, "n": n}, withheld=False)
-        assert point == expected
+        assert point == expected_point(fp, n, counts, index, lo, hi)
 
 
 def test_trend_points_equal_their_own_buckets():
@@ -320,8 +326,7 @@ def test_options_flow_through_to_the_sketch():
     assert doc["estimate"] == expected_records(FP1, n, counts, confidence=0.5, postprocess_method="clip")[3]
     doc = SERVICE.trend({"value": "3", "from": str(LATEST), "to": str(CUR), "interval": "chernoff"})
     assert doc["interval"] == "chernoff"
-    assert doc["points"][0] == dict(expected_records(FP1, n, counts, interval="chernoff")[3],
-                                    **{"from": LATEST, "to": CUR, "n": n}, withheld=False)
+    assert doc["points"][0] == expected_point(FP1, n, counts, 3, LATEST, CUR, interval="chernoff")
     assert EstimateOptions.parse({}) == EstimateOptions(0.95, "normal", "none")
 
 
@@ -548,9 +553,9 @@ def test_trend_work_is_linear_in_points_and_independent_of_d():
     one = small.prepare("trend", {"value": "3", "from": "-1h", "step": "60"}).work
     twelve = small.prepare("trend", {"value": "3", "from": "-12h", "step": "60"}).work
     assert 11 < twelve / one < 13
-    # post-processing over all values costs D per point
+    # post-processing over all values costs D per point (720 points over 12 h)
     norm = dict(query, postprocess="norm_sub")
-    assert big.prepare("trend", norm).work > 5 * small.prepare("trend", norm).work
+    assert big.prepare("trend", norm).work - small.prepare("trend", norm).work >= 720 * (1000 - 50) * ESTIMATE_COST
 
 
 def test_estimate_of_one_value_reads_one_count(monkeypatch):

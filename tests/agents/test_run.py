@@ -105,7 +105,14 @@ def test_make_run_shows_estimates_and_ctrl_c_leaves_nothing(tmp_path):
         assert "curl -s 'http://127.0.0.1:" in text and "/metrics" in text
         assert "\x1b[" not in text  # the log is not a terminal: no cursor escape codes
         port = int(re.search(r"http://127\.0\.0\.1:(\d+)/metrics", text).group(1))
-        assert text.index("console      http://") < text.index("collector    http://")  # the console line stays first
+        # what ocms run prints before the console's address (make may install first, if pyproject.toml changed):
+        # one line each for the broker, the worker starting and the collector, then the addresses, the console's
+        # first (README: "the console's address first")
+        before = text[text.index("embedded broker"):text.index("console      http://")].strip().splitlines()
+        assert [line.split(" ", 1)[0] for line in before] == ["embedded", "worker", "collector"], before
+        assert text.index("console      http://") < text.index("collector    http://")
+        # the discovery demo (agents/run_discovery.py): typed_words' console view and /discovered are printed
+        assert re.search(r"^discovery    metric typed_words: .* http://127\.0\.0\.1:\d+/\?metric=typed_words ", text, re.M)
         collector_pid, collector_port = collector_of(text)
         seen |= descendants(process.pid)
         assert len(seen) >= 4 and collector_pid in seen  # make -> ocms run -> worker, collector (+ the broker)

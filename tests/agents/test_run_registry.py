@@ -72,7 +72,11 @@ def test_ocms_run_says_atl_in_the_table_and_the_api(tmp_path):
     assert "also         metric flight_tailnum" in out and "eps=4" in out
     carrier = re.search(r"^carrier\s+eps=1\s+sent ([\d,]+)\s+counted ([\d,]+)\s+(.*)$", final, re.M)
     assert carrier and carrier[1] == carrier[2] == "4,000", final
-    assert re.match(r"(UA|B6|EV|DL|AA|MQ) -?[\d,]+ \[", carrier[3]), carrier[3]
+    assert re.match(r"noise floor [\d,]+  (UA|B6|EV|DL|AA|MQ) -?[\d,]+~? \[", carrier[3]), carrier[3]
+    # The true counts are scaled to the reports counted, and the header says so; the floor is explained.
+    assert re.search(r"^\s+value\s+true, scaled\s+estimate\s+95% CI of the count$", final, re.M), final
+    assert re.search(r"^  ~ under the noise floor \([\d,]+ of [\d,]+ reports, [\d.]+%\): cannot be told from zero "
+                     r"among the 105 tracked values at 95%$", final, re.M), final
     assert re.search(r"^flight_tailnum\s+eps=4\s+sent 4,000\s+counted 4,000\s+withheld \(fewer than 5,000", final, re.M)
 
 
@@ -123,14 +127,18 @@ def test_the_readme_sample_is_what_ocms_run_prints():
 
     block, = [b for b in ALL_BLOCKS if b.options.get("checked-by") == README_SAMPLE_TEST]
     lines = block.lines
-    head = re.fullmatch(rf"reports sent ({NUMBER}); counted by the worker ({NUMBER})", lines[0])
+    head = re.fullmatch(rf"reports sent ({NUMBER}); counted by the worker ({NUMBER}) \(true counts scaled to the "
+                        rf"({NUMBER}) counted\)", lines[0])
     assert head, lines[0]
     sent, counted = _int(head[1]), _int(head[2])
-    assert counted == sent, "the sample is the last table: every report counted"
-    rows = [re.fullmatch(rf"\s+(\S+)\s+({NUMBER})\s+({NUMBER})\s+\[({NUMBER}), ({NUMBER})\]", line) for line in lines[2:]]
+    assert counted == sent == _int(head[3]), "the sample is the last table: every report counted"
+    rows = [re.fullmatch(rf"\s+(\S+)\s+({NUMBER})\s+({NUMBER})(~?)\s+\[({NUMBER}), ({NUMBER})\]", line)
+            for line in lines[2:]]
     shown = [row for row in rows[:next(i for i, row in enumerate(rows) if row is None)]]
-    covered = re.fullmatch(r"\s+(\d+) of (\d+) values inside their 95% CI.*", lines[2 + len(shown)])
-    assert shown and covered, lines
+    legend = re.fullmatch(rf"  ~ under the noise floor \(({NUMBER}) of ({NUMBER}) reports, ([\d.]+)%\): cannot be told "
+                          rf"from zero among the ({NUMBER}) tracked values at 95%", lines[2 + len(shown)])
+    covered = re.fullmatch(r"\s+(\d+) of (\d+) values inside their 95% CI.*", lines[3 + len(shown)])
+    assert shown and legend and covered, lines
     # The table from those numbers: truths scaled as the table scales them, records holding the shown estimates,
     # and as many other records inside/outside their CI as the coverage line says.
     scale = counted / sent
@@ -138,9 +146,10 @@ def test_the_readme_sample_is_what_ocms_run_prints():
     records = []
     inside_shown = 0
     for row in shown:
-        name, true_count, estimate, low, high = row[1], _int(row[2]), _int(row[3]), _int(row[4]), _int(row[5])
+        name, true_count, estimate, low, high = row[1], _int(row[2]), _int(row[3]), _int(row[5]), _int(row[6])
         truth[value_id(DEST, name)] = true_count / scale
-        records.append({"value": name, "count": estimate, "count_ci_low": low, "count_ci_high": high})
+        records.append({"value": name, "count": estimate, "count_ci_low": low, "count_ci_high": high,
+                        "above_noise": row[4] != "~"})
         inside_shown += low <= true_count <= high
     inside, total = int(covered[1]), int(covered[2])
     others = [label for label in DEST.labels if truth[value_id(DEST, label)] == 0][:total - len(shown)]
@@ -148,27 +157,32 @@ def test_the_readme_sample_is_what_ocms_run_prints():
     for i, label in enumerate(others):
         low, high = (-1, 1) if i < inside - inside_shown else (1, 2)  # the truth of these is 0
         records.append({"value": label, "count": 0, "count_ci_low": low, "count_ci_high": high})
-    rendered = table(DEST, truth, sent, {"n": counted, "estimates": records}, len(shown))
-    assert rendered.splitlines() == lines[:3 + len(shown)]
+    noise = {"noise_floor": float(legend[3]) / 100, "noise_floor_count": float(_int(legend[1])),
+             "noise_values": _int(legend[4])}
+    assert _int(legend[2]) == counted
+    rendered = table(DEST, truth, sent, {"n": counted, "estimates": records, **noise}, len(shown))
+    assert rendered.splitlines() == lines[:4 + len(shown)]
     # The companion lines, one per companion metric of the run, in order.
     named = run_metric(args(), DEST)
     others_metrics = companions(named, Namespace(rate=2000.0))
-    companion_lines = lines[3 + len(shown):]
+    companion_lines = lines[4 + len(shown):]
     assert [line.split()[0] for line in companion_lines] == [c.name for c in others_metrics]
     from agents.run_registry import COMPANIONS
 
     shares = {name: share for name, _, share in COMPANIONS}
     for companion, line in zip(others_metrics, companion_lines):
-        match = re.fullmatch(rf"(\S+)\s+eps=(\S+)\s+sent ({NUMBER})\s+counted ({NUMBER})\s+(.*)", line)
+        match = re.fullmatch(rf"(\S+)\s+eps=(\S+)\s+sent ({NUMBER})\s+counted ({NUMBER})\s+noise floor ({NUMBER})\s+(.*)",
+                             line)
         assert match and float(match[2]) == companion.version.params.epsilon, line
         own_sent, own_counted = _int(match[3]), _int(match[4])
         assert abs(own_sent - sent * shares[companion.name]) <= 0.05 * sent, (
             f"{companion.name} sends {shares[companion.name]:.0%} of the main fleet's reports, not {own_sent:,}")
         own_truth = np.zeros(companion.dataset.dictionary_size)
         docs = {}
-        for part in re.finditer(rf"(\S+) ({NUMBER}) \[({NUMBER}), ({NUMBER})\] \(true ({NUMBER})\)", match[5]):
-            own_truth[value_id(companion.dataset, part[1])] = _int(part[5]) / (own_counted / own_sent)
-            docs[part[1]] = {"n": own_counted, "withheld": False, "estimate": {
-                "count": _int(part[2]), "count_ci_low": _int(part[3]), "count_ci_high": _int(part[4])}}
+        for part in re.finditer(rf"(\S+) ({NUMBER})(~?) \[({NUMBER}), ({NUMBER})\] \(true ({NUMBER})\)", match[6]):
+            own_truth[value_id(companion.dataset, part[1])] = _int(part[6]) / (own_counted / own_sent)
+            docs[part[1]] = {"n": own_counted, "withheld": False, "noise_floor_count": float(_int(match[5])),
+                             "estimate": {"count": _int(part[2]), "count_ci_low": _int(part[4]),
+                                          "count_ci_high": _int(part[5]), "above_noise": part[3] != "~"}}
         assert list(docs) == companion_values(companion, own_truth), line  # the truly most frequent, in order
         assert companion_line(companion, own_truth, own_sent, docs) == line

@@ -16,7 +16,7 @@ def test_records_hold_string_values_integer_match_counts_and_floats():
     records = estimate_records(est, sketch.counts)
     assert [r["value"] for r in records] == ["18446744073709551615", "0"]
     assert [r["match_count"] for r in records] == [700, 300] and all(type(r["match_count"]) is int for r in records)
-    assert list(records[0]) == ["value", "match_count", *ESTIMATE_FIELDS]
+    assert list(records[0]) == ["value", "match_count", *ESTIMATE_FIELDS, "above_noise"]
     assert records[0]["frequency"] == est.frequency[0] and records[0]["count_ci_high"] == est.ci_high[0] * 1000
     assert estimate_records(est, sketch.counts, [1]) == records[1:]
 

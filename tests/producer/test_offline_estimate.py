@@ -19,7 +19,7 @@ from registry.values_file import write_values_file
 STRING_FLEET = {" a": 40, "a": 2, "a ": 1, "": 10, "line\nbreak": 8, "caf\u00e9": 12, "cafe\u0301": 4,
                 "\U0001f600": 20, "7": 3}
 INTEGER_FLEET = {0: 10, 7: 5, 2**53 + 1: 30, 2**63: 15, 2**64 - 1: 40}
-RECORD_KEYS = ["value", "match_count", *ESTIMATE_FIELDS]
+RECORD_KEYS = ["value", "match_count", *ESTIMATE_FIELDS, "above_noise"]
 
 
 def ocms(capsys, *argv):

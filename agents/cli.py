@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     from registry.cli import add_registry_commands  # `ocms registry ...` (registry/cli.py)
 
     add_registry_commands(sub)
-    from agents.discovery import add_discover_parser  # issue 15: `ocms discover` (agents/discovery.py)
+    from agents.discover_cli import add_discover_parser  # issue 15: `ocms discover` (agents/discover_cli.py)
 
     add_discover_parser(sub)
     from collector.cli import add_collector_parser  # issue 13: the collector owns its flags

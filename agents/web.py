@@ -22,14 +22,17 @@ turned away with 503 and Retry-After instead of queueing without bound.
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import faust
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+
+from collector.http_server import ErrorAnswers, install_handle_error, json_errors
 
 from .query import (INLINE_WORK, ApiError, Answer, Estimator, check_query, count_dropped, finish_json,
                     start_answer_process, to_json)
@@ -37,7 +40,8 @@ from .query import (INLINE_WORK, ApiError, Answer, Estimator, check_query, count
 from .metric_pages import add_metric_pages, wants_listing
 
 if TYPE_CHECKING:
-    from .app import OCMSWorker
+    from .catalog import Catalog
+    from .metrics import PipelineMetrics
 
 #: CPU of one core the query thread may use on average while answers wait.
 QUERY_CPU_SHARE = 0.25
@@ -46,6 +50,18 @@ MAX_WAITING = 8
 #: The answer process runs this much nicer than the worker (intake first).
 ANSWER_NICENESS = 10
 JSON_TYPE = "application/json"
+
+
+class ServedWorker(Protocol):
+    """What the routes read of the worker (``agents.app.OCMSWorker`` is one). A protocol, not the
+    class: app.py installs these routes, so this module imports nothing of it."""
+
+    catalog: Catalog  # every served metric version, by name and fingerprint (the first: the name-less routes')
+    metrics: PipelineMetrics  # what /metrics exposes
+
+    def health(self) -> dict: ...
+
+    def update_lag_metrics(self) -> None: ...
 
 
 class QueryBusy(Exception):
@@ -111,12 +127,24 @@ def _timed(compute: Callable):
     return result, time.thread_time() - start
 
 
-def add_pages(app: faust.App, worker: "OCMSWorker") -> None:
+def add_pages(app: faust.App, worker: ServedWorker) -> None:
     estimator = worker.catalog.estimator  # every served fingerprint (agents.catalog)
     runner = QueryRunner(estimator)
 
+    # Every error answer is JSON with a reason name, counted by reason and logged in one line: the API's own
+    # (bad_parameter, not_found, busy) and the web server's (no_such_route, method_not_allowed,
+    # malformed_request, internal_error: collector/http_server.py), never with a client address.
+    http_errors = Counter("ocms_http_errors", "Error answers of the worker's HTTP server, by reason", ["reason"],
+                          registry=worker.metrics.registry)
+    answers = ErrorAnswers(lambda status, reason: http_errors.labels(reason).inc(), logging.getLogger("ocms.web"),
+                           detail_field="error")
+    app.web.web_app.middlewares.append(json_errors(answers))
+    install_handle_error(answers)
+
     def error(web, exc: ApiError):
-        return web.bytes(to_json(exc.as_json()), content_type=JSON_TYPE, status=exc.status)
+        reason = "not_found" if exc.status == 404 else "bad_parameter"
+        http_errors.labels(reason).inc()
+        return web.bytes(to_json({**exc.as_json(), "reason": reason}), content_type=JSON_TYPE, status=exc.status)
 
     async def answer(web, request, endpoint: str, value: str | None = None, metric: str | None = None):
         try:
@@ -131,7 +159,8 @@ def add_pages(app: faust.App, worker: "OCMSWorker") -> None:
         except ApiError as exc:
             return error(web, exc)
         except QueryBusy as exc:
-            doc = {"error": str(exc), "status": 503}
+            http_errors.labels("busy").inc()
+            doc = {"error": str(exc), "status": 503, "reason": "busy"}
             return web.bytes(to_json(doc), content_type=JSON_TYPE, status=503, headers={"Retry-After": "1"})
         return web.bytes(body, content_type=JSON_TYPE)
 
@@ -162,6 +191,8 @@ def add_pages(app: faust.App, worker: "OCMSWorker") -> None:
         except ApiError as exc:
             return error(web, exc)
         doc = worker.health()
+        if doc["status"] != "ok":
+            doc["reason"] = doc["status"]  # a state, not a fault: not counted as an error answer
         return web.json(doc, status=200 if doc["status"] == "ok" else 503)
 
     add_metric_pages(app, worker, answer, error)

@@ -482,6 +482,16 @@ class MechanismComparison:
             return self.direct
         return self.ocms
 
+    @property
+    def poisoning_note(self) -> str | None:
+        """What the pick costs against poisoning, when it is much more exposed than the other mechanism
+        (:func:`poisoning_exposure_note`); None when it is not, or when direct RR cannot run."""
+        if self.direct is None:
+            return None
+        chosen = self.chosen
+        other = self.ocms if chosen is self.direct else self.direct
+        return poisoning_exposure_note(chosen, other, self.objective)
+
     def describe(self) -> dict:
         """JSON-friendly summary (``ocms plan``)."""
         return {
@@ -492,7 +502,37 @@ class MechanismComparison:
                 "hash_range": self.direct.hash_range, "per_report": self.direct_value,
                 "report_bytes": self.direct.report_bytes, "fingerprint": self.direct.fingerprint.hex()},
             "chosen": self.chosen.mechanism,
+            "poisoning_note": self.poisoning_note,
         }
+
+
+#: Mechanism "auto" picks on accuracy alone; when its pick's exposure to the maximal-gain poisoning
+#: attack (:attr:`OCMSParams.poisoning_gain`) is more than this many times the other mechanism's, it says so.
+#: Near the crossover (d about 3 e^eps + 2) direct RR gains 4e/(e - 1) per unit of fakes against about
+#: 2e/(e - 1) for OCMS+RR with its optimal m, so a ratio just above 2 happens there (eps 1, d 9: 2.06).
+POISONING_NOTE_RATIO = 2.0
+
+MECHANISM_LABELS = {"ocms": "OCMS+RR", "direct": "direct RR"}
+
+
+def poisoning_exposure_note(chosen: OCMSParams, other: OCMSParams, objective: str) -> str | None:
+    """A sentence saying that ``chosen`` (picked for the lower ``objective``) is more than
+    :data:`POISONING_NOTE_RATIO` times as exposed to poisoning as ``other``, or None.
+
+    Exposure is the maximal-gain attack's gain (:func:`theory.poisoning_gain`): the estimate a
+    value nobody holds gains per unit fraction of crafted fake reports. The note names both
+    mechanisms' fake fractions that lift such a value to 1%, and how to trade accuracy for it.
+    """
+    ratio = chosen.poisoning_gain / other.poisoning_gain
+    if ratio <= POISONING_NOTE_RATIO:
+        return None
+    fraction = {p.mechanism: theory.fake_fraction_to_reach(p.poisoning_gain, 0.01) for p in (chosen, other)}
+    name, other_name = MECHANISM_LABELS[chosen.mechanism], MECHANISM_LABELS[other.mechanism]
+    objective_name = {"worst_case_mse": "worst-case MSE", "l2_loss": "l2 loss"}.get(objective, objective)
+    return (f"mechanism auto picks {name} for its lower {objective_name}, but it is {ratio:.2f}x as exposed to "
+            f"poisoning as {other_name}: {fraction[chosen.mechanism]:.3%} of fake reports lift a value nobody holds "
+            f"to 1% ({other_name}: {fraction[other.mechanism]:.3%}); pin mechanism {other.mechanism} "
+            f"(--mechanism {other.mechanism}, or 'mechanism: {other.mechanism}' in a registry) to trade accuracy for it")
 
 
 def objective_per_report(params: OCMSParams) -> tuple[str, float]:

@@ -69,6 +69,23 @@ def reports_needed(
     return theory.reports_needed(params.l2_loss(1, count), value)
 
 
+def _both_mechanisms(params: OCMSParams, tracked_count: int | None):
+    """(OCMS+RR, direct RR or None, mode, f*, D, the MechanismComparison of mechanism "auto") for ``params``'
+    budget, dictionary and objective: OCMS+RR is ``params`` itself when they are OCMS+RR (a fixed m stays),
+    else the one the objective chooses."""
+    from .params import compare_mechanisms as build_both
+
+    count = tracked_count or params.tracked_count
+    mode = "l2" if params.mode == "l2" else "mse"
+    f_star = params.f_star if params.f_star is not None else 1.0
+    both = params.cached(("both_mechanisms", count if mode == "l2" else None), lambda: build_both(
+        params.epsilon, None if params.value_domain == "string" else params.dictionary_size,
+        mode=mode, f_star=f_star, tracked_count=count if mode == "l2" else None,
+        value_domain=params.value_domain, binding=params.binding))
+    ocms = params if params.mechanism == "ocms" else both.ocms
+    return ocms, both.direct, mode, f_star, count, both
+
+
 def compare_mechanisms(params: OCMSParams, n: int = 1, tracked_count: int | None = None) -> dict:
     """Both mechanisms for ``params``' budget and dictionary, and which the exact objective picks.
 
@@ -77,17 +94,9 @@ def compare_mechanisms(params: OCMSParams, n: int = 1, tracked_count: int | None
     known, its l2 loss, at n reports. ``chosen`` is what ``mechanism="auto"``
     builds: the lower worst-case MSE (mode mse/fixed) or l2 (mode l2).
     """
-    from .params import compare_mechanisms as build_both
-
-    count = tracked_count or params.tracked_count
-    mode = "l2" if params.mode == "l2" else "mse"
-    f_star = params.f_star if params.f_star is not None else 1.0
-    both = build_both(params.epsilon, None if params.value_domain == "string" else params.dictionary_size,
-                      mode=mode, f_star=f_star, tracked_count=count if mode == "l2" else None,
-                      value_domain=params.value_domain, binding=params.binding)
-    ocms = params if params.mechanism == "ocms" else both.ocms
+    ocms, direct, mode, f_star, count, _ = _both_mechanisms(params, tracked_count)
     rows = {}
-    for name, candidate in (("ocms", ocms), ("direct", both.direct)):
+    for name, candidate in (("ocms", ocms), ("direct", direct)):
         if candidate is None:
             rows[name] = None
             continue
@@ -119,3 +128,175 @@ def comparison_lines(comparison: dict) -> list[str]:
     pick = {"ocms": "OCMS+RR", "direct": "direct RR"}[comparison["chosen"]]
     lines.append(f"  lower {comparison['objective'].replace('_', ' ')}: {pick} (--mechanism auto picks it)")
     return lines
+
+
+# --- What a reviewer asks of a parameter set: poisoning exposure, and the central epsilon when shuffled ---
+
+#: The headline of the poisoning figures: a value nobody holds read as 1% of the reports.
+POISONING_TARGET = 0.01
+
+
+def noise_floor(params: OCMSParams, n: int, confidence: float, tracked_count: int) -> float:
+    """The frequency an estimate must exceed to stand above the noise of ``tracked_count`` values at n reports:
+    the noise floor the worker's answers state (:func:`cms_core.sketch.noise_test`, the exact Bonferroni
+    test of f = 0), predicted for n reports; +inf when not even n matches reach the level. Cost O(sqrt(n)).
+    """
+    from .sketch import noise_test
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidParameterError("n", n, "must be an integer >= 1")
+    if not 0 < confidence < 1:
+        raise InvalidParameterError("confidence", confidence, "must be in (0, 1)")
+    return noise_test(params, n, confidence, max(1, int(tracked_count)))[1]
+
+
+def _exposure_row(params: OCMSParams, n: int | None, confidence: float, tracked_count: int | None) -> dict:
+    gain = params.poisoning_gain
+    row = {"gain": gain, "gain_per_1pct_fake": gain * 0.01,
+           "fake_fraction_for_1pct": theory.fake_fraction_to_reach(gain, POISONING_TARGET),
+           "noise_floor": None, "fake_fraction_for_noise_floor": None}
+    if n is not None and tracked_count:
+        floor = noise_floor(params, n, confidence, tracked_count)
+        if math.isfinite(floor):
+            row.update(noise_floor=floor, fake_fraction_for_noise_floor=theory.fake_fraction_to_reach(gain, floor))
+    return row
+
+
+def poisoning_exposure(params: OCMSParams, n: int | None = None, confidence: float = 0.95,
+                       tracked_count: int | None = None) -> dict:
+    """What the maximal-gain attack (Cao, Jia, Gong, USENIX Security 2021) does to ``params``' estimates.
+
+    Fake devices send valid reports crafted to match one target value (:func:`theory.poisoning_gain`);
+    a fraction beta of them lifts a value nobody holds to beta * gain. For ``params``' own mechanism and,
+    beside it, both mechanisms of the same budget and dictionary (``mechanisms``): ``gain_per_1pct_fake``
+    (the estimate's rise per 1% of fake reports, a frequency), ``fake_fraction_for_1pct`` (the fraction
+    of fakes that lifts the value to 1%) and, with n and D, the fraction that lifts it to the noise floor
+    of :func:`noise_floor` (in expectation: above it about half the time). ``note`` is what mechanism
+    "auto" would say about its pick (:attr:`cms_core.params.MechanismComparison.poisoning_note`).
+    """
+    ocms, direct, _, _, count, auto = _both_mechanisms(params, tracked_count)
+    if params.is_direct:
+        direct = params
+    rows = {"ocms": _exposure_row(ocms, n, confidence, count),
+            "direct": None if direct is None else _exposure_row(direct, n, confidence, count)}
+    own = rows[params.mechanism]
+    return {"attack": "maximal-gain attack (Cao, Jia, Gong, USENIX Security 2021)", "mechanism": params.mechanism,
+            **{k: own[k] for k in ("gain_per_1pct_fake", "fake_fraction_for_1pct", "noise_floor",
+                                   "fake_fraction_for_noise_floor")},
+            "n": n, "tracked_count": count, "confidence": confidence, "mechanisms": rows, "note": auto.poisoning_note}
+
+
+#: What the central epsilon is computed with (cms_core.shuffle).
+SHUFFLE_BOUND = ("FMT21: Feldman, McMillan, Talwar, 'Hiding Among the Clones' (FOCS 2021), Theorem 3.2, "
+                 "computed numerically as an upper bound")
+#: delta of the central (epsilon, delta) unless given; larger batches get a smaller one (:func:`shuffle_delta`).
+DEFAULT_SHUFFLE_DELTA = 1e-6
+
+
+def shuffle_delta(reports: int, delta: float | None = None) -> float:
+    """The delta of a shuffled batch of ``reports``: ``delta`` checked, or the default.
+
+    DP practice wants delta well below 1/N: a delta of 1/N allows a mechanism that publishes one of the N
+    reports in the clear. So a given delta must be below 1/N, and the default is 1e-6, or for batches of a
+    million reports and more the largest power of ten below 1/N (1e-7 at N = 10^6).
+    """
+    if isinstance(reports, bool) or not isinstance(reports, int) or reports < 1:
+        raise InvalidParameterError("shuffled", reports, "the number of reports in one shuffled batch must be an "
+                                                         "integer >= 1")
+    if delta is None:
+        return min(DEFAULT_SHUFFLE_DELTA, 10.0 ** -(math.floor(math.log10(reports)) + 1))
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+        raise InvalidParameterError("delta", delta, "must be a number in (0, 1), e.g. 1e-6")
+    if delta * reports >= 1:
+        raise InvalidParameterError("delta", delta, f"must be below 1/N = {1 / reports:.3g} for batches of "
+                                    f"N = {reports:,} reports (a delta of 1/N allows publishing one report in the "
+                                    "clear); e.g. " + f"{10.0 ** -(math.floor(math.log10(reports)) + 1):g}")
+    return float(delta)
+
+
+def shuffled_privacy(epsilon0: float, reports: int, delta: float | None = None) -> dict:
+    """The central (epsilon, delta) of one shuffled batch of ``reports`` epsilon0-LDP reports
+    (:func:`cms_core.shuffle.central_epsilon`): what the analyst's view of the batch costs, against whoever
+    sees only shuffled batches (Kafka, the worker), not against the shuffler; per batch (a device in k
+    batches composes). Milliseconds per (N, epsilon0)."""
+    from .shuffle import central_epsilon
+
+    delta = shuffle_delta(reports, delta)
+    return {"reports": reports, "delta": delta, "local_epsilon": float(epsilon0),
+            "central_epsilon": central_epsilon(reports, float(epsilon0), delta), "bound": SHUFFLE_BOUND}
+
+
+def _percent(fraction: float | None) -> str:
+    """A fraction as a percentage with three significant digits (0.00621%, 0.457%, 12.3%)."""
+    if fraction is None:
+        return "n/a"
+    return f"{fraction * 100:.3g}%"
+
+
+def privacy_lines(poisoning: dict, shuffled: dict | None = None) -> list[str]:
+    """``ocms plan``'s text for :func:`poisoning_exposure` and :func:`shuffled_privacy`."""
+    lines = [f"poisoning by the {poisoning['attack']}, fake reports crafted to match one value:"]
+    floor_known = poisoning["mechanisms"]["ocms"]["noise_floor"] is not None
+    for name, label in (("ocms", "OCMS+RR"), ("direct", "direct RR")):
+        row = poisoning["mechanisms"][name]
+        if row is None:
+            continue
+        text = (f"  {label:<10} each 1% of fakes adds {_percent(row['gain_per_1pct_fake'])} to a value nobody holds; "
+                f"{_percent(row['fake_fraction_for_1pct'])} of fakes lift it to 1%")
+        if row["noise_floor"] is not None:
+            text += (f", {_percent(row['fake_fraction_for_noise_floor'])} to its noise floor "
+                     f"{_percent(row['noise_floor'])}")
+        lines.append(text + (" (these parameters)" if name == poisoning["mechanism"] else ""))
+    if floor_known:
+        lines.append(f"  noise floor: what an estimate must exceed to stand above the noise of D={poisoning['tracked_count']:,} "
+                     f"values at n={poisoning['n']:,} ({poisoning['confidence']:.0%}, simultaneous)")
+    if poisoning["note"]:
+        lines.append(f"  note: {poisoning['note']}")
+    if shuffled is not None:
+        lines.append(f"shuffled batches of {shuffled['reports']:,} reports: central epsilon "
+                     f"{shuffled['central_epsilon']:.4g} at delta {shuffled['delta']:g} (local epsilon "
+                     f"{shuffled['local_epsilon']:g}; FMT21 bound)")
+        lines.append("  against whoever reads Kafka and the worker, if the collector's operator does not collude; "
+                     "not against the collector; per batch (k batches of one device compose)")
+    return lines
+
+
+def check_shuffle_flags(shuffled: int | None, delta: float | None) -> None:
+    """``--shuffled N --delta D`` of ``ocms plan``, checked before any work (:func:`shuffle_delta`)."""
+    if delta is not None and shuffled is None:
+        raise InvalidParameterError("delta", delta, "applies to shuffled batches: give their size with --shuffled N")
+    if shuffled is not None:
+        shuffle_delta(shuffled, delta)
+
+
+def privacy_figures(params: OCMSParams, *, n: int | None = None, confidence: float = 0.95,
+                    tracked_count: int | None = None, shuffled: int | None = None,
+                    delta: float | None = None) -> dict:
+    """``ocms plan``'s privacy figures of one parameter set (with or without ``--registry``):
+    ``poisoning`` (:func:`poisoning_exposure`) and, for batches of ``shuffled`` reports, ``shuffled``
+    (:func:`shuffled_privacy`, ``delta`` as :func:`shuffle_delta` resolves it)."""
+    check_shuffle_flags(shuffled, delta)
+    out = {"poisoning": poisoning_exposure(params, n, confidence, tracked_count)}
+    if shuffled is not None:
+        out["shuffled"] = shuffled_privacy(params.epsilon, shuffled, delta)
+    return out
+
+
+def privacy_cells(poisoning: dict, shuffled: dict | None = None) -> list[str]:
+    """``ocms plan --registry``'s table cells for a version: the fake fractions of its mechanism that lift a
+    value nobody holds to 1% and to its noise floor, and the central epsilon when shuffled."""
+    cells = [_percent(poisoning["fake_fraction_for_1pct"]), _percent(poisoning["fake_fraction_for_noise_floor"])]
+    if shuffled is not None:
+        cells.append(f"{shuffled['central_epsilon']:.4g}")
+    return cells
+
+
+def privacy_legend(n: int, confidence: float, shuffled: int | None, delta: float | None = None) -> str:
+    """What :func:`privacy_cells` mean, under the table."""
+    text = ("fakes for 1% / for floor: the fraction of maximal-gain fake reports (Cao, Jia, Gong 2021) that lifts a "
+            f"value nobody holds to 1% / to the version's noise floor at n={n:,} (over its tracked values, "
+            f"{confidence:.0%} simultaneous)")
+    if shuffled is not None:
+        text += (f"; central eps: of a batch of {shuffled:,} shuffled reports at delta {shuffle_delta(shuffled, delta):g} "
+                 "(FMT21 bound), against readers of Kafka and the worker, not the collector; per batch")
+    return text

@@ -122,6 +122,22 @@ def _check_confidence(confidence) -> float:
     return float(confidence)
 
 
+def noise_test(params: OCMSParams, n: int, confidence: float, family: int) -> tuple[int, float]:
+    """(k, noise floor) of the test "is this value above the noise of ``family`` values" at n reports
+    (:mod:`cms_core.theory`, "Above the noise"): the exact one-sided binomial test of f = 0 at level
+    alpha / D. A value is above the noise when its match count reaches the critical count k; the floor
+    is the estimate at k - 1 (an estimate must exceed it), +inf when not even k = n reaches the level at
+    this n (then k > n). What answers state per value, and what ``ocms plan`` predicts
+    (:func:`cms_core.planning.noise_floor`). Cost O(sqrt(n)).
+    """
+    from .discovery import critical_count, null_match_probability  # discovery builds on this module
+
+    k = critical_count(n, null_match_probability(params), theory.bonferroni_level(confidence, family))
+    if k > n:
+        return k, math.inf
+    return k, float(theory.estimate_frequencies(params.estimator_coefficients, k - 1, n))
+
+
 class OCMSSketch:
     """Match counts for a fixed tracked set under fixed parameters.
 
@@ -268,17 +284,10 @@ class OCMSSketch:
         )
 
     def _noise_test(self, confidence: float, family: int) -> tuple[float, np.ndarray]:
-        """(noise floor, above the noise per value) over ``family`` values (:mod:`cms_core.theory`,
-        "Above the noise"): the exact one-sided binomial test of f = 0 at level alpha / D. A value is
-        above the noise when its match count reaches the critical count k; the floor is the estimate at
-        k - 1 (an estimate must exceed it), +inf when not even k = n reaches the level at this n."""
-        from .discovery import critical_count, null_match_probability  # discovery builds on this module
-
-        params, n = self._params, self._n
-        k = critical_count(n, null_match_probability(params), theory.bonferroni_level(confidence, family))
-        if k > n:
-            return math.inf, np.zeros(self._counts.shape, bool)
-        floor = float(theory.estimate_frequencies(params.estimator_coefficients, k - 1, n))
+        """(noise floor, above the noise per value) over ``family`` values (:func:`noise_test`)."""
+        k, floor = noise_test(self._params, self._n, confidence, family)
+        if k > self._n:
+            return floor, np.zeros(self._counts.shape, bool)
         return floor, self._counts >= k
 
     # -------------------------------------------------------- serialization

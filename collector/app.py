@@ -41,6 +41,8 @@ from .cors import CorsPolicy
 from .guard import (
     AuthError, Authenticator, IDEMPOTENCY_KEY, IdempotencyCache, KeyReusedError, RateLimiter, body_digest, load_tokens,
 )
+from .exactly_once import IdempotencyPending, KeyHeld, SharedIdempotency
+from .http_server import ConnectionGuard, ErrorAnswers, GuardedAppRunner, json_errors, quiet_aiohttp_server_log
 from .produce import KafkaOutlet, KafkaUnavailable, Lane
 from .uploads import BINARY_CONTENT_TYPES, JSON_CONTENT_TYPE, UploadParser, UploadRejected
 
@@ -135,6 +137,21 @@ class CollectorMetrics:
         self.idempotent_replays = Counter("ocms_collector_idempotent_replays",
                                           "Retried uploads answered from the idempotency cache", registry=r)
         self.idempotency_keys = Gauge("ocms_collector_idempotency_keys", "Keys in the idempotency cache", registry=r)
+        self.http_errors = Counter("ocms_collector_http_errors",
+                                   "Error answers outside the upload routes (routing, method, malformed requests, "
+                                   "server errors, header timeouts), by reason", ["reason"], registry=r)
+        self.connections = Gauge("ocms_collector_connections", "Open HTTP connections", registry=r)
+        self.connections_refused = Counter("ocms_collector_connections_refused",
+                                           "Connections answered 503 at the connection cap (none idle to close)",
+                                           registry=r)
+        self.connections_closed = Counter("ocms_collector_connections_closed",
+                                          "Connections the collector closed: evicted_idle (to make room at the cap), "
+                                          "header_timeout", ["reason"], registry=r)
+        for reason in ("evicted_idle", "header_timeout"):
+            self.connections_closed.labels(reason)
+        self.idempotency_settled = Counter("ocms_collector_idempotency_settled",
+                                           "In-doubt earlier attempts settled by fencing their collector, by outcome",
+                                           ["outcome"], registry=r)
         self._accepted: dict = {}
         self.count = self.uploads.count  # one answered upload: (status, reason, seconds)
 
@@ -180,7 +197,10 @@ class Collector:
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_burst, settings.app_rate_limit,
                                    settings.app_rate_burst)
         self.idempotency = IdempotencyCache(settings.idempotency_window_seconds, settings.idempotency_max_keys)
-        self.outlet = KafkaOutlet(settings, self.metrics, producer_factory)
+        # retries counted once across restarts and replicas (collector/exactly_once.py)
+        self.shared = SharedIdempotency(settings, self.metrics) \
+            if settings.idempotency_topic and self.idempotency.enabled and producer_factory is None else None
+        self.outlet = KafkaOutlet(settings, self.metrics, producer_factory, log=self.shared)
         self.lanes: dict[bytes, Lane] = {}
         self.retry_after = str(settings.retry_after_seconds)
         self.closing = False
@@ -191,6 +211,10 @@ class Collector:
         self._device_config: bytes | None = None
         self.metrics.kafka_available.set(0)
         self.metrics.queue_reports.set_function(lambda: self.outlet.queued)
+        #: JSON error answers outside the upload handler (routes, methods, malformed requests, failures)
+        self.answers = ErrorAnswers(lambda status, reason: self.metrics.http_errors.labels(reason).inc(),
+                                    logging.getLogger("ocms.collector.errors"),
+                                    client_addresses=settings.access_log_client_addresses)
 
     # ------------------------------------------------------------------- app
     def make_app(self) -> web.Application:
@@ -203,6 +227,7 @@ class Collector:
         app.router.add_get("/v1/device-config", self.device_config)
         if self.cors:
             self.cors.install(app)
+        app.middlewares.append(json_errors(self.answers))  # inside CORS: error answers get its headers too
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.prometheus)
         app.on_startup.append(self._on_startup)
@@ -235,6 +260,10 @@ class Collector:
             return _answer(exc.status, exc.reason, exc.detail)
         return web.json_response(self._metric_doc(spec))
 
+    def _shared(self) -> SharedIdempotency | None:
+        """The shared idempotency log while it is on (a broker without transactions turns it off)."""
+        return self.shared if self.shared is not None and self.shared.enabled else None
+
     async def device_config(self, request: web.Request) -> web.Response:
         """``ocms registry device-config`` of the collector's registry: what a device client (producer/js) needs."""
         if self._device_config is None:
@@ -244,15 +273,21 @@ class Collector:
         return web.Response(body=self._device_config, content_type="application/json", charset="utf-8")
 
     async def healthz(self, request: web.Request) -> web.Response:
+        shared = self._shared()
+        healthy = self.outlet.available and (shared is None or shared.ready)
         doc = {"kafka": "available" if self.outlet.available else "unavailable", "queued_reports": self.outlet.queued,
-               "metrics": len(self.registry.metrics)}
+               "metrics": len(self.registry.metrics),
+               "idempotency": ("shared" if shared.ready else "reading") if shared is not None else "per-process"}
         if self.outlet.last_error:
             doc["error"] = self.outlet.last_error
-        return web.json_response(doc, status=200 if self.outlet.available else 503,
-                                 headers=None if self.outlet.available else {"Retry-After": self.retry_after})
+        if not healthy:  # a state, not a fault: the load balancer drains this replica
+            doc["reason"] = "kafka_unavailable" if not self.outlet.available else "reading_idempotency_log"
+        return web.json_response(doc, status=200 if healthy else 503,
+                                 headers=None if healthy else {"Retry-After": self.retry_after})
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        self.metrics.idempotency_keys.set(len(self.idempotency))
+        shared = self._shared()
+        self.metrics.idempotency_keys.set(len(shared.state) if shared is not None else len(self.idempotency))
         return web.Response(body=generate_latest(self.metrics.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -291,6 +326,10 @@ class Collector:
             response = await self._upload(request, metric)
         except UploadRejected as exc:
             response = _answer(exc.status, exc.reason, exc.detail)
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as exc:  # a bug: a JSON 500 and one log line (the upload counts below)
+            response = self.answers.for_exception(request, exc, count=False)
         self.metrics.count(response.status, response.ocms_reason, time.perf_counter() - started)
         if self.cors and (cors := self.cors.headers(request)) is not None:
             response.headers.update(cors)
@@ -339,7 +378,10 @@ class Collector:
         length = request.content_length
         if length is not None and length > self.settings.max_body_bytes:
             return _answer(413, "body_too_large", f"{length} bytes; at most {self.settings.max_body_bytes} per upload")
-        ctype = request.content_type
+        ctype = request.content_type  # aiohttp says application/octet-stream when there is no Content-Type
+        if hdrs.CONTENT_TYPE not in request.headers:
+            return _answer(415, "unsupported_content_type",
+                           f"no Content-Type: send {BINARY_CONTENT_TYPES[0]} (wire-v1 messages) or {JSON_CONTENT_TYPE}")
         if ctype not in BINARY_CONTENT_TYPES and ctype != JSON_CONTENT_TYPE:
             return _answer(415, "unsupported_content_type",
                            f"Content-Type {ctype!r}: use {BINARY_CONTENT_TYPES[0]} (wire-v1 messages) or {JSON_CONTENT_TYPE}")
@@ -352,8 +394,11 @@ class Collector:
             return _answer(408, "body_timeout", f"the body did not arrive within {self.settings.body_timeout_seconds:g} s")
         if len(body) > self.settings.max_body_bytes:
             return _answer(413, "body_too_large", f"more than {self.settings.max_body_bytes} bytes per upload")
-        cache_key = None
+        cache_key = shared_key = None
         if key is not None and self.idempotency.enabled:
+            shared = self._shared()
+            if shared is not None:
+                shared_key = shared.key_hash(app.name if app is not None else "", key)
             cache_key = (app.name if app is not None else "", key)
             digest = body_digest(body)
             try:
@@ -369,7 +414,7 @@ class Collector:
             self.idempotency.begin(cache_key, digest)
         status, doc, headers = 500, {}, None
         try:
-            status, doc, headers = await self._accept(body, ctype, metric, app)
+            status, doc, headers = await self._accept(body, ctype, metric, app, shared_key)
         finally:
             if cache_key is not None:
                 self.idempotency.finish(cache_key, status, doc)
@@ -387,7 +432,8 @@ class Collector:
             body = self._accepted_bodies[key] = json.dumps(doc).encode()
         return body
 
-    async def _accept(self, body: bytes, ctype: str, metric: str | None, app) -> tuple[int, dict, dict | None]:
+    async def _accept(self, body: bytes, ctype: str, metric: str | None, app,
+                      shared_key: bytes | None = None) -> tuple[int, dict, dict | None]:
         records = batch = None
         try:
             if ctype == JSON_CONTENT_TYPE:
@@ -405,6 +451,19 @@ class Collector:
         if app is not None and app.metrics is not None and version.metric not in app.metrics:
             return 403, {"status": 403, "reason": "metric_not_allowed",
                          "detail": f"application {app.name!r} may not upload metric {version.metric!r}"}, None
+        accepted = {"status": 202, "reason": "accepted", "accepted": n, "metric": version.metric, "version": version.version}
+        if shared_key is not None:
+            holder = self.shared.holder(shared_key)
+            if holder is not None:  # an earlier attempt of this upload (any collector, any process)
+                try:
+                    stored = await self.shared.settle(holder)
+                except IdempotencyPending as exc:
+                    return self._pending(str(exc), exc.retry_after)
+                except Exception as exc:
+                    return self._pending(f"settling the earlier attempt: {type(exc).__name__}: {exc}", 0)
+                if stored:
+                    self.metrics.idempotent_replays.inc()
+                    return 202, accepted, {"Idempotent-Replayed": "true"}
         outlet = self.outlet
         if outlet.queued + n > self.settings.max_queued_reports:
             return 503, {"status": 503, "reason": "queue_full", "detail": "too many reports waiting for Kafka; retry later"}, \
@@ -424,9 +483,14 @@ class Collector:
         outlet.queued += n
         try:
             if records is not None:
-                await lane.submit(records, n)  # validated with the other uploads of this loop turn
+                await lane.submit(records, n, shared_key)  # validated with the other uploads of this loop turn
             else:
-                await (await lane.add(batch, self.clock()))
+                await (await lane.add(batch, self.clock(), shared_key))
+        except KeyHeld as exc:  # an earlier attempt took the key first (the outlet released the queue places)
+            if exc.stored:
+                self.metrics.idempotent_replays.inc()
+                return 202, accepted, {"Idempotent-Replayed": "true"}
+            return self._pending("an earlier attempt of this upload is in doubt", 0)
         except KafkaUnavailable as exc:  # the frame failed (the outlet released its queue places)
             return 503, {"status": 503, "reason": "kafka_unavailable", "detail": f"Kafka did not acknowledge: {exc}"}, \
                 {"Retry-After": self.retry_after}
@@ -439,8 +503,12 @@ class Collector:
             return 503, {"status": 503, "reason": "shutting_down", "detail": "this collector is stopping; retry"}, \
                 {"Retry-After": self.retry_after}
         self.metrics.accepted(version.metric, n)
-        return 202, {"status": 202, "reason": "accepted", "accepted": n, "metric": version.metric,
-                     "version": version.version}, None
+        return 202, accepted, None
+
+    def _pending(self, detail: str, retry_after: float) -> tuple[int, dict, dict]:
+        wait = str(max(int(self.retry_after), math.ceil(retry_after)))
+        return 503, {"status": 503, "reason": "idempotency_pending",
+                     "detail": f"{detail}; retry with the same Idempotency-Key"}, {"Retry-After": wait}
 
     def _release(self, n: int) -> None:
         self.outlet.queued -= n
@@ -485,11 +553,18 @@ class CollectorServer:
         settings = self.settings
         access_log = logging.getLogger("ocms.collector.access") if settings.access_log else None
         fmt = ACCESS_LOG_FORMAT_WITH_CLIENT if settings.access_log_client_addresses else ACCESS_LOG_FORMAT
-        self.runner = web.AppRunner(self.collector.make_app(), access_log=access_log, access_log_format=fmt,
-                                    handle_signals=False)
+        collector = self.collector
+        quiet_aiohttp_server_log()
+        self.guard = ConnectionGuard(settings.max_connections, settings.header_timeout_seconds, collector.metrics,
+                                     logging.getLogger("ocms.collector.connections"), collector.answers)
+        collector.metrics.connections.set_function(lambda: len(self.guard))
+        # keepalive_timeout: aiohttp closes a connection without a request after it (from its start too)
+        self.runner = GuardedAppRunner(collector.make_app(), guard=self.guard, answers=collector.answers,
+                                       access_log=access_log, access_log_format=fmt, handle_signals=False,
+                                       keepalive_timeout=settings.idle_timeout_seconds)
         await self.runner.setup()
         server = self.runner.server
-        server.request_handler = self.collector.fast_uploads(server.request_handler)  # before any connection
+        server.request_handler = collector.fast_uploads(server.inner_request_handler)  # before any connection
         ssl_context = None
         if settings.tls_cert:
             import ssl

@@ -35,6 +35,12 @@ FLAGS = (
      "broker supports it) [default auto]"),
     ("--retry-after-seconds", "retry_after_seconds", "Retry-After of 503 answers [default 2]"),
     ("--body-timeout-seconds", "body_timeout_seconds", "the whole body must arrive within this [default 10]; else 408"),
+    ("--header-timeout-seconds", "header_timeout_seconds", "a request's header must arrive within this of its first "
+     "byte [default 10]; else 408 and the connection is closed"),
+    ("--idle-timeout-seconds", "idle_timeout_seconds", "a connection without a request for this long is closed "
+     "[default 30]"),
+    ("--max-connections", "max_connections", "open connections at most, lowered to fit the open-files limit; beyond "
+     "it the longest-idle connection is closed, or the new one answered 503 [default 10000]"),
     ("--reject-delay-ms", "reject_delay_ms", "answer client faults (400/401/403/404/413/415/422) after this delay, "
      "doubled per fault in a row on a connection (at most 5 s), so a reject storm slows itself down "
      "[default 200; 0 = off]"),
@@ -46,6 +52,13 @@ FLAGS = (
     ("--idempotency-window-seconds", "idempotency_window_seconds", "retries with the same Idempotency-Key within "
      "this window are answered once [default 900; 0 = off]"),
     ("--idempotency-max-keys", "idempotency_max_keys", "most remembered keys, ~400 bytes each [default 200000]"),
+    ("--idempotency-topic", "idempotency_topic", "collector-only topic the replicas share retries through, so a "
+     "retried upload counts once across restarts and replicas [default <source topic>-idempotency; off = per "
+     "process]"),
+    ("--idempotency-secret-file", "idempotency_secret_file", "file holding a secret shared by the replicas: keys "
+     "the hash of each Idempotency-Key in that topic"),
+    ("--instance-id", "instance_id", "this collector's identity across restarts (unique among live collectors) "
+     "[default host:port]"),
     ("--access-log-client-addresses", "access_log_client_addresses", "log client addresses and user agents "
      "(off by default: privacy at the edge)"),
     ("--access-log", "access_log", "true|false: access log lines at info level [default true]"),

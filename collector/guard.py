@@ -110,7 +110,8 @@ class Authenticator:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthError("missing_token", "expected 'Authorization: Bearer <token>'")
-        digest = hashlib.sha256(token.strip().encode()).digest()
+        # aiohttp hands header bytes that are not UTF-8 over as surrogates: hash the bytes as sent
+        digest = hashlib.sha256(token.strip().encode("utf-8", "surrogateescape")).digest()
         app = self.applications.get(digest)
         # The dict lookup is by hash; compare again in constant time to keep the check honest.
         if app is None or not hmac.compare_digest(app.token_sha256, digest):

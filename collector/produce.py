@@ -21,6 +21,12 @@ Invariants that make "202 means in Kafka" hold:
 Privacy: frames carry no key (the producer spreads them over partitions), and
 their timestamp is the start of the metric's event-time bucket the collector
 received them in, never a device clock.
+
+With exactly-once retries (``collector.exactly_once``, the default) the outlet's producer is
+transactional and one committer task produces the frames in groups: it lists each frame's
+keyed uploads in the idempotency log, reads the log back to its listings, takes out the uploads
+an earlier attempt holds, and produces the group in one transaction, each frame to a partition
+it chose and with one random nonce header.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -51,6 +59,7 @@ class _Waiter:
     end: int
     future: asyncio.Future
     start: int
+    key: bytes | None = None  # the keyed hash of the upload's Idempotency-Key (exactly-once retries)
 
 
 @dataclass
@@ -79,14 +88,14 @@ class Lane:
                                     max_latency_s=self.max_latency_s)
         self.max_records = self.batcher.max_records  # capped by the frame byte limit
 
-    async def add(self, batch: ReportBatch, now: float) -> asyncio.Future:
+    async def add(self, batch: ReportBatch, now: float, key: bytes | None = None) -> asyncio.Future:
         """Buffer one decoded upload; the returned future resolves when its frame is acknowledged."""
         future = asyncio.get_running_loop().create_future()
         async with self.lock:
-            await self._add_locked(batch, [(len(batch), future)], now)
+            await self._add_locked(batch, [(len(batch), future, key)], now)
         return future
 
-    def submit(self, records: bytes, n: int) -> asyncio.Future:
+    def submit(self, records: bytes, n: int, key: bytes | None = None) -> asyncio.Future:
         """Buffer one upload given as raw records (its framing already checked); validated in a batch.
 
         Uploads submitted in the same event-loop turn are decoded and validated together with one
@@ -95,7 +104,7 @@ class Lane:
         The future raises UploadRejected for a bad upload, KafkaUnavailable when its frame fails.
         """
         future = asyncio.get_running_loop().create_future()
-        self.pending.append((records, n, future))
+        self.pending.append((records, n, future, key))
         if not self.drain_scheduled:
             self.drain_scheduled = True
             asyncio.get_running_loop().call_soon(self._start_drain)
@@ -124,29 +133,31 @@ class Lane:
             try:
                 try:
                     message = wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, fingerprint, total)
-                    _, batch = wire.decode_message(message + b"".join(r for r, _, _ in items), registry)
+                    _, batch = wire.decode_message(message + b"".join(item[0] for item in items), registry)
                     good = items
                 except wire.WireFormatError:
                     good, parts = [], []
-                    for records, n, future in items:
+                    for item in items:
+                        records, n, future, _ = item
                         message = wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, fingerprint, n)
                         try:
                             parts.append(wire.decode_message(message + records, registry)[1])
                         except wire.WireFormatError as exc:
                             future.set_exception(UploadRejected(400, exc.reason, str(exc)))
                             continue
-                        good.append((records, n, future))
+                        good.append(item)
                     batch = (parts[0] if len(parts) == 1 else ReportBatch.concat(parts)) if parts else None
                 if good:
-                    await self._add_locked(batch, [(n, future) for _, n, future in good], self.clock())
+                    await self._add_locked(batch, [(n, future, key) for _, n, future, key in good], self.clock())
             except BaseException as exc:
-                for _, _, future in items:
+                for _, _, future, _ in items:
                     if not future.done():
                         future.set_exception(exc if isinstance(exc, Exception) else KafkaUnavailable("cancelled"))
                 if not isinstance(exc, Exception):
                     raise
 
-    async def _add_locked(self, batch: ReportBatch, uploads: list[tuple[int, asyncio.Future]], now: float) -> None:
+    async def _add_locked(self, batch: ReportBatch, uploads: list[tuple[int, asyncio.Future, bytes | None]],
+                          now: float) -> None:
         """Add consecutive uploads (their reports in order in ``batch``), never splitting one over two frames."""
         bucket_ms = int(now // self.bucket_seconds) * self.bucket_seconds * 1000
         if self.batcher.buffered and bucket_ms != self.bucket_ms:
@@ -161,8 +172,8 @@ class Lane:
             j, size, position = i, 0, self.added
             waiters = []
             while j < len(uploads) and size + uploads[j][0] <= room:
-                n, future = uploads[j]
-                waiters.append(_Waiter(position + n, future, position))
+                n, future, key = uploads[j]
+                waiters.append(_Waiter(position + n, future, position, key))
                 position += n
                 size += n
                 j += 1
@@ -190,13 +201,41 @@ class Lane:
         while self.waiters and self.waiters[0].end <= end:
             waiter = self.waiters.popleft()
             assert waiter.start >= start, "an upload spans two frames"
-            mine.append(waiter.future)
-        self.outlet.produce(frame, self.bucket_ms, records, mine, self.version)
+            mine.append(waiter)
+        self.outlet.produce(frame, self.bucket_ms, records, mine, self.version, start)
 
     async def close(self) -> None:
         while self.drains:
             await asyncio.gather(*list(self.drains), return_exceptions=True)
         await self.batcher.close()
+
+
+@dataclass(eq=False)
+class _Frame:
+    """A frame waiting for the committer (exactly-once mode)."""
+
+    data: bytes
+    timestamp_ms: int
+    records: int  # reports as the lane built it: the queue places it holds until answered
+    members: list  # the lane's _Waiters of its uploads
+    first: int  # the lane position of its first record
+    version: object
+    nonce: bytes = b""
+    partition: int = 0
+    lower: int = 0
+    listing: object = None  # its Listing in the idempotency log, once read back
+
+    @property
+    def keys(self) -> list[bytes]:
+        return [w.key for w in self.members if w.key is not None]
+
+
+#: Most frames listed and sent as one group.
+GROUP_MAX_FRAMES = 256
+#: A transaction (only a fence: the worker reads uncommitted) is committed after at most this long.
+TRANSACTION_SECONDS = 1.0
+#: ... and once no frame came for this long.
+IDLE_COMMIT_SECONDS = 0.1
 
 
 class KafkaOutlet:
@@ -205,9 +244,12 @@ class KafkaOutlet:
     ``available`` turns False when a frame fails with a transient error and True when a
     probe (a metadata request every ``retry_after`` seconds) or a frame succeeds.
     ``queued`` counts reports held in memory: buffered in lanes or in flight.
+
+    With ``log`` (a :class:`collector.exactly_once.SharedIdempotency`) the producer is transactional
+    and frames go through :meth:`_commit_loop`; a broker that refuses transactions turns it off.
     """
 
-    def __init__(self, settings, metrics, producer_factory=None):
+    def __init__(self, settings, metrics, producer_factory=None, log=None):
         self.settings = settings
         self.metrics = metrics
         self.producer = None
@@ -219,6 +261,22 @@ class KafkaOutlet:
         self._closing = False
         self.last_error: str | None = "not connected yet"
         self.idempotent = settings.kafka_idempotence != "off"
+        self.log = log
+        self.incarnation = b""  # changes with every start of the transactional producer
+        self.frames: collections.deque[_Frame] = collections.deque()
+        self._wake = asyncio.Event()
+        self._committer: asyncio.Task | None = None
+        self._committing = False
+        self._transaction: tuple | None = None  # (producer, monotonic start) of the open transaction
+        self._acks: set[asyncio.Task] = set()  # groups waiting for their acknowledgements
+        self.partitions: list[int] = []
+        self.lower: dict[int, int] = {}  # partition -> an offset at or below its end
+        if log is not None:
+            log.outlet = self
+
+    @property
+    def transactional(self) -> bool:
+        return self.log is not None and self.log.enabled
 
     def config(self) -> dict:
         s = self.settings
@@ -233,28 +291,45 @@ class KafkaOutlet:
             "max_batch_size": 1_048_576,
             "enable_idempotence": self.idempotent,
         }
+        if self.transactional:
+            config["transactional_id"] = self.log.owner
+            config["enable_idempotence"] = True
         return config
 
     async def start(self) -> None:
         """Start connecting in the background; uploads get 503 until Kafka answers."""
+        if self.log is not None:  # the transactional producer's InitProducerId, for the embedded broker too
+            from . import kafka_internals
+
+            kafka_internals.install()
         self._probe = asyncio.create_task(self._connect_loop(), name="ocms-collector-kafka")
 
     async def _connect_loop(self) -> None:
         from aiokafka import AIOKafkaProducer
 
         factory = self._factory or AIOKafkaProducer
+        if self.transactional:
+            await self.log.start()
         while not self._closing:
             if self.producer is None:
                 producer = factory(**self.config())
                 try:
                     await producer.start()
-                    await producer.partitions_for(self.settings.source_topic)
+                    partitions = await producer.partitions_for(self.settings.source_topic)
+                    if self.transactional:
+                        self.partitions = sorted(partitions)
+                        ends = await self.log.end_offsets(self.settings.source_topic, self.partitions)
+                        self.lower = dict(ends)  # new frames land at or after these
                 except Exception as exc:
                     self._unavailable(f"cannot reach Kafka at {self.settings.bootstrap_servers}: {type(exc).__name__}: {exc}")
                     try:
                         await producer.stop()
                     except Exception:
                         pass
+                    if self.transactional and not is_retriable(exc):
+                        self.log.disable(f"Kafka at {self.settings.bootstrap_servers} refused the transactional "
+                                         f"producer ({type(exc).__name__}: {exc})")
+                        continue
                     if self.idempotent and self.settings.kafka_idempotence == "auto" and not is_retriable(exc):
                         # The broker answered but refused InitProducerId (no idempotence support).
                         log.warning("Kafka at %s does not support the idempotent producer (%s); producing without "
@@ -264,7 +339,15 @@ class KafkaOutlet:
                         continue
                 else:
                     self.producer = producer
+                    if self.transactional:
+                        # a new epoch: every earlier producer of this transactional id is fenced from here on
+                        self.incarnation = os.urandom(8)
+                        if self._committer is None:
+                            self._committer = asyncio.create_task(self._commit_loop(), name="ocms-collector-commit")
+                        # settle what a killed predecessor (same id) left in doubt, before other replicas fence us
+                        self.log._spawn(self.log.settle_predecessors(self.incarnation))
                     self._available()
+                    self._wake.set()
             elif not self.available:
                 try:
                     ok = await asyncio.wait_for(self.producer.client.force_metadata_update(),
@@ -290,7 +373,12 @@ class KafkaOutlet:
         self.last_error = why
         self.metrics.kafka_available.set(0)
 
-    def produce(self, frame: bytes, timestamp_ms: int, records: int, futures: list, version) -> None:
+    def produce(self, frame: bytes, timestamp_ms: int, records: int, waiters: list, version, first: int = 0) -> None:
+        if self._committer is not None and self.transactional:
+            self.frames.append(_Frame(frame, timestamp_ms, records, waiters, first, version))
+            self._wake.set()
+            return
+        futures = [w.future for w in waiters]
         task = asyncio.create_task(self._produce(frame, timestamp_ms, records, futures, version))
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
@@ -327,6 +415,227 @@ class KafkaOutlet:
                     if not f.done():
                         f.set_exception(KafkaUnavailable(f"{type(error).__name__}: {error}"))
 
+    # ---------------------------------------------------- exactly-once mode
+    async def _commit_loop(self) -> None:
+        """Produce queued frames group by group until closed and drained.
+
+        A group's listings are written and read back while earlier groups wait for their acks; the
+        frames of every group go into one transaction, committed within TRANSACTION_SECONDS (it is
+        there to be fenced, not for visibility) and when the queue runs dry.
+        """
+        while True:
+            if not self.frames:
+                if self._transaction is not None:
+                    self._wake.clear()
+                    try:  # a little longer open for the next group, then committed while idle
+                        await asyncio.wait_for(self._wake.wait(), IDLE_COMMIT_SECONDS)
+                        continue
+                    except TimeoutError:
+                        await self._end_transaction()
+                        continue  # frames may have come meanwhile
+                if self._closing:
+                    await asyncio.gather(*self._acks, return_exceptions=True)
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            group = [self.frames.popleft() for _ in range(min(GROUP_MAX_FRAMES, len(self.frames)))]
+            self._committing = True
+            try:
+                await self._commit(group)
+            except asyncio.CancelledError:
+                self._finish(group, KafkaUnavailable("the collector stopped before Kafka acknowledged the frame"))
+                raise
+            except Exception as exc:  # pragma: no cover - _commit answers its own failures
+                log.exception("committing %d frames", len(group))
+                self._finish(group, KafkaUnavailable(f"{type(exc).__name__}: {exc}"))
+            finally:
+                self._committing = False
+
+    async def _commit(self, group: list[_Frame]) -> None:
+        from .exactly_once import FRAME_HEADER, KeyHeld, encode_listing
+
+        producer, incarnation, shared = self.producer, self.incarnation, self.log
+        if producer is None or not self.available:
+            self._finish(group, KafkaUnavailable(self.last_error or "not connected to Kafka"))
+            return
+        timeout = self.settings.kafka_timeout_ms / 1000
+        keyed = []
+        for frame in group:
+            frame.nonce = os.urandom(16)
+            frame.partition = random.choice(self.partitions) if self.partitions else 0
+            frame.lower = self.lower.get(frame.partition, 0)
+            if frame.keys:
+                keyed.append(frame)
+        if keyed:
+            # 1. list the keyed uploads of each frame, then read the log back up to the listings
+            loop = asyncio.get_running_loop()
+            listed = []
+            for frame in keyed:
+                shared.local[frame.nonce] = loop.create_future()
+                listed.append(shared.expect(frame.nonce))
+            try:
+                values = [encode_listing(f.nonce, shared.owner, incarnation, f.partition, f.lower,
+                                         f.timestamp_ms // 1000, f.keys) for f in keyed]
+                offsets = await asyncio.wait_for(shared.append(values), timeout)
+                await asyncio.wait_for(shared.applied(max(offsets)), timeout)
+                for frame, future in zip(keyed, listed):
+                    frame.listing = await asyncio.wait_for(future, timeout)
+            except Exception as exc:
+                for frame in keyed:
+                    shared.forget(frame.nonce)
+                    shared.record_outcome(frame.nonce, False)  # never produced
+                self._unavailable(f"idempotency log: {type(exc).__name__}: {exc}")
+                self._finish(group, KafkaUnavailable(f"the idempotency log did not answer: {type(exc).__name__}: {exc}"))
+                return
+            # 2. an upload whose key an earlier listing holds leaves the frame
+            for frame in keyed:
+                valid = set(frame.listing.valid)
+                kept = []
+                for waiter in frame.members:
+                    if waiter.key is None or waiter.key in valid:
+                        valid.discard(waiter.key)  # one upload per key (the process cache keeps it so)
+                        kept.append(waiter)
+                        continue
+                    holder = shared.holder(waiter.key)
+                    if not waiter.future.done():
+                        waiter.future.set_exception(KeyHeld(holder is not None and holder.status == "stored"))
+                if len(kept) != len(frame.members):
+                    frame.data = self._without(frame, kept)
+        # 3. send the frames in the open transaction; their acks are awaited beside the next groups
+        sends, error = [], None
+        try:
+            if self.producer is not producer:
+                raise KafkaUnavailable("the producer was renewed")
+            if self._transaction is not None and time.monotonic() - self._transaction[1] > TRANSACTION_SECONDS:
+                await self._end_transaction()
+                if self.producer is not producer:
+                    raise KafkaUnavailable("the producer was renewed")
+            if self._transaction is None:
+                # aiokafka retries transaction requests without end while Kafka is away: bounded here
+                await asyncio.wait_for(producer.begin_transaction(), timeout)
+                self._transaction = (producer, time.monotonic())
+            for frame in group:
+                if len(frame.data) > wire.HEADER_SIZE:
+                    future = await asyncio.wait_for(producer.send(
+                        self.settings.source_topic, frame.data, key=None, partition=frame.partition,
+                        timestamp_ms=frame.timestamp_ms, headers=[(FRAME_HEADER, frame.nonce)]), timeout)
+                    sends.append((frame, future))
+        except Exception as exc:
+            error = exc
+        task = asyncio.create_task(self._acknowledged(producer, incarnation, group, sends, error))
+        self._acks.add(task)
+        task.add_done_callback(self._acks.discard)
+
+    async def _acknowledged(self, producer, incarnation: bytes, group: list[_Frame], sends: list,
+                            error: BaseException | None) -> None:
+        """Answer a group's uploads as its frames are acknowledged; renew the producer if one failed."""
+        timeout = self.settings.kafka_timeout_ms / 1000
+        acked = set()
+        for frame, future in sends:
+            try:
+                metadata = await asyncio.wait_for(future, timeout * 2)
+            except Exception as exc:
+                error = error or exc
+                continue
+            acked.add(frame)
+            # in the partition, so counted (the worker reads uncommitted): answered 202 whatever the commit does
+            self.lower[frame.partition] = max(self.lower.get(frame.partition, 0), metadata.offset + 1)
+            self._finish([frame], None)
+            if frame.listing is not None:
+                self.log.record_outcome(frame.nonce, True)
+        unsure = []
+        for frame in group:
+            if frame in acked:
+                continue
+            if len(frame.data) <= wire.HEADER_SIZE:  # every upload of it left: nothing to produce
+                self._finish([frame], None)
+                if frame.listing is not None:
+                    self.log.record_outcome(frame.nonce, False)
+                continue
+            self._finish([frame], KafkaUnavailable(f"{type(error).__name__}: {error}"))
+            if frame.listing is not None:
+                unsure.append(frame)
+        if error is not None:
+            log.warning("%d of %d frames not acknowledged: %s: %s", len(group) - len(acked), len(group),
+                        type(error).__name__, error)
+            self._renew(producer, f"{type(error).__name__}: {error}", incarnation, unsure)
+
+    async def _end_transaction(self) -> None:
+        """Wait for the open transaction's acks and commit it (renew the producer if that fails)."""
+        producer, _ = self._transaction
+        await asyncio.gather(*self._acks, return_exceptions=True)
+        self._transaction = None
+        if self.producer is not producer:
+            return  # failed and renewed meanwhile
+        try:
+            await asyncio.wait_for(producer.commit_transaction(), self.settings.kafka_timeout_ms / 1000)
+        except Exception as exc:
+            # every frame of it was acknowledged (and answered): only the producer needs renewing
+            log.warning("commit of a transaction failed: %s: %s", type(exc).__name__, exc)
+            self._renew(producer, f"{type(exc).__name__}: {exc}", self.incarnation, [])
+
+    def _renew(self, producer, why: str, incarnation: bytes, unsure: list[_Frame]) -> None:
+        """A new producer (its start fences this one), then settle the frames whose fate is unknown, in
+        the background (a retry of their uploads learns it from the log or settles them itself)."""
+        if self.producer is producer:
+            self.producer = None
+            self._unavailable(why)
+            self.log._spawn(self._stop_quietly(producer))
+        if unsure:
+            self.log._spawn(self._settle_own(unsure, incarnation))
+
+    async def _stop_quietly(self, producer) -> None:
+        try:
+            await asyncio.wait_for(producer.stop(), self.settings.kafka_timeout_ms / 1000)
+        except Exception:
+            pass
+
+    async def _settle_own(self, frames: list[_Frame], incarnation: bytes) -> None:
+        while frames and not self._closing:
+            if self.producer is None or self.incarnation == incarnation:  # the new (fencing) producer is not up yet
+                await asyncio.sleep(self.settings.retry_after_seconds)
+                continue
+            frame = frames[0]
+            try:
+                stored = await self.log.scan(frame.partition, frame.lower, frame.nonce)
+            except Exception as exc:
+                log.info("settling an unacknowledged frame: %s: %s; retrying", type(exc).__name__, exc)
+                await asyncio.sleep(self.settings.retry_after_seconds)
+                continue
+            self.log.record_outcome(frame.nonce, stored)
+            frames.pop(0)
+
+    def _without(self, frame: _Frame, kept: list) -> bytes:
+        """The frame's bytes holding only the ``kept`` uploads."""
+        size = wire.record_size(frame.version.params)
+        body = frame.data
+        parts = [body[wire.HEADER_SIZE + (w.start - frame.first) * size: wire.HEADER_SIZE + (w.end - frame.first) * size]
+                 for w in kept]
+        count = sum(w.end - w.start for w in kept)
+        return wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, frame.version.fingerprint, count) + b"".join(parts)
+
+    def _finish(self, frames: list[_Frame], error: BaseException | None) -> None:
+        """Answer the uploads of frames (None: acknowledged) and release their queue places."""
+        for frame in frames:
+            self.queued -= frame.records
+            metric = frame.version.metric
+            if error is None:
+                produced = (len(frame.data) - wire.HEADER_SIZE) // wire.record_size(frame.version.params)
+                if produced:
+                    self._available()
+                    self.metrics.frames_produced.labels(metric).inc()
+                    self.metrics.reports_produced.labels(metric).inc(produced)
+                for waiter in frame.members:
+                    if not waiter.future.done():
+                        waiter.future.set_result(None)
+            else:
+                self.metrics.frames_failed.labels(metric).inc()
+                for waiter in frame.members:
+                    if not waiter.future.done():
+                        waiter.future.set_exception(error if isinstance(error, KafkaUnavailable)
+                                                    else KafkaUnavailable(f"{type(error).__name__}: {error}"))
+
     async def close(self, lanes) -> None:
         """Send what the lanes hold, wait for every frame in flight, stop the producer."""
         for lane in lanes:
@@ -337,13 +646,28 @@ class KafkaOutlet:
         deadline = time.monotonic() + self.settings.kafka_timeout_ms / 1000 + 1
         while self.in_flight and time.monotonic() < deadline:
             await asyncio.wait(set(self.in_flight), timeout=max(0.0, deadline - time.monotonic()))
+        while (self.frames or self._committing or self._acks) and self._committer is not None \
+                and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         self._closing = True
+        self._wake.set()
         if self._probe is not None:
             self._probe.cancel()
             await asyncio.gather(self._probe, return_exceptions=True)
+        if self._committer is not None:
+            try:  # it commits the open transaction and returns
+                await asyncio.wait_for(asyncio.shield(self._committer), self.settings.kafka_timeout_ms / 1000)
+            except Exception:
+                pass
+            self._committer.cancel()
+            await asyncio.gather(self._committer, return_exceptions=True)
+        self._finish(list(self.frames), KafkaUnavailable("the collector stopped before Kafka acknowledged the frame"))
+        self.frames.clear()
         for task in list(self.in_flight):
             task.cancel()
         await asyncio.gather(*self.in_flight, return_exceptions=True)
+        if self.log is not None:
+            await self.log.close()
         producer, self.producer = self.producer, None
         if producer is not None:
             await producer.stop()

@@ -11,6 +11,7 @@ wins over the default. Shared names keep the worker's variables
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Mapping
@@ -64,6 +65,13 @@ class CollectorSettings:
     retry_after_seconds: int = 2
     #: Slow uploads: the whole body must arrive within this many seconds (else 408).
     body_timeout_seconds: float = 10.0
+    #: A request's header must arrive within this many seconds of its first byte (else 408, closed).
+    header_timeout_seconds: float = 10.0
+    #: A connection without a request for this long is closed (after its last answer, or from its start).
+    idle_timeout_seconds: float = 30.0
+    #: Open connections at most (lowered to fit the open-files limit); beyond it the longest-idle one is
+    #: closed to make room, or the new one is answered 503 when all are busy.
+    max_connections: int = 10_000
     #: Client faults (400, 401, 403, 404, 413, 415, 422) are answered after this delay (reject storms).
     reject_delay_ms: float = 200.0
     tokens_file: str | None = None
@@ -76,6 +84,13 @@ class CollectorSettings:
     idempotency_window_seconds: int = 900
     #: About 400 bytes per key: 200,000 keys hold ~80 MB.
     idempotency_max_keys: int = 200_000
+    #: The collector-only topic every replica shares retries through (exactly once across restarts and
+    #: replicas; collector/exactly_once.py): default "<source topic>-idempotency"; "off" = per process only.
+    idempotency_topic: str | None = None
+    #: A secret shared by the replicas that keys the hash of an Idempotency-Key in that topic.
+    idempotency_secret_file: str | None = None
+    #: This collector's identity across restarts (its transactional id); default host:port.
+    instance_id: str | None = None
     #: Access log lines hold no client address unless an operator turns this on.
     access_log_client_addresses: bool = False
     access_log: bool = True
@@ -114,12 +129,13 @@ class CollectorSettings:
             "max_queued_reports": (1, 1 << 34), "frame_max_reports": (1, 1 << 20), "kafka_timeout_ms": (100, 600_000),
             "retry_after_seconds": (1, 3600), "rate_burst": (0, 1 << 30), "app_rate_burst": (0, 1 << 30),
             "idempotency_window_seconds": (0, 7 * 86_400), "idempotency_max_keys": (0, 1 << 26),
+            "max_connections": (1, 1 << 20),
         }
         for name, (lo, hi) in ints.items():
             if name in raw:
                 out[name] = _int(label(name), raw[name], lo, hi)
         floats = {"frame_max_latency_ms": False, "body_timeout_seconds": False, "rate_limit": True, "app_rate_limit": True,
-                  "reject_delay_ms": True}
+                  "reject_delay_ms": True, "header_timeout_seconds": False, "idle_timeout_seconds": False}
         for name, zero_ok in floats.items():
             if name in raw:
                 out[name] = _float(label(name), raw[name], zero_ok)
@@ -147,9 +163,19 @@ class CollectorSettings:
             out["cors_origins"] = parse_origins(raw["cors_origins"], label("cors_origins"))
         if "source_topic" in raw:
             out["source_topic"] = topic(raw["source_topic"], label("source_topic"))
+        if "idempotency_topic" in raw and str(raw["idempotency_topic"]).strip().lower() != "off":
+            out["idempotency_topic"] = topic(raw["idempotency_topic"], label("idempotency_topic"))
+        elif "idempotency_topic" not in raw:
+            out["idempotency_topic"] = out.get("source_topic", cls.source_topic) + "-idempotency"
+        if "instance_id" in raw:
+            instance = str(raw["instance_id"]).strip()
+            if not re.fullmatch(r"[A-Za-z0-9._:-]{1,200}", instance):
+                raise InvalidParameterError(label("instance_id"), raw["instance_id"],
+                                            "expected 1-200 characters of [A-Za-z0-9._:-], unique per live collector")
+            out["instance_id"] = instance
         if "host" in raw:
             out["host"] = str(raw["host"])
-        for name in ("tls_cert", "tls_key", "tokens_file"):
+        for name in ("tls_cert", "tls_key", "tokens_file", "idempotency_secret_file"):
             if name in raw and str(raw[name]):
                 if not Path(str(raw[name])).is_file():
                     raise InvalidParameterError(label(name), raw[name], "no such file")

@@ -12,8 +12,9 @@ JSON form (``Content-Type: application/json``), for web clients::
     {"fingerprint": "eee2f6ee10f1ea54",            # or "version": 2 on /v1/metrics/{name}/reports
      "reports": [{"a0": "1", "a1": "10006", "z": "3"}, ...]}    # direct-RR metrics: [{"z": "3"}, ...]
 
-Numbers are JSON strings of decimal digits (``cms_core.values`` rule: GF(2^128)
-coefficients do not fit a JSON number); plain JSON integers are accepted too.
+Numbers in reports are JSON strings of decimal digits (``cms_core.values`` rule: GF(2^128)
+coefficients do not fit a JSON number); a JSON number there is refused (``malformed_json``), as
+is a ``"version"`` that is not the fingerprint's (``version_mismatch``).
 The JSON reports are written as a wire-v1 frame and decoded like binary uploads.
 
 The fingerprint of a discovery level of a discoverable metric (``registry.discovery``) is
@@ -166,8 +167,9 @@ class UploadParser:
     def parse_json(self, body: bytes, metric: str | None) -> Upload:
         try:
             doc = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-            raise _bad("malformed_json", f"the body is not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:
+            # ValueError: not JSON, not UTF-8, or an integer of more than 4,300 digits (int's limit)
+            raise _bad("malformed_json", f"the body is not JSON: {str(exc)[:200]}") from None
         if not isinstance(doc, dict):
             raise _bad("malformed_json", "expected a JSON object {\"fingerprint\": ..., \"reports\": [...]}")
         unknown = set(doc) - {"fingerprint", "version", "reports"}
@@ -207,6 +209,10 @@ class UploadParser:
         return Upload(version, batch)
 
     def _json_version(self, doc: dict, metric: str | None):
+        number = doc.get("version")
+        if "version" in doc and (isinstance(number, bool) or not isinstance(number, int) or not 1 <= number < 1 << 31):
+            raise _bad("malformed_json", f"\"version\" must be a metric version number (an integer >= 1), got "
+                       f"{_shown(number)}")
         if "fingerprint" in doc:
             text = doc["fingerprint"]
             try:
@@ -214,15 +220,18 @@ class UploadParser:
             except ValueError:
                 fingerprint = b""
             if len(fingerprint) != 8:
-                raise _bad("malformed_json", f"\"fingerprint\" must be 16 hex digits, got {text!r}")
-            return self._version(fingerprint, metric, None)
+                raise _bad("malformed_json", f"\"fingerprint\" must be 16 hex digits, got {_shown(text)}")
+            version = self._version(fingerprint, metric, None)
+            if "version" in doc and number != version.version:
+                raise _bad("version_mismatch", f"\"version\": {number} contradicts the fingerprint "
+                           f"{fingerprint.hex()}, which is {_name(version)}: give one of them, or both agreeing")
+            return version
         if "version" in doc and metric is not None:
-            number = doc["version"]
             spec = self.metric(metric)
             for v in spec.versions:
-                if v.version == number and not isinstance(number, bool):
+                if v.version == number:
                     return self._version(v.fingerprint, metric, None)
-            raise _bad("unknown_version", f"metric {metric!r} has no version {number!r}")
+            raise _bad("unknown_version", f"metric {metric!r} has no version {number}")
         if metric is not None:
             live = self.metric(metric).live_versions
             if len(live) == 1:
@@ -258,15 +267,22 @@ def _name(version) -> str:
     return version.binding  # metric@version, or metric@version/levelL for a discovery level
 
 
+def _shown(value) -> str:
+    """A short, safe rendering of a JSON value in an error detail."""
+    if isinstance(value, str):
+        return repr(value[:40]) + ("..." if len(value) > 40 else "")
+    if isinstance(value, (dict, list)):
+        return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 40:
+        return "an integer of more than 40 digits"
+    return json.dumps(value)
+
+
 def _json_int(value, where: str) -> int:
-    if isinstance(value, bool):
-        raise _bad("malformed_json", f"{where}: expected a string of decimal digits")
-    if isinstance(value, int):
-        out = value
-    elif isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 40:
-        out = int(value)
-    else:
-        raise _bad("malformed_json", f"{where}: expected a string of decimal digits, got {str(value)[:40]!r}")
-    if out < 0:
-        raise _bad("malformed_json", f"{where}: must be >= 0")
-    return out
+    """A report field: a JSON string of decimal digits (a JSON number is refused, as documented)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 40:
+        return int(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise _bad("malformed_json", f"{where}: a JSON number ({_shown(value)}); send numbers as JSON strings of decimal "
+                   f"digits (\"12\", not 12): a GF(2^128) coefficient does not fit a JSON number")
+    raise _bad("malformed_json", f"{where}: expected a string of decimal digits, got {_shown(value)}")

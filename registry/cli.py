@@ -93,13 +93,22 @@ def cmd_check(args) -> int:
         if args.require_locked:
             raise OCMSError(f"{summary}; no lock file {lock_path}: run `ocms registry lock {args.file}`")
         print(f"{summary}; no lock file {lock_path} (run `ocms registry lock {args.file}` to publish them)")
+        _print_mechanism_notes(versions)
         return 0
     comparison.raise_for_changes()
     if comparison.new and args.require_locked:
         raise OCMSError(f"{summary}; not locked yet: {', '.join(comparison.new)}: run `ocms registry lock {args.file}`")
     print(f"{summary}; {len(comparison.locked)} locked versions unchanged"
           + (f"; new, to lock with `ocms registry lock {args.file}`: {', '.join(comparison.new)}" if comparison.new else ""))
+    _print_mechanism_notes(versions)
     return 0
+
+
+def _print_mechanism_notes(versions) -> None:
+    """What mechanism auto's picks cost against poisoning, where it is more than twice the other's."""
+    for v in versions:
+        if v.mechanism_note:
+            print(f"note: {v.metric} version {v.version}: {v.mechanism_note}")
 
 
 def cmd_lock(args) -> int:

@@ -34,7 +34,7 @@ import re
 from pathlib import Path
 
 from cms_core.errors import InvalidParameterError
-from cms_core.params import MAX_HASH_RANGE, MECHANISM_CHOICES, OCMSParams, check_epsilon
+from cms_core.params import MAX_HASH_RANGE, MECHANISM_CHOICES, OCMSParams, check_epsilon, compare_mechanisms
 
 from .errors import FileRefusedError, Problem, RegistryFileError, RegistryValidationError
 from .files import MAX_INTEGER_DIGITS, YamlMap, YamlSeq, compose, read_regular_file
@@ -209,6 +209,7 @@ class _Loader:
         self.metrics_with_problems: set = set()
         self.tracked_sources: dict[str, tuple | None] = {}  # metric -> parsed 'tracked' (None: reported)
         self.missing_tracked: dict[str, list] = {}  # metric -> tracked names not in its newest version
+        self.mechanism_notes: dict[tuple, str] = {}  # (metric, version) -> what mechanism auto's pick costs
         self.tracked_specs: dict[str, tuple] = {}  # metric -> (names object, spec): versions with the same names share it
         self.category_index: dict[str, dict] = {}  # metric -> name -> id (ids never change: names are appended)
         self.versioned_names = 0  # category names held by every version's own list (shared lists count once)
@@ -320,7 +321,8 @@ class _Loader:
             versions.append(MetricVersion(
                 metric=label, version=vnum, params=params, domain=kind,
                 value_names=tuple(names) if kind == "categories" else None, tracked=tracked,
-                watch=(), retired=bool(retired), note=note, line=vline, discovery=discoverable, **exposure))
+                watch=(), retired=bool(retired), note=note, line=vline, discovery=discoverable,
+                mechanism_note=self.mechanism_notes.get((label, vnum)), **exposure))
         if self.problem_count > before or exposure is None or name is None:
             return None  # a bad name was reported; the rest of the metric was still checked under "#N"
         versions = self.apply_watch(entry, versions, label)
@@ -809,6 +811,14 @@ class _Loader:
         if self.problem_count > before:
             return None
         try:
+            if mechanism == "auto":  # no hash_range here (checked above)
+                # The comparison auto picks with also says when the pick is much more exposed to poisoning.
+                comparison = compare_mechanisms(
+                    epsilon, None if kind == "strings" else d, mode=mode, f_star=f_star, tracked_count=tracked_count,
+                    value_domain="string" if kind == "strings" else "integer", binding=f"{metric}@{version}")
+                if comparison.poisoning_note is not None:
+                    self.mechanism_notes[(metric, version)] = comparison.poisoning_note
+                return comparison.chosen
             return OCMSParams.build(
                 epsilon, None if kind == "strings" else d, mode=mode, f_star=f_star, tracked_count=tracked_count,
                 hash_range=hash_range, value_domain="string" if kind == "strings" else "integer",

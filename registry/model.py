@@ -65,6 +65,9 @@ class MetricVersion:
     note: str | None = None
     line: int | None = None
     discovery: object = None  # cms_core.discovery.DiscoveryDomain when declared (issue 15, registry/discovery.py)
+    #: Set when mechanism "auto" picked a mechanism more than twice as exposed to poisoning as the other
+    #: (cms_core.params.MechanismComparison.poisoning_note); `ocms registry check` and `ocms plan` print it.
+    mechanism_note: str | None = None
     _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------ identity

@@ -191,6 +191,35 @@ def test_periodic_discovery_reads_the_topic_window_and_exports_bounded_labels(wo
     assert f'ocms_discovered_values_omitted{{metric="typed_words"}} {float(len(found) - 1)}' in text
 
 
+def test_the_worker_page_answers_with_the_one_discovered_handler(workspace):
+    """/discovered is written once (DiscoveryService.page): the worker's Faust page returns its answers as they are
+    (``ocms discover --serve`` is checked over HTTP by test_discover_serve_publishes_the_latest_pass_over_http)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from agents.discovery import DiscoveryService, add_discovery_pages
+    from registry import load_registry
+
+    _, registry_path, _, _ = workspace
+    version = load_registry(registry_path).metric("typed_words").latest
+    service = DiscoveryService([version], bootstrap_servers="unused:9092", topic="unused", interval_seconds=60)
+    service.latest["typed_words"] = {"metric": "typed_words", "discovered": [], "reports": 7}
+    pages = {}
+    app = SimpleNamespace(page=lambda path: lambda handler: pages.setdefault(path, handler),
+                          task=lambda job: job)
+    add_discovery_pages(app, service)
+    web = SimpleNamespace(bytes=lambda body, content_type, status: (status, content_type, body))
+    cases = {"metric=typed_words": 200, "": 400, "metric=screens": 404, "metric=typed_words&x=1": 400}
+    for query, expected in cases.items():
+        params = dict(pair.split("=") for pair in query.split("&") if pair)
+        status, body = service.page(params)
+        doc = json.loads(body)
+        assert status == expected and (doc["reports"] == 7 if status == 200 else doc["status"] == status)
+        request = SimpleNamespace(query=params)
+        assert asyncio.run(pages["/discovered"](web, request)) == (status, "application/json", body)
+    assert "'x'" in json.loads(service.page({"metric": "typed_words", "x": "1"})[1])["error"]
+
+
 def test_promote_adds_discovered_values_to_a_tracked_file(workspace, capsys):
     from registry.values_file import read_raw_values
 

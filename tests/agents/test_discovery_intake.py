@@ -168,7 +168,7 @@ def test_a_pass_in_a_child_that_overruns_its_time_is_stopped_with_a_clear_error(
     """The bound on a worker's pass: a child that has not answered in time is killed (here: at once)."""
     import asyncio
 
-    from agents.discovery import pass_in_child
+    from agents.discovery_pass import pass_in_child
     from cms_core.errors import OCMSError
 
     arguments = ([registry.metric("typed_words").latest], "127.0.0.1:1", "t", 0.0, 1.0)
@@ -180,7 +180,7 @@ def test_a_failing_pass_in_a_child_reports_its_error(registry):
     """Kafka unreachable: the child's error comes back as an OCMSError (the worker keeps the previous result)."""
     import asyncio
 
-    from agents.discovery import pass_in_child
+    from agents.discovery_pass import pass_in_child
     from cms_core.errors import OCMSError
 
     arguments = ([registry.metric("typed_words").latest], "127.0.0.1:1", "t", 0.0, 1.0)

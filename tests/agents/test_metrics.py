@@ -106,6 +106,7 @@ def test_family_names_and_types(families):
     names = {f"ocms_estimate_{suffix}" for suffix, _, _ in ESTIMATE_FIELDS}
     names |= {"ocms_estimate_values_omitted", "ocms_params_reports", "ocms_params_info", "ocms_estimate_withheld",
               "ocms_estimate_values_capped", "ocms_estimate_above_noise", "ocms_estimate_noise_floor_ratio",
+              "ocms_estimate_previous_ci_upper_ratio",
               "ocms_latest_bucket_start_timestamp_seconds"}
     assert set(families) == names
     assert all(f.type == "gauge" for f in families.values())
@@ -150,6 +151,35 @@ def test_values_equal_the_service_answers(service, families, fp, window):
     assert checked == len(ESTIMATE_FIELDS) * len(expected_chosen(service, fp, 5))
     (reports,) = samples(families["ocms_params_reports"], params=fp, window=window)
     assert reports.value == doc["n"] > 0
+
+
+@pytest.mark.parametrize("fp", [FP1, FP2])
+def test_previous_bucket_upper_bound_is_the_answer_for_that_bucket(service, families, fp):
+    """The surge alert's baseline: the upper bound of each value exported in the latest bucket, in the bucket
+    before it (LATEST - 60), equal to the API's answer for that range."""
+    doc = service.estimates({"params": fp, "window": "range", "from": str(LATEST - 60), "to": str(LATEST)})
+    assert doc["window"]["from"] == LATEST - 60 and doc["n"] > 0
+    got = {s.labels["value"]: s.value for s in samples(families["ocms_estimate_previous_ci_upper_ratio"], params=fp)}
+    latest = {s.labels["value"] for s in samples(families["ocms_estimate_ratio"], params=fp, window="latest_bucket")}
+    assert set(got) == latest and len(got) == len(expected_chosen(service, fp, 5))
+    for value, upper in got.items():
+        assert upper == doc["estimates"][int(value)]["ci_high"], value
+    # A scrape one bucket later compares CUR with LATEST; one whose previous bucket is empty exports nothing.
+    later = scrape(service, clock=lambda: NOW + 60)
+    assert all(s.value == service.estimates({"params": fp, "window": "latest_bucket"})["estimates"][int(s.labels["value"])]["ci_high"]
+               for s in samples(later["ocms_estimate_previous_ci_upper_ratio"], params=fp))
+    assert samples(scrape(service, clock=lambda: NOW - 60)["ocms_estimate_previous_ci_upper_ratio"], params=fp) == []
+
+
+@pytest.mark.parametrize("fp", [FP1, FP2])
+def test_noise_floor_per_window_is_what_ocms_plan_predicts(service, families, fp):
+    """The floor the surge alert reads is the one `ocms plan` states for the same n and D."""
+    from cms_core import planning
+
+    for window in ("total", "latest_bucket"):
+        n = service.estimates({"params": fp, "window": window})["n"]
+        (sample,) = samples(families["ocms_estimate_noise_floor_ratio"], params=fp, window=window)
+        assert sample.value == planning.noise_floor(PARAMS[fp], n, 0.95, D) > 0
 
 
 def test_latest_bucket_excludes_the_current_bucket(service, families):

@@ -247,7 +247,8 @@ def test_the_docs_tail_number_example_says_what_it_takes(capsys, tmp_path, monke
 def test_discovered_answers_and_the_exposition_state_the_threshold(tmp_path, capsys):
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from agents.discovery import DiscoveryCollector, DiscoveryService, detection_line
+    from agents.discover_cli import detection_line
+    from agents.discovery import DiscoveryCollector, DiscoveryService
     from registry import load_registry
 
     registry = ROOT / "deploy" / "registry.yaml"

@@ -3,7 +3,7 @@
 The default run (`make run`) also simulates deploy/registry.yaml's typed_words: devices send discovery
 reports only, through the collector, and the worker finds the frequent words. The demo must find a few
 words within a minute or two at its rate: here 90,000 reports (90 s at the demo's 1,000 reports/s) are
-sent to a broker and the worker's own pass (agents.discovery.discovery_pass) finds the five most
+sent to a broker and the worker's own pass (agents.discovery_pass.discovery_pass) finds the five most
 frequent words, nothing that no device holds, and every word above the detection threshold.
 """
 
@@ -84,7 +84,7 @@ def test_the_truth_file_holds_every_simulated_metric(tmp_path):
 def test_the_demo_finds_frequent_words_within_two_minutes():
     """90,000 discovery reports (90 s of the demo's 1,000/s) through Kafka: the worker's pass finds the 5 most
     frequent words, only real words, and every word whose frequency is above the detection threshold."""
-    from agents.discovery import discovery_pass
+    from agents.discovery_pass import discovery_pass
     from cms_core.discovery import detection_threshold
     from producer.broker import EmbeddedBroker, create_topics
 

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -61,7 +62,8 @@ def write_registry(directory: Path) -> Path:
 
 
 class CollectorProcess:
-    def __init__(self, registry: Path, bootstrap: str, topic: str, log_dir: Path, *args: str, port: int | None = None):
+    def __init__(self, registry: Path, bootstrap: str, topic: str, log_dir: Path, *args: str, port: int | None = None,
+                 open_files: int | None = None):
         self.registry = registry
         self.bootstrap = bootstrap
         self.topic = topic
@@ -70,6 +72,7 @@ class CollectorProcess:
         self.args = list(args)
         self.process: subprocess.Popen | None = None
         self.starts = 0
+        self.open_files = open_files  # RLIMIT_NOFILE of the child (soft and hard), None = inherited
 
     @property
     def url(self) -> str:
@@ -86,8 +89,16 @@ class CollectorProcess:
         # The caller's OCMS_* settings stay out, except the event loop: OCMS_COLLECTOR_EVENT_LOOP=asyncio
         # runs every collector test on asyncio's loop instead of the default uvloop.
         env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_") or k == "OCMS_COLLECTOR_EVENT_LOOP"}
+        limit = self.open_files
+
+        def limit_open_files() -> None:  # in the child, before exec
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+                                        stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+                                        preexec_fn=limit_open_files if limit else None)
         log.close()
         return self
 
@@ -266,3 +277,78 @@ def serving_worker(registry: Path, metric: str, version: int, bootstrap: str, to
         yield worker
     finally:
         worker.stop()
+
+
+def wait_until(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# ------------------------------------------------------------------ raw HTTP (hostile requests)
+def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> tuple[int | None, dict, bytes]:
+    """(status, JSON body or {}, raw answer) of one raw request; status None when no answer came."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        try:
+            sock.sendall(data)
+        except OSError:
+            pass  # the server may close before all of a hostile request is written
+        answer = read_answer(sock)
+    finally:
+        sock.close()
+    return parse_answer(answer)
+
+
+def read_answer(sock: socket.socket) -> bytes:
+    """One final HTTP answer (a 1xx interim answer is skipped) from a raw socket."""
+    answer = _read_one(sock)
+    while answer.startswith(b"HTTP/1.1 1") and answer.endswith(b"\r\n\r\n"):
+        answer = _read_one(sock)
+    return answer
+
+
+def _read_one(sock: socket.socket) -> bytes:
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        return head + b"\r\n\r\n" + body
+    except (ConnectionResetError, socket.timeout):
+        return data
+
+
+def parse_answer(answer: bytes) -> tuple[int | None, dict, bytes]:
+    """(status, JSON body, raw). A body cut short (the server closed a connection whose request it did not
+    read in full: the kernel resets it and may drop the answer's tail) is judged by its Content-Type."""
+    if not answer.startswith(b"HTTP/1.") or b"\r\n\r\n" not in answer:
+        return None, {}, answer  # no answer, or one cut inside its header
+    status = int(answer.split(b" ", 2)[1])
+    head, _, body = answer.partition(b"\r\n\r\n")
+    fields = {line.split(b":", 1)[0].strip().lower(): line.split(b":", 1)[1].strip()
+              for line in head.split(b"\r\n")[1:] if b":" in line}
+    length = int(fields.get(b"content-length", b"0") or 0)
+    if len(body) < length:
+        json_type = fields.get(b"content-type", b"").startswith(b"application/json")
+        return status, ({"reason": "(answer cut short)"} if json_type else {"not json": "cut short"}), answer
+    body = body[:length]  # a pipelined second answer may follow (a CONNECT's "body" read as a new request)
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = {"not json": body[:200].decode("latin-1")}
+    return status, doc, answer

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -26,6 +27,9 @@ class Outcome:
     status: int | None  # None: no answer (connection refused/reset, timeout)
     records: list[bytes]
     retry_after: str | None = None
+    attempts: int = 1  # RetryingLoad: attempts until the 202
+    replayed: bool = False  # the 202 said Idempotent-Replayed
+    cut_off: bool = False  # an attempt of it got no answer (a kill) before the 202
 
 
 @dataclass
@@ -37,6 +41,13 @@ class LoadLog:
 
     def statuses(self) -> Counter:
         return Counter(o.status for o in self.outcomes)
+
+    def wait_for_accepted(self, more: int, timeout: float = 30.0) -> None:
+        """Wait (at most ``timeout`` s) until ``more`` uploads beyond those so far got a 202."""
+        target = self.statuses()[202] + more
+        deadline = time.monotonic() + timeout
+        while self.statuses()[202] < target and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 class LoadGenerator:
@@ -90,5 +101,58 @@ class LoadGenerator:
     def stop(self) -> LoadLog:
         self._stop.set()
         self._thread.join(60)
+        assert not self._thread.is_alive(), "load generator did not stop"
+        return self.log
+
+
+class RetryingLoad(LoadGenerator):
+    """Like a device: every upload is retried with its Idempotency-Key until it gets a 202.
+
+    On stop, uploads under way keep being retried (up to ``drain_s``) so that at the end every
+    upload in the log got its 202: the log's accepted records are then exactly what must be in Kafka.
+    """
+
+    def __init__(self, url, version, *, urls: list[str] | None = None, drain_s: float = 120.0, **kw):
+        super().__init__(url, version, **kw)
+        self.urls = urls or [url]
+        self.drain_s = drain_s
+        self.unfinished = 0
+
+    async def _worker(self, session) -> None:
+        import aiohttp
+        import random
+
+        rng = random.Random(secrets.randbits(32))
+        while not self._stop.is_set():
+            body, records = self._upload()
+            headers = {"Content-Type": WIRE, "Idempotency-Key": secrets.token_urlsafe(18)}
+            attempts, cut_off, deadline = 0, False, None
+            while True:
+                attempts += 1
+                try:
+                    async with session.post(rng.choice(self.urls), data=body, headers=headers) as response:
+                        await response.read()
+                        status = response.status
+                        replayed = response.headers.get("Idempotent-Replayed") == "true"
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                    status, replayed = None, False
+                    cut_off = True
+                if status == 202:
+                    self.log.outcomes.append(Outcome(202, records, None, attempts, replayed, cut_off))
+                    break
+                assert status in (None, 503), f"unexpected answer {status}"
+                if self._stop.is_set():
+                    deadline = deadline or asyncio.get_running_loop().time() + self.drain_s
+                    if asyncio.get_running_loop().time() > deadline:
+                        self.unfinished += 1
+                        self.log.outcomes.append(Outcome(None, records, None, attempts, False, cut_off))
+                        break
+                await asyncio.sleep(0.05)
+            if self.pause_s:
+                await asyncio.sleep(self.pause_s)
+
+    def stop(self) -> LoadLog:
+        self._stop.set()
+        self._thread.join(self.drain_s + 60)
         assert not self._thread.is_alive(), "load generator did not stop"
         return self.log

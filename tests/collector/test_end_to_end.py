@@ -8,7 +8,6 @@ and match counts against an offline decode of exactly what was delivered.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 
 import numpy as np
@@ -87,17 +86,11 @@ def test_sigkill_of_the_collector_under_load_loses_no_accepted_report(broker, re
     load = LoadGenerator(collector.url + "/v1/reports", dest, concurrency=8, per_upload=4, seed=7).start()
     try:
         for kill in range(3):
-            accepted = load.log.statuses()[202]
-            deadline = time.monotonic() + 30
-            while load.log.statuses()[202] < accepted + 40 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            load.log.wait_for_accepted(40)
             collector.kill()  # SIGKILL: uploads in flight get no answer
             collector.start()
             collector.wait_healthy()
-        accepted = load.log.statuses()[202]
-        deadline = time.monotonic() + 30
-        while load.log.statuses()[202] < accepted + 40 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        load.log.wait_for_accepted(40)
     finally:
         log = load.stop()
     statuses = log.statuses()

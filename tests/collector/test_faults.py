@@ -22,7 +22,7 @@ import pytest
 from cms_core import wire
 from producer.broker import EmbeddedBroker
 
-from .harness import WIRE, CollectorProcess, consume_all, records_of, reports, request, single_messages
+from .harness import WIRE, CollectorProcess, consume_all, records_of, reports, request, single_messages, wait_until
 from .loadgen import LoadGenerator
 
 
@@ -35,15 +35,6 @@ def broker():
 
 def topic_counter(broker, topic, version) -> Counter:
     return Counter(r for record in consume_all(broker.bootstrap_servers, topic) for r in records_of(record.value, version))
-
-
-def wait_until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_kafka_unavailable_answers_503_and_no_accepted_report_is_lost(broker, registry_path, dest, tmp_path):

@@ -21,7 +21,7 @@ from cms_core import wire
 from producer.broker import EmbeddedBroker
 
 from .harness import (
-    WIRE, CollectorProcess, consume_all, records_of, reports, request, single_messages,
+    WIRE, CollectorProcess, consume_all, read_answer, records_of, reports, request, single_messages,
 )
 
 TOPIC = "col-http"
@@ -158,11 +158,28 @@ def test_malformed_json_bodies_get_400(collector, dest):
         (json.dumps({"fingerprint": fp, "reports": [{"a0": "1", "a1": "1"}]}), "malformed_json"),
         (json.dumps({"fingerprint": fp, "extra": 1, "reports": []}), "malformed_json"),
         (json.dumps({"fingerprint": "01" * 8, "reports": [{"a0": "1", "a1": "1", "z": "0"}]}), "unknown_fingerprint"),
+        # stricter than before, as documented: report numbers are strings; "version" agrees with the fingerprint
+        (json.dumps({"fingerprint": fp, "reports": [{"a0": 1, "a1": "1", "z": "0"}]}), "malformed_json"),
+        (json.dumps({"fingerprint": fp, "reports": [{"a0": "1", "a1": "1", "z": 0}]}), "malformed_json"),
+        (json.dumps({"fingerprint": fp, "reports": [{"a0": 1.0, "a1": "1", "z": "0"}]}), "malformed_json"),
+        (json.dumps({"fingerprint": fp, "version": 2, "reports": [{"a0": "1", "a1": "1", "z": "0"}]}), "version_mismatch"),
+        (json.dumps({"fingerprint": fp, "version": "1", "reports": [{"a0": "1", "a1": "1", "z": "0"}]}), "malformed_json"),
+        (json.dumps({"fingerprint": fp, "version": True, "reports": [{"a0": "1", "a1": "1", "z": "0"}]}), "malformed_json"),
+        # integers json.loads refuses (over 4,300 digits), in a report and in "version": 400, not 500
+        ('{"fingerprint": "%s", "reports": [{"a0": %s, "a1": "1", "z": "0"}]}' % (fp, "9" * 5000), "malformed_json"),
+        ('{"fingerprint": "%s", "version": %s, "reports": [{"a0": "1", "a1": "1", "z": "0"}]}' % (fp, "1" * 4301),
+         "malformed_json"),
     ]
     for body, reason in cases:
         body = body.encode() if isinstance(body, str) else body
         status, doc, _ = post(collector, body, content_type="application/json")
-        assert (status, doc.get("reason")) == (400, reason), (body, doc)
+        assert (status, doc.get("reason")) == (400, reason), (body[:200], doc)
+        assert "9999999999" not in doc["detail"] and len(doc["detail"]) < 400, "details stay short"
+    # a "version" that agrees with the fingerprint is fine (on either path)
+    agreeing = json.dumps({"fingerprint": fp, "version": 1, "reports": [{"a0": "1", "a1": "1", "z": "0"}]}).encode()
+    for path in ("/v1/reports", "/v1/metrics/dest/reports"):
+        status, doc, _ = post(collector, agreeing, path=path, content_type="application/json")
+        assert status == 202, doc
 
 
 # ------------------------------------------------------------------------------ 413, 415, 408
@@ -184,6 +201,14 @@ def test_wrong_content_type_is_415(collector, dest):
     for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
         status, doc, _ = post(collector, message, content_type=ctype)
         assert (status, doc["reason"]) == (415, "unsupported_content_type"), ctype
+    # no Content-Type at all (urllib would add one): not taken as binary, as documented
+    for path in ("/v1/reports", "/v1/metrics/dest/reports"):
+        sock = socket.create_connection(("127.0.0.1", collector.port), timeout=10)
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(message)}\r\n\r\n".encode() + message)
+        answer = read_answer(sock)
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 415"), answer[:200]
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["reason"] == "unsupported_content_type"
 
 
 def _raw_post(port: int, body_prefix: bytes, length: int) -> socket.socket:

@@ -265,6 +265,37 @@ def test_json_version_field_selects_the_metric_version(reg):
     with pytest.raises(UploadRejected) as info:
         parser.parse_json(body, "screen")
     assert info.value.reason == "unknown_version"
+    # with the fingerprint, "version" must agree with it (also on /v1/reports, where the fingerprint decides)
+    for metric in ("screen", None):
+        both = {"fingerprint": v2.fingerprint.hex(), "version": 2, "reports": [_json_report(v2)]}
+        assert parser.parse_json(json.dumps(both).encode(), metric).version is v2
+        with pytest.raises(UploadRejected) as info:
+            parser.parse_json(json.dumps({**both, "version": 1}).encode(), metric)
+        assert (info.value.status, info.value.reason) == (400, "version_mismatch")
+        assert "screen@2" in info.value.detail
+    for bad in ("2", 2.0, True, 0, -1, 1 << 40, None, [2]):
+        with pytest.raises(UploadRejected) as info:
+            parser.parse_json(json.dumps({"version": bad, "reports": [_json_report(v2)]}).encode(), "screen")
+        assert info.value.reason == "malformed_json", bad
+
+
+def test_json_report_numbers_must_be_strings(reg):
+    parser = UploadParser(reg, 100)
+    dest = reg.metric("dest").version(1)
+    fp = dest.fingerprint.hex()
+    ok = {"fingerprint": fp, "reports": [{"a0": "1", "a1": "2", "z": "0"}]}
+    assert len(parser.parse_json(json.dumps(ok).encode(), None).batch) == 1
+    for field in ("a0", "a1", "z"):
+        for number in (1, 0, 1.5, 10 ** 50):
+            doc = {"fingerprint": fp, "reports": [{**ok["reports"][0], field: number}]}
+            with pytest.raises(UploadRejected) as info:
+                parser.parse_json(json.dumps(doc).encode(), None)
+            assert info.value.reason == "malformed_json" and "JSON number" in info.value.detail, (field, number)
+            assert len(info.value.detail) < 300
+    huge = ('{"fingerprint": "%s", "reports": [{"a0": %s, "a1": "2", "z": "0"}]}' % (fp, "7" * 4301)).encode()
+    with pytest.raises(UploadRejected) as info:
+        parser.parse_json(huge, None)
+    assert info.value.reason == "malformed_json" and len(info.value.detail) < 300
 
 
 # ------------------------------------------------------------------------------- HTTP transport

@@ -78,6 +78,9 @@ METRICS: tuple[Metric, ...] = (
        "served metric versions and their parameters (value 1)"),
     _m("ocms_latest_bucket_start_timestamp_seconds", "gauge", "metric,version", "global",
        "start of the latest complete bucket"),
+    # The surge alert's baseline (issue 28; its margin is ocms_estimate_noise_floor_ratio of the latest bucket).
+    _m("ocms_estimate_previous_ci_upper_ratio", "gauge", "metric,version,value", "global",
+       "CI upper bound of the frequency in the bucket before the latest complete one"),
     # Discovery (agents/discovery.py, docs/discovery.md): every worker runs the same periodic pass over
     # the source topic's window, so the results are global; the reports it acks are per worker.
     _m("ocms_discovered_frequency", "gauge", "metric,value", "global", "estimated frequency of a discovered value"),

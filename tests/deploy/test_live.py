@@ -180,10 +180,15 @@ scrape_configs:
     sizes = {"dest": 10_000, "build": 20_000, "carrier": 2_000}
     try:
         messages = []
+        now_ms = int(time.time() * 1000)
         for seed, (name, n) in enumerate(sizes.items()):
             version = registry.metric(name).latest
             d = version.params.dictionary_size
-            messages += report_messages(version.params, (rng.zipf(1.2, n) - 1) % d, 100, seed=8 + seed)
+            # dest and build: event times over the last 10 minutes, so every 1-minute bucket of the run holds
+            # reports and the bucket before the latest exports its bounds (the surge alert's baseline)
+            spread = None if name == "carrier" else [now_ms - int(t) for t in rng.integers(0, 600_000, n // 100)]
+            messages += report_messages(version.params, (rng.zipf(1.2, n) - 1) % d, 100, seed=8 + seed,
+                                        timestamps_ms=spread)
         words = discovery_of(registry.metric("words").latest)
         messages += [Message(frame, b"gw-words") for frame in simulate_discovery_messages(
             words.domain, words.params_by_level, LIVE_WORDS, rng, frame_size=100)]

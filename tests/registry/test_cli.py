@@ -131,7 +131,8 @@ def test_plan_registry(tmp_path, capsys):
     lines = out.splitlines()
     assert "predictions at n=10,000" in lines[0]
     assert lines[1].split()[:6] == ["metric", "version", "epsilon", "mechanism", "m", "field"]
-    assert [line.split()[0] for line in lines[2:]] == ["app_launches", "build_id"]
+    assert [line.split()[0] for line in lines[2:4]] == ["app_launches", "build_id"]
+    assert lines[4].startswith("fakes for 1% / for floor: ") and len(lines) == 5  # the legend, no note
     code, out, _ = run(capsys, "plan", "--registry", str(path), "--metric", "app_launches", "--json")
     doc = json.loads(out)
     (record,) = doc["metrics"]

@@ -1,0 +1,499 @@
+"""Exactly-once retries across collector restarts and replicas (docs/collector.md, "Retries").
+
+An upload retried with its ``Idempotency-Key`` must be counted once even when the collector
+that took the first attempt was killed after Kafka stored the frame but before the 202 left,
+or when the retry reaches another replica. Every collector shares one ordered log: partition 0
+of a collector-only topic (``--idempotency-topic``, default ``<source topic>-idempotency``):
+
+* **listing** (one per frame that holds uploads with a key): the frame's random nonce (also a
+  Kafka header of the frame, one per frame), the partition it goes to and an offset below it,
+  the producing collector (transactional id and producer incarnation), a coarse time, and the
+  keyed hashes of the keys of its uploads. Written *before* the frame.
+* **outcome**: the frame was stored (``S``) or never will be (``X``).
+
+Every collector applies the log in its order (:class:`ListingLog`, the same result everywhere):
+a listing takes a key only if no earlier listing holds it (pending or stored); otherwise the
+listing is void for that key. The producing collector reads the log up to its own listing
+before producing the frame and takes the uploads whose key the listing did not take out of it
+(202 replayed if the holder is stored, 503 ``idempotency_pending`` while it is in doubt).
+
+A listing in doubt (its collector died after writing it) is settled by fencing: frames are
+produced by a transactional producer, used only so that starting a producer with the same
+transactional id bumps the epoch and the broker refuses the dead one's sends from then on.
+After the fence, the nonce is looked for in the listed partition: found or not found is final,
+and the outcome is written to the log. The worker is unchanged: it reads every appended frame
+(``read_uncommitted``), so "appended" is "counted", on Apache Kafka and on the embedded Tansu
+broker alike (whose ``read_committed`` shows aborted records).
+
+Nothing of this links a report to its upload in the reports topic: a frame carries one random
+nonce (no more than its own offset says), and no key, hash, count or time of an upload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import logging
+import os
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+
+from cms_core.errors import OCMSError
+
+log = logging.getLogger(__name__)
+
+#: The Kafka header of a frame holding its nonce (16 random bytes, one per frame).
+FRAME_HEADER = "ocms-frame"
+NONCE_BYTES = 16
+KEY_HASH_BYTES = 16
+#: listing: kind, nonce, partition, lower offset, time (s), incarnation, owner length; then owner, keys.
+_LISTING = struct.Struct(">c16sIQQ8sH")
+_OUTCOME = struct.Struct(">c16s")
+LISTING, STORED, FAILED = b"F", b"S", b"X"
+#: The tail's fetch wait: Tansu does not answer a waiting fetch when records arrive (Kafka does), so a
+#: short wait is what bounds how soon a collector reads its own listing back (about 1-5 ms here).
+TAIL_FETCH_WAIT_MS = 5
+
+
+class IdempotencyPending(OCMSError):
+    """The key's earlier attempt is in doubt and cannot be settled yet (answer 503, retry later)."""
+
+    def __init__(self, detail: str, retry_after: float):
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+
+class KeyHeld(OCMSError):
+    """An upload left its frame: an earlier listing holds its key (``stored``: replay the 202)."""
+
+    def __init__(self, stored: bool):
+        super().__init__("stored by an earlier attempt" if stored else "an earlier attempt is in doubt")
+        self.stored = stored
+
+
+def key_hash(secret: bytes, application: str, key: str) -> bytes:
+    """The keyed hash of an upload's Idempotency-Key that the log holds (never the key itself)."""
+    return hashlib.blake2b(f"{application}\x00{key}".encode(), key=secret, digest_size=KEY_HASH_BYTES,
+                           person=b"ocms-idem-v1").digest()
+
+
+def encode_listing(nonce: bytes, owner: str, incarnation: bytes, partition: int, lower: int, time_s: int,
+                   keys: list[bytes]) -> bytes:
+    name = owner.encode()
+    return _LISTING.pack(LISTING, nonce, partition, lower, time_s, incarnation, len(name)) + name + b"".join(keys)
+
+
+def encode_outcome(nonce: bytes, stored: bool) -> bytes:
+    return _OUTCOME.pack(STORED if stored else FAILED, nonce)
+
+
+@dataclass(eq=False)
+class Listing:
+    nonce: bytes
+    owner: str
+    incarnation: bytes
+    partition: int
+    lower: int
+    time: int
+    keys: tuple
+    offset: int
+    seen_at: float
+    valid: set = field(default_factory=set)
+    status: str = "pending"  # pending | stored | failed
+
+
+def decode_listing(value: bytes, offset: int, seen_at: float) -> Listing:
+    _, nonce, partition, lower, time_s, incarnation, size = _LISTING.unpack_from(value)
+    start = _LISTING.size + size
+    rest = value[start:]
+    if len(rest) % KEY_HASH_BYTES:
+        raise ValueError("key hashes are not whole")
+    keys = tuple(rest[i:i + KEY_HASH_BYTES] for i in range(0, len(rest), KEY_HASH_BYTES))
+    return Listing(nonce, value[_LISTING.size:start].decode(), incarnation, partition, lower, time_s, keys, offset, seen_at)
+
+
+class ListingLog:
+    """What every collector computes from the log, in its order (so every collector agrees).
+
+    A listing takes each of its keys that no earlier listing holds (pending or stored; a failed
+    listing releases its keys). Listings older than ``window`` seconds (by the log's own times)
+    and the oldest beyond ``max_keys`` held keys are forgotten, also in log order.
+    """
+
+    def __init__(self, window_s: float, max_keys: int, clock=time.monotonic):
+        self.window_s = window_s
+        self.max_keys = max_keys
+        self.clock = clock
+        self.frames: collections.OrderedDict[bytes, Listing] = collections.OrderedDict()
+        self.holders: dict[bytes, Listing] = {}
+        self.held = 0
+        self.bad_records = 0
+
+    def __len__(self) -> int:
+        return len(self.holders)
+
+    def holder(self, key: bytes) -> Listing | None:
+        return self.holders.get(key)
+
+    def apply(self, offset: int, value: bytes) -> Listing | None:
+        """Apply one record; the listing it adds or settles, if any."""
+        try:
+            kind = value[:1]
+            if kind == LISTING:
+                listing = decode_listing(value, offset, self.clock())
+            elif kind in (STORED, FAILED):
+                _, nonce = _OUTCOME.unpack(value)
+                return self._outcome(nonce, kind == STORED)
+            else:
+                raise ValueError(f"unknown record kind {kind!r}")
+        except (ValueError, struct.error, UnicodeDecodeError) as exc:
+            self.bad_records += 1
+            log.warning("idempotency log offset %d: not a collector record (%s); skipped", offset, exc)
+            return None
+        if listing.nonce in self.frames:
+            return None  # a duplicate append (a producer retry): the first one counts
+        self._expire(listing.time)
+        for key in listing.keys:
+            holder = self.holders.get(key)
+            if holder is None or holder.status == "failed":
+                self.holders[key] = listing
+                listing.valid.add(key)
+        self.frames[listing.nonce] = listing
+        self.held += len(listing.valid)
+        while self.held > self.max_keys and self.frames:
+            self._drop(next(iter(self.frames)))
+        return listing
+
+    def _outcome(self, nonce: bytes, stored: bool) -> Listing | None:
+        listing = self.frames.get(nonce)
+        if listing is None or listing.status != "pending":
+            return None  # forgotten, or settled already (every settler finds the same)
+        listing.status = "stored" if stored else "failed"
+        if not stored:
+            for key in listing.valid:
+                if self.holders.get(key) is listing:
+                    del self.holders[key]
+        return listing
+
+    def _expire(self, now_s: int) -> None:
+        while self.frames:
+            nonce, first = next(iter(self.frames.items()))
+            if first.time >= now_s - self.window_s:
+                break
+            self._drop(nonce)
+
+    def _drop(self, nonce: bytes) -> None:
+        listing = self.frames.pop(nonce)
+        self.held -= len(listing.valid)
+        for key in listing.valid:
+            if self.holders.get(key) is listing:
+                del self.holders[key]
+
+
+def default_instance_id(port: int) -> str | None:
+    """``host:port`` (unique among live collectors: one process per port), None for a random port."""
+    return f"{socket.gethostname()}:{port}" if port else None
+
+
+class SharedIdempotency:
+    """The log's I/O for one collector: append, tail (into a :class:`ListingLog`), settle, fence, scan."""
+
+    def __init__(self, settings, metrics, *, clock=time.monotonic):
+        self.settings = settings
+        self.metrics = metrics
+        self.topic = settings.idempotency_topic
+        instance = settings.instance_id or default_instance_id(settings.port) or os.urandom(8).hex()
+        #: the transactional id of this collector's frame producer (the same across its restarts)
+        self.owner = f"ocms-collector-{instance}"
+        secret = b""
+        if settings.idempotency_secret_file:
+            with open(settings.idempotency_secret_file, "rb") as f:
+                secret = f.read().strip()
+        self._secret = secret[:64]
+        self.grace_s = 2 * settings.kafka_timeout_ms / 1000 + 2.0
+        self.state = ListingLog(settings.idempotency_window_seconds, settings.idempotency_max_keys, clock)
+        self.clock = clock
+        self.enabled = True
+        self.ready = False
+        self.outlet = None  # the KafkaOutlet producing the frames (set by it)
+        self.local: dict[bytes, asyncio.Future] = {}  # nonce -> stored? (listings of this process)
+        self._awaiting: dict[bytes, asyncio.Future] = {}  # nonce -> its Listing once applied
+        self._applied = -1
+        self._waiters: list[tuple[int, asyncio.Future]] = []
+        self._settling: dict[bytes, asyncio.Task] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._producer = None
+        self._tail: asyncio.Task | None = None
+
+    # ----------------------------------------------------------------- keys
+    def key_hash(self, application: str, key: str) -> bytes:
+        """The keyed hash of an upload's key (what the log holds; never the key)."""
+        return key_hash(self._secret, application, key)
+
+    def holder(self, key: bytes) -> Listing | None:
+        return self.state.holder(key)
+
+    # ------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        from producer.broker import create_topics
+
+        s = self.settings
+        retention_ms = max(1, 2 * s.idempotency_window_seconds) * 1000
+        while True:
+            try:
+                await create_topics(s.bootstrap_servers, {self.topic: 1},
+                                    configs={self.topic: {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}})
+                break
+            except Exception as exc:
+                if "partitions" in str(exc):  # exists with more partitions: partition 0 is the log
+                    log.warning("idempotency topic %s: %s; using its partition 0", self.topic, exc)
+                    break
+                log.info("idempotency topic %s not created yet: %s: %s", self.topic, type(exc).__name__, exc)
+                await asyncio.sleep(s.retry_after_seconds)
+        self._producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, acks="all", linger_ms=0,
+                                          client_id="ocms-collector-log", request_timeout_ms=s.kafka_timeout_ms)
+        await self._producer.start()
+        self._tail = asyncio.create_task(self._tail_loop(), name="ocms-collector-idempotency-tail")
+
+    async def close(self) -> None:
+        for task in [self._tail, *self._settling.values(), *self._tasks]:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in [self._tail, *self._settling.values(), *self._tasks] if t is not None),
+                             return_exceptions=True)
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+
+    def disable(self, why: str) -> None:
+        log.warning("exactly-once retries are off: %s; a retry is answered once only by the collector process "
+                    "that took its first attempt", why)
+        self.enabled = False
+
+    # ------------------------------------------------------------------ log
+    async def append(self, values: list[bytes]) -> list[int]:
+        """Append records (acks=all); their offsets."""
+        producer = self._producer
+        if producer is None:
+            raise ConnectionError("the idempotency log is closed")
+        futures = [await producer.send(self.topic, value, partition=0) for value in values]
+        return [(await f).offset for f in futures]
+
+    def expect(self, nonce: bytes) -> asyncio.Future:
+        """A future of this nonce's Listing, resolved when the tail applies it."""
+        future = self._awaiting[nonce] = asyncio.get_running_loop().create_future()
+        return future
+
+    def forget(self, nonce: bytes) -> None:
+        self._awaiting.pop(nonce, None)
+
+    def record_outcome(self, nonce: bytes, stored: bool) -> None:
+        """This process knows a listing's outcome: tell waiters here, and the log (in the background)."""
+        future = self.local.get(nonce)  # dropped when the tail applies the outcome
+        if future is not None and not future.done():
+            future.set_result(stored)
+        self._spawn(self._append_quietly(encode_outcome(nonce, stored)))
+
+    async def _append_quietly(self, value: bytes) -> None:
+        try:
+            await self.append([value])
+        except Exception as exc:  # the outcome is found again by whoever settles the listing
+            log.debug("outcome not written to the idempotency log: %s: %s", type(exc).__name__, exc)
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def applied(self, offset: int) -> None:
+        """Return once the tail applied the log up to ``offset``."""
+        if self._applied >= offset:
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, future))
+        await future
+
+    async def _tail_loop(self) -> None:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        s = self.settings
+        consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None, enable_auto_commit=False,
+                                    auto_offset_reset="earliest", fetch_max_wait_ms=TAIL_FETCH_WAIT_MS,
+                                    client_id="ocms-collector-tail", isolation_level="read_uncommitted")
+        tp = TopicPartition(self.topic, 0)
+        try:
+            while True:
+                try:
+                    await consumer.start()
+                    break
+                except Exception as exc:
+                    log.info("idempotency log not readable yet: %s: %s", type(exc).__name__, exc)
+                    await asyncio.sleep(s.retry_after_seconds)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            while True:
+                got = await consumer.getmany(tp, timeout_ms=1000)
+                for message in got.get(tp, ()):
+                    if message.offset <= self._applied:
+                        # the log starts over (a broker that lost its data): what it said is gone
+                        log.warning("idempotency log %s went back from offset %d to %d; reading it afresh",
+                                    self.topic, self._applied, message.offset)
+                        self.state = ListingLog(self.state.window_s, self.state.max_keys, self.clock)
+                    listing = self.state.apply(message.offset, message.value)
+                    if listing is not None:
+                        if listing.status == "pending":
+                            future = self._awaiting.pop(listing.nonce, None)
+                            if future is not None and not future.done():
+                                future.set_result(listing)
+                        else:
+                            self.local.pop(listing.nonce, None)
+                    self._applied = message.offset
+                highwater = consumer.highwater(tp)
+                if highwater is not None and highwater <= self._applied:
+                    # shorter than what was read: a broker that lost its data (the embedded one keeps it in
+                    # memory); the embedded broker answers a fetch past the end with nothing, not an error
+                    log.warning("idempotency log %s ends at %d, before offset %d read earlier; reading it afresh",
+                                self.topic, highwater, self._applied)
+                    self.state = ListingLog(self.state.window_s, self.state.max_keys, self.clock)
+                    self._applied = -1
+                    await consumer.seek_to_beginning(tp)
+                    continue
+                if len(self.local) > 2 * len(self.state.frames) + 1000:  # outcomes never written back
+                    self.local = {n: f for n, f in self.local.items() if n in self.state.frames or not f.done()}
+                if self._waiters:
+                    waiting = []
+                    for offset, future in self._waiters:
+                        if offset <= self._applied:
+                            if not future.done():
+                                future.set_result(None)
+                        else:
+                            waiting.append((offset, future))
+                    self._waiters = waiting
+                if not self.ready:
+                    highwater = consumer.highwater(tp)
+                    if highwater is not None and await consumer.position(tp) >= highwater:
+                        self.ready = True
+                        log.info("idempotency log %s read: %d keys held", self.topic, len(self.state))
+                self.metrics.idempotency_keys.set(len(self.state))
+        finally:
+            await consumer.stop()
+
+    # --------------------------------------------------------------- settle
+    async def settle(self, listing: Listing) -> bool:
+        """Whether the listing's frame is stored (True) or never will be (False), settled if need be.
+
+        Raises IdempotencyPending when that cannot be known yet (answer 503 and let the client retry).
+        """
+        if listing.status != "pending":
+            return listing.status == "stored"
+        task = self._settling.get(listing.nonce)
+        if task is None:
+            task = self._settling[listing.nonce] = asyncio.create_task(self._settle(listing))
+            task.add_done_callback(lambda _t, n=listing.nonce: self._settling.pop(n, None))
+        return await asyncio.shield(task)
+
+    async def _settle(self, listing: Listing) -> bool:
+        outlet = self.outlet
+        timeout = self.settings.kafka_timeout_ms / 1000
+        if listing.owner == self.owner and outlet is not None and listing.incarnation == outlet.incarnation:
+            # this producer's own frame: its outcome is known here when its transaction ends
+            future = self.local.get(listing.nonce)
+            if future is None:
+                raise IdempotencyPending("the earlier attempt's frame is not known here", 1)
+            try:
+                stored = await asyncio.wait_for(asyncio.shield(future), timeout)
+            except TimeoutError:
+                raise IdempotencyPending("the earlier attempt is still waiting for Kafka", 1) from None
+            if listing.status == "pending":  # its outcome is known here: in the log before a new listing
+                await self.append([encode_outcome(listing.nonce, stored)])
+            return stored
+        if listing.owner == self.owner:
+            # an earlier producer of this collector (a killed process, or this one before its producer was
+            # renewed): the current producer's start fenced it, so the partition says what is final
+            if outlet is None or outlet.producer is None or not outlet.available:
+                raise IdempotencyPending("this collector's producer is not ready", self.settings.retry_after_seconds)
+        else:
+            age = self.clock() - listing.seen_at
+            if age < self.grace_s:
+                # its collector may be alive and about to say what became of it
+                raise IdempotencyPending("an earlier attempt at another collector is in doubt", self.grace_s - age)
+            await asyncio.wait_for(self.fence(listing.owner), timeout * 3)
+        stored = await asyncio.wait_for(self.scan(listing.partition, listing.lower, listing.nonce), timeout * 6)
+        await self.append([encode_outcome(listing.nonce, stored)])  # before a new listing of the key
+        self.metrics.idempotency_settled.labels("stored" if stored else "failed").inc()
+        log.info("settled an in-doubt frame of %s: %s", listing.owner, "stored" if stored else "never stored")
+        return stored
+
+    async def settle_predecessors(self, incarnation: bytes) -> None:
+        """Settle the pending listings of earlier producers of this collector's id (a killed process,
+        or this one before a renewal), once the log is read: the producer started as ``incarnation``
+        fenced them, so their partitions say what is final. Retries then find outcomes, and no other
+        replica needs to fence this collector for them."""
+        while not self.ready:
+            await asyncio.sleep(0.1)
+        await self.applied(self._applied)
+        for listing in list(self.state.frames.values()):
+            outlet = self.outlet
+            if outlet is None or outlet.incarnation != incarnation:
+                return  # renewed again meanwhile: the next call does it
+            if listing.status == "pending" and listing.owner == self.owner and listing.incarnation != incarnation:
+                try:
+                    await self.settle(listing)
+                except Exception as exc:  # a retry settles it later
+                    log.info("a predecessor's frame not settled yet: %s: %s", type(exc).__name__, exc)
+
+    async def fence(self, owner: str) -> None:
+        """Bump ``owner``'s producer epoch: the broker refuses that producer's sends from now on."""
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(bootstrap_servers=self.settings.bootstrap_servers, transactional_id=owner,
+                                    client_id="ocms-collector-fence", request_timeout_ms=self.settings.kafka_timeout_ms)
+        try:
+            await producer.start()
+        finally:
+            await producer.stop()
+
+    async def scan(self, partition: int, lower: int, nonce: bytes) -> bool:
+        """Whether a frame with this nonce is in the source topic's ``partition`` at or after ``lower``.
+
+        Reads up to the partition's high watermark as seen after the call began (so after a fence)."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        s = self.settings
+        consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None, enable_auto_commit=False,
+                                    auto_offset_reset="earliest", fetch_max_wait_ms=50, client_id="ocms-collector-scan",
+                                    isolation_level="read_uncommitted", max_partition_fetch_bytes=4 << 20)
+        tp = TopicPartition(s.source_topic, partition)
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            consumer.seek(tp, lower)
+            while True:
+                got = await consumer.getmany(tp, timeout_ms=500)
+                for message in got.get(tp, ()):
+                    for name, value in message.headers or ():
+                        if name == FRAME_HEADER and value == nonce:
+                            return True
+                highwater = consumer.highwater(tp)
+                if highwater is not None and await consumer.position(tp) >= highwater:
+                    return False
+        finally:
+            await consumer.stop()
+
+    async def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        """Offsets at or below each partition's end (the embedded broker answers too low, never too high)."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.bootstrap_servers, group_id=None,
+                                    enable_auto_commit=False, client_id="ocms-collector-offsets")
+        await consumer.start()
+        try:
+            ends = await consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
+            return {tp.partition: offset for tp, offset in ends.items()}
+        finally:
+            await consumer.stop()

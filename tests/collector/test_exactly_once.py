@@ -1,0 +1,261 @@
+"""Exactly-once retries across collector restarts and replicas (collector/exactly_once.py).
+
+The promise: a device that retries an upload with its Idempotency-Key until it gets a 202 has
+its reports counted once, whichever collector process answered which attempt, and whatever
+was killed in between. Checked as multisets of raw records (the topic against what got a 202)
+and, with SIGKILLs under load, against the real worker's count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from cms_core import wire
+from collector.exactly_once import (
+    FAILED, FRAME_HEADER, STORED, ListingLog, encode_listing, encode_outcome, key_hash,
+)
+from collector.kafka_internals import drift
+from producer.broker import EmbeddedBroker
+
+from .harness import CollectorProcess, consume_all, records_of, request, serving_worker, single_messages
+from .loadgen import RetryingLoad
+
+
+# ------------------------------------------------------------------------ the log's rules (no broker)
+def key(n: int) -> bytes:
+    return n.to_bytes(16, "big")
+
+
+def listing(nonce: int, keys, time_s: int = 1000, owner: str = "ocms-collector-a") -> bytes:
+    return encode_listing(nonce.to_bytes(16, "big"), owner, b"incarnat", 0, 0, time_s, [key(k) for k in keys])
+
+
+def test_the_first_listing_of_a_key_holds_it_until_it_fails():
+    log = ListingLog(window_s=900, max_keys=1000)
+    first = log.apply(0, listing(1, [1, 2]))
+    assert first.valid == {key(1), key(2)} and log.holder(key(1)) is first
+    second = log.apply(1, listing(2, [2, 3]))
+    assert second.valid == {key(3)}, "key 2 is held by the pending first listing: void in the second"
+    log.apply(2, encode_outcome((1).to_bytes(16, "big"), stored=False))
+    assert first.status == "failed" and log.holder(key(1)) is None and log.holder(key(2)) is None
+    third = log.apply(3, listing(3, [2]))
+    assert third.valid == {key(2)}, "a failed listing releases its keys to later listings"
+    log.apply(4, encode_outcome((3).to_bytes(16, "big"), stored=True))
+    fourth = log.apply(5, listing(4, [2]))
+    assert fourth.valid == set() and log.holder(key(2)).status == "stored"
+    # a settled listing stays settled: every settler finds the same, the first outcome counts
+    log.apply(6, encode_outcome((3).to_bytes(16, "big"), stored=False))
+    assert third.status == "stored"
+
+
+def test_the_log_forgets_by_its_own_times_and_by_the_key_bound():
+    log = ListingLog(window_s=100, max_keys=3)
+    log.apply(0, listing(1, [1], time_s=1000))
+    log.apply(1, listing(2, [2], time_s=1050))
+    log.apply(2, listing(3, [3], time_s=1101))  # listing 1 (t=1000) is older than the window now
+    assert log.holder(key(1)) is None and log.holder(key(2)) is not None
+    log.apply(3, listing(4, [4, 5], time_s=1102))  # 4 keys held > 3: the oldest listing goes
+    assert log.holder(key(2)) is None and {k for k in range(6) if log.holder(key(k))} == {3, 4, 5}
+    assert len(log) == 3
+
+
+def test_the_log_skips_duplicates_and_foreign_records():
+    log = ListingLog(window_s=900, max_keys=1000)
+    first = log.apply(0, listing(1, [1]))
+    assert log.apply(1, listing(1, [1])) is None, "a producer retry's duplicate append"
+    assert log.apply(2, b"not a collector record") is None
+    assert log.apply(3, b"F" + b"\x00" * 10) is None
+    assert log.bad_records == 2 and log.holder(key(1)) is first
+
+
+def test_kafka_internals_match_the_installed_aiokafka():
+    assert drift() == []
+
+
+# --------------------------------------------------------------------------- against a broker
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker() as b:
+        b.create_topics({"eo-doubt": 2, "eo-replicas": 4, "eo-kill": 4})
+        yield b
+
+
+def produce(bootstrap: str, records: list[tuple[str, int, bytes, list]]) -> None:
+    """(topic, partition, value, headers) appended by a plain producer (a 'dead collector')."""
+    from aiokafka import AIOKafkaProducer
+
+    async def run():
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        await producer.start()
+        try:
+            for topic, partition, value, headers in records:
+                await producer.send_and_wait(topic, value, partition=partition, headers=headers)
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+def topic_counter(broker, topic, version) -> Counter:
+    return Counter(r for record in consume_all(broker.bootstrap_servers, topic) for r in records_of(record.value, version))
+
+
+def log_outcomes(broker, topic) -> list[bytes]:
+    return [r.value[:1] for r in consume_all(broker.bootstrap_servers, topic) if r.value[:1] in (STORED, FAILED)]
+
+
+@pytest.mark.integration
+def test_an_in_doubt_attempt_of_a_killed_predecessor_is_settled_by_the_partition(broker, registry_path, dest, tmp_path):
+    """A collector killed after listing two uploads: one's frame reached Kafka (its 202 was lost), the
+    other's did not. The restarted collector (same instance id: its producer fenced the old one) answers
+    the first's retry with the stored 202 and stores the second's once."""
+    topic, owner = "eo-doubt", "ocms-collector-doubt-a"
+    now = int(time.time())
+    stored_body = b"".join(single_messages(dest, 3, seed=11))
+    lost_body = b"".join(single_messages(dest, 2, seed=12))
+    stored_key, lost_key = secrets.token_urlsafe(18), secrets.token_urlsafe(18)
+    stored_nonce, lost_nonce = os.urandom(16), os.urandom(16)
+    frame = wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, dest.fingerprint, 3) + b"".join(
+        records_of(m, dest)[0] for m in single_messages(dest, 3, seed=11))
+    produce(broker.bootstrap_servers, [
+        (topic + "-idempotency", 0, encode_listing(stored_nonce, owner, b"old-proc", 1, 0, now,
+                                                   [key_hash(b"", "", stored_key)]), []),
+        (topic + "-idempotency", 0, encode_listing(lost_nonce, owner, b"old-proc", 0, 0, now,
+                                                   [key_hash(b"", "", lost_key)]), []),
+        (topic, 1, frame, [(FRAME_HEADER, stored_nonce)]),
+    ])
+    with CollectorProcess(registry_path, broker.bootstrap_servers, topic, tmp_path, "--instance-id", "doubt-a") as c:
+        # settled at start, before any retry (so no other replica has to fence this collector for them)
+        deadline = time.monotonic() + 30
+        while sorted(log_outcomes(broker, topic + "-idempotency")) != sorted([FAILED, STORED]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sorted(log_outcomes(broker, topic + "-idempotency")) == sorted([FAILED, STORED])
+        status, doc, headers = request(c.url + "/v1/reports", stored_body, headers={"Idempotency-Key": stored_key})
+        assert (status, doc["accepted"], headers.get("Idempotent-Replayed")) == (202, 3, "true"), doc
+        status, doc, headers = request(c.url + "/v1/reports", lost_body, headers={"Idempotency-Key": lost_key})
+        assert (status, doc["accepted"], headers.get("Idempotent-Replayed")) == (202, 2, None), doc
+        status, doc, headers = request(c.url + "/v1/reports", lost_body, headers={"Idempotency-Key": lost_key})
+        assert (status, headers.get("Idempotent-Replayed")) == (202, "true")
+    in_kafka = topic_counter(broker, topic, dest)
+    expected = Counter(r for m in (stored_body, lost_body) for r in records_of_messages(m, dest))
+    assert in_kafka == expected, "each upload once: the stored frame is not produced again, the lost one is"
+
+
+def records_of_messages(body: bytes, version) -> list[bytes]:
+    size = wire.HEADER_SIZE + wire.record_size(version.params)
+    return [r for i in range(0, len(body), size) for r in records_of(body[i:i + size], version)]
+
+
+@pytest.mark.integration
+def test_an_in_doubt_attempt_of_another_collector_waits_then_is_fenced_and_settled(broker, registry_path, dest,
+                                                                                   tmp_path):
+    """Another collector listed the upload and went silent: its replica answers 503 idempotency_pending
+    (Retry-After) while that collector may still be finishing, then fences it and reads the partition."""
+    topic = "eo-doubt"
+    body = b"".join(single_messages(dest, 4, seed=21))
+    upload_key, nonce = secrets.token_urlsafe(18), os.urandom(16)
+    before = topic_counter(broker, topic, dest)
+    produce(broker.bootstrap_servers, [
+        (topic + "-idempotency", 0, encode_listing(nonce, "ocms-collector-ghost", b"ghostinc", 0, 0, int(time.time()),
+                                                   [key_hash(b"", "", upload_key)]), [])])
+    with CollectorProcess(registry_path, broker.bootstrap_servers, topic, tmp_path, "--instance-id", "doubt-b",
+                          "--kafka-timeout-ms", "1000") as c:
+        status, doc, headers = request(c.url + "/v1/reports", body, headers={"Idempotency-Key": upload_key})
+        assert (status, doc["reason"]) == (503, "idempotency_pending"), doc
+        assert int(headers["Retry-After"]) >= 1
+        deadline = time.monotonic() + 30
+        while status != 202 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            status, doc, headers = request(c.url + "/v1/reports", body, headers={"Idempotency-Key": upload_key})
+        assert status == 202, doc
+        assert headers.get("Idempotent-Replayed") is None, "the ghost's frame never reached Kafka: stored now"
+    assert topic_counter(broker, topic, dest) - before == Counter(records_of_messages(body, dest))
+
+
+def post_both(urls: list[str], body: bytes, upload_key: str) -> list[int]:
+    """The same attempt at every replica at once (a client that gave up on one and tried another)."""
+    out: list = [None] * len(urls)
+
+    def one(i):
+        out[i] = request(urls[i], body, headers={"Idempotency-Key": upload_key})[0]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(urls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
+
+
+@pytest.mark.integration
+def test_concurrent_attempts_at_two_replicas_store_each_upload_once(broker, registry_path, dest, tmp_path):
+    topic = "eo-replicas"
+    with CollectorProcess(registry_path, broker.bootstrap_servers, topic, tmp_path, "--instance-id", "rep-a",
+                          "--kafka-timeout-ms", "1000") as a, \
+            CollectorProcess(registry_path, broker.bootstrap_servers, topic, tmp_path, "--instance-id", "rep-b",
+                             "--kafka-timeout-ms", "1000") as b:
+        urls = [a.url + "/v1/reports", b.url + "/v1/reports"]
+        sent: Counter = Counter()
+        answers: Counter = Counter()
+        for i in range(40):
+            body = b"".join(single_messages(dest, 2, seed=1000 + i))
+            upload_key = secrets.token_urlsafe(18)
+            statuses = post_both(urls, body, upload_key)
+            answers.update(statuses)
+            assert set(statuses) <= {202, 503}, statuses
+            deadline = time.monotonic() + 30
+            while 202 not in statuses and time.monotonic() < deadline:  # both in doubt: retry like a device
+                time.sleep(0.2)
+                statuses = [request(urls[i % 2], body, headers={"Idempotency-Key": upload_key})[0] for i in range(2)]
+            assert 202 in statuses
+            sent.update(records_of_messages(body, dest))
+    assert topic_counter(broker, topic, dest) == sent, "each upload stored once though both replicas took it"
+    assert answers[202] >= 40
+
+
+@pytest.fixture(scope="module")
+def kill_worker(broker, registry_path, tmp_path_factory):
+    with serving_worker(registry_path, "dest", 1, broker.bootstrap_servers, "eo-kill",
+                        tmp_path_factory.mktemp("worker")) as w:
+        yield w
+
+
+@pytest.mark.integration
+def test_sigkill_under_load_with_retrying_devices_counts_every_upload_once(broker, registry_path, dest, kill_worker,
+                                                                           tmp_path):
+    """SIGKILL the collector under load until at least two uploads whose frame reached Kafka lost
+    their 202 to a kill (the case that was stored twice), at least 4 and at most 20 kills; devices retry each
+    upload with its key until a 202. Then: the topic holds exactly the accepted reports, the worker
+    counts exactly them."""
+    collector = CollectorProcess(registry_path, broker.bootstrap_servers, "eo-kill", tmp_path,
+                                 "--instance-id", "kill-a").start()
+    collector.wait_healthy()
+    load = RetryingLoad(collector.url + "/v1/reports", dest, concurrency=24, per_upload=4, seed=7).start()
+    kills = 0
+    try:
+        while kills < 20 and (kills < 4 or sum(o.replayed and o.cut_off for o in list(load.log.outcomes)) < 2):
+            load.log.wait_for_accepted(100)
+            collector.kill()
+            kills += 1
+            collector.start()
+            collector.wait_healthy()
+        load.log.wait_for_accepted(100)
+    finally:
+        log = load.stop()
+        collector.stop()
+    assert load.unfinished == 0 and set(log.statuses()) == {202}, log.statuses()
+    accepted = log.records(202)
+    in_kafka = topic_counter(broker, "eo-kill", dest)
+    lost, doubled = accepted - in_kafka, in_kafka - accepted
+    assert (sum(lost.values()), sum(doubled.values())) == (0, 0), f"lost {sum(lost.values())}, doubled {sum(doubled.values())}"
+    replayed_after_kill = sum(o.replayed and o.cut_off for o in log.outcomes)
+    assert replayed_after_kill >= 1, f"no 202 was lost to a kill in {kills} kills: the test proved nothing"
+    total = sum(accepted.values())
+    assert kill_worker.wait_for_n(total)["n"] == total, "the worker counts exactly the accepted reports"

@@ -15,13 +15,13 @@ timeout); real Kafka keeps Kafka's usual timeouts.
 from __future__ import annotations
 
 from argparse import Namespace
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from cms_core.errors import InvalidParameterError
 from registry import Registry
-from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, METRIC_SETTINGS, REGISTRY, Setting, choice, integer,
-                            markdown_table, metrics_from_args, number, resolve, text, topic, update_markdown_table)
+from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, METRIC_SETTINGS, REGISTRY, Setting, check_fields, choice,
+                            integer, markdown_table, metrics_from_args, number, resolve, table_main, text, topic)
 
 TABLE_NAME = "ocms-counts"
 
@@ -152,15 +152,7 @@ def worker_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> 
     return settings, metrics
 
 
-def _check_declarations() -> None:
-    """WorkerSettings has a field for every worker-wide setting (and no undeclared one)."""
-    declared = {s.name for s in WORKER_ROWS} - {"broker"} | {"embedded_broker"}
-    have = {f.name for f in fields(WorkerSettings)} - {"labels"}
-    if have != declared:
-        raise AssertionError(f"WorkerSettings fields and WORKER_ROWS differ: {sorted(have ^ declared)}")
-
-
-_check_declarations()
+check_fields(WorkerSettings, {s.name for s in WORKER_ROWS} - {"broker"} | {"embedded_broker"})
 
 #: The README's table of ``ocms worker``'s settings sits between these markers.
 README_MARKER = "settings-table"
@@ -170,11 +162,7 @@ def readme_table() -> str:
     return markdown_table(SETTINGS)
 
 
-if __name__ == "__main__":  # pragma: no cover
+if __name__ == "__main__":  # pragma: no cover - python -m agents.settings [--update-readme [README.md]]
     import sys
 
-    if sys.argv[1:2] == ["--update-readme"]:  # python -m agents.settings --update-readme [README.md]
-        path = sys.argv[2] if len(sys.argv) > 2 else "README.md"
-        print("updated" if update_markdown_table(path, README_MARKER, readme_table()) else "up to date")
-    else:
-        print(readme_table())
+    table_main(sys.argv[1:], "--update-readme", "README.md", README_MARKER, readme_table())

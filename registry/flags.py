@@ -251,9 +251,8 @@ def add_flags(parser, settings: Iterable[Setting], *, env: bool = False,
             kwargs["metavar"] = setting.metavar or name.upper()
             if setting.kind == "list":
                 kwargs["action"] = "append"
-            if setting.choices:
-                kwargs["choices"] = setting.choices
-                kwargs.pop("metavar")
+            if setting.choices:  # shown as argparse shows choices; checked by resolve: one line naming the flag
+                kwargs["metavar"] = "{" + ",".join(setting.choices) + "}"
         options = [setting.flag] + ([setting.short] if setting.short else [])
         parser.add_argument(*options, **kwargs)
 
@@ -266,7 +265,7 @@ def markdown_table(settings: Iterable[Setting]) -> str:
         if s.choices:
             flag += " " + "\\|".join(s.choices)
         elif s.kind != "switch":
-            flag += f" {s.metavar or s.name.upper()}"
+            flag += " " + (s.metavar or s.name.upper()).replace("|", "\\|")
         rows.append(f"| {flag} | `{s.env}` | {s.default_description} | {s.help.replace('|', '/')} |")
     return "\n".join(rows)
 
@@ -283,6 +282,22 @@ def update_markdown_table(path: str | Path, marker: str, table: str) -> bool:
     if new != old:
         path.write_text(new, encoding="utf-8")
     return new != old
+
+
+def check_fields(cls, names: Iterable[str]) -> None:
+    """``cls``, a frozen settings dataclass, has a field for each setting of ``names`` and no other (but
+    ``labels``): a setting declared without a field, or a field without its declaration, fails at import."""
+    have, declared = {f.name for f in dataclasses.fields(cls)} - {"labels"}, set(names)
+    if have != declared:
+        raise AssertionError(f"{cls.__name__} fields and its declared settings differ: {sorted(have ^ declared)}")
+
+
+def table_main(argv: Sequence[str], option: str, path: str, marker: str, table: str) -> None:
+    """``python -m MODULE``: print a settings table; ``python -m MODULE OPTION [PATH]``: rewrite it in PATH."""
+    if argv[:1] == [option]:
+        print("updated" if update_markdown_table(argv[1] if len(argv) > 1 else path, marker, table) else "up to date")
+    else:
+        print(table)
 
 
 def generated_table(path: str | Path, marker: str) -> str | None:

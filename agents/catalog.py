@@ -29,7 +29,7 @@ from cms_core import OCMSParams, TrackedValues
 from cms_core.errors import InvalidParameterError
 from cms_core.values import value_to_json
 
-from .query import Answer, ApiError, EstimateService, Estimator, Job, check_query, show
+from .query import Answer, ApiError, EstimateService, Estimator, Job, check_query, parse_options, show
 from .view import CountsView
 
 
@@ -222,7 +222,7 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
     if endpoint == "estimate_value" and not any(answers):
         services[-1].value_index(value)  # raises the version's 404 naming the value
     work = sum(a.work for a in answers if a is not None)
-    confidence = float(query.get("confidence", "0.95"))
+    confidence = parse_options(query).confidence
     tracked_names = entry.tracked_names
     multiplier = theory.one_sided_z(theory.bonferroni_level(confidence, tracked_names))
 

@@ -21,6 +21,7 @@ from cms_core import discovery
 from cms_core.errors import OCMSError
 from cms_core.values import value_to_json
 from producer.cli import int_at_least
+from registry.flags import DEFAULT_SOURCE_TOPIC
 
 from .discovery import DEFAULT_EXPORTED_VALUES, DiscoveryCollector, DiscoveryService
 from .discovery_pass import discovery_document, group_by_level, read_topic_window
@@ -186,7 +187,7 @@ def add_discover_parser(sub) -> None:
     p.add_argument("--from", dest="start", metavar="TIME", help="window start (ISO 8601 with zone), with --bootstrap-servers")
     p.add_argument("--to", dest="stop", metavar="TIME", help="window end (exclusive)")
     p.add_argument("--bootstrap-servers", help="Kafka to read the window from")
-    p.add_argument("--topic", default="ocms-reports", help="the reports topic (default ocms-reports)")
+    p.add_argument("--topic", default=DEFAULT_SOURCE_TOPIC, help=f"the reports topic (default {DEFAULT_SOURCE_TOPIC})")
     p.add_argument("--alpha", type=_probability, default=0.05,
                    help="family-wise probability of any false discovery (default 0.05)")
     p.add_argument("--confidence", type=_probability, default=0.95, help="CI level of the estimates (default 0.95)")

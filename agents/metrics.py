@@ -26,10 +26,11 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from cms_core.sketch import EstimateOptions
 from cms_core.values import value_to_json
 
 from .processor import REJECT_REASONS
-from .query import ANSWER_RECORDS_DROPPED, EstimateOptions, Window, select, top_indices
+from .query import ANSWER_RECORDS_DROPPED, Window, select, top_indices
 
 # ``*_created`` series double the scrape size and no dashboard or rule uses them.
 disable_created_metrics()
@@ -324,14 +325,14 @@ class EstimatesCollector:
         before the latest seldom changes)."""
         width = latest.width
         previous = Window("previous_bucket", width, latest.start - width, latest.start)
-        n, counts = service.counts(service.fingerprint, previous)
+        n, counts = service.counts(previous)
         if not n or service.withheld(n):
             return
         key = (previous.start, n, options)
         cached = self._previous.get(service.fingerprint)
         if cached is None or cached[0] != key:
             cached = self._previous[service.fingerprint] = (
-                key, service.estimate(service.fingerprint, n, counts, options).ci_high)
+                key, service.estimate(n, counts, options).ci_high)
         upper = cached[1]
         for index in chosen:
             family.add_metric(names + [service.name_of(value_to_json(service.labels[index]))], float(upper[index]))

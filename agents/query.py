@@ -40,7 +40,7 @@ from prometheus_client import Counter as PrometheusCounter
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, postprocess
 from cms_core.errors import InvalidValueError, OCMSError
 from cms_core.records import noise_fields
-from cms_core.sketch import INTERVALS, Estimates
+from cms_core.sketch import INTERVALS, EstimateOptions, Estimates
 from cms_core.values import value_to_json
 
 from .state import TOTAL_WIDTH, bucket_start
@@ -167,30 +167,24 @@ def parse_int(name: str, raw: str, lo: int, hi: int) -> int:
     return value
 
 
-@dataclass(frozen=True)
-class EstimateOptions:
-    confidence: float = 0.95
-    interval: str = "normal"
-    postprocess: str = "none"
-
-    @classmethod
-    def parse(cls, query: Mapping[str, str]) -> "EstimateOptions":
-        confidence = 0.95
-        if "confidence" in query:
-            raw = query["confidence"]
-            try:
-                confidence = float(raw)
-            except ValueError:
-                raise ApiError("confidence", f"{show(raw)} is not a number") from None
-            if not 0.0 < confidence < 1.0:  # NaN fails too
-                raise ApiError("confidence", f"{show(raw)} must be a number in (0, 1)")
-        interval = query.get("interval", "normal")
-        if interval not in INTERVALS:
-            raise ApiError("interval", f"{show(interval)} is not one of {', '.join(INTERVALS)}")
-        method = query.get("postprocess", "none")
-        if method not in postprocess.METHODS:
-            raise ApiError("postprocess", f"{show(method)} is not one of {', '.join(postprocess.METHODS)}")
-        return cls(confidence, interval, method)
+def parse_options(query: Mapping[str, str]) -> EstimateOptions:
+    """The ``confidence``, ``interval`` and ``postprocess`` of a query; a bad one is a 400 naming it."""
+    confidence = EstimateOptions.confidence
+    if "confidence" in query:
+        raw = query["confidence"]
+        try:
+            confidence = float(raw)
+        except ValueError:
+            raise ApiError("confidence", f"{show(raw)} is not a number") from None
+        if not 0.0 < confidence < 1.0:  # NaN fails too
+            raise ApiError("confidence", f"{show(raw)} must be a number in (0, 1)")
+    interval = query.get("interval", EstimateOptions.interval)
+    if interval not in INTERVALS:
+        raise ApiError("interval", f"{show(interval)} is not one of {', '.join(INTERVALS)}")
+    method = query.get("postprocess", EstimateOptions.postprocess)
+    if method not in postprocess.METHODS:
+        raise ApiError("postprocess", f"{show(method)} is not one of {', '.join(postprocess.METHODS)}")
+    return EstimateOptions(confidence, interval, method)
 
 
 @dataclass(frozen=True)
@@ -676,7 +670,7 @@ class EstimateService:
 
     def _prepare(self, endpoint: str, query: Mapping[str, str], value: str | None) -> Answer:
         fp = self.resolve_params(query)
-        options = EstimateOptions.parse(query)
+        options = parse_options(query)
         d = self.d
         if endpoint == "trend":
             return self._prepare_trend(fp, options, query)

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from cms_core.errors import OCMSError
+from registry.flags import DEFAULT_SOURCE_TOPIC
 
 from .process import WorkerChild, WorkerNotHealthy
 from .run_collector import CollectorChild
@@ -50,7 +51,6 @@ from .run_discovery import DiscoveryFleetResult, discovery_fleet, discovery_line
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: How long the last table waits for the worker to count every report sent (--duration).
 CATCH_UP_TIMEOUT_S = 60.0
-DEFAULT_TOPIC = "ocms-reports"
 
 
 class StopRequested(Exception):
@@ -701,7 +701,7 @@ def run(args) -> int:
         check_port_free(collector_port, "--collector-port")
     seed = args.seed if args.seed is not None else secrets.randbelow(1 << 31)
     run_id = time.strftime("%Y%m%d-%H%M%S")
-    topic = args.topic or (DEFAULT_TOPIC if not args.bootstrap_servers else f"ocms-run-{run_id}")
+    topic = args.topic or (DEFAULT_SOURCE_TOPIC if not args.bootstrap_servers else f"ocms-run-{run_id}")
     app_id = "ocms-run" if not args.bootstrap_servers else f"ocms-run-{run_id}"
     web_port = args.web_port or free_port()
     base = f"http://127.0.0.1:{web_port}"

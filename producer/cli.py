@@ -304,12 +304,13 @@ def _check_writable(flag: str, path: str | None) -> None:
 def cmd_estimate(args) -> int:
     """One body for the flags' metric and a registry's: the captures decoded with the metric version's
     parameters and tracked set (producer.offline.run_estimate)."""
-    from producer.offline import EstimateOptions, run_estimate
+    from cms_core.sketch import EstimateOptions
+    from producer.offline import run_estimate
 
     registry = metrics_from_args(args)
     version = version_from_args(args, registry)
-    options = EstimateOptions(args.confidence, args.interval, args.postprocess, args.strict)
-    return run_estimate(version, registry, args.inputs, options)
+    options = EstimateOptions(args.confidence, args.interval, args.postprocess)
+    return run_estimate(version, registry, args.inputs, options, strict=args.strict)
 
 
 def _topic_partitions(specs: list[str]) -> dict[str, int]:

@@ -25,6 +25,7 @@ from typing import Callable, Iterable, TextIO
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, wire
 from cms_core.errors import OCMSError
 from cms_core.records import estimate_records, noise_fields
+from cms_core.sketch import EstimateOptions
 from cms_core.reports import ReportBatch
 
 from .capture import CaptureDamage, CaptureReader, read_capture
@@ -208,14 +209,6 @@ def diagnose(version, registry, result: DecodeResult, *, flags: bool) -> list[st
     return lines
 
 
-@dataclass(frozen=True)
-class EstimateOptions:
-    confidence: float = 0.95
-    interval: str = "normal"
-    postprocess: str = "none"
-    strict: bool = False
-
-
 def estimate_document(params: OCMSParams, result: DecodeResult, options: EstimateOptions) -> dict:
     """The JSON answer: header plus one record per tracked value (cms_core.records, as the HTTP API)."""
     sketch = result.sketch
@@ -263,7 +256,7 @@ def named_document(version, doc: dict) -> dict:
     return {"metric": version.metric, "version": version.version, **doc}
 
 
-def run_estimate(version, registry, paths: Iterable[str | Path], options: EstimateOptions, *,
+def run_estimate(version, registry, paths: Iterable[str | Path], options: EstimateOptions, *, strict: bool = False,
                  err: TextIO | None = None, prog: str = "ocms estimate") -> int:
     """``ocms estimate`` of one metric version (the flags' metric or a registry's): JSON on stdout, warnings on
     ``err``; returns the exit status.
@@ -289,7 +282,7 @@ def run_estimate(version, registry, paths: Iterable[str | Path], options: Estima
                "see above") if result.rejected else "the captures hold no complete message"
         print(f"{prog}: error: nothing counted: {why} (exit {EXIT_NOTHING_COUNTED})", file=err)
         return EXIT_NOTHING_COUNTED
-    if options.strict and result.damage:
+    if strict and result.damage:
         print(f"{prog}: error: --strict: {len(result.damage)} capture file(s) damaged (exit {EXIT_NOTHING_COUNTED})",
               file=err)
         return EXIT_NOTHING_COUNTED

@@ -10,11 +10,12 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from agents.query import ESTIMATE_COST, MAX_TREND_POINTS, ApiError, EstimateOptions, Window, parse_time, top_indices
+from agents.query import ESTIMATE_COST, MAX_TREND_POINTS, ApiError, Window, parse_options, parse_time, top_indices
 from agents.state import BucketKey, PartialCounts, bucket_start
 from agents.view import CountsView
 from cms_core import OCMSParams, OCMSSketch, ReportBatch, TrackedValues, kernel
 from cms_core.privatize import simulate_reports
+from cms_core.sketch import EstimateOptions
 from cms_core.values import value_to_json
 from tests.agents.routes import Routes
 
@@ -327,7 +328,7 @@ def test_options_flow_through_to_the_sketch():
     doc = SERVICE.trend({"value": "3", "from": str(LATEST), "to": str(CUR), "interval": "chernoff"})
     assert doc["interval"] == "chernoff"
     assert doc["points"][0] == expected_point(FP1, n, counts, 3, LATEST, CUR, interval="chernoff")
-    assert EstimateOptions.parse({}) == EstimateOptions(0.95, "normal", "none")
+    assert parse_options({}) == EstimateOptions(0.95, "normal", "none")
 
 
 def test_empty_counts_give_value_and_zero_only():

@@ -1,7 +1,7 @@
 """Device -> collector -> Kafka -> worker, exact; and SIGKILLs of the collector under load.
 
-The worker is the real OCMSWorker built from the registry version's parameters
-(tests/collector/registry_worker.py). Expectations are integers: the worker's n
+The worker is the real one serving the registry
+(``ocms worker --registry``, tests/collector/harness.py). Expectations are integers: the worker's n
 and match counts against an offline decode of exactly what was delivered.
 """
 

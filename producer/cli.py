@@ -20,7 +20,7 @@ import sys
 from cms_core.errors import InvalidParameterError, OCMSError
 from registry.flags import (DEFAULT_SOURCE_TOPIC, FLAGS_PATH, PARAMETER_SETTINGS, TRACKED_SETTINGS, add_metric_flags,
                             metrics_from_args, version_from_args)
-from registry.output import text_table, write_stdout
+from registry.output import status, text_table, write_stdout
 from registry.values_file import MAX_WHOLE_DICTIONARY
 
 
@@ -226,18 +226,6 @@ def cmd_simulate(args) -> int:
     return 0
 
 
-def status(line: str) -> None:
-    """A command's status line goes to stderr: stdout may be the data (``--out -``, ``--truth -``, a pipe)."""
-    print(line, file=sys.stderr, flush=True)
-
-
-def output_name(path: str) -> str:
-    """How a summary names an output: ``-`` is standard output."""
-    from producer.capture import is_stdio
-
-    return "standard output" if is_stdio(path) else path
-
-
 def check_outputs(args) -> None:
     """``--out`` and ``--truth`` of ``ocms simulate``: a directory that exists (``-`` is standard output, for one
     of them only), checked before any work."""
@@ -257,6 +245,7 @@ def run_simulation(args, settings):
     import asyncio
 
     from producer import simulator
+    from producer.capture import output_name
 
     broker = None
     bootstrap = args.bootstrap_servers

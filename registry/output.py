@@ -20,6 +20,11 @@ def utf8_stdout() -> None:
         stream.reconfigure(encoding="utf-8", errors="backslashreplace")
 
 
+def status(line: str) -> None:
+    """A command's status line goes to stderr: stdout may be the data (``--out -``, ``--truth -``, a pipe)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def write_stdout(text: str) -> None:
     """Write to stdout; a closed pipe (``ocms estimate ... | head``) ends the command quietly
     (exit 0) instead of in a traceback, and nothing more is written to the dead pipe."""

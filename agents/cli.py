@@ -60,18 +60,17 @@ def wait_for_kafka(bootstrap: str, make_coroutine, log, first_delay: float = KAF
 
 
 def cmd_worker(args) -> int:
-    import asyncio
     import logging
-
-    from .app import OCMSWorker, prepare_topics
 
     if args.parent_pid is not None:
         from .process import watch_parent
 
         watch_parent(args.parent_pid)
-    settings, metrics = worker_settings_from_args(args)
+    settings, metrics = worker_settings_from_args(args)  # bad flags fail before Faust is even imported
     if settings.embedded_broker and not settings.bootstrap_servers:
         raise OCMSError("--broker embedded needs --bootstrap-servers of a running `ocms broker` (or use `ocms run`)")
+    from .app import OCMSWorker, prepare_topics
+
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     worker = OCMSWorker(settings, metrics)  # builds the tracked sets: bad values fail before touching Kafka
     from .run import check_port_free

@@ -213,6 +213,8 @@ def cmd_simulate(args) -> int:
         if version.discovery is None:
             raise OCMSError(f"--discovery: metric {version.metric!r} version {version.version} declares no "
                             "'discovery:' block")
+        if args.collector is not None:
+            raise OCMSError("--discovery sends to Kafka (--bootstrap-servers): drop --collector")
         return simulate_discovery(args, version)
     dataset = dataset_for(version, dataset, flags=registry.path == FLAGS_PATH)
     reports = args.reports if args.reports is not None or args.duration is not None else 100_000
@@ -220,7 +222,8 @@ def cmd_simulate(args) -> int:
         params=version.params, dataset=dataset, reports=reports, duration_s=args.duration, rate=args.rate,
         devices=args.devices, frame_size=args.frame_size, seed=args.seed,
     )
-    result, where = run_simulation(args, settings)
+    # a collector serves registry metrics only: the flags' metric has none to upload to
+    result, where = run_simulation(args, settings, metric=None if registry.path == FLAGS_PATH else version.metric)
     status(f"{version.binding} (fingerprint {version.fingerprint.hex()}): sent {result.reports:,} reports in "
            f"{result.messages:,} messages to {where} in {result.seconds:.2f} s: {result.reports_per_second:,.0f} reports/s")
     return 0
@@ -238,15 +241,18 @@ def check_outputs(args) -> None:
             _check_writable(flag, path)
 
 
-def run_simulation(args, settings):
+def run_simulation(args, settings, metric: str | None = None):
     """Run the simulated fleet ``settings`` as the ``simulate`` flags say (``--embedded-broker``,
-    ``--bootstrap-servers``, ``--topic``, ``--partitions``, ``--out``, ``--truth``, ``--progress``);
-    returns the :class:`SimulationResult` and where the reports went, for the summary line."""
+    ``--bootstrap-servers``, ``--topic``, ``--partitions``, ``--collector``, ``--out``, ``--truth``,
+    ``--progress``); ``metric``: the registry metric the reports are (the collector's upload path).
+    Returns the :class:`SimulationResult` and where the reports went, for the summary line."""
     import asyncio
 
     from producer import simulator
     from producer.capture import output_name
 
+    if args.collector is not None:
+        return _upload_simulation(args, settings, metric)
     broker = None
     bootstrap = args.bootstrap_servers
     if args.embedded_broker:
@@ -273,6 +279,41 @@ def run_simulation(args, settings):
     if args.truth:
         simulator.write_truth(args.truth, settings, result)
     where = " and ".join(x for x in [f"{bootstrap}/{args.topic}" if bootstrap else "",
+                                     output_name(args.out) if args.out else ""] if x)
+    return result, where
+
+
+def _upload_simulation(args, settings, metric: str | None):
+    """``simulate --collector URL``: every message uploaded to the collector, as devices do (a 202
+    means it is in Kafka); the collector produces to its own topic."""
+    import asyncio
+
+    from producer import simulator
+    from producer.capture import output_name
+    from producer.reporter import HttpTransport
+
+    if metric is None:
+        raise OCMSError(f"--collector {args.collector}: needs --registry and --metric (a collector accepts "
+                        "registry metrics only)")
+    if args.bootstrap_servers or args.embedded_broker:
+        given = "--bootstrap-servers" if args.bootstrap_servers else "--embedded-broker"
+        raise OCMSError(f"--collector and {given} are exclusive: the collector sends the reports to Kafka")
+    if not args.collector.startswith(("http://", "https://")):
+        raise OCMSError(f"--collector {args.collector}: expected the collector's http:// or https:// URL")
+
+    async def upload() -> simulator.SimulationResult:
+        transport = HttpTransport(args.collector, metric=metric)
+        await transport.start()
+        try:
+            return await simulator.run(settings, transport=transport, upload_concurrency=args.upload_concurrency,
+                                       out=args.out, progress=args.progress)
+        finally:
+            await transport.stop()
+
+    result = asyncio.run(upload())
+    if args.truth:
+        simulator.write_truth(args.truth, settings, result)
+    where = " and ".join(x for x in [f"the collector {args.collector} (metric {metric})",
                                      output_name(args.out) if args.out else ""] if x)
     return result, where
 
@@ -366,6 +407,8 @@ class KafkaUnreachableError(OCMSError, RuntimeError):
 
 def add_producer_commands(sub) -> None:
     """Add ``plan``, ``simulate``, ``estimate`` and ``broker`` to the ``ocms`` subparsers."""
+    from producer import simulator
+
     plan = sub.add_parser("plan", help="choose parameters and predict accuracy / reports needed",
                           description="Choose the OCMS+RR parameters devices and workers use (mechanism, hash range m, "
                                       "field, report size) for an epsilon and a dictionary, and predict the accuracy "
@@ -415,6 +458,11 @@ def add_producer_commands(sub) -> None:
     simulate.add_argument("--topic", default=DEFAULT_SOURCE_TOPIC,
                           help=f"Kafka topic the reports go to, with --bootstrap-servers (default {DEFAULT_SOURCE_TOPIC})")
     simulate.add_argument("--partitions", type=int_at_least(1), default=4, help="partitions when creating the topic")
+    simulate.add_argument("--collector", metavar="URL",
+                          help="upload every message to this ocms collector (http://host:8080) as devices do, instead "
+                               "of producing to Kafka; needs --registry and --metric (docs/collector.md)")
+    simulate.add_argument("--upload-concurrency", type=int_at_least(1), default=simulator.UPLOAD_CONCURRENCY,
+                          metavar="N", help=f"uploads in flight with --collector (default {simulator.UPLOAD_CONCURRENCY})")
     simulate.add_argument("--out", help="also write a capture file (length-prefixed wire messages); - for standard "
                           "output (the status line goes to stderr)")
     simulate.add_argument("--truth", help="write the ground truth (true counts per value) as JSON; - for standard output")

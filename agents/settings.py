@@ -34,7 +34,7 @@ def store(raw, label: str) -> str:
 
 
 #: While a full micro-batch's checkpoint runs, the intake may grow the next batch to this many
-#: times batch_max_reports before it waits (group commit: agents.app.OCMSWorker.batch_full).
+#: times batch_max_reports before it waits (group commit: agents.checkpoint.Checkpoint.batch_full).
 BATCH_GROWTH_UNDER_LOAD = 8
 
 #: ``--registry`` as the worker reads it (also OCMS_REGISTRY).
@@ -68,6 +68,9 @@ WORKER_ROWS: tuple[Setting, ...] = (
     Setting("web_port", "port of the HTTP API and /metrics", integer(1, 65_535), default=6066, metavar="PORT"),
     Setting("store", "table store: memory:// or rocksdb://PATH (production; extra rocksdb)", store,
             default="memory://", metavar="URL"),
+    Setting("view", "counts this worker's view holds: all (every worker answers from its own view) or share (the "
+            "metrics of its assigned partitions; queries for others are forwarded to their holder; docs/capacity.md)",
+            choice("all", "share"), default="all", choices=("all", "share")),
     Setting("discovery_window_seconds", "with --registry: each discovery pass reads this much of the source "
             "topic, up to now (metrics with a discovery: block; docs/discovery.md)", integer(1, 366 * 86_400),
             default=3600, metavar="SECONDS"),
@@ -101,6 +104,8 @@ class WorkerSettings:
     web_host: str
     web_port: int
     store: str
+    #: "all": the view holds every metric; "share": the metrics of the assigned partitions (agents.shards).
+    view: str
     discovery_window_seconds: int
     discovery_interval_seconds: float
     log_level: str

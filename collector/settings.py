@@ -5,7 +5,8 @@ From the one tuple :data:`SETTINGS` come the flags (:func:`registry.flags.add_fl
 default; a bad value raises :class:`InvalidParameterError` naming the flag or variable the user
 gave) and docs/collector.md's configuration table (:func:`docs_table`; a test keeps them equal,
 ``python -m collector.settings --update-docs`` rewrites it). Shared names keep the worker's
-variables (``OCMS_REGISTRY``, ``OCMS_BOOTSTRAP_SERVERS``, ``OCMS_SOURCE_TOPIC``, ``OCMS_LOG_LEVEL``);
+variables (``OCMS_REGISTRY``, ``OCMS_BOOTSTRAP_SERVERS``, ``OCMS_BROKER``, ``OCMS_SOURCE_TOPIC``,
+``OCMS_LOG_LEVEL``);
 every other one is ``OCMS_COLLECTOR_<NAME>`` (``--port`` is ``OCMS_COLLECTOR_PORT``).
 :class:`CollectorSettings` is the frozen, validated result.
 """
@@ -17,13 +18,14 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from cms_core.errors import InvalidParameterError
+from producer.kafka import KAFKA, PROFILES, BrokerProfile, broker_profile
 from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, Setting, check_fields, choice, existing_file, integer,
                             markdown_table, number, resolve, switch, table_main, text, topic)
 
 #: The event loop ``ocms collector`` runs on: uvloop (libuv) unless turned off.
 EVENT_LOOPS = ("uvloop", "asyncio")
 #: Settings whose variable is the worker's (the same value for both processes).
-SHARED = ("registry", "bootstrap_servers", "source_topic", "log_level")
+SHARED = ("registry", "bootstrap_servers", "broker", "source_topic", "log_level")
 
 
 def _origins(raw, label: str) -> tuple[str, ...]:
@@ -53,6 +55,8 @@ SETTINGS: tuple[Setting, ...] = (
     _row("bootstrap_servers", "Kafka bootstrap address", text, metavar="HOST:PORT[,HOST:PORT]",
          default_text="required"),
     _row("source_topic", "topic the frames go to", topic, DEFAULT_SOURCE_TOPIC, metavar="TOPIC"),
+    _row("broker", "the broker's profile: what the Kafka clients do differently there (README, operating notes)",
+         broker_profile, KAFKA, default_text="kafka", choices=tuple(PROFILES)),
     _row("host", "listen address (0.0.0.0 in a container)", text, "127.0.0.1", metavar="HOST"),
     _row("port", "listen port; 0 = a free port, printed", integer(0, 65_535), 8080, metavar="PORT"),
     _row("tls_cert", "PEM certificate chain: serve HTTPS (or terminate TLS in a reverse proxy)", existing_file,
@@ -66,10 +70,12 @@ SETTINGS: tuple[Setting, ...] = (
          1_000_000, metavar="N"),
     _row("frame_max_reports", "most reports per Kafka frame", integer(1, 1 << 20), 10_000, metavar="N"),
     _row("frame_max_latency_ms", "longest a report waits for its frame", number(), 5.0, metavar="MS"),
-    _row("kafka_timeout_ms", "Kafka request timeout: an upload caught by an outage waits about this long",
+    _row("kafka_timeout_ms", "Kafka request timeout; an upload waits at most twice this for its frame's "
+         "acknowledgement (one request and one re-send), else 503",
          integer(100, 600_000), 5000, metavar="MS"),
     _row("kafka_idempotence", "Kafka's idempotent producer, so a frame re-sent after a lost answer is stored "
-         "once (auto: on when the broker supports it; the embedded Tansu broker does not)",
+         "once (auto: the broker profile's, on for Apache Kafka, none on the embedded Tansu broker; off when the "
+         "broker refuses it)",
          choice("auto", "on", "off"), "auto", choices=("auto", "on", "off")),
     _row("retry_after_seconds", "Retry-After of 503 answers (Kafka unavailable, queue full) and the Kafka probe "
          "interval", integer(1, 3600), 2, metavar="SECONDS"),
@@ -120,6 +126,7 @@ class CollectorSettings:
     registry: str
     bootstrap_servers: str
     source_topic: str
+    broker: BrokerProfile
     host: str
     port: int
     tls_cert: str | None

@@ -33,7 +33,7 @@ SOURCE = "unit-source"
 
 @pytest.fixture
 def worker(monkeypatch):
-    settings = WorkerSettings.build(embedded_broker=True, app_id="unit-app", source_topic=SOURCE)
+    settings = WorkerSettings.build(broker="embedded", app_id="unit-app", source_topic=SOURCE)
     worker = OCMSWorker(settings, metrics_from_flags(epsilon=2, dictionary_size=1000, tracked_range="0:100"))
     worker.untracked, worker.owned = [], {0, 1}
     consumer = SimpleNamespace(untrack=worker.untracked.append,

@@ -24,8 +24,9 @@ def test_env_then_overrides_and_frozen():
     version = metrics.metrics[0].latest
     assert (s.bootstrap_servers, s.partitions, version.tracked_count, version.watch) == ("k:9092", 2, 1000,
                                                                                          ("1", "2", "3"))
-    assert s.session_timeout_s == 30.0
-    assert WorkerSettings.build(embedded_broker=True).session_timeout_s == 3.0
+    assert s.broker.session_timeout_s == s.session_timeout_s == 30.0
+    assert WorkerSettings.build(broker="embedded").session_timeout_s == 3.0
+    assert WorkerSettings.build(broker="embedded", session_timeout_seconds="6").session_timeout_s == 6.0
     with pytest.raises(AttributeError):
         s.partitions = 3
 
@@ -66,7 +67,7 @@ def test_defaults_come_from_the_declarations():
     for setting in WORKER_ROWS:
         if hasattr(s, setting.name) and setting.name != "bootstrap_servers":
             assert getattr(s, setting.name) == setting.default, setting.name
-    assert s.embedded_broker is False
+    assert s.broker.name == "kafka"
 
 
 def test_parameter_set_from_flags_and_environment():

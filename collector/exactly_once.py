@@ -238,10 +238,10 @@ class SharedIdempotency:
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        from producer.kafka import broker_profile, create_topics, make_producer
+        from producer.kafka import create_topics, make_producer
 
         s = self.settings
-        profile = broker_profile(s.broker)
+        profile = s.broker
         retention_ms = max(1, 2 * s.idempotency_window_seconds) * 1000
         while True:
             try:
@@ -320,10 +320,10 @@ class SharedIdempotency:
     async def _tail_loop(self) -> None:
         from aiokafka import TopicPartition
 
-        from producer.kafka import broker_profile, make_consumer
+        from producer.kafka import make_consumer
 
         s = self.settings
-        consumer = make_consumer(s.bootstrap_servers, profile=broker_profile(s.broker), auto_offset_reset="earliest",
+        consumer = make_consumer(s.bootstrap_servers, profile=s.broker, auto_offset_reset="earliest",
                                  fetch_max_wait_ms=TAIL_FETCH_WAIT_MS, client_id="ocms-collector-tail",
                                  isolation_level="read_uncommitted")
         tp = TopicPartition(self.topic, 0)
@@ -450,10 +450,10 @@ class SharedIdempotency:
 
     async def fence(self, owner: str) -> None:
         """Bump ``owner``'s producer epoch: the broker refuses that producer's sends from now on."""
-        from producer.kafka import broker_profile, make_producer
+        from producer.kafka import make_producer
 
         s = self.settings
-        producer = make_producer(s.bootstrap_servers, broker_profile(s.broker), idempotent=True, transactional_id=owner,
+        producer = make_producer(s.bootstrap_servers, s.broker, idempotent=True, transactional_id=owner,
                                  client_id="ocms-collector-fence", request_timeout_ms=s.kafka_timeout_ms)
         try:
             await producer.start()
@@ -466,10 +466,10 @@ class SharedIdempotency:
         Reads up to the partition's high watermark as seen after the call began (so after a fence)."""
         from aiokafka import TopicPartition
 
-        from producer.kafka import broker_profile, make_consumer
+        from producer.kafka import make_consumer
 
         s = self.settings
-        consumer = make_consumer(s.bootstrap_servers, profile=broker_profile(s.broker), auto_offset_reset="earliest",
+        consumer = make_consumer(s.bootstrap_servers, profile=s.broker, auto_offset_reset="earliest",
                                  fetch_max_wait_ms=50, client_id="ocms-collector-scan",
                                  isolation_level="read_uncommitted", max_partition_fetch_bytes=4 << 20)
         tp = TopicPartition(s.source_topic, partition)
@@ -493,10 +493,10 @@ class SharedIdempotency:
         """Offsets at or below each partition's end (the embedded broker answers too low, never too high)."""
         from aiokafka import TopicPartition
 
-        from producer.kafka import broker_profile, make_consumer
+        from producer.kafka import make_consumer
 
         s = self.settings
-        consumer = make_consumer(s.bootstrap_servers, profile=broker_profile(s.broker), client_id="ocms-collector-offsets")
+        consumer = make_consumer(s.bootstrap_servers, profile=s.broker, client_id="ocms-collector-offsets")
         await consumer.start()
         try:
             ends = await consumer.end_offsets([TopicPartition(topic, p) for p in partitions])

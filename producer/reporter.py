@@ -69,6 +69,8 @@ from cms_core.privatize import privatize
 from cms_core.values import encode_value
 from cms_core.wire import encode_report
 
+from .kafka import KAFKA, BrokerProfile, aiokafka_producer
+from .kafka import producer_config as kafka_producer_config
 from .ledger import PrivacyLedger
 
 log = logging.getLogger(__name__)
@@ -131,12 +133,6 @@ def value_key(params: OCMSParams, element: int) -> bytes:
     return params.fingerprint + element.to_bytes(params.coefficient_bytes, "big")
 
 
-def _default_producer_factory(**config):
-    from aiokafka import AIOKafkaProducer
-
-    return AIOKafkaProducer(**config)
-
-
 @dataclass
 class _Item:
     message: bytes
@@ -149,10 +145,11 @@ class DeviceReporter:
     """Privatize values and deliver them to ``topic`` keyed by ``device_key``.
 
     Args:
-        params: the topic's OCMSParams (each report costs ``params.epsilon``; report with
-            ``report(value)``), or a :class:`registry.Registry`: report with
+        params: a :class:`registry.Registry`: report with
             ``report(metric, value_name)``, each metric with its newest live version
-            (``"name@N"`` picks live version N) at that version's ε.
+            (``"name@N"`` picks live version N) at that version's ε; or an OCMSParams, the
+            one-metric registry of ``metric`` (each report costs ``params.epsilon``; report
+            with ``report(value)``).
         bootstrap_servers: Kafka bootstrap servers ("host:port[,host:port]").
         topic: the reports topic (pre-created).
         device_key: opaque bytes used as the Kafka key (partitioning); links
@@ -171,6 +168,7 @@ class DeviceReporter:
         retry_backoff_s, max_backoff_s: exponential backoff base and cap (jittered).
         max_in_flight: sends awaiting acknowledgement at once.
         request_timeout_s: aiokafka's per-send timeout.
+        profile: the broker's profile (:mod:`producer.kafka`): the idempotent producer where it has one.
         producer_factory: ``factory(**config)`` returning an object with
             ``start()``, ``stop()`` and ``send_and_wait(topic, value, key=)``;
             defaults to :class:`aiokafka.AIOKafkaProducer` (tests inject fakes).
@@ -197,26 +195,32 @@ class DeviceReporter:
         max_backoff_s: float = 5.0,
         max_in_flight: int = 16,
         request_timeout_s: float = 30.0,
+        profile: BrokerProfile = KAFKA,
         producer_factory: Callable[..., Any] | None = None,
         producer_config: dict | None = None,
         transport: "HttpTransport | None" = None,
     ):
-        from registry import Registry
+        from registry import Registry, single_metric_registry
 
-        self.registry: Registry | None = None
-        if isinstance(params, Registry):
-            if metric is not None:
-                raise InvalidParameterError("metric", metric, "is not taken with a registry: each report names its "
-                                                              "metric (report(metric, value)); select with metrics=[...]")
-            self.registry, self._versions = params, _registry_versions(params, metrics)
-            params = None
-            if transport is not None and transport.metric is not None and set(self._versions) != {transport.metric}:
-                raise InvalidParameterError("transport", transport.url, "posts to one metric's URL; a registry "
-                                            "reporter of several metrics needs HttpTransport(url) without metric=")
-        elif not isinstance(params, OCMSParams):
+        # Always a registry: a bare OCMSParams is a one-metric registry whose metric is the ledger account
+        # (its parameters used as given), reported with ``report(value)``.
+        self.one_metric = isinstance(params, OCMSParams)
+        if self.one_metric:
+            if metrics is not None:
+                raise InvalidParameterError("metrics", metrics, "is only taken with a registry (params is an OCMSParams)")
+            if not isinstance(metric, str) or not metric:
+                raise InvalidParameterError("metric", metric, "must be a non-empty string (the ledger account)")
+            params = single_metric_registry([params], [None], name=metric, path="<reporter>")
+        elif not isinstance(params, Registry):
             raise InvalidParameterError("params", type(params).__name__, "must be an OCMSParams or a registry.Registry")
-        elif metrics is not None:
-            raise InvalidParameterError("metrics", metrics, "is only taken with a registry (params is an OCMSParams)")
+        elif metric is not None:
+            raise InvalidParameterError("metric", metric, "is not taken with a registry: each report names its "
+                                                          "metric (report(metric, value)); select with metrics=[...]")
+        self.registry, self._versions = params, _registry_versions(params, metrics)
+        if (not self.one_metric and transport is not None and transport.metric is not None
+                and set(self._versions) != {transport.metric}):
+            raise InvalidParameterError("transport", transport.url, "posts to one metric's URL; a registry "
+                                        "reporter of several metrics needs HttpTransport(url) without metric=")
         if transport is not None and not isinstance(transport, HttpTransport):
             raise InvalidParameterError("transport", type(transport).__name__, "must be an HttpTransport or None (Kafka)")
         if transport is not None:
@@ -229,8 +233,6 @@ class DeviceReporter:
             raise InvalidParameterError("topic", topic, "must be a non-empty string")
         if not isinstance(device_key, (bytes, bytearray)) or not device_key:
             raise InvalidParameterError("device_key", type(device_key).__name__, "must be non-empty bytes")
-        if self.registry is None and (not isinstance(metric, str) or not metric):
-            raise InvalidParameterError("metric", metric, "must be a non-empty string (the ledger account)")
         if ledger is not None and not isinstance(ledger, PrivacyLedger):
             raise InvalidParameterError("ledger", type(ledger).__name__, "must be a PrivacyLedger or None")
         for name, value, minimum in (("queue_size", queue_size, 1), ("max_retries", max_retries, 0),
@@ -243,11 +245,9 @@ class DeviceReporter:
                 raise InvalidParameterError(name, value, "must be a finite number >= 0")
         if request_timeout_s <= 0:
             raise InvalidParameterError("request_timeout_s", request_timeout_s, "must be > 0")
-        self.params = params
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.device_key = bytes(device_key)
-        self.metric = metric
         self.ledger = ledger
         self.memoize = bool(memoize) and ledger is not None
         self.queue_size = queue_size
@@ -255,14 +255,10 @@ class DeviceReporter:
         self.retry_backoff_s = float(retry_backoff_s)
         self.max_backoff_s = float(max_backoff_s)
         self.max_in_flight = max_in_flight
-        self._producer_factory = producer_factory or _default_producer_factory
-        self._producer_config = {
-            "bootstrap_servers": bootstrap_servers,
-            "acks": "all",
-            "request_timeout_ms": int(request_timeout_s * 1000),
-            "linger_ms": 5,
-            **(producer_config or {}),
-        }
+        self._producer_factory = producer_factory or aiokafka_producer
+        self._producer_config = kafka_producer_config(bootstrap_servers, profile, linger_ms=5,
+                                                      request_timeout_ms=int(request_timeout_s * 1000),
+                                                      **(producer_config or {}))
         self.transport = transport
         self._producer = None
         self._queue: asyncio.Queue[_Item] | None = None
@@ -337,11 +333,12 @@ class DeviceReporter:
     def resolve(self, *args) -> tuple[OCMSParams, str, Any]:
         """(params, ledger account, dictionary value) for ``submit``'s arguments; raises
         UnknownMetricError / InvalidValueError / InvalidParameterError before any charge."""
-        if self.registry is None:
+        if self.one_metric:  # report(value): the one metric's dictionary value
             if len(args) != 1:
                 raise InvalidParameterError("report", f"{len(args)} arguments",
                                             "takes one value (this reporter has one parameter set, no registry)")
-            return self.params, self.metric, args[0]
+            (version,) = self._versions.values()
+            return version.params, version.metric, args[0]
         if len(args) != 2:
             raise InvalidParameterError("report", f"{len(args)} arguments",
                                         "takes (metric, value name): this reporter reports a registry's metrics")

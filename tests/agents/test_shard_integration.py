@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from agents.catalog import Catalog
-from agents.settings import worker_settings
 from agents.view import CountsView
 from producer.broker import EmbeddedBroker
 from producer.offline import sketch_from_messages
@@ -57,8 +56,7 @@ def fed(tmp_path_factory):
     path = folder / "registry.yaml"
     path.write_text(registry_text(), encoding="utf-8")
     registry = load_registry(path)
-    settings = worker_settings({"registry": str(path), "bootstrap_servers": "unused"}, {})
-    layout = Catalog.build(settings, CountsView()).state_layout(PARTITIONS)
+    layout = Catalog(registry, CountsView()).state_layout(PARTITIONS)
     shards = {name: layout.shard_of_metric(name) for name in NAMES}
     assert set(shards.values()) == set(range(PARTITIONS))  # precondition: every shard serves a metric
     with EmbeddedBroker() as broker:

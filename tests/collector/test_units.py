@@ -53,10 +53,10 @@ def test_settings_read_the_environment_and_flags_win(registry_path):
     ({"event_loop": "trio"}, "OCMS_COLLECTOR_EVENT_LOOP"),
 ])
 def test_bad_settings_name_the_variable(registry_path, overrides, variable):
-    from collector.settings import env_name
+    from collector.settings import BY_NAME
 
     env = {"OCMS_REGISTRY": str(registry_path), "OCMS_BOOTSTRAP_SERVERS": "k:1",
-           **{env_name(name): value for name, value in overrides.items()}}
+           **{BY_NAME[name].env: value for name, value in overrides.items()}}
     with pytest.raises(InvalidParameterError) as info:
         CollectorSettings.build(env)
     assert info.value.name == variable
@@ -65,9 +65,6 @@ def test_bad_settings_name_the_variable(registry_path, overrides, variable):
 def test_a_bad_setting_is_named_as_the_user_gave_it(registry_path):
     """A flag's bad value names the flag, a variable's the variable (as `ocms worker` does); a
     required setting given neither way names both."""
-    from collector.cli import FLAGS
-    from collector.settings import flag_name
-
     env = {"OCMS_REGISTRY": str(registry_path), "OCMS_BOOTSTRAP_SERVERS": "k:9092"}
     with pytest.raises(InvalidParameterError) as by_flag:
         CollectorSettings.build(env, port="eighty")
@@ -78,7 +75,49 @@ def test_a_bad_setting_is_named_as_the_user_gave_it(registry_path):
     with pytest.raises(InvalidParameterError) as neither:
         CollectorSettings.build({"OCMS_REGISTRY": str(registry_path)})
     assert neither.value.name == "--bootstrap-servers (or OCMS_BOOTSTRAP_SERVERS)"
-    assert all(flag == flag_name(name) for flag, name, _ in FLAGS)  # what the labels rely on
+
+
+def test_collector_settings_are_declared_once_and_documented_from_the_declarations():
+    """Issue 26: flags, variables, defaults and the docs table come from collector/settings.py's rows (the
+    worker's Setting machinery); the defaults were typed into help texts and docs by hand before."""
+    import argparse
+    from pathlib import Path
+
+    from collector.cli import add_collector_parser
+    from collector.settings import DOCS_MARKER, SETTINGS, docs_table
+    from registry.flags import generated_table
+
+    root = Path(__file__).resolve().parents[2]
+    assert generated_table(root / "docs" / "collector.md", DOCS_MARKER) == docs_table(), \
+        "regenerate: python -m collector.settings --update-docs"
+    parser = argparse.ArgumentParser()
+    collector = add_collector_parser(parser.add_subparsers())
+    text = " ".join(collector.format_help().split())
+    defaults = CollectorSettings.build({}, registry=str(registry_path_of(root)), bootstrap_servers="k:1")
+    for setting in SETTINGS:
+        assert setting.flag in collector._option_string_actions and f"[{setting.env}" in text, setting.flag
+        if setting.default is not None and setting.default_text is None:
+            assert getattr(defaults, setting.name) == setting.default, setting.name
+    assert defaults.idempotency_topic == "ocms-reports-idempotency"  # derived from the source topic
+    assert CollectorSettings.build({}, registry=str(registry_path_of(root)), bootstrap_servers="k:1",
+                                   idempotency_topic="off").idempotency_topic is None
+
+
+@pytest.mark.integration
+def test_python_m_collector_settings_prints_the_docs_table():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from collector.settings import docs_table
+
+    printed = subprocess.run([sys.executable, "-m", "collector.settings"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parents[2], check=True)
+    assert printed.stdout.strip() == docs_table() and printed.stderr == ""
+
+
+def registry_path_of(root):
+    return root / "deploy" / "registry.yaml"
 
 
 def _running_loop_of(registry_path, *flags: str, env: dict | None = None) -> str:

@@ -66,6 +66,11 @@ FLAGS = (
     ("--cors-origins", "cors_origins", "origins whose web pages may upload from a browser (CORS), comma-separated "
      "https://host[:port], or * [default off]"),
     ("--event-loop", "event_loop", "uvloop|asyncio: the event loop to run on (asyncio = Python's own) [default uvloop]"),
+    ("--shuffle-min-reports", "shuffle_min_reports", "shuffle: per metric version, hold accepted reports until this "
+     "many are held, then produce them in a random order (CSPRNG) with one timestamp, so whoever reads Kafka sees "
+     "each report hidden among the batch; every upload waits for its batch [default 0 = off]"),
+    ("--shuffle-max-seconds", "shuffle_max_seconds", "shuffle: produce a batch after this many seconds even if it "
+     "holds fewer reports (its frames say how many) [default 60]"),
 )
 
 

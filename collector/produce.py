@@ -27,6 +27,11 @@ transactional and one committer task produces the frames in groups: it lists eac
 keyed uploads in the idempotency log, reads the log back to its listings, takes out the uploads
 an earlier attempt holds, and produces the group in one transaction, each frame to a partition
 it chose and with one random nonce header.
+
+With shuffling (``--shuffle-min-reports``, collector/shuffle.py) a :class:`ShuffleLane` replaces
+the frame batcher: it holds uploads until the batch is full or old enough, and the outlet lists
+the whole batch, takes out held uploads, permutes what is left, cuts it into frames and answers
+every upload of the batch when all its frames are acknowledged.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import collections
 import logging
 import os
 import random
+import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -43,6 +49,9 @@ from cms_core import wire
 from cms_core.reports import ReportBatch
 from producer.gateway import FrameBatcher
 from producer.reporter import is_retriable
+
+from .exactly_once import FRAME_HEADER
+from .shuffle import THREAD_MIN_REPORTS, ShuffledBatch
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +157,8 @@ class Lane:
                         good.append(item)
                     batch = (parts[0] if len(parts) == 1 else ReportBatch.concat(parts)) if parts else None
                 if good:
-                    await self._add_locked(batch, [(n, future, key) for _, n, future, key in good], self.clock())
+                    raw = b"".join(item[0] for item in good) if self.keeps_records else None
+                    await self._add_locked(batch, [(n, future, key) for _, n, future, key in good], self.clock(), raw)
             except BaseException as exc:
                 for _, _, future, _ in items:
                     if not future.done():
@@ -156,8 +166,11 @@ class Lane:
                 if not isinstance(exc, Exception):
                     raise
 
+    #: Whether ``_add_locked`` wants the uploads' validated raw records too (a shuffling lane keeps them).
+    keeps_records = False
+
     async def _add_locked(self, batch: ReportBatch, uploads: list[tuple[int, asyncio.Future, bytes | None]],
-                          now: float) -> None:
+                          now: float, raw: bytes | None = None) -> None:
         """Add consecutive uploads (their reports in order in ``batch``), never splitting one over two frames."""
         bucket_ms = int(now // self.bucket_seconds) * self.bucket_seconds * 1000
         if self.batcher.buffered and bucket_ms != self.bucket_ms:
@@ -207,6 +220,57 @@ class Lane:
     async def close(self) -> None:
         while self.drains:
             await asyncio.gather(*list(self.drains), return_exceptions=True)
+        await self.batcher.close()
+
+
+@dataclass
+class ShuffleLane(Lane):
+    """A lane that holds uploads until ``min_reports`` reports are held or ``max_seconds`` passed since
+    the first, then hands them to the outlet as one :class:`ShuffledBatch` (shuffled, cut, produced)."""
+
+    min_reports: int = 1
+    max_seconds: float = 60.0
+    keeps_records = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._parts: list[bytes] = []
+        self._members: list[_Waiter] = []
+        self.held = 0  # reports held for the next batch
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def _add_locked(self, batch: ReportBatch, uploads: list[tuple[int, asyncio.Future, bytes | None]],
+                          now: float, raw: bytes | None = None) -> None:
+        if raw is None:
+            raw = wire.encode_batch(self.version.params, batch)[wire.HEADER_SIZE:]
+        position = self.held
+        for n, future, key in uploads:
+            self._members.append(_Waiter(position + n, future, position, key))
+            position += n
+        self._parts.append(raw)
+        self.held = position
+        if self.held >= self.min_reports:
+            self.close_batch()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.max_seconds, self.close_batch)
+
+    def close_batch(self) -> None:
+        """Hand what is held to the outlet as one batch (timestamped with the bucket it closes in)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.held:
+            return
+        bucket_ms = int(self.clock() // self.bucket_seconds) * self.bucket_seconds * 1000
+        batch = ShuffledBatch(self.version, b"".join(self._parts), self._members, bucket_ms, self.record_size,
+                              self.held, self.max_records)
+        self._parts, self._members, self.held = [], [], 0
+        self.outlet.produce_batch(batch)
+
+    async def close(self) -> None:
+        while self.drains:
+            await asyncio.gather(*list(self.drains), return_exceptions=True)
+        self.close_batch()  # what it holds, fewer than min_reports: its header says how many
         await self.batcher.close()
 
 
@@ -383,6 +447,41 @@ class KafkaOutlet:
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
 
+    def produce_batch(self, batch: ShuffledBatch) -> None:
+        """Produce a shuffled batch; its uploads are answered when every frame of it is acknowledged."""
+        if self._committer is not None and self.transactional:
+            self.frames.append(batch)
+            self._wake.set()
+            return
+        task = asyncio.create_task(self._produce_batch(batch))
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+
+    async def _produce_batch(self, batch: ShuffledBatch) -> None:
+        """A batch without exactly-once retries: every frame to a partition the producer picks."""
+        error: BaseException | None = None
+        try:
+            if self.producer is None:
+                raise KafkaUnavailable("not connected to Kafka")
+            frames = await _shuffled(batch)
+            headers = batch.headers()
+            acks = [await self.producer.send(self.settings.source_topic, frame, key=None,
+                                             timestamp_ms=batch.timestamp_ms, headers=headers) for frame in frames]
+            for ack in acks:
+                await ack
+            batch.frames = len(frames)
+        except asyncio.CancelledError:
+            error = KafkaUnavailable("the collector stopped before Kafka acknowledged the batch")
+            raise
+        except Exception as exc:
+            error = exc
+            if is_retriable(exc) or isinstance(exc, KafkaUnavailable):
+                self._unavailable(f"{type(exc).__name__}: {exc}")
+            log.warning("shuffled batch of %d reports for %s@%s not acknowledged: %s: %s", batch.reports,
+                        batch.version.metric, batch.version.version, type(exc).__name__, exc)
+        finally:
+            self._finish_batch(batch, error)
+
     async def _produce(self, frame: bytes, timestamp_ms: int, records: int, futures: list, version) -> None:
         error: BaseException | None = None
         try:
@@ -439,7 +538,24 @@ class KafkaOutlet:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            group = [self.frames.popleft() for _ in range(min(GROUP_MAX_FRAMES, len(self.frames)))]
+            if isinstance(self.frames[0], ShuffledBatch):
+                batch = self.frames.popleft()
+                self._committing = True
+                try:
+                    await self._commit_batch(batch)
+                except asyncio.CancelledError:
+                    self._finish_batch(batch, KafkaUnavailable("the collector stopped before Kafka acknowledged the "
+                                                               "batch"))
+                    raise
+                except Exception as exc:  # pragma: no cover - _commit_batch answers its own failures
+                    log.exception("committing a shuffled batch")
+                    self._finish_batch(batch, KafkaUnavailable(f"{type(exc).__name__}: {exc}"))
+                finally:
+                    self._committing = False
+                continue
+            group = []
+            while self.frames and len(group) < GROUP_MAX_FRAMES and not isinstance(self.frames[0], ShuffledBatch):
+                group.append(self.frames.popleft())
             self._committing = True
             try:
                 await self._commit(group)
@@ -453,7 +569,7 @@ class KafkaOutlet:
                 self._committing = False
 
     async def _commit(self, group: list[_Frame]) -> None:
-        from .exactly_once import FRAME_HEADER, KeyHeld, encode_listing
+        from .exactly_once import KeyHeld, encode_listing
 
         producer, incarnation, shared = self.producer, self.incarnation, self.log
         if producer is None or not self.available:
@@ -561,6 +677,166 @@ class KafkaOutlet:
                         type(error).__name__, error)
             self._renew(producer, f"{type(error).__name__}: {error}", incarnation, unsure)
 
+    async def _commit_batch(self, batch: ShuffledBatch) -> None:
+        """List a shuffled batch whole, take out uploads an earlier attempt holds, shuffle and cut what is
+        left, write its redo copy (several frames), then send every frame to one partition in the open
+        transaction; a repair batch (``preset``) is sent as it is."""
+        from .exactly_once import KeyHeld, batch_frame_id, encode_batch_listing
+
+        producer, incarnation, shared = self.producer, self.incarnation, self.log
+        if producer is None or not self.available:
+            self._finish_batch(batch, KafkaUnavailable(self.last_error or "not connected to Kafka"))
+            return
+        timeout = self.settings.kafka_timeout_ms / 1000
+        if batch.preset is not None:
+            records = batch.preset
+        else:
+            batch.nonce = os.urandom(16)
+            batch.partition = secrets.choice(self.partitions) if self.partitions else 0
+            batch.lower = self.lower.get(batch.partition, 0)
+            keys = batch.keys
+            if keys:
+                # 1. list every key of the batch in one listing; read the log back to it
+                listed = shared.expect(batch.nonce)
+                shared.local[batch.nonce] = asyncio.get_running_loop().create_future()
+                try:
+                    value = encode_batch_listing(batch.nonce, shared.owner, incarnation, batch.partition, batch.lower,
+                                                 shared.redo_end, batch.timestamp_ms // 1000, keys)
+                    offsets = await asyncio.wait_for(shared.append([value]), timeout)
+                    await asyncio.wait_for(shared.applied(offsets[0]), timeout)
+                    batch.listing = await asyncio.wait_for(listed, timeout)
+                except Exception as exc:
+                    shared.forget(batch.nonce)
+                    shared.record_outcome(batch.nonce, False)  # never produced
+                    self._unavailable(f"idempotency log: {type(exc).__name__}: {exc}")
+                    self._finish_batch(batch, KafkaUnavailable(f"the idempotency log did not answer: "
+                                                               f"{type(exc).__name__}: {exc}"))
+                    return
+                # 2. an upload whose key an earlier listing holds leaves the batch, before it is shuffled
+                valid, kept = set(batch.listing.valid), []
+                for waiter in batch.members:
+                    if waiter.key is None or waiter.key in valid:
+                        valid.discard(waiter.key)
+                        kept.append(waiter)
+                        continue
+                    holder = shared.holder(waiter.key)
+                    if not waiter.future.done():
+                        waiter.future.set_exception(KeyHeld(holder is not None and holder.status == "stored"))
+                if len(kept) != len(batch.members):
+                    batch.keep(kept)
+            frames = await _shuffled(batch)
+            if not frames:  # every upload of it left
+                self._finish_batch(batch, None)
+                if batch.listing is not None:
+                    shared.record_outcome(batch.nonce, False)
+                return
+            common = batch.headers()
+            if batch.listing is None:
+                records = [(frame, common, batch.timestamp_ms) for frame in frames]
+            else:
+                records = [(frame, common + [(FRAME_HEADER, batch_frame_id(batch.nonce, i, len(frames)))],
+                            batch.timestamp_ms) for i, frame in enumerate(frames)]
+                if len(frames) > 1:
+                    # 3. the redo copy before any frame: whoever settles a batch a kill cut short completes it
+                    try:
+                        await asyncio.wait_for(shared.append_redo([r[0] for r in records], [r[1] for r in records],
+                                                                  batch.timestamp_ms), timeout)
+                    except Exception as exc:
+                        shared.record_outcome(batch.nonce, False)  # never produced
+                        self._unavailable(f"redo topic: {type(exc).__name__}: {exc}")
+                        self._finish_batch(batch, KafkaUnavailable(f"the redo topic did not answer: "
+                                                                   f"{type(exc).__name__}: {exc}"))
+                        return
+        # 4. every frame to the batch's partition, in the open transaction
+        sends, error = [], None
+        try:
+            if self.producer is not producer:
+                raise KafkaUnavailable("the producer was renewed")
+            if self._transaction is not None and time.monotonic() - self._transaction[1] > TRANSACTION_SECONDS:
+                await self._end_transaction()
+                if self.producer is not producer:
+                    raise KafkaUnavailable("the producer was renewed")
+            if self._transaction is None:
+                await asyncio.wait_for(producer.begin_transaction(), timeout)
+                self._transaction = (producer, time.monotonic())
+            for value, headers, timestamp_ms in records:
+                sends.append(await asyncio.wait_for(producer.send(
+                    self.settings.source_topic, value, key=None, partition=batch.partition, timestamp_ms=timestamp_ms,
+                    headers=headers), timeout))
+        except Exception as exc:
+            error = exc
+        task = asyncio.create_task(self._batch_acknowledged(producer, incarnation, batch, sends, len(records), error))
+        self._acks.add(task)
+        task.add_done_callback(self._acks.discard)
+
+    async def _batch_acknowledged(self, producer, incarnation: bytes, batch: ShuffledBatch, sends: list, expected: int,
+                                  error: BaseException | None) -> None:
+        """Answer a batch's uploads once every frame of it is acknowledged (503 to all if one is not; the
+        listing is then settled after renewing the producer: completed from the redo copy if cut short)."""
+        timeout = self.settings.kafka_timeout_ms / 1000
+        acked = 0
+        for future in sends:
+            try:
+                metadata = await asyncio.wait_for(future, timeout * 2)
+            except Exception as exc:
+                error = error or exc
+                continue
+            acked += 1
+            self.lower[batch.partition] = max(self.lower.get(batch.partition, 0), metadata.offset + 1)
+        if error is None and acked == expected:
+            batch.frames = expected
+            self._finish_batch(batch, None)
+            if batch.listing is not None:
+                self.log.record_outcome(batch.nonce, True)
+            return
+        error = error or KafkaUnavailable(f"{expected - acked} of {expected} frames not acknowledged")
+        self._finish_batch(batch, KafkaUnavailable(f"{type(error).__name__}: {error}"))
+        log.warning("%d of %d frames of a shuffled batch not acknowledged: %s: %s", expected - acked, expected,
+                    type(error).__name__, error)
+        self._renew(producer, f"{type(error).__name__}: {error}", incarnation,
+                    [batch] if batch.listing is not None else [])
+
+    async def repair(self, records: list, partition: int) -> None:
+        """Produce frames of a batch cut short, as first written ((frame, headers, timestamp_ms) each), with
+        this collector's producer (whose start fenced the batch's producer); return once acknowledged."""
+        if not records:
+            return
+        done = asyncio.get_running_loop().create_future()
+        self.frames.append(ShuffledBatch(None, b"", [], records[0][2], 1, 0, preset=records, partition=partition,
+                                         done=done))
+        self._wake.set()
+        await done
+
+    def _finish_batch(self, batch: ShuffledBatch, error: BaseException | None) -> None:
+        """Answer a batch's uploads (None: every frame acknowledged) and release their queue places."""
+        self.queued -= batch.queued
+        batch.queued = 0
+        if batch.done is not None and not batch.done.done():
+            if error is None:
+                batch.done.set_result(None)
+            else:
+                batch.done.set_exception(error if isinstance(error, KafkaUnavailable)
+                                         else KafkaUnavailable(f"{type(error).__name__}: {error}"))
+        if batch.version is None:  # a repair batch: nobody waits for an answer
+            return
+        metric = batch.version.metric
+        if error is None:
+            if batch.frames:
+                self._available()
+                self.metrics.frames_produced.labels(metric).inc(batch.frames)
+                self.metrics.reports_produced.labels(metric).inc(batch.reports)
+                self.metrics.shuffled_batches.labels(metric).inc()
+                self.metrics.shuffled_batch_reports.observe(batch.reports)
+            for waiter in batch.members:
+                if not waiter.future.done():
+                    waiter.future.set_result(None)
+        else:
+            self.metrics.frames_failed.labels(metric).inc()
+            for waiter in batch.members:
+                if not waiter.future.done():
+                    waiter.future.set_exception(error if isinstance(error, KafkaUnavailable)
+                                                else KafkaUnavailable(f"{type(error).__name__}: {error}"))
+
     async def _end_transaction(self) -> None:
         """Wait for the open transaction's acks and commit it (renew the producer if that fails)."""
         producer, _ = self._transaction
@@ -598,7 +874,10 @@ class KafkaOutlet:
                 continue
             frame = frames[0]
             try:
-                stored = await self.log.scan(frame.partition, frame.lower, frame.nonce)
+                if isinstance(frame, ShuffledBatch):  # settled (and completed if cut short) like any retry would
+                    stored = await self.log.settle(frame.listing)
+                else:
+                    stored = await self.log.scan(frame.partition, frame.lower, frame.nonce)
             except Exception as exc:
                 log.info("settling an unacknowledged frame: %s: %s; retrying", type(exc).__name__, exc)
                 await asyncio.sleep(self.settings.retry_after_seconds)
@@ -661,7 +940,12 @@ class KafkaOutlet:
                 pass
             self._committer.cancel()
             await asyncio.gather(self._committer, return_exceptions=True)
-        self._finish(list(self.frames), KafkaUnavailable("the collector stopped before Kafka acknowledged the frame"))
+        stopped = KafkaUnavailable("the collector stopped before Kafka acknowledged the frame")
+        for item in self.frames:
+            if isinstance(item, ShuffledBatch):
+                self._finish_batch(item, stopped)
+            else:
+                self._finish([item], stopped)
         self.frames.clear()
         for task in list(self.in_flight):
             task.cancel()
@@ -671,3 +955,10 @@ class KafkaOutlet:
         producer, self.producer = self.producer, None
         if producer is not None:
             await producer.stop()
+
+
+async def _shuffled(batch: ShuffledBatch) -> list[bytes]:
+    """The batch's frames (CSPRNG permutation, then cut): on a thread for large batches."""
+    if batch.reports > THREAD_MIN_REPORTS:
+        return await asyncio.to_thread(batch.shuffled_frames)
+    return batch.shuffled_frames()

@@ -102,6 +102,11 @@ class CollectorSettings:
     event_loop: str = "uvloop"
     #: Origins whose pages may upload from a browser (CORS; collector/cors.py): empty = off, ("*",) = any.
     cors_origins: tuple[str, ...] = ()
+    #: Shuffling (collector/shuffle.py, docs/collector.md "Shuffling"): per metric version, hold accepted
+    #: reports until this many are held, then permute them and produce them (0 = off).
+    shuffle_min_reports: int = 0
+    #: ... or until this many seconds passed since the first held report (the batch is then what it holds).
+    shuffle_max_seconds: float = 60.0
 
     @classmethod
     def build(cls, env: Mapping[str, str] | None = None, **overrides) -> "CollectorSettings":
@@ -131,13 +136,14 @@ class CollectorSettings:
             "max_queued_reports": (1, 1 << 34), "frame_max_reports": (1, 1 << 20), "kafka_timeout_ms": (100, 600_000),
             "retry_after_seconds": (1, 3600), "rate_burst": (0, 1 << 30), "app_rate_burst": (0, 1 << 30),
             "idempotency_window_seconds": (0, 7 * 86_400), "idempotency_max_keys": (0, 1 << 26),
-            "max_connections": (1, 1 << 20),
+            "max_connections": (1, 1 << 20), "shuffle_min_reports": (0, MAX_SHUFFLE_REPORTS),
         }
         for name, (lo, hi) in ints.items():
             if name in raw:
                 out[name] = _int(label(name), raw[name], lo, hi)
         floats = {"frame_max_latency_ms": False, "body_timeout_seconds": False, "rate_limit": True, "app_rate_limit": True,
-                  "reject_delay_ms": True, "header_timeout_seconds": False, "idle_timeout_seconds": False}
+                  "reject_delay_ms": True, "header_timeout_seconds": False, "idle_timeout_seconds": False,
+                  "shuffle_max_seconds": False}
         for name, zero_ok in floats.items():
             if name in raw:
                 out[name] = _float(label(name), raw[name], zero_ok)
@@ -191,7 +197,33 @@ class CollectorSettings:
         if settings.max_queued_reports < settings.max_upload_reports:
             raise InvalidParameterError(label("max_queued_reports"), settings.max_queued_reports,
                                         f"must be >= the upload bound {settings.max_upload_reports}")
+        _check_shuffle(settings, raw, label)
         return settings
+
+
+#: Most reports one shuffled batch may hold (cms_core.shuffle computes the bound up to 10^7).
+MAX_SHUFFLE_REPORTS = 10_000_000
+#: Longest a shuffled batch may wait for its reports (every upload of it waits for its answer).
+MAX_SHUFFLE_SECONDS = 3600.0
+
+
+def _check_shuffle(settings: CollectorSettings, raw: Mapping, label) -> None:
+    """--shuffle-min-reports and --shuffle-max-seconds, against each other and the queue bound."""
+    n = settings.shuffle_min_reports
+    if n == 1:
+        raise InvalidParameterError(label("shuffle_min_reports"), raw["shuffle_min_reports"],
+                                    "a batch of one report hides nothing: give 0 (off) or at least 2 (e.g. 10000)")
+    if "shuffle_max_seconds" in raw and not n:
+        raise InvalidParameterError(label("shuffle_max_seconds"), raw["shuffle_max_seconds"],
+                                    "applies to shuffling: give --shuffle-min-reports N too")
+    if settings.shuffle_max_seconds > MAX_SHUFFLE_SECONDS:
+        raise InvalidParameterError(label("shuffle_max_seconds"), raw["shuffle_max_seconds"],
+                                    f"must be at most {MAX_SHUFFLE_SECONDS:g} (every upload of a batch waits for "
+                                    "its answer until the batch is produced)")
+    if n and n + settings.max_upload_reports > settings.max_queued_reports:
+        raise InvalidParameterError(label("max_queued_reports"), settings.max_queued_reports,
+                                    f"must be >= --shuffle-min-reports {n:,} + --max-upload-reports "
+                                    f"{settings.max_upload_reports:,} (a batch is held in the queue until produced)")
 
 
 def _int(name: str, raw, lo: int, hi: int) -> int:

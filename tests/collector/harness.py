@@ -282,6 +282,12 @@ def serving_worker(registry: Path, metric: str, version: int, bootstrap: str, to
         worker.stop()
 
 
+def collector_metric(collector, name: str) -> float:
+    """The value of an unlabelled series of the collector's /metrics (NaN when absent)."""
+    text = urllib.request.urlopen(collector.url + "/metrics", timeout=10).read().decode()
+    return next((float(line.split()[1]) for line in text.splitlines() if line.startswith(name + " ")), float("nan"))
+
+
 def wait_until(condition, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

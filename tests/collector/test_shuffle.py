@@ -1,0 +1,182 @@
+"""Shuffling in the collector (--shuffle-min-reports, --shuffle-max-seconds; collector/shuffle.py).
+
+What Kafka must show: the reports of one batch in an order independent of their arrival (a
+permutation statistic, with a collector that does not shuffle as the negative control), one
+timestamp per batch, frames cut at sizes that depend on the batch alone, no key and no header
+that differs between uploads; what the devices must see: a 202 only once the batch is in Kafka.
+The worker's central epsilon of shuffled windows is checked end to end at the bottom.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+import struct
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from cms_core import wire
+from cms_core.planning import shuffled_privacy
+from collector.exactly_once import BATCH_LISTING, FRAME_HEADER, decode_listing, parse_batch_frame_id
+from producer.broker import EmbeddedBroker
+
+from .harness import CollectorProcess, collector_metric, consume_all, records_of, request, serving_worker, wait_until
+
+SHUFFLED, PLAIN, SHORT = "shuf-batches", "shuf-plain", "shuf-short"
+N = 200  # reports per shuffled batch
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker() as b:
+        b.create_topics({SHUFFLED: 1, PLAIN: 1, SHORT: 1})
+        yield b
+
+
+def indexed_report(version, i: int) -> bytes:
+    """A single-report message whose record says ``i`` (a0 = i; a valid report of metric "dest")."""
+    record = struct.pack(">HH", i, 1) + b"\x00" * version.params.z_bytes
+    return wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_REPORT, version.fingerprint, 1) + record
+
+
+def index_of(record: bytes) -> int:
+    return struct.unpack(">H", record[:2])[0]
+
+
+async def _upload_in_order(port: int, bodies: list[bytes]) -> list[int]:
+    """Each body on its own connection, sent one after the other (request i is on the wire before
+    request i + 1 is written); the answers (each waits for its batch) read afterwards."""
+    streams = []
+    for body in bodies:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/metrics/dest/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.ocms.wire-v1\r\n"
+                     b"Idempotency-Key: " + secrets.token_urlsafe(18).encode() +
+                     b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        await writer.drain()
+        await asyncio.sleep(0.002)  # spacing, so that arrival order is the order written
+        streams.append((reader, writer))
+    statuses = []
+    for reader, writer in streams:
+        line = await asyncio.wait_for(reader.readline(), 120)
+        statuses.append(int(line.split()[1]))
+        writer.close()
+    return statuses
+
+
+def upload_in_order(collector, bodies: list[bytes]) -> list[int]:
+    return asyncio.run(_upload_in_order(collector.port, bodies))
+
+
+def spearman(order: list[int]) -> float:
+    """Rank correlation of the arrival index of each report with its position in Kafka."""
+    ranks = np.argsort(np.argsort(np.asarray(order)))
+    positions = np.arange(len(order))
+    return float(np.corrcoef(ranks, positions)[0, 1])
+
+
+def produced_batches(broker, topic) -> list[list]:
+    """The topic's frames grouped by batch (the nonce of their ocms-frame header), in offset order."""
+    batches: dict[bytes, list] = {}
+    for record in consume_all(broker.bootstrap_servers, topic):
+        batches.setdefault(parse_batch_frame_id(dict(record.headers)[FRAME_HEADER])[0], []).append(record)
+    return list(batches.values())
+
+
+@pytest.fixture(scope="module")
+def shuffling(broker, registry_path, tmp_path_factory):
+    """Batches of 200 reports cut into frames of at most 64 (max seconds long: batches close by size)."""
+    with CollectorProcess(registry_path, broker.bootstrap_servers, SHUFFLED, tmp_path_factory.mktemp("shuffling"),
+                          "--shuffle-min-reports", str(N), "--shuffle-max-seconds", "600", "--frame-max-reports", "64",
+                          "--max-upload-reports", "64", "--reject-delay-ms", "0") as c:
+        yield c
+
+
+@pytest.mark.integration
+def test_a_batch_reaches_kafka_in_an_order_independent_of_arrival(broker, shuffling, registry_path, dest, tmp_path):
+    """Uploads 0..199 arrive in order; Kafka holds them in a uniformly random order: the rank correlation
+    of arrival and position is about N(0, 1/(N-1)), |rho| < 5 sd (false alarm ~ 6e-7). Two batches give
+    two different orders. A collector without shuffling (the negative control) keeps arrival order."""
+    orders = []
+    for first in (0, N):
+        statuses = upload_in_order(shuffling, [indexed_report(dest, i) for i in range(first, first + N)])
+        assert statuses == [202] * N
+        batch = produced_batches(broker, SHUFFLED)[-1]
+        order = [index_of(r) - first for record in batch for r in records_of(record.value, dest)]
+        assert sorted(order) == list(range(N)), "every report of the batch once, nothing else"
+        orders.append(order)
+    bound = 5 / math.sqrt(N - 1)
+    for order in orders:
+        assert order != sorted(order)
+        assert abs(spearman(order)) < bound, f"rank correlation {spearman(order):.3f} with arrival order"
+    assert orders[0] != orders[1], "the order differs from batch to batch"
+
+    with CollectorProcess(registry_path, broker.bootstrap_servers, PLAIN, tmp_path, "--reject-delay-ms", "0") as plain:
+        assert upload_in_order(plain, [indexed_report(dest, i) for i in range(N)]) == [202] * N
+    fifo = [index_of(r) for record in consume_all(broker.bootstrap_servers, PLAIN) for r in records_of(record.value, dest)]
+    assert sorted(fifo) == list(range(N))
+    assert spearman(fifo) > 0.9, "negative control: without shuffling Kafka keeps the arrival order"
+
+
+@pytest.mark.integration
+def test_a_batch_has_one_timestamp_equal_frames_and_no_per_upload_header_or_key(broker, shuffling, dest):
+    """Every frame of a batch: no key, the batch's one timestamp (a bucket start), the same
+    ocms-shuffle-n, and an ocms-frame header that differs between frames only by the frame's index;
+    frames are cut at sizes set by n alone. The idempotency log lists the batch's 200 keys in one
+    listing (a key maps to its batch, never to a frame); the redo topic holds the batch's frames."""
+    statuses = upload_in_order(shuffling, [indexed_report(dest, i) for i in range(N)])
+    assert statuses == [202] * N
+    batch = produced_batches(broker, SHUFFLED)[-1]
+    assert [len(records_of(r.value, dest)) for r in batch] == [50, 50, 50, 50], "4 frames of 200 / 4"
+    assert {r.key for r in batch} == {None}
+    assert len({r.timestamp for r in batch}) == 1 and batch[0].timestamp % 60_000 == 0
+    nonces = set()
+    for index, record in enumerate(batch):
+        headers = dict(record.headers)
+        assert set(headers) == {wire.SHUFFLE_HEADER, FRAME_HEADER}, record.headers
+        assert headers[wire.SHUFFLE_HEADER] == str(N).encode()
+        nonce, position, count = parse_batch_frame_id(headers[FRAME_HEADER])
+        assert (position, count) == (index, 4)
+        nonces.add(nonce)
+    assert len(nonces) == 1
+    log = consume_all(broker.bootstrap_servers, SHUFFLED + "-idempotency")
+    listings = [decode_listing(r.value, r.offset, 0.0) for r in log if r.value[:1] == BATCH_LISTING]
+    mine = [x for x in listings if x.nonce in nonces]
+    assert len(mine) == 1 and len(mine[0].keys) == N, "one listing naming every key of the batch"
+    redo = consume_all(broker.bootstrap_servers, SHUFFLED + "-idempotency-redo")
+    assert sorted(r.value for r in redo if parse_batch_frame_id(dict(r.headers)[FRAME_HEADER])[0] in nonces) == \
+        sorted(r.value for r in batch)
+
+
+@pytest.mark.integration
+def test_uploads_wait_for_their_batch_and_a_short_batch_closes_after_max_seconds(broker, registry_path, dest,
+                                                                                   tmp_path):
+    """Nothing of a batch is in Kafka, and no upload of it answered, while it holds fewer than N
+    reports; the N-th report closes it and all are answered 202. With --shuffle-max-seconds a batch
+    that never fills is produced with what it holds, and its header says how many."""
+    import threading
+
+    with CollectorProcess(registry_path, broker.bootstrap_servers, SHORT, tmp_path, "--shuffle-min-reports", "10",
+                          "--shuffle-max-seconds", "600", "--reject-delay-ms", "0") as c:
+        answers: list = []
+        threads = [threading.Thread(target=lambda i=i: answers.append(
+            request(c.url + "/v1/reports", indexed_report(dest, i))[0])) for i in range(9)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: collector_metric(c, "ocms_collector_shuffle_held_reports") == 9, 30, "9 reports held")
+        assert answers == [] and consume_all(broker.bootstrap_servers, SHORT, idle_s=0.5) == []
+        assert request(c.url + "/v1/reports", indexed_report(dest, 9))[0] == 202
+        for t in threads:
+            t.join(30)
+        assert answers == [202] * 9
+    records = consume_all(broker.bootstrap_servers, SHORT)
+    assert Counter(dict(r.headers)[wire.SHUFFLE_HEADER] for r in records) == {b"10": 1}
+
+    with CollectorProcess(registry_path, broker.bootstrap_servers, SHORT, tmp_path, "--shuffle-min-reports", "1000",
+                          "--shuffle-max-seconds", "0.5") as c:
+        bodies = [indexed_report(dest, 100 + i) for i in range(3)]
+        assert [request(c.url + "/v1/reports", b"".join(bodies))[0]] == [202]
+    last = consume_all(broker.bootstrap_servers, SHORT)[-1]
+    assert dict(last.headers)[wire.SHUFFLE_HEADER] == b"3" and len(records_of(last.value, dest)) == 3

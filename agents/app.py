@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import faust
 
+from cms_core import wire
 from cms_core.errors import OCMSError
 
 from .catalog import Catalog
@@ -166,6 +167,7 @@ class OCMSWorker:
         self.levels = self.catalog.levels_by_fp
         self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic)
         self.pending = PendingBatch(settings.batch_max_reports)
+        self._shuffle_warned = False  # an invalid ocms-shuffle-n header is logged once
         self._lock = asyncio.Lock()  # one checkpoint's writes or retention pass at a time
         #: The newest batch's wait for the broker and its acks (steps 3-4 of ``checkpoint``): each
         #: waits for the previous batch's, so batches are acked in the order they were written.
@@ -252,7 +254,7 @@ class OCMSWorker:
                 outcome = DiscoveryMessage(message.partition, message.offset, params.fingerprint, len(batch))
             else:
                 outcome = AcceptedMessage(message.partition, message.offset, message.timestamp,
-                                          self.fp_hex[params.fingerprint], batch)
+                                          self.fp_hex[params.fingerprint], batch, self._shuffle_n(message, len(batch)))
         superseded = self.pending.add(message, outcome, time.monotonic())
         if superseded:
             self._untrack(superseded)
@@ -260,6 +262,21 @@ class OCMSWorker:
             log.warning("partition %d went back to offset %d: %d pending messages are counted once, "
                         "from their new delivery", message.partition, message.offset, len(superseded))
         return self.pending.full
+
+    def _shuffle_n(self, message, reports: int) -> int:
+        """The shuffled batch a frame's reports came in (``ocms-shuffle-n``), 0 when not shuffled. A header
+        that is not a batch size of at least the frame's reports is counted and taken as not shuffled: the
+        reports still count, only the claim about them is the weaker (local) one."""
+        size = wire.shuffled_batch_size(getattr(message, "headers", None), reports)
+        if size is None:
+            self.metrics.shuffle_header_invalid.inc()
+            if not self._shuffle_warned:
+                self._shuffle_warned = True
+                log.warning("partition %d offset %d: an %s header that is not a batch size of at least the frame's %d "
+                            "reports; its reports count as not shuffled (ocms_shuffle_header_invalid_total)",
+                            message.partition, message.offset, wire.SHUFFLE_HEADER, reports)
+            return 0
+        return size
 
     def _drop_unowned(self) -> None:
         owned = self._owned_partitions()

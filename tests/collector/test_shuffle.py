@@ -10,7 +10,9 @@ The worker's central epsilon of shuffled windows is checked end to end at the bo
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
+import os
 import secrets
 import struct
 from collections import Counter
@@ -25,17 +27,98 @@ from producer.broker import EmbeddedBroker
 
 from .harness import CollectorProcess, collector_metric, consume_all, records_of, request, serving_worker, wait_until
 
-SHUFFLED, PLAIN, SHORT = "shuf-batches", "shuf-plain", "shuf-short"
+SHUFFLED, PLAIN, SHORT, COUNTED = "shuf-batches", "shuf-plain", "shuf-short", "shuf-counted"
 N = 200  # reports per shuffled batch
 
 
 @pytest.fixture(scope="module")
 def broker():
     with EmbeddedBroker() as b:
-        b.create_topics({SHUFFLED: 1, PLAIN: 1, SHORT: 1})
+        b.create_topics({SHUFFLED: 1, PLAIN: 1, SHORT: 1, COUNTED: 2})
         yield b
 
 
+# ---------------------------------------------------------------- the permutation (no broker)
+def seeded_urandom(seed: int):
+    """A stand-in for os.urandom with a fixed seed (the real CSPRNG cannot be seeded)."""
+    rng = np.random.default_rng(seed)
+    return lambda size: rng.bytes(size)
+
+
+def test_fisher_yates_gives_each_draw_sequence_its_own_permutation(monkeypatch):
+    """With draws j_i uniform in [0, i] the permutations are uniform iff the n! draw sequences give n!
+    distinct permutations: checked for n = 5 by feeding every sequence."""
+    import collector.shuffle as shuffle
+
+    n, seen = 5, set()
+    for draws in itertools.product(*(range(b) for b in range(n, 1, -1))):
+        monkeypatch.setattr(shuffle, "uniform_below", lambda bounds, d=draws: np.asarray(d, np.uint64))
+        seen.add(tuple(shuffle.secure_permutation(n)))
+    assert len(seen) == math.factorial(n) and all(sorted(p) == list(range(n)) for p in seen)
+
+
+def test_uniform_below_rejects_the_words_that_would_favour_small_values(monkeypatch):
+    """2^64 = 1 (mod 3): the one word 2^64 - 1 would make 0 likelier than 1 and 2; it is drawn again."""
+    import collector.shuffle as shuffle
+
+    words = [np.array([2**64 - 1, 7], np.uint64).tobytes(), np.array([5], np.uint64).tobytes()]
+    monkeypatch.setattr(shuffle.os, "urandom", lambda size: words.pop(0)[:size])
+    assert shuffle.uniform_below(np.array([3, 3], np.uint64)).tolist() == [5 % 3, 7 % 3]
+    assert words == []
+
+
+def test_secure_permutation_is_uniform_and_a_biased_shuffle_is_caught(monkeypatch):
+    """60,000 permutations of 4 (seeded stand-in for os.urandom): each of the 24 orders about 2,500 times,
+    chi-square under its 1e-4 critical value (df 23: 52.6). Negative control: the classic wrong shuffle
+    (j uniform over all n positions) fails the same test."""
+    import collector.shuffle as shuffle
+
+    monkeypatch.setattr(shuffle.os, "urandom", seeded_urandom(28))
+    n, draws = 4, 60_000
+    counts = Counter(tuple(shuffle.secure_permutation(n)) for _ in range(draws))
+    critical = 52.62  # scipy.stats.chi2.isf(1e-4, 23)
+
+    def chi2(counts) -> float:
+        expected = draws / math.factorial(n)
+        return sum((counts.get(p, 0) - expected) ** 2 / expected for p in itertools.permutations(range(n)))
+
+    assert len(counts) == 24 and chi2(counts) < critical
+    rng = np.random.default_rng(28)
+
+    def naive() -> tuple:
+        order = list(range(n))
+        for i in range(n):
+            j = int(rng.integers(0, n))
+            order[i], order[j] = order[j], order[i]
+        return tuple(order)
+
+    assert chi2(Counter(naive() for _ in range(draws))) > critical
+
+
+def test_the_shuffle_draws_from_os_urandom_not_random(monkeypatch):
+    import random
+
+    import collector.shuffle as shuffle
+
+    calls = []
+    real = os.urandom
+    monkeypatch.setattr(shuffle.os, "urandom", lambda size: calls.append(size) or real(size))
+    for name in ("random", "randrange", "randint", "shuffle", "getrandbits"):
+        monkeypatch.setattr(random, name, lambda *a, **k: pytest.fail("Python's random module was used"))
+    assert sorted(shuffle.secure_permutation(1000)) == list(range(1000))
+    assert calls and sum(calls) >= 8 * 999
+
+
+def test_frames_are_cut_at_sizes_set_by_the_batch_size_alone():
+    from collector.shuffle import frame_sizes
+
+    assert frame_sizes(200, 64) == [50, 50, 50, 50]
+    assert frame_sizes(10, 64) == [10]
+    assert frame_sizes(129, 64) == [43, 43, 43]
+    assert all(sum(frame_sizes(n, 16)) == n and max(frame_sizes(n, 16)) <= 16 for n in range(1, 500))
+
+
+# ------------------------------------------------------------------------ against a broker
 def indexed_report(version, i: int) -> bytes:
     """A single-report message whose record says ``i`` (a0 = i; a valid report of metric "dest")."""
     record = struct.pack(">HH", i, 1) + b"\x00" * version.params.z_bytes

@@ -112,19 +112,32 @@ def watch_parent(parent_pid: int, poll_s: float = PARENT_POLL_S, grace_s: float 
 
 
 class WorkerChild:
-    """``ocms worker ARGS`` as a child process: own session, dies with this process, stopped by group.
+    """``ocms worker`` reading ``topic`` as a child process: own session, dies with this process, stopped by group.
 
-    ``args`` are the worker's flags (without ``--parent-pid``, added here). ``log`` receives
-    stdout and stderr (default: inherited). OCMS_* variables of this process are dropped
+    This is the one description of a worker child, shared by ``ocms run``, the tests and the
+    benchmarks: it reads ``topic`` from ``bootstrap`` (``broker``: ``embedded`` for the Tansu
+    broker, ``kafka`` for Apache Kafka) in consumer group ``app_id`` (default: the topic), sends
+    dead letters to ``TOPIC-dlq`` and answers HTTP on ``web_port``. ``flags`` describe the metric
+    (``--registry PATH``, or the single-metric flags) and any other worker setting. ``log``
+    receives stdout and stderr (default: inherited). OCMS_* variables of this process are dropped
     unless ``env`` is given, so a caller's environment cannot change the worker's settings.
     """
 
-    def __init__(self, args: Sequence[str], *, log: str | os.PathLike | None = None,
+    def __init__(self, topic: str, *flags: str, bootstrap: str, web_port: int, app_id: str | None = None,
+                 broker: str = "embedded", log_level: str = "warning", log: str | os.PathLike | None = None,
                  env: Mapping[str, str] | None = None):
-        self.args = list(args)
+        self.topic = topic
+        self.web_port = web_port
+        self.args = ["--bootstrap-servers", bootstrap, "--broker", broker, "--app-id", app_id or topic,
+                     "--source-topic", topic, "--dead-letter-topic", f"{topic}-dlq", "--web-port", str(web_port),
+                     "--log-level", log_level, *flags]
         self.log = Path(log) if log is not None else None
         self.env = dict(env) if env is not None else {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
         self.process: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
 
     @property
     def command(self) -> list[str]:
@@ -151,15 +164,15 @@ class WorkerChild:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def wait_healthy(self, base_url: str, timeout: float = 90.0) -> dict:
-        """Poll ``base_url``/healthz until it answers ok; raises if the worker exits or the deadline passes."""
+    def wait_healthy(self, timeout: float = 90.0) -> dict:
+        """Poll /healthz until it answers ok; raises if the worker exits or the deadline passes."""
         deadline = time.monotonic() + timeout
         last: object = None
         while time.monotonic() < deadline:
             if not self.alive():
                 raise WorkerExited(self.returncode, self.log)
             try:
-                with urllib.request.urlopen(base_url + "/healthz", timeout=5) as response:
+                with urllib.request.urlopen(self.base_url + "/healthz", timeout=5) as response:
                     doc = json.loads(response.read())
                 if doc.get("status") == "ok":
                     return doc

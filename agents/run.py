@@ -482,12 +482,10 @@ def run(args) -> int:
         reach_kafka(bootstrap, lambda: create_topics(bootstrap, {topic: args.partitions}))
         metric_flags = named.worker_flags() if named else [
             "--epsilon", str(args.epsilon), "--dictionary-size", str(dataset.dictionary_size)]
-        worker = WorkerChild(
-            [*metric_flags, "--bootstrap-servers", bootstrap, "--broker", "kafka" if args.bootstrap_servers else "embedded",
-             "--app-id", app_id, "--source-topic", topic, "--dead-letter-topic", topic + "-dlq",
-             "--partitions", str(args.partitions), "--web-port", str(web_port), "--log-level", "warning",
-             "--truth", str(logs / "truth.json"), *(finder.worker_flags() if finder is not None else [])],
-            log=logs / "worker.log").start()
+        worker = WorkerChild(topic, *metric_flags, "--partitions", str(args.partitions), "--truth", str(logs / "truth.json"),
+                             *(finder.worker_flags() if finder is not None else []),
+                             bootstrap=bootstrap, web_port=web_port, app_id=app_id,
+                             broker="kafka" if args.bootstrap_servers else "embedded", log=logs / "worker.log").start()
         say(f"worker pid {worker.pid} starting (log {logs / 'worker.log'}) ...")
         if not direct:  # same registry and topic as the worker; the fleet uploads through it
             collector = CollectorChild(named.registry_path, bootstrap, topic, collector_port or free_port(),
@@ -495,7 +493,7 @@ def run(args) -> int:
                                        # the embedded Tansu broker has no idempotent producer: skip the probe's error
                                        extra=("--kafka-idempotence", "off") if broker is not None else ()).start()
         try:
-            worker.wait_healthy(base)
+            worker.wait_healthy()
         except WorkerNotHealthy as exc:
             raise WorkerNotHealthy(f"{exc}; last lines of {logs / 'worker.log'}:\n{_tail(logs / 'worker.log')}") from None
         if collector is not None:

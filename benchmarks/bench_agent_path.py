@@ -1,6 +1,6 @@
 """The intake side path against Faust's agent path, for frames of 1, 100 and 1,000 reports.
 
-    .venv/bin/python benchmarks/bench_agent_path.py [--quick] [--paths side,agent-events,agent-take]
+    .venv/bin/python -m benchmarks.bench_agent_path [--quick] [--paths side,agent-events,agent-take]
                                                     [--frames 1000,100,1] [--no-latency]
 
 Issue 17: the worker takes source messages from Faust's consumer (``agents.intake``,
@@ -38,13 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_worker import Worker, machine_line, messages, produce  # noqa: E402
-from agents.process import WorkerChild  # noqa: E402
-from benchmarks.experiments.common import cpu_times, steal_fraction  # noqa: E402
-from producer.broker import EmbeddedBroker, free_port  # noqa: E402
+from benchmarks.bench_worker import Worker, machine_line, messages, produce
+from agents.process import WorkerChild
+from benchmarks.experiments.common import cpu_times, steal_fraction
+from producer.broker import EmbeddedBroker, free_port
 
 PATHS = ("side", "agent-events", "agent-take")
 #: frame size -> (reports for the throughput run, reports/s for the latency run)
@@ -58,8 +56,8 @@ BOOT = ("import sys, agents.app; agents.app.OCMSWorker.intake_path = sys.argv.po
 class PathChild(WorkerChild):
     """``ocms worker`` as a child process, with ``OCMSWorker.intake_path`` set first."""
 
-    def __init__(self, path: str, args, **kwargs):
-        super().__init__(args, **kwargs)
+    def __init__(self, path: str, topic: str, *flags: str, **kwargs):
+        super().__init__(topic, *flags, **kwargs)
         self.path = path
 
     @property
@@ -74,11 +72,8 @@ class PathWorker(Worker):
     def __init__(self, bootstrap: str, topic: str, log_dir: Path, path: str, tracked: int = 1000):
         self.port = free_port()
         self.topic = topic
-        self.child = PathChild(
-            path, ["-e", "2", "-d", "10000", "--tracked-range", f"0:{tracked}", "--bootstrap-servers", bootstrap,
-                   "--broker", "embedded", "--app-id", topic, "--source-topic", topic, "--dead-letter-topic",
-                   topic + "-dlq", "--web-port", str(self.port), "--log-level", "warning"],
-            log=log_dir / f"{topic}.log").start()
+        self.child = PathChild(path, topic, "-e", "2", "-d", "10000", "--tracked-range", f"0:{tracked}",
+                               bootstrap=bootstrap, web_port=self.port, log=log_dir / f"{topic}.log").start()
         self.process = self.child.process
 
 

@@ -1,6 +1,6 @@
 """Collector throughput and latency with wrk, side by side with a bare aiohttp handler.
 
-    .venv/bin/python benchmarks/bench_collector.py [--duration S] [--connections C] [--event-loop L[,L]] [--quick]
+    .venv/bin/python -m benchmarks.bench_collector [--duration S] [--connections C] [--event-loop L[,L]] [--quick]
 
 One embedded broker (Tansu, memory), one `ocms collector` process (metric
 flight_dest of deploy/registry.yaml) and, as the limit, a bare aiohttp handler in
@@ -45,14 +45,14 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from agents.process import WorkerChild
+from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction
+from cms_core import wire
+from cms_core.privatize import simulate_reports
+from collector.cli import collector_command
+from producer.broker import EmbeddedBroker, free_port
 
-from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction  # noqa: E402
-from cms_core import wire  # noqa: E402
-from cms_core.privatize import simulate_reports  # noqa: E402
-from collector.cli import collector_command  # noqa: E402
-from producer.broker import EmbeddedBroker, free_port  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 REGISTRY = ROOT / "deploy" / "registry.yaml"
 METRIC = "flight_dest"
@@ -183,10 +183,6 @@ def end_to_end(collector_url: str, worker_url: str, version, probes: int) -> lis
     return latencies
 
 
-def worker_command(bootstrap: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "tests.collector.registry_worker", str(REGISTRY), METRIC, str(VERSION), bootstrap, TOPIC, str(port)]
-
-
 # ------------------------------------------------------------------------------------- main
 
 
@@ -238,7 +234,8 @@ def main() -> None:
         def servers(event_loop: str) -> tuple[list[subprocess.Popen], str, str]:
             """A bare handler and a collector, both on ``event_loop``, answering; warmed up."""
             bare_port, collector_port = free_port(), free_port()
-            started = [spawn([sys.executable, __file__, "--bare-server", str(bare_port), "--event-loop", event_loop],
+            started = [spawn([sys.executable, "-m", "benchmarks.bench_collector", "--bare-server", str(bare_port),
+                              "--event-loop", event_loop],
                              tmp / f"bare-{event_loop}.log"),
                        spawn(collector_command(REGISTRY, broker.bootstrap_servers, collector_port,
                                                "--source-topic", TOPIC, "--access-log", "false", "--log-level",
@@ -302,8 +299,11 @@ def main() -> None:
                 for process in started:
                     stop(process)
             # end to end, with a worker counting the topic
-            processes.append(spawn(worker_command(broker.bootstrap_servers, worker_port), tmp / "worker.log"))
-            worker_url = f"http://127.0.0.1:{worker_port}"
+            # The registry's first metric (flight_dest) answers the worker's name-less /estimates.
+            worker = WorkerChild(TOPIC, "--registry", str(REGISTRY), "--batch-max-seconds", "0.1",
+                                 bootstrap=broker.bootstrap_servers, web_port=worker_port, log=tmp / "worker.log").start()
+            processes.append(worker.process)
+            worker_url = worker.base_url
             wait_http(worker_url + "/healthz", timeout=120)
             latencies = np.array(end_to_end(collector_url, worker_url, version, args.probes))
             results["e2e"] = {"p50": float(np.percentile(latencies, 50)), "p99": float(np.percentile(latencies, 99)),

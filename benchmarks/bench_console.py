@@ -10,7 +10,7 @@ then loads the console ``--loads`` times in a fresh tab each and prints:
   hold the API's values (what a user waits for);
 * browser console errors (must be 0).
 
-    python benchmarks/bench_console.py [--url http://127.0.0.1:6066] [--screenshot docs/console.png]
+    python -m benchmarks.bench_console [--url http://127.0.0.1:6066] [--screenshot docs/console.png]
 
 Not a timed test: it prints what it measured.
 """
@@ -30,9 +30,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from producer.broker import free_port  # noqa: E402
+from producer.broker import free_port
 
 CHART_READY = """
 var done = arguments[arguments.length - 1];

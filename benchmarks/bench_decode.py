@@ -8,7 +8,7 @@ Compares, on the same simulated reports:
   * direct randomized response (m = d): one histogram of z, O(n + D), reported
     in reports/s and in the equivalent pairs/s over the whole dictionary.
 
-    .venv/bin/python benchmarks/bench_decode.py [--reports 200000] [--quick]
+    .venv/bin/python -m benchmarks.bench_decode [--reports 200000] [--quick]
 
 Not a test: numbers depend on the machine. Results are printed, not asserted.
 """

@@ -13,9 +13,9 @@ all of them, and those with an unbiased later-level estimate), the detection thr
 states (found with probability >= 95%) and the first level's cut-off, and the decode /
 simulation seconds.
 
-    .venv/bin/python benchmarks/bench_discovery.py [--quick] [--reports 100000,1000000] [--epsilons 2,4] \
+    .venv/bin/python -m benchmarks.bench_discovery [--quick] [--reports 100000,1000000] [--epsilons 2,4] \
         [--json docs/results/discovery.json] [--profile words,4,1000000]
-    OTHER/bin/python benchmarks/bench_discovery.py --plot docs/results/discovery.json   # any Python with matplotlib
+    OTHER/bin/python -m benchmarks.bench_discovery --plot docs/results/discovery.json   # any Python with matplotlib
 
 ``--json`` writes every row (and the profile) as JSON; ``--profile WORKLOAD,EPS,N`` times one run
 per level: the kernel's match counting against the Python around it (candidate elements, runs,

@@ -7,7 +7,7 @@ per report. Ours: OCMS+RR with the exact Bonferroni cut-off (``cms_core.discover
 the same sampled words (wordfreq English top ``--vocabulary``, cut to ``--max-length``
 characters), with the same alphabet (the characters of the vocabulary, plus PEM's padding '*').
 
-    .venv/bin/python benchmarks/bench_discovery_pureldp.py --pure-ldp-python OTHER/bin/python [--reports 100000]
+    .venv/bin/python -m benchmarks.bench_discovery_pureldp --pure-ldp-python OTHER/bin/python [--reports 100000]
 
 pure-ldp 1.2.0 needs numpy < 2 (it calls ``np.zeros(None)``) and imports scikit-learn and
 statsmodels, so it runs in its own interpreter (a venv with ``pure-ldp==1.2.0 numpy==1.26.4

@@ -8,7 +8,7 @@ spawned, niced child: what the worker uses), while a probe task on the same loop
 sleep over and over. The probe's overshoot is how long any loop callback (a /healthz answer, a
 fetch hand-over) would have waited.
 
-    .venv/bin/python benchmarks/bench_discovery_worker.py [--reports 300000] [--vocabulary 5000] [--frame-size 100]
+    .venv/bin/python -m benchmarks.bench_discovery_worker [--reports 300000] [--vocabulary 5000] [--frame-size 100]
 
 Not a test: times depend on the machine. Results are printed, not asserted.
 """

@@ -156,15 +156,12 @@ def main(argv: list[str] | None = None) -> int:
         broker = EmbeddedBroker(log_path=work / "broker.log").start()
         bootstrap = broker.bootstrap_servers
         asyncio.run(create_topics(bootstrap, {TOPIC: 2}))
-        web_port = free_port()
-        base = f"http://127.0.0.1:{web_port}"
-        worker = WorkerChild(["--registry", str(work / "registry.yaml"), "--bootstrap-servers", bootstrap,
-                              "--broker", "embedded", "--app-id", "bench-poisoning", "--source-topic", TOPIC,
-                              "--dead-letter-topic", TOPIC + "-dlq", "--partitions", "2", "--web-port", str(web_port),
-                              "--log-level", "warning"], log=work / "worker.log").start()
+        worker = WorkerChild(TOPIC, "--registry", str(work / "registry.yaml"), "--partitions", "2", bootstrap=bootstrap,
+                             web_port=free_port(), app_id="bench-poisoning", log=work / "worker.log").start()
+        base = worker.base_url
         collector = CollectorChild(str(work / "registry.yaml"), bootstrap, TOPIC, free_port(), log=work / "collector.log",
                                    extra=("--tokens-file", str(work / "tokens.json"), "--kafka-idempotence", "off")).start()
-        worker.wait_healthy(base, timeout=180)
+        worker.wait_healthy(timeout=180)
         collector.wait_ready(timeout=120)
 
         rng = np.random.default_rng(args.seed)

@@ -6,7 +6,7 @@
   3. device path (CSPRNG, one report at a time, Python): reports/s on one core;
   4. single-report messages delivered to the embedded broker: reports/s.
 
-    .venv/bin/python benchmarks/bench_producer.py [--reports 1000000]
+    .venv/bin/python -m benchmarks.bench_producer [--reports 1000000]
 """
 
 from __future__ import annotations

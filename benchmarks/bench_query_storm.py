@@ -1,6 +1,6 @@
 """Intake under a storm of maximal queries (issue 17: a query must not stall the worker).
 
-    .venv/bin/python benchmarks/bench_query_storm.py [--tracked 100000] [--seconds 20] [--rounds 2] [--clients 6]
+    .venv/bin/python -m benchmarks.bench_query_storm [--tracked 100000] [--seconds 20] [--rounds 2] [--clients 6]
 
 One embedded broker and one `ocms worker` (D tracked values = the whole dictionary,
 default 100,000; 10 s buckets kept 600 s; micro-batches of 10,000 reports). History
@@ -31,7 +31,6 @@ import json
 import os
 import platform
 import random
-import sys
 import tempfile
 import threading
 import time
@@ -43,14 +42,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction  # noqa: E402
-from agents.process import WorkerChild  # noqa: E402
-from cms_core import OCMSParams, wire  # noqa: E402
-from cms_core.privatize import simulate_reports  # noqa: E402
-from producer.broker import EmbeddedBroker, free_port  # noqa: E402
+from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction
+from agents.process import WorkerChild
+from cms_core import OCMSParams, wire
+from cms_core.privatize import simulate_reports
+from producer.broker import EmbeddedBroker, free_port
 
 BUCKET_S = 10
 RETENTION_S = 600
@@ -70,12 +67,9 @@ class Worker:
         self.port = free_port()
         self.log_path = log_dir / f"{topic}.log"
         self.child = WorkerChild(  # agents.process: own session, dies with the benchmark
-            ["-e", "2", "-d", str(tracked),
-             "--tracked-range", f"0:{tracked}", "--partitions", str(partitions),
-             "--bucket-seconds", str(BUCKET_S), "--retention-seconds", str(RETENTION_S),
-             "--bootstrap-servers", bootstrap, "--broker", "embedded", "--app-id", topic, "--source-topic", topic,
-             "--dead-letter-topic", topic + "-dlq", "--web-port", str(self.port), "--log-level", "warning",
-             "--batch-max-reports", str(batch_max_reports)],
+            topic, "-e", "2", "-d", str(tracked), "--tracked-range", f"0:{tracked}", "--partitions", str(partitions),
+            "--bucket-seconds", str(BUCKET_S), "--retention-seconds", str(RETENTION_S),
+            "--batch-max-reports", str(batch_max_reports), bootstrap=bootstrap, web_port=self.port,
             log=self.log_path).start()
         self.process = self.child.process
 

@@ -1,6 +1,6 @@
 """One worker serving 20 registry metrics mixed on one topic, against one single-metric worker.
 
-    .venv/bin/python benchmarks/bench_registry_worker.py [--reports N] [--metrics M] [--rounds R]
+    .venv/bin/python -m benchmarks.bench_registry_worker [--reports N] [--metrics M] [--rounds R]
 
 Issue 12's figure: one ``ocms worker --registry`` of M metrics (default 20: categories,
 integers and strings, different epsilon, direct RR and OCMS+RR) receives frames of 1,000
@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 import urllib.request
@@ -34,17 +33,15 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks import bench_worker  # noqa: E402
-from benchmarks.experiments.common import cpu_times, steal_fraction  # noqa: E402
-from agents.process import WorkerChild  # noqa: E402
-from cms_core import wire  # noqa: E402
-from cms_core.privatize import simulate_reports  # noqa: E402
-from cms_core.values import elements_to_array, encode_value, limbs_for  # noqa: E402
-from producer.broker import EmbeddedBroker, free_port  # noqa: E402
-from registry import load_registry  # noqa: E402
+from benchmarks import bench_worker
+from benchmarks.experiments.common import cpu_times, steal_fraction
+from agents.process import WorkerChild
+from cms_core import wire
+from cms_core.privatize import simulate_reports
+from cms_core.values import elements_to_array, encode_value, limbs_for
+from producer.broker import EmbeddedBroker, free_port
+from registry import load_registry
 
 FRAME = 1000
 WORDS = [f"word-{i}" for i in range(400)]
@@ -104,11 +101,10 @@ def registry_payloads(path: Path, n: int) -> tuple[list[bytes], int, int]:
 
 def registry_run(bootstrap: str, log_dir: Path, path: Path, payloads: list[bytes], total: int, versions: int) -> dict:
     topic, port = "bench-registry", free_port()
-    child = WorkerChild(["--registry", str(path), "--bootstrap-servers", bootstrap, "--broker", "embedded",
-                         "--app-id", topic, "--source-topic", topic, "--dead-letter-topic", topic + "-dlq",
-                         "--web-port", str(port), "--log-level", "warning"], log=log_dir / f"{topic}.log").start()
+    child = WorkerChild(topic, "--registry", str(path), bootstrap=bootstrap, web_port=port,
+                        log=log_dir / f"{topic}.log").start()
     try:
-        child.wait_healthy(f"http://127.0.0.1:{port}", 120)
+        child.wait_healthy(120)
         ticks = cpu_times()
         start = time.monotonic()
         asyncio.run(bench_worker.produce(bootstrap, topic, payloads, None, []))

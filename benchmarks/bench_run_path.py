@@ -1,6 +1,6 @@
 """What `make run`'s fleet actually reaches through the collector, next to the --direct-kafka path.
 
-    .venv/bin/python benchmarks/bench_run_path.py [--duration S] [--cases RATE/FRAME,...] [--direct]
+    .venv/bin/python -m benchmarks.bench_run_path [--duration S] [--cases RATE/FRAME,...] [--direct]
 
 Each case is one real `ocms run --duration S --rate RATE --frame-size FRAME` (embedded broker,
 one worker, one `ocms collector`, the fleet in `ocms run`'s own process uploading each frame as

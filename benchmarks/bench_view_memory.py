@@ -1,7 +1,7 @@
 """Memory of a worker's counts view (and the cost of applying one changelog record) for deploy/registry.yaml, every bucket of every live
 metric version retained and written by every source partition (the worst case).
 
-    PYTHONPATH=. python benchmarks/bench_view_memory.py [--partitions 4] [--registry deploy/registry.yaml]
+    python -m benchmarks.bench_view_memory [--partitions 4] [--registry deploy/registry.yaml]
 
 Prints, per metric version: buckets retained (main + rollup levels + the total key), tracked
 values D, the bytes the view holds (CountsView.memory_bytes: one int64 sum per bucket plus

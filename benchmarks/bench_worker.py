@@ -1,6 +1,6 @@
 """Worker throughput and produce-to-visible latency on the embedded broker.
 
-    .venv/bin/python benchmarks/bench_worker.py [--quick] [--tracked D] [--memory-minutes M]
+    .venv/bin/python -m benchmarks.bench_worker [--quick] [--tracked D] [--memory-minutes M]
 
 One embedded broker (Tansu, memory) and one `ocms worker` process (4 partitions,
 D tracked values, default 1,000, of a d = 10,000 dictionary, eps = 2). Each
@@ -33,13 +33,12 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction  # noqa: E402
-from agents.process import WorkerChild  # noqa: E402
-from cms_core import OCMSParams, wire  # noqa: E402
-from cms_core.privatize import simulate_reports  # noqa: E402
-from producer.broker import EmbeddedBroker, free_port  # noqa: E402
+from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction
+from agents.process import WorkerChild
+from cms_core import OCMSParams, wire
+from cms_core.privatize import simulate_reports
+from producer.broker import EmbeddedBroker, free_port
 
 PARAMS = OCMSParams.build(2.0, 10_000)
 #: (frame size, reports) of the throughput runs and (frame size, reports/s, seconds) of the latency runs.
@@ -62,11 +61,8 @@ class Worker:
     def __init__(self, bootstrap: str, topic: str, log_dir: Path, *extra: str, tracked: int = 1000):
         self.port = free_port()
         self.topic = topic
-        self.child = WorkerChild(
-            ["-e", "2", "-d", "10000", "--tracked-range", f"0:{tracked}", "--bootstrap-servers", bootstrap,
-             "--broker", "embedded", "--app-id", topic, "--source-topic", topic, "--dead-letter-topic", topic + "-dlq",
-             "--web-port", str(self.port), "--log-level", "warning", *extra],
-            log=log_dir / f"{topic}.log").start()
+        self.child = WorkerChild(topic, "-e", "2", "-d", "10000", "--tracked-range", f"0:{tracked}", *extra,
+                                 bootstrap=bootstrap, web_port=self.port, log=log_dir / f"{topic}.log").start()
         self.process = self.child.process
 
     def get(self, path: str) -> dict:
@@ -77,7 +73,7 @@ class Worker:
         return self.get("/params")["parameter_sets"][0]["reports"]
 
     def wait_healthy(self, timeout: float = 60) -> None:
-        self.child.wait_healthy(f"http://127.0.0.1:{self.port}", timeout)
+        self.child.wait_healthy(timeout)
 
     def rss_mib(self) -> float:
         with open(f"/proc/{self.process.pid}/status") as f:

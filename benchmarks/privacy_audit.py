@@ -7,7 +7,7 @@ of ε (the mechanism is not mis-calibrated). A leaky device (keep threshold of
 1.25 ε claiming ε) is the negative control. tests/cms_core/test_privacy_audit.py
 runs a reduced version in CI.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/privacy_audit.py [--trials 1000000]
+    .venv/bin/python -m benchmarks.privacy_audit [--trials 1000000]
 
 Takes about a minute on one core (about 4 us per direct report, 9 us per OCMS+RR one).
 """

@@ -6,7 +6,7 @@ exact gap (e^eps to 60 digits; float64 cannot see it), the documented bound
 (privatize.ratio_gap_bound) and the old text's 1/(2^64 - T) for comparison
 (docs/cms_core.md, "Sampling precision"; issue 18).
 
-    .venv/bin/python benchmarks/sampling_gap.py
+    .venv/bin/python -m benchmarks.sampling_gap
 
 Exact arithmetic, not a timing: the figures do not depend on the machine.
 """

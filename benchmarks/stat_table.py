@@ -3,7 +3,7 @@
 Same procedure as tests/cms_core/test_statistics.py (fixed dataset, seeded
 rounds, simulation path, compiled decode), printed as a table for the record.
 
-    .venv/bin/python benchmarks/stat_table.py [--rounds 2000] [--n 2000]
+    .venv/bin/python -m benchmarks.stat_table [--rounds 2000] [--n 2000]
 """
 
 from __future__ import annotations

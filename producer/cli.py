@@ -174,14 +174,17 @@ def check_outputs(args) -> None:
             _check_writable(flag, path)
 
 
-def run_simulation(args, settings):
+def run_simulation(args, settings, metric: str | None = None):
     """Run the simulated fleet ``settings`` as the ``simulate`` flags say (``--embedded-broker``,
-    ``--bootstrap-servers``, ``--topic``, ``--partitions``, ``--out``, ``--truth``, ``--progress``);
-    returns the :class:`SimulationResult` and where the reports went, for the summary line."""
+    ``--bootstrap-servers``, ``--topic``, ``--partitions``, ``--collector``, ``--out``, ``--truth``,
+    ``--progress``); ``metric``: the registry metric the reports are (the collector's upload path).
+    Returns the :class:`SimulationResult` and where the reports went, for the summary line."""
     import asyncio
 
     from producer import simulator
 
+    if args.collector is not None:
+        return _upload_simulation(args, settings, metric)
     broker = None
     bootstrap = args.bootstrap_servers
     if args.embedded_broker:
@@ -208,6 +211,40 @@ def run_simulation(args, settings):
     if args.truth:
         simulator.write_truth(args.truth, settings, result)
     where = " and ".join(x for x in [f"{bootstrap}/{args.topic}" if bootstrap else "",
+                                     output_name(args.out) if args.out else ""] if x)
+    return result, where
+
+
+def _upload_simulation(args, settings, metric: str | None):
+    """``simulate --collector URL``: every message uploaded to the collector, as devices do (a 202
+    means it is in Kafka); the collector produces to its own topic."""
+    import asyncio
+
+    from producer import simulator
+    from producer.reporter import HttpTransport
+
+    if metric is None:
+        raise OCMSError(f"--collector {args.collector}: needs --registry and --metric (a collector accepts "
+                        "registry metrics only)")
+    if args.bootstrap_servers or args.embedded_broker:
+        given = "--bootstrap-servers" if args.bootstrap_servers else "--embedded-broker"
+        raise OCMSError(f"--collector and {given} are exclusive: the collector sends the reports to Kafka")
+    if not args.collector.startswith(("http://", "https://")):
+        raise OCMSError(f"--collector {args.collector}: expected the collector's http:// or https:// URL")
+
+    async def upload() -> simulator.SimulationResult:
+        transport = HttpTransport(args.collector, metric=metric)
+        await transport.start()
+        try:
+            return await simulator.run(settings, transport=transport, upload_concurrency=args.upload_concurrency,
+                                       out=args.out, progress=args.progress)
+        finally:
+            await transport.stop()
+
+    result = asyncio.run(upload())
+    if args.truth:
+        simulator.write_truth(args.truth, settings, result)
+    where = " and ".join(x for x in [f"the collector {args.collector} (metric {metric})",
                                      output_name(args.out) if args.out else ""] if x)
     return result, where
 
@@ -335,6 +372,8 @@ def add_privacy_flags(plan) -> None:
 
 def add_producer_commands(sub) -> None:
     """Add ``plan``, ``simulate``, ``estimate`` and ``broker`` to the ``ocms`` subparsers."""
+    from producer import simulator
+
     plan = sub.add_parser("plan", help="choose parameters and predict accuracy / reports needed",
                           description="Choose the OCMS+RR parameters devices and workers use (mechanism, hash range m, "
                                       "field, report size) for an epsilon and a dictionary, and predict the accuracy "
@@ -371,6 +410,11 @@ def add_producer_commands(sub) -> None:
     simulate.add_argument("--topic", default="ocms-reports",
                           help="Kafka topic the reports go to, with --bootstrap-servers (default ocms-reports)")
     simulate.add_argument("--partitions", type=int_at_least(1), default=4, help="partitions when creating the topic")
+    simulate.add_argument("--collector", metavar="URL",
+                          help="upload every message to this ocms collector (http://host:8080) as devices do, instead "
+                               "of producing to Kafka; needs --registry and --metric (docs/collector.md)")
+    simulate.add_argument("--upload-concurrency", type=int_at_least(1), default=simulator.UPLOAD_CONCURRENCY,
+                          metavar="N", help=f"uploads in flight with --collector (default {simulator.UPLOAD_CONCURRENCY})")
     simulate.add_argument("--out", help="also write a capture file (length-prefixed wire messages); - for standard "
                           "output (the status line goes to stderr)")
     simulate.add_argument("--truth", help="write the ground truth (true counts per value) as JSON; - for standard output")

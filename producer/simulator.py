@@ -202,6 +202,11 @@ class Progress:
             sys.stderr.write("\n")
 
 
+#: Uploads a fleet keeps in flight to a collector (each one a message of ``frame_size`` reports):
+#: enough to hide the collector's frame latency and Kafka's ack (benchmarks/bench_run_path.py).
+UPLOAD_CONCURRENCY = 32
+
+
 async def run(
     settings: SimulationSettings,
     *,
@@ -212,7 +217,7 @@ async def run(
     should_stop: Callable[[], bool] | None = None,
     result: SimulationResult | None = None,
     transport=None,
-    upload_concurrency: int = 8,
+    upload_concurrency: int = UPLOAD_CONCURRENCY,
 ) -> SimulationResult:
     """Generate, then send to Kafka, to a collector and/or write a capture file. Returns counts.
 

@@ -108,6 +108,8 @@ def cmd_simulate(args) -> int:
         if version.discovery is None:
             raise OCMSError(f"--discovery: metric {version.metric!r} version {version.version} declares no "
                             "'discovery:' block")
+        if args.collector is not None:
+            raise OCMSError("--discovery sends to Kafka (--bootstrap-servers): drop --collector")
         return simulate_discovery(args, version)
     dataset = dataset_for(version, args.dataset)
     reports = args.reports if args.reports is not None or args.duration is not None else 100_000
@@ -115,7 +117,7 @@ def cmd_simulate(args) -> int:
         params=version.params, dataset=dataset, reports=reports, duration_s=args.duration, rate=args.rate,
         devices=args.devices, frame_size=args.frame_size, seed=args.seed,
     )
-    result, where = run_simulation(args, settings)
+    result, where = run_simulation(args, settings, metric=version.metric)
     status(f"{version.binding} (fingerprint {version.fingerprint.hex()}): sent {result.reports:,} reports in "
            f"{result.messages:,} messages to {where} in {result.seconds:.2f} s: {result.reports_per_second:,.0f} reports/s")
     return 0

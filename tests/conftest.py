@@ -1,16 +1,18 @@
+"""Session-wide checks: no test leaves ``ocms-*`` temp entries behind, and only tests marked
+``integration`` start processes (tests.support.process_guard).
+
+Run the suite from the checkout's root as ``python -m pytest`` (the Makefile does): the checkout
+comes first on sys.path, so the tests import its packages (the editable install points here too).
+"""
+
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-# Tests import the packages from the checkout (the editable install points here too).
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
+pytest_plugins = ["pytester", "tests.support.process_guard"]
 
 # ------------------------------------------------------------ temp-dir hygiene
 #: What the product and the tests name their temporary folders and files: a test run must

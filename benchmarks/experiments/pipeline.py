@@ -13,15 +13,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import bench_worker
+
 from .common import cpu_model, md_table, pyplot, save_figure
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import bench_worker  # noqa: E402  (benchmarks/bench_worker.py, a script)
 
 #: Issue 4's targets for one worker on this machine (1,000 tracked values).
 TARGET_FRAMED_REPORTS_PER_S = 200_000

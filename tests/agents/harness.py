@@ -2,7 +2,8 @@
 
 A ``WorkerProcess`` is ``ocms worker ...`` started by ``agents.process.WorkerChild``
 (own session, so SIGKILL takes exactly it; it dies with the test run); ``send`` produces wire messages with explicit
-keys/timestamps through aiokafka; ``wait_for`` polls the HTTP API.
+keys/timestamps through aiokafka; ``wait_healthy`` and ``wait_for_n`` poll the HTTP API
+(tests.support.waiting); tests.support.topics reads a topic back.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from agents.process import WorkerChild
 from cms_core import OCMSParams, wire
 from cms_core.privatize import simulate_reports
 from producer.broker import free_port
+
+from tests.support.waiting import poll_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,30 +61,24 @@ class WorkerProcess:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.web_port}"
 
+    @property
+    def log_path(self) -> Path:
+        """The log of the worker process started last."""
+        return self.child.log
+
     def start(self) -> "WorkerProcess":
         self.starts += 1
-        self.child = WorkerChild(
-            ["--bootstrap-servers", self.bootstrap, "--broker", "embedded", "--app-id", self.app_id,
-             "--source-topic", self.topic, "--dead-letter-topic", self.topic + "-dlq",
-             "--web-port", str(self.web_port), "--log-level", "warning", *self.args],
-            log=self.log_dir / f"{self.app_id}-{self.web_port}-{self.starts}.log",
-        ).start()
+        self.child = WorkerChild(self.topic, *self.args, bootstrap=self.bootstrap, web_port=self.web_port,
+                                 app_id=self.app_id, log=self.log_dir / f"{self.app_id}-{self.web_port}-{self.starts}.log")
+        self.child.start()
         return self
 
+    def running(self) -> None:
+        """Fails the test at once if the worker has exited (a poll would only time out)."""
+        assert self.alive(), f"worker exited with {self.process.returncode}; see {self.log_dir}"
+
     def wait_healthy(self, timeout: float = 60.0) -> dict:
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            assert self.alive(), f"worker exited with {self.process.returncode}; see {self.log_dir}"
-            try:
-                status, doc = self.get("/healthz")
-                last = doc
-                if status == 200:
-                    return doc
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"worker not healthy within {timeout} s: {last}")
+        return self.child.wait_healthy(timeout)
 
     def alive(self) -> bool:
         return self.child is not None and self.child.alive()
@@ -99,18 +96,12 @@ class WorkerProcess:
             return response.read().decode()
 
     def wait_for_n(self, n: int, timeout: float = 90.0, **params) -> dict:
-        deadline = time.monotonic() + timeout
-        doc = None
-        while time.monotonic() < deadline:
-            assert self.alive(), f"worker exited with {self.process.returncode}; see {self.log_dir}"
-            try:
-                status, doc = self.get("/estimates", **params)
-            except OSError:  # a restarted worker is not listening yet
-                status = None
-            if status == 200 and doc["n"] >= n:
-                return doc
-            time.sleep(0.25)
-        raise AssertionError(f"worker did not reach n={n} within {timeout} s (last n={doc and doc.get('n')})")
+        def estimates() -> tuple[int, dict]:
+            self.running()
+            return self.get("/estimates", **params)  # OSError while a restarted worker is not listening yet
+
+        return poll_until(estimates, timeout, f"the worker to count n >= {n}",
+                          until=lambda got: got[0] == 200 and got[1]["n"] >= n, interval=0.25)[1]
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.child is not None:
@@ -157,30 +148,6 @@ async def _send(bootstrap: str, topic: str, messages: list[Message], rate: float
 
 def send(bootstrap: str, topic: str, messages: list[Message], rate: float | None = None) -> None:
     asyncio.run(_send(bootstrap, topic, messages, rate))
-
-
-async def _consume(bootstrap: str, topic: str, expected: int, timeout: float) -> list:
-    from aiokafka import AIOKafkaConsumer
-
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None)
-    await consumer.start()
-    records = []
-    try:
-        deadline = time.monotonic() + timeout
-        while len(records) < expected and time.monotonic() < deadline:
-            for batch in (await consumer.getmany(timeout_ms=500)).values():
-                records.extend(batch)
-        # a little longer, to catch duplicates or extras
-        for batch in (await consumer.getmany(timeout_ms=1000)).values():
-            records.extend(batch)
-    finally:
-        await consumer.stop()
-    return records
-
-
-def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list:
-    return asyncio.run(_consume(bootstrap, topic, expected, timeout))
 
 
 @dataclass

@@ -7,13 +7,18 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+import pytest
 
 from agents.cli import main
 from producer.broker import free_port
 
+from tests.support.waiting import poll_until
+
 from .harness import ocms, one_line
+
+pytestmark = pytest.mark.integration  # runs `ocms` and worker processes
 
 
 def run_cli(capsys, *argv):
@@ -81,10 +86,11 @@ def test_worker_waits_for_kafka_with_backoff_one_line_per_attempt(tmp_path):
                                stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                env={**base, "OCMS_BOOTSTRAP_SERVERS": "127.0.0.1:9"})
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and log.read_text().count("waiting for Kafka") < 3:
+        def attempts() -> int:
             assert process.poll() is None, log.read_text()
-            time.sleep(0.1)
+            return log.read_text().count("waiting for Kafka")
+
+        poll_until(attempts, 60, "three 'waiting for Kafka' lines", until=lambda n: n >= 3)
         process.send_signal(signal.SIGINT)
         assert process.wait(15) == 130
         lines = log.read_text().splitlines()

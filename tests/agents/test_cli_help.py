@@ -52,17 +52,20 @@ def test_an_option_marked_required_is_required(path, parser):
             assert action.required, f"{' '.join(path)} {action.option_strings[0]}: help says required, it is not"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("command", ["estimate", "plan"])
 def test_epsilon_is_required_only_without_a_registry(command):
     out = ocms(command, "--help")[1]
     assert "[required without --registry]" in " ".join(out.split())
 
 
+@pytest.mark.integration
 def test_run_help_describes_the_command():
     code, out, _ = ocms("run", "--help")
     assert code == 0 and "make run" in out and "--partitions" in out
 
 
+@pytest.mark.integration
 def test_discover_errors_and_warnings_name_the_command(tmp_path):
     """Each line `ocms discover` writes to stderr starts with `ocms discover:` (one did not)."""
     torn = tmp_path / "torn.cap"

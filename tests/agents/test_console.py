@@ -37,6 +37,7 @@ from agents.console import load_assets, read_truth, write_truth_atomically
 from cms_core import OCMSParams
 from producer.broker import EmbeddedBroker, free_port
 from tests.agents.harness import Message, WorkerProcess, report_messages, send
+from tests.support.waiting import poll_until
 
 REQUIRE_ENV = "OCMS_REQUIRE_SYSTEM_TOOLS"
 REPORTS = 40_000
@@ -291,15 +292,12 @@ def registry_worker(tmp_path_factory):
 
 def wait_for_listing(worker, reports: dict[str, int], timeout: float = 90.0) -> dict:
     """The JSON metric listing once every named metric has counted its reports."""
-    deadline = time.monotonic() + timeout
-    doc = None
-    while time.monotonic() < deadline:
-        assert worker.alive(), f"worker exited; see {worker.log_dir}"
-        status, doc = get(worker.base_url, "/metrics?format=json")
-        if status == 200 and {m["name"]: m["reports"] for m in doc["metrics"]} == reports:
-            return doc
-        time.sleep(0.25)
-    raise AssertionError(f"the listing did not reach {reports} within {timeout} s: {doc}")
+    def listing() -> tuple[int, dict]:
+        worker.running()
+        return get(worker.base_url, "/metrics?format=json")
+
+    return poll_until(listing, timeout, f"the metric listing to reach {reports}", interval=0.25,
+                      until=lambda got: got[0] == 200 and {m["name"]: m["reports"] for m in got[1]["metrics"]} == reports)[1]
 
 
 def open_console(chrome, worker, top_chart: str) -> None:
@@ -480,14 +478,12 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
 
 def wait_for_discovered(worker, metric: str, values: set[str], timeout: float = 90.0) -> dict:
     """The worker's /discovered answer once its pass found ``values`` (a pass every few seconds)."""
-    deadline = time.monotonic() + timeout
-    doc = None
-    while time.monotonic() < deadline:
-        status, doc = get(worker.base_url, f"/discovered?metric={metric}")
-        if status == 200 and values <= {rec["value"] for rec in doc["discovered"]}:
-            return doc
-        time.sleep(0.5)
-    raise AssertionError(f"discovery of {metric} did not find {values} within {timeout} s: {doc}")
+    def discovered() -> tuple[int, dict]:
+        worker.running()
+        return get(worker.base_url, f"/discovered?metric={metric}")
+
+    return poll_until(discovered, timeout, f"discovery of {metric} to find {values}", interval=0.5,
+                      until=lambda got: got[0] == 200 and values <= {rec["value"] for rec in got[1]["discovered"]})[1]
 
 
 @pytest.mark.integration

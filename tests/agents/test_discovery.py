@@ -9,6 +9,7 @@ import pytest
 from agents.cli import main
 from cms_core import discovery as D, wire
 from producer.capture import CaptureWriter
+from tests.support.waiting import poll_until
 
 REGISTRY = """\
 metrics:
@@ -137,6 +138,7 @@ def test_simulate_discovery_from_a_long_tailed_file_finds_the_frequent_values_on
 
 # ------------------------------------------------ periodic discovery over a topic window (embedded broker)
 
+@pytest.mark.integration
 def test_periodic_discovery_reads_the_topic_window_and_exports_bounded_labels(workspace):
     """Frames inside the window are discovered; frames stamped before it are not read; /metrics labels are bounded."""
     import asyncio
@@ -235,6 +237,7 @@ def test_promote_adds_discovered_values_to_a_tracked_file(workspace, capsys):
     assert "the" not in doc["promoted"]["added"] and doc["promoted"]["kept"] == 2
 
 
+@pytest.mark.integration
 def test_discover_serve_publishes_the_latest_pass_over_http(workspace, tmp_path):
     """`ocms discover --serve` against the embedded broker: /discovered answers by name, /metrics has bounded labels,
     SIGTERM stops it cleanly."""
@@ -291,17 +294,13 @@ def test_discover_serve_publishes_the_latest_pass_over_http(workspace, tmp_path)
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
         try:
             base = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 90
-            status, body = None, ""
-            while time.monotonic() < deadline and process.poll() is None:
-                try:
-                    status, body = get(f"{base}/discovered?metric=typed_words")
-                except OSError:
-                    status = None  # not listening yet
-                if status == 200:
-                    break
-                time.sleep(0.2)  # polling a condition with a deadline, not a fixed wait
-            assert status == 200, (status, body, process.poll())
+
+            def discovered() -> tuple[int, str]:
+                assert process.poll() is None, f"ocms discover --serve exited with {process.returncode}"
+                return get(f"{base}/discovered?metric=typed_words")
+
+            status, body = poll_until(discovered, 90, "/discovered to answer 200", until=lambda got: got[0] == 200,
+                                      interval=0.2)
             doc = json.loads(body)
             assert {"zebra", "quiet"} <= {d["value"] for d in doc["discovered"]}
             assert doc["reports"] == len(words) + 4000

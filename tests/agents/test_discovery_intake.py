@@ -165,6 +165,7 @@ def test_interval_zero_turns_passes_off_and_says_so(registry):
     assert status == 503 and "--discovery-interval-seconds 0" in doc["error"]
 
 
+@pytest.mark.integration
 def test_a_pass_in_a_child_that_overruns_its_time_is_stopped_with_a_clear_error(registry):
     """The bound on a worker's pass: a child that has not answered in time is killed (here: at once)."""
     import asyncio
@@ -177,6 +178,7 @@ def test_a_pass_in_a_child_that_overruns_its_time_is_stopped_with_a_clear_error(
         asyncio.run(pass_in_child(arguments, dict(alpha=0.05, confidence=0.95, max_candidates=1000), 0.001))
 
 
+@pytest.mark.integration
 def test_a_failing_pass_in_a_child_reports_its_error(registry):
     """Kafka unreachable: the child's error comes back as an OCMSError (the worker keeps the previous result)."""
     import asyncio

@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -29,6 +28,7 @@ from producer.capture import CaptureWriter
 from producer.discovery import simulate_discovery_messages
 from registry import load_registry
 from registry.discovery import discovery_of
+from tests.support.waiting import poll_until
 
 REGISTRY = """\
 metrics:
@@ -166,18 +166,13 @@ def fetch(url: str) -> tuple[int, bytes]:
 
 def wait_for_pass(base: str, alive, timeout: float = 120.0) -> dict:
     """/discovered?metric=words once a pass saw every report (condition with a deadline)."""
-    deadline = time.monotonic() + timeout
-    status, body = None, b""
-    while time.monotonic() < deadline:
+    def discovered() -> tuple[int, bytes]:
         assert alive(), "the server exited"
-        try:
-            status, body = fetch(base + "/discovered?metric=words")
-        except OSError:
-            status = None  # not listening yet
-        if status == 200 and json.loads(body)["reports"] == REPORTS:
-            return json.loads(body.decode("utf-8", errors="strict"))
-        time.sleep(0.2)
-    raise AssertionError(f"no complete pass within {timeout} s: {status} {body[:300]!r}")
+        return fetch(base + "/discovered?metric=words")
+
+    _, body = poll_until(discovered, timeout, f"a discovery pass over all {REPORTS} reports",
+                         until=lambda got: got[0] == 200 and json.loads(got[1])["reports"] == REPORTS, interval=0.2)
+    return json.loads(body.decode("utf-8", errors="strict"))
 
 
 def check_exposition(base: str) -> dict:

@@ -10,7 +10,6 @@ frame of a level the registry does not declare goes to the dead-letter topic.
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -19,7 +18,13 @@ from cms_core import discovery as D, wire
 from producer.broker import EmbeddedBroker
 from producer.discovery import simulate_discovery_messages
 
-from .harness import Message, Scrape, WorkerProcess, consume, ocms, send
+from tests.support.topics import consume
+
+from tests.support.waiting import poll_until
+
+from .harness import Message, Scrape, WorkerProcess, ocms, send
+
+pytestmark = pytest.mark.integration  # a broker and a worker
 
 TOPIC = "it-discovery"
 ALPHABET = "abcdefghijklmnopqrstuvwxyz'.01234567"
@@ -71,18 +76,16 @@ def test_worker_discovers_the_fleets_frequent_words_and_stays_healthy(tmp_path):
             send(broker.bootstrap_servers, TOPIC, [Message(foreign_level_frame(), b"gw-x")])
             top = [t["value"] for t in json.loads(truth.read_text())["top"][:4]]  # the fleet's heaviest words
 
-            # Wait (condition, deadline) for a pass that saw every report; /healthz must answer all along.
-            deadline = time.monotonic() + 240
-            healthz, doc = [], None
-            while time.monotonic() < deadline:
-                assert worker.alive(), f"worker exited; see {tmp_path}"
+            # Wait for a pass that saw every report; /healthz must answer all along.
+            healthz = []
+
+            def discovered() -> tuple[int, dict]:
+                worker.running()
                 healthz.append(worker.get("/healthz")[0])
-                status, doc = worker.get("/discovered", metric="typed_words")
-                if status == 200 and doc["reports"] == REPORTS:
-                    break
-                time.sleep(0.2)
-            else:
-                raise AssertionError(f"no complete discovery pass within the deadline: {doc}")
+                return worker.get("/discovered", metric="typed_words")
+
+            _, doc = poll_until(discovered, 240, "a discovery pass that saw every report",
+                                until=lambda got: got[0] == 200 and got[1]["reports"] == REPORTS, interval=0.2)
             assert set(healthz) == {200}, healthz
             found = {d["value"]: d for d in doc["discovered"]}
             assert set(top) <= set(found), (top, sorted(found))

@@ -26,7 +26,11 @@ import pytest
 from cms_core import OCMSParams
 from producer.broker import EmbeddedBroker
 
+from tests.support.waiting import poll_until
+
 from .harness import WorkerProcess, report_messages, send
+
+pytestmark = pytest.mark.integration  # a broker and a worker
 
 D = 100_000
 REPORTS = 1_000_000
@@ -66,20 +70,13 @@ class HealthPoller(threading.Thread):
 
 def counted(worker: WorkerProcess, timeout: float) -> int:
     """Wait until the worker has counted every report; /estimates/0 answers n cheaply (one value)."""
-    deadline = time.monotonic() + timeout
-    n = None
-    while time.monotonic() < deadline:
-        assert worker.alive(), f"worker exited; see {worker.log_dir}"
-        try:
-            status, doc = worker.get("/estimates/0")
-        except OSError:
-            status = None
-        if status == 200:
-            n = doc["n"]
-            if n >= REPORTS:
-                return n
-        time.sleep(0.25)
-    raise AssertionError(f"worker did not count {REPORTS:,} reports within {timeout} s (last n={n})")
+    def n() -> int | None:
+        worker.running()
+        status, doc = worker.get("/estimates/0")
+        return doc["n"] if status == 200 else None
+
+    return poll_until(n, timeout, f"the worker to count {REPORTS:,} reports", until=lambda got: (got or 0) >= REPORTS,
+                      interval=0.25)
 
 
 def test_healthz_answers_while_a_large_batch_decodes(broker, tmp_path):

@@ -23,7 +23,12 @@ from producer.broker import EmbeddedBroker
 from producer.offline import sketch_from_messages
 from registry import load_registry
 
-from .harness import Scrape, WorkerProcess, consume, report_messages, send
+from tests.support.topics import consume
+from tests.support.waiting import poll_until
+
+from .harness import Scrape, WorkerProcess, report_messages, send
+
+pytestmark = pytest.mark.integration  # a broker and workers
 
 REGISTRY = """\
 metrics:
@@ -87,16 +92,6 @@ def values_for(metric: str, version: int, n: int, seed: int) -> np.ndarray:
     return rng.choice(d, n, p=weights / weights.sum())
 
 
-def wait_until(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.25)
-    raise AssertionError(f"not within {timeout} s: {what}")
-
-
 @pytest.fixture(scope="module")
 def fed(setup):
     registry, broker, worker = setup
@@ -124,7 +119,7 @@ def fed(setup):
         docs = {key: worker.get(f"/metrics/{key[0]}/estimates", version=str(key[1]))[1] for key in COUNTS}
         return docs if all(docs[key]["n"] >= n for key, n in COUNTS.items()) else None
 
-    docs = wait_until(caught_up, 90, "every version counted")
+    docs = poll_until(caught_up, 90, "every version counted")
     return registry, worker, sent, strays, docs
 
 
@@ -254,7 +249,7 @@ def test_sigkill_mid_stream_every_metric_exact(tmp_path_factory):
         def killer():
             try:
                 for threshold in (total // 4, total // 2):
-                    progress.append(wait_until(lambda: (n := counted()) >= threshold and n, 120, f"n >= {threshold}"))
+                    progress.append(poll_until(counted, 120, f"n >= {threshold}", until=lambda n: n >= threshold))
                     worker.kill()
                     worker.start()
             except BaseException as exc:
@@ -269,7 +264,7 @@ def test_sigkill_mid_stream_every_metric_exact(tmp_path_factory):
             assert not failures, failures
             assert worker.starts == 3 and any(0 < p < total for p in progress), progress
             worker.wait_healthy()
-            wait_until(lambda: counted() >= total, 120, "every report counted after the kills")
+            poll_until(counted, 120, "every report counted after the kills", until=lambda n: n >= total)
             for (metric, version), own in sent.items():
                 v = registry.metric(metric).version(version)
                 doc = worker.get(f"/metrics/{metric}/estimates", version=str(version))[1]

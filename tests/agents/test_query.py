@@ -583,6 +583,7 @@ def test_answers_over_the_work_limit_are_refused_before_any_work(monkeypatch):
     assert counting.sums == 0 and counting.sketch_sizes == []
 
 
+@pytest.mark.integration
 def test_heavy_answers_finish_identically_in_another_process():
     """The web layer computes heavy answers in a spawned process from a pickled Job."""
     import multiprocessing

@@ -23,6 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.waiting import poll_until
+
+pytestmark = pytest.mark.integration  # runs `ocms run` (broker, worker, collector, fleet)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -51,16 +55,6 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def wait_until(condition, timeout: float, what: str, poll: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(poll)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 def port_closed(port: int) -> bool:
@@ -101,7 +95,7 @@ def test_make_run_shows_estimates_and_ctrl_c_leaves_nothing(tmp_path):
             return (counted and counted[-1] > 0 and re.search(r"^\s+\w+\s+[\d,]+\s+[-\d,]+\s+\[", text, re.M)
                     and re.search(r"\d+ of \d+ values inside their 95% CI", text) and text)
 
-        text = wait_until(estimates_shown, 120, "estimates and the coverage line shown")
+        text = poll_until(estimates_shown, 120, "estimates and the coverage line shown")
         assert "curl -s 'http://127.0.0.1:" in text and "/metrics" in text
         assert "\x1b[" not in text  # the log is not a terminal: no cursor escape codes
         port = int(re.search(r"http://127\.0\.0\.1:(\d+)/metrics", text).group(1))
@@ -118,7 +112,7 @@ def test_make_run_shows_estimates_and_ctrl_c_leaves_nothing(tmp_path):
         assert len(seen) >= 4 and collector_pid in seen  # make -> ocms run -> worker, collector (+ the broker)
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         process.wait(60)
-        wait_until(lambda: not [pid for pid in seen if alive(pid)], 30, f"no process left of {sorted(seen)}")
+        poll_until(lambda: not [pid for pid in seen if alive(pid)], 30, f"no process left of {sorted(seen)}")
         assert port_closed(port), "the worker port is still open"
         assert port_closed(collector_port), "the collector port is still open"
         text = log.read_text()
@@ -143,7 +137,7 @@ def start_ocms_run(log: Path) -> tuple[subprocess.Popen, set[int], int, Path, tu
         return "Ctrl-C stops everything." in text and text
 
     try:
-        text = wait_until(ready, 120, "ocms run ready")
+        text = poll_until(ready, 120, "ocms run ready")
     except BaseException:
         os.killpg(process.pid, signal.SIGKILL)
         kill_all(descendants(process.pid))
@@ -154,7 +148,7 @@ def start_ocms_run(log: Path) -> tuple[subprocess.Popen, set[int], int, Path, tu
     assert "\x1b[" not in worker_log.read_text(errors="replace") and "\x1b[" not in text  # not a terminal: no cursor codes
     collector = collector_of(text)
     assert collector[0] in tree, (collector, tree)
-    wait_until(lambda: collector_accepted(collector[1]) > 0, 60, "the fleet's reports accepted by the collector")
+    poll_until(lambda: collector_accepted(collector[1]) > 0, 60, "the fleet's reports accepted by the collector")
     return process, tree, port, worker_log.parent, collector
 
 
@@ -181,7 +175,7 @@ def test_sighup_and_sigterm_stop_the_whole_tree(tmp_path, how):
             os.killpg(process.pid, signal.SIGINT)
             os.killpg(process.pid, signal.SIGINT)
         assert process.wait(60) == 0
-        wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"no process left of {sorted(tree)}")
+        poll_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"no process left of {sorted(tree)}")
         assert port_closed(port) and port_closed(collector_port)
         text = log.read_text()
         assert "stopped." in text and "Traceback" not in text, text
@@ -200,7 +194,7 @@ def test_sigkill_of_ocms_run_leaves_no_children(tmp_path):
         assert len(tree) >= 3, tree
         os.kill(process.pid, signal.SIGKILL)
         process.wait(10)
-        wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"children of a killed parent gone: {sorted(tree)}")
+        poll_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"children of a killed parent gone: {sorted(tree)}")
         assert port_closed(port) and port_closed(collector_port)
     finally:
         kill_all(tree)
@@ -254,11 +248,11 @@ def _killed_parent_leaves_no_child(tmp_path, child_code: str) -> None:
     parent = subprocess.Popen([sys.executable, "-c", parent_code], cwd=ROOT, start_new_session=True)
     child_pid = None
     try:
-        child_pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), 30, "child started"))
+        child_pid = int(poll_until(lambda: pid_file.exists() and pid_file.read_text(), 30, "child started"))
         assert alive(child_pid)
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(10)
-        wait_until(lambda: not alive(child_pid), 15, "the orphaned child ended")
+        poll_until(lambda: not alive(child_pid), 15, "the orphaned child ended")
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -318,7 +312,7 @@ def test_closing_the_terminal_stops_the_whole_tree():
         os.close(master)  # the terminal window closes
         master = None
         assert process.wait(60) == 0
-        wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"no process left of {sorted(tree)}")
+        poll_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"no process left of {sorted(tree)}")
         assert port_closed(port) and not logs.exists()
     finally:
         if master is not None:
@@ -352,7 +346,7 @@ def test_collector_killed_mid_run_ends_the_run_with_its_reason(tmp_path):
     try:
         os.kill(collector_pid, signal.SIGKILL)
         assert process.wait(60) != 0
-        wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"no process left of {sorted(tree)}")
+        poll_until(lambda: not [pid for pid in tree if alive(pid)], 30, f"no process left of {sorted(tree)}")
         assert port_closed(port)
         text = log.read_text()
         assert f"the collector (pid {collector_pid}) exited with status -9 while the fleet was sending" in text, text

@@ -57,6 +57,7 @@ def test_the_table_reads_named_records():
     assert "1 of 1 values inside their 95% CI" in text
 
 
+@pytest.mark.integration
 def test_ocms_run_says_atl_in_the_table_and_the_api(tmp_path):
     """A short real run: the final table names airports and the worker answers by name."""
     result = subprocess.run(

@@ -87,6 +87,7 @@ def test_every_setting_is_a_flag_with_its_variable_in_the_help():
         assert f"[{setting.env}" in text, setting.env
 
 
+@pytest.mark.integration
 def test_readme_settings_table_is_the_generated_one():
     readme = (ROOT / "README.md").read_text()
     match = settings_module.README_TABLE.search(readme)

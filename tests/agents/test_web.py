@@ -28,6 +28,8 @@ from producer.values_file import write_values_file
 
 from .harness import Message, WorkerProcess, report_messages, send
 
+pytestmark = pytest.mark.integration  # a broker and workers
+
 REQUEST_BOUND_S = 10.0  # generous for a loaded CI machine; a stalled worker takes minutes or forever
 HEALTH_BOUND_S = 1.0
 PARAMS = OCMSParams.build(2.0, 1000)

@@ -21,7 +21,12 @@ from cms_core import OCMSParams, OCMSSketch, TrackedValues, wire
 from producer.broker import EmbeddedBroker
 from producer.offline import sketch_from_messages
 
-from .harness import Message, Scrape, WorkerProcess, consume, report_messages, send
+from tests.support.topics import consume
+from tests.support.waiting import poll_until
+
+from .harness import Message, Scrape, WorkerProcess, report_messages, send
+
+pytestmark = pytest.mark.integration  # a broker and workers
 
 PARAMS = OCMSParams.build(2.0, 1000)
 TRACKED = TrackedValues.range(PARAMS, 0, 1000)
@@ -55,21 +60,6 @@ def assert_same_as_offline(doc: dict, sketch: OCMSSketch) -> None:
     for got, want in zip(doc["estimates"], expected):
         for field in ("frequency", "count", "std", "ci_low", "ci_high"):
             assert got[field] == want[field], (got["value"], field)
-
-
-def wait_until(condition, timeout: float, what: str, interval: float = 0.2):
-    """Poll ``condition`` until it returns a true value; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = condition()
-        except OSError:  # a (re)starting worker is not listening yet
-            last = None
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what} within {timeout} s (last: {last!r})")
 
 
 def all_committed(bootstrap: str, group: str, topic: str, partitions: int = 4) -> bool:
@@ -200,8 +190,8 @@ def kill_while_streaming(broker, worker, app_id: str, messages, total: int, *, t
     def killer():
         try:
             for threshold in thresholds:  # SIGKILL as the count passes each
-                progress.append(wait_until(lambda: (n := worker.get("/estimates")[1]["n"]) >= threshold and n, 120,
-                                           f"n did not reach {threshold}", interval=interval))
+                progress.append(poll_until(lambda: worker.get("/estimates")[1]["n"], 120, f"n to reach {threshold}",
+                                           until=lambda n: n >= threshold, interval=interval))
                 before_kill()
                 worker.kill()
                 worker.start()
@@ -219,8 +209,8 @@ def kill_while_streaming(broker, worker, app_id: str, messages, total: int, *, t
         assert_same_as_offline(doc, offline(messages))
         # Nothing arrives late and double counted: once every source message is committed
         # (each only after its checkpoint) and nothing is pending, no replay is left.
-        wait_until(lambda: all_committed(broker.bootstrap_servers, app_id, worker.topic)
-                   and worker.get("/healthz")[1]["pending_reports"] == 0, 60, "the source topic was not committed")
+        poll_until(lambda: all_committed(broker.bootstrap_servers, app_id, worker.topic)
+                   and worker.get("/healthz")[1]["pending_reports"] == 0, 60, "the source topic committed and nothing pending")
         assert worker.get("/estimates")[1]["n"] == total
     finally:
         thread.join()
@@ -277,8 +267,8 @@ def test_a_clean_stop_flushes_the_pending_batch(broker, tmp_path_factory):
     worker.wait_healthy()
     messages = report_messages(PARAMS, zipf_values(500, 21), 1, seed=22)
     send(broker.bootstrap_servers, worker.topic, messages)
-    wait_until(lambda: worker.get("/healthz")[1]["pending_reports"] >= 500, 30, "the 500 reports were not pending",
-               interval=0.1)
+    poll_until(lambda: worker.get("/healthz")[1]["pending_reports"], 30, "the 500 reports pending",
+               until=lambda pending: pending >= 500)
     assert worker.get("/estimates")[1]["n"] == 0  # still pending: the 60 s timer has not fired
     started = time.monotonic()
     worker.stop()
@@ -423,8 +413,8 @@ def test_retention_survives_a_sigkill_and_restart(broker, tmp_path_factory, stor
         later = report_messages(PARAMS, zipf_values(10, 53), 10, seed=54, timestamps_ms=[ahead])
         send(broker.bootstrap_servers, worker.topic, [Message(later[0].value, b"one-device", ahead)])
         worker.wait_for_n(50, timeout=30)
-        wait_until(lambda: view_keys(worker) == 2, 45,
-                   "the four expired buckets written before the restart were not deleted")
+        poll_until(lambda: view_keys(worker), 45, "the four expired buckets written before the restart deleted",
+                   until=lambda keys: keys == 2)
         assert worker.get("/estimates")[1]["n"] == 50  # the cumulative key keeps every report
     finally:
         worker.stop()
@@ -450,10 +440,10 @@ def test_retention_deletes_buckets_of_a_partition_that_moved(broker, tmp_path_fa
         assert accepted(owner) == 40 and accepted(heir) == 0
         assert [view_keys(w) for w in workers] == [5, 5]  # precondition: nothing expired yet
         owner.kill()
-        wait_until(lambda: set(heir.get("/healthz")[1]["assigned_partitions"]) == {0, 1, 2, 3}, 30,
-                   "the surviving worker did not take over every partition")
-        wait_until(lambda: view_keys(heir) == 1, 45,
-                   "the buckets of the partition that moved were not deleted")
+        poll_until(lambda: set(heir.get("/healthz")[1]["assigned_partitions"]), 30,
+                   "the surviving worker to take over every partition", until=lambda assigned: assigned == {0, 1, 2, 3})
+        poll_until(lambda: view_keys(heir), 45, "the buckets of the partition that moved deleted",
+                   until=lambda keys: keys == 1)
         assert heir.get("/estimates")[1]["n"] == 40
     finally:
         for w in workers:

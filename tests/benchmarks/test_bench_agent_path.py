@@ -5,13 +5,15 @@ do the same work. Tiny sizes; the speeds are not checked."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from benchmarks.bench_agent_path import PATHS, PathWorker
 from benchmarks.bench_worker import messages, produce
 from producer.broker import EmbeddedBroker
+from tests.support.waiting import poll_until
+
+pytestmark = pytest.mark.integration  # a broker and workers
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +29,7 @@ def test_every_intake_path_counts_every_report_once(broker, tmp_path, path):
         worker.wait_healthy()
         payloads = messages(3000, 100, seed=1) + messages(200, 1, seed=2)
         asyncio.run(produce(broker.bootstrap_servers, worker.topic, payloads, None, []))
-        deadline = time.monotonic() + 60
-        while worker.counted() < 3200:
-            assert time.monotonic() < deadline, f"{path}: {worker.counted()} of 3,200 reports counted within 60 s"
-            time.sleep(0.1)
-        assert worker.counted() == 3200
+        assert poll_until(worker.counted, 60, f"{path}: 3,200 reports counted", until=lambda n: n >= 3200) == 3200
         accepted = worker.get("/params")["parameter_sets"][0]["reports"]
         assert accepted == 3200
     finally:

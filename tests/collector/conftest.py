@@ -35,7 +35,8 @@ def broker():
 
 @pytest.fixture(scope="module")
 def worker(broker, registry_path, request, tmp_path_factory):
-    """The real worker of "dest" version 1 reading the module's TOPIC, serving its API."""
-    with serving_worker(registry_path, "dest", 1, broker.bootstrap_servers, request.module.TOPIC,
+    """``ocms worker --registry`` on the test registry reading the module's TOPIC, serving its API
+    (its name-less /estimates: "dest" version 1)."""
+    with serving_worker(registry_path, broker.bootstrap_servers, request.module.TOPIC,
                         tmp_path_factory.mktemp("worker")) as w:
         yield w

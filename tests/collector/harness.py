@@ -1,22 +1,19 @@
 """Real collector (and worker) processes against the embedded broker, for the collector tests.
 
 ``CollectorProcess`` is ``python -m agents.cli collector ...`` in its own session
-(SIGKILL takes exactly it). ``RegistryWorker`` runs the real ``OCMSWorker`` with
-the parameters of one registry metric version (``tests/collector/registry_worker.py``),
-because the collector only accepts registry-bound fingerprints.
+(SIGKILL takes exactly it). ``serving_worker`` is ``ocms worker --registry`` on the
+same registry (tests.agents.harness.WorkerProcess), because the collector only accepts
+registry-bound fingerprints.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -27,6 +24,9 @@ from cms_core import wire
 from cms_core.privatize import simulate_reports
 from collector.cli import collector_command
 from producer.broker import free_port
+
+from tests.agents.harness import WorkerProcess
+from tests.support.waiting import poll_until
 
 ROOT = Path(__file__).resolve().parents[2]
 WIRE = "application/vnd.ocms.wire-v1"
@@ -117,19 +117,11 @@ class CollectorProcess:
         self.stop()
 
     def wait_healthy(self, timeout: float = 30.0) -> dict:
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
+        def health() -> tuple[int, dict]:
             assert self.alive(), f"collector exited with {self.process.returncode}: {self.log_path.read_text()[-2000:]}"
-            try:
-                status, doc, _ = request(self.url + "/healthz", method="GET")
-                last = doc
-                if status == 200:
-                    return doc
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"collector not healthy within {timeout} s: {last}")
+            return request(self.url + "/healthz", method="GET")[:2]
+
+        return poll_until(health, timeout, "the collector to answer /healthz with 200", until=lambda got: got[0] == 200)[1]
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -191,90 +183,13 @@ def records_of(message: bytes, version) -> list[bytes]:
     return [body[i:i + size] for i in range(0, len(body), size)]
 
 
-async def _consume_all(bootstrap: str, topic: str, idle_s: float, timeout: float) -> list:
-    from aiokafka import AIOKafkaConsumer
-
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None)
-    await consumer.start()
-    records = []
-    try:
-        deadline = time.monotonic() + timeout
-        quiet_since = time.monotonic()
-        while time.monotonic() < deadline and time.monotonic() - quiet_since < idle_s:
-            got = await consumer.getmany(timeout_ms=300)
-            for batch in got.values():
-                records.extend(batch)
-            if got:
-                quiet_since = time.monotonic()
-    finally:
-        await consumer.stop()
-    return records
-
-
-def consume_all(bootstrap: str, topic: str, idle_s: float = 1.5, timeout: float = 60.0) -> list:
-    """Every record of ``topic`` (stops after ``idle_s`` without new records)."""
-    return asyncio.run(_consume_all(bootstrap, topic, idle_s, timeout))
-
-
-class RegistryWorker:
-    """The real worker (agents.app.OCMSWorker) for one registry metric version, in its own session."""
-
-    def __init__(self, registry: Path, metric: str, version: int, bootstrap: str, topic: str, log_dir: Path):
-        self.args = [sys.executable, "-m", "tests.collector.registry_worker", str(registry), metric, str(version),
-                     bootstrap, topic]
-        self.web_port = free_port()
-        self.log_path = log_dir / f"worker-{topic}.log"
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.web_port}"
-
-    def start(self) -> "RegistryWorker":
-        log = open(self.log_path, "wb")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
-        self.process = subprocess.Popen([*self.args, str(self.web_port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-        log.close()
-        return self
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def estimates(self) -> tuple[int, dict]:
-        status, doc, _ = request(self.base_url + "/estimates", method="GET")
-        return status, doc
-
-    def wait_for_n(self, n: int, timeout: float = 90.0) -> dict:
-        deadline = time.monotonic() + timeout
-        doc = None
-        while time.monotonic() < deadline:
-            assert self.alive(), f"worker exited: {self.log_path.read_text()[-3000:]}"
-            try:
-                status, doc = self.estimates()
-            except OSError:
-                status = None
-            if status == 200 and doc.get("n", 0) >= n:
-                return doc
-            time.sleep(0.25)
-        raise AssertionError(f"worker did not reach n={n} within {timeout} s (last {doc and doc.get('n')})")
-
-    def stop(self) -> None:
-        if self.alive():
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-
-
 @contextlib.contextmanager
-def serving_worker(registry: Path, metric: str, version: int, bootstrap: str, topic: str, log_dir: Path):
-    """A started RegistryWorker that serves its API (n = 0 answered); stopped on the way out."""
-    worker = RegistryWorker(registry, metric, version, bootstrap, topic, log_dir)
-    worker.start()
+def serving_worker(registry: Path, bootstrap: str, topic: str, log_dir: Path):
+    """``ocms worker --registry REGISTRY`` reading ``topic``, serving its API (n = 0 answered); stopped on
+    the way out. It counts every version of the registry's metrics; its name-less /estimates answers
+    the first metric's ("dest" version 1)."""
+    worker = WorkerProcess(bootstrap, f"{topic}-worker", topic, log_dir, "--registry", str(registry),
+                           "--batch-max-seconds", "0.1").start()
     try:
         worker.wait_for_n(0, timeout=90)
         yield worker
@@ -286,16 +201,6 @@ def collector_metric(collector, name: str) -> float:
     """The value of an unlabelled series of the collector's /metrics (NaN when absent)."""
     text = urllib.request.urlopen(collector.url + "/metrics", timeout=10).read().decode()
     return next((float(line.split()[1]) for line in text.splitlines() if line.startswith(name + " ")), float("nan"))
-
-
-def wait_until(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # ------------------------------------------------------------------ raw HTTP (hostile requests)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -18,6 +17,8 @@ import numpy as np
 
 from cms_core import wire
 from cms_core.privatize import simulate_reports
+
+from tests.support.waiting import poll_until
 
 from .harness import WIRE, records_of
 
@@ -42,12 +43,11 @@ class LoadLog:
     def statuses(self) -> Counter:
         return Counter(o.status for o in self.outcomes)
 
-    def wait_for_accepted(self, more: int, timeout: float = 30.0) -> None:
-        """Wait (at most ``timeout`` s) until ``more`` uploads beyond those so far got a 202."""
+    def wait_for_accepted(self, more: int, timeout: float = 30.0) -> int:
+        """Wait until ``more`` uploads beyond those so far got a 202; fails after ``timeout`` s."""
         target = self.statuses()[202] + more
-        deadline = time.monotonic() + timeout
-        while self.statuses()[202] < target and time.monotonic() < deadline:
-            time.sleep(0.02)
+        return poll_until(lambda: self.statuses()[202], timeout, f"{more} more accepted uploads ({target} in all)",
+                          until=lambda accepted: accepted >= target, interval=0.02)
 
 
 class LoadGenerator:

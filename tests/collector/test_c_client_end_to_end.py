@@ -20,8 +20,9 @@ import pytest
 
 from producer.broker import free_port
 from tests.producer.c_client import CLI, line_of, make
+from tests.support.topics import consume
 
-from .harness import ROOT, CollectorProcess, consume_all
+from .harness import ROOT, CollectorProcess
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +48,7 @@ def _estimate_of_topic(broker, registry_path, tmp_path) -> dict:
     """`ocms estimate` over a capture of every record of the topic."""
     capture = tmp_path / "topic.capture"
     with open(capture, "wb") as f:
-        for record in consume_all(broker.bootstrap_servers, TOPIC):
+        for record in consume(broker.bootstrap_servers, TOPIC):
             f.write(len(record.value).to_bytes(4, "big") + record.value)
     done = subprocess.run([sys.executable, "-m", "agents.cli", "estimate", "--registry", str(registry_path),
                            "--metric", "dest", str(capture)], capture_output=True, text=True, cwd=ROOT)
@@ -66,7 +67,7 @@ def _assert_worker_equals_estimate(worker, broker, registry_path, tmp_path, n: i
 
 def test_c_client_uploads_are_counted_exactly(broker, worker, registry_path, device_config, tmp_path):
     with CollectorProcess(registry_path, broker.bootstrap_servers, TOPIC, tmp_path) as collector:
-        before = worker.estimates()[1]["n"]
+        before = worker.get("/estimates")[1]["n"]
         values = _values(3000, 1)
         done = subprocess.run([str(CLI), "--config", str(device_config), "--metric", "dest", "--collector", collector.url,
                                "--max-upload-reports", "250"], input="".join(line_of(v) + "\n" for v in values).encode(),
@@ -78,7 +79,7 @@ def test_c_client_uploads_are_counted_exactly(broker, worker, registry_path, dev
 
 def test_c_client_waits_for_a_collector_that_is_down_and_is_counted_once(broker, worker, registry_path, device_config,
                                                                          tmp_path):
-    before = worker.estimates()[1]["n"]
+    before = worker.get("/estimates")[1]["n"]
     port = free_port()
     collector = CollectorProcess(registry_path, broker.bootstrap_servers, TOPIC, tmp_path, port=port)
     values = _values(1000, 2)

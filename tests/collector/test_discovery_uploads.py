@@ -16,8 +16,9 @@ from producer.discovery import simulate_discovery_messages
 from registry import load_registry
 from registry.discovery import discovery_of
 from tests.registry.helpers import DISCOVERY_METRICS
+from tests.support.topics import consume
 
-from .harness import CollectorProcess, consume_all, request
+from .harness import CollectorProcess, request
 
 TOPIC = "col-discovery"
 REGISTRY = DISCOVERY_METRICS
@@ -76,6 +77,7 @@ def test_parser_takes_level_reports_as_the_metric_and_refuses_foreign_and_retire
     assert info.value.reason == "mixed_parameter_sets" and "typed_words@1/level2" in info.value.detail
 
 
+@pytest.mark.integration
 def test_level_reports_are_202_and_land_in_the_source_topic(registry_path, reg, tmp_path):
     words = reg.metric("typed_words").latest
     spec = discovery_of(words)
@@ -103,7 +105,7 @@ def test_level_reports_are_202_and_land_in_the_source_topic(registry_path, reg, 
             assert status == 202, doc
             status, doc, _ = request(collector.url + "/v1/reports", foreign_level_frame())  # negative control
             assert (status, doc["reason"]) == (400, "unknown_fingerprint")
-            records = consume_all(broker.bootstrap_servers, TOPIC)
+            records = consume(broker.bootstrap_servers, TOPIC)
         finally:
             collector.stop()
     sizes = {p.fingerprint: wire.record_size(p) for p in spec.params_by_level}

@@ -1,7 +1,7 @@
 """Device -> collector -> Kafka -> worker, exact; and SIGKILLs of the collector under load.
 
-The worker is the real OCMSWorker built from the registry version's parameters
-(tests/collector/registry_worker.py). Expectations are integers: the worker's n
+The worker is ``ocms worker --registry`` on the collector's registry
+(conftest.worker). Expectations are integers: the worker's n
 and match counts against an offline decode of exactly what was delivered.
 """
 
@@ -16,9 +16,13 @@ import pytest
 from producer.ledger import PrivacyLedger
 from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport
+from tests.agents.harness import ocms
+from tests.support.topics import consume
 
-from .harness import CollectorProcess, consume_all, records_of
+from .harness import CollectorProcess, records_of
 from .loadgen import LoadGenerator
+
+pytestmark = pytest.mark.integration  # a broker, a worker and collectors
 
 TOPIC = "col-e2e"
 
@@ -62,7 +66,7 @@ def test_devices_through_the_collector_are_counted_exactly(collector, worker, de
 def test_a_fleet_posts_frames_through_the_collector(collector, worker, dest):
     from cms_core import wire
 
-    before = worker.estimates()[1]["n"]
+    before = worker.get("/estimates")[1]["n"]
     from cms_core.privatize import simulate_reports
 
     batch = simulate_reports(dest.params, np.arange(1000, dtype=np.uint64) % 1000, np.random.default_rng(9))
@@ -80,9 +84,20 @@ def test_a_fleet_posts_frames_through_the_collector(collector, worker, dest):
     assert worker.wait_for_n(before + 1000)["n"] == before + 1000
 
 
+def test_ocms_simulate_uploads_through_the_collector(collector, worker, registry_path):
+    """`ocms simulate --collector` (docker-compose's fleet): every report goes through the front door
+    and is counted exactly."""
+    before = worker.get("/estimates")[1]["n"]
+    code, _, err = ocms("simulate", "--registry", str(registry_path), "--metric", "dest", "--collector", collector.url,
+                        "--reports", "1000", "--frame-size", "50", timeout=120)
+    assert code == 0, err
+    assert f"sent 1,000 reports in 20 messages to the collector {collector.url} (metric dest)" in err
+    assert worker.wait_for_n(before + 1000)["n"] == before + 1000
+
+
 def test_sigkill_of_the_collector_under_load_loses_no_accepted_report(broker, registry_path, collector, worker, dest,
                                                                       tmp_path):
-    before = worker.estimates()[1]["n"]
+    before = worker.get("/estimates")[1]["n"]
     load = LoadGenerator(collector.url + "/v1/reports", dest, concurrency=8, per_upload=4, seed=7).start()
     try:
         for kill in range(3):
@@ -96,7 +111,7 @@ def test_sigkill_of_the_collector_under_load_loses_no_accepted_report(broker, re
     statuses = log.statuses()
     assert statuses[None] >= 1, "the kills should have cut some uploads off"
     assert set(statuses) <= {202, None, 503}, statuses
-    in_kafka = Counter(r for record in consume_all(broker.bootstrap_servers, TOPIC)
+    in_kafka = Counter(r for record in consume(broker.bootstrap_servers, TOPIC)
                        for r in records_of(record.value, dest))
     accepted = log.records(202)
     assert not accepted - in_kafka, "a report that got a 202 is missing"

@@ -25,8 +25,10 @@ from collector.exactly_once import (
 )
 from collector.kafka_internals import drift
 from producer.broker import EmbeddedBroker
+from tests.support.topics import consume
+from tests.support.waiting import poll_until
 
-from .harness import CollectorProcess, consume_all, records_of, request, serving_worker, single_messages
+from .harness import CollectorProcess, records_of, request, serving_worker, single_messages
 from .loadgen import RetryingLoad
 
 
@@ -106,11 +108,11 @@ def produce(bootstrap: str, records: list[tuple[str, int, bytes, list]]) -> None
 
 
 def topic_counter(broker, topic, version) -> Counter:
-    return Counter(r for record in consume_all(broker.bootstrap_servers, topic) for r in records_of(record.value, version))
+    return Counter(r for record in consume(broker.bootstrap_servers, topic) for r in records_of(record.value, version))
 
 
 def log_outcomes(broker, topic) -> list[bytes]:
-    return [r.value[:1] for r in consume_all(broker.bootstrap_servers, topic) if r.value[:1] in (STORED, FAILED)]
+    return [r.value[:1] for r in consume(broker.bootstrap_servers, topic) if r.value[:1] in (STORED, FAILED)]
 
 
 @pytest.mark.integration
@@ -135,10 +137,8 @@ def test_an_in_doubt_attempt_of_a_killed_predecessor_is_settled_by_the_partition
     ])
     with CollectorProcess(registry_path, broker.bootstrap_servers, topic, tmp_path, "--instance-id", "doubt-a") as c:
         # settled at start, before any retry (so no other replica has to fence this collector for them)
-        deadline = time.monotonic() + 30
-        while sorted(log_outcomes(broker, topic + "-idempotency")) != sorted([FAILED, STORED]) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert sorted(log_outcomes(broker, topic + "-idempotency")) == sorted([FAILED, STORED])
+        poll_until(lambda: sorted(log_outcomes(broker, topic + "-idempotency")), 30, "both attempts settled at start",
+                   until=lambda outcomes: outcomes == sorted([FAILED, STORED]), interval=0.2)
         status, doc, headers = request(c.url + "/v1/reports", stored_body, headers={"Idempotency-Key": stored_key})
         assert (status, doc["accepted"], headers.get("Idempotent-Replayed")) == (202, 3, "true"), doc
         status, doc, headers = request(c.url + "/v1/reports", lost_body, headers={"Idempotency-Key": lost_key})
@@ -172,11 +172,9 @@ def test_an_in_doubt_attempt_of_another_collector_waits_then_is_fenced_and_settl
         status, doc, headers = request(c.url + "/v1/reports", body, headers={"Idempotency-Key": upload_key})
         assert (status, doc["reason"]) == (503, "idempotency_pending"), doc
         assert int(headers["Retry-After"]) >= 1
-        deadline = time.monotonic() + 30
-        while status != 202 and time.monotonic() < deadline:
-            time.sleep(0.5)
-            status, doc, headers = request(c.url + "/v1/reports", body, headers={"Idempotency-Key": upload_key})
-        assert status == 202, doc
+        status, doc, headers = poll_until(
+            lambda: request(c.url + "/v1/reports", body, headers={"Idempotency-Key": upload_key}), 30,
+            "a 202 once the ghost collector is fenced", until=lambda answer: answer[0] == 202, interval=0.5)
         assert headers.get("Idempotent-Replayed") is None, "the ghost's frame never reached Kafka: stored now"
     assert topic_counter(broker, topic, dest) - before == Counter(records_of_messages(body, dest))
 
@@ -257,11 +255,9 @@ def test_concurrent_attempts_at_two_replicas_store_each_upload_once(broker, regi
             statuses = post_both(urls, body, upload_key)
             answers.update(statuses)
             assert set(statuses) <= {202, 503}, statuses
-            deadline = time.monotonic() + 30
-            while 202 not in statuses and time.monotonic() < deadline:  # both in doubt: retry like a device
-                time.sleep(0.2)
-                statuses = [request(urls[i % 2], body, headers={"Idempotency-Key": upload_key})[0] for i in range(2)]
-            assert 202 in statuses
+            if 202 not in statuses:  # both in doubt: retry like a device
+                poll_until(lambda: [request(url, body, headers={"Idempotency-Key": upload_key})[0] for url in urls], 30,
+                           "a 202 from one of the replicas", until=lambda answers: 202 in answers, interval=0.2)
             sent.update(records_of_messages(body, dest))
     assert topic_counter(broker, topic, dest) == sent, "each upload stored once though both replicas took it"
     assert answers[202] >= 40
@@ -282,7 +278,7 @@ def test_sigkill_under_load_with_retrying_devices_counts_every_upload_once(broke
     their 202 to a kill (the case that was stored twice), at least 4 and at most 20 kills; devices retry each
     upload with its key until a 202. Then: the topic holds exactly the accepted reports, the worker
     counts exactly them. With shuffling, a kill may also cut a batch's frames short."""
-    with serving_worker(registry_path, "dest", 1, broker.bootstrap_servers, topic, tmp_path) as worker:
+    with serving_worker(registry_path, broker.bootstrap_servers, topic, tmp_path) as worker:
         collector = CollectorProcess(registry_path, broker.bootstrap_servers, topic, tmp_path,
                                      "--instance-id", "kill-a", *extra).start()
         collector.wait_healthy()

@@ -13,7 +13,6 @@ import random
 import signal
 import socket
 import struct
-import time
 from collections import Counter
 
 import numpy as np
@@ -22,10 +21,13 @@ import pytest
 from cms_core import wire
 from producer.broker import EmbeddedBroker
 
-from .harness import (
-    WIRE, CollectorProcess, collector_metric, consume_all, records_of, reports, request, single_messages, wait_until,
-)
+from tests.support.topics import consume
+from tests.support.waiting import poll_until
+
+from .harness import WIRE, CollectorProcess, records_of, reports, request, single_messages
 from .loadgen import LoadGenerator
+
+pytestmark = pytest.mark.integration  # a broker and collectors
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,7 @@ def broker():
 
 
 def topic_counter(broker, topic, version) -> Counter:
-    return Counter(r for record in consume_all(broker.bootstrap_servers, topic) for r in records_of(record.value, version))
+    return Counter(r for record in consume(broker.bootstrap_servers, topic) for r in records_of(record.value, version))
 
 
 #: Shuffled batches that close by time under the tests' loads (collector/shuffle.py): the same promises hold.
@@ -53,16 +55,16 @@ def test_kafka_unavailable_answers_503_and_no_accepted_report_is_lost(broker, re
     try:
         collector.wait_healthy()
         load = LoadGenerator(collector.url + "/v1/reports", dest, concurrency=6, seed=1, pause_s=0.01).start()
-        wait_until(lambda: load.log.statuses()[202] >= 50, 30, "accepted uploads before the outage")
+        poll_until(lambda: load.log.statuses()[202] >= 50, 30, "accepted uploads before the outage")
         os.kill(broker.process.pid, signal.SIGSTOP)  # Kafka stops answering (its data stays)
         try:
-            wait_until(lambda: load.log.statuses()[503] >= 20, 30, "503 answers while Kafka is down")
+            poll_until(lambda: load.log.statuses()[503] >= 20, 30, "503 answers while Kafka is down")
             status, doc, _ = request(collector.url + "/healthz", method="GET")
             assert status == 503 and doc["kafka"] == "unavailable"
         finally:
             os.kill(broker.process.pid, signal.SIGCONT)
         accepted_before = load.log.statuses()[202]
-        wait_until(lambda: load.log.statuses()[202] >= accepted_before + 50, 60, "traffic resuming after the outage")
+        poll_until(lambda: load.log.statuses()[202] >= accepted_before + 50, 60, "traffic resuming after the outage")
         log = load.stop()
         load = None
     finally:
@@ -97,7 +99,8 @@ def test_a_full_produce_queue_answers_503_queue_full(broker, registry_path, dest
         try:
             for thread in threads:
                 thread.start()  # each holds 10 queue places until Kafka answers or times out
-            wait_until(lambda: collector_metric(collector, "ocms_collector_queue_reports") == 10 * fill, 10, "the queue full")
+            poll_until(lambda: request(collector.url + "/healthz", method="GET")[1].get("queued_reports"), 30,
+                       "the queue full", until=lambda queued: queued == 10 * fill)
             status, doc, headers = request(collector.url + "/v1/reports", body)
             assert (status, doc["reason"]) == (503, "queue_full") and headers["Retry-After"] == "2"
         finally:
@@ -214,9 +217,9 @@ def test_sigterm_under_load_answers_what_it_took(broker, registry_path, dest, tm
     before = topic_counter(broker, "col-queue", dest)
     load = LoadGenerator(collector.url + "/v1/reports", dest, concurrency=8, seed=21).start()
     try:
-        wait_until(lambda: load.log.statuses()[202] >= 100, 30, "accepted uploads")
+        poll_until(lambda: load.log.statuses()[202] >= 100, 30, "accepted uploads")
         assert collector.stop() == 0, "a clean stop exits 0"
-        wait_until(lambda: load.log.statuses()[None] >= 5, 30, "refused connections after the stop")
+        poll_until(lambda: load.log.statuses()[None] >= 5, 30, "refused connections after the stop")
     finally:
         log = load.stop()
     statuses = log.statuses()
@@ -241,13 +244,13 @@ def test_broker_stopped_and_restarted_under_load(registry_path, dest, tmp_path):
     try:
         collector.wait_healthy()
         load = LoadGenerator(collector.url + "/v1/reports", dest, concurrency=4, seed=31, pause_s=0.01).start()
-        wait_until(lambda: load.log.statuses()[202] >= 30, 30, "accepted uploads before the stop")
+        poll_until(lambda: load.log.statuses()[202] >= 30, 30, "accepted uploads before the stop")
         first.stop()
-        wait_until(lambda: load.log.statuses()[503] >= 10, 30, "503 answers while the broker is gone")
+        poll_until(lambda: load.log.statuses()[503] >= 10, 30, "503 answers while the broker is gone")
         marker = len(load.log.outcomes)
         second = EmbeddedBroker(port=port).start()
         second.create_topics({"col-restart": 4})
-        wait_until(lambda: sum(o.status == 202 for o in load.log.outcomes[marker:]) >= 50, 60, "traffic resuming")
+        poll_until(lambda: sum(o.status == 202 for o in load.log.outcomes[marker:]) >= 50, 60, "traffic resuming")
         log = load.stop()
         load = None
         after = [o for o in log.outcomes[marker:]]

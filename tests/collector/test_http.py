@@ -20,9 +20,14 @@ import pytest
 from cms_core import wire
 from producer.broker import EmbeddedBroker
 
+from tests.support.topics import consume
+from tests.support.waiting import poll_until
+
 from .harness import (
-    WIRE, CollectorProcess, consume_all, read_answer, records_of, reports, request, single_messages,
+    WIRE, CollectorProcess, read_answer, records_of, reports, request, single_messages,
 )
+
+pytestmark = pytest.mark.integration  # a broker and collectors
 
 TOPIC = "col-http"
 
@@ -48,7 +53,7 @@ def post(collector, body, path="/v1/reports", **kw):
 def topic_records(broker, topic, version):
     """Every report record in the topic, with the Kafka record of its frame."""
     out = []
-    for record in consume_all(broker.bootstrap_servers, topic):
+    for record in consume(broker.bootstrap_servers, topic):
         for raw in records_of(record.value, version):
             out.append((raw, record))
     return out
@@ -276,9 +281,7 @@ def test_healthz_and_prometheus_metrics(collector):
 
 def _access_lines(collector, dest) -> list[str]:
     post(collector, single_messages(dest, 1, seed=11)[0], headers={"User-Agent": "device-model-XYZ/1.0"})
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and "POST /v1/reports" not in collector.log_path.read_text():
-        time.sleep(0.1)
+    poll_until(lambda: "POST /v1/reports" in collector.log_path.read_text(), 30, "the upload's access-log line")
     return [line for line in collector.log_path.read_text().splitlines() if "ocms.collector.access" in line]
 
 
@@ -386,15 +389,13 @@ def test_tls_with_cert_and_key(broker, registry_path, dest, tmp_path):
     try:
         context = ssl.create_default_context(cafile=str(cert))
         url = f"https://127.0.0.1:{c.port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/healthz", context=context, timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                assert time.monotonic() < deadline and c.alive(), c.log_path.read_text()[-2000:]
-                time.sleep(0.1)
+
+        def healthy() -> bool:
+            assert c.alive(), c.log_path.read_text()[-2000:]
+            with urllib.request.urlopen(url + "/healthz", context=context, timeout=5) as response:
+                return response.status == 200
+
+        poll_until(healthy, 30, "the TLS collector to answer /healthz with 200")
         req = urllib.request.Request(url + "/v1/reports", data=single_messages(dest, 1, seed=14)[0], method="POST",
                                      headers={"Content-Type": WIRE})
         with urllib.request.urlopen(req, context=context, timeout=10) as response:

@@ -20,8 +20,10 @@ from collector.http_server import ErrorAnswers, drift, json_errors
 from collector.settings import CollectorSettings
 from producer.broker import EmbeddedBroker
 
+from tests.support.waiting import poll_until
+
 from .harness import (WIRE, CollectorProcess, parse_answer, raw_exchange, read_answer, request, serving_worker,
-                      single_messages, wait_until)
+                      single_messages)
 
 TOPIC = "edge-http"
 
@@ -163,7 +165,7 @@ def test_error_log_lines_name_the_client_only_when_asked(broker, registry_path, 
                           "--access-log-client-addresses") as c:
         assert raw_exchange(c.port, b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 404
         assert raw_exchange(c.port, b"BAD\x00 / HTTP/1.1\r\n\r\n")[0] == 400
-        log = wait_until(lambda: (text := c.log_path.read_text()).count("answered 4") >= 2 and text, 10, "error lines")
+        log = poll_until(lambda: (text := c.log_path.read_text()).count("answered 4") >= 2 and text, 10, "error lines")
     errors = [line for line in log.splitlines() if "ocms.collector.errors" in line]
     assert len(errors) == 2 and all(line.endswith("from 127.0.0.1") for line in errors), errors
 
@@ -286,13 +288,13 @@ def test_at_the_cap_with_every_connection_busy_a_new_one_is_answered_503(broker,
                         busy[i] = partial_upload()
             assert answers[-1] == (503, "too_many_connections"), answers
             busy.pop().close()  # room for a scrape
-            assert wait_until(lambda: metric_value(c.url, "ocms_collector_connections_refused_total"), 10,
+            assert poll_until(lambda: metric_value(c.url, "ocms_collector_connections_refused_total"), 10,
                               "the refusal counted") >= 1
         finally:
             for sock in busy:
                 sock.close()
         # room again: a valid upload goes through
-        wait_until(lambda: request(c.url + "/v1/reports", single_messages(dest, 1, seed=7)[0])[0] == 202, 20,
+        poll_until(lambda: request(c.url + "/v1/reports", single_messages(dest, 1, seed=7)[0])[0] == 202, 20,
                    "an upload after the busy connections closed")
         assert "refused (503)" in c.log_path.read_text()
 
@@ -355,7 +357,7 @@ def test_a_fuzz_of_hostile_requests_gets_json_answers_and_never_a_500(edge_colle
 
 @pytest.fixture(scope="module")
 def edge_worker(broker, registry_path, tmp_path_factory):
-    with serving_worker(registry_path, "dest", 1, broker.bootstrap_servers, "edge-worker",
+    with serving_worker(registry_path, broker.bootstrap_servers, "edge-worker",
                         tmp_path_factory.mktemp("w")) as w:
         yield w
 
@@ -380,7 +382,7 @@ def test_every_worker_error_is_json_with_a_reason_counted_and_never_a_500(edge_w
              b"/metrics/dest", b"/metrics/dest/estimates", b"/", b"/console/app.js", b"/discovered"]
     bad = fuzz(port, hostile_requests(300, seed=25, paths=paths))
     assert not bad, bad[:5]
-    assert edge_worker.estimates()[0] == 200
+    assert edge_worker.get("/estimates")[0] == 200
     assert metric_value(edge_worker.base_url, "ocms_http_errors_total", 'reason="malformed_request"') >= 2
     assert metric_value(edge_worker.base_url, "ocms_http_errors_total", 'reason="bad_parameter"') >= 1
     log = edge_worker.log_path.read_text(errors="replace")

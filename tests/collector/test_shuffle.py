@@ -25,7 +25,10 @@ from cms_core.planning import shuffled_privacy
 from collector.exactly_once import BATCH_LISTING, FRAME_HEADER, decode_listing, parse_batch_frame_id
 from producer.broker import EmbeddedBroker
 
-from .harness import CollectorProcess, collector_metric, consume_all, records_of, request, serving_worker, wait_until
+from tests.support.topics import consume
+from tests.support.waiting import poll_until
+
+from .harness import CollectorProcess, collector_metric, records_of, request, serving_worker
 
 SHUFFLED, PLAIN, SHORT, COUNTED = "shuf-batches", "shuf-plain", "shuf-short", "shuf-counted"
 N = 200  # reports per shuffled batch
@@ -163,7 +166,7 @@ def spearman(order: list[int]) -> float:
 def produced_batches(broker, topic) -> list[list]:
     """The topic's frames grouped by batch (the nonce of their ocms-frame header), in offset order."""
     batches: dict[bytes, list] = {}
-    for record in consume_all(broker.bootstrap_servers, topic):
+    for record in consume(broker.bootstrap_servers, topic):
         batches.setdefault(parse_batch_frame_id(dict(record.headers)[FRAME_HEADER])[0], []).append(record)
     return list(batches.values())
 
@@ -198,7 +201,7 @@ def test_a_batch_reaches_kafka_in_an_order_independent_of_arrival(broker, shuffl
 
     with CollectorProcess(registry_path, broker.bootstrap_servers, PLAIN, tmp_path, "--reject-delay-ms", "0") as plain:
         assert upload_in_order(plain, [indexed_report(dest, i) for i in range(N)]) == [202] * N
-    fifo = [index_of(r) for record in consume_all(broker.bootstrap_servers, PLAIN) for r in records_of(record.value, dest)]
+    fifo = [index_of(r) for record in consume(broker.bootstrap_servers, PLAIN) for r in records_of(record.value, dest)]
     assert sorted(fifo) == list(range(N))
     assert spearman(fifo) > 0.9, "negative control: without shuffling Kafka keeps the arrival order"
 
@@ -224,11 +227,11 @@ def test_a_batch_has_one_timestamp_equal_frames_and_no_per_upload_header_or_key(
         assert (position, count) == (index, 4)
         nonces.add(nonce)
     assert len(nonces) == 1
-    log = consume_all(broker.bootstrap_servers, SHUFFLED + "-idempotency")
+    log = consume(broker.bootstrap_servers, SHUFFLED + "-idempotency")
     listings = [decode_listing(r.value, r.offset, 0.0) for r in log if r.value[:1] == BATCH_LISTING]
     mine = [x for x in listings if x.nonce in nonces]
     assert len(mine) == 1 and len(mine[0].keys) == N, "one listing naming every key of the batch"
-    redo = consume_all(broker.bootstrap_servers, SHUFFLED + "-idempotency-redo")
+    redo = consume(broker.bootstrap_servers, SHUFFLED + "-idempotency-redo")
     assert sorted(r.value for r in redo if parse_batch_frame_id(dict(r.headers)[FRAME_HEADER])[0] in nonces) == \
         sorted(r.value for r in batch)
 
@@ -248,18 +251,19 @@ def test_uploads_wait_for_their_batch_and_a_short_batch_closes_after_max_seconds
             request(c.url + "/v1/reports", indexed_report(dest, i))[0])) for i in range(9)]
         for t in threads:
             t.start()
-        wait_until(lambda: collector_metric(c, "ocms_collector_shuffle_held_reports") == 9, 30, "9 reports held")
-        assert answers == [] and consume_all(broker.bootstrap_servers, SHORT, idle_s=0.5) == []
+        poll_until(lambda: collector_metric(c, "ocms_collector_shuffle_held_reports"), 30, "9 reports held",
+                   until=lambda held: held == 9)
+        assert answers == [] and consume(broker.bootstrap_servers, SHORT, idle_s=0.5) == []
         assert request(c.url + "/v1/reports", indexed_report(dest, 9))[0] == 202
         for t in threads:
             t.join(30)
         assert answers == [202] * 9
-    records = consume_all(broker.bootstrap_servers, SHORT)
+    records = consume(broker.bootstrap_servers, SHORT)
     assert Counter(dict(r.headers)[wire.SHUFFLE_HEADER] for r in records) == {b"10": 1}
 
     with CollectorProcess(registry_path, broker.bootstrap_servers, SHORT, tmp_path, "--shuffle-min-reports", "1000",
                           "--shuffle-max-seconds", "0.5") as c:
         bodies = [indexed_report(dest, 100 + i) for i in range(3)]
         assert [request(c.url + "/v1/reports", b"".join(bodies))[0]] == [202]
-    last = consume_all(broker.bootstrap_servers, SHORT)[-1]
+    last = consume(broker.bootstrap_servers, SHORT)[-1]
     assert dict(last.headers)[wire.SHUFFLE_HEADER] == b"3" and len(records_of(last.value, dest)) == 3

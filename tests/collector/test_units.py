@@ -102,6 +102,7 @@ def _running_loop_of(registry_path, *flags: str, env: dict | None = None) -> str
         process.communicate(timeout=30)
 
 
+@pytest.mark.integration
 def test_the_collector_runs_on_uvloop_unless_turned_off(registry_path):
     # The banner names the loop the server runs on (type(asyncio.get_running_loop())), not the setting.
     assert _running_loop_of(registry_path) == "uvloop"

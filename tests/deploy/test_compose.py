@@ -23,13 +23,13 @@ WORKER_COMMAND = [
     "--partitions", "4", "--web-host", "0.0.0.0", "--web-port", "6066", "--store", "rocksdb:///var/lib/ocms",
 ]
 SIMULATOR_COMMAND = [
-    "simulate", "--registry", "/etc/ocms/registry.yaml", "--metric", "flight_dest", "--bootstrap-servers", "kafka:9092",
-    "--topic", "ocms-reports", "--duration", "86400", "--rate", "2000", "--frame-size", "100",
+    "simulate", "--registry", "/etc/ocms/registry.yaml", "--metric", "flight_dest", "--collector", "http://collector:8080",
+    "--duration", "86400", "--rate", "2000", "--frame-size", "100",
 ]
 TOPICS = {"ocms-reports": 4, "ocms-reports-dlq": 4, "ocms-worker-ocms-counts-changelog": 4}
 CHANGELOG = "ocms-worker-ocms-counts-changelog"
-LONG_RUNNING = ("kafka", "worker", "simulator", "prometheus", "grafana")
-WITH_HEALTHCHECK = ("kafka", "worker", "prometheus", "grafana")
+LONG_RUNNING = ("kafka", "worker", "collector", "simulator", "prometheus", "grafana")
+WITH_HEALTHCHECK = ("kafka", "worker", "collector", "prometheus", "grafana")
 
 
 def _command(service: dict) -> list[str]:
@@ -66,12 +66,14 @@ def _check_jsonschema(path: Path):
     return run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec", str(path)])
 
 
+@pytest.mark.integration
 def test_compose_file_matches_compose_spec_schema():
     result = _check_jsonschema(COMPOSE)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok -- validation done" in result.stdout
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("broken", [
     # depends_on condition typo
     "services:\n  a:\n    image: x:1\n    depends_on:\n      b:\n        condition: service_healty\n  b:\n    image: x:1\n",
@@ -152,6 +154,7 @@ def test_topic_init_creates_topics_with_explicit_partitions(compose):
     assert "PartitionCount" in script and "exit 1" in script
 
 
+@pytest.mark.integration
 def test_topic_init_script_is_valid_bash(compose):
     script = _topic_init_script(compose)
     result = run(["bash", "-n", "-c", script])
@@ -162,7 +165,7 @@ def test_topic_init_script_is_valid_bash(compose):
 def test_topic_partitions_match_the_worker(compose):
     worker_partitions = int(_flag(_command(compose["services"]["worker"]), "--partitions"))
     assert set(TOPICS.values()) == {worker_partitions}
-    assert _flag(_command(compose["services"]["simulator"]), "--topic") in TOPICS
+    assert _env(compose["services"]["collector"])["OCMS_SOURCE_TOPIC"] in TOPICS
 
 
 # ----------------------------------------------------------------------------- worker / simulator
@@ -173,6 +176,27 @@ def test_worker_command_line(compose):
 
 def test_simulator_command_line(compose):
     assert _command(compose["services"]["simulator"]) == SIMULATOR_COMMAND
+
+
+def test_the_fleet_uploads_through_the_collector(compose):
+    """The deployment exercises its own front door: the simulated fleet posts to the collector
+    service (as devices do), never to Kafka, and the collector produces to the topic the worker reads."""
+    from agents.settings import SETTINGS
+
+    services = compose["services"]
+    simulator, collector, worker = services["simulator"], services["collector"], services["worker"]
+    command = _command(simulator)
+    assert "--bootstrap-servers" not in command and "--embedded-broker" not in command, "the fleet bypasses the collector"
+    url = _flag(command, "--collector")
+    host, port = re.fullmatch(r"http://([\w-]+):(\d+)", url).groups()
+    assert host == "collector" and port == _flag(_command(collector), "--port")
+    assert simulator["depends_on"] == {"collector": {"condition": "service_healthy"}}
+    # the metric the fleet reports is one the collector accepts (same registry file) and the worker counts
+    assert _flag(command, "--registry") == _flag(_command(collector), "--registry") == _flag(_command(worker), "--registry")
+    worker_topic = next(s.default for s in SETTINGS if s.name == "source_topic")
+    assert "--source-topic" not in _command(worker)
+    assert "--source-topic" not in _command(collector)
+    assert _env(collector)["OCMS_SOURCE_TOPIC"] == worker_topic == "ocms-reports"
 
 
 def test_worker_is_scalable(compose):
@@ -223,7 +247,7 @@ def test_dependencies_use_conditions(compose):
                 assert "healthcheck" in services[dep], f"{name} waits for {dep} to be healthy but it has no healthcheck"
             if spec["condition"] == "service_completed_successfully":
                 assert str(services[dep].get("restart", "no")) == "no"
-    for name in ("worker", "simulator"):
+    for name in ("worker", "collector"):
         deps = services[name]["depends_on"]
         assert deps["kafka"]["condition"] == "service_healthy"
         assert deps["topic-init"]["condition"] == "service_completed_successfully"
@@ -292,6 +316,7 @@ def test_compose_command_lines_parse_with_the_ocms_cli(compose):
     parser = build_parser()
     args = parser.parse_args(_command(compose["services"]["simulator"]))
     assert args.command == "simulate" and args.frame_size == 100 and args.metric == "flight_dest"
+    assert args.collector == "http://collector:8080" and args.bootstrap_servers is None
 
     args = parser.parse_args(_command(compose["services"]["worker"]))
     assert args.command == "worker" and args.registry == "/etc/ocms/registry.yaml"
@@ -324,6 +349,7 @@ fi
     return result, (log.read_text().splitlines() if log.exists() else [])
 
 
+@pytest.mark.integration
 def test_topic_init_script_runs(compose, tmp_path):
     result, calls = _run_topic_init(compose, tmp_path, 4)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -337,6 +363,7 @@ def test_topic_init_script_runs(compose, tmp_path):
     assert "topic ocms-reports ready: 4 partitions" in result.stdout
 
 
+@pytest.mark.integration
 def test_topic_init_fails_on_an_existing_topic_with_other_partitions(compose, tmp_path):
     result, calls = _run_topic_init(compose, tmp_path, 2)
     assert result.returncode == 1

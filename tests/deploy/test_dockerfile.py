@@ -138,6 +138,7 @@ def test_dockerignore_keeps_local_builds_out():
         assert _ignored(rel, patterns), f"{rel} would be sent to the Docker daemon"
 
 
+@pytest.mark.integration
 @pytest.mark.timeout(600)
 def test_build_context_builds_the_wheel_with_the_kernel(tmp_path):
     """`pip wheel` on exactly the COPYed files (what the build stage does, without dependencies)."""

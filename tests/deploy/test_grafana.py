@@ -139,6 +139,7 @@ def test_dashboard_with_an_unknown_metric_is_rejected(tmp_path):
     assert problems == ["unknown series 'ocms_no_such_metric'"]
 
 
+@pytest.mark.integration
 def test_panel_exprs_are_valid_promql(promtool, tmp_path):
     """promtool parses every expr (Grafana variables substituted) as a recording rule."""
     exprs = promql.dashboard_exprs()

@@ -12,6 +12,8 @@ import pytest
 from tests.deploy.conftest import run
 from tests.deploy.promql import ROOT
 
+pytestmark = pytest.mark.integration  # runs scripts/ensure_system_packages.sh
+
 SCRIPT = ROOT / "scripts" / "ensure_system_packages.sh"
 # Real commands the script needs besides the stubs.
 PASSTHROUGH = ("bash", "env", "head", "grep", "cat", "chmod")

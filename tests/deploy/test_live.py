@@ -27,8 +27,11 @@ from producer.offline import sketch_from_messages
 from producer.discovery import simulate_discovery_messages
 from registry.discovery import discovery_of
 from tests.agents.harness import Message, WorkerProcess, report_messages, send
+from tests.support.waiting import poll_until
 
 from .promql import live_queries
+
+pytestmark = pytest.mark.integration  # a broker, workers, Prometheus and kcat
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules"
@@ -195,13 +198,11 @@ scrape_configs:
         rng.shuffle(messages)
         send(broker.bootstrap_servers, worker.topic, messages, rate=60)  # ~5 s of traffic, scraped throughout
 
-        def counted():
-            return all(worker.get(f"/metrics/{name}/estimates")[1]["n"] >= n for name, n in sizes.items())
+        def counted() -> dict[str, int]:
+            return {name: worker.get(f"/metrics/{name}/estimates")[1]["n"] for name in sizes}
 
-        deadline = time.monotonic() + 90
-        while not counted():
-            assert time.monotonic() < deadline, "the worker did not count every report"
-            time.sleep(0.5)
+        poll_until(counted, 90, "the worker to count every report", interval=0.5,
+                   until=lambda got: all(got[name] >= n for name, n in sizes.items()))
         queries = []
         for name in ("dest", "build"):
             values = [v for v in registry.metric(name).latest.watch]
@@ -215,12 +216,15 @@ scrape_configs:
         for _, _, query in alerts:
             prometheus_query(base, query)
         queries = [q for q in queries if q not in alerts]
-        deadline = time.monotonic() + 60
         missing = queries
-        while missing and time.monotonic() < deadline:
-            time.sleep(1.0)
+
+        def without_data() -> list:
+            nonlocal missing
             missing = [(kind, where, q) for kind, where, q in missing if not prometheus_query(base, q)]
-        assert not missing, f"no data for {len(missing)} of {len(queries)} queries: {missing[:5]}"
+            return missing
+
+        poll_until(without_data, 60, f"data for every one of the {len(queries)} rule and panel queries",
+                   until=lambda left: not left, interval=1.0)
         # Prometheus holds exactly the worker's estimates, labelled by name, once it has scraped (and
         # its rules have evaluated) after the last report was counted; the answers no longer change.
         docs = {name: worker.get(f"/metrics/{name}/estimates")[1] for name in ("dest", "build")}
@@ -245,29 +249,33 @@ scrape_configs:
                     out.append(f"ocms:params_reports {name}: {reports}")
             return out
 
-        deadline = time.monotonic() + 60
-        while (different := differences()) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not different, different[:5]
+        poll_until(differences, 60, "Prometheus to hold the worker's estimates", until=lambda out: not out, interval=0.5)
         assert {s["metric"]["value"] for s in prometheus_query(base, 'ocms:estimate_ratio{metric="dest"}')} >= {
             "ATL", "ORD", "BOS"}
         # The withheld metric: counted, but no estimate series at all.
         assert prometheus_query(base, 'ocms:estimate_ratio{metric="carrier"}') == []
-        withheld = prometheus_query(base, 'ocms:estimate_withheld{metric="carrier",window="total"}')
-        assert float(withheld[0]["value"][1]) == 1.0
-        reports = prometheus_query(base, 'ocms:params_reports{metric="carrier",window="total"}')
-        assert float(reports[0]["value"][1]) == sizes["carrier"]
+
+        # Each figure below is read from a recording rule, which evaluates on the latest scrape: wait
+        # for the rule's own value, not for a neighbouring series (the scrape that completed dest's and
+        # build's counts can predate carrier's last reports).
+        def by_metric(query: str, label: str = "metric") -> dict[str, float]:
+            return {s["metric"][label]: float(s["value"][1]) for s in prometheus_query(base, query)}
+
+        def rule_reaches(query: str, expected, label: str = "metric", compare=lambda got, want: got == want):
+            return poll_until(lambda: by_metric(query, label), 60, f"{query} to be {expected}",
+                              until=lambda got: compare(got, expected), interval=0.5)
+
+        rule_reaches('ocms:estimate_withheld{metric="carrier",window="total"}', {"carrier": 1.0})
+        rule_reaches('ocms:params_reports{metric="carrier",window="total"}', {"carrier": float(sizes["carrier"])})
         # The per-metric rules (alerts and overview read them) evaluate per metric name.
-        per_metric = {s["metric"]["metric"]: float(s["value"][1]) for s in prometheus_query(base, "ocms:metric_reports:total")}
         # words: its discovery reports are counted by no table (0 reports in its counted version)
-        assert per_metric == {**{name: float(n) for name, n in sizes.items()}, "words": 0.0}
-        rates = prometheus_query(base, "ocms:metric_reports_accepted:rate5m")
-        assert {s["metric"]["metric"] for s in rates} == set(sizes), rates
-        held = prometheus_query(base, 'ocms:metric_windows_withheld:count{window="total"}')
-        assert {s["metric"]["metric"]: float(s["value"][1]) for s in held} == {"dest": 0.0, "build": 0.0, "carrier": 1.0,
-                                                                              "words": 0.0}
-        discovered = {s["metric"]["value"] for s in prometheus_query(base, 'ocms:discovered_frequency{metric="words"}')}
-        assert {"the", "and"} <= discovered, discovered  # zebra is truncated to its first 4 letters: zebr
+        rule_reaches("ocms:metric_reports:total", {**{name: float(n) for name, n in sizes.items()}, "words": 0.0})
+        rule_reaches("ocms:metric_reports_accepted:rate5m", set(sizes), compare=lambda got, want: set(got) == want)
+        rule_reaches('ocms:metric_windows_withheld:count{window="total"}',
+                     {"dest": 0.0, "build": 0.0, "carrier": 1.0, "words": 0.0})
+        # zebra is truncated to its first 4 letters: zebr
+        rule_reaches('ocms:discovered_frequency{metric="words"}', {"the", "and"}, label="value",
+                     compare=lambda got, want: want <= set(got))
         assert worker.get("/metrics/words/estimates")[1]["n"] == 0  # discovery reports are counted by no table
         info = prometheus_query(base, 'ocms:params_info{metric="dest"}')
         assert info[0]["metric"]["mechanism"] == "direct"

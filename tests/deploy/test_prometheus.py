@@ -32,6 +32,7 @@ def _known_series() -> dict[str, frozenset[str]]:
 
 # ----------------------------------------------------------------------------- promtool
 
+@pytest.mark.integration
 def test_promtool_check_config(promtool):
     result = run([promtool, "check", "config", str(CONFIG)], cwd=PROM_DIR)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -39,12 +40,14 @@ def test_promtool_check_config(promtool):
     assert f"SUCCESS: {len(RULE_FILES)} rule files found" in result.stdout + result.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: p.name)
 def test_promtool_check_rules(promtool, path):
     result = run([promtool, "check", "rules", str(path)])
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.integration
 def test_promtool_unit_tests(promtool):
     assert len(UNIT_TESTS) >= 2
     result = run([promtool, "test", "rules", *map(str, UNIT_TESTS)], cwd=PROM_DIR / "tests")
@@ -59,6 +62,7 @@ BROKEN_RULES = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(BROKEN_RULES))
 def test_promtool_rejects_a_broken_rule_file(promtool, tmp_path, name):
     path = tmp_path / f"{name}.yml"
@@ -67,6 +71,7 @@ def test_promtool_rejects_a_broken_rule_file(promtool, tmp_path, name):
     assert result.returncode != 0, result.stdout
 
 
+@pytest.mark.integration
 def test_promtool_unit_test_detects_a_wrong_expectation(promtool, tmp_path):
     """The dedup test fails if the expected value is wrong (the harness can fail)."""
     source = (PROM_DIR / "tests" / "recording_test.yml").read_text()

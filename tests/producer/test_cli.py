@@ -111,6 +111,7 @@ def test_simulate_estimate_bad_input(capsys, tmp_path, monkeypatch, argv, fragme
     assert fragment in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_broker_command_starts_creates_topics_and_stops_cleanly():
     import asyncio
     import os
@@ -134,6 +135,7 @@ def test_broker_command_starts_creates_topics_and_stops_cleanly():
         os.kill(broker_pid, 0)  # no orphan broker
 
 
+@pytest.mark.integration
 def test_simulate_out_in_a_missing_directory_is_one_line(tmp_path):
     for flag in ("--out", "--truth"):
         target = tmp_path / "missing" / "x"
@@ -144,12 +146,14 @@ def test_simulate_out_in_a_missing_directory_is_one_line(tmp_path):
         assert not (tmp_path / "ok.cap").exists()  # refused before any work
 
 
+@pytest.mark.integration
 def test_simulate_that_cannot_reach_kafka_says_so_in_one_line():
     code, _, err = ocms("simulate", "--reports", "10", "--bootstrap-servers", "127.0.0.1:9")
     assert code == 1
     assert "cannot reach Kafka at 127.0.0.1:9 (--bootstrap-servers): no broker answered" in one_line(err)
 
 
+@pytest.mark.integration
 def test_simulate_offers_only_flags_that_work(tmp_path):
     code, out, _ = ocms("simulate", "--help")
     assert code == 0 and "--strings" in out and "--epsilon" in out

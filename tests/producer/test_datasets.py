@@ -370,6 +370,7 @@ def test_bad_specs_name_the_part(spec, part):
     assert part in str(info.value), str(info.value)
 
 
+@pytest.mark.integration
 def test_import_is_cheap():
     import subprocess
     import sys

@@ -12,6 +12,7 @@ from cms_core.privatize import privatize, simulate_reports
 from cms_core.reports import Report, ReportBatch
 from cms_core.wire import HEADER_SIZE, WireFormatError, decode_message, encode_report, record_size
 from producer.gateway import FrameBatcher, FrameSendError, KafkaFrameSink
+from tests.support.topics import read_topic
 
 PARAMS = OCMSParams.build(epsilon=2.0, dictionary_size=1000)
 REGISTRY = {PARAMS.fingerprint: PARAMS}
@@ -193,9 +194,8 @@ def test_constructor_validation(kwargs, name):
     assert info.value.name == name
 
 
+@pytest.mark.integration
 def test_frames_through_kafka_sink_to_the_embedded_broker():
-    from aiokafka import AIOKafkaConsumer
-
     from producer.broker import EmbeddedBroker
 
     sent = [privatize(PARAMS, v % 1000) for v in range(250)]  # device path reports
@@ -205,17 +205,7 @@ def test_frames_through_kafka_sink_to_the_embedded_broker():
             async with FrameBatcher(PARAMS, send=sink, max_records=100, max_latency_s=0.05) as batcher:
                 for r in sent:
                     await batcher.add(r)
-        consumer = AIOKafkaConsumer("gw-frames", bootstrap_servers=servers, auto_offset_reset="earliest", group_id=None)
-        await consumer.start()
-        got = []
-        try:
-            deadline = time.monotonic() + 10
-            while len(got) < 3 and time.monotonic() < deadline:
-                for msgs in (await consumer.getmany(timeout_ms=100)).values():
-                    got += msgs
-        finally:
-            await consumer.stop()
-        return got
+        return await read_topic(servers, "gw-frames", 3)
 
     with EmbeddedBroker() as broker:
         broker.create_topics({"gw-frames": 1})

@@ -18,6 +18,7 @@ from producer.broker import EmbeddedBroker
 from producer.capture import read_capture
 from producer.datasets import parse_dataset
 from producer.offline import sketch_from_messages
+from tests.support.topics import consume
 
 TOPIC = "ocms-it-reports"
 
@@ -29,27 +30,7 @@ def broker():
         yield b
 
 
-async def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60.0) -> list[bytes]:
-    from aiokafka import AIOKafkaConsumer
-
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None,
-                                max_partition_fetch_bytes=8 << 20)
-    await consumer.start()
-    got: list[bytes] = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    try:
-        while len(got) < expected and loop.time() < deadline:
-            for msgs in (await consumer.getmany(timeout_ms=500, max_records=10_000)).values():
-                got += [m.value for m in msgs]
-        # linger a little: anything beyond `expected` would be a duplicate
-        for msgs in (await consumer.getmany(timeout_ms=1000)).values():
-            got += [m.value for m in msgs]
-    finally:
-        await consumer.stop()
-    return got
-
-
+@pytest.mark.integration
 def test_frames_and_single_reports_arrive_once_and_estimates_cover_truth(broker, tmp_path):
     dataset = parse_dataset("zipf:s=1.1,d=1000")
     params = OCMSParams.build(2.0, dataset.dictionary_size)
@@ -60,7 +41,7 @@ def test_frames_and_single_reports_arrive_once_and_estimates_cover_truth(broker,
     assert (r1.reports, r1.messages, r2.reports, r2.messages) == (100_000, 100, 1000, 1000)
 
     sent = list(read_capture(tmp_path / "a.cap")) + list(read_capture(tmp_path / "b.cap"))
-    received = asyncio.run(consume_all(broker.bootstrap_servers, TOPIC, len(sent)))
+    received = [record.value for record in consume(broker.bootstrap_servers, TOPIC, len(sent))]
     assert sorted(received) == sorted(sent)  # every message exactly once, byte for byte
 
     tracked = TrackedValues.range(params, 0, dataset.dictionary_size)

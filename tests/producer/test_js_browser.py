@@ -31,8 +31,9 @@ import pytest
 from producer.broker import EmbeddedBroker, free_port
 from producer.jsclient import BUNDLE, JS_DIR
 from tests.agents.test_console import browser_errors, chrome  # noqa: F401  (the Chromium fixture)
-from tests.agents.test_named_integration import wait_until
-from tests.collector.harness import CollectorProcess, RegistryWorker, consume_all, records_of
+from tests.collector.harness import CollectorProcess, records_of, serving_worker
+from tests.support.topics import consume
+from tests.support.waiting import poll_until
 
 TOPIC = "js-browser"
 METRIC = "screen"
@@ -84,16 +85,11 @@ def stack(site, tmp_path_factory):
     directory = tmp_path_factory.mktemp("stack")
     registry = directory / "registry.yaml"
     registry.write_text(REGISTRY)
-    with EmbeddedBroker() as broker:
-        worker = RegistryWorker(registry, METRIC, 1, broker.bootstrap_servers, TOPIC, directory).start()
-        try:
-            worker.wait_for_n(0, timeout=120)
-            collector = CollectorProcess(registry, broker.bootstrap_servers, TOPIC, directory, "--cors-origins", site,
-                                         "--retry-after-seconds", "1", port=free_port())
-            with collector:
-                yield registry, broker, worker, collector
-        finally:
-            worker.stop()
+    with EmbeddedBroker() as broker, serving_worker(registry, broker.bootstrap_servers, TOPIC, directory) as worker:
+        collector = CollectorProcess(registry, broker.bootstrap_servers, TOPIC, directory, "--cors-origins", site,
+                                     "--retry-after-seconds", "1", port=free_port())
+        with collector:
+            yield registry, broker, worker, collector
 
 
 def call(driver, script: str, *args):
@@ -153,11 +149,11 @@ def test_browser_reports_arrive_once_through_reloads_and_a_collector_outage(chro
 
     collector.start()
     collector.wait_healthy()
-    wait_until(lambda: queued(chrome) == 0, 180, "the page's queue to drain")
+    poll_until(lambda: queued(chrome) == 0, 180, "the page's queue to drain")
 
     made = [bytes.fromhex(h) for h in chrome.execute_script("return JSON.parse(localStorage.getItem('test-capture'));")]
     assert len(made) == REPORTS
-    in_kafka = Counter(r for record in consume_all(broker.bootstrap_servers, TOPIC) for r in records_of(record.value, version))
+    in_kafka = Counter(r for record in consume(broker.bootstrap_servers, TOPIC) for r in records_of(record.value, version))
     sent = Counter(r for m in made for r in records_of(m, version))
     assert sum(in_kafka.values()) == REPORTS, f"{sum(in_kafka.values())} records in Kafka for {REPORTS} reports"
     assert in_kafka == sent, "every report the page made is in Kafka exactly once"
@@ -212,7 +208,7 @@ def test_the_quick_start_page_and_the_commands_of_the_docs(chrome, site, stack, 
         page = doc_block("html", "<!-- quick-start:").replace("http://127.0.0.1:8080", collector.url)
         (site.root / "quick-start.html").write_text(f"<!doctype html>\n<meta charset=\"utf-8\">\n<body>\n{page}</body>\n")
         chrome.get(f"{site}/quick-start.html")
-        wait_until(lambda: chrome.execute_script("return document.body.dataset.reported;"), 120, "the quick start page's report")
+        poll_until(lambda: chrome.execute_script("return document.body.dataset.reported;"), 120, "the quick start page's report")
         assert chrome.execute_script("return document.body.dataset.reported;") == version.fingerprint.hex()
 
         values = ["ATL", "ORD", "LAX", "ATL", "BOS"] * 20
@@ -224,5 +220,5 @@ def test_the_quick_start_page_and_the_commands_of_the_docs(chrome, site, stack, 
             assert done.returncode == 0, f"{line}: {done.stderr.decode()[-2000:]}"
             if line.startswith("ocms estimate"):
                 assert json.loads(done.stdout)["n"] == len(values)
-        in_kafka = sum(len(records_of(r.value, version)) for r in consume_all(broker.bootstrap_servers, DOCS_TOPIC))
+        in_kafka = sum(len(records_of(r.value, version)) for r in consume(broker.bootstrap_servers, DOCS_TOPIC))
         assert in_kafka == 1 + len(values), "the quick start's report and the uploaded lines"

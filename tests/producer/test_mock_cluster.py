@@ -1,11 +1,11 @@
 """producer.mock_cluster: librdkafka's mock cluster in a child process, and its fault injection."""
 
 import asyncio
-import time
 
 import pytest
 
 from producer.mock_cluster import MockCluster, MockClusterError
+from tests.support.waiting import poll_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_mock]
 
@@ -61,10 +61,9 @@ def test_the_child_exits_when_its_parent_goes_away():
     cluster = MockCluster(brokers=1).start()
     child = cluster._process
     child.stdin.close()  # what the parent's death does to the pipe
-    deadline = time.monotonic() + 10
-    while child.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert child.poll() == 0, f"mock cluster {child.pid} still running after its stdin closed"
+    status = poll_until(child.poll, 10, f"mock cluster {child.pid} to exit after its stdin closed",
+                        until=lambda code: code is not None, interval=0.05)
+    assert status == 0, f"mock cluster {child.pid} exited with {status}"
     with pytest.raises(MockClusterError, match="not running"):
         cluster.create_topics({"late": 1})
     cluster.stop()

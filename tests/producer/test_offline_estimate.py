@@ -236,6 +236,7 @@ def test_l2_without_tracked_count_names_the_flag(capsys, tmp_path, monkeypatch, 
     assert code == 2 and fragment in err, err
 
 
+@pytest.mark.integration
 def test_installed_entry_point_exit_status_and_stderr(capture):
     script = Path(sys.executable).parent / "ocms"
     run = subprocess.run([str(script), "estimate", str(capture), "-e", "2.5", "-d", "50"],

@@ -1,7 +1,6 @@
 """DeviceReporter against the real embedded broker, and fake producers for the error paths."""
 
 import asyncio
-import time
 from collections import Counter
 from types import SimpleNamespace
 
@@ -20,6 +19,7 @@ from producer.reporter import (
     is_retriable,
     new_device_key,
 )
+from tests.support.topics import read_topic
 
 PARAMS = OCMSParams.build(epsilon=2.0, dictionary_size=1000)
 REGISTRY = {PARAMS.fingerprint: PARAMS}
@@ -32,34 +32,13 @@ def broker():
         yield b
 
 
-async def consume_all(servers: str, topic: str, expected: int, settle_s: float = 0.5, deadline_s: float = 10.0):
-    """Every message of ``topic`` (waits for ``expected``, then ``settle_s`` more for extras)."""
-    from aiokafka import AIOKafkaConsumer
-
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=servers, auto_offset_reset="earliest", group_id=None)
-    await consumer.start()
-    got = []
-    try:
-        deadline = time.monotonic() + deadline_s
-        settle_until = None
-        while time.monotonic() < deadline:
-            for msgs in (await consumer.getmany(timeout_ms=100)).values():
-                got += msgs
-            if len(got) >= expected:
-                settle_until = settle_until or time.monotonic() + settle_s
-                if time.monotonic() >= settle_until:
-                    break
-    finally:
-        await consumer.stop()
-    return got
-
-
 def reporter(broker, topic, **kwargs):
     kwargs.setdefault("device_key", new_device_key())
     kwargs.setdefault("metric", "m")
     return DeviceReporter(PARAMS, bootstrap_servers=broker.bootstrap_servers, topic=topic, **kwargs)
 
 
+@pytest.mark.integration
 def test_200_reports_from_several_devices_arrive_exactly_once_keyed_by_device(broker, tmp_path):
     keys = [b"device-%d" % i for i in range(4)]
 
@@ -73,7 +52,7 @@ def test_200_reports_from_several_devices_arrive_exactly_once_keyed_by_device(br
 
     async def go():
         deliveries = sum(await asyncio.gather(*(device(i) for i in range(4))), [])
-        consumed = await consume_all(broker.bootstrap_servers, "dev-reports", 200)
+        consumed = await read_topic(broker.bootstrap_servers, "dev-reports", 200)
         return deliveries, consumed
 
     deliveries, consumed = asyncio.run(go())
@@ -94,6 +73,7 @@ def test_200_reports_from_several_devices_arrive_exactly_once_keyed_by_device(br
         assert params == PARAMS and len(batch) == 1
 
 
+@pytest.mark.integration
 def test_budget_refusal_raises_and_sends_nothing(broker, tmp_path):
     ledger = PrivacyLedger(tmp_path / "l.db", budget=2 * PARAMS.epsilon)
 
@@ -105,13 +85,14 @@ def test_budget_refusal_raises_and_sends_nothing(broker, tmp_path):
                 await r.report(3)
             with pytest.raises(InvalidValueError):
                 await r.report(PARAMS.dictionary_size)  # invalid: refused before the ledger
-        return await consume_all(broker.bootstrap_servers, "dev-budget", 2)
+        return await read_topic(broker.bootstrap_servers, "dev-budget", 2)
 
     consumed = asyncio.run(go())
     assert len(consumed) == 2
     assert ledger.spent("m") == 2 * PARAMS.epsilon and ledger.charges("m") == 2
 
 
+@pytest.mark.integration
 def test_memoized_value_resends_identical_report_for_free(broker, tmp_path):
     ledger = PrivacyLedger(tmp_path / "l.db", budget=PARAMS.epsilon)  # room for one charge only
 
@@ -121,7 +102,7 @@ def test_memoized_value_resends_identical_report_for_free(broker, tmp_path):
             second = await r.report(5)
             with pytest.raises(PrivacyBudgetError):
                 await r.report(6)
-        return first, second, await consume_all(broker.bootstrap_servers, "dev-memo", 2)
+        return first, second, await read_topic(broker.bootstrap_servers, "dev-memo", 2)
 
     first, second, consumed = asyncio.run(go())
     assert second.message == first.message
@@ -153,6 +134,7 @@ class FakeProducer:
         self.gate = gate
         self.start_error = start_error
         self.calls = []
+        self.sending = asyncio.Event()  # set once send_and_wait has been called
         self.delivered = []
         self.config = None
         self.stopped = False
@@ -170,6 +152,7 @@ class FakeProducer:
 
     async def send_and_wait(self, topic, value, key=None):
         self.calls.append((topic, value, key))
+        self.sending.set()
         if self.gate is not None:
             await self.gate.wait()
         if self.errors:
@@ -249,8 +232,8 @@ def test_back_pressure_when_the_queue_is_full():
         gate = asyncio.Event()
         fake = FakeProducer(gate=gate)
         async with fake_reporter(fake, queue_size=2, max_in_flight=1) as r:
-            futures = [await r.submit(1)]  # taken by the sender, blocked in send_and_wait
-            await asyncio.sleep(0.01)
+            futures = [await r.submit(1)]
+            await asyncio.wait_for(fake.sending.wait(), 10)  # taken by the sender, blocked in send_and_wait
             futures += [await r.submit(2), await r.submit(3)]  # fill the queue
             assert r.queued == 2
             blocked = asyncio.ensure_future(r.submit(4))
@@ -286,7 +269,7 @@ def test_close_without_drain_fails_pending_reports():
         fake = FakeProducer(gate=asyncio.Event())  # never released
         r = await fake_reporter(fake, max_in_flight=1).start()
         futures = [await r.submit(v) for v in (1, 2, 3)]
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(fake.sending.wait(), 10)  # report 1 in flight, 2 and 3 queued
         await r.close(drain=False)
         return await asyncio.gather(*futures, return_exceptions=True)
 

@@ -19,7 +19,9 @@ from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport, new_device_key
 from registry import UnknownMetricError, load_registry
 
-from .test_reporter import FakeProducer, consume_all
+from tests.support.topics import read_topic
+
+from .test_reporter import FakeProducer
 
 REGISTRY = load_registry(Path(__file__).resolve().parents[2] / "deploy" / "registry.yaml")
 TOPIC = "named-reports"
@@ -32,6 +34,7 @@ def broker():
         yield b
 
 
+@pytest.mark.integration
 def test_reports_name_metric_and_value_and_charge_each_metric(broker, tmp_path):
     ledger = PrivacyLedger(tmp_path / "ledger.db", budget=10_000.0)
     sent = Counter({("carrier", "UA"): 300, ("flight_dest", "ATL"): 40, ("app_launches", "wallet"): 5,
@@ -42,7 +45,7 @@ def test_reports_name_metric_and_value_and_charge_each_metric(broker, tmp_path):
                                   device_key=new_device_key(), ledger=ledger) as reporter:
             futures = [await reporter.submit(metric, value) for (metric, value), n in sent.items() for _ in range(n)]
             deliveries = await asyncio.gather(*futures)
-        return deliveries, await consume_all(broker.bootstrap_servers, TOPIC, sum(sent.values()))
+        return deliveries, await read_topic(broker.bootstrap_servers, TOPIC, sum(sent.values()))
 
     deliveries, consumed = asyncio.run(go())
     assert len(deliveries) == len(consumed) == sum(sent.values())

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 from registry import load_registry
 
@@ -152,6 +154,7 @@ def test_plan_registry(tmp_path, capsys):
     assert code == 0 and "hash range m" in out
 
 
+@pytest.mark.integration
 def test_shipped_registry_checks_clean_with_the_installed_command():
     ocms = shutil.which("ocms", path=str(Path(sys.executable).parent))
     command = [ocms] if ocms else [sys.executable, "-m", "agents.cli"]
@@ -161,6 +164,7 @@ def test_shipped_registry_checks_clean_with_the_installed_command():
     assert "locked versions unchanged" in done.stdout
 
 
+@pytest.mark.integration
 def test_describe_into_a_closed_pipe_is_quiet(tmp_path):
     # ~1 MB of JSON: far beyond a pipe's buffer, so the writer really meets a closed pipe.
     names = ", ".join(f"screen_{i}" for i in range(60_000))

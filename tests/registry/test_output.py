@@ -4,6 +4,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration  # runs `ocms` into closed pipes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 WRITER = "from registry.output import write_stdout\nfor i in range(100_000):\n    write_stdout(f'line {i}\\n')\n"

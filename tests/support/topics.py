@@ -1,0 +1,35 @@
+"""Reading back what a test put on a Kafka topic: from the first offset, outside any consumer group."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+
+async def read_topic(bootstrap: str, topic: str, expected: int = 0, *, idle_s: float = 1.5,
+                     timeout: float = 60.0) -> list:
+    """The records of ``topic``: at least ``expected`` of them if they come within ``timeout`` s, then
+    every further record until ``idle_s`` s pass without one (so duplicates and extras show)."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False, group_id=None, max_partition_fetch_bytes=8 << 20)
+    await consumer.start()
+    records: list = []
+    try:
+        deadline = time.monotonic() + timeout
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline and (len(records) < expected or time.monotonic() - quiet_since < idle_s):
+            got = await consumer.getmany(timeout_ms=300)
+            for batch in got.values():
+                records.extend(batch)
+            if got:
+                quiet_since = time.monotonic()
+    finally:
+        await consumer.stop()
+    return records
+
+
+def consume(bootstrap: str, topic: str, expected: int = 0, *, idle_s: float = 1.5, timeout: float = 60.0) -> list:
+    """``read_topic`` outside an event loop."""
+    return asyncio.run(read_topic(bootstrap, topic, expected, idle_s=idle_s, timeout=timeout))

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from cms_core import wire
-from cms_core.planning import shuffled_privacy
+from cms_core.planning import shuffle_delta
+from cms_core.shuffle import central_epsilon
 from collector.exactly_once import BATCH_LISTING, FRAME_HEADER, decode_listing, parse_batch_frame_id
 from producer.broker import EmbeddedBroker
 
@@ -37,7 +38,7 @@ N = 200  # reports per shuffled batch
 @pytest.fixture(scope="module")
 def broker():
     with EmbeddedBroker() as b:
-        b.create_topics({SHUFFLED: 1, PLAIN: 1, SHORT: 1, COUNTED: 2})
+        b.create_topics({SHUFFLED: 1, PLAIN: 1, SHORT: 1, COUNTED: 4})
         yield b
 
 
@@ -267,3 +268,42 @@ def test_uploads_wait_for_their_batch_and_a_short_batch_closes_after_max_seconds
         assert [request(c.url + "/v1/reports", b"".join(bodies))[0]] == [202]
     last = consume(broker.bootstrap_servers, SHORT)[-1]
     assert dict(last.headers)[wire.SHUFFLE_HEADER] == b"3" and len(records_of(last.value, dest)) == 3
+
+
+# ------------------------------------------------------------------ the worker's accounting
+@pytest.mark.integration
+def test_the_worker_states_the_central_epsilon_of_the_smallest_batch_and_null_once_a_report_was_not_shuffled(
+        broker, registry_path, dest, tmp_path):
+    """Two shuffled batches (50 reports, closed by size; 20, closed after --shuffle-max-seconds) reach
+    the worker: every answer over them (name-less and named routes, trend points, the metric listing,
+    Prometheus) carries cms_core.shuffle's central epsilon for n = 20 at its delta. Then a collector
+    that does not shuffle adds 5 reports: the total window's central epsilon is null, and says why."""
+    expected = central_epsilon(20, dest.params.epsilon, shuffle_delta(20))
+    with serving_worker(registry_path, broker.bootstrap_servers, COUNTED, tmp_path) as worker:
+        with CollectorProcess(registry_path, broker.bootstrap_servers, COUNTED, tmp_path, "--shuffle-min-reports",
+                              "50", "--shuffle-max-seconds", "0.5") as c:
+            assert upload_in_order(c, [indexed_report(dest, i) for i in range(50)]) == [202] * 50
+            assert request(c.url + "/v1/reports", b"".join(indexed_report(dest, 50 + i) for i in range(20)))[0] == 202
+        doc = worker.wait_for_n(70)
+        want = {"central_epsilon": expected, "central_delta": shuffle_delta(20), "shuffle_batch_min": 20,
+                "shuffled_reports": 70}
+        assert {k: doc[k] for k in want} == want and doc["central_bound"].startswith("FMT21")
+        for path, params in (("/metrics/dest/estimates", {}), ("/metrics/dest/topk", {"k": "3"}),
+                             ("/metrics/dest/estimates/7", {}), ("/estimates", {"window": "total"})):
+            status, answer = worker.get(path, **params)
+            assert status == 200 and {k: answer[k] for k in want} == want, path
+        status, trend = worker.get("/metrics/dest/trend", value="7", **{"from": "-10m"})
+        assert [p["central_epsilon"] for p in trend["points"] if p["n"]] == [expected]
+        status, listing = worker.get("/metrics/dest")
+        assert listing["versions"][0]["windows"]["total"]["central_epsilon"] == expected
+        gauge = [line for line in worker.text("/metrics").splitlines()
+                 if line.startswith('ocms_central_epsilon{metric="dest",version="1",window="total"}')]
+        assert [float(line.split()[-1]) for line in gauge] == [expected]
+
+        with CollectorProcess(registry_path, broker.bootstrap_servers, COUNTED, tmp_path) as plain:
+            assert request(plain.url + "/v1/reports", b"".join(indexed_report(dest, 80 + i) for i in range(5)))[0] == 202
+        doc = worker.wait_for_n(75)
+        assert doc["central_epsilon"] is None and doc["shuffled_reports"] == 70
+        assert doc["central_note"].startswith("5 of the 75 reports of this window were not shuffled")
+        assert not [line for line in worker.text("/metrics").splitlines()
+                    if line.startswith('ocms_central_epsilon{metric="dest",version="1",window="total"}')]

@@ -340,13 +340,14 @@ class SharedIdempotency:
         futures = [await producer.send(self.topic, value, partition=0) for value in values]
         return [(await f).offset for f in futures]
 
-    async def append_redo(self, frames: list[bytes], headers: list[list], timestamp_ms: int) -> None:
-        """Write a shuffled batch's frames (with the headers they will carry) to the redo topic (acks=all)."""
+    async def append_redo(self, frames: list[bytes], headers: list[list], timestamps_ms: list[int]) -> None:
+        """Write shuffled batches' frames (with the headers and timestamps they will carry) to the redo topic
+        (acks=all)."""
         producer = self._producer
         if producer is None:
             raise ConnectionError("the idempotency log is closed")
-        futures = [await producer.send(self.redo_topic, frame, partition=0, timestamp_ms=timestamp_ms, headers=h)
-                   for frame, h in zip(frames, headers)]
+        futures = [await producer.send(self.redo_topic, frame, partition=0, timestamp_ms=t, headers=h)
+                   for frame, h, t in zip(frames, headers, timestamps_ms)]
         offsets = [(await f).offset for f in futures]
         self.redo_end = max(self.redo_end, max(offsets) + 1)
 

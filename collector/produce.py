@@ -539,17 +539,21 @@ class KafkaOutlet:
                 await self._wake.wait()
                 continue
             if isinstance(self.frames[0], ShuffledBatch):
-                batch = self.frames.popleft()
+                batches = []
+                while self.frames and len(batches) < GROUP_MAX_FRAMES and isinstance(self.frames[0], ShuffledBatch):
+                    batches.append(self.frames.popleft())
                 self._committing = True
                 try:
-                    await self._commit_batch(batch)
+                    await self._commit_batches(batches)
                 except asyncio.CancelledError:
-                    self._finish_batch(batch, KafkaUnavailable("the collector stopped before Kafka acknowledged the "
-                                                               "batch"))
+                    for batch in batches:
+                        self._finish_batch(batch, KafkaUnavailable("the collector stopped before Kafka acknowledged "
+                                                                   "the batch"))
                     raise
-                except Exception as exc:  # pragma: no cover - _commit_batch answers its own failures
-                    log.exception("committing a shuffled batch")
-                    self._finish_batch(batch, KafkaUnavailable(f"{type(exc).__name__}: {exc}"))
+                except Exception as exc:  # pragma: no cover - _commit_batches answers its own failures
+                    log.exception("committing shuffled batches")
+                    for batch in batches:
+                        self._finish_batch(batch, KafkaUnavailable(f"{type(exc).__name__}: {exc}"))
                 finally:
                     self._committing = False
                 continue
@@ -677,42 +681,50 @@ class KafkaOutlet:
                         type(error).__name__, error)
             self._renew(producer, f"{type(error).__name__}: {error}", incarnation, unsure)
 
-    async def _commit_batch(self, batch: ShuffledBatch) -> None:
-        """List a shuffled batch whole, take out uploads an earlier attempt holds, shuffle and cut what is
-        left, write its redo copy (several frames), then send every frame to one partition in the open
-        transaction; a repair batch (``preset``) is sent as it is."""
+    async def _commit_batches(self, batches: list[ShuffledBatch]) -> None:
+        """List each shuffled batch whole (one append and one read-back for the group), take out uploads an
+        earlier attempt holds, shuffle and cut what is left, write the redo copies of listed batches of
+        several frames, then send every batch's frames to its partition in the open transaction; a repair
+        batch (``preset``) is sent as it is."""
         from .exactly_once import KeyHeld, batch_frame_id, encode_batch_listing
 
         producer, incarnation, shared = self.producer, self.incarnation, self.log
         if producer is None or not self.available:
-            self._finish_batch(batch, KafkaUnavailable(self.last_error or "not connected to Kafka"))
+            for batch in batches:
+                self._finish_batch(batch, KafkaUnavailable(self.last_error or "not connected to Kafka"))
             return
         timeout = self.settings.kafka_timeout_ms / 1000
-        if batch.preset is not None:
-            records = batch.preset
-        else:
+        fresh = [batch for batch in batches if batch.preset is None]
+        for batch in fresh:
             batch.nonce = os.urandom(16)
             batch.partition = secrets.choice(self.partitions) if self.partitions else 0
             batch.lower = self.lower.get(batch.partition, 0)
-            keys = batch.keys
-            if keys:
-                # 1. list every key of the batch in one listing; read the log back to it
-                listed = shared.expect(batch.nonce)
-                shared.local[batch.nonce] = asyncio.get_running_loop().create_future()
-                try:
-                    value = encode_batch_listing(batch.nonce, shared.owner, incarnation, batch.partition, batch.lower,
-                                                 shared.redo_end, batch.timestamp_ms // 1000, keys)
-                    offsets = await asyncio.wait_for(shared.append([value]), timeout)
-                    await asyncio.wait_for(shared.applied(offsets[0]), timeout)
-                    batch.listing = await asyncio.wait_for(listed, timeout)
-                except Exception as exc:
+        keyed = [batch for batch in fresh if batch.keys]
+        if keyed:
+            # 1. one listing per batch naming every key of it; the log read back to the group's listings
+            loop = asyncio.get_running_loop()
+            listed = []
+            for batch in keyed:
+                shared.local[batch.nonce] = loop.create_future()
+                listed.append(shared.expect(batch.nonce))
+            try:
+                values = [encode_batch_listing(b.nonce, shared.owner, incarnation, b.partition, b.lower, shared.redo_end,
+                                               b.timestamp_ms // 1000, b.keys) for b in keyed]
+                offsets = await asyncio.wait_for(shared.append(values), timeout)
+                await asyncio.wait_for(shared.applied(max(offsets)), timeout)
+                for batch, future in zip(keyed, listed):
+                    batch.listing = await asyncio.wait_for(future, timeout)
+            except Exception as exc:
+                for batch in keyed:
                     shared.forget(batch.nonce)
                     shared.record_outcome(batch.nonce, False)  # never produced
-                    self._unavailable(f"idempotency log: {type(exc).__name__}: {exc}")
+                self._unavailable(f"idempotency log: {type(exc).__name__}: {exc}")
+                for batch in batches:
                     self._finish_batch(batch, KafkaUnavailable(f"the idempotency log did not answer: "
                                                                f"{type(exc).__name__}: {exc}"))
-                    return
-                # 2. an upload whose key an earlier listing holds leaves the batch, before it is shuffled
+                return
+            # 2. an upload whose key an earlier listing holds leaves its batch, before the batch is shuffled
+            for batch in keyed:
                 valid, kept = set(batch.listing.valid), []
                 for waiter in batch.members:
                     if waiter.key is None or waiter.key in valid:
@@ -724,31 +736,40 @@ class KafkaOutlet:
                         waiter.future.set_exception(KeyHeld(holder is not None and holder.status == "stored"))
                 if len(kept) != len(batch.members):
                     batch.keep(kept)
+        # 3. shuffled and cut; the redo copies before any frame (whoever settles a batch a kill cut short completes it)
+        records: dict[ShuffledBatch, list] = {}
+        for batch in batches:
+            if batch.preset is not None:
+                records[batch] = batch.preset
+                continue
             frames = await _shuffled(batch)
             if not frames:  # every upload of it left
                 self._finish_batch(batch, None)
                 if batch.listing is not None:
                     shared.record_outcome(batch.nonce, False)
-                return
+                continue
             common = batch.headers()
             if batch.listing is None:
-                records = [(frame, common, batch.timestamp_ms) for frame in frames]
+                records[batch] = [(frame, common, batch.timestamp_ms) for frame in frames]
             else:
-                records = [(frame, common + [(FRAME_HEADER, batch_frame_id(batch.nonce, i, len(frames)))],
-                            batch.timestamp_ms) for i, frame in enumerate(frames)]
-                if len(frames) > 1:
-                    # 3. the redo copy before any frame: whoever settles a batch a kill cut short completes it
-                    try:
-                        await asyncio.wait_for(shared.append_redo([r[0] for r in records], [r[1] for r in records],
-                                                                  batch.timestamp_ms), timeout)
-                    except Exception as exc:
-                        shared.record_outcome(batch.nonce, False)  # never produced
-                        self._unavailable(f"redo topic: {type(exc).__name__}: {exc}")
-                        self._finish_batch(batch, KafkaUnavailable(f"the redo topic did not answer: "
-                                                                   f"{type(exc).__name__}: {exc}"))
-                        return
-        # 4. every frame to the batch's partition, in the open transaction
-        sends, error = [], None
+                records[batch] = [(frame, common + [(FRAME_HEADER, batch_frame_id(batch.nonce, i, len(frames)))],
+                                   batch.timestamp_ms) for i, frame in enumerate(frames)]
+        redo = [(batch, r) for batch, r in records.items() if batch.listing is not None and len(r) > 1]
+        if redo:
+            try:
+                copies = [copy for _, r in redo for copy in r]
+                await asyncio.wait_for(shared.append_redo([c[0] for c in copies], [c[1] for c in copies],
+                                                          [c[2] for c in copies]), timeout)
+            except Exception as exc:
+                self._unavailable(f"redo topic: {type(exc).__name__}: {exc}")
+                for batch, _ in redo:
+                    shared.record_outcome(batch.nonce, False)  # never produced
+                    self._finish_batch(batch, KafkaUnavailable(f"the redo topic did not answer: "
+                                                               f"{type(exc).__name__}: {exc}"))
+                    del records[batch]
+        # 4. every frame to its batch's partition, in the open transaction
+        sends: dict[ShuffledBatch, list] = {batch: [] for batch in records}
+        error = None
         try:
             if self.producer is not producer:
                 raise KafkaUnavailable("the producer was renewed")
@@ -759,15 +780,18 @@ class KafkaOutlet:
             if self._transaction is None:
                 await asyncio.wait_for(producer.begin_transaction(), timeout)
                 self._transaction = (producer, time.monotonic())
-            for value, headers, timestamp_ms in records:
-                sends.append(await asyncio.wait_for(producer.send(
-                    self.settings.source_topic, value, key=None, partition=batch.partition, timestamp_ms=timestamp_ms,
-                    headers=headers), timeout))
+            for batch, frames in records.items():
+                for value, headers, timestamp_ms in frames:
+                    sends[batch].append(await asyncio.wait_for(producer.send(
+                        self.settings.source_topic, value, key=None, partition=batch.partition,
+                        timestamp_ms=timestamp_ms, headers=headers), timeout))
         except Exception as exc:
             error = exc
-        task = asyncio.create_task(self._batch_acknowledged(producer, incarnation, batch, sends, len(records), error))
-        self._acks.add(task)
-        task.add_done_callback(self._acks.discard)
+        for batch, frames in records.items():
+            task = asyncio.create_task(self._batch_acknowledged(producer, incarnation, batch, sends[batch], len(frames),
+                                                                error))
+            self._acks.add(task)
+            task.add_done_callback(self._acks.discard)
 
     async def _batch_acknowledged(self, producer, incarnation: bytes, batch: ShuffledBatch, sends: list, expected: int,
                                   error: BaseException | None) -> None:

@@ -459,60 +459,47 @@ class KafkaOutlet:
 
     async def _produce_batch(self, batch: ShuffledBatch) -> None:
         """A batch without exactly-once retries: every frame to a partition the producer picks."""
-        error: BaseException | None = None
+        error: BaseException | None = KafkaUnavailable("the collector stopped before Kafka acknowledged the batch")
         try:
-            if self.producer is None:
-                raise KafkaUnavailable("not connected to Kafka")
             frames = await _shuffled(batch)
-            headers = batch.headers()
-            acks = [await self.producer.send(self.settings.source_topic, frame, key=None,
-                                             timestamp_ms=batch.timestamp_ms, headers=headers) for frame in frames]
-            for ack in acks:
-                await ack
+            error = await self._send_plain(frames, batch.timestamp_ms, batch.headers(),
+                                           f"shuffled batch of {batch.reports} reports", batch.version)
             batch.frames = len(frames)
-        except asyncio.CancelledError:
-            error = KafkaUnavailable("the collector stopped before Kafka acknowledged the batch")
-            raise
-        except Exception as exc:
-            error = exc
-            if is_retriable(exc) or isinstance(exc, KafkaUnavailable):
-                self._unavailable(f"{type(exc).__name__}: {exc}")
-            log.warning("shuffled batch of %d reports for %s@%s not acknowledged: %s: %s", batch.reports,
-                        batch.version.metric, batch.version.version, type(exc).__name__, exc)
         finally:
             self._finish_batch(batch, error)
 
     async def _produce(self, frame: bytes, timestamp_ms: int, records: int, futures: list, version) -> None:
-        error: BaseException | None = None
+        error: BaseException | None = KafkaUnavailable("the collector stopped before Kafka acknowledged the frame")
         try:
-            if self.producer is None:
-                raise KafkaUnavailable("not connected to Kafka")
-            # key=None: frames are keyed by nobody (spread over partitions), never by a device.
-            ack = await self.producer.send(self.settings.source_topic, frame, key=None, timestamp_ms=timestamp_ms)
-            await ack
-        except asyncio.CancelledError:
-            error = KafkaUnavailable("the collector stopped before Kafka acknowledged the frame")
-            raise
-        except Exception as exc:
-            error = exc
-            if is_retriable(exc) or isinstance(exc, KafkaUnavailable):
-                self._unavailable(f"{type(exc).__name__}: {exc}")
-            log.warning("frame of %d reports for %s@%s not acknowledged: %s: %s", records, version.metric,
-                        version.version, type(exc).__name__, exc)
+            error = await self._send_plain([frame], timestamp_ms, None, f"frame of {records} reports", version)
         finally:
             self.queued -= records  # ocms_collector_queue_reports reads it when scraped
             if error is None:
                 self._available()
                 self.metrics.frames_produced.labels(version.metric).inc()
                 self.metrics.reports_produced.labels(version.metric).inc(records)
-                for f in futures:
-                    if not f.done():
-                        f.set_result(None)
             else:
                 self.metrics.frames_failed.labels(version.metric).inc()
-                for f in futures:
-                    if not f.done():
-                        f.set_exception(KafkaUnavailable(f"{type(error).__name__}: {error}"))
+            _answer([_Waiter(0, f, 0) for f in futures], error)
+
+    async def _send_plain(self, frames: list[bytes], timestamp_ms: int, headers: list | None, what: str,
+                          version) -> BaseException | None:
+        """Send frames and wait for their acknowledgements (no exactly-once retries); the error if one failed."""
+        try:
+            if self.producer is None:
+                raise KafkaUnavailable("not connected to Kafka")
+            # key=None: frames are keyed by nobody (spread over partitions), never by a device.
+            acks = [await self.producer.send(self.settings.source_topic, frame, key=None, timestamp_ms=timestamp_ms,
+                                             headers=headers) for frame in frames]
+            for ack in acks:
+                await ack
+            return None
+        except Exception as exc:
+            if is_retriable(exc) or isinstance(exc, KafkaUnavailable):
+                self._unavailable(f"{type(exc).__name__}: {exc}")
+            log.warning("%s for %s@%s not acknowledged: %s: %s", what, version.metric, version.version,
+                        type(exc).__name__, exc)
+            return exc
 
     # ---------------------------------------------------- exactly-once mode
     async def _commit_loop(self) -> None:
@@ -573,7 +560,7 @@ class KafkaOutlet:
                 self._committing = False
 
     async def _commit(self, group: list[_Frame]) -> None:
-        from .exactly_once import KeyHeld, encode_listing
+        from .exactly_once import encode_listing
 
         producer, incarnation, shared = self.producer, self.incarnation, self.log
         if producer is None or not self.available:
@@ -589,52 +576,20 @@ class KafkaOutlet:
                 keyed.append(frame)
         if keyed:
             # 1. list the keyed uploads of each frame, then read the log back up to the listings
-            loop = asyncio.get_running_loop()
-            listed = []
-            for frame in keyed:
-                shared.local[frame.nonce] = loop.create_future()
-                listed.append(shared.expect(frame.nonce))
-            try:
-                values = [encode_listing(f.nonce, shared.owner, incarnation, f.partition, f.lower,
-                                         f.timestamp_ms // 1000, f.keys) for f in keyed]
-                offsets = await asyncio.wait_for(shared.append(values), timeout)
-                await asyncio.wait_for(shared.applied(max(offsets)), timeout)
-                for frame, future in zip(keyed, listed):
-                    frame.listing = await asyncio.wait_for(future, timeout)
-            except Exception as exc:
-                for frame in keyed:
-                    shared.forget(frame.nonce)
-                    shared.record_outcome(frame.nonce, False)  # never produced
-                self._unavailable(f"idempotency log: {type(exc).__name__}: {exc}")
-                self._finish(group, KafkaUnavailable(f"the idempotency log did not answer: {type(exc).__name__}: {exc}"))
+            error = await self._list(keyed, lambda f: encode_listing(f.nonce, shared.owner, incarnation, f.partition,
+                                                                     f.lower, f.timestamp_ms // 1000, f.keys))
+            if error is not None:
+                self._finish(group, error)
                 return
             # 2. an upload whose key an earlier listing holds leaves the frame
             for frame in keyed:
-                valid = set(frame.listing.valid)
-                kept = []
-                for waiter in frame.members:
-                    if waiter.key is None or waiter.key in valid:
-                        valid.discard(waiter.key)  # one upload per key (the process cache keeps it so)
-                        kept.append(waiter)
-                        continue
-                    holder = shared.holder(waiter.key)
-                    if not waiter.future.done():
-                        waiter.future.set_exception(KeyHeld(holder is not None and holder.status == "stored"))
+                kept = self._listed_members(frame.members, frame.listing)
                 if len(kept) != len(frame.members):
                     frame.data = self._without(frame, kept)
         # 3. send the frames in the open transaction; their acks are awaited beside the next groups
         sends, error = [], None
         try:
-            if self.producer is not producer:
-                raise KafkaUnavailable("the producer was renewed")
-            if self._transaction is not None and time.monotonic() - self._transaction[1] > TRANSACTION_SECONDS:
-                await self._end_transaction()
-                if self.producer is not producer:
-                    raise KafkaUnavailable("the producer was renewed")
-            if self._transaction is None:
-                # aiokafka retries transaction requests without end while Kafka is away: bounded here
-                await asyncio.wait_for(producer.begin_transaction(), timeout)
-                self._transaction = (producer, time.monotonic())
+            await self._open_transaction(producer)
             for frame in group:
                 if len(frame.data) > wire.HEADER_SIZE:
                     future = await asyncio.wait_for(producer.send(
@@ -646,6 +601,58 @@ class KafkaOutlet:
         task = asyncio.create_task(self._acknowledged(producer, incarnation, group, sends, error))
         self._acks.add(task)
         task.add_done_callback(self._acks.discard)
+
+    async def _open_transaction(self, producer) -> None:
+        """An open transaction of ``producer`` (committing one open longer than TRANSACTION_SECONDS first);
+        KafkaUnavailable when the producer was renewed meanwhile."""
+        if self.producer is not producer:
+            raise KafkaUnavailable("the producer was renewed")
+        if self._transaction is not None and time.monotonic() - self._transaction[1] > TRANSACTION_SECONDS:
+            await self._end_transaction()
+            if self.producer is not producer:
+                raise KafkaUnavailable("the producer was renewed")
+        if self._transaction is None:
+            # aiokafka retries transaction requests without end while Kafka is away: bounded here
+            await asyncio.wait_for(producer.begin_transaction(), self.settings.kafka_timeout_ms / 1000)
+            self._transaction = (producer, time.monotonic())
+
+    async def _list(self, keyed: list, encode) -> KafkaUnavailable | None:
+        """Append a listing (``encode(item)``) for each of ``keyed`` (frames or batches) and read the log back up
+        to them; each gets its ``listing``. On failure they are forgotten (never produced) and the error returned."""
+        shared, timeout = self.log, self.settings.kafka_timeout_ms / 1000
+        loop = asyncio.get_running_loop()
+        listed = []
+        for item in keyed:
+            shared.local[item.nonce] = loop.create_future()
+            listed.append(shared.expect(item.nonce))
+        try:
+            offsets = await asyncio.wait_for(shared.append([encode(item) for item in keyed]), timeout)
+            await asyncio.wait_for(shared.applied(max(offsets)), timeout)
+            for item, future in zip(keyed, listed):
+                item.listing = await asyncio.wait_for(future, timeout)
+        except Exception as exc:
+            for item in keyed:
+                shared.forget(item.nonce)
+                shared.record_outcome(item.nonce, False)  # never produced
+            self._unavailable(f"idempotency log: {type(exc).__name__}: {exc}")
+            return KafkaUnavailable(f"the idempotency log did not answer: {type(exc).__name__}: {exc}")
+        return None
+
+    def _listed_members(self, members: list, listing) -> list:
+        """The uploads a listing holds the key of (or without a key); the others are answered: an earlier
+        listing holds their key (KeyHeld: the 202 replayed when it is stored, 503 while in doubt)."""
+        from .exactly_once import KeyHeld
+
+        valid, kept = set(listing.valid), []
+        for waiter in members:
+            if waiter.key is None or waiter.key in valid:
+                valid.discard(waiter.key)  # one upload per key (the process cache keeps it so)
+                kept.append(waiter)
+                continue
+            holder = self.log.holder(waiter.key)
+            if not waiter.future.done():
+                waiter.future.set_exception(KeyHeld(holder is not None and holder.status == "stored"))
+        return kept
 
     async def _acknowledged(self, producer, incarnation: bytes, group: list[_Frame], sends: list,
                             error: BaseException | None) -> None:
@@ -686,7 +693,7 @@ class KafkaOutlet:
         earlier attempt holds, shuffle and cut what is left, write the redo copies of listed batches of
         several frames, then send every batch's frames to its partition in the open transaction; a repair
         batch (``preset``) is sent as it is."""
-        from .exactly_once import KeyHeld, batch_frame_id, encode_batch_listing
+        from .exactly_once import batch_frame_id, encode_batch_listing
 
         producer, incarnation, shared = self.producer, self.incarnation, self.log
         if producer is None or not self.available:
@@ -702,38 +709,15 @@ class KafkaOutlet:
         keyed = [batch for batch in fresh if batch.keys]
         if keyed:
             # 1. one listing per batch naming every key of it; the log read back to the group's listings
-            loop = asyncio.get_running_loop()
-            listed = []
-            for batch in keyed:
-                shared.local[batch.nonce] = loop.create_future()
-                listed.append(shared.expect(batch.nonce))
-            try:
-                values = [encode_batch_listing(b.nonce, shared.owner, incarnation, b.partition, b.lower, shared.redo_end,
-                                               b.timestamp_ms // 1000, b.keys) for b in keyed]
-                offsets = await asyncio.wait_for(shared.append(values), timeout)
-                await asyncio.wait_for(shared.applied(max(offsets)), timeout)
-                for batch, future in zip(keyed, listed):
-                    batch.listing = await asyncio.wait_for(future, timeout)
-            except Exception as exc:
-                for batch in keyed:
-                    shared.forget(batch.nonce)
-                    shared.record_outcome(batch.nonce, False)  # never produced
-                self._unavailable(f"idempotency log: {type(exc).__name__}: {exc}")
+            error = await self._list(keyed, lambda b: encode_batch_listing(
+                b.nonce, shared.owner, incarnation, b.partition, b.lower, shared.redo_end, b.timestamp_ms // 1000, b.keys))
+            if error is not None:
                 for batch in batches:
-                    self._finish_batch(batch, KafkaUnavailable(f"the idempotency log did not answer: "
-                                                               f"{type(exc).__name__}: {exc}"))
+                    self._finish_batch(batch, error)
                 return
             # 2. an upload whose key an earlier listing holds leaves its batch, before the batch is shuffled
             for batch in keyed:
-                valid, kept = set(batch.listing.valid), []
-                for waiter in batch.members:
-                    if waiter.key is None or waiter.key in valid:
-                        valid.discard(waiter.key)
-                        kept.append(waiter)
-                        continue
-                    holder = shared.holder(waiter.key)
-                    if not waiter.future.done():
-                        waiter.future.set_exception(KeyHeld(holder is not None and holder.status == "stored"))
+                kept = self._listed_members(batch.members, batch.listing)
                 if len(kept) != len(batch.members):
                     batch.keep(kept)
         # 3. shuffled and cut; the redo copies before any frame (whoever settles a batch a kill cut short completes it)
@@ -771,15 +755,7 @@ class KafkaOutlet:
         sends: dict[ShuffledBatch, list] = {batch: [] for batch in records}
         error = None
         try:
-            if self.producer is not producer:
-                raise KafkaUnavailable("the producer was renewed")
-            if self._transaction is not None and time.monotonic() - self._transaction[1] > TRANSACTION_SECONDS:
-                await self._end_transaction()
-                if self.producer is not producer:
-                    raise KafkaUnavailable("the producer was renewed")
-            if self._transaction is None:
-                await asyncio.wait_for(producer.begin_transaction(), timeout)
-                self._transaction = (producer, time.monotonic())
+            await self._open_transaction(producer)
             for batch, frames in records.items():
                 for value, headers, timestamp_ms in frames:
                     sends[batch].append(await asyncio.wait_for(producer.send(
@@ -826,8 +802,8 @@ class KafkaOutlet:
         if not records:
             return
         done = asyncio.get_running_loop().create_future()
-        self.frames.append(ShuffledBatch(None, b"", [], records[0][2], 1, 0, preset=records, partition=partition,
-                                         done=done))
+        self.frames.append(ShuffledBatch(None, b"", [_Waiter(0, done, 0)], records[0][2], 1, 0, preset=records,
+                                         partition=partition))
         self._wake.set()
         await done
 
@@ -835,13 +811,8 @@ class KafkaOutlet:
         """Answer a batch's uploads (None: every frame acknowledged) and release their queue places."""
         self.queued -= batch.queued
         batch.queued = 0
-        if batch.done is not None and not batch.done.done():
-            if error is None:
-                batch.done.set_result(None)
-            else:
-                batch.done.set_exception(error if isinstance(error, KafkaUnavailable)
-                                         else KafkaUnavailable(f"{type(error).__name__}: {error}"))
-        if batch.version is None:  # a repair batch: nobody waits for an answer
+        if batch.version is None:  # a repair batch: its one member is SharedIdempotency's wait for it
+            _answer(batch.members, error)
             return
         metric = batch.version.metric
         if error is None:
@@ -851,15 +822,9 @@ class KafkaOutlet:
                 self.metrics.reports_produced.labels(metric).inc(batch.reports)
                 self.metrics.shuffled_batches.labels(metric).inc()
                 self.metrics.shuffled_batch_reports.observe(batch.reports)
-            for waiter in batch.members:
-                if not waiter.future.done():
-                    waiter.future.set_result(None)
         else:
             self.metrics.frames_failed.labels(metric).inc()
-            for waiter in batch.members:
-                if not waiter.future.done():
-                    waiter.future.set_exception(error if isinstance(error, KafkaUnavailable)
-                                                else KafkaUnavailable(f"{type(error).__name__}: {error}"))
+        _answer(batch.members, error)
 
     async def _end_transaction(self) -> None:
         """Wait for the open transaction's acks and commit it (renew the producer if that fails)."""
@@ -929,15 +894,9 @@ class KafkaOutlet:
                     self._available()
                     self.metrics.frames_produced.labels(metric).inc()
                     self.metrics.reports_produced.labels(metric).inc(produced)
-                for waiter in frame.members:
-                    if not waiter.future.done():
-                        waiter.future.set_result(None)
             else:
                 self.metrics.frames_failed.labels(metric).inc()
-                for waiter in frame.members:
-                    if not waiter.future.done():
-                        waiter.future.set_exception(error if isinstance(error, KafkaUnavailable)
-                                                    else KafkaUnavailable(f"{type(error).__name__}: {error}"))
+            _answer(frame.members, error)
 
     async def close(self, lanes) -> None:
         """Send what the lanes hold, wait for every frame in flight, stop the producer."""
@@ -979,6 +938,18 @@ class KafkaOutlet:
         producer, self.producer = self.producer, None
         if producer is not None:
             await producer.stop()
+
+
+def _answer(members: list, error: BaseException | None) -> None:
+    """Resolve the uploads' futures: acknowledged (None), or failed with KafkaUnavailable."""
+    failure = None if error is None else error if isinstance(error, KafkaUnavailable) \
+        else KafkaUnavailable(f"{type(error).__name__}: {error}")
+    for waiter in members:
+        if not waiter.future.done():
+            if failure is None:
+                waiter.future.set_result(None)
+            else:
+                waiter.future.set_exception(failure)
 
 
 async def _shuffled(batch: ShuffledBatch) -> list[bytes]:

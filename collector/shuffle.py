@@ -77,8 +77,9 @@ class ShuffledBatch:
     """One metric version's held uploads, closed: what the outlet lists, shuffles and produces.
 
     ``members`` are the lane's upload waiters (``start``/``end`` positions in ``records``, the
-    upload's key hash, its future). ``preset`` holds the (frame, headers) of a repair batch
-    (frames of a batch a kill cut short, produced again as first written; no members)."""
+    upload's key hash, its future). ``preset`` holds the (frame, headers, timestamp) of a repair
+    batch (frames of a batch a kill cut short, produced again as first written; its one member is
+    the wait of whoever completes it)."""
 
     version: object  # registry MetricVersion
     records: bytes  # the reports of every member, back to back in arrival order
@@ -92,7 +93,6 @@ class ShuffledBatch:
     partition: int = 0
     lower: int = 0
     listing: object = None
-    done: object = None  # a future resolved when a repair batch is acknowledged
     frames: int = field(default=0, init=False)  # frames produced for it
 
     @property

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import math
 import os
 import secrets
@@ -264,10 +265,13 @@ def test_uploads_wait_for_their_batch_and_a_short_batch_closes_after_max_seconds
 
     with CollectorProcess(registry_path, broker.bootstrap_servers, SHORT, tmp_path, "--shuffle-min-reports", "1000",
                           "--shuffle-max-seconds", "0.5") as c:
-        bodies = [indexed_report(dest, 100 + i) for i in range(3)]
-        assert [request(c.url + "/v1/reports", b"".join(bodies))[0]] == [202]
+        upload = {"fingerprint": dest.fingerprint.hex(),  # JSON: the reports are encoded again before the shuffle
+                  "reports": [{"a0": str(100 + i), "a1": "1", "z": "0"} for i in range(3)]}
+        assert request(c.url + "/v1/reports", json.dumps(upload).encode(), content_type="application/json")[0] == 202
     last = consume(broker.bootstrap_servers, SHORT)[-1]
-    assert dict(last.headers)[wire.SHUFFLE_HEADER] == b"3" and len(records_of(last.value, dest)) == 3
+    assert dict(last.headers)[wire.SHUFFLE_HEADER] == b"3"
+    assert sorted(records_of(last.value, dest)) == sorted(records_of(indexed_report(dest, 100 + i), dest)[0]
+                                                          for i in range(3))
 
 
 # ------------------------------------------------------------------ the worker's accounting

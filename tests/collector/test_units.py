@@ -51,6 +51,13 @@ def test_settings_read_the_environment_and_flags_win(registry_path):
     ({"max_queued_reports": "5"}, "OCMS_COLLECTOR_MAX_QUEUED_REPORTS"),
     ({"tokens_file": "/nonexistent"}, "OCMS_COLLECTOR_TOKENS_FILE"),
     ({"event_loop": "trio"}, "OCMS_COLLECTOR_EVENT_LOOP"),
+    ({"shuffle_min_reports": "1"}, "OCMS_COLLECTOR_SHUFFLE_MIN_REPORTS"),  # a batch of one hides nothing
+    ({"shuffle_min_reports": "-5"}, "OCMS_COLLECTOR_SHUFFLE_MIN_REPORTS"),
+    ({"shuffle_min_reports": "20000000"}, "OCMS_COLLECTOR_SHUFFLE_MIN_REPORTS"),
+    ({"shuffle_min_reports": "9500", "max_queued_reports": "10000"}, "OCMS_COLLECTOR_MAX_QUEUED_REPORTS"),  # + 1,000
+    ({"shuffle_max_seconds": "5"}, "OCMS_COLLECTOR_SHUFFLE_MAX_SECONDS"),  # without --shuffle-min-reports
+    ({"shuffle_min_reports": "100", "shuffle_max_seconds": "0"}, "OCMS_COLLECTOR_SHUFFLE_MAX_SECONDS"),
+    ({"shuffle_min_reports": "100", "shuffle_max_seconds": "7200"}, "OCMS_COLLECTOR_SHUFFLE_MAX_SECONDS"),
 ])
 def test_bad_settings_name_the_variable(registry_path, overrides, variable):
     from collector.settings import env_name

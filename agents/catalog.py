@@ -31,6 +31,7 @@ from cms_core.values import value_to_json
 
 from .query import Answer, ApiError, EstimateService, Estimator, Job, Window, central_privacy, check_query, show
 from .settings import WorkerSettings, tracked_values
+from .state import StateLayout
 from .view import CountsView, shuffle_of
 
 #: Name of the metric the single-metric flags describe (Prometheus label ``metric``, /metrics/NAME/...).
@@ -319,6 +320,11 @@ class Catalog:
     def retention_by_fp(self) -> dict[bytes, int]:
         """The base bucket retention per fingerprint (bytes): older reports are rejected as expired."""
         return {s.version.fingerprint: s.version.retention_seconds for s in self.by_fingerprint.values()}
+
+    def state_layout(self, partitions: int) -> StateLayout:
+        """Where the worker stores each served version's counts, and which shard serves them (agents.state)."""
+        levels = self.levels_by_fp
+        return StateLayout(levels, self.tracked_sizes, partitions, {fp: self.labels_of(fp)[0] for fp in levels})
 
     def labels_of(self, fp: str) -> tuple[str, str]:
         """(metric, version) Prometheus labels of a fingerprint."""

@@ -14,7 +14,7 @@ The worker needs five things Faust offers no public way to do (why: ``agents.int
    messages (``_new_transport``, ``_consumer_wait_empty``).
 
 It also checks behaviour the worker relies on through public names: the checkpoint
-(``agents.app.CountsTable``) waits for the futures ``send_changelog`` returns, so every
+(``agents.checkpoint.CountsTable``) waits for the futures ``send_changelog`` returns, so every
 table write and delete must go through it; the worker reads ``App.rebalancing`` and
 ``App.rebalancing_count`` to know when the table partitions it owns are recovered.
 
@@ -208,7 +208,7 @@ _METHODS = (
     ("faust.app.base.App", "_new_transport", (), False),
     ("faust.app.base.App", "_consumer_wait_empty", ("consumer", "logger"), True),
     ("faust.app.base.App", "_create_directories", (), False),
-    # Public, but agents.app.CountsTable relies on every table write sending through it and
+    # Public, but agents.checkpoint.CountsTable relies on every table write sending through it and
     # on the FutureMessage it returns (resolved by the broker's acknowledgement).
     ("faust.tables.base.Collection", "send_changelog",
      ("partition", "key", "value", "key_serializer", "value_serializer"), False),

@@ -224,10 +224,13 @@ class EstimatesCollector:
     withheld: its estimates are not exported and ``ocms_estimate_withheld`` is 1.
     """
 
-    def __init__(self, catalog, clock: Callable[[], float] | None = None, max_values: int = MAX_EXPORTED_VALUES):
+    def __init__(self, catalog, clock: Callable[[], float] | None = None, max_values: int = MAX_EXPORTED_VALUES,
+                 serves: Callable[[str], bool] = lambda fingerprint: True):
         self.catalog = catalog
         self.clock = clock
         self.max_values = max_values
+        #: fingerprint -> exported by this worker (``--view share``: the versions its view holds; agents.shards)
+        self.serves = serves
         self._previous: dict[str, tuple] = {}  # fingerprint -> ((bucket start, n, options), upper bounds)
 
     def describe(self):
@@ -278,6 +281,8 @@ class EstimatesCollector:
         options = EstimateOptions()
         budget, over = self.max_values, 0
         for service in self.catalog.by_fingerprint.values():
+            if not self.serves(service.fingerprint):
+                continue
             now = (self.clock or service.clock)()
             fp, params, v = service.fingerprint, service.version.params, service.version
             names = [v.metric, str(v.version)]

@@ -14,20 +14,19 @@ exactness argument is tested without a broker.
 
 from __future__ import annotations
 
-import heapq
-import math
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from cms_core import OCMSParams, TrackedValues, kernel, wire
 from cms_core.reports import ReportBatch
 
-from .state import NO_OFFSET, BucketKey, PartialCounts, bucket_start, fold, smallest_batch
+from .state import (NO_OFFSET, BucketKey, PartialCounts, StateKey, StateLayout, bucket_start, decode_bundle,
+                    encode_bundle, fold, smallest_batch)
 
 #: Every reason label ``ocms_reports_rejected_total`` can carry (a bounded set).
 REJECT_REASONS = tuple(wire.REASONS) + ("empty", "expired", "future_timestamp")
@@ -345,8 +344,7 @@ def batch_keys(
     messages: Sequence[AcceptedMessage],
     levels: Sequence[tuple[int, int]] | Mapping[str, Sequence[tuple[int, int]]],
 ) -> list[BucketKey]:
-    """Every key ``plan_batch`` reads for ``messages`` (each once), so the caller can read
-    them all up front and plan away from the table."""
+    """Every member key ``plan_batch`` reads for ``messages`` (each once)."""
     keys: dict[BucketKey, None] = {}
     for message in messages:
         for key in keys_for(message.fingerprint, message.partition, message.timestamp,
@@ -355,74 +353,40 @@ def batch_keys(
     return list(keys)
 
 
+def table_keys(messages: Sequence[AcceptedMessage], layout: StateLayout,
+               levels: Mapping[str, Sequence[tuple[int, int]]]) -> list[StateKey]:
+    """Every table key a checkpoint of ``messages`` reads and writes (each once), so the caller
+    can read their values up front and plan away from the table."""
+    return list(dict.fromkeys(layout.key_of(key) for key in batch_keys(messages, levels)))
+
+
 def encoded_plan(
     messages: Sequence[AcceptedMessage],
-    states: Mapping[BucketKey, PartialCounts | None],
+    stored: Mapping[StateKey, bytes | None],
+    layout: StateLayout,
     params_by_fp: Mapping[str, OCMSParams],
     tracked_by_fp: Mapping[str, TrackedValues],
-    levels: Sequence[tuple[int, int]] | Mapping[str, Sequence[tuple[int, int]]],
-) -> tuple[BatchPlan, list[bytes]]:
-    """``plan_batch`` over states already read (``batch_keys``), with each write's table
-    value encoded: the whole O(reports x D) part of a checkpoint (decode, fold, encode).
+    levels: Mapping[str, Sequence[tuple[int, int]]],
+) -> tuple[BatchPlan, list[tuple[StateKey, bytes]]]:
+    """``plan_batch`` over the table values read up front (``table_keys``), with the new value
+    of each touched table key encoded: the whole O(reports x D) part of a checkpoint (decode,
+    fold, encode). A table value is a bundle (agents.state); its members the batch does not
+    touch are carried over byte for byte.
 
     Pure: it touches no table and no event loop, and its inputs are immutable (accepted
-    batches, states read from bytes), so the worker runs it on its decode thread while
-    the loop keeps serving (the compiled kernel releases the GIL).
+    batches, table values as bytes), so the worker runs it on its decode thread while the loop
+    keeps serving (the compiled kernel releases the GIL).
     """
-    plan = plan_batch(messages, states.__getitem__, params_by_fp, tracked_by_fp, levels)
-    return plan, [state.to_bytes() for _, state in plan.writes]
+    bundles = {key: ({} if raw is None else decode_bundle(raw)) for key, raw in stored.items()}
 
+    def read(key: BucketKey) -> PartialCounts | None:
+        raw = bundles[layout.key_of(key)].get(key.fingerprint)
+        return None if raw is None else PartialCounts.from_bytes(raw)
 
-def expiry_time(key: BucketKey, levels: Sequence[tuple[int, int]]) -> float:
-    """When a bucket is wholly older than its level's retention (epoch seconds); cumulative
-    keys never expire, buckets of a level no longer configured already have."""
-    if key.is_total:
-        return math.inf
-    for width, retention in levels_of(levels, key.fingerprint):
-        if width == key.width:
-            return key.bucket_start + width + retention
-    return -math.inf
-
-
-def expired(key: BucketKey, now: float, levels: Sequence[tuple[int, int]]) -> bool:
-    """True for a bucket wholly older than its level's retention (cumulative keys never expire)."""
-    return expiry_time(key, levels) <= now
-
-
-class RetentionIndex:
-    """The bucket keys of the owned partitions, by the time they expire (a min-heap).
-
-    It is derived from the table, never the only record: the worker rebuilds it from the
-    table's keys whenever the partitions it owns may have changed (start, restart, a
-    rebalance that moved partitions), and adds the keys it writes in between. So buckets
-    written before a restart, or by the previous owner of a partition, expire like the rest.
-    """
-
-    def __init__(self, levels):
-        self.levels = dict(levels) if isinstance(levels, Mapping) else tuple(levels)
-        self._heap: list[tuple[float, BucketKey]] = []
-        self._indexed: set[BucketKey] = set()
-
-    def __len__(self) -> int:
-        return len(self._indexed)
-
-    def reset(self, keys: Iterable[BucketKey]) -> None:
-        """Index exactly ``keys`` (the table's keys of the owned partitions)."""
-        self._indexed = {key for key in keys if not key.is_total}
-        self._heap = [(expiry_time(key, self.levels), key) for key in self._indexed]
-        heapq.heapify(self._heap)
-
-    def add(self, key: BucketKey) -> None:
-        if key.is_total or key in self._indexed:
-            return
-        self._indexed.add(key)
-        heapq.heappush(self._heap, (expiry_time(key, self.levels), key))
-
-    def due(self, now: float) -> list[BucketKey]:
-        """Remove and return the keys expired at ``now``, oldest first."""
-        out = []
-        while self._heap and self._heap[0][0] <= now:
-            _, key = heapq.heappop(self._heap)
-            self._indexed.discard(key)
-            out.append(key)
-        return out
+    plan = plan_batch(messages, read, params_by_fp, tracked_by_fp, levels)
+    touched: dict[StateKey, None] = {}
+    for key, state in plan.writes:
+        table_key = layout.key_of(key)
+        bundles[table_key][key.fingerprint] = state.to_bytes()
+        touched[table_key] = None
+    return plan, [(key, encode_bundle(bundles[key])) for key in touched]

@@ -187,7 +187,7 @@ class Setting:
 
 
 #: While a full micro-batch's checkpoint runs, the intake may grow the next batch to this many
-#: times batch_max_reports before it waits (group commit: agents.app.OCMSWorker.batch_full).
+#: times batch_max_reports before it waits (group commit: agents.checkpoint.Checkpoint.batch_full).
 BATCH_GROWTH_UNDER_LOAD = 8
 
 SETTINGS: tuple[Setting, ...] = (
@@ -245,6 +245,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("web_port", "port of the HTTP API and /metrics", integer(1, 65_535), default=6066, metavar="PORT"),
     Setting("store", "table store: memory:// or rocksdb://PATH (production; extra rocksdb)", store,
             default="memory://", metavar="URL"),
+    Setting("view", "counts this worker's view holds: all (every worker answers from its own view) or share (the "
+            "metrics of its assigned partitions; queries for others are forwarded to their holder; docs/capacity.md)",
+            choice("all", "share"), default="all", choices=("all", "share")),
     Setting("watch", "values always exported to /metrics (comma-separated)", names, default=(), metavar="VALUES"),
     Setting("top_k", "also export the current top K values to /metrics", integer(0, 10_000), default=20,
             metavar="K"),
@@ -362,6 +365,8 @@ class WorkerSettings:
     #: Discovery passes hosted by the worker (agents.discovery.WorkerDiscovery): window and period.
     discovery_window_seconds: int = 3600
     discovery_interval_seconds: float = 300.0
+    #: "all": the view holds every metric; "share": the metrics of the assigned partitions (agents.shards).
+    view: str = "all"
     #: What set each setting (flag, variable, or both names for a default): errors name it.
     labels: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 

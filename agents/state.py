@@ -1,20 +1,29 @@
-"""The worker's aggregation as a pure fold, independent of Faust.
+"""The worker's aggregation as a pure fold, independent of Faust, and how its state is stored.
 
-Table layout (one changelog-backed Faust table): key = ``BucketKey`` (parameter
-fingerprint, source partition, bucket width, bucket start in epoch seconds),
-value = ``PartialCounts`` (n, per-tracked-value match counts, and the highest
-source offset folded into *this* key). Width ``TOTAL_WIDTH`` (0) is the
-cumulative key of a partition: every accepted report of the partition, since
-aggregation began.
+A *member key* (``BucketKey``: parameter fingerprint, source partition, bucket width, bucket
+start in epoch seconds) names one metric version's counts in one partition and bucket; its
+state is a ``PartialCounts`` (n, per-tracked-value match counts, and the highest source offset
+folded into *this* member key). Width ``TOTAL_WIDTH`` (0) is the cumulative key of a
+partition: every accepted report of the partition, since aggregation began.
 
-Exactness under at-least-once delivery: the offset lives in the same value as
-the counts it produced and both are written in one table assignment per key and
-micro-batch, so after a crash a replayed event whose offset is <= the stored
-offset of its key is skipped, and every other event is counted exactly once.
-Within one partition events arrive in offset order and every event of a key up
-to a flush is folded by that flush, which is what makes the per-key maximum
-sufficient (each key decides for itself, so a crash between the writes of two
-keys of one batch is also exact).
+Table layout (one changelog-backed Faust table): key = ``StateKey`` (a *group* of metric
+versions, source partition, bucket width, that level's retention, bucket start), value = a
+*bundle*: the PartialCounts of every member key of the group in that partition and bucket,
+each with its own offset. A metric version's group is fixed by its fingerprint (and D): one of
+``STATE_GROUPS`` groups by hash, or a group of its own when its counts are large
+(``SOLO_TRACKED``). Why bundles: a checkpoint writes one changelog record per touched table
+key, and each record costs a produce request on the embedded broker (one-record batches), a
+table write and a view update whatever its size; with one key per metric version that cost
+grew with the number of metrics (issue 30). Bundles bound it by the number of groups.
+
+Exactness under at-least-once delivery: the offset lives in the same value as the counts it
+produced and both are written in one table assignment per table key and micro-batch, so
+after a crash a replayed event whose offset is <= the stored offset of its member key is
+skipped, and every other event is counted exactly once. Within one partition events arrive
+in offset order and every event of a key up to a flush is folded by that flush, which is what
+makes the per-key maximum sufficient (each member key decides for itself, so a crash between
+the writes of two table keys of one batch is also exact). A bundle is rewritten whole, with
+the members the batch did not touch carried over byte for byte.
 
 Counts are linear: any time range is the exact sum of its buckets, and the sum
 over partitions of a bucket is the bucket's count for the whole topic.
@@ -28,9 +37,10 @@ over its states; its central epsilon is that of its smallest batch (agents.query
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -69,6 +79,178 @@ class BucketKey:
         if key.partition < 0 or key.width < 0 or (key.width and key.bucket_start % key.width):
             raise InvalidParameterError("bucket_key", raw, "partition and width must be >= 0, start a multiple of width")
         return key
+
+
+#: Metric versions share table keys in about this many groups (by a hash of the metric's name,
+#: so every version of a metric is in one group). Part of the stored layout: a changelog written
+#: with another value needs a new app id.
+STATE_GROUPS = 16
+#: A metric version with at least this many tracked values has table keys of its own (in its
+#: metric's group), so no bundle grows past a Kafka record's size (1 MB by default).
+SOLO_TRACKED = 4096
+FINGERPRINT_BYTES = 8  # OCMSParams.fingerprint: 16 hex digits
+
+
+def group_count(partitions: int) -> int:
+    """Groups of a changelog of ``partitions`` partitions: the least multiple of it >= STATE_GROUPS,
+    so every shard (agents.shards: group number mod partitions) gets as many groups."""
+    return partitions * -(-STATE_GROUPS // partitions)
+
+
+def group_number(metric: str, partitions: int) -> int:
+    """The group of every version of a metric (a hash of its name)."""
+    digest = hashlib.blake2b(metric.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % group_count(partitions)
+
+
+def group_of(metric: str, fingerprint: str, tracked_count: int, partitions: int) -> str:
+    """The group token of a metric version: ``g<N>`` (shared), or ``g<N>-<fingerprint>`` (large D)."""
+    number = group_number(metric, partitions)
+    return f"g{number}" if tracked_count < SOLO_TRACKED else f"g{number}-{fingerprint}"
+
+
+def group_number_of(group: str) -> int:
+    return int(group[1:].partition("-")[0])
+
+
+def pack_groups(weights: Mapping[int, float], groups: int, partitions: int) -> list[int]:
+    """The shard of each group number: the heaviest group first onto the lightest shard (ties: the lower
+    number), so shards hold about equal counts whatever the hash gave each group. Deterministic: every
+    worker serving the same registry computes the same shards."""
+    load = [0.0] * partitions
+    shards = [0] * groups
+    for group in sorted(range(groups), key=lambda g: (-weights.get(g, 0.0), g)):
+        shard = min(range(partitions), key=lambda s: (load[s], s))
+        shards[group] = shard
+        load[shard] += weights.get(group, 0.0)
+    return shards
+
+
+def _valid_group(group: str) -> bool:
+    number, dash, fingerprint = group[1:].partition("-")
+    return group.startswith("g") and number.isdigit() and (not dash or (
+        len(fingerprint) == 2 * FINGERPRINT_BYTES and all(c in "0123456789abcdef" for c in fingerprint)))
+
+
+@dataclass(frozen=True, order=True)
+class StateKey:
+    """A table key: one group of metric versions in one source partition and bucket."""
+
+    group: str  # "g<N>" or "g<N>-<fingerprint>" (group_of)
+    partition: int
+    width: int  # bucket width in seconds; TOTAL_WIDTH for the cumulative key
+    retention: int  # the level's retention in seconds (0 for the cumulative key): keys expire whole
+    bucket_start: int
+
+    @property
+    def is_total(self) -> bool:
+        return self.width == TOTAL_WIDTH
+
+    @property
+    def expires_at(self) -> float:
+        """When the bucket is wholly older than its level's retention (cumulative keys never expire)."""
+        return float("inf") if self.is_total else float(self.bucket_start + self.width + self.retention)
+
+    def member(self, fingerprint: str) -> BucketKey:
+        return BucketKey(fingerprint, self.partition, self.width, self.bucket_start)
+
+    def encode(self) -> bytes:
+        return f"{self.group}:{self.partition}:{self.width}:{self.retention}:{self.bucket_start}".encode("ascii")
+
+    @staticmethod
+    def group_prefix(raw: bytes) -> str:
+        """The group token of an encoded key, without decoding the rest (the view drops others' records early)."""
+        return raw.split(b":", 1)[0].decode("ascii", "replace")
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> "StateKey":
+        try:
+            text = raw.decode("ascii") if isinstance(raw, (bytes, bytearray)) else raw
+            group, partition, width, retention, start = text.split(":")
+            key = cls(group, int(partition), int(width), int(retention), int(start))
+        except (ValueError, UnicodeDecodeError):
+            raise InvalidParameterError("state_key", raw, "expected GROUP:PARTITION:WIDTH:RETENTION:BUCKET_START") from None
+        if not _valid_group(group) or key.partition < 0 or key.width < 0 or key.retention < 0 or (
+                key.width and key.bucket_start % key.width):
+            raise InvalidParameterError("state_key", raw, "group g<N>[-FINGERPRINT]; partition, width and retention "
+                                                          ">= 0; start a multiple of width")
+        return key
+
+
+class StateLayout:
+    """Where a member key's state is stored, and which shard serves it.
+
+    ``levels`` fingerprint -> ((width, retention), ...), ``tracked_sizes`` fingerprint -> D of every
+    metric version served, ``partitions`` of the changelog, ``metric_of`` fingerprint -> metric name
+    (default: the fingerprint itself). A group's shard (agents.shards: the source partition whose
+    owner's view holds it) packs the groups by the counts they hold (D x buckets kept)."""
+
+    def __init__(self, levels: Mapping[str, Iterable[tuple[int, int]]], tracked_sizes: Mapping[str, int],
+                 partitions: int = 4, metric_of: Mapping[str, str] | None = None):
+        self.partitions = partitions
+        self.retention = {fp: dict(lv) for fp, lv in levels.items()}
+        metric_of = metric_of or {}
+        self.metric_of = {fp: metric_of.get(fp, fp) for fp in tracked_sizes}
+        self.groups = {fp: group_of(self.metric_of[fp], fp, d, partitions) for fp, d in tracked_sizes.items()}
+        weights: dict[int, float] = {}
+        for fp, d in tracked_sizes.items():
+            buckets = 1 + sum(retention // width + 1 for width, retention in self.retention[fp].items())
+            number = group_number_of(self.groups[fp])
+            weights[number] = weights.get(number, 0.0) + d * buckets
+        self.shards = pack_groups(weights, group_count(partitions), partitions)
+
+    def key_of(self, key: BucketKey) -> StateKey:
+        retention = 0 if key.is_total else self.retention[key.fingerprint][key.width]
+        return StateKey(self.groups[key.fingerprint], key.partition, key.width, retention, key.bucket_start)
+
+    def shard_of_group(self, group: str) -> int:
+        """The shard of a group token (a number beyond this layout's groups: by the number, mod partitions)."""
+        number = group_number_of(group)
+        return self.shards[number] if number < len(self.shards) else number % self.partitions
+
+    def shard_of_metric(self, metric: str) -> int:
+        return self.shards[group_number(metric, self.partitions)]
+
+    def shard_of_fingerprint(self, fingerprint: str) -> int:
+        return self.shard_of_group(self.groups[fingerprint])
+
+
+_BUNDLE = struct.Struct("<2sBI")  # magic, version, members
+_BUNDLE_MAGIC = b"SB"
+_BUNDLE_VERSION = 1
+_MEMBER = struct.Struct(f"<{FINGERPRINT_BYTES}sI")  # fingerprint, length of its PartialCounts bytes
+
+
+def encode_bundle(members: Mapping[str, bytes]) -> bytes:
+    """A table value: fingerprint hex -> that member's PartialCounts bytes (in fingerprint order)."""
+    parts = [_BUNDLE.pack(_BUNDLE_MAGIC, _BUNDLE_VERSION, len(members))]
+    for fingerprint in sorted(members):
+        raw = members[fingerprint]
+        parts += [_MEMBER.pack(bytes.fromhex(fingerprint), len(raw)), raw]
+    return b"".join(parts)
+
+
+def decode_bundle(data: bytes) -> dict[str, bytes]:
+    """Fingerprint hex -> member PartialCounts bytes (unchecked: PartialCounts.from_bytes checks each)."""
+    if len(data) < _BUNDLE.size:
+        raise SerializationError(f"table value of {len(data)} bytes is shorter than its header")
+    magic, version, count = _BUNDLE.unpack_from(data)
+    if magic != _BUNDLE_MAGIC or version != _BUNDLE_VERSION:
+        raise SerializationError("not a counts bundle v1 table value")
+    members, offset = {}, _BUNDLE.size
+    view = memoryview(data)
+    for _ in range(count):
+        if offset + _MEMBER.size > len(data):
+            raise SerializationError("counts bundle ends inside a member header")
+        fingerprint, length = _MEMBER.unpack_from(data, offset)
+        offset += _MEMBER.size
+        if offset + length > len(data):
+            raise SerializationError("counts bundle ends inside a member's counts")
+        members[fingerprint.hex()] = bytes(view[offset:offset + length])
+        offset += length
+    if offset != len(data):
+        raise SerializationError(f"counts bundle has {len(data) - offset} bytes after its last member")
+    return members
 
 
 _CODEC = struct.Struct("<2sBBqqI")  # magic, version, count width (4/8), n, last_offset, D
@@ -130,9 +312,16 @@ class PartialCounts:
         return header + self.counts.astype("<u4" if width == 4 else "<i8").tobytes()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "PartialCounts":
+    def from_bytes(cls, data: bytes, *, copy: bool = True) -> "PartialCounts":
+        """The state a table value holds; ``copy=False`` leaves the counts a read-only view of ``data``
+        (as stored: uint32 while n < 2^32), for a reader that only adds them up (agents.view)."""
         n, counts, last_offset, shuffled, shuffle_min = read_codec(data)
-        return cls(n, counts, last_offset, shuffled, shuffle_min)
+        if copy:
+            return cls(n, counts, last_offset, shuffled, shuffle_min)
+        state = cls.__new__(cls)
+        state.n, state.counts, state.last_offset = int(n), counts, int(last_offset)
+        state.shuffled, state.shuffle_min = int(shuffled), int(shuffle_min)
+        return state
 
     def to_json(self) -> dict:
         return {"n": self.n, "counts": self.counts.tolist(), "last_offset": self.last_offset,

@@ -1,4 +1,4 @@
-"""The global read model: every worker's complete view of the counts table.
+"""The read model: every worker's view of the counts table (all of it, or its share: agents.shards).
 
 Why (scale-out design): a Faust table is partitioned, so a worker holds only
 the partitions it owns and would answer for part of the topic. Each worker
@@ -10,7 +10,10 @@ workers every worker answers for all partitions, and once its view has caught
 up with the changelog the answer equals a single worker's (the same integers
 from the same keys). It also has no gap while partitions move between workers
 in a rebalance. Costs: every worker reads every changelog write (one value per
-key per micro-batch; the changelog is compacted on Kafka).
+table key per micro-batch; the changelog is compacted on Kafka). With ``--view share``
+a worker keeps only its share's records (agents.shards), so its memory falls as
+1/workers. A record is a table key's bundle of member states (agents.state); the view
+keeps one entry per member state.
 
 Memory: per bucket, one summed int64 array of the D tracked counts (what queries
 read: one state per bucket, not one per partition) plus each writing partition's
@@ -35,13 +38,14 @@ import bisect
 import logging
 import time
 from collections import defaultdict
+from typing import Callable
 
 import numpy as np
 
 from cms_core.errors import OCMSError
 
-from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, NO_OFFSET, BucketKey, PartialCounts,
-                    smallest_batch)
+from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, NO_OFFSET, TOTAL_WIDTH, BucketKey,
+                    PartialCounts, StateKey, decode_bundle, smallest_batch)
 
 log = logging.getLogger(__name__)
 
@@ -113,19 +117,40 @@ class CountsView:
         self.index: dict[tuple[str, int, int], BucketSum] = {}
         #: (fingerprint, width) -> sorted bucket starts present in ``index``
         self.starts: dict[tuple[str, int], list[int]] = defaultdict(list)
+        #: table key -> the fingerprints of its latest bundle (a tombstone deletes their states)
+        self.members: dict[StateKey, tuple[str, ...]] = {}
+        self.held_bytes = 0  # memory_bytes
         self.applied = 0
-        self.rejected = 0  # changelog records that are not ours (never counted)
+        self.rejected = 0  # changelog records or member states that are not ours (never counted)
         #: fingerprint -> D; records of other parameter sets or tracked-set sizes are refused
         #: (e.g. a changelog written under another configuration of the same app id).
         self.tracked_sizes = tracked_sizes
 
     def apply(self, raw_key: bytes | None, raw_value: bytes | None) -> None:
+        """One changelog record: a table key's bundle of member states (agents.state), or its tombstone."""
         try:
-            key = BucketKey.decode(raw_key or b"")
-            state = None if raw_value is None else PartialCounts.from_bytes(raw_value)
+            key = StateKey.decode(raw_key or b"")
+            members = None if raw_value is None else decode_bundle(raw_value)
         except OCMSError as exc:
             self.rejected += 1
             log.warning("ignoring a changelog record that is not a counts value: %s", exc)
+            return
+        held = self.members.pop(key, ())
+        for fingerprint in held:
+            if members is None or fingerprint not in members:
+                self.apply_state(key.member(fingerprint), None)
+        if members is not None:
+            for fingerprint, raw in members.items():
+                self.apply_state(key.member(fingerprint), raw)
+            self.members[key] = tuple(members)
+
+    def apply_state(self, key: BucketKey, raw_value: bytes | None) -> None:
+        """Set (PartialCounts bytes) or delete (None) one member key's state."""
+        try:
+            state = None if raw_value is None else PartialCounts.from_bytes(raw_value, copy=False)
+        except OCMSError as exc:
+            self.rejected += 1
+            log.warning("ignoring changelog state of %s that is not a counts value: %s", key, exc)
             return
         if self.tracked_sizes is not None and (
             key.fingerprint not in self.tracked_sizes
@@ -136,16 +161,20 @@ class CountsView:
             return
         slot = (key.fingerprint, key.width, key.bucket_start)
         bucket = self.index.get(slot)
+        previous = None if bucket is None else bucket.partitions.get(key.partition)
+        self.held_bytes -= 0 if previous is None else len(previous)
         if state is None:
             if bucket is not None:
                 bucket.replace(key.partition, None, None)
                 if not bucket:
+                    self.held_bytes -= bucket.total.counts.nbytes
                     del self.index[slot]
                     starts = self.starts[(key.fingerprint, key.width)]
                     del starts[bisect.bisect_left(starts, key.bucket_start)]
         else:
             if bucket is not None and bucket.total.counts.shape != state.counts.shape:
                 # Only possible without tracked_sizes (every configured size is checked above).
+                self.held_bytes += 0 if previous is None else len(previous)  # nothing changes
                 self.rejected += 1
                 log.warning("ignoring changelog key %s: %d tracked counts, the bucket has %d", key,
                             state.counts.shape[0], bucket.total.counts.shape[0])
@@ -153,7 +182,9 @@ class CountsView:
             if bucket is None:
                 bucket = self.index[slot] = BucketSum(state.counts.shape[0])
                 bisect.insort(self.starts[(key.fingerprint, key.width)], key.bucket_start)
-            bucket.replace(key.partition, bytes(raw_value), state)
+                self.held_bytes += bucket.total.counts.nbytes
+            bucket.replace(key.partition, raw_value, state)
+            self.held_bytes += len(raw_value)
         self.applied += 1
 
     def sum(self, fingerprint: str, width: int, start: int, tracked_count: int) -> tuple[int, np.ndarray]:
@@ -187,25 +218,47 @@ class CountsView:
     def buckets(self, fingerprint: str, width: int) -> list[int]:
         return list(self.starts.get((fingerprint, width), []))
 
+    def drop_groups(self, dropped: Callable[[str], bool]) -> None:
+        """Forget every state of the table keys whose group ``dropped(group)`` says (a shard moved away)."""
+        for key in [k for k in self.members if dropped(k.group)]:
+            self.apply(key.encode(), None)
+
+    def reports(self) -> int:
+        """Reports in the cumulative keys held: every report the view counts (O(metric versions))."""
+        return sum(self.index[(fp, width, 0)].total.n for (fp, width), starts in self.starts.items()
+                   if width == TOTAL_WIDTH and starts)
+
     def keys(self) -> int:
-        """Changelog keys held (partition states)."""
+        """Member states held (one per metric version, partition and bucket)."""
         return sum(len(v) for v in self.index.values())
 
     def memory_bytes(self) -> int:
-        """Bytes of counts held: the summed arrays plus the partition states (payloads only)."""
-        return sum(b.total.counts.nbytes + sum(len(raw) for raw in b.partitions.values()) for b in self.index.values())
+        """Bytes of counts held: the summed arrays plus the partition states (payloads only; kept as
+        states come and go, so /healthz reads it at no cost)."""
+        return self.held_bytes
 
 
 class ChangelogReader:
-    """Feeds a CountsView from every partition of the changelog topic (from the beginning)."""
+    """Feeds a CountsView from every partition of the changelog topic (from the beginning).
 
-    def __init__(self, view: CountsView, bootstrap_servers: str, topic: str):
+    With a sharded ``share`` (agents.shards) it keeps the view to the shards of the source
+    partitions ``owned()`` returns, re-reading the changelog for shards it is given and dropping
+    the ones it loses, whenever the group is ``settled()`` (not rebalancing)."""
+
+    def __init__(self, view: CountsView, bootstrap_servers: str, topic: str, share=None,
+                 owned: Callable[[], set[int] | None] = lambda: None, settled: Callable[[], bool] = lambda: True):
         self.view = view
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
+        self.share = share
+        self.owned = owned
+        self.settled = settled
         self.caught_up = asyncio.Event()
         self.lag = 0
         self.last_update = 0.0
+        self.replays = 0
+        #: changelog partition -> the position below which only shards being rebuilt are applied
+        self._replay_until: dict = {}
 
     async def run(self) -> None:
         from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -226,26 +279,66 @@ class ChangelogReader:
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             start_ends = await consumer.end_offsets(tps)
+            sharded = self.share is not None and self.share.sharded
             while True:
                 batches = await consumer.getmany(timeout_ms=200, max_records=10_000)
-                for records in batches.values():
-                    for record in records:
-                        self.view.apply(record.key, record.value)
+                for tp, records in batches.items():
+                    if sharded:
+                        self._apply_share(records, self._replay_until.get(tp, -1))
+                    else:
+                        for record in records:
+                            self.view.apply(record.key, record.value)
                 if batches:
                     self.last_update = time.time()
-                if not self.caught_up.is_set():
-                    positions = {tp: await consumer.position(tp) for tp in tps}
-                    if all(positions[tp] >= start_ends[tp] for tp in tps):
-                        self.caught_up.set()
-                        log.info("counts view caught up: %d keys", self.view.keys())
+                positions = {tp: await consumer.position(tp) for tp in tps}
+                if not self.caught_up.is_set() and all(positions[tp] >= start_ends[tp] for tp in tps):
+                    self.caught_up.set()
+                    log.info("counts view caught up: %d keys", self.view.keys())
+                if sharded:
+                    await self._follow_assignment(consumer, tps, positions)
                 lag = 0
                 for tp in tps:
                     highwater = consumer.highwater(tp)
                     if highwater is not None:
-                        lag += max(0, highwater - await consumer.position(tp))
+                        lag += max(0, highwater - positions[tp])
                 self.lag = lag
         finally:
             await consumer.stop()
+
+    def _apply_share(self, records, replay_until: int) -> None:
+        """Apply the records of the shards held (below ``replay_until``: of the shards being rebuilt
+        only, the others have them already); drop the rest by key prefix, before decoding."""
+        share, view = self.share, self.view
+        for record in records:
+            shard = share.shard_of_key(record.key)
+            if shard is not None and shard not in (share.rebuilding if record.offset < replay_until else share.held):
+                share.dropped_records += 1
+                continue
+            view.apply(record.key, record.value)
+
+    async def _follow_assignment(self, consumer, tps, positions) -> None:
+        share = self.share
+        if share.rebuilding and all(positions[tp] >= self._replay_until.get(tp, 0) for tp in tps):
+            share.ready |= share.rebuilding
+            log.info("counts view holds shards %s (rebuilt from the changelog)", sorted(share.rebuilding))
+            share.rebuilding = set()
+        owned = self.owned() if self.settled() else None
+        if owned is None or owned == share.held:
+            return
+        gone, new = share.held - owned, owned - share.held
+        share.held = set(owned)
+        share.ready -= gone
+        share.rebuilding -= gone
+        if gone:
+            self.view.drop_groups(lambda group: share.layout.shard_of_group(group) in gone)
+            log.info("counts view dropped shards %s (their partitions moved)", sorted(gone))
+        if new:
+            # Read again from the beginning: below the current positions only the new shards' records
+            # apply (the others are applied already); a replay under way is simply restarted with them.
+            share.rebuilding |= new
+            self._replay_until = dict(positions)
+            self.replays += 1
+            await consumer.seek_to_beginning(*tps)
 
 
 def shuffle_of(snapshot) -> tuple[int, int]:

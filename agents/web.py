@@ -38,6 +38,7 @@ from .query import (INLINE_WORK, ApiError, Answer, Estimator, check_query, count
                     start_answer_process, to_json)
 
 from .metric_pages import add_metric_pages, wants_listing
+from .shards import FORWARDED_HEADER
 
 if TYPE_CHECKING:
     from .catalog import Catalog
@@ -149,7 +150,19 @@ def add_pages(app: faust.App, worker: ServedWorker) -> None:
         http_errors.labels(reason).inc()
         return web.bytes(to_json({**exc.as_json(), "reason": reason}), content_type=JSON_TYPE, status=exc.status)
 
+    primary = worker.catalog.primary.name
+
     async def answer(web, request, endpoint: str, value: str | None = None, metric: str | None = None):
+        if metric is not None:
+            try:
+                worker.catalog.metric(metric)  # an unknown name is a 404 here, not forwarded
+            except ApiError as exc:
+                return error(web, exc)
+        # Answered here when this view holds the metric, else by the worker that does (agents.shards).
+        return await worker.router.route(web, request, metric or primary,
+                                         lambda: answer_here(web, request, endpoint, value, metric))
+
+    async def answer_here(web, request, endpoint: str, value: str | None, metric: str | None):
         try:
             if metric is None:
                 query = check_query(endpoint, request.query.items())
@@ -205,7 +218,8 @@ def add_pages(app: faust.App, worker: ServedWorker) -> None:
     async def metrics(web, request):
         try:
             if wants_listing(request):  # the metric listing (JSON); Prometheus gets the exposition
-                return web.bytes(to_json(worker.catalog.describe()), content_type=JSON_TYPE)
+                doc = await worker.router.listing(worker.catalog.describe(), bool(request.headers.get(FORWARDED_HEADER)))
+                return web.bytes(to_json(doc), content_type=JSON_TYPE)
             check_query("metrics", request.query.items())
         except ApiError as exc:
             return error(web, exc)

@@ -13,7 +13,7 @@ embedded broker, one worker, 4 partitions, 1,000 tracked of d = 10,000, eps = 2)
 * latency: produce at the pipeline rates (frames of 1,000: 100,000 reports/s, of 100:
   20,000/s, single reports: 2,000/s) and read produce-to-visible p50/p99.
 
-Paths (``agents.app.OCMSWorker.intake_path``, set in the worker process):
+Paths (``AgentPathWorker``, this module's subclass of the product's worker, run in the worker process):
 
 * ``side``: the product's; the consumer hands source messages to the worker;
 * ``agent-events``: the agent's ``stream.noack().events()``, one event at a time;
@@ -39,8 +39,9 @@ from pathlib import Path
 import numpy as np
 
 
-from benchmarks.bench_worker import Worker, machine_line, messages, produce
+from agents.app import OCMSWorker
 from agents.process import WorkerChild
+from benchmarks.bench_worker import Worker, machine_line, messages, produce
 from benchmarks.experiments.common import cpu_times, steal_fraction
 from producer.broker import EmbeddedBroker, free_port
 
@@ -48,13 +49,43 @@ PATHS = ("side", "agent-events", "agent-take")
 #: frame size -> (reports for the throughput run, reports/s for the latency run)
 SCENARIOS = {1000: (2_000_000, 100_000), 100: (1_000_000, 20_000), 1: (100_000, 2_000)}
 LATENCY_SECONDS = 20
-#: The worker process: ``python -c BOOT PATH worker ...`` sets the intake path, then runs the CLI.
-BOOT = ("import sys, agents.app; agents.app.OCMSWorker.intake_path = sys.argv.pop(1); "
-        "from agents.cli import main; sys.exit(main())")
+#: Messages per ``take_events`` list on the "agent-take" path.
+AGENT_TAKE_MESSAGES = 1000
+#: The worker process: ``python -c BOOT PATH worker ...`` runs the CLI with AgentPathWorker on PATH.
+BOOT = "import sys; from benchmarks.bench_agent_path import run_worker_on; sys.exit(run_worker_on(sys.argv.pop(1)))"
+
+
+class AgentPathWorker(OCMSWorker):
+    """The product's worker with source messages taken from the agent's stream (``path`` "agent-events":
+    one event at a time; "agent-take": ``take_events`` lists) instead of the consumer's side path."""
+
+    path = "agent-events"
+
+    @property
+    def side_intake(self) -> bool:
+        return self.path == "side"
+
+    async def consume(self, stream) -> None:
+        if self.path != "agent-take":
+            return await super().consume(stream)
+        async for events in stream.noack().take_events(AGENT_TAKE_MESSAGES, within=self.settings.batch_max_seconds):
+            for event in events:
+                if self.receive(event.message):
+                    await self.flush()
+            await self.flush()
+
+
+def run_worker_on(path: str) -> int:
+    """``ocms worker`` (argv) with the worker taking source messages on ``path``."""
+    from agents import app, cli
+
+    AgentPathWorker.path = path
+    app.OCMSWorker = AgentPathWorker  # cmd_worker imports the class when it runs
+    return cli.main()
 
 
 class PathChild(WorkerChild):
-    """``ocms worker`` as a child process, with ``OCMSWorker.intake_path`` set first."""
+    """``ocms worker`` as a child process, on one intake path (``run_worker_on``)."""
 
     def __init__(self, path: str, topic: str, *flags: str, **kwargs):
         super().__init__(topic, *flags, **kwargs)

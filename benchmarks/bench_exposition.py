@@ -51,7 +51,7 @@ def build_catalog(values: int, directory: Path) -> Catalog:
     view = CountsView()
     fp = params.fingerprint.hex()
     for key in (BucketKey.total(fp, 0), BucketKey(fp, 0, 60, BUCKET)):
-        view.apply(key.encode(), PartialCounts(len(batch), counts, BUCKET).to_bytes())
+        view.apply_state(key, PartialCounts(len(batch), counts, BUCKET).to_bytes())
     return Catalog.build(settings, view, lambda: NOW)
 
 

@@ -38,6 +38,7 @@ class Message:
     value: bytes | None
     key: bytes
     timestamp_ms: int | None = None
+    headers: list[tuple[str, bytes]] | None = None  # Kafka headers, e.g. a shuffling collector's ocms-shuffle-n
 
 
 class WorkerProcess:
@@ -136,7 +137,7 @@ async def _send(bootstrap: str, topic: str, messages: list[Message], rate: float
         started = time.monotonic()
         futures = []
         for i, m in enumerate(messages):
-            futures.append(await producer.send(topic, m.value, key=m.key, timestamp_ms=m.timestamp_ms))
+            futures.append(await producer.send(topic, m.value, key=m.key, timestamp_ms=m.timestamp_ms, headers=m.headers))
             if rate:
                 delay = started + (i + 1) / rate - time.monotonic()
                 if delay > 0:

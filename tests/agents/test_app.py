@@ -16,11 +16,11 @@ import pytest
 
 from faust.types import TP
 
-from agents import app as app_module
+from agents import checkpoint as checkpoint_module
 from agents.app import OCMSWorker
 from agents.processor import PendingBatch
 from agents.settings import WorkerSettings
-from agents.state import BucketKey
+from agents.state import BucketKey, StateKey
 from cms_core import OCMSParams
 
 from .harness import report_messages
@@ -116,7 +116,7 @@ async def settle(worker) -> None:
     queued behind the decode runs after it)."""
     for _ in range(20):
         await asyncio.sleep(0)
-    await asyncio.get_running_loop().run_in_executor(worker.decoder, lambda: None)
+    await asyncio.get_running_loop().run_in_executor(worker.checkpoint.decoder, lambda: None)
     for _ in range(20):
         await asyncio.sleep(0)
 
@@ -154,7 +154,7 @@ class HeldTable:
 
 def held_worker(worker, monkeypatch):
     journal = []
-    worker.table = HeldTable(journal)
+    worker.checkpoint.writer.table = HeldTable(journal)
     dead_futures = []
 
     async def send_dead_letter(**kwargs):
@@ -168,7 +168,7 @@ def held_worker(worker, monkeypatch):
     async def crash(exc):
         journal.append(f"crash: {exc}")
 
-    worker.dead_letters = SimpleNamespace(send=send_dead_letter)
+    worker.checkpoint.dead_letters = SimpleNamespace(send=send_dead_letter)
     consumer = type(worker.app).consumer
     consumer.ack = lambda message: journal.append(("ack", message.partition, message.offset))
     consumer.commit = commit
@@ -184,11 +184,11 @@ def test_the_checkpoint_acks_only_after_the_broker_holds_values_and_dead_letters
     reason = worker.pending.dead[0][1].reason
 
     async def run():
-        checkpoint = asyncio.ensure_future(worker.checkpoint(worker.pending.take()))
+        checkpoint = asyncio.ensure_future(worker.checkpoint.write(worker.pending.take()))
         await until(lambda: "dead letter" in journal)
         assert not checkpoint.done()
         assert journal.count("write") == 2 and journal[-1] == "dead letter"  # bucket + cumulative key
-        for future in worker.table.every_future:
+        for future in worker.checkpoint.writer.table.every_future:
             future.set_result(None)
         await settle(worker)
         assert not checkpoint.done() and not [e for e in journal if e[0] == "ack"]  # one still unacknowledged
@@ -207,7 +207,7 @@ def test_the_decode_runs_on_the_decode_thread_and_nothing_is_written_before_it_r
     decoding = threading.Event()
     release = threading.Event()
     seen = []
-    real = app_module.encoded_plan
+    real = checkpoint_module.encoded_plan
 
     def held_decode(*args):
         seen.append((threading.current_thread().name, list(journal)))
@@ -215,12 +215,12 @@ def test_the_decode_runs_on_the_decode_thread_and_nothing_is_written_before_it_r
         assert release.wait(30)
         return real(*args)
 
-    monkeypatch.setattr(app_module, "encoded_plan", held_decode)
+    monkeypatch.setattr(checkpoint_module, "encoded_plan", held_decode)
     for m in deliveries(0, range(3)):
         worker.receive(m)
 
     async def run():
-        checkpoint = asyncio.ensure_future(worker.checkpoint(worker.pending.take()))
+        checkpoint = asyncio.ensure_future(worker.checkpoint.write(worker.pending.take()))
         for _ in range(20):
             await asyncio.sleep(0)
         # The loop runs other work while the decode is held: it just delivered to_thread's answer.
@@ -228,7 +228,7 @@ def test_the_decode_runs_on_the_decode_thread_and_nothing_is_written_before_it_r
         assert not checkpoint.done() and journal == []
         release.set()
         await settle(worker)
-        for future in worker.table.every_future:
+        for future in worker.checkpoint.writer.table.every_future:
             future.set_result(None)
         await checkpoint
 
@@ -243,9 +243,9 @@ def test_a_send_the_broker_refuses_acks_nothing_and_crashes_the_worker(worker, m
         worker.receive(m)
 
     async def run():
-        checkpoint = asyncio.ensure_future(worker.checkpoint(worker.pending.take()))
+        checkpoint = asyncio.ensure_future(worker.checkpoint.write(worker.pending.take()))
         await until(lambda: journal.count("write") == 2)
-        worker.table.every_future[0].set_exception(RuntimeError("not leader"))
+        worker.checkpoint.writer.table.every_future[0].set_exception(RuntimeError("not leader"))
         with pytest.raises(RuntimeError):
             await checkpoint
 
@@ -267,7 +267,7 @@ class KeyTable:
     def pop(self, key, default=None):
         from faust.streams import current_event as faust_current_event
 
-        self.deleted.append((BucketKey.decode(key), faust_current_event().message.partition))
+        self.deleted.append((StateKey.decode(key), faust_current_event().message.partition))
         return self.values.pop(key, default)
 
     def take_unacknowledged(self):
@@ -280,21 +280,22 @@ def test_retention_is_read_from_the_table_after_every_rebalance(worker, monkeypa
     deleted while a rebalance is under way."""
     fp = PARAMS.fingerprint.hex()
     now = 1_699_999_980  # a multiple of 60
-    old = [BucketKey(fp, p, 60, now - 86_400 - 120) for p in (0, 1, 2)]
-    fresh = BucketKey(fp, 0, 60, now - 60)
-    worker.table = KeyTable(old + [fresh, BucketKey.total(fp, 0)])
+    layout = worker.checkpoint.fold.layout
+    old = [layout.key_of(BucketKey(fp, p, 60, now - 86_400 - 120)) for p in (0, 1, 2)]
+    fresh = layout.key_of(BucketKey(fp, 0, 60, now - 60))
+    table = worker.retention.writer.table = KeyTable(old + [fresh, layout.key_of(BucketKey.total(fp, 0))])
     app = worker.app
     monkeypatch.setattr(app, "rebalancing", True)
-    assert asyncio.run(worker.expire(now)) == 0 and worker.table.deleted == []
+    assert asyncio.run(worker.retention.expire(now)) == 0 and table.deleted == []
     monkeypatch.setattr(app, "rebalancing", False)
-    assert asyncio.run(worker.expire(now)) == 2  # partitions 0 and 1 are owned, 2 is not
-    assert sorted(worker.table.deleted) == [(old[0], 0), (old[1], 1)]  # each under its own partition
+    assert asyncio.run(worker.retention.expire(now)) == 2  # partitions 0 and 1 are owned, 2 is not
+    assert sorted(table.deleted) == [(old[0], 0), (old[1], 1)]  # each under its own partition
     worker.owned = {0, 1, 2}  # partition 2 moved here: its table keys are indexed on the next pass
     monkeypatch.setattr(app, "rebalancing_count", app.rebalancing_count + 1)
-    assert asyncio.run(worker.expire(now)) == 1 and worker.table.deleted[-1] == (old[2], 2)
-    assert asyncio.run(worker.expire(now + 86_400 - 1)) == 0  # fresh ends at now, retention 24 h
-    assert asyncio.run(worker.expire(now + 86_400)) == 1 and worker.table.deleted[-1] == (fresh, 0)
-    assert len(worker.table.values) == 1  # the cumulative key never expires
+    assert asyncio.run(worker.retention.expire(now)) == 1 and table.deleted[-1] == (old[2], 2)
+    assert asyncio.run(worker.retention.expire(now + 86_400 - 1)) == 0  # fresh ends at now, retention 24 h
+    assert asyncio.run(worker.retention.expire(now + 86_400)) == 1 and table.deleted[-1] == (fresh, 0)
+    assert len(table.values) == 1  # the cumulative key never expires
 
 
 def acks(journal) -> list[tuple[int, int]]:
@@ -307,8 +308,8 @@ def test_full_batches_are_checkpointed_behind_the_intake_and_acked_in_the_order_
     Batches are written one after another, and a later batch's messages are never acked before
     an earlier one's, even when the broker acknowledges the later batch's records first."""
     journal, _ = held_worker(worker, monkeypatch)
-    worker.pending = PendingBatch(2 * FRAME)  # full at two messages
-    cap_messages = app_module.BATCH_GROWTH_UNDER_LOAD * 2
+    worker.checkpoint.pending = PendingBatch(2 * FRAME)  # full at two messages
+    cap_messages = checkpoint_module.BATCH_GROWTH_UNDER_LOAD * 2
     messages = deliveries(0, range(2 + 2 + cap_messages))
 
     async def feed(batch):
@@ -328,17 +329,17 @@ def test_full_batches_are_checkpointed_behind_the_intake_and_acked_in_the_order_
         blocked = asyncio.ensure_future(feed(messages[4 + cap_messages - 1:]))  # at the cap: the intake waits
         await settle(worker)
         assert not blocked.done()
-        for future in worker.table.every_future[2:4]:  # the broker acknowledges batch 2 first
+        for future in worker.checkpoint.writer.table.every_future[2:4]:  # the broker acknowledges batch 2 first
             future.set_result(None)
         await settle(worker)
         assert acks(journal) == [] and not blocked.done()
-        for future in worker.table.every_future[0:2]:
+        for future in worker.checkpoint.writer.table.every_future[0:2]:
             future.set_result(None)
         await until(lambda: len(acks(journal)) == 4)
         await blocked  # batch 2's checkpoint is done (batch 1 acked), batch 3 is taken
         assert len(worker.pending) == 0
         await until(lambda: journal.count("write") == 6)
-        for future in worker.table.every_future:
+        for future in worker.checkpoint.writer.table.every_future:
             if not future.done():
                 future.set_result(None)
         await worker.flush()
@@ -351,7 +352,7 @@ def test_full_batches_are_checkpointed_behind_the_intake_and_acked_in_the_order_
 
 def test_a_batch_the_broker_refuses_stops_every_later_batch_from_being_acked(worker, monkeypatch):
     journal, _ = held_worker(worker, monkeypatch)
-    worker.pending = PendingBatch(2 * FRAME)
+    worker.checkpoint.pending = PendingBatch(2 * FRAME)
     messages = deliveries(0, range(6))
 
     async def run():
@@ -359,9 +360,9 @@ def test_a_batch_the_broker_refuses_stops_every_later_batch_from_being_acked(wor
             if worker.receive(m):
                 await worker.batch_full()
         await until(lambda: journal.count("write") == 4)
-        for future in worker.table.every_future[2:]:
+        for future in worker.checkpoint.writer.table.every_future[2:]:
             future.set_result(None)  # batch 2 is on the broker ...
-        worker.table.every_future[0].set_exception(RuntimeError("not leader"))  # ... batch 1 is not
+        worker.checkpoint.writer.table.every_future[0].set_exception(RuntimeError("not leader"))  # ... batch 1 is not
         await until(lambda: any(str(e).startswith("crash") for e in journal))
         await settle(worker)
         with pytest.raises(RuntimeError, match="not leader"):  # the intake stops at its next full batch

@@ -116,8 +116,8 @@ def fed(registry):
             for partition, part in enumerate(parts):
                 counts = kernel.match_counts(version.params, part, tracked)
                 state = PartialCounts(len(part), counts, 10).to_bytes()
-                view.apply(BucketKey(fp, partition, version.bucket_seconds, BASE).encode(), state)
-                view.apply(BucketKey.total(fp, partition).encode(), state)
+                view.apply_state(BucketKey(fp, partition, version.bucket_seconds, BASE), state)
+                view.apply_state(BucketKey.total(fp, partition), state)
             sketches[(metric.name, version.version)] = OCMSSketch(
                 version.params, tracked, kernel.match_counts(version.params, batch, tracked), len(batch))
     return view, sketches

@@ -1,7 +1,8 @@
 """The central epsilon of shuffled windows in the worker's answers (agents.query.central_privacy).
 
 A view whose buckets hold reports a shuffling collector produced (PartialCounts.shuffled and
-shuffle_min, agents.state), others not. Every answer over a window of only shuffled reports
+shuffle_min, agents.state), others not, applied as the changelog carries them (bundles of the
+catalog's state layout). Every answer over a window of only shuffled reports
 carries the central (epsilon, delta) of its smallest batch, exactly cms_core.shuffle's figure
 for that n (through cms_core.planning.shuffled_privacy); a window holding any report that was
 not shuffled carries null and says why. Exported to Prometheus the same way.
@@ -16,7 +17,7 @@ from agents.catalog import Catalog, combined_central
 from agents.metrics import EstimatesCollector
 from agents.query import CENTRAL_COST, EstimateService, central_cost, central_privacy
 from agents.settings import WorkerSettings
-from agents.state import BucketKey, PartialCounts
+from agents.state import BucketKey, PartialCounts, encode_bundle
 from agents.view import CountsView
 from cms_core import OCMSParams, TrackedValues, kernel
 from cms_core.planning import SHUFFLE_BOUND, shuffle_delta
@@ -42,19 +43,24 @@ def settings() -> WorkerSettings:
 def fill(cells) -> CountsView:
     rng = np.random.default_rng(28)
     tracked = TrackedValues.range(P, 0, D)
+    layout = Catalog.build(settings(), CountsView(), lambda: NOW).state_layout(4)
     view, totals = CountsView(), {}
+
+    def write(key: BucketKey, state: PartialCounts) -> None:  # a changelog record: the key's bundle
+        view.apply(layout.key_of(key).encode(), encode_bundle({FP: state.to_bytes()}))
+
     for (start, partition), (n, shuffled, smallest) in cells.items():
         batch = simulate_reports(P, rng.integers(0, D, n).astype(np.uint64), rng)
         counts = kernel.match_counts(P, batch, tracked)
-        view.apply(BucketKey(FP, partition, 60, start).encode(),
-                   PartialCounts(n, counts, start, shuffled, smallest).to_bytes())
+        write(BucketKey(FP, partition, 60, start), PartialCounts(n, counts, start, shuffled, smallest))
         total = totals.setdefault(partition, [0, np.zeros(D, np.int64), 0, 0])
         total[0] += n
         total[1] += counts
         total[2] += shuffled
         total[3] = min(total[3], smallest) if total[3] and smallest else total[3] or smallest
     for partition, (n, counts, shuffled, smallest) in totals.items():
-        view.apply(BucketKey.total(FP, partition).encode(), PartialCounts(n, counts, B[3], shuffled, smallest).to_bytes())
+        write(BucketKey.total(FP, partition), PartialCounts(n, counts, B[3], shuffled, smallest))
+    assert view.rejected == 0
     return view
 
 

@@ -2,7 +2,7 @@
 
 Decoding is O(reports x D): at D = 100,000 one 1,000,000-report batch is 1e11 hash
 comparisons, over ten seconds of kernel time on 2 cores. The worker runs that decode on its own decode
-thread (``agents.app.OCMSWorker.checkpoint``; the compiled kernel releases the GIL),
+thread (``agents.checkpoint``; the compiled kernel releases the GIL),
 so the event loop that serves /healthz, the changelog view and the consumer's
 heartbeats stays free.
 

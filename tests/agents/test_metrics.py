@@ -52,10 +52,10 @@ def _fill() -> CountsView:
                 batch = simulate_reports(params, values, rng)
                 batches.append(batch)
                 counts = kernel.match_counts(params, batch, tracked)
-                view.apply(BucketKey(fp, partition, 60, start).encode(),
+                view.apply_state(BucketKey(fp, partition, 60, start),
                            PartialCounts(len(batch), counts, start).to_bytes())
             batch = ReportBatch.concat(batches)
-            view.apply(BucketKey.total(fp, partition).encode(),
+            view.apply_state(BucketKey.total(fp, partition),
                        PartialCounts(len(batch), kernel.match_counts(params, batch, tracked), CUR).to_bytes())
     return view
 
@@ -287,7 +287,7 @@ def test_awkward_value_labels_round_trip_exactly(tmp_path, domain, values):
     batch = simulate_reports(params, elements, rng)
     view = CountsView()
     fp = params.fingerprint.hex()
-    view.apply(BucketKey.total(fp, 0).encode(),
+    view.apply_state(BucketKey.total(fp, 0),
                PartialCounts(len(batch), kernel.match_counts(params, batch, tracked), 1).to_bytes())
     service = EstimateService(s, view, clock=lambda: NOW)
     families = scrape(service)

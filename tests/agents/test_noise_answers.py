@@ -80,7 +80,7 @@ def test_a_top_list_of_noise_is_called_noise():
     batch = simulate_reports(P1, values, rng)
     view = CountsView()
     counts = kernel.match_counts(P1, batch, TRACKED[FP1])
-    view.apply(BucketKey.total(FP1, 0).encode(), PartialCounts(len(batch), counts, 1).to_bytes())
+    view.apply_state(BucketKey.total(FP1, 0), PartialCounts(len(batch), counts, 1).to_bytes())
     top = EstimateService(settings(extra_params=()), view, clock=lambda: NOW).topk({"k": "5"})
     assert [r["value"] for r in top["top"]][0] == "7" and top["top"][0]["above_noise"]
     assert not any(r["above_noise"] for r in top["top"][1:])  # 4 values nobody holds

@@ -22,14 +22,13 @@ from agents.processor import (
     MessageValidator,
     PendingBatch,
     RejectedMessage,
-    RetentionIndex,
     batch_keys,
     encoded_plan,
-    expired,
+    table_keys,
     keys_for,
     plan_batch,
 )
-from agents.state import NO_OFFSET, BucketKey, PartialCounts
+from agents.state import NO_OFFSET, BucketKey, PartialCounts, StateLayout, decode_bundle, encode_bundle
 from cms_core import OCMSParams, ReportBatch, TrackedValues, kernel, reference_match_counts, wire
 from cms_core.privatize import simulate_reports
 
@@ -240,11 +239,22 @@ def model_plan(events, stored: dict) -> dict:
 
 
 def run_plan(events, table: dict):
-    """The worker's path (OCMSWorker.checkpoint): read the batch's keys up front (on the event
-    loop), then plan, decode and encode away from the table (on the decode thread)."""
-    states = {key: table.get(key) for key in batch_keys(events, LEVELS)}
-    plan, values = encoded_plan(events, states, PARAMS, TRACKED, LEVELS)
-    assert [PartialCounts.from_bytes(v) for v in values] == [state for _, state in plan.writes]
+    """The worker's path (agents.checkpoint, step 0): read the batch's table keys up front (on the
+    event loop), then plan, decode and encode away from the table (on the decode thread). ``table``
+    holds member states; here they are stored as the worker stores them, in bundles."""
+    layout = StateLayout({fp: LEVELS for fp in PARAMS}, {fp: len(t) for fp, t in TRACKED.items()})
+    stored: dict = {}
+    for key, state in table.items():
+        stored.setdefault(layout.key_of(key), {})[key.fingerprint] = state.to_bytes()
+    values = {key: encode_bundle(stored[key]) if key in stored else None for key in table_keys(events, layout, LEVELS)}
+    plan, writes = encoded_plan(events, values, layout, PARAMS, TRACKED, LEVELS)
+    written = {}  # member key -> state, as the bundles written hold them
+    for table_key, value in writes:
+        for fp, raw in decode_bundle(value).items():
+            written[table_key.member(fp)] = PartialCounts.from_bytes(raw)
+    assert {key: state for key, state in plan.writes} == {k: v for k, v in written.items() if k in dict(plan.writes)}
+    untouched = {k: v for k, v in written.items() if k not in dict(plan.writes)}
+    assert all(table[k] == v for k, v in untouched.items())  # members the batch did not touch: carried over
     assert plan.writes == plan_batch(events, table.get, PARAMS, TRACKED, LEVELS).writes
     return plan
 
@@ -271,7 +281,7 @@ def test_replayed_keys_are_reasserted_unchanged():
     table = clean_table(events)
     plan = run_plan(events, table)  # a full replay: every event is at or below its keys' offsets
     assert plan.reasserted and set(plan.reasserted) == set(table)
-    assert all(state is table[key] for key, state in plan.writes)
+    assert all(state == table[key] for key, state in plan.writes)
     assert sum(plan.counted.values()) == 0 and plan.replayed == plan.reports
 
 
@@ -310,6 +320,8 @@ def test_plan_counts_equal_kernel_counts_per_key():
             for width in (60, 600):
                 parts = [s for k, s in got.items() if (k.fingerprint, k.partition, k.width) == (fp, partition, width)]
                 assert sum(s.n for s in parts) == total.n
+                assert sum(s.shuffled for s in parts) == total.shuffled  # shuffled reports: in every level
+                assert min((s.shuffle_min for s in parts if s.shuffle_min), default=0) == total.shuffle_min
                 np.testing.assert_array_equal(np.sum([s.counts for s in parts], axis=0), total.counts)
     assert plan.reports == sum(len(m.batch) for m in events)
     assert dict(plan.counted) == {
@@ -400,7 +412,7 @@ def test_replay_after_partial_writes_is_exact(crash, crash_batch):
         replayed_total += plan.replayed
         for key, state in plan.writes:
             if key in plan.reasserted:
-                assert state is table[key]  # written again unchanged
+                assert state == table[key]  # written again unchanged
                 continue
             assert key not in before or state.last_offset > table[key].last_offset
             table[key] = state
@@ -443,7 +455,7 @@ def test_events_at_or_below_every_stored_offset_are_replayed_without_new_counts(
     events = make_events(41, per_partition=10)
     table = clean_table(events)
     plan = run_plan(events, table)
-    assert writes_dict(plan) == {} and all(state is table[key] for key, state in plan.writes)
+    assert writes_dict(plan) == {} and all(state == table[key] for key, state in plan.writes)
     assert plan.replayed == plan.reports == sum(len(m.batch) for m in events)
     assert dict(plan.counted) == {}
     # A prefix (offsets strictly below the stored ones) too.
@@ -495,59 +507,6 @@ def test_plan_never_folds_backwards(monkeypatch):
         assert calls and all(old is None or new > old for old, new in calls)
         for key, state in got.items():
             assert state.last_offset > (stored[key].last_offset if key in stored else NO_OFFSET)
-
-
-# ------------------------------------------------------------------ expiry
-NOW_E = 1_699_999_800  # a multiple of 600 (and of 60)
-
-
-def test_expired_per_level_at_the_boundary():
-    base_edge = NOW_E - 86_400 - 60  # bucket ends exactly at now - retention
-    assert expired(BucketKey(FP1, 0, 60, base_edge), NOW_E, LEVELS)
-    assert not expired(BucketKey(FP1, 0, 60, base_edge + 60), NOW_E, LEVELS)
-    assert not expired(BucketKey(FP1, 0, 60, base_edge), NOW_E - 0.5, LEVELS)
-    roll_edge = NOW_E - 864_000 - 600
-    assert expired(BucketKey(FP1, 0, 600, roll_edge), NOW_E, LEVELS)
-    assert not expired(BucketKey(FP1, 0, 600, roll_edge + 600), NOW_E, LEVELS)
-    # the base bucket's age does not expire the rollup of the same start
-    assert not expired(BucketKey(FP1, 0, 600, base_edge - 540), NOW_E, LEVELS)
-    assert expired(BucketKey(FP1, 0, 600, 0), NOW_E, LEVELS)
-
-
-def test_cumulative_key_never_expires_and_unknown_level_always_does():
-    assert not expired(BucketKey.total(FP1, 0), 10.0**12, LEVELS)
-    assert not expired(BucketKey.total(FP2, 5), NOW_E, ((60, 60),))
-    assert expired(BucketKey(FP1, 0, 3600, NOW_E), NOW_E, LEVELS)  # level no longer configured
-    assert not expired(BucketKey(FP1, 0, 60, NOW_E), NOW_E, LEVELS)
-
-
-def test_retention_index_returns_each_expired_key_once_in_expiry_order():
-    index = RetentionIndex(LEVELS)
-    old, older = BucketKey(FP1, 0, 60, NOW_E - 86_400 - 60), BucketKey(FP1, 1, 60, NOW_E - 86_400 - 120)
-    fresh = BucketKey(FP1, 0, 60, NOW_E)
-    rollup = BucketKey(FP2, 2, 600, NOW_E - 864_000 - 1200)
-    for key in (fresh, old, BucketKey.total(FP1, 0), older, rollup, old):
-        index.add(key)
-    assert len(index) == 4  # the cumulative key is never indexed, a repeated write once
-    assert index.due(NOW_E - 601) == []
-    assert index.due(NOW_E - 600) == [rollup]  # its end is exactly now - the rollup retention
-    assert index.due(NOW_E - 61) == []
-    assert index.due(NOW_E) == [older, old]
-    assert index.due(NOW_E) == []
-    assert index.due(NOW_E + 86_400 + 60) == [fresh]
-    assert len(index) == 0
-
-
-def test_retention_index_reset_replaces_what_it_held():
-    """The worker rebuilds the index from the table's keys (after a restart or a rebalance):
-    keys it never wrote itself are due like its own, keys gone from the table are forgotten."""
-    index = RetentionIndex(LEVELS)
-    written_before = BucketKey(FP1, 3, 60, NOW_E - 86_400 - 60)
-    index.add(BucketKey(FP1, 0, 60, NOW_E - 86_400 - 60))
-    index.reset([written_before, BucketKey.total(FP1, 3), BucketKey(FP1, 3, 3600, NOW_E)])
-    assert len(index) == 2
-    assert index.due(NOW_E) == [BucketKey(FP1, 3, 3600, NOW_E), written_before]  # unknown level first
-
 
 
 # ------------------------------------------------------------------ pending batch

@@ -77,7 +77,7 @@ def _fill(view: CountsView) -> None:
     for offset, (key, batches) in enumerate(sorted(keys.items())):
         batch = ReportBatch.concat(batches)
         counts = kernel.match_counts(PARAMS[key.fingerprint], batch, TRACKED[key.fingerprint])
-        view.apply(key.encode(), PartialCounts(len(batch), counts, 1000 + offset).to_bytes())
+        view.apply_state(key, PartialCounts(len(batch), counts, 1000 + offset).to_bytes())
 
 
 VIEW = CountsView()
@@ -474,13 +474,14 @@ def test_trend_points_limit_boundary():
 
 
 def test_range_never_reads_a_bucket_the_worker_treats_as_expired():
-    """app._expire deletes buckets for which processor.expired() is true, and relies on
-    'queries ignore expired buckets anyway, so a late delete never changes an answer'.
+    """Retention (agents.retention) deletes a table key once ``StateKey.expires_at`` has passed, and
+    relies on 'queries ignore expired buckets anyway, so a late delete never changes an answer'.
     With a retention that is not a multiple of the bucket width the query's retention
     check lets such a bucket in."""
-    from agents.processor import expired
+    from agents.state import StateLayout
 
     s = settings(retention_seconds=90, rollup_seconds=None, extra_params=())
+    layout = StateLayout({FP1: s.levels()}, {FP1: 1})
     service = EstimateService(s, CountsView(), clock=lambda: NOW)
     bad = []
     for now in (NOW, NOW + 39.0):  # 20 s and 59 s into the current minute
@@ -490,7 +491,7 @@ def test_range_never_reads_a_bucket_the_worker_treats_as_expired():
             except ApiError:
                 continue
             for bucket in range(window.start, window.stop, window.width):
-                if expired(BucketKey(FP1, 0, window.width, bucket), now, s.levels()):
+                if layout.key_of(BucketKey(FP1, 0, window.width, bucket)).expires_at <= now:
                     bad.append((now, age, bucket))
     assert bad == []
 
@@ -615,7 +616,7 @@ def test_unbounded_interval_ends_are_json_null():
     from agents.query import to_json
 
     view = CountsView()
-    view.apply(BucketKey.total(FP1, 0).encode(), PartialCounts(3, np.ones(D, np.int64), 1).to_bytes())
+    view.apply_state(BucketKey.total(FP1, 0), PartialCounts(3, np.ones(D, np.int64), 1).to_bytes())
     service = EstimateService(settings(), view, clock=lambda: NOW)
     doc = service.estimates({"interval": "chernoff"})
     record = doc["estimates"][0]

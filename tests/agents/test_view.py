@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from agents.state import BucketKey, PartialCounts
+from agents.state import BucketKey, PartialCounts, StateKey, encode_bundle
 from agents.view import CountsView
 
 FP = "069888932a931dd6"
@@ -13,7 +13,7 @@ B = 1_699_999_920  # a multiple of 60
 
 def put(view: CountsView, key: BucketKey, n: int, counts, offset: int = 0, shuffled: int = 0,
         shuffle_min: int = 0) -> None:
-    view.apply(key.encode(), PartialCounts(n, counts, offset, shuffled, shuffle_min).to_bytes())
+    view.apply_state(key, PartialCounts(n, counts, offset, shuffled, shuffle_min).to_bytes())
 
 
 def test_apply_then_sum_over_partitions():
@@ -42,15 +42,15 @@ def test_tombstone_deletes_one_partition_then_the_slot():
     k0, k1 = BucketKey(FP, 0, 60, B), BucketKey(FP, 1, 60, B)
     put(view, k0, 10, [1, 2], 5)
     put(view, k1, 3, [1, 1], 2)
-    view.apply(k0.encode(), None)
+    view.apply_state(k0, None)
     n, counts = view.sum(FP, 60, B, 2)
     assert n == 3 and counts.tolist() == [1, 1]
     assert view.buckets(FP, 60) == [B] and view.keys() == 1
-    view.apply(k1.encode(), None)
+    view.apply_state(k1, None)
     assert view.sum(FP, 60, B, 2)[0] == 0
     assert view.buckets(FP, 60) == [] and view.keys() == 0 and (FP, 60, B) not in view.index
     # A tombstone for a key never seen is harmless.
-    view.apply(BucketKey(FP, 2, 60, B + 60).encode(), None)
+    view.apply_state(BucketKey(FP, 2, 60, B + 60), None)
     assert view.keys() == 0 and view.index == {} and view.rejected == 0 and view.applied == 5
     # A key can come back after its tombstone.
     put(view, k0, 2, [0, 2], 11)
@@ -98,21 +98,26 @@ def test_large_counts_survive_the_codec():
     assert n == 2**34 and counts.tolist() == [2**33 + 5, 1]
 
 
-GOOD_VALUE = PartialCounts(3, [1, 2], 4).to_bytes()
+GOOD_STATE = PartialCounts(3, [1, 2], 4).to_bytes()
+GOOD_VALUE = encode_bundle({FP: GOOD_STATE})
+GOOD_KEY = StateKey("g1", 0, 60, 3600, B).encode()
 GARBAGE = [
     (None, GOOD_VALUE),
     (b"", GOOD_VALUE),
     (b"\xff\xfe", GOOD_VALUE),
     (b"nonsense", GOOD_VALUE),
-    (f"{FP}:0:60".encode(), GOOD_VALUE),  # too few fields
-    (f"{FP}:0:60:{B + 1}".encode(), GOOD_VALUE),  # start not a multiple of the width
-    (f"{FP}:-1:60:{B}".encode(), GOOD_VALUE),  # negative partition
-    (f"{FP}:x:60:{B}".encode(), GOOD_VALUE),
-    (BucketKey(FP, 0, 60, B).encode(), b""),
-    (BucketKey(FP, 0, 60, B).encode(), b"garbage"),
-    (BucketKey(FP, 0, 60, B).encode(), b"XX" + GOOD_VALUE[2:]),  # bad magic
-    (BucketKey(FP, 0, 60, B).encode(), GOOD_VALUE[:-1]),  # truncated counts
-    (BucketKey(FP, 0, 60, B).encode(), GOOD_VALUE + b"\x00"),
+    (f"g1:0:60:{B}".encode(), GOOD_VALUE),  # too few fields
+    (f"g1:0:60:3600:{B + 1}".encode(), GOOD_VALUE),  # start not a multiple of the width
+    (f"g1:-1:60:3600:{B}".encode(), GOOD_VALUE),  # negative partition
+    (f"g1:x:60:3600:{B}".encode(), GOOD_VALUE),
+    (f"{FP}:0:60:{B}".encode(), GOOD_VALUE),  # a member key is not a table key
+    (f"x1:0:60:3600:{B}".encode(), GOOD_VALUE),  # neither a group nor a fingerprint
+    (GOOD_KEY, b""),
+    (GOOD_KEY, b"garbage"),
+    (GOOD_KEY, b"XX" + GOOD_VALUE[2:]),  # bad magic
+    (GOOD_KEY, GOOD_VALUE[:-1]),  # truncated counts
+    (GOOD_KEY, GOOD_VALUE + b"\x00"),
+    (GOOD_KEY, encode_bundle({FP: b"XX" + GOOD_STATE[2:]})),  # a member that is not a counts value
     (b"nonsense", None),  # a tombstone with a foreign key
 ]
 
@@ -122,7 +127,7 @@ def test_garbage_records_are_ignored_and_counted(key, value):
     view = CountsView()
     put(view, BucketKey(FP, 0, 60, B), 10, [1, 2], 5)
     view.apply(key, value)
-    assert (view.applied, view.rejected, view.keys()) == (1, 1, 1)
+    assert (view.rejected, view.keys()) == (1, 1)
     n, counts = view.sum(FP, 60, B, 2)
     assert n == 10 and counts.tolist() == [1, 2]
 
@@ -157,7 +162,7 @@ def test_snapshot_survives_later_updates_and_starts_stay_sorted():
     snapshot = view.snapshot(FP, 60, 0, 60 * 200)
     assert [s for s, _ in snapshot] == sorted(starts) and view.buckets(FP, 60) == sorted(starts)
     for s in starts[:100]:
-        view.apply(BucketKey(FP, 0, 60, s).encode(), None)  # tombstones
+        view.apply_state(BucketKey(FP, 0, 60, s), None)  # tombstones
     put(view, BucketKey(FP, 0, 60, 60 * 150), 9, [9], 2)
     assert view.buckets(FP, 60) == sorted(set(starts[100:]) | {60 * 150})
     assert sum(state.n for _, states in snapshot for state in states) == 200  # the snapshot did not move
@@ -186,7 +191,7 @@ def test_summed_view_equals_the_sum_of_latest_states_under_random_rewrites_and_t
     for _ in range(3000):
         key = BucketKey(FP, int(rng.integers(4)), 60, B + 60 * int(rng.integers(3)))
         if rng.random() < 0.15:
-            view.apply(key.encode(), None)
+            view.apply_state(key, None)
             latest.pop(key, None)
         else:
             counts = rng.integers(0, 2**31, 5) if rng.random() < 0.5 else rng.integers(0, 50, 5)
@@ -207,6 +212,9 @@ def test_summed_view_equals_the_sum_of_latest_states_under_random_rewrites_and_t
         assert smallest == min((w[3] for w in want if w[3]), default=0)
     assert view.keys() == len(latest)
     assert view.buckets(FP, 60) == sorted({k.bucket_start for k in latest})
+    # the bytes kept as states came and went are what the view holds now
+    assert view.memory_bytes() == sum(b.total.counts.nbytes + sum(len(r) for r in b.partitions.values())
+                                      for b in view.index.values())
 
 
 def test_a_state_of_another_size_is_refused_without_tracked_sizes():
@@ -214,3 +222,39 @@ def test_a_state_of_another_size_is_refused_without_tracked_sizes():
     put(view, BucketKey(FP, 0, 60, B), 3, [1, 2], 1)
     put(view, BucketKey(FP, 1, 60, B), 3, [1, 2, 3], 1)
     assert view.rejected == 1 and view.sum(FP, 60, B, 2)[1].tolist() == [1, 2]
+
+
+def test_a_record_is_a_bundle_of_member_states_and_its_tombstone_deletes_them_all():
+    """A table key holds every member of its group in one partition and bucket (agents.state):
+    the view applies each member's state, a later bundle replaces them (a member missing from it
+    is deleted), and a tombstone deletes every member the key held."""
+    view = CountsView()
+    key = StateKey("g3", 2, 60, 3600, B)
+    view.apply(key.encode(), encode_bundle({FP: PartialCounts(10, [1, 2], 5).to_bytes(),
+                                            FP_OTHER: PartialCounts(4, [4, 0], 7).to_bytes()}))
+    put(view, BucketKey(FP, 0, 60, B), 3, [1, 1], 1)  # another partition's state of the same bucket
+    assert view.sum(FP, 60, B, 2)[0] == 13 and view.sum(FP_OTHER, 60, B, 2)[0] == 4 and view.keys() == 3
+    view.apply(key.encode(), encode_bundle({FP: PartialCounts(12, [2, 2], 9).to_bytes()}))
+    assert view.sum(FP, 60, B, 2)[1].tolist() == [3, 3] and view.sum(FP_OTHER, 60, B, 2)[0] == 0
+    view.apply(key.encode(), None)
+    assert view.sum(FP, 60, B, 2)[0] == 3 and view.keys() == 1 and view.rejected == 0
+
+
+def test_a_bundle_carries_each_member_s_shuffle_accounting():
+    """Members of one bundle keep their own shuffle accounting (a v2 member beside a v1 one): the
+    view sums the shuffled reports and takes the smallest batch per bucket, and a rewrite of the
+    bundle without the shuffled member takes its accounting away again."""
+    view = CountsView()
+    key = StateKey("g3", 2, 60, 3600, B)
+    view.apply(key.encode(), encode_bundle({FP: PartialCounts(10, [1, 2], 5, 10, 4_000).to_bytes(),
+                                            FP_OTHER: PartialCounts(4, [4, 0], 7).to_bytes()}))
+    put(view, BucketKey(FP, 0, 60, B), 3, [1, 1], 1, 3, 2_500)  # another partition, a smaller batch
+    total = view.snapshot(FP, 60, B, B + 60)[0][1][0]
+    assert (total.n, total.shuffled, total.shuffle_min) == (13, 13, 2_500)
+    other = view.snapshot(FP_OTHER, 60, B, B + 60)[0][1][0]
+    assert (other.n, other.shuffled, other.shuffle_min) == (4, 0, 0)
+    view.apply(key.encode(), encode_bundle({FP_OTHER: PartialCounts(5, [4, 1], 8, 5, 900).to_bytes()}))
+    total = view.snapshot(FP, 60, B, B + 60)[0][1][0]
+    other = view.snapshot(FP_OTHER, 60, B, B + 60)[0][1][0]
+    assert (total.n, total.shuffled, total.shuffle_min) == (3, 3, 2_500)
+    assert (other.n, other.shuffled, other.shuffle_min) == (5, 5, 900) and view.rejected == 0

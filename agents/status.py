@@ -1,0 +1,77 @@
+"""What /healthz and the lag gauges say about one worker: readiness, assignment, lags."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from faust.types import TP
+
+if TYPE_CHECKING:  # a type only: the worker imports this module
+    from .app import OCMSWorker
+
+
+#: /healthz's ``table_bytes`` is at most this old.
+TABLE_BYTES_EVERY_S = 2.0
+
+
+def owned_partitions(app, source_topic: str) -> set[int] | None:
+    """Source partitions assigned to this worker; None before the consumer has started."""
+    try:
+        assignment = app.consumer.assignment()
+    except Exception:  # consumer not started yet
+        return None
+    return {tp.partition for tp in assignment if tp.topic == source_topic}
+
+
+class WorkerStatus:
+    def __init__(self, worker: "OCMSWorker"):
+        self.worker = worker
+        self.agent_started = False
+        #: source partition -> the offset after the newest acked message (the lag gauges)
+        self.next_offset: dict[int, int] = {}
+        self._table_bytes = (-TABLE_BYTES_EVERY_S, 0)  # (when counted, bytes)
+
+    def acked(self, last_offsets: dict[int, int]) -> None:
+        self.next_offset.update({p: offset + 1 for p, offset in last_offsets.items()})
+
+    def assigned_partitions(self) -> list[int]:
+        return sorted(self.worker.owned_partitions() or ())
+
+    def update_lag_metrics(self) -> None:
+        worker = self.worker
+        metrics = worker.metrics
+        assigned = self.assigned_partitions()
+        metrics.assigned.set(len(assigned))
+        metrics.view_lag.set(worker.reader.lag)
+        for partition in assigned:
+            try:
+                highwater = worker.app.consumer.highwater(TP(worker.source_topic, partition))
+            except Exception:
+                continue
+            if highwater is not None:
+                metrics.lag.labels(str(partition)).set(max(0, highwater - self.next_offset.get(partition, 0)))
+
+    def table_bytes(self) -> int:
+        """Bytes of the table values this worker's store holds (its partitions), re-counted at most
+        every ``TABLE_BYTES_EVERY_S``: a scan of every key, too slow for each /healthz poll."""
+        now = time.monotonic()
+        if now - self._table_bytes[0] >= TABLE_BYTES_EVERY_S:
+            self._table_bytes = (now, sum(len(value) for value in self.worker.table.values()))
+        return self._table_bytes[1]
+
+    def health(self) -> dict:
+        worker = self.worker
+        caught_up = worker.reader.caught_up.is_set()
+        return {
+            "status": "ok" if caught_up and self.agent_started else "starting",
+            "view_caught_up": caught_up,
+            "view_keys": worker.view.keys(),
+            "view_reports": worker.view.reports(),
+            "view_bytes": worker.view.memory_bytes(),
+            "table_bytes": self.table_bytes(),
+            **worker.share.describe(),
+            "view_lag_messages": worker.reader.lag,
+            "assigned_partitions": self.assigned_partitions(),
+            "pending_reports": worker.pending.reports,
+        }

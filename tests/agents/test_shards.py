@@ -1,0 +1,104 @@
+"""agents.shards and the sharded view reader, without Kafka: which shard holds what, and that a view
+rebuilt for a new share holds exactly what a view of the whole changelog holds for it."""
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from agents.shards import Share
+from agents.state import BucketKey, PartialCounts, StateLayout, encode_bundle, group_count, pack_groups
+from agents.view import ChangelogReader, CountsView
+
+PARTITIONS = 4
+LEVELS = ((60, 3600),)
+
+
+def layout_of(count: int, tracked=lambda i: 10 + i) -> StateLayout:
+    fps = [f"{i:016x}" for i in range(count)]
+    return StateLayout({fp: LEVELS for fp in fps}, {fp: tracked(i) for i, fp in enumerate(fps)}, PARTITIONS,
+                       {fp: f"metric_{i}" for i, fp in enumerate(fps)})
+
+
+def test_groups_are_packed_heaviest_first_onto_the_lightest_shard():
+    assert pack_groups({0: 10, 1: 9, 2: 5, 3: 4, 4: 1}, 8, 2) == [0, 1, 1, 0, 0, 1, 1, 1]
+    layout = layout_of(200, tracked=lambda i: (30, 1000, 10_000)[i % 3])
+    weights = {}
+    for fp in layout.groups:
+        weights[layout.shard_of_fingerprint(fp)] = weights.get(layout.shard_of_fingerprint(fp), 0) + \
+            (30, 1000, 10_000)[int(fp, 16) % 3]
+    assert max(weights.values()) < 0.35 * sum(weights.values())  # about a quarter each, not left to the hash
+    again = layout_of(200, tracked=lambda i: (30, 1000, 10_000)[i % 3])
+    assert again.shards == layout.shards  # every worker of one registry computes the same shards
+    assert len(layout.shards) == group_count(PARTITIONS)
+
+
+def test_a_key_prefix_names_its_shard_and_garbage_has_none():
+    layout = layout_of(20)
+    share = Share(layout, sharded=True)
+    fp = next(iter(layout.groups))
+    key = layout.key_of(BucketKey(fp, 2, 60, 600)).encode()
+    assert share.shard_of_key(key) == layout.shard_of_fingerprint(fp)
+    assert share.shard_of_key(b"nonsense:1:2") is None and share.shard_of_key(None) is None
+    assert share.shard_of_metric(layout.metric_of[fp]) == layout.shard_of_fingerprint(fp)
+    everything = Share(layout, sharded=False)
+    assert everything.held == everything.ready == set(range(PARTITIONS))
+
+
+def record(offset: int, key: bytes, value: bytes | None):
+    return SimpleNamespace(offset=offset, key=key, value=value)
+
+
+def changelog(layout: StateLayout, writes: int, seed: int) -> list:
+    """Random rewrites and tombstones of every metric's bundles (members partly shuffled), in offset order."""
+    rng = np.random.default_rng(seed)
+    fps = list(layout.groups)
+    out = []
+    for offset in range(writes):
+        fp = fps[int(rng.integers(len(fps)))]
+        table_key = layout.key_of(BucketKey(fp, int(rng.integers(PARTITIONS)), 60, 60 * int(rng.integers(3))))
+        if rng.random() < 0.1:
+            out.append(record(offset, table_key.encode(), None))
+        else:
+            members = {}
+            for m in fps:
+                if layout.groups[m] == table_key.group:
+                    n = int(rng.integers(1, 100))
+                    shuffled = int(rng.integers(n + 1)) if rng.random() < 0.5 else 0  # some through a shuffle
+                    members[m] = PartialCounts(n, rng.integers(0, 5, 10 + int(m, 16)), offset, shuffled,
+                                               int(rng.integers(n, 10_000)) if shuffled else 0).to_bytes()
+            out.append(record(offset, table_key.encode(), encode_bundle(members)))
+    return out
+
+
+def held_part(view: CountsView, layout: StateLayout, shards: set[int]) -> dict:
+    return {slot: (b.total.n, b.total.counts.tolist(), b.total.shuffled, b.total.shuffle_min)
+            for slot, b in view.index.items()
+            if layout.shard_of_fingerprint(slot[0]) in shards}
+
+
+def test_a_share_rebuilt_by_a_replay_equals_the_whole_views_part_and_drops_the_rest():
+    layout = layout_of(12)
+    records = changelog(layout, 600, seed=5)
+    whole, whole_400 = CountsView(), CountsView()
+    for r in records:
+        whole.apply(r.key, r.value)
+    for r in records[:400]:
+        whole_400.apply(r.key, r.value)
+    share = Share(layout, sharded=True)
+    view = CountsView()
+    reader = ChangelogReader(view, "unused", "unused", share)
+    share.held = share.ready = {0}
+    reader._apply_share(records[:400], -1)  # holding shard 0 while the first 400 records arrive
+    share.held, share.rebuilding = {0, 2}, {2}  # then given shard 2: replay from the start below offset 400
+    for r in records[:400]:
+        reader._apply_share([r], 400)
+        # shard 0 never goes back in time while the replay passes its older records
+        assert held_part(view, layout, {0}) == held_part(whole_400, layout, {0})
+    assert held_part(view, layout, {0, 2}) == held_part(whole_400, layout, {0, 2})
+    reader._apply_share(records[400:], 400)
+    share.ready |= share.rebuilding
+    assert held_part(view, layout, {0, 2}) == held_part(whole, layout, {0, 2})
+    assert held_part(view, layout, {1, 3}) == {} and share.dropped_records > 0
+    share.held, share.ready = {2}, {2}  # shard 0 moved away: dropped at once
+    view.drop_groups(lambda group: layout.shard_of_group(group) == 0)
+    assert held_part(view, layout, {0}) == {} and held_part(view, layout, {2}) == held_part(whole, layout, {2})

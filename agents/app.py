@@ -16,6 +16,7 @@ owned partitions of the table. Status (:mod:`agents.status`): /healthz and the l
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import tempfile
 import time
@@ -42,14 +43,10 @@ from .web import add_pages
 
 log = logging.getLogger("ocms.worker")
 
-#: Tansu holds a fetch that found no data for its whole max wait (new data does not end
-#: it early), so Faust's 1,500 ms wait showed up as ~1 s latency spikes (bench_worker:
-#: single reports at 2,000/s, p99 1.08 s with 1,500 ms, 0.38 s with 100 ms).
-EMBEDDED_FETCH_MAX_WAIT_MS = 100
-
 
 def faust_settings(settings: WorkerSettings) -> dict:
-    """faust.App keyword settings; the embedded broker needs short sessions and one-record batches."""
+    """faust.App keyword settings; what differs between brokers comes from the broker profile
+    (``producer.kafka``: sessions, one-record batches, topic declaration)."""
     if settings.store.startswith("rocksdb://"):
         # rocksdb://PATH: Faust keeps one RocksDB per table partition under its data directory.
         store, datadir = "rocksdb://", settings.store[len("rocksdb://"):] or f"{settings.app_id}-data"
@@ -57,12 +54,14 @@ def faust_settings(settings: WorkerSettings) -> dict:
         # The memory store keeps nothing on disk: Faust is given a directory name it never
         # creates (IntakeApp.create_data_directories), so no run leaves a temp folder behind.
         store, datadir = settings.store, f"{tempfile.gettempdir()}/ocms-{settings.app_id}-unused"
+    profile = settings.broker
     conf = dict(
         broker="kafka://" + settings.bootstrap_servers.replace(",", ";kafka://"),
         store=store,
         datadir=datadir,
         topic_partitions=settings.partitions,
-        topic_allow_declare=True,
+        topic_allow_declare=profile.clients_create_topics,
+        topic_disable_leader=True,  # no on_leader timer or task: no leader-election topic
         consumer_auto_offset_reset="earliest",
         table_standby_replicas=0,  # every worker reads the whole changelog into its view anyway
         broker_session_timeout=settings.session_timeout_s,
@@ -74,10 +73,8 @@ def faust_settings(settings: WorkerSettings) -> dict:
         web_host=settings.web_host,
         autodiscover=False,
     )
-    if settings.embedded_broker:
-        # Tansu answers end offsets wrongly when a batch holds several records; Faust would then
-        # lose the changelog tail on recovery. Batches of one record (any record exceeds 1 byte).
-        conf["producer_max_batch_size"] = 1
+    if profile.one_record_batches:
+        conf["producer_max_batch_size"] = 1  # any record exceeds 1 byte: one record per batch
     return conf
 
 
@@ -113,8 +110,9 @@ class OCMSWorker:
         # Which metrics this worker's view holds (agents.shards): all, or its assigned share.
         self.share = Share(layout, sharded=settings.view == "share")
         self.metrics.guard.add("estimates", EstimatesCollector(self.catalog, serves=self.share.serves_fingerprint))
-        self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic, self.share,
-                                      owned=self.owned_partitions, settled=lambda: not self.app.rebalancing)
+        self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic,
+                                      settings.partitions, self.share, owned=self.owned_partitions,
+                                      settled=lambda: not self.app.rebalancing, profile=settings.broker)
         self.status = WorkerStatus(self)
         self._shuffle_warned = False  # an invalid ocms-shuffle-n header is logged once
         self.app = self._build_app()
@@ -136,8 +134,7 @@ class OCMSWorker:
         app = IntakeApp(s.app_id, **faust_settings(s))
         app.create_data_directories = s.store.startswith("rocksdb://")
         app.intake = self if self.side_intake else None
-        if s.embedded_broker:
-            app.fetch_max_wait_ms = EMBEDDED_FETCH_MAX_WAIT_MS
+        app.fetch_max_wait_ms = s.broker.fetch_max_wait_ms
         raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.source = app.topic(s.source_topic, partitions=s.partitions, **raw)
         self.dead_letters = app.topic(s.dead_letter_topic, partitions=s.partitions, **raw)
@@ -155,21 +152,43 @@ class OCMSWorker:
         @app.timer(interval=max(0.02, s.batch_max_seconds / 4))
         async def flush_old_batch():
             if self.pending.age(time.monotonic()) >= s.batch_max_seconds:
-                await self.flush()
+                await self.supervised("the micro-batch timer", self.flush())
 
         @app.timer(interval=expiry_interval(self.catalog.levels_by_fp))
         async def expire_buckets():
             async with self.checkpoint.lock:
-                await self.retention.expire(time.time())
+                await self.supervised("the retention timer", self.retention.expire(time.time()))
 
         @app.task
         async def read_changelog():
-            await self.reader.run()
+            await self.supervised("the changelog view reader", self.reader.run(), forever=True)
 
         add_pages(app, self)
         self.discovery.install(app, self.metrics)  # /discovered?metric=NAME (agents/discovery.py)
         add_console(app, self.settings.truth_file)  # the live console at / (agents/console)
         return app
+
+    async def supervised(self, what: str, work, *, forever: bool = False) -> None:
+        """Run a background job of the worker (a timer's round, or the view reader, ``forever``). If it
+        fails, is cancelled while the worker runs, or a ``forever`` job returns, say so (an error log
+        line naming it, /healthz 503 with ``failed``: ``WorkerStatus.failure``) and crash the worker,
+        whose supervisor restarts it from its committed offsets: a job that died quietly left /healthz
+        at 503 for ever (the view reader) or batches unwritten."""
+        try:
+            await work
+            if not forever:
+                return
+            error: BaseException = RuntimeError("it returned")
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.app.should_stop or (task is not None and task.cancelling()):
+                raise
+            error = RuntimeError("it was cancelled")
+        except Exception as exc:
+            error = exc
+        self.status.failure = f"{what} stopped: {type(error).__name__}: {error}"
+        log.error("%s; the worker exits (restarted, it resumes from its committed offsets)", self.status.failure)
+        await self.app.crash(error)
 
     async def consume(self, stream) -> None:
         """The agent's stream: empty on the side path, which takes every source message first."""
@@ -275,12 +294,13 @@ class OCMSWorker:
 
 
 async def prepare_topics(settings: WorkerSettings) -> None:
-    """Create the source, dead-letter and changelog topics with the configured partitions."""
-    from producer.broker import create_topics
+    """Create the source, dead-letter and changelog topics with the configured partitions (on a broker
+    whose clients cannot create topics: check they exist with them)."""
+    from producer.kafka import create_topics
 
     await create_topics(
         settings.bootstrap_servers,
         {settings.source_topic: settings.partitions, settings.dead_letter_topic: settings.partitions,
          settings.changelog_topic: settings.partitions},
-        configs={settings.changelog_topic: {"cleanup.policy": "compact"}},
+        settings.broker, configs={settings.changelog_topic: {"cleanup.policy": "compact"}},
     )

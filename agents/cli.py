@@ -14,11 +14,12 @@ import argparse
 import sys
 
 from cms_core.errors import InvalidParameterError, OCMSError
-from producer.cli import KafkaUnreachableError, add_producer_commands, finite_float, int_at_least, reach_kafka
+from producer.cli import add_producer_commands, finite_float, int_at_least, reach_kafka
+from producer.kafka import KafkaUnavailableError
 
 from .settings import SETTINGS, add_flags, resolve
 
-__all__ = ["main", "build_parser", "reach_kafka", "KafkaUnreachableError", "worker_settings_from_args"]
+__all__ = ["main", "build_parser", "worker_settings_from_args"]
 
 
 def worker_settings_from_args(args, environ=None):
@@ -50,7 +51,7 @@ def wait_for_kafka(bootstrap: str, make_coroutine, log, first_delay: float = KAF
         try:
             reach_kafka(bootstrap, make_coroutine, flag)
             return attempt
-        except KafkaUnreachableError as exc:
+        except KafkaUnavailableError as exc:
             log.warning("waiting for Kafka: attempt %d: %s; next attempt in %.0f s", attempt, exc, delay)
         time.sleep(delay)
         delay = min(delay * 2, max_delay)
@@ -67,7 +68,7 @@ def cmd_worker(args) -> int:
 
         watch_parent(args.parent_pid)
     settings = worker_settings_from_args(args)
-    if settings.embedded_broker and not settings.bootstrap_servers:
+    if not settings.bootstrap_servers:
         raise OCMSError("--broker embedded needs --bootstrap-servers of a running `ocms broker` (or use `ocms run`)")
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     worker = OCMSWorker(settings)  # builds the tracked sets: bad values fail before touching Kafka

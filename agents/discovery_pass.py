@@ -71,9 +71,11 @@ SWEEP_WAIT_MS = 300
 async def read_topic_window(bootstrap: str, topic: str, start: datetime, stop: datetime, *,
                             idle_timeout_s: float = 5.0) -> list[bytes]:
     """Every message of ``topic`` with a timestamp in [start, stop): seek each partition by time, read to stop."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    from producer.kafka import make_consumer
+
+    consumer = make_consumer(bootstrap)
     try:
         await consumer.start()  # inside the try: a failed start is stopped too (no unclosed consumer)
         await consumer.topics()  # fetches the cluster metadata

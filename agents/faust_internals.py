@@ -11,7 +11,13 @@ The worker needs five things Faust offers no public way to do (why: ``agents.int
    ``track_message``), copied below in ``IntakeConsumer.getmany``;
 4. forget a tracked message that will be delivered again (``_unacked_messages``);
 5. install that consumer and flush the pending batch before Faust waits for unacked
-   messages (``_new_transport``, ``_consumer_wait_empty``).
+   messages (``_new_transport``, ``_consumer_wait_empty``);
+6. refresh the cluster metadata when a position reset's ListOffsets finds that the partition's
+   leader moved (aiokafka's ``Fetcher._proc_offset_request``): aiokafka 0.14 logs "Failed fetch
+   offsets ... NotLeaderForPartitionError" and asks the stale leader again, every 100 ms, until
+   its periodic metadata refresh (5 minutes). Found on librdkafka's mock cluster (issue 29): a
+   source partition's leader moved while the worker reset its position, and it counted nothing
+   for minutes. Installed for every aiokafka consumer of the process (the worker's, the view's).
 
 It also checks behaviour the worker relies on through public names: the checkpoint
 (``agents.checkpoint.CountsTable``) waits for the futures ``send_changelog`` returns, so every
@@ -37,6 +43,8 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 import faust
+from aiokafka.consumer.fetcher import Fetcher
+from aiokafka.errors import KafkaError
 from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TP, Message
@@ -197,6 +205,24 @@ class IntakeApp(faust.App):
         await super()._consumer_wait_empty(consumer, logger)
 
 
+# ----------------------------------------------------------------- 6. leader moved during a reset
+_list_offsets = Fetcher._proc_offset_request
+
+
+async def _proc_offset_request(self, node_id, topic_data):
+    """aiokafka's ListOffsets for a position reset, refreshing the metadata when the leader moved
+    (``_update_fetch_positions`` only logs the error and retries the same, stale, leader)."""
+    try:
+        return await _list_offsets(self, node_id, topic_data)
+    except KafkaError as exc:
+        if getattr(exc, "invalid_metadata", False):
+            self._client.force_metadata_update()
+        raise
+
+
+Fetcher._proc_offset_request = _proc_offset_request
+
+
 # ----------------------------------------------------------------- drift check
 #: (owner, private name, parameters after self or None for an attribute, coroutine?) used above.
 _METHODS = (
@@ -208,6 +234,7 @@ _METHODS = (
     ("faust.app.base.App", "_new_transport", (), False),
     ("faust.app.base.App", "_consumer_wait_empty", ("consumer", "logger"), True),
     ("faust.app.base.App", "_create_directories", (), False),
+    ("aiokafka.consumer.fetcher.Fetcher", "_update_fetch_positions", ("assignment", "node_id", "tps"), True),
     # Public, but agents.checkpoint.CountsTable relies on every table write sending through it and
     # on the FutureMessage it returns (resolved by the broker's acknowledgement).
     ("faust.tables.base.Collection", "send_changelog",
@@ -232,6 +259,9 @@ _USES = (
     ("faust.stores.rocksdb.Store", "_set", "event.message.partition"),
     # the data directories (skipped for the memory store) are only ever created at first start
     ("faust.app.base.App", "on_first_start", "self._create_directories()"),
+    # a position reset asks the leader through _proc_offset_request (wrapped above, 6.)
+    ("aiokafka.consumer.fetcher.Fetcher", "_update_fetch_positions",
+     "await self._proc_offset_request(node_id, topic_data)"),
 )
 
 
@@ -292,6 +322,11 @@ def code_drift() -> list[str]:
         function = getattr(_resolve(owner), method, None)
         if function is None or used not in inspect.getsource(function):
             problems.append(f"{owner}.{method} no longer does {used!r}")
+    if "force_metadata_update" in inspect.getsource(Fetcher._update_fetch_positions):
+        problems.append("aiokafka's Fetcher._update_fetch_positions now refreshes metadata itself: "
+                        "remove the _proc_offset_request wrapper (6.)")
+    if inspect.signature(_list_offsets) != inspect.signature(_proc_offset_request):
+        problems.append("aiokafka's Fetcher._proc_offset_request changed its signature: re-check the wrapper (6.)")
     from faust.transport.consumer import Consumer
 
     if source_sha256(Consumer._drain_messages) != DRAIN_MESSAGES_SHA256:

@@ -435,7 +435,8 @@ def _tail(path: Path, lines: int = 15) -> str:
 def run(args) -> int:
     from cms_core import OCMSParams
     from producer import simulator
-    from producer.broker import EmbeddedBroker, create_topics, free_port
+    from producer.broker import EmbeddedBroker, free_port
+    from producer.kafka import EMBEDDED, KAFKA, create_topics
     from producer.datasets import parse_dataset
 
     from .settings import MAX_DEFAULT_TRACKED
@@ -479,19 +480,19 @@ def run(args) -> int:
             say(f"embedded broker (Tansu, memory storage) on {bootstrap}")
         from producer.cli import reach_kafka
 
-        reach_kafka(bootstrap, lambda: create_topics(bootstrap, {topic: args.partitions}))
+        profile = EMBEDDED if broker is not None else KAFKA
+        reach_kafka(bootstrap, lambda: create_topics(bootstrap, {topic: args.partitions}, profile))
         metric_flags = named.worker_flags() if named else [
             "--epsilon", str(args.epsilon), "--dictionary-size", str(dataset.dictionary_size)]
         worker = WorkerChild(topic, *metric_flags, "--partitions", str(args.partitions), "--truth", str(logs / "truth.json"),
                              *(finder.worker_flags() if finder is not None else []),
                              bootstrap=bootstrap, web_port=web_port, app_id=app_id,
-                             broker="kafka" if args.bootstrap_servers else "embedded", log=logs / "worker.log").start()
+                             broker=profile.name, log=logs / "worker.log").start()
         say(f"worker pid {worker.pid} starting (log {logs / 'worker.log'}) ...")
         if not direct:  # same registry and topic as the worker; the fleet uploads through it
             collector = CollectorChild(named.registry_path, bootstrap, topic, collector_port or free_port(),
                                        log=logs / "collector.log", frame_size=args.frame_size,
-                                       # the embedded Tansu broker has no idempotent producer: skip the probe's error
-                                       extra=("--kafka-idempotence", "off") if broker is not None else ()).start()
+                                       extra=("--broker", profile.name)).start()
         try:
             worker.wait_healthy()
         except WorkerNotHealthy as exc:

@@ -99,10 +99,9 @@ class DiscoveryFleet:
         result.counts = np.zeros(self.dataset.dictionary_size, np.int64)
         producer = None
         if transport is None:
-            from aiokafka import AIOKafkaProducer
+            from producer.kafka import make_producer
 
-            producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, acks=1, linger_ms=5,
-                                        max_request_size=8 << 20)
+            producer = make_producer(bootstrap_servers, acks=1, idempotent=False, linger_ms=5)
             await producer.start()
         chunk = max(1, int(self.rate / CHUNKS_PER_SECOND))
         labels = self.dataset.labels

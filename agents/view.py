@@ -44,6 +44,8 @@ import numpy as np
 
 from cms_core.errors import OCMSError
 
+from producer.kafka import KAFKA, BrokerProfile, make_consumer, stop_client
+
 from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, NO_OFFSET, TOTAL_WIDTH, BucketKey,
                     PartialCounts, StateKey, decode_bundle, smallest_batch)
 
@@ -241,18 +243,25 @@ class CountsView:
 class ChangelogReader:
     """Feeds a CountsView from every partition of the changelog topic (from the beginning).
 
+    ``partitions``: the changelog's partition count (the worker creates or checks the topic
+    with it before it starts), so the reader assigns them without waiting for metadata; its
+    consumer is built with the broker ``profile`` (``producer.kafka``).
+
     With a sharded ``share`` (agents.shards) it keeps the view to the shards of the source
     partitions ``owned()`` returns, re-reading the changelog for shards it is given and dropping
     the ones it loses, whenever the group is ``settled()`` (not rebalancing)."""
 
-    def __init__(self, view: CountsView, bootstrap_servers: str, topic: str, share=None,
-                 owned: Callable[[], set[int] | None] = lambda: None, settled: Callable[[], bool] = lambda: True):
+    def __init__(self, view: CountsView, bootstrap_servers: str, topic: str, partitions: int, share=None,
+                 owned: Callable[[], set[int] | None] = lambda: None, settled: Callable[[], bool] = lambda: True,
+                 profile: BrokerProfile = KAFKA):
         self.view = view
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
+        self.partitions = partitions
         self.share = share
         self.owned = owned
         self.settled = settled
+        self.profile = profile
         self.caught_up = asyncio.Event()
         self.lag = 0
         self.last_update = 0.0
@@ -261,21 +270,12 @@ class ChangelogReader:
         self._replay_until: dict = {}
 
     async def run(self) -> None:
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka import TopicPartition
 
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False, auto_offset_reset="earliest",
-            group_id=None, fetch_max_wait_ms=100,
-        )
+        consumer = make_consumer(self.bootstrap_servers, profile=self.profile, auto_offset_reset="earliest")
         await consumer.start()
         try:
-            partitions = None
-            while partitions is None:
-                partitions = consumer.partitions_for_topic(self.topic)
-                if partitions is None:
-                    await consumer.force_metadata_update()
-                    await asyncio.sleep(0.2)
-            tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+            tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             start_ends = await consumer.end_offsets(tps)
@@ -303,7 +303,7 @@ class ChangelogReader:
                         lag += max(0, highwater - positions[tp])
                 self.lag = lag
         finally:
-            await consumer.stop()
+            await stop_client(consumer)
 
     def _apply_share(self, records, replay_until: int) -> None:
         """Apply the records of the shards held (below ``replay_until``: of the shards being rebuilt

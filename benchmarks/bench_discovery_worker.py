@@ -37,9 +37,9 @@ TOPIC = "bench-discovery"
 
 
 async def _produce(bootstrap: str, frames: list[bytes]) -> None:
-    from aiokafka import AIOKafkaProducer
+    from producer.kafka import EMBEDDED, make_producer
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 << 20)
+    producer = make_producer(bootstrap, EMBEDDED)
     await producer.start()
     try:
         for start in range(0, len(frames), 64):

@@ -46,7 +46,7 @@ from agents.run_collector import CollectorChild
 from cms_core import planning, theory, wire
 from cms_core.poisoning import maximal_gain_reports
 from cms_core.privatize import simulate_reports
-from producer.broker import EmbeddedBroker, create_topics, free_port
+from producer.broker import EmbeddedBroker, free_port
 from producer.reporter import HttpTransport
 from registry import load_registry
 
@@ -155,12 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         broker = EmbeddedBroker(log_path=work / "broker.log").start()
         bootstrap = broker.bootstrap_servers
-        asyncio.run(create_topics(bootstrap, {TOPIC: 2}))
+        broker.create_topics({TOPIC: 2})
         worker = WorkerChild(TOPIC, "--registry", str(work / "registry.yaml"), "--partitions", "2", bootstrap=bootstrap,
-                             web_port=free_port(), app_id="bench-poisoning", log=work / "worker.log").start()
+                             web_port=free_port(), app_id="bench-poisoning", broker="embedded",
+                             log=work / "worker.log").start()
         base = worker.base_url
         collector = CollectorChild(str(work / "registry.yaml"), bootstrap, TOPIC, free_port(), log=work / "collector.log",
-                                   extra=("--tokens-file", str(work / "tokens.json"), "--kafka-idempotence", "off")).start()
+                                   extra=("--tokens-file", str(work / "tokens.json"), "--broker", "embedded")).start()
         worker.wait_healthy(timeout=180)
         collector.wait_ready(timeout=120)
 

@@ -108,10 +108,9 @@ def frames(params: OCMSParams, count: int, size: int, seed: int) -> list[bytes]:
 
 
 async def produce(bootstrap: str, topic: str, payloads: list[bytes], timestamps_ms: list[int | None]) -> None:
-    from aiokafka import AIOKafkaProducer
+    from producer.kafka import EMBEDDED, make_producer
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=2, max_batch_size=1 << 21,
-                                max_request_size=1 << 23)
+    producer = make_producer(bootstrap, EMBEDDED, acks=1, linger_ms=2, max_batch_size=1 << 21)
     await producer.start()
     try:
         futures = [await producer.send(topic, p, key=b"k%d" % i, timestamp_ms=t)
@@ -244,9 +243,9 @@ class PacedProducer:
         self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
 
     async def _run(self) -> None:
-        from aiokafka import AIOKafkaProducer
+        from producer.kafka import EMBEDDED, make_producer
 
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks=1, linger_ms=2)
+        producer = make_producer(self.bootstrap, EMBEDDED, acks=1, linger_ms=2)
         await producer.start()
         try:
             start = time.monotonic()

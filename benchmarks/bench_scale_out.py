@@ -86,9 +86,9 @@ def frames(versions, buckets: int, per_frame: int, now: float) -> list[tuple[int
 
 
 async def produce(bootstrap: str, topic: str, records) -> None:
-    from aiokafka import AIOKafkaProducer
+    from producer.kafka import EMBEDDED, make_producer
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=2, max_batch_size=1 << 20)
+    producer = make_producer(bootstrap, EMBEDDED, acks=1, linger_ms=2, max_batch_size=1 << 20)
     await producer.start()
     try:
         futures = [await producer.send(topic, frame, partition=p, timestamp_ms=t) for p, t, frame in records]

@@ -86,7 +86,8 @@ def main() -> None:
                 extra = ("--shuffle-min-reports", str(n), "--shuffle-max-seconds", f"{args.max_seconds:g}") if n else ()
                 process = spawn(collector_command(REGISTRY, broker.bootstrap_servers, port, "--source-topic", TOPIC,
                                                   "--access-log", "false", "--log-level", "warning",
-                                                  "--max-connections", "4096", "--max-upload-reports", "100", *extra),
+                                                  "--max-connections", "4096", "--max-upload-reports", "100",
+                                                  "--broker", "embedded", *extra),
                                 tmp / f"collector-{port}.log")
                 processes.append(process)
                 url = f"http://127.0.0.1:{port}"

@@ -1,8 +1,9 @@
-"""Worker throughput and produce-to-visible latency on the embedded broker.
+"""Worker throughput and produce-to-visible latency on the embedded broker (or librdkafka's mock).
 
-    .venv/bin/python -m benchmarks.bench_worker [--quick] [--tracked D] [--memory-minutes M]
+    .venv/bin/python -m benchmarks.bench_worker [--quick] [--tracked D] [--memory-minutes M] [--broker mock]
 
-One embedded broker (Tansu, memory) and one `ocms worker` process (4 partitions,
+One embedded broker (Tansu, memory; ``--broker mock``: librdkafka's mock cluster of 3 brokers,
+the worker on the production ``kafka`` path with the ``mock`` profile) and one `ocms worker` process (4 partitions,
 D tracked values, default 1,000, of a d = 10,000 dictionary, eps = 2). Each
 scenario uses its own topic and consumer group:
 
@@ -32,13 +33,15 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-
-from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction
 from agents.process import WorkerChild
+from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction
 from cms_core import OCMSParams, wire
 from cms_core.privatize import simulate_reports
 from producer.broker import EmbeddedBroker, free_port
+from producer.kafka import EMBEDDED, make_producer
+from producer.mock_cluster import MockCluster
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PARAMS = OCMSParams.build(2.0, 10_000)
 #: (frame size, reports) of the throughput runs and (frame size, reports/s, seconds) of the latency runs.
@@ -58,11 +61,16 @@ def messages(n: int, frame: int, seed: int) -> list[bytes]:
 class Worker:
     """One ``ocms worker`` (agents.process.WorkerChild: own session, dies with the benchmark)."""
 
-    def __init__(self, bootstrap: str, topic: str, log_dir: Path, *extra: str, tracked: int = 1000):
+    def __init__(self, bootstrap: str, topic: str, log_dir: Path, *extra: str, tracked: int = 1000,
+                 cluster: MockCluster | None = None):
         self.port = free_port()
         self.topic = topic
+        profile = EMBEDDED if cluster is None else cluster.profile
+        if cluster is not None:  # the mock's clients cannot create topics
+            cluster.create_topics({topic: 4, topic + "-dlq": 4, f"{topic}-ocms-counts-changelog": 4})
         self.child = WorkerChild(topic, "-e", "2", "-d", "10000", "--tracked-range", f"0:{tracked}", *extra,
-                                 bootstrap=bootstrap, web_port=self.port, log=log_dir / f"{topic}.log").start()
+                                 bootstrap=bootstrap, web_port=self.port, broker=profile.name,
+                                 log=log_dir / f"{topic}.log").start()
         self.process = self.child.process
 
     def get(self, path: str) -> dict:
@@ -86,10 +94,9 @@ class Worker:
         self.child.stop()
 
 
-async def produce(bootstrap: str, topic: str, payloads: list[bytes], rate: float | None, sent_at: list[float]) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=2, max_batch_size=1 << 20)
+async def produce(bootstrap: str, topic: str, payloads: list[bytes], rate: float | None, sent_at: list[float],
+                  profile=EMBEDDED) -> None:
+    producer = make_producer(bootstrap, profile, acks=1, idempotent=False, linger_ms=2, max_batch_size=1 << 20)
     await producer.start()
     try:
         start = time.monotonic()
@@ -106,15 +113,16 @@ async def produce(bootstrap: str, topic: str, payloads: list[bytes], rate: float
         await producer.stop()
 
 
-def throughput(bootstrap: str, log_dir: Path, n: int, frame: int, tracked: int = 1000) -> dict:
+def throughput(bootstrap: str, log_dir: Path, n: int, frame: int, tracked: int = 1000,
+               cluster: MockCluster | None = None) -> dict:
     topic = f"bench-tp-{frame}-{tracked}"
-    worker = Worker(bootstrap, topic, log_dir, tracked=tracked)
+    worker = Worker(bootstrap, topic, log_dir, tracked=tracked, cluster=cluster)
     try:
         worker.wait_healthy()
         payloads = messages(n, frame, seed=frame)
         ticks = cpu_times()
         start = time.monotonic()
-        asyncio.run(produce(bootstrap, topic, payloads, None, []))
+        asyncio.run(produce(bootstrap, topic, payloads, None, [], EMBEDDED if cluster is None else cluster.profile))
         produced = time.monotonic() - start
         while worker.counted() < n:
             time.sleep(0.02)
@@ -125,9 +133,10 @@ def throughput(bootstrap: str, log_dir: Path, n: int, frame: int, tracked: int =
         worker.stop()
 
 
-def latency(bootstrap: str, log_dir: Path, n: int, frame: int, rate_reports: float, tracked: int = 1000) -> dict:
+def latency(bootstrap: str, log_dir: Path, n: int, frame: int, rate_reports: float, tracked: int = 1000,
+            cluster: MockCluster | None = None) -> dict:
     topic = f"bench-lat-{frame}-{tracked}"
-    worker = Worker(bootstrap, topic, log_dir, tracked=tracked)
+    worker = Worker(bootstrap, topic, log_dir, tracked=tracked, cluster=cluster)
     try:
         worker.wait_healthy()
         payloads = messages(n, frame, seed=100 + frame)
@@ -154,7 +163,8 @@ def latency(bootstrap: str, log_dir: Path, n: int, frame: int, rate_reports: flo
         poller = threading.Thread(target=poll, daemon=True)
         ticks = cpu_times()
         poller.start()
-        asyncio.run(produce(bootstrap, topic, payloads, rate_reports / frame, sent_at))
+        asyncio.run(produce(bootstrap, topic, payloads, rate_reports / frame, sent_at,
+                            EMBEDDED if cluster is None else cluster.profile))
         done = True
         poller.join(60)
         # Messages of one partition are counted in order, but the counted total mixes partitions:
@@ -194,9 +204,10 @@ def memory_run(bootstrap: str, log_dir: Path, minutes: float, rate: float, track
         worker.stop()
 
 
-def machine_line(tracked: int) -> str:
+def machine_line(tracked: int, broker: str = "embedded") -> str:
     return (f"machine: {platform.machine()}, {os.cpu_count()} CPUs ({cpu_model()}); worker: 4 partitions, "
-            f"{tracked:,} tracked of d=10000, eps=2, m={PARAMS.hash_range}, {PARAMS.describe()['field']}")
+            f"{tracked:,} tracked of d=10000, eps=2, m={PARAMS.hash_range}, {PARAMS.describe()['field']}; "
+            f"broker: {broker}")
 
 
 def print_throughput(r: dict) -> None:
@@ -219,6 +230,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--tracked", type=int, default=1000, help="tracked values D (a prefix of the dictionary)")
     parser.add_argument("--memory-minutes", type=float, help="only the memory run, this long")
+    parser.add_argument("--broker", choices=("embedded", "mock"), default="embedded",
+                        help="embedded: Tansu (--broker embedded); mock: librdkafka's mock cluster, 3 brokers, "
+                             "the worker with the kafka path (mock profile)")
     args = parser.parse_args()
     if not 1 <= args.tracked <= 10_000:
         parser.error(f"--tracked must be in 1..10000 (the dictionary size), got {args.tracked}")
@@ -227,16 +241,19 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
             memory_run(broker.bootstrap_servers, Path(tmp), args.memory_minutes, 5000, args.tracked)
         return
-    print(machine_line(args.tracked))
-    with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
+    print(machine_line(args.tracked, args.broker))
+    mock = args.broker == "mock"
+    with tempfile.TemporaryDirectory() as tmp, (MockCluster(3) if mock else EmbeddedBroker()) as broker:
         log_dir = Path(tmp)
+        cluster = broker if mock else None
         print("throughput (produce as fast as possible, clock stops when the API shows all counted):")
         for frame, n in THROUGHPUT_RUNS:
-            print_throughput(throughput(broker.bootstrap_servers, log_dir, int(n * scale), frame, args.tracked))
+            print_throughput(throughput(broker.bootstrap_servers, log_dir, int(n * scale), frame, args.tracked,
+                                        cluster))
         print("produce-to-visible latency at a steady rate (API polled every 20 ms):")
         for frame, rate, seconds in LATENCY_RUNS:
             print_latency(latency(broker.bootstrap_servers, log_dir, int(rate * seconds * scale), frame, rate,
-                                  args.tracked))
+                                  args.tracked, cluster))
 
 
 if __name__ == "__main__":

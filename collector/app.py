@@ -37,13 +37,15 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from producer.kafka import KafkaUnavailableError
+
 from .cors import CorsPolicy
 from .guard import (
     AuthError, Authenticator, IDEMPOTENCY_KEY, IdempotencyCache, KeyReusedError, RateLimiter, body_digest, load_tokens,
 )
 from .exactly_once import IdempotencyPending, KeyHeld, SharedIdempotency
 from .http_server import ConnectionGuard, ErrorAnswers, GuardedAppRunner, json_errors, quiet_aiohttp_server_log
-from .produce import KafkaOutlet, KafkaUnavailable, Lane, ShuffleLane
+from .produce import KafkaOutlet, Lane, ShuffleLane
 from .uploads import BINARY_CONTENT_TYPES, JSON_CONTENT_TYPE, UploadParser, UploadRejected
 
 log = logging.getLogger(__name__)
@@ -502,7 +504,7 @@ class Collector:
                 self.metrics.idempotent_replays.inc()
                 return 202, accepted, {"Idempotent-Replayed": "true"}
             return self._pending("an earlier attempt of this upload is in doubt", 0)
-        except KafkaUnavailable as exc:  # the frame failed (the outlet released its queue places)
+        except KafkaUnavailableError as exc:  # the frame failed (the outlet released its queue places)
             return 503, {"status": 503, "reason": "kafka_unavailable", "detail": f"Kafka did not acknowledge: {exc}"}, \
                 {"Retry-After": self.retry_after}
         except UploadRejected as exc:  # a report of this upload failed the batch validation

@@ -21,6 +21,8 @@ FLAGS = (
     ("--registry", "registry", "metric registry file"),
     ("--bootstrap-servers", "bootstrap_servers", "Kafka bootstrap address HOST:PORT[,HOST:PORT]"),
     ("--source-topic", "source_topic", "topic the frames go to [default ocms-reports]"),
+    ("--broker", "broker", "kafka|embedded|mock: the broker's profile (what the Kafka client does differently "
+     "there; README, operating notes) [default kafka]"),
     ("--host", "host", "listen address [default 127.0.0.1; 0.0.0.0 in a container]"),
     ("--port", "port", "listen port [default 8080; 0 = a free port, printed]"),
     ("--tls-cert", "tls_cert", "PEM certificate chain: serve HTTPS (or terminate TLS in a reverse proxy)"),
@@ -30,7 +32,8 @@ FLAGS = (
     ("--max-queued-reports", "max_queued_reports", "reports held waiting for Kafka [default 1000000]; beyond: 503"),
     ("--frame-max-reports", "frame_max_reports", "most reports per Kafka frame [default 10000]"),
     ("--frame-max-latency-ms", "frame_max_latency_ms", "longest a report waits for its frame [default 5]"),
-    ("--kafka-timeout-ms", "kafka_timeout_ms", "Kafka request timeout [default 5000]"),
+    ("--kafka-timeout-ms", "kafka_timeout_ms", "Kafka request timeout; an upload waits at most twice this for its "
+     "frame's acknowledgement, else 503 [default 5000]"),
     ("--kafka-idempotence", "kafka_idempotence", "auto|on|off: Kafka's idempotent producer (auto: on when the "
      "broker supports it) [default auto]"),
     ("--retry-after-seconds", "retry_after_seconds", "Retry-After of 503 answers [default 2]"),

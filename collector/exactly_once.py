@@ -288,18 +288,17 @@ class SharedIdempotency:
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        from aiokafka import AIOKafkaProducer
-
-        from producer.broker import create_topics
+        from producer.kafka import broker_profile, create_topics, make_producer
 
         s = self.settings
+        profile = broker_profile(s.broker)
         retention_ms = max(1, 2 * s.idempotency_window_seconds) * 1000
         while True:
             try:
                 topics = {self.topic: 1}
                 if s.shuffle_min_reports:
                     topics[self.redo_topic] = 1
-                await create_topics(s.bootstrap_servers, topics,
+                await create_topics(s.bootstrap_servers, topics, profile,
                                     configs={t: {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}
                                              for t in topics})
                 break
@@ -309,8 +308,8 @@ class SharedIdempotency:
                     break
                 log.info("idempotency topic %s not created yet: %s: %s", self.topic, type(exc).__name__, exc)
                 await asyncio.sleep(s.retry_after_seconds)
-        self._producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, acks="all", linger_ms=0,
-                                          client_id="ocms-collector-log", request_timeout_ms=s.kafka_timeout_ms)
+        self._producer = make_producer(s.bootstrap_servers, profile, idempotent=False, linger_ms=0,
+                                       client_id="ocms-collector-log", request_timeout_ms=s.kafka_timeout_ms)
         await self._producer.start()
         if s.shuffle_min_reports:
             self.redo_end = (await self.end_offsets(self.redo_topic, [0])).get(0, 0)
@@ -386,12 +385,14 @@ class SharedIdempotency:
         await future
 
     async def _tail_loop(self) -> None:
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka import TopicPartition
+
+        from producer.kafka import broker_profile, make_consumer
 
         s = self.settings
-        consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", fetch_max_wait_ms=TAIL_FETCH_WAIT_MS,
-                                    client_id="ocms-collector-tail", isolation_level="read_uncommitted")
+        consumer = make_consumer(s.bootstrap_servers, profile=broker_profile(s.broker), auto_offset_reset="earliest",
+                                 fetch_max_wait_ms=TAIL_FETCH_WAIT_MS, client_id="ocms-collector-tail",
+                                 isolation_level="read_uncommitted")
         tp = TopicPartition(self.topic, 0)
         try:
             while True:
@@ -522,10 +523,11 @@ class SharedIdempotency:
 
     async def fence(self, owner: str) -> None:
         """Bump ``owner``'s producer epoch: the broker refuses that producer's sends from now on."""
-        from aiokafka import AIOKafkaProducer
+        from producer.kafka import broker_profile, make_producer
 
-        producer = AIOKafkaProducer(bootstrap_servers=self.settings.bootstrap_servers, transactional_id=owner,
-                                    client_id="ocms-collector-fence", request_timeout_ms=self.settings.kafka_timeout_ms)
+        s = self.settings
+        producer = make_producer(s.bootstrap_servers, broker_profile(s.broker), idempotent=True, transactional_id=owner,
+                                 client_id="ocms-collector-fence", request_timeout_ms=s.kafka_timeout_ms)
         try:
             await producer.start()
         finally:
@@ -556,12 +558,12 @@ class SharedIdempotency:
     async def _fence_and_complete(self, listing: Listing) -> bool:
         """Another collector's batch: fence it with a producer of its transactional id, which then produces
         what :meth:`complete_batch` finds missing (a second settler's producer would fence this one)."""
-        from aiokafka import AIOKafkaProducer
+        from producer.kafka import broker_profile, make_producer
 
         s = self.settings
-        producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, transactional_id=listing.owner, acks="all",
-                                    client_id="ocms-collector-fence", request_timeout_ms=s.kafka_timeout_ms,
-                                    max_request_size=1_048_576, max_batch_size=1_048_576)
+        producer = make_producer(s.bootstrap_servers, broker_profile(s.broker), idempotent=True,
+                                 transactional_id=listing.owner, client_id="ocms-collector-fence",
+                                 request_timeout_ms=s.kafka_timeout_ms, max_batch_size=1_048_576)  # as the outlet's
         await producer.start()
 
         async def produce(records: list, partition: int) -> None:
@@ -615,12 +617,14 @@ class SharedIdempotency:
     async def _read(self, topic: str, partition: int, lower: int, match) -> bool:
         """Read ``topic``'s ``partition`` from ``lower`` up to its high watermark as seen after the call
         began (so after a fence), until ``match(message)`` says True; whether it did."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka import TopicPartition
+
+        from producer.kafka import broker_profile, make_consumer
 
         s = self.settings
-        consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", fetch_max_wait_ms=50, client_id="ocms-collector-scan",
-                                    isolation_level="read_uncommitted", max_partition_fetch_bytes=4 << 20)
+        consumer = make_consumer(s.bootstrap_servers, profile=broker_profile(s.broker), auto_offset_reset="earliest",
+                                 fetch_max_wait_ms=50, client_id="ocms-collector-scan",
+                                 isolation_level="read_uncommitted", max_partition_fetch_bytes=4 << 20)
         tp = TopicPartition(topic, partition)
         await consumer.start()
         try:
@@ -646,10 +650,12 @@ class SharedIdempotency:
 
     async def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
         """Offsets at or below each partition's end (the embedded broker answers too low, never too high)."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka import TopicPartition
 
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.bootstrap_servers, group_id=None,
-                                    enable_auto_commit=False, client_id="ocms-collector-offsets")
+        from producer.kafka import broker_profile, make_consumer
+
+        s = self.settings
+        consumer = make_consumer(s.bootstrap_servers, profile=broker_profile(s.broker), client_id="ocms-collector-offsets")
         await consumer.start()
         try:
             ends = await consumer.end_offsets([TopicPartition(topic, p) for p in partitions])

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from cms_core import wire
 from cms_core.reports import ReportBatch
 from producer.gateway import FrameBatcher
+from producer.kafka import KafkaUnavailableError, aiokafka_producer, broker_profile, producer_config
 from producer.reporter import is_retriable
 
 from .exactly_once import FRAME_HEADER
@@ -57,10 +58,10 @@ log = logging.getLogger(__name__)
 
 #: Most reports validated by one decode call in a lane's batch validation.
 DRAIN_MAX_REPORTS = 65_536
-
-
-class KafkaUnavailable(Exception):
-    """The frame holding an upload was not acknowledged (Kafka down, timed out, or refused it)."""
+#: An upload waits at most this many Kafka timeouts for its frame's acknowledgement: one request and
+#: one re-send. The idempotent producer re-sends a batch until the broker takes it, however long a
+#: broker stays down, so without this bound an upload caught by an outage waited for its end.
+ACK_TIMEOUTS = 2
 
 
 @dataclass
@@ -110,7 +111,7 @@ class Lane:
         Uploads submitted in the same event-loop turn are decoded and validated together with one
         :func:`cms_core.wire.decode_message` call (the per-call cost dominates single-report uploads);
         if that fails, each is decoded alone, so a bad upload gets its own reason and the others go on.
-        The future raises UploadRejected for a bad upload, KafkaUnavailable when its frame fails.
+        The future raises UploadRejected for a bad upload, KafkaUnavailableError when its frame fails.
         """
         future = asyncio.get_running_loop().create_future()
         self.pending.append((records, n, future, key))
@@ -162,7 +163,7 @@ class Lane:
             except BaseException as exc:
                 for _, _, future, _ in items:
                     if not future.done():
-                        future.set_exception(exc if isinstance(exc, Exception) else KafkaUnavailable("cancelled"))
+                        future.set_exception(exc if isinstance(exc, Exception) else KafkaUnavailableError("cancelled"))
                 if not isinstance(exc, Exception):
                     raise
 
@@ -324,7 +325,8 @@ class KafkaOutlet:
         self._probe: asyncio.Task | None = None
         self._closing = False
         self.last_error: str | None = "not connected yet"
-        self.idempotent = settings.kafka_idempotence != "off"
+        self.profile = broker_profile(settings.broker)
+        self.idempotent = {"on": True, "off": False}.get(settings.kafka_idempotence, self.profile.idempotent_producer)
         self.log = log
         self.incarnation = b""  # changes with every start of the transactional producer
         self.frames: collections.deque[_Frame] = collections.deque()
@@ -344,17 +346,9 @@ class KafkaOutlet:
 
     def config(self) -> dict:
         s = self.settings
-        config = {
-            "bootstrap_servers": s.bootstrap_servers,
-            "acks": "all",
-            "client_id": "ocms-collector",
-            "linger_ms": 0,
-            "request_timeout_ms": s.kafka_timeout_ms,
-            "retry_backoff_ms": 100,
-            "max_request_size": 1_048_576,
-            "max_batch_size": 1_048_576,
-            "enable_idempotence": self.idempotent,
-        }
+        config = producer_config(s.bootstrap_servers, self.profile, idempotent=self.idempotent,
+                                 client_id="ocms-collector", linger_ms=0, request_timeout_ms=s.kafka_timeout_ms,
+                                 retry_backoff_ms=100, max_batch_size=1_048_576)
         if self.transactional:
             config["transactional_id"] = self.log.owner
             config["enable_idempotence"] = True
@@ -369,9 +363,7 @@ class KafkaOutlet:
         self._probe = asyncio.create_task(self._connect_loop(), name="ocms-collector-kafka")
 
     async def _connect_loop(self) -> None:
-        from aiokafka import AIOKafkaProducer
-
-        factory = self._factory or AIOKafkaProducer
+        factory = self._factory or aiokafka_producer
         if self.transactional:
             await self.log.start()
         while not self._closing:
@@ -459,7 +451,7 @@ class KafkaOutlet:
 
     async def _produce_batch(self, batch: ShuffledBatch) -> None:
         """A batch without exactly-once retries: every frame to a partition the producer picks."""
-        error: BaseException | None = KafkaUnavailable("the collector stopped before Kafka acknowledged the batch")
+        error: BaseException | None = KafkaUnavailableError("the collector stopped before Kafka acknowledged the batch")
         try:
             frames = await _shuffled(batch)
             error = await self._send_plain(frames, batch.timestamp_ms, batch.headers(),
@@ -469,7 +461,7 @@ class KafkaOutlet:
             self._finish_batch(batch, error)
 
     async def _produce(self, frame: bytes, timestamp_ms: int, records: int, futures: list, version) -> None:
-        error: BaseException | None = KafkaUnavailable("the collector stopped before Kafka acknowledged the frame")
+        error: BaseException | None = KafkaUnavailableError("the collector stopped before Kafka acknowledged the frame")
         try:
             error = await self._send_plain([frame], timestamp_ms, None, f"frame of {records} reports", version)
         finally:
@@ -487,15 +479,19 @@ class KafkaOutlet:
         """Send frames and wait for their acknowledgements (no exactly-once retries); the error if one failed."""
         try:
             if self.producer is None:
-                raise KafkaUnavailable("not connected to Kafka")
+                raise KafkaUnavailableError("not connected to Kafka")
             # key=None: frames are keyed by nobody (spread over partitions), never by a device.
             acks = [await self.producer.send(self.settings.source_topic, frame, key=None, timestamp_ms=timestamp_ms,
                                              headers=headers) for frame in frames]
-            for ack in acks:
-                await ack
+            bound_ms = ACK_TIMEOUTS * self.settings.kafka_timeout_ms
+            try:
+                await asyncio.wait_for(asyncio.shield(asyncio.gather(*acks)), bound_ms / 1000)
+            except asyncio.TimeoutError:  # the producer may still deliver them: a 503 never promises absence
+                raise KafkaUnavailableError(
+                    f"no acknowledgement within {bound_ms} ms ({ACK_TIMEOUTS} x --kafka-timeout-ms)") from None
             return None
         except Exception as exc:
-            if is_retriable(exc) or isinstance(exc, KafkaUnavailable):
+            if is_retriable(exc) or isinstance(exc, KafkaUnavailableError):
                 self._unavailable(f"{type(exc).__name__}: {exc}")
             log.warning("%s for %s@%s not acknowledged: %s: %s", what, version.metric, version.version,
                         type(exc).__name__, exc)
@@ -534,13 +530,13 @@ class KafkaOutlet:
                     await self._commit_batches(batches)
                 except asyncio.CancelledError:
                     for batch in batches:
-                        self._finish_batch(batch, KafkaUnavailable("the collector stopped before Kafka acknowledged "
+                        self._finish_batch(batch, KafkaUnavailableError("the collector stopped before Kafka acknowledged "
                                                                    "the batch"))
                     raise
                 except Exception as exc:  # pragma: no cover - _commit_batches answers its own failures
                     log.exception("committing shuffled batches")
                     for batch in batches:
-                        self._finish_batch(batch, KafkaUnavailable(f"{type(exc).__name__}: {exc}"))
+                        self._finish_batch(batch, KafkaUnavailableError(f"{type(exc).__name__}: {exc}"))
                 finally:
                     self._committing = False
                 continue
@@ -551,11 +547,11 @@ class KafkaOutlet:
             try:
                 await self._commit(group)
             except asyncio.CancelledError:
-                self._finish(group, KafkaUnavailable("the collector stopped before Kafka acknowledged the frame"))
+                self._finish(group, KafkaUnavailableError("the collector stopped before Kafka acknowledged the frame"))
                 raise
             except Exception as exc:  # pragma: no cover - _commit answers its own failures
                 log.exception("committing %d frames", len(group))
-                self._finish(group, KafkaUnavailable(f"{type(exc).__name__}: {exc}"))
+                self._finish(group, KafkaUnavailableError(f"{type(exc).__name__}: {exc}"))
             finally:
                 self._committing = False
 
@@ -564,7 +560,7 @@ class KafkaOutlet:
 
         producer, incarnation, shared = self.producer, self.incarnation, self.log
         if producer is None or not self.available:
-            self._finish(group, KafkaUnavailable(self.last_error or "not connected to Kafka"))
+            self._finish(group, KafkaUnavailableError(self.last_error or "not connected to Kafka"))
             return
         timeout = self.settings.kafka_timeout_ms / 1000
         keyed = []
@@ -604,19 +600,19 @@ class KafkaOutlet:
 
     async def _open_transaction(self, producer) -> None:
         """An open transaction of ``producer`` (committing one open longer than TRANSACTION_SECONDS first);
-        KafkaUnavailable when the producer was renewed meanwhile."""
+        KafkaUnavailableError when the producer was renewed meanwhile."""
         if self.producer is not producer:
-            raise KafkaUnavailable("the producer was renewed")
+            raise KafkaUnavailableError("the producer was renewed")
         if self._transaction is not None and time.monotonic() - self._transaction[1] > TRANSACTION_SECONDS:
             await self._end_transaction()
             if self.producer is not producer:
-                raise KafkaUnavailable("the producer was renewed")
+                raise KafkaUnavailableError("the producer was renewed")
         if self._transaction is None:
             # aiokafka retries transaction requests without end while Kafka is away: bounded here
             await asyncio.wait_for(producer.begin_transaction(), self.settings.kafka_timeout_ms / 1000)
             self._transaction = (producer, time.monotonic())
 
-    async def _list(self, keyed: list, encode) -> KafkaUnavailable | None:
+    async def _list(self, keyed: list, encode) -> KafkaUnavailableError | None:
         """Append a listing (``encode(item)``) for each of ``keyed`` (frames or batches) and read the log back up
         to them; each gets its ``listing``. On failure they are forgotten (never produced) and the error returned."""
         shared, timeout = self.log, self.settings.kafka_timeout_ms / 1000
@@ -635,7 +631,7 @@ class KafkaOutlet:
                 shared.forget(item.nonce)
                 shared.record_outcome(item.nonce, False)  # never produced
             self._unavailable(f"idempotency log: {type(exc).__name__}: {exc}")
-            return KafkaUnavailable(f"the idempotency log did not answer: {type(exc).__name__}: {exc}")
+            return KafkaUnavailableError(f"the idempotency log did not answer: {type(exc).__name__}: {exc}")
         return None
 
     def _listed_members(self, members: list, listing) -> list:
@@ -680,7 +676,7 @@ class KafkaOutlet:
                 if frame.listing is not None:
                     self.log.record_outcome(frame.nonce, False)
                 continue
-            self._finish([frame], KafkaUnavailable(f"{type(error).__name__}: {error}"))
+            self._finish([frame], KafkaUnavailableError(f"{type(error).__name__}: {error}"))
             if frame.listing is not None:
                 unsure.append(frame)
         if error is not None:
@@ -698,7 +694,7 @@ class KafkaOutlet:
         producer, incarnation, shared = self.producer, self.incarnation, self.log
         if producer is None or not self.available:
             for batch in batches:
-                self._finish_batch(batch, KafkaUnavailable(self.last_error or "not connected to Kafka"))
+                self._finish_batch(batch, KafkaUnavailableError(self.last_error or "not connected to Kafka"))
             return
         timeout = self.settings.kafka_timeout_ms / 1000
         fresh = [batch for batch in batches if batch.preset is None]
@@ -748,7 +744,7 @@ class KafkaOutlet:
                 self._unavailable(f"redo topic: {type(exc).__name__}: {exc}")
                 for batch, _ in redo:
                     shared.record_outcome(batch.nonce, False)  # never produced
-                    self._finish_batch(batch, KafkaUnavailable(f"the redo topic did not answer: "
+                    self._finish_batch(batch, KafkaUnavailableError(f"the redo topic did not answer: "
                                                                f"{type(exc).__name__}: {exc}"))
                     del records[batch]
         # 4. every frame to its batch's partition, in the open transaction
@@ -789,8 +785,8 @@ class KafkaOutlet:
             if batch.listing is not None:
                 self.log.record_outcome(batch.nonce, True)
             return
-        error = error or KafkaUnavailable(f"{expected - acked} of {expected} frames not acknowledged")
-        self._finish_batch(batch, KafkaUnavailable(f"{type(error).__name__}: {error}"))
+        error = error or KafkaUnavailableError(f"{expected - acked} of {expected} frames not acknowledged")
+        self._finish_batch(batch, KafkaUnavailableError(f"{type(error).__name__}: {error}"))
         log.warning("%d of %d frames of a shuffled batch not acknowledged: %s: %s", expected - acked, expected,
                     type(error).__name__, error)
         self._renew(producer, f"{type(error).__name__}: {error}", incarnation,
@@ -923,7 +919,7 @@ class KafkaOutlet:
                 pass
             self._committer.cancel()
             await asyncio.gather(self._committer, return_exceptions=True)
-        stopped = KafkaUnavailable("the collector stopped before Kafka acknowledged the frame")
+        stopped = KafkaUnavailableError("the collector stopped before Kafka acknowledged the frame")
         for item in self.frames:
             if isinstance(item, ShuffledBatch):
                 self._finish_batch(item, stopped)
@@ -941,9 +937,9 @@ class KafkaOutlet:
 
 
 def _answer(members: list, error: BaseException | None) -> None:
-    """Resolve the uploads' futures: acknowledged (None), or failed with KafkaUnavailable."""
-    failure = None if error is None else error if isinstance(error, KafkaUnavailable) \
-        else KafkaUnavailable(f"{type(error).__name__}: {error}")
+    """Resolve the uploads' futures: acknowledged (None), or failed with KafkaUnavailableError."""
+    failure = None if error is None else error if isinstance(error, KafkaUnavailableError) \
+        else KafkaUnavailableError(f"{type(error).__name__}: {error}")
     for waiter in members:
         if not waiter.future.done():
             if failure is None:

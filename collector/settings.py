@@ -18,6 +18,7 @@ from typing import Mapping
 
 from agents.settings import switch, topic  # the worker's validators: same rules, same messages
 from cms_core.errors import InvalidParameterError
+from producer.kafka import PROFILES
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 #: The event loop ``ocms collector`` runs on: uvloop (libuv) unless turned off.
@@ -27,6 +28,7 @@ EVENT_LOOPS = ("uvloop", "asyncio")
 SHARED_ENV = {
     "registry": "OCMS_REGISTRY",
     "bootstrap_servers": "OCMS_BOOTSTRAP_SERVERS",
+    "broker": "OCMS_BROKER",
     "source_topic": "OCMS_SOURCE_TOPIC",
     "log_level": "OCMS_LOG_LEVEL",
 }
@@ -46,6 +48,8 @@ class CollectorSettings:
     registry: str
     bootstrap_servers: str
     source_topic: str = "ocms-reports"
+    #: The broker profile (producer.kafka.PROFILES): kafka, embedded or mock.
+    broker: str = "kafka"
     host: str = "127.0.0.1"
     port: int = 8080
     tls_cert: str | None = None
@@ -58,10 +62,12 @@ class CollectorSettings:
     max_queued_reports: int = 1_000_000
     frame_max_reports: int = 10_000
     frame_max_latency_ms: float = 5.0
-    #: aiokafka's per-request timeout: an upload caught by an outage waits at most about this long.
+    #: aiokafka's per-request timeout; an upload caught by an outage waits at most twice this long for
+    #: its frame's acknowledgement (one request and one re-send), then gets 503.
     kafka_timeout_ms: int = 5000
     #: Kafka's idempotent producer: a frame aiokafka re-sends after a lost answer is stored once.
-    #: auto = on when the broker supports it (Apache Kafka does; the embedded Tansu broker does not).
+    #: auto = the broker profile's (on for Apache Kafka; the embedded Tansu broker has none), and off
+    #: when the broker refuses it.
     kafka_idempotence: str = "auto"
     #: Retry-After of 503 (Kafka unavailable / queue full) and the Kafka probe interval.
     retry_after_seconds: int = 2
@@ -155,6 +161,11 @@ class CollectorSettings:
             if mode not in ("auto", "on", "off"):
                 raise InvalidParameterError(label("kafka_idempotence"), raw["kafka_idempotence"], "expected auto, on or off")
             out["kafka_idempotence"] = mode
+        if "broker" in raw:
+            kind = str(raw["broker"]).strip().lower()
+            if kind not in PROFILES:
+                raise InvalidParameterError(label("broker"), raw["broker"], f"expected one of {', '.join(PROFILES)}")
+            out["broker"] = kind
         if "log_level" in raw:
             level = str(raw["log_level"]).lower()
             if level not in LOG_LEVELS:

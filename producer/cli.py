@@ -197,11 +197,13 @@ def run_simulation(args, settings, metric: str | None = None):
         print(f"embedded broker on {bootstrap}", file=sys.stderr)
     try:
         if bootstrap:
-            from producer.broker import create_topics
+            from producer.kafka import EMBEDDED, KAFKA, create_topics
 
-            reach_kafka(bootstrap, lambda: create_topics(bootstrap, {args.topic: args.partitions}))
+            profile = EMBEDDED if broker is not None else KAFKA
+            reach_kafka(bootstrap, lambda: create_topics(bootstrap, {args.topic: args.partitions}, profile))
             result = reach_kafka(bootstrap, lambda: simulator.run(
-                settings, bootstrap_servers=bootstrap, topic=args.topic, out=args.out, progress=args.progress))
+                settings, bootstrap_servers=bootstrap, topic=args.topic, out=args.out, progress=args.progress,
+                profile=profile))
         else:
             result = asyncio.run(simulator.run(settings, bootstrap_servers=bootstrap, topic=args.topic, out=args.out,
                                                progress=args.progress))
@@ -344,20 +346,17 @@ def reach_kafka(bootstrap: str, make_coroutine, flag: str = "--bootstrap-servers
 
     from aiokafka.errors import KafkaConnectionError, KafkaError
 
+    from producer.kafka import KafkaUnavailableError
+
     quiet = logging.getLogger("aiokafka")
     level, quiet.level = quiet.level, logging.CRITICAL  # its per-attempt ERROR lines would repeat ours
     try:
         return asyncio.run(make_coroutine())
     except (KafkaError, OSError) as exc:
         reason = "no broker answered" if isinstance(exc, KafkaConnectionError) else f"{type(exc).__name__}: {exc}"
-        raise KafkaUnreachableError(f"cannot reach Kafka at {bootstrap} ({flag}): {reason}") from None
+        raise KafkaUnavailableError(f"cannot reach Kafka at {bootstrap} ({flag}): {reason}") from None
     finally:
         quiet.level = level
-
-
-class KafkaUnreachableError(OCMSError, RuntimeError):
-    """The Kafka bootstrap address does not answer."""
-
 
 
 def add_privacy_flags(plan) -> None:

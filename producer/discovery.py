@@ -198,12 +198,10 @@ def simulate_discovery(args, version) -> int:
 
 async def _send_frames(bootstrap: str, topic: str, partitions: int, frames: list[bytes]) -> None:
     """Create ``topic`` if needed and send every frame (acks=all), keyed round-robin like simulated gateways."""
-    from aiokafka import AIOKafkaProducer
-
-    from .broker import create_topics
+    from .kafka import create_topics, make_producer
 
     await create_topics(bootstrap, {topic: partitions})
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 << 20)
+    producer = make_producer(bootstrap, idempotent=False)  # any broker, the embedded one included
     await producer.start()
     try:
         for start in range(0, len(frames), 64):

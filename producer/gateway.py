@@ -44,6 +44,9 @@ from cms_core.reports import Report, ReportBatch
 from cms_core.wire import (HEADER_SIZE, MAX_FRAME_RECORDS, UnknownFingerprintError, decode_message, encode_frame,
                            peek_header, record_size)
 
+from .kafka import KAFKA, BrokerProfile, aiokafka_producer
+from .kafka import producer_config as kafka_producer_config
+
 #: Kafka's default max.message.bytes is 1 MiB (1048588 with overhead); stay below it.
 DEFAULT_MAX_FRAME_BYTES = 1_000_000
 
@@ -278,7 +281,8 @@ class KafkaFrameSink:
     """Send frames to a Kafka topic with aiokafka (``acks="all"``); usable as a batcher's ``send``.
 
     ``key`` is None (frames spread over partitions) or a gateway id; never a
-    device key. ``producer_factory(**config)`` can replace AIOKafkaProducer.
+    device key. ``profile``: the broker's (:mod:`producer.kafka`).
+    ``producer_factory(**config)`` can replace AIOKafkaProducer.
     """
 
     def __init__(
@@ -287,6 +291,7 @@ class KafkaFrameSink:
         topic: str,
         *,
         key: bytes | None = None,
+        profile: BrokerProfile = KAFKA,
         producer_factory: Callable[..., Any] | None = None,
         producer_config: dict | None = None,
     ):
@@ -298,18 +303,8 @@ class KafkaFrameSink:
             raise InvalidParameterError("key", type(key).__name__, "must be bytes or None")
         self.topic = topic
         self.key = bytes(key) if key is not None else None
-        self._config = {
-            "bootstrap_servers": bootstrap_servers,
-            "acks": "all",
-            "max_request_size": DEFAULT_MAX_FRAME_BYTES + 48_576,
-            "linger_ms": 0,
-            **(producer_config or {}),
-        }
-        if producer_factory is None:
-            from aiokafka import AIOKafkaProducer
-
-            producer_factory = AIOKafkaProducer
-        self._factory = producer_factory
+        self._config = kafka_producer_config(bootstrap_servers, profile, linger_ms=0, **(producer_config or {}))
+        self._factory = producer_factory or aiokafka_producer
         self._producer = None
 
     async def start(self) -> "KafkaFrameSink":

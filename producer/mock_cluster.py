@@ -12,14 +12,18 @@ fault-injection API. This module runs one in a **child process** (ctypes on
         print(cluster.bootstrap_servers)          # 127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3
         cluster.partition_set_leader("ocms-reports", 0, 2)
         cluster.push_request_errors("Produce", ["NOT_LEADER_OR_FOLLOWER", "REQUEST_TIMED_OUT"])
+        cluster.broker_push_request_errors(1, "Produce", [("NO_ERROR", 3000)])   # stored, answered late
         cluster.broker_down(1); cluster.broker_up(1)
         cluster.set_rtt(2, 500)
 
-What the mock cannot do, and what callers must do instead (docs: README "Operating notes"):
-no CreateTopics from clients (topics are created here, through the mock API, before the
-worker and the collector start; Faust's topic declaration is off in the ``mock`` broker
-profile), no log compaction (compacted changelogs grow; keep tests short), and
-partitions held in memory.
+What the mock cannot do, and what callers must do instead (docs: README "Operating notes";
+the client side is the ``mock`` broker profile, ``producer.kafka.MOCK``): no CreateTopics from
+clients (it advertises no controller: topics are created here, through the mock API, before
+the worker and the collector start; Faust's topic declaration is off), fetches that find no
+data are held for their whole max wait (the profile's 100 ms), no log compaction (compacted
+changelogs grow; keep tests short), each partition keeps its last 5 MiB or 100,000 batches
+(older ones are dropped), and producer sequences are checked for transactional producers
+only, so a batch the idempotent producer re-sends after a lost answer is stored twice.
 
 The child exits when its stdin closes, so the cluster never outlives the process that
 started it (SIGKILL included).
@@ -36,6 +40,7 @@ import sys
 import threading
 
 from cms_core.errors import OCMSError
+from producer.kafka import MOCK
 
 #: Kafka protocol API keys the fault-injection calls take by name.
 API_KEYS = {"Produce": 0, "Fetch": 1, "ListOffsets": 2, "Metadata": 3, "OffsetCommit": 8, "OffsetFetch": 9,
@@ -92,6 +97,8 @@ class _Cluster:
         for name, (args, result) in signatures.items():
             function = getattr(lib, name)
             function.argtypes, function.restype = args, result
+        # Variadic (err, rtt_ms) pairs: called with ctypes values, no argtypes.
+        lib.rd_kafka_mock_broker_push_request_error_rtts.restype = ctypes.c_int
         self.lib = lib
         conf = lib.rd_kafka_conf_new()
         error = ctypes.create_string_buffer(512)
@@ -135,6 +142,11 @@ class _Cluster:
             codes = [int(code) for code in args["errors"]]
             array = (ctypes.c_int * len(codes))(*codes)
             lib.rd_kafka_mock_push_request_errors_array(cluster, int(args["api_key"]), len(codes), array)
+        elif op == "broker_push_request_errors":
+            pairs = [ctypes.c_int(int(value)) for error, rtt in args["errors"] for value in (error, rtt)]
+            checked(lib.rd_kafka_mock_broker_push_request_error_rtts(
+                ctypes.c_void_p(cluster), ctypes.c_int32(int(args["broker"])), ctypes.c_int16(int(args["api_key"])),
+                ctypes.c_size_t(len(args["errors"])), *pairs), "broker request errors")
         elif op == "topic_set_error":
             lib.rd_kafka_mock_topic_set_error(cluster, args["topic"].encode(), int(args["error"]))
         else:
@@ -163,6 +175,9 @@ def serve(brokers: int) -> int:
 class MockCluster:
     """A librdkafka mock cluster in a child process (the same face as producer.broker.EmbeddedBroker)."""
 
+    #: What the clients do differently on it (producer.kafka.MOCK: topics are created here, not by clients).
+    profile = MOCK
+
     def __init__(self, brokers: int = 3):
         if isinstance(brokers, bool) or not isinstance(brokers, int) or not 1 <= brokers <= 16:
             raise MockClusterError(f"brokers={brokers!r}: must be an integer in [1, 16]")
@@ -171,6 +186,7 @@ class MockCluster:
         self._lock = threading.Lock()
         self._bootstrap: str | None = None
         self.version: str | None = None
+        self.topics: dict[str, int] = {}  # created here: name -> partitions
 
     @property
     def bootstrap_servers(self) -> str:
@@ -210,10 +226,16 @@ class MockCluster:
 
     # ------------------------------------------------------------------ topics and faults
     def create_topics(self, partitions: dict[str, int], replication: int | None = None) -> None:
-        """Create topics through the mock API (clients' CreateTopics is not supported by the mock)."""
+        """Create topics through the mock API (clients' CreateTopics is not supported by the mock);
+        one created before with the same partitions is left as it is (as EmbeddedBroker.create_topics)."""
         for topic, count in partitions.items():
+            if topic in self.topics:
+                if self.topics[topic] != count:
+                    raise MockClusterError(f"topic {topic!r} has {self.topics[topic]} partitions, asked for {count}")
+                continue
             self._call("create_topic", topic=topic, partitions=count,
                        replication=min(self.brokers, 3) if replication is None else replication)
+            self.topics[topic] = count
 
     def broker_down(self, broker: int) -> None:
         """Close the broker's connections and refuse new ones (its partitions' leaders do not move)."""
@@ -243,6 +265,15 @@ class MockCluster:
         api_key = API_KEYS[api] if isinstance(api, str) else int(api)
         self._call("push_request_errors", api_key=api_key,
                    errors=[ERRORS[e] if isinstance(e, str) else int(e) for e in errors])
+
+    def broker_push_request_errors(self, broker: int, api: str | int,
+                                   errors: list[tuple[str | int, int]]) -> None:
+        """The next ``len(errors)`` requests of ``api`` to ``broker`` get these (error, round-trip ms):
+        ``("NO_ERROR", 3000)`` handles the request (a produce is stored) and answers 3 s late, so a
+        client that times out first re-sends it: a lost answer."""
+        api_key = API_KEYS[api] if isinstance(api, str) else int(api)
+        self._call("broker_push_request_errors", broker=broker, api_key=api_key,
+                   errors=[(ERRORS[e] if isinstance(e, str) else int(e), int(rtt)) for e, rtt in errors])
 
     def topic_set_error(self, topic: str, error: str | int) -> None:
         """Metadata answers for ``topic`` carry ``error`` until set back to NO_ERROR."""

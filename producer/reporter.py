@@ -69,6 +69,8 @@ from cms_core.privatize import privatize
 from cms_core.values import encode_value
 from cms_core.wire import encode_report
 
+from .kafka import KAFKA, BrokerProfile, aiokafka_producer
+from .kafka import producer_config as kafka_producer_config
 from .ledger import PrivacyLedger
 
 log = logging.getLogger(__name__)
@@ -131,12 +133,6 @@ def value_key(params: OCMSParams, element: int) -> bytes:
     return params.fingerprint + element.to_bytes(params.coefficient_bytes, "big")
 
 
-def _default_producer_factory(**config):
-    from aiokafka import AIOKafkaProducer
-
-    return AIOKafkaProducer(**config)
-
-
 @dataclass
 class _Item:
     message: bytes
@@ -171,6 +167,7 @@ class DeviceReporter:
         retry_backoff_s, max_backoff_s: exponential backoff base and cap (jittered).
         max_in_flight: sends awaiting acknowledgement at once.
         request_timeout_s: aiokafka's per-send timeout.
+        profile: the broker's profile (:mod:`producer.kafka`): the idempotent producer where it has one.
         producer_factory: ``factory(**config)`` returning an object with
             ``start()``, ``stop()`` and ``send_and_wait(topic, value, key=)``;
             defaults to :class:`aiokafka.AIOKafkaProducer` (tests inject fakes).
@@ -197,6 +194,7 @@ class DeviceReporter:
         max_backoff_s: float = 5.0,
         max_in_flight: int = 16,
         request_timeout_s: float = 30.0,
+        profile: BrokerProfile = KAFKA,
         producer_factory: Callable[..., Any] | None = None,
         producer_config: dict | None = None,
         transport: "HttpTransport | None" = None,
@@ -255,14 +253,10 @@ class DeviceReporter:
         self.retry_backoff_s = float(retry_backoff_s)
         self.max_backoff_s = float(max_backoff_s)
         self.max_in_flight = max_in_flight
-        self._producer_factory = producer_factory or _default_producer_factory
-        self._producer_config = {
-            "bootstrap_servers": bootstrap_servers,
-            "acks": "all",
-            "request_timeout_ms": int(request_timeout_s * 1000),
-            "linger_ms": 5,
-            **(producer_config or {}),
-        }
+        self._producer_factory = producer_factory or aiokafka_producer
+        self._producer_config = kafka_producer_config(bootstrap_servers, profile, linger_ms=5,
+                                                      request_timeout_ms=int(request_timeout_s * 1000),
+                                                      **(producer_config or {}))
         self.transport = transport
         self._producer = None
         self._queue: asyncio.Queue[_Item] | None = None

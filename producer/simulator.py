@@ -32,6 +32,7 @@ from cms_core.reports import ReportBatch
 from cms_core.values import elements_to_array, encode_value, limbs_for, value_to_json
 
 from .capture import CaptureWriter
+from .kafka import KAFKA, BrokerProfile, make_producer
 
 DEFAULT_CHUNK = 50_000
 #: Largest dataset whose values are sent as strings (one 128-bit fingerprint per value, precomputed).
@@ -218,6 +219,7 @@ async def run(
     result: SimulationResult | None = None,
     transport=None,
     upload_concurrency: int = UPLOAD_CONCURRENCY,
+    profile: BrokerProfile = KAFKA,
 ) -> SimulationResult:
     """Generate, then send to Kafka, to a collector and/or write a capture file. Returns counts.
 
@@ -225,7 +227,7 @@ async def run(
     ``transport`` (a started ``producer.reporter.HttpTransport``) every message is uploaded to an
     ``ocms collector`` on its own, ``upload_concurrency`` at a time, and a chunk counts as sent
     once all its uploads got a 202 (in Kafka); device and gateway keys are not sent (the
-    collector keys nothing by device).
+    collector keys nothing by device). ``profile``: the broker's (producer.kafka).
     """
     if bootstrap_servers is None and out is None and transport is None:
         raise InvalidParameterError("bootstrap_servers", None,
@@ -234,12 +236,9 @@ async def run(
         raise InvalidParameterError("topic", topic, "a topic is required to send to Kafka")
     producer = None
     if bootstrap_servers is not None:
-        from aiokafka import AIOKafkaProducer
-
-        producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap_servers, acks=1, linger_ms=5, max_batch_size=1 << 20,
-            max_request_size=8 << 20, request_timeout_ms=30_000,
-        )
+        # Throughput first (a simulated fleet): leader-only acks, batches of up to 1 MiB.
+        producer = make_producer(bootstrap_servers, profile, acks=1, idempotent=False, linger_ms=5,
+                                 max_batch_size=1 << 20, request_timeout_ms=30_000)
         await producer.start()
     writer = CaptureWriter(out) if out is not None else None
     if result is None:

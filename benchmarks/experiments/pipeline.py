@@ -21,7 +21,6 @@ from benchmarks import bench_worker
 
 from .common import cpu_model, md_table, pyplot, save_figure
 
-
 #: Issue 4's targets for one worker on this machine (1,000 tracked values).
 TARGET_FRAMED_REPORTS_PER_S = 200_000
 TARGET_SINGLE_REPORTS_PER_S = 10_000
@@ -204,8 +203,9 @@ def markdown(payload: dict, plots: bool) -> str:
         "kernel and the broker. The tracked-set size D changes the decode work (O(n·D) match counting) and the "
         "size of each table value (D int64 counts per key).",
         "- Latency on the embedded broker: Tansu holds a fetch that found no data for its whole max wait, so "
-        "the worker sets a 100 ms wait there (`agents.app.EMBEDDED_FETCH_MAX_WAIT_MS`); with Faust's fixed 1.5 s "
-        "the same matrix measured p99 1.02-2.26 s (commit 1221684). The rest is the micro-batch age bound "
+        "the worker sets a 100 ms wait there (the embedded broker profile's `fetch_max_wait_ms`, "
+        "`producer.kafka`); with Faust's fixed 1.5 s the same matrix measured p99 1.02-2.26 s (commit 1221684). "
+        "The rest is the micro-batch age bound "
         "(0.2 s) and the changelog round trip to every worker's view.",
         "- A 2-core VM shared with the broker and the producer: timings vary by a few tens of percent run to run.",
         "",

@@ -1,9 +1,13 @@
-"""Real worker processes against the embedded broker, for the integration tests.
+"""Real worker processes against a broker, for the integration tests.
 
 A ``WorkerProcess`` is ``ocms worker ...`` started by ``agents.process.WorkerChild``
 (own session, so SIGKILL takes exactly it; it dies with the test run); ``send`` produces wire messages with explicit
 keys/timestamps through aiokafka; ``wait_healthy`` and ``wait_for_n`` poll the HTTP API
 (tests.support.waiting); tests.support.topics reads a topic back.
+
+The broker is a bootstrap address of the embedded broker, or a broker object (``producer.broker.EmbeddedBroker``,
+``producer.mock_cluster.MockCluster``) whose ``profile`` the worker (``--broker``) and the clients here use;
+on a broker whose clients cannot create topics (the mock) ``WorkerProcess`` creates the worker's topics first.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from agents.process import WorkerChild
 from cms_core import OCMSParams, wire
 from cms_core.privatize import simulate_reports
 from producer.broker import free_port
+from producer.kafka import make_producer
+from tests.brokers import endpoint, worker_topics
 
 from tests.support.waiting import poll_until
 
@@ -44,8 +50,9 @@ class Message:
 class WorkerProcess:
     """One ``ocms worker`` of a test (agents.process.WorkerChild: own session, dies with the test run)."""
 
-    def __init__(self, bootstrap: str, app_id: str, topic: str, log_dir: Path, *args: str, web_port: int | None = None):
-        self.bootstrap = bootstrap
+    def __init__(self, broker, app_id: str, topic: str, log_dir: Path, *args: str, web_port: int | None = None):
+        self.broker = broker
+        self.bootstrap, self.profile = endpoint(broker)
         self.app_id = app_id
         self.topic = topic
         self.web_port = web_port or free_port()
@@ -69,8 +76,11 @@ class WorkerProcess:
 
     def start(self) -> "WorkerProcess":
         self.starts += 1
+        if self.starts == 1 and not self.profile.clients_create_topics:
+            self.broker.create_topics(worker_topics(self.app_id, self.topic))
         self.child = WorkerChild(self.topic, *self.args, bootstrap=self.bootstrap, web_port=self.web_port,
-                                 app_id=self.app_id, log=self.log_dir / f"{self.app_id}-{self.web_port}-{self.starts}.log")
+                                 app_id=self.app_id, broker=self.profile.name,
+                                 log=self.log_dir / f"{self.app_id}-{self.web_port}-{self.starts}.log")
         self.child.start()
         return self
 
@@ -128,10 +138,8 @@ def report_messages(params: OCMSParams, values: np.ndarray, frame_size: int, see
             for i, (v, k) in enumerate(zip(values, keys))]
 
 
-async def _send(bootstrap: str, topic: str, messages: list[Message], rate: float | None) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+async def _send(broker, topic: str, messages: list[Message], rate: float | None) -> None:
+    producer = make_producer(*endpoint(broker), linger_ms=5)
     await producer.start()
     try:
         started = time.monotonic()
@@ -147,8 +155,8 @@ async def _send(bootstrap: str, topic: str, messages: list[Message], rate: float
         await producer.stop()
 
 
-def send(bootstrap: str, topic: str, messages: list[Message], rate: float | None = None) -> None:
-    asyncio.run(_send(bootstrap, topic, messages, rate))
+def send(broker, topic: str, messages: list[Message], rate: float | None = None) -> None:
+    asyncio.run(_send(broker, topic, messages, rate))
 
 
 @dataclass

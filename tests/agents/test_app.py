@@ -32,7 +32,7 @@ SOURCE = "unit-source"
 
 @pytest.fixture
 def worker(monkeypatch):
-    settings = WorkerSettings.build(PARAMS, embedded_broker=True, app_id="unit-app", source_topic=SOURCE,
+    settings = WorkerSettings.build(PARAMS, broker="embedded", app_id="unit-app", source_topic=SOURCE,
                                     tracked_range="0:100")
     worker = OCMSWorker(settings)
     worker.untracked, worker.owned = [], {0, 1}

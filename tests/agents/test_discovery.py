@@ -145,12 +145,12 @@ def test_periodic_discovery_reads_the_topic_window_and_exports_bounded_labels(wo
     import time
 
     import numpy as np
-    from aiokafka import AIOKafkaProducer
     from prometheus_client import CollectorRegistry, generate_latest
 
     from agents.discovery import DiscoveryCollector, DiscoveryService
     from producer.broker import EmbeddedBroker
     from producer.discovery import simulate_discovery_messages
+    from producer.kafka import EMBEDDED, make_producer
     from registry import load_registry
     from registry.discovery import discovery_of
 
@@ -163,7 +163,7 @@ def test_periodic_discovery_reads_the_topic_window_and_exports_bounded_labels(wo
     now = time.time()
 
     async def produce(bootstrap):
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=8 << 20)
+        producer = make_producer(bootstrap, EMBEDDED)
         await producer.start()
         try:
             for frame in simulate_discovery_messages(spec.domain, spec.params_by_level, before, rng):
@@ -251,10 +251,10 @@ def test_discover_serve_publishes_the_latest_pass_over_http(workspace, tmp_path)
     import urllib.request
 
     import numpy as np
-    from aiokafka import AIOKafkaProducer
 
     from producer.broker import EmbeddedBroker, free_port
     from producer.discovery import simulate_discovery_messages
+    from producer.kafka import EMBEDDED, make_producer
     from registry import load_registry
     from registry.discovery import discovery_of
 
@@ -263,7 +263,7 @@ def test_discover_serve_publishes_the_latest_pass_over_http(workspace, tmp_path)
     words = ["zebra"] * 10_000 + ["quiet"] * 6_000
 
     async def produce(bootstrap):
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=8 << 20)
+        producer = make_producer(bootstrap, EMBEDDED)
         await producer.start()
         try:
             for frame in simulate_discovery_messages(spec.domain, spec.params_by_level, words,

@@ -196,14 +196,13 @@ def check_exposition(base: str) -> dict:
 def broker(workspace):
     import asyncio
 
-    from aiokafka import AIOKafkaProducer
-
     from producer.broker import EmbeddedBroker
+    from producer.kafka import EMBEDDED, make_producer
 
     _, _, _, frames = workspace
 
     async def produce(bootstrap):
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=8 << 20)
+        producer = make_producer(bootstrap, EMBEDDED)
         await producer.start()
         try:
             for frame in frames:

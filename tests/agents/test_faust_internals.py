@@ -86,13 +86,13 @@ def test_a_table_write_path_that_stops_using_send_changelog_is_reported(monkeypa
     assert any("on_key_set no longer does" in p for p in faust_internals.code_drift())
 
 
-@pytest.mark.parametrize("embedded, wait_ms", [(True, 100), (False, 1500)])
-def test_the_embedded_broker_gets_a_short_fetch_wait(embedded, wait_ms):
-    """Tansu holds a fetch that found no data for its whole max wait (Faust's 1.5 s showed
-    up as ~1 s latency spikes); Kafka answers as data arrives, so Faust's wait stays there."""
+@pytest.mark.parametrize("broker, wait_ms", [("embedded", 100), ("kafka", 1500), ("mock", 100)])
+def test_the_embedded_broker_gets_a_short_fetch_wait(broker, wait_ms):
+    """Tansu and librdkafka's mock hold a fetch that found no data for its whole max wait (Faust's
+    1.5 s showed up as ~1 s latency spikes); Kafka answers as data arrives, so Faust's wait stays there."""
 
     async def fetch_wait():
-        settings = WorkerSettings.build(PARAMS, embedded_broker=embedded, bootstrap_servers="127.0.0.1:1",
+        settings = WorkerSettings.build(PARAMS, broker=broker, bootstrap_servers="127.0.0.1:1",
                                         app_id="unit-fetch", tracked_range="0:10")
         worker = OCMSWorker(settings)
         consumer = worker.app.consumer._thread._create_worker_consumer(worker.app.transport)

@@ -87,7 +87,7 @@ def test_the_demo_finds_frequent_words_within_two_minutes():
     frequent words, only real words, and every word whose frequency is above the detection threshold."""
     from agents.discovery_pass import discovery_pass
     from cms_core.discovery import detection_threshold
-    from producer.broker import EmbeddedBroker, create_topics
+    from producer.broker import EmbeddedBroker
 
     named = run_metric(args(), DEST)
     fleet = discovery_fleet(named, args())
@@ -95,7 +95,7 @@ def test_the_demo_finds_frequent_words_within_two_minutes():
     fast = DiscoveryFleet(fleet.version, fleet.dataset, rate=4.0 * reports)  # one chunk, sent at once
     result = DiscoveryFleetResult()
     with EmbeddedBroker() as broker:
-        asyncio.run(create_topics(broker.bootstrap_servers, {"words": 2}))
+        broker.create_topics({"words": 2})
         started = time.time()
         asyncio.run(fast.run(result, seed=11, should_stop=lambda: result.reports >= reports * 0.9,
                              bootstrap_servers=broker.bootstrap_servers, topic="words"))

@@ -20,8 +20,8 @@ def test_env_then_overrides_and_frozen():
            "OCMS_WATCH": "1, 2,3", "OCMS_BUCKET_SECONDS": "60"}
     s = WorkerSettings.build(PARAMS, env, partitions=2)
     assert (s.bootstrap_servers, s.partitions, s.tracked_range, s.watch) == ("k:9092", 2, (0, 1000), ("1", "2", "3"))
-    assert s.session_timeout_s == 30.0
-    assert WorkerSettings.build(PARAMS, embedded_broker=True).session_timeout_s == 3.0
+    assert s.broker.session_timeout_s == 30.0
+    assert WorkerSettings.build(PARAMS, broker="embedded").broker.session_timeout_s == 3.0
     with pytest.raises(AttributeError):
         s.partitions = 3
 
@@ -62,7 +62,7 @@ def test_defaults_come_from_the_declarations():
     for setting in SETTINGS:
         if hasattr(s, setting.name) and setting.name != "bootstrap_servers":
             assert getattr(s, setting.name) == setting.default, setting.name
-    assert s.embedded_broker is False
+    assert s.broker.name == "kafka"
 
 
 def test_parameter_set_from_flags_and_environment():

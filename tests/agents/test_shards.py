@@ -86,7 +86,7 @@ def test_a_share_rebuilt_by_a_replay_equals_the_whole_views_part_and_drops_the_r
         whole_400.apply(r.key, r.value)
     share = Share(layout, sharded=True)
     view = CountsView()
-    reader = ChangelogReader(view, "unused", "unused", share)
+    reader = ChangelogReader(view, "unused", "unused", layout.partitions, share)
     share.held = share.ready = {0}
     reader._apply_share(records[:400], -1)  # holding shard 0 while the first 400 records arrive
     share.held, share.rebuilding = {0, 2}, {2}  # then given shard 2: replay from the start below offset 400

@@ -1,4 +1,6 @@
-"""The Faust worker end to end on the embedded broker (issue 4, tests 1-6).
+"""The Faust worker end to end (issue 4, tests 1-6), on the embedded broker and, for the tests that
+matter on a real Kafka (exact counts, SIGKILL, a second worker, retention), on librdkafka's mock
+cluster with the production ``kafka`` path (tests/brokers.py; issue 29).
 
 Every expectation is an offline cms_core decode of exactly the messages sent
 (``producer.offline``), compared to the integer: match counts and n, and the
@@ -18,9 +20,10 @@ import numpy as np
 import pytest
 
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, wire
-from producer.broker import EmbeddedBroker
+from producer.kafka import make_consumer
 from producer.offline import sketch_from_messages
 
+from tests.brokers import BROKERS, MOCK_MARKS, MOCK_SESSION_ARGS, endpoint, on_brokers, start_broker
 from tests.support.topics import consume
 from tests.support.waiting import poll_until
 
@@ -36,9 +39,9 @@ BUCKET = 60
 NAMED = {"metric": "default", "version": "1"}
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
+@pytest.fixture(scope="module", params=BROKERS)
+def broker(request):
+    with start_broker(request.param) as b:
         yield b
 
 
@@ -62,12 +65,13 @@ def assert_same_as_offline(doc: dict, sketch: OCMSSketch) -> None:
             assert got[field] == want[field], (got["value"], field)
 
 
-def all_committed(bootstrap: str, group: str, topic: str, partitions: int = 4) -> bool:
+def all_committed(broker, group: str, topic: str, partitions: int = 4) -> bool:
     """True when ``group``'s committed offset is the end of every partition of ``topic``."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
 
     async def check() -> bool:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+        bootstrap, profile = endpoint(broker)
+        consumer = make_consumer(bootstrap, profile=profile, group_id=group)
         await consumer.start()
         try:
             tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -81,8 +85,11 @@ def all_committed(bootstrap: str, group: str, topic: str, partitions: int = 4) -
 
 
 def start_worker(broker, tmp_path_factory, app_id: str, *args: str) -> WorkerProcess:
+    """A worker of ``app_id`` (its topic too); on the mock with short sessions (MOCK_SESSION_ARGS)."""
     log_dir = tmp_path_factory.mktemp(app_id)
-    worker = WorkerProcess(broker.bootstrap_servers, app_id, app_id, log_dir, "--epsilon", "2",
+    if broker.profile.name == "mock":
+        args = (*MOCK_SESSION_ARGS, *args)
+    worker = WorkerProcess(broker, app_id, app_id, log_dir, "--epsilon", "2",
                            "--dictionary-size", "1000", "--watch", WATCH, "--bucket-seconds", str(BUCKET), *args)
     return worker.start()
 
@@ -100,7 +107,7 @@ def fed(broker, tmp_path_factory):
         singles = report_messages(PARAMS, zipf_values(1_000, 3), 1, seed=4, timestamps_ms=[now_ms - 20_000] * 1000)
         messages = frames + singles
         random.Random(5).shuffle(messages)
-        send(broker.bootstrap_servers, worker.topic, messages)
+        send(broker, worker.topic, messages)
         worker.wait_for_n(100_000)
         yield worker, messages
     finally:
@@ -201,7 +208,7 @@ def kill_while_streaming(broker, worker, app_id: str, messages, total: int, *, t
     thread = threading.Thread(target=killer)
     try:
         thread.start()
-        send(broker.bootstrap_servers, worker.topic, messages, rate=rate)
+        send(broker, worker.topic, messages, rate=rate)
         thread.join()
         assert not failures, failures
         assert any(0 < p < total for p in progress), progress  # killed mid-stream
@@ -209,7 +216,7 @@ def kill_while_streaming(broker, worker, app_id: str, messages, total: int, *, t
         assert_same_as_offline(doc, offline(messages))
         # Nothing arrives late and double counted: once every source message is committed
         # (each only after its checkpoint) and nothing is pending, no replay is left.
-        poll_until(lambda: all_committed(broker.bootstrap_servers, app_id, worker.topic)
+        poll_until(lambda: all_committed(broker, app_id, worker.topic)
                    and worker.get("/healthz")[1]["pending_reports"] == 0, 60, "the source topic committed and nothing pending")
         assert worker.get("/estimates")[1]["n"] == total
     finally:
@@ -217,7 +224,9 @@ def kill_while_streaming(broker, worker, app_id: str, messages, total: int, *, t
     return progress
 
 
-@pytest.mark.parametrize("store", ["memory", "rocksdb"])
+@pytest.mark.parametrize("broker, store", [("embedded", "memory"), ("embedded", "rocksdb"),
+                                           pytest.param("mock", "memory", marks=MOCK_MARKS, id="mock-memory")],
+                         indirect=["broker"])
 def test_2_sigkill_three_times_mid_stream_still_exact(broker, tmp_path_factory, store):
     """memory: state rebuilt from the changelog; rocksdb (production): local state survives the kill
     and may be ahead of the changelog, which replayed keys re-assert."""
@@ -234,6 +243,7 @@ def test_2_sigkill_three_times_mid_stream_still_exact(broker, tmp_path_factory, 
         worker.stop()
 
 
+@on_brokers("embedded")
 def test_2b_sigkill_while_checkpoints_run_behind_the_intake_still_exact(broker, tmp_path_factory):
     """Full batches (400 reports: two frames) checkpointed behind the intake, acks chained, commits
     coalesced and batches grown under load (agents.app.OCMSWorker.batch_full), SIGKILLed three times
@@ -259,6 +269,7 @@ def test_2b_sigkill_while_checkpoints_run_behind_the_intake_still_exact(broker, 
         worker.stop()
 
 
+@on_brokers("embedded")
 def test_a_clean_stop_flushes_the_pending_batch(broker, tmp_path_factory):
     """SIGTERM with a micro-batch pending: it is written and acked before exit, so the
     restarted worker shows it at once instead of replaying it after the batch timer."""
@@ -266,7 +277,7 @@ def test_a_clean_stop_flushes_the_pending_batch(broker, tmp_path_factory):
     worker = start_worker(broker, tmp_path_factory, "it-clean-stop", *slow_batches)
     worker.wait_healthy()
     messages = report_messages(PARAMS, zipf_values(500, 21), 1, seed=22)
-    send(broker.bootstrap_servers, worker.topic, messages)
+    send(broker, worker.topic, messages)
     poll_until(lambda: worker.get("/healthz")[1]["pending_reports"], 30, "the 500 reports pending",
                until=lambda pending: pending >= 500)
     assert worker.get("/estimates")[1]["n"] == 0  # still pending: the 60 s timer has not fired
@@ -285,15 +296,19 @@ def test_a_clean_stop_flushes_the_pending_batch(broker, tmp_path_factory):
 
 
 # ------------------------------------------------------------------ test 3: two workers
+# Not on the mock: when a second member joins, librdkafka 2.0.2's mock answers the follower's SyncGroup
+# INVALID_REQUEST in a state where Kafka answers REBALANCE_IN_PROGRESS (2 of 3 tries, staggered starts too),
+# and aiokafka 0.14 then never rejoins (README, broker profiles).
+@on_brokers("embedded")
 def test_3_two_workers_answer_like_one(broker, tmp_path_factory):
     a = start_worker(broker, tmp_path_factory, "it-two")
-    b = WorkerProcess(broker.bootstrap_servers, "it-two", "it-two", a.log_dir, *a.args).start()
+    b = WorkerProcess(broker, "it-two", "it-two", a.log_dir, *a.args).start()
     try:
         a.wait_healthy()
         b.wait_healthy()
         messages = report_messages(PARAMS, zipf_values(40_000, 21), 200, seed=22)
         messages += report_messages(PARAMS, zipf_values(500, 23), 1, seed=24)
-        send(broker.bootstrap_servers, a.topic, messages, rate=200)
+        send(broker, a.topic, messages, rate=200)
         doc_a, doc_b = a.wait_for_n(40_500), b.wait_for_n(40_500)
         assert doc_a == doc_b
         assert_same_as_offline(doc_a, offline(messages))
@@ -342,6 +357,7 @@ def malformed_messages(now_ms: int) -> list[tuple[Message, str]]:
     return out * 3
 
 
+@on_brokers("embedded")
 def test_4_malformed_storm_goes_to_the_dead_letter_topic(broker, tmp_path_factory):
     worker = start_worker(broker, tmp_path_factory, "it-storm", "--retention-seconds", "3600")
     try:
@@ -351,9 +367,9 @@ def test_4_malformed_storm_goes_to_the_dead_letter_topic(broker, tmp_path_factor
         bad = malformed_messages(int(time.time() * 1000))
         mixed = valid + [m for m, _ in bad]
         random.Random(45).shuffle(mixed)
-        send(broker.bootstrap_servers, worker.topic, mixed)
+        send(broker, worker.topic, mixed)
         doc = worker.wait_for_n(10_200)
-        records = consume(broker.bootstrap_servers, worker.topic + "-dlq", len(bad))
+        records = consume(broker, worker.topic + "-dlq", len(bad))
         assert len(records) == len(bad)
         reasons = Counter(dict(r.headers)["ocms-reject-reason"].decode() for r in records)
         assert reasons == Counter(reason for _, reason in bad)
@@ -378,7 +394,8 @@ def view_keys(worker: WorkerProcess) -> int:
 
 
 def start_retention_worker(broker, log_dir, app_id: str, store: str = "memory://") -> WorkerProcess:
-    return WorkerProcess(broker.bootstrap_servers, app_id, app_id, log_dir, "--epsilon", "2", "--dictionary-size",
+    session = MOCK_SESSION_ARGS if broker.profile.name == "mock" else ()
+    return WorkerProcess(broker, app_id, app_id, log_dir, *session, "--epsilon", "2", "--dictionary-size",
                          "1000", "--bucket-seconds", "1", "--retention-seconds", str(RETENTION_S),
                          "--store", store).start()
 
@@ -392,7 +409,9 @@ def old_bucket_messages(seed: int) -> list[Message]:
     return [Message(m.value, b"one-device", m.timestamp_ms) for m in frames]
 
 
-@pytest.mark.parametrize("store", ["memory", "rocksdb"])
+@pytest.mark.parametrize("broker, store", [("embedded", "memory"), ("embedded", "rocksdb"),
+                                           pytest.param("mock", "memory", marks=MOCK_MARKS, id="mock-memory")],
+                         indirect=["broker"])
 def test_retention_survives_a_sigkill_and_restart(broker, tmp_path_factory, store):
     """Issue 17 reproduction: buckets written before a SIGKILL are still deleted after the
     restart (tombstones in the changelog, so the view shrinks), not kept for ever; with
@@ -402,7 +421,7 @@ def test_retention_survives_a_sigkill_and_restart(broker, tmp_path_factory, stor
     worker = start_retention_worker(broker, tmp_path_factory.mktemp(app_id), app_id, store_url)
     try:
         worker.wait_healthy()
-        send(broker.bootstrap_servers, worker.topic, old_bucket_messages(51))
+        send(broker, worker.topic, old_bucket_messages(51))
         worker.wait_for_n(40, timeout=30)
         assert view_keys(worker) == 5  # precondition: nothing expired before the kill
         worker.kill()
@@ -411,7 +430,7 @@ def test_retention_survives_a_sigkill_and_restart(broker, tmp_path_factory, stor
         # A report 20 s ahead: its bucket outlives the old ones, so "2 keys" is a stable state.
         ahead = int((time.time() + 20) * 1000)
         later = report_messages(PARAMS, zipf_values(10, 53), 10, seed=54, timestamps_ms=[ahead])
-        send(broker.bootstrap_servers, worker.topic, [Message(later[0].value, b"one-device", ahead)])
+        send(broker, worker.topic, [Message(later[0].value, b"one-device", ahead)])
         worker.wait_for_n(50, timeout=30)
         poll_until(lambda: view_keys(worker), 45, "the four expired buckets written before the restart deleted",
                    until=lambda keys: keys == 2)
@@ -420,6 +439,7 @@ def test_retention_survives_a_sigkill_and_restart(broker, tmp_path_factory, stor
         worker.stop()
 
 
+@on_brokers("embedded")
 def test_retention_deletes_buckets_of_a_partition_that_moved(broker, tmp_path_factory):
     """The owner of the partition is SIGKILLed before its buckets expire; the worker that
     takes the partition over deletes them from the changelog, so its view shrinks too."""
@@ -428,7 +448,7 @@ def test_retention_deletes_buckets_of_a_partition_that_moved(broker, tmp_path_fa
     try:
         for w in workers:
             w.wait_healthy()
-        send(broker.bootstrap_servers, workers[0].topic, old_bucket_messages(61))
+        send(broker, workers[0].topic, old_bucket_messages(61))
         for w in workers:
             w.wait_for_n(40, timeout=30)
 

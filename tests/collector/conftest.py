@@ -37,6 +37,6 @@ def broker():
 def worker(broker, registry_path, request, tmp_path_factory):
     """``ocms worker --registry`` on the test registry reading the module's TOPIC, serving its API
     (its name-less /estimates: "dest" version 1)."""
-    with serving_worker(registry_path, broker.bootstrap_servers, request.module.TOPIC,
+    with serving_worker(registry_path, broker, request.module.TOPIC,
                         tmp_path_factory.mktemp("worker")) as w:
         yield w

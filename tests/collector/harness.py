@@ -1,9 +1,10 @@
-"""Real collector (and worker) processes against the embedded broker, for the collector tests.
+"""Real collector (and worker) processes against a broker, for the collector tests.
 
 ``CollectorProcess`` is ``python -m agents.cli collector ...`` in its own session
 (SIGKILL takes exactly it). ``serving_worker`` is ``ocms worker --registry`` on the
 same registry (tests.agents.harness.WorkerProcess), because the collector only accepts
-registry-bound fingerprints.
+registry-bound fingerprints. The broker is a bootstrap address of the embedded broker or a
+broker object with a profile (tests/brokers.py), passed on as ``--broker``.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from cms_core import wire
 from cms_core.privatize import simulate_reports
 from collector.cli import collector_command
 from producer.broker import free_port
-
 from tests.agents.harness import WorkerProcess
+from tests.brokers import MOCK_SESSION_ARGS, collector_topics, endpoint
 from tests.support.waiting import poll_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,10 +64,12 @@ def write_registry(directory: Path) -> Path:
 
 
 class CollectorProcess:
-    def __init__(self, registry: Path, bootstrap: str, topic: str, log_dir: Path, *args: str, port: int | None = None,
+    def __init__(self, registry: Path, broker, topic: str, log_dir: Path, *args: str, port: int | None = None,
                  open_files: int | None = None):
         self.registry = registry
-        self.bootstrap = bootstrap
+        self.bootstrap, self.profile = endpoint(broker)
+        if not self.profile.clients_create_topics:  # the mock: create what is not there yet
+            broker.create_topics({t: n for t, n in collector_topics(topic).items() if t not in broker.topics})
         self.topic = topic
         self.log_dir = log_dir
         self.port = port or free_port()
@@ -86,7 +89,8 @@ class CollectorProcess:
     def start(self) -> "CollectorProcess":
         self.starts += 1
         log = open(self.log_path, "wb")
-        command = collector_command(self.registry, self.bootstrap, self.port, "--source-topic", self.topic, *self.args)
+        command = collector_command(self.registry, self.bootstrap, self.port, "--source-topic", self.topic,
+                                    "--broker", self.profile.name, *self.args)
         # The caller's OCMS_* settings stay out, except the event loop: OCMS_COLLECTOR_EVENT_LOOP=asyncio
         # runs every collector test on asyncio's loop instead of the default uvloop.
         env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_") or k == "OCMS_COLLECTOR_EVENT_LOOP"}
@@ -184,12 +188,14 @@ def records_of(message: bytes, version) -> list[bytes]:
 
 
 @contextlib.contextmanager
-def serving_worker(registry: Path, bootstrap: str, topic: str, log_dir: Path):
+def serving_worker(registry: Path, broker, topic: str, log_dir: Path):
     """``ocms worker --registry REGISTRY`` reading ``topic``, serving its API (n = 0 answered); stopped on
     the way out. It counts every version of the registry's metrics; its name-less /estimates answers
-    the first metric's ("dest" version 1)."""
-    worker = WorkerProcess(bootstrap, f"{topic}-worker", topic, log_dir, "--registry", str(registry),
-                           "--batch-max-seconds", "0.1").start()
+    the first metric's ("dest" version 1). On the mock its group session is MOCK_SESSION_SECONDS
+    (tests/brokers.py: the fault tests stop and restart it)."""
+    session = MOCK_SESSION_ARGS if endpoint(broker)[1].name == "mock" else ()
+    worker = WorkerProcess(broker, f"{topic}-worker", topic, log_dir, "--registry", str(registry),
+                           "--batch-max-seconds", "0.1", *session).start()
     try:
         worker.wait_for_n(0, timeout=90)
         yield worker

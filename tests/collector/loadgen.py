@@ -3,6 +3,13 @@
 Each upload is a few single-report messages of fresh random reports; the log keeps
 the records of every upload with its answer (202, another status, or no answer
 at all), so a test can compare what got a 202 with what is in Kafka.
+
+No two uploads of a test process share a record: a report is a few bytes (5 for the test
+registry's "dest": two F(1009) coefficients and a hash output, about 4 million values), so
+random reports repeat by chance (birthday collisions: in 9 streams of 3,000 uploads of 3
+reports, 792 values occur twice). Without this, two uploads that drew the same report looked
+like one report stored twice (test_broker_faults saw it once in 3 runs and took it for a double
+store); with it, a record value found twice in Kafka is one upload stored twice.
 """
 
 from __future__ import annotations
@@ -21,6 +28,20 @@ from cms_core.privatize import simulate_reports
 from tests.support.waiting import poll_until
 
 from .harness import WIRE, records_of
+
+
+#: Every record the generators of this process have issued (module docstring), under its lock.
+_ISSUED: set[bytes] = set()
+_ISSUED_LOCK = threading.Lock()
+
+
+def _issue(records: list[bytes]) -> bool:
+    """Reserve ``records`` for one upload: False when one of them was issued before (draw again)."""
+    with _ISSUED_LOCK:
+        if len(set(records)) != len(records) or not _ISSUED.isdisjoint(records):
+            return False
+        _ISSUED.update(records)
+        return True
 
 
 @dataclass
@@ -66,9 +87,13 @@ class LoadGenerator:
         self._thread: threading.Thread | None = None
 
     def _upload(self) -> tuple[bytes, list[bytes]]:
-        values = self.rng.integers(0, 1000, self.per_upload).astype(np.uint64)
-        messages = wire.encode_reports(self.version.params, simulate_reports(self.version.params, values, self.rng))
-        return b"".join(messages), [r for m in messages for r in records_of(m, self.version)]
+        """One upload's body and records; its records were never issued before in this process."""
+        while True:
+            values = self.rng.integers(0, 1000, self.per_upload).astype(np.uint64)
+            messages = wire.encode_reports(self.version.params, simulate_reports(self.version.params, values, self.rng))
+            records = [r for m in messages for r in records_of(m, self.version)]
+            if _issue(records):
+                return b"".join(messages), records
 
     async def _worker(self, session) -> None:
         import aiohttp

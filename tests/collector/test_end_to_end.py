@@ -2,7 +2,9 @@
 
 The worker is ``ocms worker --registry`` on the collector's registry
 (conftest.worker). Expectations are integers: the worker's n
-and match counts against an offline decode of exactly what was delivered.
+and match counts against an offline decode of exactly what was delivered. Every test
+runs on the embedded broker and on librdkafka's mock cluster (tests/brokers.py:
+the production ``kafka`` path, idempotent producer included).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from producer.ledger import PrivacyLedger
 from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport
 from tests.agents.harness import ocms
+from tests.brokers import BROKERS, start_broker
 from tests.support.topics import consume
 
 from .harness import CollectorProcess, records_of
@@ -27,9 +30,16 @@ pytestmark = pytest.mark.integration  # a broker, a worker and collectors
 TOPIC = "col-e2e"
 
 
+@pytest.fixture(scope="module", params=BROKERS)
+def broker(request):
+    """Overrides conftest's embedded broker: these tests run on both (the conftest worker follows)."""
+    with start_broker(request.param) as b:
+        yield b
+
+
 @pytest.fixture(scope="module")
 def collector(broker, registry_path, worker, tmp_path_factory):
-    with CollectorProcess(registry_path, broker.bootstrap_servers, TOPIC, tmp_path_factory.mktemp("collector")) as c:
+    with CollectorProcess(registry_path, broker, TOPIC, tmp_path_factory.mktemp("collector")) as c:
         yield c
 
 
@@ -111,7 +121,7 @@ def test_sigkill_of_the_collector_under_load_loses_no_accepted_report(broker, re
     statuses = log.statuses()
     assert statuses[None] >= 1, "the kills should have cut some uploads off"
     assert set(statuses) <= {202, None, 503}, statuses
-    in_kafka = Counter(r for record in consume(broker.bootstrap_servers, TOPIC)
+    in_kafka = Counter(r for record in consume(broker, TOPIC)
                        for r in records_of(record.value, dest))
     accepted = log.records(202)
     assert not accepted - in_kafka, "a report that got a 202 is missing"

@@ -93,10 +93,10 @@ def broker():
 
 def produce(bootstrap: str, records: list[tuple[str, int, bytes, list]]) -> None:
     """(topic, partition, value, headers) appended by a plain producer (a 'dead collector')."""
-    from aiokafka import AIOKafkaProducer
+    from producer.kafka import EMBEDDED, make_producer
 
     async def run():
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        producer = make_producer(bootstrap, EMBEDDED)
         await producer.start()
         try:
             for topic, partition, value, headers in records:

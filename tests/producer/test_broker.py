@@ -5,7 +5,9 @@ import os
 
 import pytest
 
-from producer.broker import BrokerError, EmbeddedBroker, create_topics
+from producer.broker import EmbeddedBroker, free_port
+from producer.kafka import (EMBEDDED, KafkaUnavailableError, TopicMismatchError, make_admin, make_producer,
+                            wait_until_ready)
 from tests.support.topics import read_topic
 
 
@@ -21,9 +23,7 @@ def test_topics_pre_created_with_explicit_partitions(broker):
     broker.create_topics({"ocms-test-a": 2})  # idempotent
 
     async def describe():
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+        admin = make_admin(broker.bootstrap_servers)
         await admin.start()
         try:
             return {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(["ocms-test-a", "ocms-test-b"])}
@@ -31,27 +31,25 @@ def test_topics_pre_created_with_explicit_partitions(broker):
             await admin.close()
 
     assert asyncio.run(describe()) == {"ocms-test-a": 2, "ocms-test-b": 1}
-    with pytest.raises(BrokerError, match="has 2 partitions, configured 3"):
+    with pytest.raises(TopicMismatchError, match="has 2 partitions, configured 3"):
         broker.create_topics({"ocms-test-a": 3})
-    with pytest.raises(BrokerError, match="partitions must be an integer"):
+    with pytest.raises(TopicMismatchError, match="partitions must be an integer"):
         broker.create_topics({"ocms-test-c": 0})
 
 
 @pytest.mark.integration
 def test_produce_consume_round_trip(broker):
-    from aiokafka import AIOKafkaProducer
-
     broker.create_topics({"ocms-test-rt": 3})
 
     async def go():
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers)
+        producer = make_producer(broker.bootstrap_servers, EMBEDDED)
         await producer.start()
         try:
             for i in range(30):
                 await producer.send_and_wait("ocms-test-rt", b"m%d" % i, key=b"k%d" % i)
         finally:
             await producer.stop()
-        return [record.value for record in await read_topic(broker.bootstrap_servers, "ocms-test-rt", 30)]
+        return [record.value for record in await read_topic(broker, "ocms-test-rt", 30)]
 
     assert sorted(asyncio.run(go())) == sorted(b"m%d" % i for i in range(30))
 
@@ -67,9 +65,7 @@ def test_stop_leaves_no_process():
 
 
 def test_unreachable_broker_times_out_with_clear_error():
-    from producer.broker import free_port, wait_until_ready
-
-    with pytest.raises(BrokerError, match="did not answer"):
+    with pytest.raises(KafkaUnavailableError, match="did not answer"):
         asyncio.run(wait_until_ready(f"127.0.0.1:{free_port()}", timeout=1.0))
 
 
@@ -79,11 +75,9 @@ def test_the_readiness_probe_keeps_expected_refusals_out_of_the_log(caplog):
     import asyncio
     import logging
 
-    from producer.broker import BrokerError, free_port, wait_until_ready
-
     address = f"127.0.0.1:{free_port()}"  # nothing listens here
     with caplog.at_level(logging.ERROR, logger="aiokafka"):
-        with pytest.raises(BrokerError, match=address):
+        with pytest.raises(KafkaUnavailableError, match=address):
             asyncio.run(wait_until_ready(address, timeout=1.0))
         logging.getLogger("aiokafka").error('Unable connect to "10.0.0.1:9092": elsewhere')  # not this probe's
     refusals = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Unable connect")]

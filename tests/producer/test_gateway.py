@@ -197,11 +197,12 @@ def test_constructor_validation(kwargs, name):
 @pytest.mark.integration
 def test_frames_through_kafka_sink_to_the_embedded_broker():
     from producer.broker import EmbeddedBroker
+    from producer.kafka import EMBEDDED
 
     sent = [privatize(PARAMS, v % 1000) for v in range(250)]  # device path reports
 
     async def go(servers):
-        async with KafkaFrameSink(servers, "gw-frames", key=b"gateway-1") as sink:
+        async with KafkaFrameSink(servers, "gw-frames", key=b"gateway-1", profile=EMBEDDED) as sink:
             async with FrameBatcher(PARAMS, send=sink, max_records=100, max_latency_s=0.05) as batcher:
                 for r in sent:
                     await batcher.add(r)

@@ -17,18 +17,19 @@ def cluster():
 
 
 def produce_and_count(bootstrap: str, topic: str, partitions: int, records: int) -> dict[int, int]:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.structs import TopicPartition
 
+    from producer.kafka import MOCK, make_consumer, make_producer
+
     async def go():
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5)
+        producer = make_producer(bootstrap, MOCK, linger_ms=5)  # idempotent, acks=all
         await producer.start()
         try:
             sent = [await producer.send(topic, b"x", partition=i % partitions) for i in range(records)]
             await asyncio.gather(*sent)
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+        consumer = make_consumer(bootstrap, profile=MOCK)
         await consumer.start()
         try:
             ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])

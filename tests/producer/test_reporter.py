@@ -11,6 +11,7 @@ from cms_core.errors import InvalidParameterError, InvalidValueError, PrivacyBud
 from cms_core.params import OCMSParams
 from cms_core.wire import decode_message
 from producer.broker import EmbeddedBroker
+from producer.kafka import EMBEDDED
 from producer.ledger import PrivacyLedger
 from producer.reporter import (
     DeliveryError,
@@ -35,7 +36,7 @@ def broker():
 def reporter(broker, topic, **kwargs):
     kwargs.setdefault("device_key", new_device_key())
     kwargs.setdefault("metric", "m")
-    return DeviceReporter(PARAMS, bootstrap_servers=broker.bootstrap_servers, topic=topic, **kwargs)
+    return DeviceReporter(PARAMS, bootstrap_servers=broker.bootstrap_servers, topic=topic, profile=EMBEDDED, **kwargs)
 
 
 @pytest.mark.integration

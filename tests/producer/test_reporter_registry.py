@@ -14,6 +14,7 @@ from cms_core.errors import InvalidParameterError, InvalidValueError
 from cms_core.wire import peek_header
 from producer.broker import EmbeddedBroker
 from producer.gateway import FrameBatcher
+from producer.kafka import EMBEDDED
 from producer.ledger import PrivacyLedger
 from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport, new_device_key
@@ -42,7 +43,7 @@ def test_reports_name_metric_and_value_and_charge_each_metric(broker, tmp_path):
 
     async def go():
         async with DeviceReporter(REGISTRY, bootstrap_servers=broker.bootstrap_servers, topic=TOPIC,
-                                  device_key=new_device_key(), ledger=ledger) as reporter:
+                                  device_key=new_device_key(), ledger=ledger, profile=EMBEDDED) as reporter:
             futures = [await reporter.submit(metric, value) for (metric, value), n in sent.items() for _ in range(n)]
             deliveries = await asyncio.gather(*futures)
         return deliveries, await read_topic(broker.bootstrap_servers, TOPIC, sum(sent.values()))

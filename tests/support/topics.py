@@ -6,14 +6,19 @@ import asyncio
 import time
 
 
-async def read_topic(bootstrap: str, topic: str, expected: int = 0, *, idle_s: float = 1.5,
-                     timeout: float = 60.0) -> list:
+async def read_topic(broker, topic: str, expected: int = 0, *, idle_s: float = 1.5, timeout: float = 60.0) -> list:
     """The records of ``topic``: at least ``expected`` of them if they come within ``timeout`` s, then
-    every further record until ``idle_s`` s pass without one (so duplicates and extras show)."""
-    from aiokafka import AIOKafkaConsumer
+    every further record until ``idle_s`` s pass without one (so duplicates and extras show).
 
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None, max_partition_fetch_bytes=8 << 20)
+    ``broker`` is a bootstrap address (the embedded broker) or a broker object (``EmbeddedBroker``,
+    ``MockCluster``) whose profile the consumer uses (tests.brokers.endpoint).
+    """
+    from producer.kafka import make_consumer
+    from tests.brokers import endpoint
+
+    bootstrap, profile = endpoint(broker)
+    consumer = make_consumer(bootstrap, topic, profile=profile, auto_offset_reset="earliest",
+                             max_partition_fetch_bytes=8 << 20)
     await consumer.start()
     records: list = []
     try:
@@ -30,6 +35,6 @@ async def read_topic(bootstrap: str, topic: str, expected: int = 0, *, idle_s: f
     return records
 
 
-def consume(bootstrap: str, topic: str, expected: int = 0, *, idle_s: float = 1.5, timeout: float = 60.0) -> list:
+def consume(broker, topic: str, expected: int = 0, *, idle_s: float = 1.5, timeout: float = 60.0) -> list:
     """``read_topic`` outside an event loop."""
-    return asyncio.run(read_topic(bootstrap, topic, expected, idle_s=idle_s, timeout=timeout))
+    return asyncio.run(read_topic(broker, topic, expected, idle_s=idle_s, timeout=timeout))

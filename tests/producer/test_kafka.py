@@ -1,0 +1,158 @@
+"""producer.kafka: the broker profiles, and what every Kafka client gets under each (no broker needed)."""
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from collector.produce import KafkaOutlet
+from collector.settings import CollectorSettings
+from cms_core.errors import OCMSError
+from cms_core.params import OCMSParams
+from producer.gateway import KafkaFrameSink
+from producer.kafka import (EMBEDDED, KAFKA, MAX_REQUEST_BYTES, MOCK, PROFILES, broker_profile, consumer_config,
+                            producer_config, profiles_table, stop_client)
+from producer.reporter import DeviceReporter
+
+ROOT = Path(__file__).resolve().parents[2]
+PARAMS = OCMSParams.build(2.0, 1000)
+
+
+# ------------------------------------------------------------------------------ the profiles
+def test_each_profile_differs_from_kafka_exactly_where_it_says_why():
+    assert KAFKA.differing_settings() == set() and not KAFKA.differences
+    for profile in (EMBEDDED, MOCK):
+        assert profile.differing_settings() == set(profile.differences), profile.name
+        assert all(len(why) > 40 for why in profile.differences.values())
+    # the mock may differ only where the mock cannot do what Apache Kafka does: topic creation, held fetches
+    assert MOCK.differing_settings() == {"clients_create_topics", "fetch_max_wait_ms"}
+
+
+def test_a_difference_without_a_reason_is_caught():
+    sloppy = dataclasses.replace(MOCK, session_timeout_s=6.0)  # differs, and says nothing about it
+    assert sloppy.differing_settings() != set(sloppy.differences)
+
+
+def test_profiles_are_named_and_an_unknown_name_is_refused():
+    assert PROFILES == {"kafka": KAFKA, "embedded": EMBEDDED, "mock": MOCK}
+    assert broker_profile("mock") is MOCK
+    with pytest.raises(OCMSError, match="kafka, embedded, mock"):
+        broker_profile("redpanda")
+
+
+def test_the_readme_operating_notes_hold_the_generated_profile_table():
+    # the table sits in a bullet of the operating notes, indented by two spaces
+    readme = "\n".join(line.removeprefix("  ") for line in (ROOT / "README.md").read_text().splitlines())
+    assert profiles_table() in readme, "regenerate: python -m producer.kafka (and paste it into README.md)"
+    for profile in (EMBEDDED, MOCK):
+        for why in profile.differences.values():
+            assert why in readme
+
+
+# ------------------------------------------------------------------------------ what clients get
+def test_producers_ack_all_with_one_request_bound_and_idempotence_where_the_broker_has_it():
+    for profile, idempotent in ((KAFKA, True), (MOCK, True), (EMBEDDED, False)):
+        config = producer_config("k:9092", profile, linger_ms=5)
+        assert config == {"bootstrap_servers": "k:9092", "acks": "all", "max_request_size": MAX_REQUEST_BYTES,
+                          "enable_idempotence": idempotent, "linger_ms": 5}, profile.name
+    assert producer_config("k", KAFKA, idempotent=False, acks=1)["enable_idempotence"] is False
+
+
+def test_consumers_get_the_fetch_wait_of_their_profile_and_group_sessions():
+    assert "fetch_max_wait_ms" not in consumer_config("k", KAFKA)  # Kafka answers as data arrives
+    assert consumer_config("k", EMBEDDED)["fetch_max_wait_ms"] == consumer_config("k", MOCK)["fetch_max_wait_ms"] == 100
+    assert consumer_config("k", KAFKA)["group_id"] is None
+    grouped = consumer_config("k", KAFKA, group_id="g")
+    assert (grouped["session_timeout_ms"], grouped["heartbeat_interval_ms"]) == (30_000, 3_000)
+    grouped = consumer_config("k", EMBEDDED, group_id="g")
+    assert (grouped["session_timeout_ms"], grouped["heartbeat_interval_ms"]) == (3_000, 1_000)
+
+
+class Recorder:
+    def __init__(self):
+        self.config = None
+
+    def __call__(self, **config):
+        self.config = config
+        raise RuntimeError("not a producer")
+
+
+@pytest.mark.parametrize("broker, mode, idempotent", [
+    ("kafka", "auto", True), ("mock", "auto", True), ("embedded", "auto", False),
+    ("kafka", "off", False), ("embedded", "on", True),
+])
+def test_what_the_collector_producer_gets(tmp_path, broker, mode, idempotent):
+    registry = tmp_path / "r.yaml"
+    registry.write_text("metrics: []\n")
+    settings = CollectorSettings.build({}, registry=str(registry), bootstrap_servers="k:9092", broker=broker,
+                                       kafka_idempotence=mode, kafka_timeout_ms="1500")
+    config = KafkaOutlet(settings, metrics=None).config()
+    assert config == {"bootstrap_servers": "k:9092", "acks": "all", "max_request_size": MAX_REQUEST_BYTES,
+                      "enable_idempotence": idempotent, "client_id": "ocms-collector", "linger_ms": 0,
+                      "request_timeout_ms": 1500, "retry_backoff_ms": 100, "max_batch_size": 1_048_576}
+
+
+def test_the_collector_refuses_an_unknown_broker_naming_the_flag(tmp_path):
+    registry = tmp_path / "r.yaml"
+    registry.write_text("metrics: []\n")
+    with pytest.raises(OCMSError, match="--broker"):
+        CollectorSettings.build({}, registry=str(registry), bootstrap_servers="k", broker="tansu")
+    with pytest.raises(OCMSError, match="OCMS_BROKER"):
+        CollectorSettings.build({"OCMS_BROKER": "tansu"}, registry=str(registry), bootstrap_servers="k")
+
+
+@pytest.mark.parametrize("profile", [KAFKA, EMBEDDED, MOCK], ids=lambda p: p.name)
+def test_what_devices_and_gateways_get(profile):
+    factory = Recorder()
+    reporter = DeviceReporter(PARAMS, bootstrap_servers="k:9092", topic="t", device_key=b"d", metric="m",
+                              profile=profile, producer_factory=factory)
+    with pytest.raises(Exception):
+        asyncio.run(reporter.start())
+    assert factory.config == {"bootstrap_servers": "k:9092", "acks": "all", "max_request_size": MAX_REQUEST_BYTES,
+                              "enable_idempotence": profile.idempotent_producer, "linger_ms": 5,
+                              "request_timeout_ms": 30_000}
+    sink = KafkaFrameSink("k:9092", "t", profile=profile, producer_factory=factory)
+    with pytest.raises(RuntimeError):
+        asyncio.run(sink.start())
+    assert factory.config == {"bootstrap_servers": "k:9092", "acks": "all", "max_request_size": MAX_REQUEST_BYTES,
+                              "enable_idempotence": profile.idempotent_producer, "linger_ms": 0}
+
+
+# ------------------------------------------------------------------------------ stop_client
+class StopCancels:
+    """A client whose stop() raises CancelledError, as aiokafka's does right after start."""
+
+    async def stop(self):
+        raise asyncio.CancelledError()
+
+
+def test_a_stop_that_raises_cancelled_does_not_mask_the_error_being_handled():
+    async def reader():
+        try:
+            raise ConnectionError("the reader's own failure")
+        finally:
+            await stop_client(StopCancels())
+
+    with pytest.raises(ConnectionError, match="own failure"):
+        asyncio.run(reader())
+
+
+def test_a_task_that_is_really_cancelled_stays_cancelled():
+    async def main():
+        started = asyncio.Event()
+
+        async def reader():
+            try:
+                started.set()
+                await asyncio.sleep(60)
+            finally:
+                await stop_client(StopCancels())
+
+        task = asyncio.create_task(reader())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())

@@ -24,6 +24,7 @@ import time
 import faust
 
 from cms_core import wire
+from registry import Registry
 
 from .catalog import Catalog
 from .checkpoint import Checkpoint, CountsTable, FoldInputs, TableWriter
@@ -33,7 +34,6 @@ from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
 from .discovery import WorkerDiscovery
 from .processor import AcceptedMessage, Batch, BatchPlan, DiscoveryMessage, MessageValidator, PendingBatch, RejectedMessage
-from .query import EstimateService
 from .retention import Retention, expiry_interval
 from .shards import Router, Share
 from .settings import TABLE_NAME, WorkerSettings
@@ -88,20 +88,17 @@ class OCMSWorker:
     #: False leaves source messages on Faust's path to the agent's stream (``consume``).
     side_intake = True
 
-    def __init__(self, settings: WorkerSettings):
+    def __init__(self, settings: WorkerSettings, metrics: Registry):
         self.settings = settings
         self.source_topic = settings.source_topic  # read by agents.intake
         self.view = CountsView()
-        # Every metric version served, by name and fingerprint (a registry, or the single-metric flags).
-        self.catalog = Catalog.build(settings, self.view)
-        # The name-less endpoints (/estimates ...): the flags' metric as before, or the registry's first.
-        self.service = (EstimateService(settings, self.view) if self.catalog.legacy
-                        else self.catalog.primary.default)
+        # Every metric version served, by name and fingerprint (a registry, or the single-metric flags').
+        self.catalog = Catalog(metrics, self.view, future_tolerance_seconds=settings.future_tolerance_seconds)
         self.view.tracked_sizes = self.catalog.tracked_sizes
         self.metrics = PipelineMetrics()  # its guard: one bad series never fails /metrics
         # Discoverable metrics' level reports: acked, read by discovery from the topic, counted by no table.
         self.discovery = WorkerDiscovery.build(self.catalog, settings)
-        self.validator = MessageValidator(self.catalog.params_sets, settings.retention_seconds,
+        self.validator = MessageValidator(self.catalog.params_sets, None,
                                           settings.future_tolerance_seconds, self.catalog.retention_by_fp,
                                           discovery_sets=self.discovery.level_params)
         self.fp_hex = {p.fingerprint: p.fingerprint.hex() for p in self.catalog.params_sets}

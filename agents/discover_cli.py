@@ -21,6 +21,7 @@ from cms_core import discovery
 from cms_core.errors import OCMSError
 from cms_core.values import value_to_json
 from producer.cli import int_at_least
+from registry.flags import DEFAULT_SOURCE_TOPIC
 
 from .discovery import DEFAULT_EXPORTED_VALUES, DiscoveryCollector, DiscoveryService
 from .discovery_pass import discovery_document, group_by_level, read_topic_window
@@ -29,13 +30,13 @@ from .discovery_pass import discovery_document, group_by_level, read_topic_windo
 EXIT_NOTHING_COUNTED = 1
 
 
-def _version(registry_path: str, metric: str, number: int | None):
-    from registry import load_registry
+def _discoverable(args, registry):
+    """The version ``--metric NAME [--metric-version N]`` of ``registry`` names, which must declare discovery."""
+    from registry.flags import version_from_args
 
-    spec = load_registry(registry_path).metric(metric)
-    version = spec.version(number) if number is not None else spec.latest
+    version = version_from_args(args, registry)
     if version.discovery is None:
-        raise OCMSError(f"--metric {metric}: version {version.version} declares no 'discovery:' block "
+        raise OCMSError(f"--metric {version.metric}: version {version.version} declares no 'discovery:' block "
                         f"(only strings/integers metrics with one can be discovered; docs/discovery.md)")
     return version
 
@@ -68,8 +69,10 @@ def cmd_discover(args) -> int:
             raise OCMSError(f"{flag} goes with --serve")
     if args.metric is None:
         raise OCMSError("--metric NAME is required (the metric to discover values of)")
-    version = _version(args.registry, args.metric, args.metric_version)
     from registry.discovery import discovery_of
+    from registry.flags import metrics_from_args
+
+    version = _discoverable(args, metrics_from_args(args))  # the registry, read once
 
     spec = discovery_of(version)
     window = None
@@ -142,7 +145,7 @@ def promote(path: str, version, doc: dict) -> dict:
     """
     from pathlib import Path
 
-    from producer.values_file import read_raw_values, write_values_file
+    from registry.values_file import read_raw_values, write_values_file
 
     target = Path(path)
     existing: list[str] = []
@@ -184,7 +187,7 @@ def add_discover_parser(sub) -> None:
     p.add_argument("--from", dest="start", metavar="TIME", help="window start (ISO 8601 with zone), with --bootstrap-servers")
     p.add_argument("--to", dest="stop", metavar="TIME", help="window end (exclusive)")
     p.add_argument("--bootstrap-servers", help="Kafka to read the window from")
-    p.add_argument("--topic", default="ocms-reports", help="the reports topic (default ocms-reports)")
+    p.add_argument("--topic", default=DEFAULT_SOURCE_TOPIC, help=f"the reports topic (default {DEFAULT_SOURCE_TOPIC})")
     p.add_argument("--alpha", type=_probability, default=0.05,
                    help="family-wise probability of any false discovery (default 0.05)")
     p.add_argument("--confidence", type=_probability, default=0.95, help="CI level of the estimates (default 0.95)")
@@ -209,15 +212,15 @@ def cmd_serve(args) -> int:
     """``ocms discover --serve``: a DiscoveryService with its HTTP API and /metrics, until SIGINT/SIGTERM."""
     import asyncio
 
-    from registry import load_registry
+    from registry.flags import metrics_from_args
 
     if args.inputs or args.start or args.stop or args.promote or args.out:
         raise OCMSError("--serve reads the topic's moving window: drop capture files, --from/--to, --out, --promote")
     if not args.bootstrap_servers:
         raise OCMSError("--serve needs --bootstrap-servers (the Kafka holding the reports topic)")
-    registry = load_registry(args.registry)
+    registry = metrics_from_args(args)
     if args.metric is not None:
-        versions = [_version(args.registry, args.metric, args.metric_version)]
+        versions = [_discoverable(args, registry)]
     else:
         versions = [m.latest for m in registry.metrics if m.latest.discovery is not None]
         if not versions:

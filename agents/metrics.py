@@ -26,10 +26,11 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from cms_core.sketch import EstimateOptions
 from cms_core.values import value_to_json
 
 from .processor import REJECT_REASONS
-from .query import ANSWER_RECORDS_DROPPED, EstimateOptions, Window, select, top_indices
+from .query import ANSWER_RECORDS_DROPPED, Window, select, top_indices
 
 # ``*_created`` series double the scrape size and no dashboard or rule uses them.
 disable_created_metrics()
@@ -291,8 +292,8 @@ class EstimatesCollector:
                                      params.mode], 1.0)
             latest = service.latest_bucket(now)
             latest_start.add_metric(names, float(latest.start))
-            total_n, total_counts = service.counts(fp, Window("total"))
-            total_est = service.estimate(fp, total_n, total_counts, options)
+            total_n, total_counts = service.counts(Window("total"))
+            total_est = service.estimate(total_n, total_counts, options)
             chosen = list(service.watch)
             if total_n and v.top_k and not service.withheld(total_n):
                 chosen += [i for i in top_indices(total_est, v.top_k) if i not in chosen]
@@ -300,12 +301,12 @@ class EstimatesCollector:
                 over += max(0, len(chosen) - budget)
                 chosen = chosen[:budget]
                 budget -= len(chosen)
-            latest_n, latest_counts = service.counts(fp, latest)
-            latest_est = service.estimate(fp, latest_n, latest_counts, options)
+            latest_n, latest_counts = service.counts(latest)
+            latest_est = service.estimate(latest_n, latest_counts, options)
             exported = 0
             for window, n, est in (("total", total_n, total_est), ("latest_bucket", latest_n, latest_est)):
                 reports.add_metric(names + [window], float(n))
-                central = service.central(fp, Window("total") if window == "total" else latest, n)
+                central = service.central(Window("total") if window == "total" else latest, n)
                 if central["central_epsilon"] is not None:
                     central_epsilon.add_metric(names + [window], central["central_epsilon"])
                     central_delta.add_metric(names + [window], central["central_delta"])
@@ -346,14 +347,14 @@ class EstimatesCollector:
         before the latest seldom changes)."""
         width = latest.width
         previous = Window("previous_bucket", width, latest.start - width, latest.start)
-        n, counts = service.counts(service.fingerprint, previous)
+        n, counts = service.counts(previous)
         if not n or service.withheld(n):
             return
         key = (previous.start, n, options)
         cached = self._previous.get(service.fingerprint)
         if cached is None or cached[0] != key:
             cached = self._previous[service.fingerprint] = (
-                key, service.estimate(service.fingerprint, n, counts, options).ci_high)
+                key, service.estimate(n, counts, options).ci_high)
         upper = cached[1]
         for index in chosen:
             family.add_metric(names + [service.name_of(value_to_json(service.labels[index]))], float(upper[index]))

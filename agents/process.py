@@ -7,7 +7,7 @@ its children in order (fleet, worker, broker) and by process group. A parent
 that cannot stop them (SIGKILL, a crash) must not leave them running with
 their ports: two independent guards end them.
 
-* On Linux the child asks the kernel for a parent-death signal
+* On Linux the child asks the kernel for a parent-death signal (``producer.broker.spawn``)
   (``prctl(PR_SET_PDEATHSIG)``) between fork and exec; it works for any
   program (the Tansu broker binary too). The kernel sends it when the *thread*
   that started the child exits, so it is only set when the child is started
@@ -19,7 +19,6 @@ their ports: two independent guards end them.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -29,67 +28,15 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Mapping
 
 from cms_core.errors import OCMSError
+from producer.broker import spawn, stop_process_group
 
 ROOT = Path(__file__).resolve().parents[1]
-#: prctl option number (linux/prctl.h).
-PR_SET_PDEATHSIG = 1
 #: How often a child checks that its parent is alive, and how long a clean stop may take after it died.
 PARENT_POLL_S = 0.5
 PARENT_GONE_GRACE_S = 15.0
-
-
-def _libc_prctl() -> Callable | None:
-    """libc's prctl, resolved in the parent (loading a library between fork and exec is unsafe)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # no usable libc (musl static builds and the like)
-        return None
-
-
-_PRCTL = _libc_prctl()
-
-
-def parent_death_preexec(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child receive ``sig`` when this process dies (Linux; None elsewhere)."""
-    if _PRCTL is None or threading.current_thread() is not threading.main_thread():
-        return None
-    parent = os.getpid()
-    prctl = _PRCTL
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl ran: the signal will never come
-            os.kill(os.getpid(), sig)
-
-    return preexec
-
-
-def spawn(command: Sequence[str], *, death_signal: int = signal.SIGTERM, **popen_kwargs) -> subprocess.Popen:
-    """``subprocess.Popen`` in a new session that receives ``death_signal`` if this process dies."""
-    preexec = parent_death_preexec(death_signal)
-    return subprocess.Popen(list(command), start_new_session=True, preexec_fn=preexec, **popen_kwargs)
-
-
-def stop_process_group(process: subprocess.Popen, timeout: float = 15.0) -> None:
-    """SIGTERM the child's process group, then SIGKILL it if it has not exited within ``timeout``."""
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout)
-    except ProcessLookupError:
-        pass
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.wait(timeout)
 
 
 def watch_parent(parent_pid: int, poll_s: float = PARENT_POLL_S, grace_s: float = PARENT_GONE_GRACE_S) -> threading.Thread:
@@ -109,6 +56,13 @@ def watch_parent(parent_pid: int, poll_s: float = PARENT_POLL_S, grace_s: float 
     thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
     thread.start()
     return thread
+
+
+def worker_topics(app_id: str, topic: str, partitions: int = 4) -> dict[str, int]:
+    """The topics ``ocms worker --app-id APP_ID --source-topic TOPIC --dead-letter-topic TOPIC-dlq`` needs
+    (what :class:`WorkerChild` starts): what a broker whose clients cannot create topics (the mock) must
+    hold before the worker starts."""
+    return {topic: partitions, topic + "-dlq": partitions, f"{app_id}-ocms-counts-changelog": partitions}
 
 
 class WorkerChild:

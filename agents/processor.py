@@ -71,8 +71,10 @@ class MessageValidator:
     :meth:`is_discovery`; it is not checked against the event-time window, which guards the tables.
     """
 
-    def __init__(self, params_sets: Sequence[OCMSParams], retention_seconds: int, future_tolerance_seconds: int,
+    def __init__(self, params_sets: Sequence[OCMSParams], retention_seconds: int | None, future_tolerance_seconds: int,
                  retention_by_fp: Mapping[bytes, int] | None = None, discovery_sets: Sequence[OCMSParams] = ()):
+        """``retention_seconds``: of the parameter sets without their own in ``retention_by_fp`` (None: the worker
+        gives every set its own, from its metric version)."""
         counted = {p.fingerprint: p for p in params_sets}
         self.discovery = {p.fingerprint: p for p in discovery_sets if p.fingerprint not in counted}
         self.registry = {**self.discovery, **counted}

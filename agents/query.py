@@ -38,12 +38,11 @@ import numpy as np
 from prometheus_client import Counter as PrometheusCounter
 
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, postprocess
-from cms_core.errors import OCMSError
+from cms_core.errors import InvalidValueError, OCMSError
 from cms_core.records import noise_fields
-from cms_core.sketch import INTERVALS, Estimates
-from cms_core.values import value_from_json, value_to_json
+from cms_core.sketch import INTERVALS, EstimateOptions, Estimates
+from cms_core.values import value_to_json
 
-from .settings import WorkerSettings, tracked_values, watch_indices
 from .state import TOTAL_WIDTH, bucket_start
 from .view import CountsView, shuffle_of, sum_states, sum_states_at
 
@@ -169,30 +168,24 @@ def parse_int(name: str, raw: str, lo: int, hi: int) -> int:
     return value
 
 
-@dataclass(frozen=True)
-class EstimateOptions:
-    confidence: float = 0.95
-    interval: str = "normal"
-    postprocess: str = "none"
-
-    @classmethod
-    def parse(cls, query: Mapping[str, str]) -> "EstimateOptions":
-        confidence = 0.95
-        if "confidence" in query:
-            raw = query["confidence"]
-            try:
-                confidence = float(raw)
-            except ValueError:
-                raise ApiError("confidence", f"{show(raw)} is not a number") from None
-            if not 0.0 < confidence < 1.0:  # NaN fails too
-                raise ApiError("confidence", f"{show(raw)} must be a number in (0, 1)")
-        interval = query.get("interval", "normal")
-        if interval not in INTERVALS:
-            raise ApiError("interval", f"{show(interval)} is not one of {', '.join(INTERVALS)}")
-        method = query.get("postprocess", "none")
-        if method not in postprocess.METHODS:
-            raise ApiError("postprocess", f"{show(method)} is not one of {', '.join(postprocess.METHODS)}")
-        return cls(confidence, interval, method)
+def parse_options(query: Mapping[str, str]) -> EstimateOptions:
+    """The ``confidence``, ``interval`` and ``postprocess`` of a query; a bad one is a 400 naming it."""
+    confidence = EstimateOptions.confidence
+    if "confidence" in query:
+        raw = query["confidence"]
+        try:
+            confidence = float(raw)
+        except ValueError:
+            raise ApiError("confidence", f"{show(raw)} is not a number") from None
+        if not 0.0 < confidence < 1.0:  # NaN fails too
+            raise ApiError("confidence", f"{show(raw)} must be a number in (0, 1)")
+    interval = query.get("interval", EstimateOptions.interval)
+    if interval not in INTERVALS:
+        raise ApiError("interval", f"{show(interval)} is not one of {', '.join(INTERVALS)}")
+    method = query.get("postprocess", EstimateOptions.postprocess)
+    if method not in postprocess.METHODS:
+        raise ApiError("postprocess", f"{show(method)} is not one of {', '.join(postprocess.METHODS)}")
+    return EstimateOptions(confidence, interval, method)
 
 
 @dataclass(frozen=True)
@@ -444,59 +437,131 @@ def records(est: Estimates, counts) -> list[dict]:
     return out
 
 
-class EstimateService:
-    """The worker's answers, computed from a CountsView on demand."""
+@dataclass(frozen=True)
+class Naming:
+    """What turns a version's answer into a named one: metric, version, value names, min_reports.
 
-    def __init__(self, settings: WorkerSettings, view: CountsView, clock: Callable[[], float] = time.time,
-                 tracked: Mapping[str, TrackedValues] | None = None):
-        self.settings = settings
+    Picklable (it travels with the answer's job to the answer process, agents.web), applied to the
+    finished answer by ``Estimator.finish``."""
+
+    metric: str
+    version: int
+    mechanism: str
+    min_reports: int
+    names: tuple[str, ...] | None  # category names by id; None: values are their own names
+
+    def name_of(self, label: str) -> str:
+        """The name of a value as ``value_to_json`` wrote it (a category id's digits -> its name)."""
+        return label if self.names is None else self.names[int(label)]
+
+    def withheld(self, n: int) -> bool:
+        return n < self.min_reports
+
+    def __call__(self, doc: dict) -> dict:
+        """An answer with the metric, version and value names, and withheld windows emptied."""
+        out = {"metric": self.metric, "version": self.version, "mechanism": self.mechanism,
+               "min_reports": self.min_reports}
+        out.update(doc)
+        withheld = self.withheld(doc.get("n", 0))
+        out["withheld"] = withheld
+        if "estimates" in doc:
+            out["estimates"] = [] if withheld else [self._record(r) for r in doc["estimates"]]
+        if "estimate" in doc:
+            out["estimate"] = None if withheld else self._record(doc["estimate"])
+        if "top" in doc:
+            out["top"] = [] if withheld else [self._record(r) for r in doc["top"]]
+        if "points" in doc:
+            out["value"] = self.name_of(doc["value"])
+            out["withheld"] = False  # a trend withholds point by point
+            out["points"] = [self._point(p) for p in doc["points"]]
+        return out
+
+    def _record(self, record: dict) -> dict:
+        return dict(record, value=self.name_of(record["value"]))
+
+    def _point(self, point: dict) -> dict:
+        point = self._record(point)
+        if self.withheld(point["n"]):
+            for name in WITHHELD_FIELDS:
+                point.pop(name, None)
+            point["withheld"] = True
+        else:
+            point["withheld"] = False
+        return point
+
+
+#: Record fields that exist only with an estimate: a withheld window answers without them.
+WITHHELD_FIELDS = (
+    "match_count", "frequency", "processed", "count", "processed_count", "std",
+    "ci_low", "ci_high", "count_ci_low", "count_ci_high", "processed_ci_low", "processed_ci_high",
+    "processed_count_ci_low", "processed_count_ci_high", "above_noise",
+)
+
+
+class EstimateService:
+    """The answers of one metric version (``registry.MetricVersion``: one fingerprint), computed from a
+    CountsView on demand; values are read and written by name (``ATL``, a string, an integer's digits),
+    and a window holding fewer than the version's ``min_reports`` reports is withheld.
+
+    ``future_tolerance_seconds`` (a worker-wide setting) bounds how far ahead of now a range may reach."""
+
+    def __init__(self, version, view: CountsView, clock: Callable[[], float] = time.time,
+                 future_tolerance_seconds: int = 300):
+        self.version = version
         self.view = view
         self.clock = clock
-        self.params: dict[str, OCMSParams] = {p.fingerprint.hex(): p for p in settings.params_sets}
-        # ``tracked`` (fingerprint -> set): given by a registry version (agents.catalog), else from the flags.
-        self.tracked: dict[str, TrackedValues] = dict(tracked) if tracked is not None else {
-            fp: tracked_values(settings, p) for fp, p in self.params.items()}
-        self.primary = settings.params.fingerprint.hex()
-        primary = self.tracked[self.primary]
-        self.labels = primary.all_labels()
+        self.future_tolerance_seconds = future_tolerance_seconds
+        self.fingerprint = version.fingerprint.hex()
+        self.tracked = version.tracked_values()
+        self.labels = self.tracked.all_labels()
         self.d = len(self.labels)
         # value (as value_from_json reads it) -> index; a range computes it instead.
-        self.position = None if primary.is_range else {label: i for i, label in enumerate(self.labels)}
-        self.watch = watch_indices(settings, primary)
-        self.estimator = Estimator({fp: (self.params[fp], self.tracked[fp]) for fp in self.params})
+        self.position = None if self.tracked.is_range else {label: i for i, label in enumerate(self.labels)}
+        self.watch = version.watch_indices()
+        self.naming = Naming(version.metric, version.version, version.mechanism, version.min_reports,
+                             version.value_names)
+        self.estimator = Estimator({self.fingerprint: (version.params, self.tracked)})
 
     # -------------------------------------------------------------- pieces
     def resolve_params(self, query: Mapping[str, str]) -> str:
-        fp = query.get("params", self.primary)
-        if fp not in self.params:
+        fp = query.get("params", self.fingerprint)
+        if fp != self.fingerprint:
             raise ApiError("params", f"{show(fp)} is not an accepted parameter fingerprint (see /params)")
         return fp
 
-    def counts(self, fp: str, window: Window) -> tuple[int, np.ndarray]:
+    def counts(self, window: Window) -> tuple[int, np.ndarray]:
         start, stop = window.bounds()
-        return self.view.sum_range(fp, window.width, start, stop, len(self.tracked[fp]))
+        return self.view.sum_range(self.fingerprint, window.width, start, stop, self.d)
 
-    def central(self, fp: str, window: Window, n: int) -> dict:
+    def name_of(self, label: str) -> str:
+        """The name of a value as ``value_to_json`` wrote it (a category id's digits -> its name)."""
+        return self.naming.name_of(label)
+
+    def withheld(self, n: int) -> bool:
+        return self.naming.withheld(n)
+
+    def central(self, window: Window, n: int) -> dict:
         """The central epsilon fields of a window of ``n`` reports (:func:`central_privacy`): O(states)."""
         start, stop = window.bounds()
-        return central_privacy(self.params[fp], n, *shuffle_of(self.view.snapshot(fp, window.width, start, stop)))
+        snapshot = self.view.snapshot(self.fingerprint, window.width, start, stop)
+        return central_privacy(self.version.params, n, *shuffle_of(snapshot))
 
     def latest_bucket(self, now: float | None = None) -> Window:
         """The latest *complete* base bucket at ``now``."""
-        width = self.settings.bucket_seconds
+        width = self.version.bucket_seconds
         start = bucket_start(self.clock() if now is None else now, width) - width
         return Window("latest_bucket", width, start, start + width)
 
     def oldest(self, now: float) -> float:
         """The oldest time the longest-kept bucket level still holds."""
-        return now - max(retention for _, retention in self.settings.levels())
+        return now - max(retention for _, retention in self.version.levels)
 
     def time_range(self, query: Mapping[str, str], now: float, default_span: float | None = None) -> tuple[float, float]:
         """[from, to) of the query, checked against what can exist: nothing after now plus
         the accepted clock skew, nothing before every level's retention. Errors name the
         parameter the user gave (or the one to add)."""
-        horizon = now + self.settings.future_tolerance_seconds
-        skew = f"now + {self.settings.future_tolerance_seconds} s of accepted clock skew"
+        horizon = now + self.future_tolerance_seconds
+        skew = f"now + {self.future_tolerance_seconds} s of accepted clock skew"
         start = stop = None
         if "from" in query:
             start = parse_time("from", query["from"], now)
@@ -525,7 +590,7 @@ class EstimateService:
             raise ApiError("to", f"must be after from ({iso(stop)} <= {iso(start)})")
         # A level reaches ``start`` when its first bucket is not expired (processor.expired's negation),
         # so an answer never depends on whether a retention delete has run yet.
-        levels = self.settings.levels()
+        levels = self.version.levels
         widths = [w for w, _ in levels]
         if step is not None:
             longest = max(retention for _, retention in levels)
@@ -558,27 +623,31 @@ class EstimateService:
             return self.latest_bucket(now)
         return Window("total")
 
-    def estimate(self, fp: str, n: int, counts: np.ndarray, options: EstimateOptions) -> Estimates:
-        return self.estimator.estimate(fp, n, counts, options)
+    def estimate(self, n: int, counts: np.ndarray, options: EstimateOptions) -> Estimates:
+        return self.estimator.estimate(self.fingerprint, n, counts, options)
 
     def value_index(self, raw: str, parameter: str = "value") -> int:
-        """Index of a value given as ``value_from_json`` reads it (integers: decimal digits)."""
-        params = self.params[self.primary]
+        """Index in the tracked set of a value given by name (a category, an integer's digits, a string)."""
+        v = self.version
         try:
-            value = value_from_json(params, raw)
-        except ValueError:  # InvalidValueError, or digits beyond Python's int conversion limit
-            if params.value_domain == "integer" and raw.isascii() and raw.isdigit():
-                raise ApiError(parameter, f"{show(raw)} is not a tracked value (outside the dictionary "
-                                          f"[0, {params.dictionary_size}))", status=404) from None
-            raise ApiError(parameter, f"{show(raw)} is not a non-negative decimal integer "
-                                      "(the value domain is integers)") from None
+            value = v.value_from_name(raw)
+        except (InvalidValueError, ValueError):  # ValueError: digits beyond Python's int conversion limit
+            if v.domain == "categories":
+                raise ApiError(parameter, f"{show(raw)} is not a category of metric {v.metric!r} version "
+                                          f"{v.version}", status=404) from None
+            if raw.isascii() and raw.isdigit():
+                raise ApiError(parameter, f"{show(raw)} is outside the dictionary of metric {v.metric!r} "
+                                          f"[0, {v.params.dictionary_size})", status=404) from None
+            raise ApiError(parameter, f"{show(raw)} is not a value of metric {v.metric!r} "
+                                      f"(its values are {v.domain})") from None
         if self.position is None:
-            index = value - self.tracked[self.primary].range_start
+            index = value - self.tracked.range_start
             if 0 <= index < self.d:
                 return index
         elif value in self.position:
             return self.position[value]
-        raise ApiError(parameter, f"{show(raw)} is not a tracked value", status=404)
+        raise ApiError(parameter, f"{show(raw)} is not a tracked value of metric {v.metric!r} version {v.version}",
+                       status=404)
 
     def _header(self, fp: str, window: Window, n: int, options: EstimateOptions) -> dict:
         return {
@@ -600,14 +669,20 @@ class EstimateService:
 
     # ------------------------------------------------------------- answers
     def prepare(self, endpoint: str, query: Mapping[str, str], value: str | None = None) -> Answer:
-        """Check a request completely and state its work; nothing is computed yet."""
+        """Check a request completely and state its work; nothing is computed yet. The answer names the
+        metric, the version and its values (:class:`Naming`)."""
         query = check_query(endpoint, query.items())
         if endpoint == "params":
             doc = self.params_doc()
             return Answer(0, lambda: Job("doc", doc=doc))
+        answer = self._prepare(endpoint, query, value)
+        naming = self.naming
+        return Answer(answer.work, lambda: dataclasses.replace(answer.gather(), rename=naming))
+
+    def _prepare(self, endpoint: str, query: Mapping[str, str], value: str | None) -> Answer:
         fp = self.resolve_params(query)
-        options = EstimateOptions.parse(query)
-        d = len(self.tracked[fp])
+        options = parse_options(query)
+        d = self.d
         if endpoint == "trend":
             return self._prepare_trend(fp, options, query)
         if endpoint == "estimate_value":
@@ -619,7 +694,7 @@ class EstimateService:
         what = "this range" if window.kind == "range" else "this window"
         parameter = "from" if window.kind == "range" else "window"
         header = self._header(fp, window, 0, options)
-        params = self.params[fp]
+        params = self.version.params
         central_work = central_cost(snapshot, params.epsilon)
         if endpoint == "estimate_value" and options.postprocess in ELEMENTWISE:
             def gather_one() -> Job:
@@ -655,9 +730,9 @@ class EstimateService:
             raise ApiError("step", f"{points_count:,} points exceed the limit of {MAX_TREND_POINTS:,}; "
                                    "use a larger step or a shorter range")
         snapshot, states = self._snapshot(fp, window)
-        d = len(self.tracked[fp])
+        d = self.d
         elementwise = options.postprocess in ELEMENTWISE
-        params = self.params[fp]
+        params = self.version.params
         if elementwise:
             work = states * STATE_COST + points_count * (POINT_COST + NOISE_COST + RECORD_COST)
         else:  # every point estimates all D values to post-process them
@@ -698,7 +773,7 @@ class EstimateService:
                 if n == 0:
                     record = {"value": header["value"], "match_count": 0}
                 else:
-                    est = select(self.estimate(fp, n, counts, options), [index])
+                    est = select(self.estimate(n, counts, options), [index])
                     record = records(est, counts[[index]])[0]
                     record["noise_floor"] = noise_fields(est)["noise_floor"]
                 record.update({"from": lo, "to": hi, "n": n}, **point_central(buckets, n))
@@ -712,36 +787,64 @@ class EstimateService:
         """The answer computed here and now (tests, tools; the web layer splits the steps)."""
         return self.estimator.finish(self.prepare(endpoint, query, value).gather())
 
-    def estimates(self, query: Mapping[str, str]) -> dict:
-        return self.answer("estimates", query)
-
-    def estimate_value(self, value: str, query: Mapping[str, str]) -> dict:
-        return self.answer("estimate_value", query, value)
-
-    def topk(self, query: Mapping[str, str]) -> dict:
-        return self.answer("topk", query)
-
-    def trend(self, query: Mapping[str, str]) -> dict:
-        return self.answer("trend", query)
-
-    def reports(self, fp: str) -> int:
-        """Reports counted under ``fp`` (all time): O(partitions), no counts summed."""
-        return sum(state.n for _, states in self.view.snapshot(fp, TOTAL_WIDTH, 0, 1) for state in states)
+    def reports(self) -> int:
+        """Reports counted by this version (all time): O(partitions), no counts summed."""
+        return sum(state.n for _, states in self.view.snapshot(self.fingerprint, TOTAL_WIDTH, 0, 1)
+                   for state in states)
 
     def params_doc(self) -> dict:
-        sets = []
-        for fp, params in self.params.items():
-            sets.append({
-                "fingerprint": fp, "primary": fp == self.primary, "reports": self.reports(fp),
-                "tracked_values": len(self.tracked[fp]), **params.describe(),
-            })
+        """/params: the version's parameter set, levels, watch list and top-K."""
+        v = self.version
         return {
-            "parameter_sets": sets,
-            "bucket_seconds": self.settings.bucket_seconds,
-            "retention_seconds": self.settings.retention_seconds,
-            "levels": [{"bucket_seconds": w, "retention_seconds": r} for w, r in self.settings.levels()],
-            "watch": list(self.settings.watch),
-            "top_k": self.settings.top_k,
+            "metric": v.metric, "version": v.version,
+            "parameter_sets": [{"fingerprint": self.fingerprint, "primary": True, "reports": self.reports(),
+                                "tracked_values": self.d, "metric": v.metric, "version": v.version,
+                                **v.params.describe()}],
+            "bucket_seconds": v.bucket_seconds, "retention_seconds": v.retention_seconds,
+            "levels": [{"bucket_seconds": w, "retention_seconds": r} for w, r in v.levels],
+            "watch": list(v.watch), "min_reports": v.min_reports, "top_k": v.top_k,
+        }
+
+    def newest_bucket(self) -> int | None:
+        """Start of the newest base bucket holding counts (freshness), None before the first report."""
+        starts = self.view.buckets(self.fingerprint, self.version.bucket_seconds)
+        return starts[-1] if starts else None
+
+    def oldest_bucket(self) -> int | None:
+        """Start of the oldest retained base bucket holding counts (the console's trend range fits
+        the data from there), None before the first report."""
+        starts = self.view.buckets(self.fingerprint, self.version.bucket_seconds)
+        return starts[0] if starts else None
+
+    def window_reports(self) -> dict:
+        """Reports, the withheld state and the central epsilon (:func:`central_privacy`) of the windows the
+        API answers by name (``total``, ``latest_bucket``), as Prometheus exports them: O(partitions), no
+        counts summed."""
+        out = {}
+        for window in (Window("total"), self.latest_bucket()):
+            start, stop = window.bounds()
+            snapshot = self.view.snapshot(self.fingerprint, window.width, start, stop)
+            n = sum(state.n for _, states in snapshot for state in states)
+            out[window.kind] = dict(window.as_json(), reports=n, withheld=self.withheld(n),
+                                    **central_privacy(self.version.params, n, *shuffle_of(snapshot)))
+        return out
+
+    def describe(self) -> dict:
+        """This version in the /metrics listing."""
+        v, p = self.version, self.version.params
+        return {
+            "windows": self.window_reports(), "parameters": p.describe(),
+            "levels": [{"bucket_seconds": w, "retention_seconds": r} for w, r in v.levels],
+            "version": v.version, "fingerprint": self.fingerprint, "mechanism": v.mechanism,
+            "epsilon": p.epsilon, "mode": p.mode, "hash_range": p.hash_range,
+            "domain": v.domain, "domain_size": value_to_json(p.dictionary_size),
+            "tracked_values": self.d, "reports": self.reports(),
+            "bucket_seconds": v.bucket_seconds, "retention_seconds": v.retention_seconds,
+            "rollup_seconds": v.rollup_seconds, "min_reports": v.min_reports,
+            "latest_bucket_start": self.newest_bucket(), "oldest_bucket_start": self.oldest_bucket(),
+            "watch": list(v.watch), "top_k": v.top_k, "note": v.note,
+            # Its values can be discovered (docs/discovery.md): the worker answers /discovered?metric=NAME.
+            "discoverable": getattr(v, "discovery", None) is not None,
         }
 
 

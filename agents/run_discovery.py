@@ -139,9 +139,7 @@ class DiscoveryFleet:
 def discovery_fleet(named, args) -> DiscoveryFleet | None:
     """The default run's discovery fleet (the shipped registry's flight_dest run), or None: another
     metric or registry, or the demo metric missing from the registry or its data not installed."""
-    from .run_registry import DEFAULT_METRIC, DEFAULT_REGISTRY
-
-    if named is None or named.registry_path != str(DEFAULT_REGISTRY) or named.name != DEFAULT_METRIC:
+    if not named.default_run:
         return None
     if getattr(args, "no_companions", False):
         return None

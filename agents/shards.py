@@ -83,6 +83,11 @@ class Share:
         """True when this worker exports the metric version's series (its shard is ready here)."""
         return self.layout.shard_of_fingerprint(fingerprint) in self.ready
 
+    def settled(self, assigned: set[int]) -> bool:
+        """True when this worker can answer every query for its assigned shards from its own view:
+        it holds exactly the assigned shards and each one's rebuild is complete (always, with ``--view all``)."""
+        return not self.sharded or (self.held == assigned and self.ready == self.held)
+
     def describe(self) -> dict:
         return {"view": "share" if self.sharded else "all", "held_shards": sorted(self.held),
                 "ready_shards": sorted(self.ready), "rebuilding_shards": sorted(self.rebuilding)}

@@ -65,7 +65,10 @@ class WorkerStatus:
     def health(self) -> dict:
         worker = self.worker
         caught_up = worker.reader.caught_up.is_set()
-        ready = caught_up and self.agent_started and self.failure is None
+        assigned = self.assigned_partitions()
+        # "ok" means answers are exact from now on: with --view share, also that this worker's
+        # share matches its assignment and is rebuilt (a load balancer's readiness probe).
+        ready = caught_up and self.agent_started and self.failure is None and worker.share.settled(set(assigned))
         return {
             "status": "ok" if ready else "failed" if self.failure else "starting",
             "failed": self.failure,
@@ -76,6 +79,6 @@ class WorkerStatus:
             "table_bytes": self.table_bytes(),
             **worker.share.describe(),
             "view_lag_messages": worker.reader.lag,
-            "assigned_partitions": self.assigned_partitions(),
+            "assigned_partitions": assigned,
             "pending_reports": worker.pending.reports,
         }

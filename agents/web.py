@@ -38,12 +38,11 @@ from .query import (INLINE_WORK, ApiError, Answer, Estimator, check_query, count
                     start_answer_process, to_json)
 
 from .metric_pages import add_metric_pages, wants_listing
-from .shards import FORWARDED_HEADER
+from .shards import FORWARDED_HEADER, Router
 
 if TYPE_CHECKING:
     from .catalog import Catalog
     from .metrics import PipelineMetrics
-    from .query import EstimateService
 
 #: CPU of one core the query thread may use on average while answers wait.
 QUERY_CPU_SHARE = 0.25
@@ -58,9 +57,9 @@ class ServedWorker(Protocol):
     """What the routes read of the worker (``agents.app.OCMSWorker`` is one). A protocol, not the
     class: app.py installs these routes, so this module imports nothing of it."""
 
-    service: EstimateService  # the name-less routes' metric (/estimates, /topk ...)
-    catalog: Catalog  # every served metric version, by name and fingerprint
+    catalog: Catalog  # every served metric version, by name and fingerprint (the first: the name-less routes')
     metrics: PipelineMetrics  # what /metrics exposes
+    router: Router  # answers here, or forwards to the worker whose view holds the metric (--view share)
 
     def health(self) -> dict: ...
 
@@ -131,7 +130,6 @@ def _timed(compute: Callable):
 
 
 def add_pages(app: faust.App, worker: ServedWorker) -> None:
-    service = worker.service
     estimator = worker.catalog.estimator  # every served fingerprint (agents.catalog)
     runner = QueryRunner(estimator)
 
@@ -164,9 +162,8 @@ def add_pages(app: faust.App, worker: ServedWorker) -> None:
 
     async def answer_here(web, request, endpoint: str, value: str | None, metric: str | None):
         try:
-            if metric is None:
-                query = check_query(endpoint, request.query.items())
-                prepared = service.prepare(endpoint, query, value)
+            if metric is None:  # /estimates ...: the first metric's (agents.catalog)
+                prepared = worker.catalog.prepare_primary(endpoint, request.query.items(), value)
             else:  # /metrics/NAME/...: one version of a named metric (agents.catalog)
                 prepared = worker.catalog.prepare(metric, endpoint, request.query.items(), value)
             if prepared.work <= INLINE_WORK:

@@ -24,13 +24,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from agents.catalog import Catalog
 from agents.metrics import EstimatesCollector, ExpositionGuard
-from agents.settings import WorkerSettings
 from agents.state import BucketKey, PartialCounts
 from agents.view import CountsView
 from cms_core import OCMSParams, TrackedValues, kernel
 from cms_core.privatize import simulate_reports
 from cms_core.values import elements_to_array, encode_value, limbs_for
-from producer.values_file import write_values_file
+from registry.flags import metrics_from_flags
+from registry.values_file import write_values_file
 
 NOW = 1_700_000_000.0
 BUCKET = 1_699_999_920
@@ -41,7 +41,7 @@ def build_catalog(values: int, directory: Path) -> Catalog:
     names = [f"café-東京-{i}-🎉" for i in range(values)]
     path = directory / "tracked.jsonl"
     write_values_file(path, names)
-    settings = WorkerSettings.build(params, {}, bootstrap_servers="k:9092", tracked_file=str(path), top_k=values)
+    metrics = metrics_from_flags(epsilon=2, strings=True, tracked_file=str(path), top_k=values)
     tracked = TrackedValues.of(params, names)
     rng = np.random.default_rng(1)
     chosen = rng.integers(0, values, 20 * values)
@@ -52,7 +52,7 @@ def build_catalog(values: int, directory: Path) -> Catalog:
     fp = params.fingerprint.hex()
     for key in (BucketKey.total(fp, 0), BucketKey(fp, 0, 60, BUCKET)):
         view.apply_state(key, PartialCounts(len(batch), counts, BUCKET).to_bytes())
-    return Catalog.build(settings, view, lambda: NOW)
+    return Catalog(metrics, view, lambda: NOW)
 
 
 def main() -> None:

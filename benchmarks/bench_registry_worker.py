@@ -1,6 +1,6 @@
 """One worker serving 20 registry metrics mixed on one topic, against one single-metric worker.
 
-    .venv/bin/python -m benchmarks.bench_registry_worker [--reports N] [--metrics M] [--rounds R]
+    .venv/bin/python -m benchmarks.bench_registry_worker [--reports N] [--metrics M] [--rounds R] [--broker mock]
 
 Issue 12's figure: one ``ocms worker --registry`` of M metrics (default 20: categories,
 integers and strings, different epsilon, direct RR and OCMS+RR) receives frames of 1,000
@@ -9,7 +9,7 @@ clock stops when the /metrics listing shows every report counted. In the same ru
 single-metric worker of benchmarks/bench_worker.py (d = 10,000, 1,000 tracked, eps 2) counts
 the same number of reports: the ratio is the cost of serving many metrics.
 
-Rounds: each round measures both, in alternating order, each on a fresh embedded broker
+Rounds: each round measures both, in alternating order, each on a fresh broker
 (the order and what a broker already holds moved single runs by up to 60% on this 2-CPU
 machine); the medians and their ratio are the figure. Each run is N = 20,000,000 reports
 by default, several seconds: steady state. Shorter runs flatter the mix (at 6,000,000 the
@@ -17,30 +17,32 @@ single-metric run lasts about a second, and the start and the last partial batch
 the age bound, 0.2 s, are a large part of it: 68-74% there against 57% at 20,000,000 for the
 same code). Worker memory: RSS of both after each run, and the difference per metric.
 
+Brokers (``--broker``): ``embedded`` (default), the Tansu broker and the worker's ``--broker
+embedded``; ``mock``, librdkafka's mock cluster of 3 brokers with the topics created beforehand,
+both workers on the production ``kafka`` path with ``--broker mock``, as bench_worker's
+``--broker mock`` does. The mock keeps only each partition's last 5 MiB or 100,000 batches, so
+there the producer is paced to stay within that ahead of the worker (bench_worker.Pacer; the
+time it waited is printed); on both brokers a run whose count stops short of (or passes) what
+was produced ends the benchmark with an error, never a figure.
+
 This is a benchmark, not a test: it prints numbers and never fails on speed.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import statistics
+import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 
-
 from benchmarks import bench_worker
-from benchmarks.experiments.common import cpu_times, steal_fraction
-from agents.process import WorkerChild
 from cms_core import wire
 from cms_core.privatize import simulate_reports
 from cms_core.values import elements_to_array, encode_value, limbs_for
-from producer.broker import EmbeddedBroker, free_port
+from producer.mock_cluster import MockCluster, start_broker
 from registry import load_registry
 
 FRAME = 1000
@@ -83,14 +85,6 @@ def frames_of(version, n: int, seed: int) -> list[bytes]:
     return [wire.encode_frame(params, batch.slice(i, min(i + FRAME, n))) for i in range(0, n, FRAME)]
 
 
-def counted(port: int) -> int:
-    """Reports the worker's view counts (/healthz: cheap whatever the number of metrics, so the
-    poll every 20 ms costs the worker little; the /metrics listing cost it a third of its CPU at
-    300 metrics, py-spy)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as response:
-        return json.loads(response.read())["view_reports"]
-
-
 def registry_payloads(path: Path, n: int) -> tuple[list[bytes], int, int]:
     """(frames of every metric version interleaved one by one, reports in them, metric versions)."""
     registry = load_registry(path)
@@ -101,59 +95,69 @@ def registry_payloads(path: Path, n: int) -> tuple[list[bytes], int, int]:
     return payloads, per_metric * len(versions), len(versions)
 
 
-def registry_run(bootstrap: str, log_dir: Path, path: Path, payloads: list[bytes], total: int, versions: int) -> dict:
-    topic, port = "bench-registry", free_port()
-    child = WorkerChild(topic, "--registry", str(path), bootstrap=bootstrap, web_port=port,
-                        log=log_dir / f"{topic}.log").start()
+def registry_run(bootstrap: str, log_dir: Path, path: Path, payloads: list[bytes], total: int, versions: int,
+                 cluster: MockCluster | None = None) -> dict:
+    worker = bench_worker.Worker(bootstrap, "bench-registry", log_dir, metric=("--registry", str(path)),
+                                 cluster=cluster)
     try:
-        child.wait_healthy(120)
-        ticks = cpu_times()
-        start = time.monotonic()
-        asyncio.run(bench_worker.produce(bootstrap, topic, payloads, None, []))
-        produced = time.monotonic() - start
-        while counted(port) < total:
-            time.sleep(0.02)
-        seconds = time.monotonic() - start
-        with open(f"/proc/{child.process.pid}/status") as f:
-            rss = next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS"))
-        return {"metrics": versions, "reports": total, "seconds": seconds, "produce_seconds": produced,
-                "reports_per_s": total / seconds, "rss_mib": rss, "steal": steal_fraction(ticks, cpu_times())}
+        worker.wait_healthy(120)
+        run = bench_worker.paced_run(worker, bootstrap, payloads, [FRAME] * len(payloads), worker.view_reports,
+                                     f"{versions} metrics", cluster)
+        return {"metrics": versions, **run}
     finally:
-        child.stop()
+        worker.stop()
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, checked (a bad value exits 2 with a message naming the flag)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reports", type=int, default=20_000_000, help="reports per worker run (default 20,000,000)")
     parser.add_argument("--metrics", type=int, default=20, help="metrics in the registry (default 20)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of (single, mix) in alternating order (default 3)")
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help="value domains the metrics cycle through (default categories,integers,strings)")
-    args = parser.parse_args()
-    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
-    if not kinds or set(kinds) - set(KINDS):
+    bench_worker.add_broker_option(parser)
+    args = parser.parse_args(argv)
+    args.kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    if not args.kinds or set(args.kinds) - set(KINDS):
         parser.error(f"--kinds: choose from {', '.join(KINDS)}")
-    if args.rounds < 1 or args.reports < args.metrics * FRAME:
-        parser.error(f"--rounds must be >= 1 and --reports >= {args.metrics * FRAME:,} (a frame per metric)")
+    if args.metrics < 1:
+        parser.error(f"--metrics must be >= 1, got {args.metrics}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.reports < args.metrics * FRAME:
+        parser.error(f"--reports must be >= {args.metrics * FRAME:,} (a frame of {FRAME:,} per metric), "
+                     f"got {args.reports:,}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        measure(args)
+    except bench_worker.CountMismatch as exc:
+        sys.exit(f"bench_registry_worker: {exc}")
+
+
+def measure(args: argparse.Namespace) -> None:
     runs: dict[str, list[dict]] = {"single": [], "mix": []}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         path = folder / "registry.yaml"
-        path.write_text(registry_text(args.metrics, kinds), encoding="utf-8")
+        path.write_text(registry_text(args.metrics, args.kinds), encoding="utf-8")
         payloads, total, versions = registry_payloads(path, args.reports)
-        print(bench_worker.machine_line(1000))
+        print(bench_worker.machine_line(1000, args.broker))
         for round_ in range(args.rounds):
             for which in ("single", "mix") if round_ % 2 == 0 else ("mix", "single"):
-                with EmbeddedBroker() as broker:  # a fresh broker for every run
+                with start_broker(args.broker) as broker:  # a fresh broker for every run
+                    cluster = broker if isinstance(broker, MockCluster) else None
                     if which == "single":
-                        r = bench_worker.throughput(broker.bootstrap_servers, folder, total, FRAME, 1000)
+                        r = bench_worker.throughput(broker.bootstrap_servers, folder, total, FRAME, 1000, cluster)
                     else:
-                        r = registry_run(broker.bootstrap_servers, folder, path, payloads, total, versions)
+                        r = registry_run(broker.bootstrap_servers, folder, path, payloads, total, versions, cluster)
                 runs[which].append(r)
-                label = "single metric" if which == "single" else f"{versions} metrics ({', '.join(kinds)})"
-                print(f"round {round_ + 1}, {label}: {r['reports_per_s']:>12,.0f} reports/s  ({r['reports']:,} reports "
-                      f"in {r['seconds']:.2f} s; producing took {r['produce_seconds']:.2f} s; worker RSS "
-                      f"{r['rss_mib']:.0f} MiB; CPU steal {bench_worker.steal_text(r)})", flush=True)
+                label = "single metric" if which == "single" else f"{versions} metrics ({', '.join(args.kinds)})"
+                print(f"round {round_ + 1}, {label}: {bench_worker.run_text(r)}", flush=True)
     single = statistics.median(r["reports_per_s"] for r in runs["single"])
     many = statistics.median(r["reports_per_s"] for r in runs["mix"])
     rss_single = statistics.median(r["rss_mib"] for r in runs["single"])

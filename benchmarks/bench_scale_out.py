@@ -32,7 +32,6 @@ import numpy as np
 
 from agents.process import WorkerChild
 from agents.catalog import Catalog
-from agents.settings import worker_settings
 from agents.status import TABLE_BYTES_EVERY_S
 from agents.view import CountsView
 from benchmarks.capacity_model import view_bytes_of
@@ -199,10 +198,10 @@ def main() -> None:
         folder = Path(tmp)
         path = folder / "registry.yaml"
         path.write_text(registry_text(args.metrics), encoding="utf-8")
-        versions = [v for m in load_registry(path).metrics for v in m.live_versions]
+        registry = load_registry(path)
+        versions = [v for m in registry.metrics for v in m.live_versions]
         records = frames(versions, BUCKETS, per_frame, time.time())
-        layout = Catalog.build(worker_settings({"registry": str(path), "bootstrap_servers": "unused"}, {}),
-                               CountsView()).state_layout(PARTITIONS)  # which shard holds each metric
+        layout = Catalog(registry, CountsView()).state_layout(PARTITIONS)  # which shard holds each metric
         shard = {v.metric: layout.shard_of_metric(v.metric) for v in versions}
         total = len(records) * per_frame
         runs = {}

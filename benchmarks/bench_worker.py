@@ -14,6 +14,12 @@ scenario uses its own topic and consumer group:
   total from the API every 20 ms and each message's produce-to-visible latency
   is the first poll at which the total covers it.
 
+On the mock the producer is paced (:class:`Pacer`): the mock keeps only each partition's last
+5 MiB or 100,000 batches and drops older ones whether read or not, so a producer far ahead of
+the worker would lose data before the worker read it. Every run checks that the worker counts
+exactly what was produced (:func:`wait_counted`): a count that stops short, or passes the total,
+ends the benchmark with an error instead of a figure.
+
 This is a benchmark, not a test: it prints numbers and never fails on speed.
 """
 
@@ -30,16 +36,18 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 
-from agents.process import WorkerChild
+from agents.process import WorkerChild, worker_topics
 from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction
 from cms_core import OCMSParams, wire
+from cms_core.errors import OCMSError
 from cms_core.privatize import simulate_reports
 from producer.broker import EmbeddedBroker, free_port
 from producer.kafka import EMBEDDED, make_producer
-from producer.mock_cluster import MockCluster
+from producer.mock_cluster import BROKER_KINDS, MockCluster, start_broker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,6 +55,13 @@ PARAMS = OCMSParams.build(2.0, 10_000)
 #: (frame size, reports) of the throughput runs and (frame size, reports/s, seconds) of the latency runs.
 THROUGHPUT_RUNS = ((1000, 2_000_000), (100, 1_000_000), (1, 100_000))
 LATENCY_RUNS = ((1000, 100_000, 20), (100, 20_000, 20), (1, 2_000, 20))
+#: Messages are keyed k0..k63 in turn (the producer's partitioner spreads them over the partitions).
+KEYS = 64
+#: What librdkafka's mock keeps of each partition (rdkafka_mock.c: older batches are dropped, read or not).
+MOCK_PARTITION_BYTES = 5 << 20
+MOCK_PARTITION_BATCHES = 100_000
+#: A run whose count has not moved for this long while short of the total has lost reports.
+STALL_SECONDS = 60.0
 
 
 def messages(n: int, frame: int, seed: int) -> list[bytes]:
@@ -58,19 +73,28 @@ def messages(n: int, frame: int, seed: int) -> list[bytes]:
     return [wire.encode_frame(PARAMS, batch.slice(i, min(i + frame, n))) for i in range(0, n, frame)]
 
 
+class CountMismatch(OCMSError, RuntimeError):
+    """The worker did not count exactly the reports produced (some were lost, or counted twice)."""
+
+
 class Worker:
-    """One ``ocms worker`` (agents.process.WorkerChild: own session, dies with the benchmark)."""
+    """One ``ocms worker`` (agents.process.WorkerChild: own session, dies with the benchmark).
+
+    ``metric`` gives the flags of what it counts (default: the single metric, eps 2, d = 10,000,
+    ``tracked`` values tracked); on the mock (``cluster``) its topics are created first (the mock's
+    clients cannot) and it runs with ``--broker mock``."""
 
     def __init__(self, bootstrap: str, topic: str, log_dir: Path, *extra: str, tracked: int = 1000,
-                 cluster: MockCluster | None = None):
+                 cluster: MockCluster | None = None, metric: Sequence[str] | None = None):
         self.port = free_port()
         self.topic = topic
         profile = EMBEDDED if cluster is None else cluster.profile
-        if cluster is not None:  # the mock's clients cannot create topics
-            cluster.create_topics({topic: 4, topic + "-dlq": 4, f"{topic}-ocms-counts-changelog": 4})
-        self.child = WorkerChild(topic, "-e", "2", "-d", "10000", "--tracked-range", f"0:{tracked}", *extra,
-                                 bootstrap=bootstrap, web_port=self.port, broker=profile.name,
-                                 log=log_dir / f"{topic}.log").start()
+        if not profile.clients_create_topics:
+            cluster.create_topics(worker_topics(topic, topic))
+        if metric is None:
+            metric = ("-e", "2", "-d", "10000", "--tracked-range", f"0:{tracked}")
+        self.child = WorkerChild(topic, *metric, *extra, bootstrap=bootstrap, web_port=self.port,
+                                 broker=profile.name, log=log_dir / f"{topic}.log").start()
         self.process = self.child.process
 
     def get(self, path: str) -> dict:
@@ -78,7 +102,20 @@ class Worker:
             return json.loads(r.read())
 
     def counted(self) -> int:
+        """Reports of the (single) metric the API shows counted."""
         return self.get("/params")["parameter_sets"][0]["reports"]
+
+    def view_reports(self) -> int:
+        """Reports the worker's view counts, every metric together (/healthz: cheap whatever the number of
+        metrics, so a poll every 20 ms costs the worker little; the /metrics listing cost it a third of its
+        CPU at 300 metrics, py-spy)."""
+        return self.get("/healthz")["view_reports"]
+
+    def taken(self) -> int:
+        """Reports the worker has read from the topic, at least: counted or in its pending batch (the
+        batch being checkpointed is in neither, so this lags what it read by at most that batch)."""
+        health = self.get("/healthz")
+        return health["view_reports"] + health["pending_reports"]
 
     def wait_healthy(self, timeout: float = 60) -> None:
         self.child.wait_healthy(timeout)
@@ -94,8 +131,65 @@ class Worker:
         self.child.stop()
 
 
+def message_key(i: int) -> bytes:
+    return b"k%d" % (i % KEYS)
+
+
+class Pacer:
+    """Keeps a producer within what librdkafka's mock keeps of each partition ahead of the worker.
+
+    The mock keeps each partition's last 5 MiB or 100,000 batches and drops older ones, read or
+    not: a producer that ran further ahead of the worker than that would lose reports before the
+    worker read them. Before each message the producer waits until, on every partition, the
+    messages sent beyond what the worker has taken (``taken()``: reports counted or pending) hold
+    at most ``limit_bytes`` and ``limit_messages`` (each message at most one batch). Which
+    messages were taken is inferred from the count as if they were read in the order sent (the
+    partitions are read side by side); the count check at the end (:func:`wait_counted`) catches
+    any loss this misjudges. ``waited`` is the time the producer spent waiting."""
+
+    def __init__(self, taken: Callable[[], int], payloads: Sequence[bytes], reports: Sequence[int], partitions: int = 4,
+                 limit_bytes: int = MOCK_PARTITION_BYTES * 4 // 5, limit_messages: int = MOCK_PARTITION_BATCHES // 2):
+        from aiokafka.partitioner import DefaultPartitioner  # what the producer uses for keyed messages
+
+        partitioner, every = DefaultPartitioner(), list(range(partitions))
+        partition_of_key = [partitioner(message_key(k), every, every) for k in range(KEYS)]
+        sizes = np.zeros((len(payloads) + 1, partitions), dtype=np.int64)
+        for i, payload in enumerate(payloads):
+            sizes[i + 1, partition_of_key[i % KEYS]] = len(payload)
+        self.bytes_before = np.cumsum(sizes, axis=0)  # [i, p]: bytes of messages 0..i-1 on partition p
+        self.messages_before = np.cumsum(sizes > 0, axis=0)
+        self.reports_through = np.cumsum(reports)  # [i]: reports in messages 0..i
+        self.taken, self.limit_bytes, self.limit_messages = taken, limit_bytes, limit_messages
+        self.waited = 0.0
+        self.sendable = self.room(0)
+
+    def room(self, taken: int) -> int:
+        """How many messages may have been sent once the worker has taken ``taken`` reports: on no
+        partition do the messages beyond those wholly taken pass the limits (at least one more)."""
+        read = int(np.searchsorted(self.reports_through, taken, side="right"))  # messages wholly taken
+        sendable = len(self.reports_through)
+        for p in range(self.bytes_before.shape[1]):
+            for before, limit in ((self.bytes_before[:, p], self.limit_bytes),
+                                  (self.messages_before[:, p], self.limit_messages)):
+                sendable = min(sendable, int(np.searchsorted(before, before[read] + limit, side="right")) - 1)
+        return max(sendable, read + 1)
+
+    async def wait_for_room(self, i: int) -> None:
+        """Return once message ``i`` may be sent (the check per message is one comparison)."""
+        if i < self.sendable:
+            return
+        start = time.monotonic()
+        loop = asyncio.get_running_loop()
+        while True:
+            self.sendable = self.room(await loop.run_in_executor(None, self.taken))
+            if i < self.sendable:
+                break
+            await asyncio.sleep(0.01)
+        self.waited += time.monotonic() - start
+
+
 async def produce(bootstrap: str, topic: str, payloads: list[bytes], rate: float | None, sent_at: list[float],
-                  profile=EMBEDDED) -> None:
+                  profile=EMBEDDED, pacer: Pacer | None = None) -> None:
     producer = make_producer(bootstrap, profile, acks=1, idempotent=False, linger_ms=2, max_batch_size=1 << 20)
     await producer.start()
     try:
@@ -106,11 +200,52 @@ async def produce(bootstrap: str, topic: str, payloads: list[bytes], rate: float
                 delay = start + i / rate - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
+            if pacer is not None:
+                await pacer.wait_for_room(i)
             sent_at.append(time.monotonic())
-            futures.append(await producer.send(topic, payload, key=b"k%d" % (i % 64)))
+            futures.append(await producer.send(topic, payload, key=message_key(i)))
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
+
+
+def wait_counted(counted: Callable[[], int], total: int, what: str, stall_seconds: float = STALL_SECONDS) -> None:
+    """Wait until ``counted()`` is ``total``; CountMismatch if it passes it, or stays short of it
+    without moving for ``stall_seconds`` (reports lost: on the mock, dropped before they were read)."""
+    last, moved = -1, time.monotonic()
+    while True:
+        count = counted()
+        if count == total:
+            return
+        if count > total:
+            raise CountMismatch(f"{what}: the worker counted {count:,} reports, {count - total:,} more than the "
+                                f"{total:,} produced")
+        now = time.monotonic()
+        if count != last:
+            last, moved = count, now
+        elif now - moved > stall_seconds:
+            raise CountMismatch(f"{what}: the worker counted {count:,} of the {total:,} reports produced and has not "
+                                f"moved for {stall_seconds:.0f} s: {total - count:,} reports were lost (on the mock: "
+                                "dropped from a partition before the worker read them)")
+        time.sleep(0.02)
+
+
+def paced_run(worker: Worker, bootstrap: str, payloads: list[bytes], reports: Sequence[int],
+              counted: Callable[[], int], what: str, cluster: MockCluster | None = None) -> dict:
+    """Produce ``payloads`` to a healthy ``worker`` as fast as the producer can (paced on the mock), and
+    time it until ``counted()`` shows every report; the figures of one throughput run."""
+    total = int(np.sum(reports))
+    pacer = None if cluster is None else Pacer(worker.taken, payloads, reports)
+    ticks = cpu_times()
+    start = time.monotonic()
+    asyncio.run(produce(bootstrap, worker.topic, payloads, None, [], EMBEDDED if cluster is None else cluster.profile,
+                        pacer))
+    produced = time.monotonic() - start
+    wait_counted(counted, total, what)
+    seconds = time.monotonic() - start
+    return {"reports": total, "seconds": seconds, "produce_seconds": produced, "reports_per_s": total / seconds,
+            "paced_seconds": None if pacer is None else pacer.waited, "rss_mib": worker.rss_mib(),
+            "steal": steal_fraction(ticks, cpu_times())}
 
 
 def throughput(bootstrap: str, log_dir: Path, n: int, frame: int, tracked: int = 1000,
@@ -120,17 +255,16 @@ def throughput(bootstrap: str, log_dir: Path, n: int, frame: int, tracked: int =
     try:
         worker.wait_healthy()
         payloads = messages(n, frame, seed=frame)
-        ticks = cpu_times()
-        start = time.monotonic()
-        asyncio.run(produce(bootstrap, topic, payloads, None, [], EMBEDDED if cluster is None else cluster.profile))
-        produced = time.monotonic() - start
-        while worker.counted() < n:
-            time.sleep(0.02)
-        seconds = time.monotonic() - start
-        return {"frame": frame, "tracked": tracked, "reports": n, "seconds": seconds, "produce_seconds": produced,
-                "reports_per_s": n / seconds, "rss_mib": worker.rss_mib(), "steal": steal_fraction(ticks, cpu_times())}
+        reports = report_counts(n, frame)
+        return {"frame": frame, "tracked": tracked, **paced_run(worker, bootstrap, payloads, reports, worker.counted,
+                                                                f"frames of {frame}", cluster)}
     finally:
         worker.stop()
+
+
+def report_counts(n: int, frame: int) -> list[int]:
+    """Reports in each message of ``messages(n, frame, ...)``."""
+    return [min(frame, n - i) for i in range(0, n, frame)]
 
 
 def latency(bootstrap: str, log_dir: Path, n: int, frame: int, rate_reports: float, tracked: int = 1000,
@@ -140,7 +274,7 @@ def latency(bootstrap: str, log_dir: Path, n: int, frame: int, rate_reports: flo
     try:
         worker.wait_healthy()
         payloads = messages(n, frame, seed=100 + frame)
-        per_message = [len(payloads) and min(frame, n - i * frame) for i in range(len(payloads))]
+        per_message = report_counts(n, frame)
         cumulative = np.cumsum(per_message)
         sent_at: list[float] = []
         visible_at = np.full(len(payloads), np.nan)
@@ -164,9 +298,11 @@ def latency(bootstrap: str, log_dir: Path, n: int, frame: int, rate_reports: flo
         ticks = cpu_times()
         poller.start()
         asyncio.run(produce(bootstrap, topic, payloads, rate_reports / frame, sent_at,
-                            EMBEDDED if cluster is None else cluster.profile))
+                            EMBEDDED if cluster is None else cluster.profile,
+                            None if cluster is None else Pacer(worker.taken, payloads, per_message)))
         done = True
         poller.join(60)
+        wait_counted(worker.counted, n, f"frames of {frame} at {rate_reports:,} reports/s")
         # Messages of one partition are counted in order, but the counted total mixes partitions:
         # a message is "visible" once the total covers it, a slight overestimate at worst.
         lat = visible_at - np.asarray(sent_at)
@@ -211,9 +347,14 @@ def machine_line(tracked: int, broker: str = "embedded") -> str:
 
 
 def print_throughput(r: dict) -> None:
-    print(f"  frames of {r['frame']:>4}: {r['reports_per_s']:>12,.0f} reports/s  ({r['reports']:,} reports in "
-          f"{r['seconds']:.2f} s; producing took {r['produce_seconds']:.2f} s; worker RSS {r['rss_mib']:.0f} MiB; "
-          f"CPU steal {steal_text(r)})", flush=True)
+    print(f"  frames of {r['frame']:>4}: {run_text(r)}", flush=True)
+
+
+def run_text(r: dict) -> str:
+    """One throughput run's figures (paced_run's dict): rate, time, producing time, pacing, RSS, steal."""
+    paced = "" if r.get("paced_seconds") is None else f", {r['paced_seconds']:.2f} s of it paced to the worker"
+    return (f"{r['reports_per_s']:>12,.0f} reports/s  ({r['reports']:,} reports in {r['seconds']:.2f} s; producing "
+            f"took {r['produce_seconds']:.2f} s{paced}; worker RSS {r['rss_mib']:.0f} MiB; CPU steal {steal_text(r)})")
 
 
 def print_latency(r: dict) -> None:
@@ -225,27 +366,41 @@ def steal_text(r: dict) -> str:
     return "n/a" if r.get("steal") is None else f"{r['steal']:.0%}"
 
 
+def add_broker_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--broker", choices=BROKER_KINDS, default="embedded",
+                        help="embedded: Tansu (the worker with --broker embedded); mock: librdkafka's mock cluster, "
+                             "3 brokers, topics created beforehand, the worker on the kafka path with --broker mock "
+                             "and the producer paced to what the mock keeps of each partition")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--tracked", type=int, default=1000, help="tracked values D (a prefix of the dictionary)")
     parser.add_argument("--memory-minutes", type=float, help="only the memory run, this long")
-    parser.add_argument("--broker", choices=("embedded", "mock"), default="embedded",
-                        help="embedded: Tansu (--broker embedded); mock: librdkafka's mock cluster, 3 brokers, "
-                             "the worker with the kafka path (mock profile)")
+    add_broker_option(parser)
     args = parser.parse_args()
+    try:
+        run(parser, args)
+    except CountMismatch as exc:
+        sys.exit(f"bench_worker: {exc}")
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if not 1 <= args.tracked <= 10_000:
         parser.error(f"--tracked must be in 1..10000 (the dictionary size), got {args.tracked}")
+    if args.memory_minutes and args.broker != "embedded":
+        parser.error("--memory-minutes runs on the embedded broker only (a 10-minute fleet outgrows what the mock "
+                     "keeps of a partition)")
     scale = 0.1 if args.quick else 1.0
     if args.memory_minutes:
         with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
             memory_run(broker.bootstrap_servers, Path(tmp), args.memory_minutes, 5000, args.tracked)
         return
     print(machine_line(args.tracked, args.broker))
-    mock = args.broker == "mock"
-    with tempfile.TemporaryDirectory() as tmp, (MockCluster(3) if mock else EmbeddedBroker()) as broker:
+    with tempfile.TemporaryDirectory() as tmp, start_broker(args.broker) as broker:
         log_dir = Path(tmp)
-        cluster = broker if mock else None
+        cluster = broker if isinstance(broker, MockCluster) else None
         print("throughput (produce as fast as possible, clock stops when the API shows all counted):")
         for frame, n in THROUGHPUT_RUNS:
             print_throughput(throughput(broker.bootstrap_servers, log_dir, int(n * scale), frame, args.tracked,

@@ -43,6 +43,16 @@ INTERVALS = ("normal", "chernoff")
 
 
 @dataclass(frozen=True)
+class EstimateOptions:
+    """How an answer's estimates are made: the interval's confidence and kind, and the post-processing
+    (``OCMSSketch.estimate``'s keywords): one definition for the worker's answers and ``ocms estimate``."""
+
+    confidence: float = 0.95
+    interval: str = "normal"
+    postprocess: str = "none"
+
+
+@dataclass(frozen=True)
 class Estimates:
     """Per tracked value: unbiased frequency, counts, spread and interval.
 

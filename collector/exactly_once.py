@@ -288,10 +288,10 @@ class SharedIdempotency:
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        from producer.kafka import broker_profile, create_topics, make_producer
+        from producer.kafka import create_topics, make_producer
 
         s = self.settings
-        profile = broker_profile(s.broker)
+        profile = s.broker
         retention_ms = max(1, 2 * s.idempotency_window_seconds) * 1000
         while True:
             try:
@@ -387,10 +387,10 @@ class SharedIdempotency:
     async def _tail_loop(self) -> None:
         from aiokafka import TopicPartition
 
-        from producer.kafka import broker_profile, make_consumer
+        from producer.kafka import make_consumer
 
         s = self.settings
-        consumer = make_consumer(s.bootstrap_servers, profile=broker_profile(s.broker), auto_offset_reset="earliest",
+        consumer = make_consumer(s.bootstrap_servers, profile=s.broker, auto_offset_reset="earliest",
                                  fetch_max_wait_ms=TAIL_FETCH_WAIT_MS, client_id="ocms-collector-tail",
                                  isolation_level="read_uncommitted")
         tp = TopicPartition(self.topic, 0)
@@ -523,10 +523,10 @@ class SharedIdempotency:
 
     async def fence(self, owner: str) -> None:
         """Bump ``owner``'s producer epoch: the broker refuses that producer's sends from now on."""
-        from producer.kafka import broker_profile, make_producer
+        from producer.kafka import make_producer
 
         s = self.settings
-        producer = make_producer(s.bootstrap_servers, broker_profile(s.broker), idempotent=True, transactional_id=owner,
+        producer = make_producer(s.bootstrap_servers, s.broker, idempotent=True, transactional_id=owner,
                                  client_id="ocms-collector-fence", request_timeout_ms=s.kafka_timeout_ms)
         try:
             await producer.start()
@@ -558,10 +558,10 @@ class SharedIdempotency:
     async def _fence_and_complete(self, listing: Listing) -> bool:
         """Another collector's batch: fence it with a producer of its transactional id, which then produces
         what :meth:`complete_batch` finds missing (a second settler's producer would fence this one)."""
-        from producer.kafka import broker_profile, make_producer
+        from producer.kafka import make_producer
 
         s = self.settings
-        producer = make_producer(s.bootstrap_servers, broker_profile(s.broker), idempotent=True,
+        producer = make_producer(s.bootstrap_servers, s.broker, idempotent=True,
                                  transactional_id=listing.owner, client_id="ocms-collector-fence",
                                  request_timeout_ms=s.kafka_timeout_ms, max_batch_size=1_048_576)  # as the outlet's
         await producer.start()
@@ -619,10 +619,10 @@ class SharedIdempotency:
         began (so after a fence), until ``match(message)`` says True; whether it did."""
         from aiokafka import TopicPartition
 
-        from producer.kafka import broker_profile, make_consumer
+        from producer.kafka import make_consumer
 
         s = self.settings
-        consumer = make_consumer(s.bootstrap_servers, profile=broker_profile(s.broker), auto_offset_reset="earliest",
+        consumer = make_consumer(s.bootstrap_servers, profile=s.broker, auto_offset_reset="earliest",
                                  fetch_max_wait_ms=50, client_id="ocms-collector-scan",
                                  isolation_level="read_uncommitted", max_partition_fetch_bytes=4 << 20)
         tp = TopicPartition(topic, partition)
@@ -652,10 +652,10 @@ class SharedIdempotency:
         """Offsets at or below each partition's end (the embedded broker answers too low, never too high)."""
         from aiokafka import TopicPartition
 
-        from producer.kafka import broker_profile, make_consumer
+        from producer.kafka import make_consumer
 
         s = self.settings
-        consumer = make_consumer(s.bootstrap_servers, profile=broker_profile(s.broker), client_id="ocms-collector-offsets")
+        consumer = make_consumer(s.bootstrap_servers, profile=s.broker, client_id="ocms-collector-offsets")
         await consumer.start()
         try:
             ends = await consumer.end_offsets([TopicPartition(topic, p) for p in partitions])

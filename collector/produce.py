@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from cms_core import wire
 from cms_core.reports import ReportBatch
 from producer.gateway import FrameBatcher
-from producer.kafka import KafkaUnavailableError, aiokafka_producer, broker_profile, producer_config
+from producer.kafka import KafkaUnavailableError, aiokafka_producer, producer_config
 from producer.reporter import is_retriable
 
 from .exactly_once import FRAME_HEADER
@@ -325,7 +325,7 @@ class KafkaOutlet:
         self._probe: asyncio.Task | None = None
         self._closing = False
         self.last_error: str | None = "not connected yet"
-        self.profile = broker_profile(settings.broker)
+        self.profile = settings.broker
         self.idempotent = {"on": True, "off": False}.get(settings.kafka_idempotence, self.profile.idempotent_producer)
         self.log = log
         self.incarnation = b""  # changes with every start of the transactional producer

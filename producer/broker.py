@@ -19,11 +19,15 @@ end-offset requests wrongly when the last batch holds more than one record.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 from pathlib import Path
+from typing import Callable, Sequence
 
 from cms_core.errors import OCMSError
 
@@ -70,8 +74,6 @@ class EmbeddedBroker:
     def start(self, timeout: float = 30.0) -> "EmbeddedBroker":
         binary = broker_binary()
         url = f"tcp://{self.host}:{self.port}"
-        from agents.process import spawn
-
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
             # Own session: Ctrl-C in a terminal reaches us, and we stop it by PID; it dies with us.
@@ -111,3 +113,63 @@ class EmbeddedBroker:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# ------------------------------------------------------------------ children that never outlive their parent
+# The broker, ``ocms run``'s worker and collector, and the tests' processes run in their own session and
+# receive a parent-death signal (Linux prctl), so a parent killed outright leaves none behind
+# (agents/process.py adds the worker's own parent watch).
+
+#: prctl option number (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
+def _libc_prctl() -> Callable | None:
+    """libc's prctl, resolved in the parent (loading a library between fork and exec is unsafe)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # no usable libc (musl static builds and the like)
+        return None
+
+
+_PRCTL = _libc_prctl()
+
+
+def parent_death_preexec(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive ``sig`` when this process dies (Linux; None elsewhere)."""
+    if _PRCTL is None or threading.current_thread() is not threading.main_thread():
+        return None
+    parent = os.getpid()
+    prctl = _PRCTL
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl ran: the signal will never come
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
+def spawn(command: Sequence[str], *, death_signal: int = signal.SIGTERM, **popen_kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` in a new session that receives ``death_signal`` if this process dies."""
+    preexec = parent_death_preexec(death_signal)
+    return subprocess.Popen(list(command), start_new_session=True, preexec_fn=preexec, **popen_kwargs)
+
+
+def stop_process_group(process: subprocess.Popen, timeout: float = 15.0) -> None:
+    """SIGTERM the child's process group, then SIGKILL it if it has not exited within ``timeout``."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout)

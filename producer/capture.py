@@ -35,6 +35,11 @@ def is_stdio(path) -> bool:
     return str(path) == STDIO_PATH
 
 
+def output_name(path: str) -> str:
+    """How a summary names an output: ``-`` is standard output."""
+    return "standard output" if is_stdio(path) else path
+
+
 class CaptureFormatError(OCMSError, ValueError):
     """A capture file is truncated or holds an impossible length prefix."""
 

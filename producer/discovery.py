@@ -141,8 +141,9 @@ def simulate_discovery(args, version) -> int:
     from cms_core.values import value_to_json
     from registry.discovery import discovery_of
 
-    from .capture import CaptureWriter
-    from .cli import output_name, status
+    from registry.output import status
+
+    from .capture import CaptureWriter, output_name
     from .datasets import parse_dataset
 
     spec = discovery_of(version)

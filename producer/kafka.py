@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from cms_core.errors import OCMSError
+from cms_core.errors import InvalidParameterError, OCMSError
 
 #: Largest produce request (and so message) any of our producers sends: frames of up to
 #: 8 MiB (ocms discover's capture frames; the collector and gateways send at most 1 MiB).
@@ -113,11 +113,12 @@ MOCK = dataclasses.replace(
 PROFILES: dict[str, BrokerProfile] = {p.name: p for p in (KAFKA, EMBEDDED, MOCK)}
 
 
-def broker_profile(name: str) -> BrokerProfile:
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise OCMSError(f"unknown broker profile {name!r}: expected one of {', '.join(PROFILES)}") from None
+def broker_profile(raw, label: str = "--broker") -> BrokerProfile:
+    """The profile named ``raw`` (the parse of the worker's and the collector's ``--broker`` rows)."""
+    profile = PROFILES.get(str(raw).strip().lower())
+    if profile is None:
+        raise InvalidParameterError(label, raw, f"expected one of {', '.join(PROFILES)}")
+    return profile
 
 
 # ------------------------------------------------------------------------------ clients

@@ -40,6 +40,7 @@ import sys
 import threading
 
 from cms_core.errors import OCMSError
+from producer.broker import EmbeddedBroker
 from producer.kafka import MOCK
 
 #: Kafka protocol API keys the fault-injection calls take by name.
@@ -300,6 +301,20 @@ class MockCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+#: The brokers the tests and benchmarks start on this machine: the embedded Tansu broker and the mock.
+BROKER_KINDS = ("embedded", "mock")
+
+
+def start_broker(kind: str, brokers: int = 3):
+    """An unstarted broker of ``kind`` (a context manager that starts and stops it): ``embedded``, the
+    Tansu broker (producer.broker); ``mock``, this cluster with ``brokers`` brokers."""
+    if kind == "mock":
+        return MockCluster(brokers)
+    if kind == "embedded":
+        return EmbeddedBroker()
+    raise MockClusterError(f"unknown broker kind {kind!r}: expected one of {', '.join(BROKER_KINDS)}")
 
 
 if __name__ == "__main__":

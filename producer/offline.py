@@ -25,6 +25,7 @@ from typing import Callable, Iterable, TextIO
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, wire
 from cms_core.errors import OCMSError
 from cms_core.records import estimate_records, noise_fields
+from cms_core.sketch import EstimateOptions
 from cms_core.reports import ReportBatch
 
 from .capture import CaptureDamage, CaptureReader, read_capture
@@ -175,8 +176,12 @@ def matching_flags(params: OCMSParams, fingerprints: Iterable[bytes]) -> dict[by
     return found
 
 
-def diagnose(params: OCMSParams, result: DecodeResult) -> list[str]:
-    """Human lines for stderr: what was rejected or damaged, and why it matters."""
+def diagnose(version, registry, result: DecodeResult, *, flags: bool) -> list[str]:
+    """Human lines for stderr: what was rejected or damaged, and why it matters.
+
+    Each refused fingerprint is named: as a version of ``registry`` when it is one, else (the flags'
+    metric, ``flags``) with the flag change that would match it, when a nearby one does."""
+    params = version.params
     lines = []
     for damage in result.damage:
         lines.append(f"warning: {damage.describe()}")
@@ -186,23 +191,22 @@ def diagnose(params: OCMSParams, result: DecodeResult) -> list[str]:
         lines.append(f"warning: {rejected:,} of {result.messages:,} messages rejected ({reasons}); "
                      f"{result.sketch.n:,} reports counted")
     if result.unknown_fingerprints:
-        lines.append(f"warning: these messages carry other parameter fingerprints than the flags' "
-                     f"{params.fingerprint.hex()}:")
-        matches = matching_flags(params, result.unknown_fingerprints)
+        whose = "the flags'" if flags else f"{version.binding}'s"
+        lines.append(f"warning: these messages carry other parameter fingerprints than {whose} {params.fingerprint.hex()}:")
+        matches = matching_flags(params, result.unknown_fingerprints) if flags else {}
         for fp, messages in result.unknown_fingerprints.most_common():
-            hint = f"; matches {matches[fp]} (other flags as given)" if fp in matches else \
-                "; no nearby flags match (check --dictionary-size/--strings, --f-star, --tracked, or the metric)"
+            other = registry.by_fingerprint(fp)
+            if other is not None:
+                hint = f"; they are {other.binding}'s (--metric {other.metric} --metric-version {other.version})"
+            elif fp in matches:
+                hint = f"; matches {matches[fp]} (other flags as given)"
+            elif flags:
+                hint = "; no nearby flags match (check --dictionary-size/--strings, --f-star, --tracked, or the metric)"
+            else:
+                hint = f"; of no metric in {registry.path}"
             lines.append(f"warning:   fingerprint {fp.hex()}: {messages:,} messages, "
                          f"{result.unknown_reports[fp]:,} reports{hint}")
     return lines
-
-
-@dataclass(frozen=True)
-class EstimateOptions:
-    confidence: float = 0.95
-    interval: str = "normal"
-    postprocess: str = "none"
-    strict: bool = False
 
 
 def estimate_document(params: OCMSParams, result: DecodeResult, options: EstimateOptions) -> dict:
@@ -244,31 +248,41 @@ def noise_line(doc: dict) -> str | None:
             f"{values:,} values they cannot be told from zero (above_noise: false in the JSON)")
 
 
-def run_estimate(params: OCMSParams, tracked: TrackedValues, paths: Iterable[str | Path], options: EstimateOptions,
-                 *, out: TextIO | None = None, err: TextIO | None = None, prog: str = "ocms estimate") -> int:
-    """``ocms estimate``: JSON on ``out``, warnings on ``err``; returns the exit status.
+def named_document(version, doc: dict) -> dict:
+    """``estimate_document``'s answer with the metric, the version and value names (category names)."""
+    if version.domain == "categories":
+        for record in doc["estimates"]:
+            record["value"] = version.value_name(int(record["value"]))
+    return {"metric": version.metric, "version": version.version, **doc}
+
+
+def run_estimate(version, registry, paths: Iterable[str | Path], options: EstimateOptions, *, strict: bool = False,
+                 err: TextIO | None = None, prog: str = "ocms estimate") -> int:
+    """``ocms estimate`` of one metric version (the flags' metric or a registry's): JSON on stdout, warnings on
+    ``err``; returns the exit status.
 
     0: an answer (warnings, if any, on stderr). 1: nothing was counted while
     messages were rejected or a capture was damaged, or ``strict`` and a
     capture was damaged (the JSON is still written, for inspection).
     """
-    out = sys.stdout if out is None else out
+    from registry.flags import FLAGS_PATH
+    from registry.output import write_stdout
+
     err = sys.stderr if err is None else err
-    result = decode_captures(params, tracked, paths)
-    doc = estimate_document(params, result, options)
-    json.dump(doc, out, indent=1, ensure_ascii=False)
-    out.write("\n")
-    out.flush()
-    for line in diagnose(params, result) + [noise_line(doc)]:
+    result = decode_captures(version.params, version.tracked_values(), paths)
+    doc = named_document(version, estimate_document(version.params, result, options))
+    write_stdout(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    flags = registry.path == FLAGS_PATH
+    for line in diagnose(version, registry, result, flags=flags) + [noise_line(doc)]:
         if line:
             print(f"{prog}: {line}", file=err)
     problems = bool(result.rejected) or bool(result.damage)
     if result.sketch.n == 0 and problems:
-        why = "every readable message was rejected; fix the flags above" if result.rejected else \
-            "the captures hold no complete message"
+        why = (f"every readable message was rejected (none is {'of the flags' if flags else version.binding}); "
+               "see above") if result.rejected else "the captures hold no complete message"
         print(f"{prog}: error: nothing counted: {why} (exit {EXIT_NOTHING_COUNTED})", file=err)
         return EXIT_NOTHING_COUNTED
-    if options.strict and result.damage:
+    if strict and result.damage:
         print(f"{prog}: error: --strict: {len(result.damage)} capture file(s) damaged (exit {EXIT_NOTHING_COUNTED})",
               file=err)
         return EXIT_NOTHING_COUNTED

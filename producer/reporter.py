@@ -145,10 +145,11 @@ class DeviceReporter:
     """Privatize values and deliver them to ``topic`` keyed by ``device_key``.
 
     Args:
-        params: the topic's OCMSParams (each report costs ``params.epsilon``; report with
-            ``report(value)``), or a :class:`registry.Registry`: report with
+        params: a :class:`registry.Registry`: report with
             ``report(metric, value_name)``, each metric with its newest live version
-            (``"name@N"`` picks live version N) at that version's ε.
+            (``"name@N"`` picks live version N) at that version's ε; or an OCMSParams, the
+            one-metric registry of ``metric`` (each report costs ``params.epsilon``; report
+            with ``report(value)``).
         bootstrap_servers: Kafka bootstrap servers ("host:port[,host:port]").
         topic: the reports topic (pre-created).
         device_key: opaque bytes used as the Kafka key (partitioning); links
@@ -199,22 +200,27 @@ class DeviceReporter:
         producer_config: dict | None = None,
         transport: "HttpTransport | None" = None,
     ):
-        from registry import Registry
+        from registry import Registry, single_metric_registry
 
-        self.registry: Registry | None = None
-        if isinstance(params, Registry):
-            if metric is not None:
-                raise InvalidParameterError("metric", metric, "is not taken with a registry: each report names its "
-                                                              "metric (report(metric, value)); select with metrics=[...]")
-            self.registry, self._versions = params, _registry_versions(params, metrics)
-            params = None
-            if transport is not None and transport.metric is not None and set(self._versions) != {transport.metric}:
-                raise InvalidParameterError("transport", transport.url, "posts to one metric's URL; a registry "
-                                            "reporter of several metrics needs HttpTransport(url) without metric=")
-        elif not isinstance(params, OCMSParams):
+        # Always a registry: a bare OCMSParams is a one-metric registry whose metric is the ledger account
+        # (its parameters used as given), reported with ``report(value)``.
+        self.one_metric = isinstance(params, OCMSParams)
+        if self.one_metric:
+            if metrics is not None:
+                raise InvalidParameterError("metrics", metrics, "is only taken with a registry (params is an OCMSParams)")
+            if not isinstance(metric, str) or not metric:
+                raise InvalidParameterError("metric", metric, "must be a non-empty string (the ledger account)")
+            params = single_metric_registry([params], [None], name=metric, path="<reporter>")
+        elif not isinstance(params, Registry):
             raise InvalidParameterError("params", type(params).__name__, "must be an OCMSParams or a registry.Registry")
-        elif metrics is not None:
-            raise InvalidParameterError("metrics", metrics, "is only taken with a registry (params is an OCMSParams)")
+        elif metric is not None:
+            raise InvalidParameterError("metric", metric, "is not taken with a registry: each report names its "
+                                                          "metric (report(metric, value)); select with metrics=[...]")
+        self.registry, self._versions = params, _registry_versions(params, metrics)
+        if (not self.one_metric and transport is not None and transport.metric is not None
+                and set(self._versions) != {transport.metric}):
+            raise InvalidParameterError("transport", transport.url, "posts to one metric's URL; a registry "
+                                        "reporter of several metrics needs HttpTransport(url) without metric=")
         if transport is not None and not isinstance(transport, HttpTransport):
             raise InvalidParameterError("transport", type(transport).__name__, "must be an HttpTransport or None (Kafka)")
         if transport is not None:
@@ -227,8 +233,6 @@ class DeviceReporter:
             raise InvalidParameterError("topic", topic, "must be a non-empty string")
         if not isinstance(device_key, (bytes, bytearray)) or not device_key:
             raise InvalidParameterError("device_key", type(device_key).__name__, "must be non-empty bytes")
-        if self.registry is None and (not isinstance(metric, str) or not metric):
-            raise InvalidParameterError("metric", metric, "must be a non-empty string (the ledger account)")
         if ledger is not None and not isinstance(ledger, PrivacyLedger):
             raise InvalidParameterError("ledger", type(ledger).__name__, "must be a PrivacyLedger or None")
         for name, value, minimum in (("queue_size", queue_size, 1), ("max_retries", max_retries, 0),
@@ -241,11 +245,9 @@ class DeviceReporter:
                 raise InvalidParameterError(name, value, "must be a finite number >= 0")
         if request_timeout_s <= 0:
             raise InvalidParameterError("request_timeout_s", request_timeout_s, "must be > 0")
-        self.params = params
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.device_key = bytes(device_key)
-        self.metric = metric
         self.ledger = ledger
         self.memoize = bool(memoize) and ledger is not None
         self.queue_size = queue_size
@@ -331,11 +333,12 @@ class DeviceReporter:
     def resolve(self, *args) -> tuple[OCMSParams, str, Any]:
         """(params, ledger account, dictionary value) for ``submit``'s arguments; raises
         UnknownMetricError / InvalidValueError / InvalidParameterError before any charge."""
-        if self.registry is None:
+        if self.one_metric:  # report(value): the one metric's dictionary value
             if len(args) != 1:
                 raise InvalidParameterError("report", f"{len(args)} arguments",
                                             "takes one value (this reporter has one parameter set, no registry)")
-            return self.params, self.metric, args[0]
+            (version,) = self._versions.values()
+            return version.params, version.metric, args[0]
         if len(args) != 2:
             raise InvalidParameterError("report", f"{len(args)} arguments",
                                         "takes (metric, value name): this reporter reports a registry's metrics")

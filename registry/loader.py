@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import io
-import json
 import math
 import os
 import re
@@ -39,8 +37,9 @@ from cms_core.errors import InvalidParameterError
 from cms_core.params import MAX_HASH_RANGE, MECHANISM_CHOICES, OCMSParams, check_epsilon, compare_mechanisms
 
 from .errors import FileRefusedError, Problem, RegistryFileError, RegistryValidationError
-from .files import MAX_INTEGER_DIGITS, YamlMap, YamlSeq, compose, open_regular_file, read_regular_file
+from .files import MAX_INTEGER_DIGITS, YamlMap, YamlSeq, compose, read_regular_file
 from .model import MetricSpec, MetricVersion, Registry, TrackedSpec
+from .values_file import MAX_VALUES, MAX_WHOLE_DICTIONARY, ValuesFileError, read_raw_values
 
 #: A registry is configuration, not data: refuse anything absurdly large before parsing it.
 MAX_REGISTRY_BYTES = 16 * 2**20
@@ -51,12 +50,10 @@ MAX_PROBLEMS = 200
 MAX_VERSION_NUMBER = 1_000_000
 #: Categories and tracked values are held in every worker's view; keep them bounded.
 MAX_CATEGORIES = 1_000_000
-MAX_TRACKED = 1_000_000
+MAX_TRACKED = MAX_VALUES
 #: Category names summed over the lists of a registry's versions: a version that adds categories has
 #: its own list (a version adding none shares its predecessor's), held by every worker.
 MAX_VERSIONED_NAMES = 4_000_000
-#: Without an explicit ``tracked``, an integer metric tracks its whole dictionary only up to this size.
-MAX_DEFAULT_TRACKED = 100_000
 MAX_INTEGER_DOMAIN = 2**64
 MAX_NAME_LENGTH = 100
 MAX_VALUE_LENGTH = 200
@@ -66,13 +63,6 @@ MAX_TOP_K = 10_000
 MAX_MIN_REPORTS = 10**12
 MAX_BUCKET_SECONDS = 86_400
 MAX_ROLLUP_SECONDS = 366 * 86_400
-MAX_TRACKED_FILE_BYTES = 256 * 2**20
-#: A tracked string is at most 4,096 characters; its JSON line, escaped, fits in this many.
-MAX_TRACKED_LINE_CHARS = 6 * 4096 + 64
-#: Lines read from a tracked file (values, blank and bad lines) before it is refused.
-MAX_TRACKED_LINES = 2 * MAX_TRACKED
-#: Problems reported per tracked file before giving up on it.
-MAX_FILE_PROBLEMS = 10
 
 DEFAULT_BUCKET_SECONDS = 60
 DEFAULT_RETENTION_SECONDS = 86_400
@@ -601,8 +591,8 @@ class _Loader:
             if kind == "strings":
                 self.problem(raw.line, "a 'strings' metric needs its tracked values: a list, or {file: PATH} "
                              "(JSON lines, one JSON string per line)", metric, "tracked")
-            elif d > MAX_DEFAULT_TRACKED:
-                self.problem(raw.line, f"the dictionary has {d:,} values, more than {MAX_DEFAULT_TRACKED:,} to track "
+            elif d > MAX_WHOLE_DICTIONARY:
+                self.problem(raw.line, f"the dictionary has {d:,} values, more than {MAX_WHOLE_DICTIONARY:,} to track "
                              "whole: give a range {range: [START, STOP]}, a list, or {file: PATH}", metric, "tracked")
             else:
                 spec = TrackedSpec("all")
@@ -683,60 +673,27 @@ class _Loader:
         return None
 
     def tracked_file(self, name, line, kind, metric):
+        """The values of a tracked file (registry.values_file: the one format), each bad line a problem."""
         if not isinstance(name, str) or not name.strip():
-            self.problem(line, f"must be a file path (JSON lines), got {_show(name)}", metric, "tracked.file")
+            self.problem(line, f"must be a file path (a values file: docs/tracked-values.md), got {_show(name)}",
+                         metric, "tracked.file")
             return None
         path = Path(name) if os.path.isabs(name) else self.base_dir / name
-        items = []
-        bad = 0
         try:
-            with io.TextIOWrapper(open_regular_file(path, MAX_TRACKED_FILE_BYTES), encoding="utf-8",
-                                  newline="\n") as handle:
-                for number, row in enumerate(iter(lambda: handle.readline(MAX_TRACKED_LINE_CHARS + 1), ""), 1):
-                    if number > MAX_TRACKED_LINES:
-                        self.problem(line, f"{name}: more than {MAX_TRACKED_LINES:,} lines; a tracked file lists at most "
-                                           f"{MAX_TRACKED:,} values, one a line", metric, "tracked.file")
-                        return None
-                    if len(row) > MAX_TRACKED_LINE_CHARS:
-                        self.problem(line, f"{name}:{number}: longer than {MAX_TRACKED_LINE_CHARS:,} characters (a "
-                                           "tracked value is at most 4,096)", metric, "tracked.file")
-                        return None
-                    if not row.strip():
-                        continue
-                    try:
-                        value = json.loads(row)
-                    except ValueError as exc:
-                        value, reason = None, f"not JSON ({exc.args[0] if exc.args else exc})"
-                    else:
-                        reason = None if isinstance(value, str) else f"expected a JSON string, got {row.strip()[:60]}"
-                    if reason is not None:
-                        bad += 1
-                        if bad <= MAX_FILE_PROBLEMS:
-                            self.problem(line, f"{name}:{number}: {reason} (one JSON string per line, e.g. \"ATL\")",
-                                         metric, "tracked.file")
-                        continue
-                    if len(items) == MAX_TRACKED:  # stop reading: the file cannot be valid
-                        self.problem(line, f"{name}:{number}: more than {MAX_TRACKED:,} tracked values; at most "
-                                           f"{MAX_TRACKED:,}", metric, "tracked.file")
-                        return None
-                    items.append((value, number))
-        except FileRefusedError as exc:
-            self.problem(line, f"{name}: {exc} (a tracked file is a regular file of at most "
-                               f"{MAX_TRACKED_FILE_BYTES:,} bytes)", metric, "tracked.file")
+            raw = read_raw_values(path, max_values=MAX_TRACKED)
+        except ValuesFileError as exc:
+            for where, reason in exc.problems:
+                self.problem(line, f"{name}{' ' + where if where else ''}: {reason}", metric, "tracked.file")
+            if exc.more:
+                self.problem(line, f"{name}: {exc.more} more bad lines", metric, "tracked.file")
+            if exc.good:  # the other lines' values: their mistakes are named in the same run
+                self.tracked_items(self.file_items(exc.good), kind, metric, "tracked.file", name, line, name)
             return None
-        except UnicodeDecodeError as exc:
-            self.problem(line, f"{name}: not UTF-8 text ({exc.reason})", metric, "tracked.file")
-            return None
-        except OSError as exc:
-            self.problem(line, f"cannot read {name}: {exc.strerror or exc}", metric, "tracked.file")
-            return None
-        result = (self.tracked_items(items, kind, metric, "tracked.file", name, file_line=line, file_name=name)
-                  if items or not bad else None)
-        if bad:
-            if bad > MAX_FILE_PROBLEMS:
-                self.problem(line, f"{name}: {bad - MAX_FILE_PROBLEMS} more bad lines", metric, "tracked.file")
-            return None
-        return result
+        return self.tracked_items(self.file_items(raw), kind, metric, "tracked.file", name, line, name)
+
+    @staticmethod
+    def file_items(raw) -> list[tuple]:
+        return [(item, raw.where(i)) for i, item in enumerate(raw.items)]
 
     def tracked_items(self, items, kind, metric, field, source, file_line=None, file_name=None):
         """Validate tracked values (duplicates, types); lines are YAML lines, or lines of ``file_name``."""
@@ -748,8 +705,8 @@ class _Loader:
             return None
 
         def prefix(loc) -> str:
-            # YAML items report their own line; file items report the 'file:' key's line plus file:line.
-            return f"{file_name}:{loc}: " if file_name is not None else ""
+            # YAML items report their own line; file items report the 'file:' key's line plus "FILE line N".
+            return f"{file_name} {loc}: " if file_name is not None else ""
 
         out, seen, ok = [], set(), True
         for value, loc in items:

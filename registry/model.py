@@ -27,10 +27,12 @@ DOMAINS = ("categories", "integers", "strings")
 class TrackedSpec:
     """Which values of one version keep match counts: the whole dictionary, a range, or a list.
 
-    ``values`` holds dictionary values (category ids, integers or strings) for a list.
+    ``values`` holds dictionary values (category ids, integers or strings) for a list. "none": the
+    single-metric flags of a command that counts nothing (``ocms plan``, ``ocms simulate``) named no
+    tracked values; such a metric is planned and simulated, never counted.
     """
 
-    kind: str  # "all" | "range" | "list"
+    kind: str  # "all" | "range" | "list" | "none"
     start: int | None = None
     stop: int | None = None
     values: tuple = ()
@@ -81,6 +83,14 @@ class MetricVersion:
     def live(self) -> bool:
         """Live versions are counted; a retired one is kept for its history and its lock entry."""
         return not self.retired
+
+    @property
+    def levels(self) -> tuple[tuple[int, int], ...]:
+        """(bucket width, retention) per time level, finest first: the buckets, then the rollup if any."""
+        out = [(self.bucket_seconds, self.retention_seconds)]
+        if self.rollup_seconds:
+            out.append((self.rollup_seconds, self.rollup_retention_seconds))
+        return tuple(out)
 
     @property
     def mechanism(self) -> str:
@@ -141,6 +151,8 @@ class MetricVersion:
         tracked = self._cache.get("tracked")
         if tracked is None:
             spec = self.tracked
+            if spec.kind == "none":
+                raise InvalidValueError(f"metric {self.metric!r} version {self.version}: no tracked values stated")
             if spec.kind == "all":
                 tracked = TrackedValues.range(self.params, 0, self.params.dictionary_size)
             elif spec.kind == "range":
@@ -151,8 +163,11 @@ class MetricVersion:
         return tracked
 
     @property
-    def tracked_count(self) -> int:
+    def tracked_count(self) -> int | None:
+        """D, the number of tracked values (None: none stated)."""
         spec = self.tracked
+        if spec.kind == "none":
+            return None
         if spec.kind == "all":
             return self.params.dictionary_size
         if spec.kind == "range":
@@ -162,6 +177,8 @@ class MetricVersion:
     def tracked_names(self) -> list[str]:
         """Names of the tracked values, in tracked order."""
         spec = self.tracked
+        if spec.kind == "none":
+            return []
         if spec.kind == "all":
             return [self.value_name(v) for v in range(self.params.dictionary_size)]
         if spec.kind == "range":
@@ -176,7 +193,8 @@ class MetricVersion:
     def describe(self) -> dict:
         """Every value of the version, JSON-ready (values as strings, per cms_core.values)."""
         spec = self.tracked
-        tracked: dict = {"kind": spec.kind, "count": str(self.tracked_count)}
+        count = self.tracked_count
+        tracked: dict = {"kind": spec.kind, "count": None if count is None else str(count)}
         if spec.kind == "range":
             tracked.update(start=value_to_json(spec.start), stop=value_to_json(spec.stop))
         elif spec.kind == "list":
@@ -280,8 +298,9 @@ def single_metric_registry(params_sets, tracked_sets, *, name: str = "default", 
                            watch: tuple[str, ...] = (), top_k: int = 20, path: str = "<flags>") -> Registry:
     """A one-metric registry described by the single-metric flags (``ocms worker --epsilon ...``).
 
-    ``params_sets[i]`` (e.g. the primary parameters, then each ``--extra-epsilon``) becomes
-    version i + 1 with its tracked set ``tracked_sets[i]``. The parameters are used as given:
+    ``params_sets[i]`` (registry.flags: each ``--extra-epsilon``, then the primary) becomes version
+    i + 1 with its tracked set ``tracked_sets[i]`` (None: no tracked values stated, see TrackedSpec).
+    The parameters are used as given:
     unbound parameters keep their wire-v1 fingerprint, so devices built before the registry
     keep being counted. Values have no names beyond their decimal digits or strings.
     """
@@ -292,9 +311,11 @@ def single_metric_registry(params_sets, tracked_sets, *, name: str = "default", 
         raise ValueError("one tracked set per parameter set, at least one")
     versions = []
     for number, (params, tracked) in enumerate(zip(params_sets, tracked_sets), 1):
-        if tracked.params_fingerprint != params.fingerprint:
+        if tracked is not None and tracked.params_fingerprint != params.fingerprint:
             raise ParameterMismatchError(f"version {number}: the tracked set was built for other parameters")
-        if tracked.is_range:
+        if tracked is None:
+            spec = TrackedSpec("none")
+        elif tracked.is_range:
             spec = TrackedSpec("range", start=tracked.range_start, stop=tracked.range_start + len(tracked))
         else:
             spec = TrackedSpec("list", values=tuple(tracked.labels), source="flags")
@@ -308,7 +329,8 @@ def single_metric_registry(params_sets, tracked_sets, *, name: str = "default", 
         if missing:
             raise InvalidValueError(f"watch: {', '.join(map(repr, missing))} is not a tracked value")
         versions.append(dataclasses.replace(version, watch=tuple(watch)))
-        versions[-1]._cache["tracked"] = tracked  # the caller's set, not a rebuilt copy
+        if tracked is not None:
+            versions[-1]._cache["tracked"] = tracked  # the caller's set, not a rebuilt copy
     spec = MetricSpec(name=name, description=description, owner=owner, unit=unit, domain=versions[0].domain,
                       versions=tuple(versions))
     return Registry(path, (spec,))

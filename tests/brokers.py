@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import pytest
 
-from producer.broker import EmbeddedBroker
+from agents.process import worker_topics  # noqa: F401  (re-exported: tests take broker helpers from here)
 from producer.kafka import EMBEDDED
-from producer.mock_cluster import MockCluster
+from producer.mock_cluster import start_broker  # noqa: F401  (re-exported, shared with the benchmarks)
 
 #: The mock runs under the markers kafka_mock and integration (``pytest -m kafka_mock``).
 MOCK_MARKS = (pytest.mark.kafka_mock, pytest.mark.integration)
@@ -34,9 +34,6 @@ MOCK_SESSION_SECONDS = 6
 MOCK_SESSION_ARGS = ("--session-timeout-seconds", str(MOCK_SESSION_SECONDS))
 
 
-def start_broker(kind: str):
-    """An unstarted broker of ``kind`` (a context manager that starts and stops it)."""
-    return MockCluster(brokers=3) if kind == "mock" else EmbeddedBroker()
 
 
 def on_brokers(*kinds: str):
@@ -56,7 +53,3 @@ def collector_topics(topic: str, partitions: int = 4) -> dict[str, int]:
     return {topic: partitions, f"{topic}-idempotency": 1}
 
 
-def worker_topics(app_id: str, topic: str, partitions: int = 4) -> dict[str, int]:
-    """The topics ``ocms worker --app-id APP_ID --source-topic TOPIC --dead-letter-topic TOPIC-dlq`` needs:
-    what a broker whose clients cannot create topics (the mock) must hold before the worker starts."""
-    return {topic: partitions, topic + "-dlq": partitions, f"{app_id}-ocms-counts-changelog": partitions}

@@ -22,6 +22,7 @@ from agents.processor import PendingBatch
 from agents.settings import WorkerSettings
 from agents.state import BucketKey, StateKey
 from cms_core import OCMSParams
+from registry.flags import metrics_from_flags
 
 from .harness import report_messages
 
@@ -32,9 +33,8 @@ SOURCE = "unit-source"
 
 @pytest.fixture
 def worker(monkeypatch):
-    settings = WorkerSettings.build(PARAMS, broker="embedded", app_id="unit-app", source_topic=SOURCE,
-                                    tracked_range="0:100")
-    worker = OCMSWorker(settings)
+    settings = WorkerSettings.build(broker="embedded", app_id="unit-app", source_topic=SOURCE)
+    worker = OCMSWorker(settings, metrics_from_flags(epsilon=2, dictionary_size=1000, tracked_range="0:100"))
     worker.untracked, worker.owned = [], {0, 1}
     consumer = SimpleNamespace(untrack=worker.untracked.append,
                                assignment=lambda: {TP(SOURCE, p) for p in worker.owned} | {TP("other", 0)})

@@ -8,14 +8,13 @@ import pytest
 
 from agents.app import OCMSWorker, faust_settings
 from agents.settings import WorkerSettings
-from cms_core import OCMSParams
+from registry.flags import metrics_from_flags
 
-PARAMS = OCMSParams.build(2.0, 1000)
+METRICS = metrics_from_flags(epsilon=2, dictionary_size=1000, tracked_range="0:10")
 
 
 def settings(broker: str, **overrides) -> WorkerSettings:
-    return WorkerSettings.build(PARAMS, bootstrap_servers="k1:9092,k2:9092", broker=broker, app_id="unit-profile",
-                                tracked_range="0:10", **overrides)
+    return WorkerSettings.build(bootstrap_servers="k1:9092,k2:9092", broker=broker, app_id="unit-profile", **overrides)
 
 
 @pytest.mark.parametrize("broker, declare, batch, session", [
@@ -40,7 +39,7 @@ def test_the_session_timeout_setting_overrides_the_profile():
 
 @pytest.mark.parametrize("broker, wait", [("kafka", None), ("mock", 100), ("embedded", 100)])
 def test_the_view_reader_gets_the_fetch_wait_of_its_profile(broker, wait):
-    worker = OCMSWorker(settings(broker))
+    worker = OCMSWorker(settings(broker), METRICS)
     assert worker.reader.profile.fetch_max_wait_ms == wait
     assert worker.reader.partitions == 4 and worker.reader.topic == "unit-profile-ocms-counts-changelog"
 
@@ -48,7 +47,7 @@ def test_the_view_reader_gets_the_fetch_wait_of_its_profile(broker, wait):
 # ------------------------------------------------------------------ background jobs fail loudly
 @pytest.fixture
 def worker(monkeypatch):
-    worker = OCMSWorker(settings("kafka"))
+    worker = OCMSWorker(settings("kafka"), METRICS)
     worker.crashed = []
 
     async def crash(reason):

@@ -17,16 +17,16 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.catalog import LEGACY_METRIC, Catalog
+from agents.catalog import Catalog
 from agents.metrics import EstimatesCollector
 from agents.query import ApiError
-from agents.settings import WorkerSettings
 from agents.state import BucketKey, PartialCounts
 from agents.view import CountsView
 from cms_core import OCMSParams, OCMSSketch, ReportBatch, kernel
 from cms_core.privatize import simulate_reports
 from cms_core.values import elements_to_array, encode_value, limbs_for
 from registry import load_registry
+from registry.flags import FLAGS_METRIC, metrics_from_flags
 
 REGISTRY = """\
 metrics:
@@ -72,10 +72,6 @@ def registry(tmp_path_factory):
     path.write_text(REGISTRY, encoding="utf-8")
     _LOADED["registry"] = load_registry(path)
     return _LOADED["registry"]
-
-
-def settings(**overrides) -> WorkerSettings:
-    return WorkerSettings.build(OCMSParams.build(2.0, 10), {}, bootstrap_servers="k:9092", **overrides)
 
 
 _LOADED = {}
@@ -126,7 +122,7 @@ def fed(registry):
 @pytest.fixture(scope="module")
 def catalog(registry, fed):
     view, _ = fed
-    return Catalog(registry, settings(), view, clock=lambda: NOW)
+    return Catalog(registry, view, clock=lambda: NOW)
 
 
 def answer(catalog, name, endpoint, path_value=None, **query):
@@ -218,7 +214,7 @@ def test_min_reports_withholds_the_window(registry, fed):
     """word has no min_reports; screen's 300: a latest bucket with no reports, and a catalog whose
     screen needs more reports than it has, answer withheld (no estimate, no match counts)."""
     view, _ = fed
-    catalog = Catalog(registry, settings(), view, clock=lambda: NOW + 3600)
+    catalog = Catalog(registry, view, clock=lambda: NOW + 3600)
     doc = answer(catalog, "screen", "estimates", window="latest_bucket")
     assert doc["n"] == 0 and doc["withheld"] and doc["estimates"] == [] and doc["min_reports"] == 300
     one = answer(catalog, "screen", "estimate_value", "home", window="latest_bucket")
@@ -269,7 +265,7 @@ def test_withheld_total_exports_no_estimates(registry, fed, tmp_path):
     view, _ = fed
     path = tmp_path / "strict.yaml"
     path.write_text(REGISTRY.replace("min_reports: 300", "min_reports: 3000"), encoding="utf-8")
-    catalog = Catalog(load_registry(path), settings(), view, clock=lambda: NOW)
+    catalog = Catalog(load_registry(path), view, clock=lambda: NOW)
     ratio = scrape(catalog)["ocms_estimate_ratio"]
     assert {(labels["metric"], labels["version"]) for labels, _ in ratio} == {("screen", "1"), ("word", "1")}
     doc = answer(catalog, "screen", "estimates", version="2")
@@ -289,37 +285,46 @@ def test_listing_names_versions_parameters_and_reports(catalog):
 
 def test_single_metric_flags_are_a_one_metric_catalog():
     p1, p2 = OCMSParams.build(2.0, 100), OCMSParams.build(1.0, 100)
-    flags = WorkerSettings.build(p1, {}, bootstrap_servers="k", tracked_range=(0, 10), watch=("3",),
-                                 extra_params=(p2,))
-    catalog = Catalog.build(flags, CountsView())
-    assert catalog.legacy and list(catalog.metrics) == [LEGACY_METRIC]
-    assert [s.fingerprint for s in catalog.metric(LEGACY_METRIC).services] == [p1.fingerprint.hex(),
-                                                                               p2.fingerprint.hex()]
-    assert catalog.metric(LEGACY_METRIC).services[0].watch == (3,)
-    assert answer(catalog, LEGACY_METRIC, "estimate_value", "7", version="1")["estimate"]["value"] == "7"
+    catalog = Catalog(metrics_from_flags(epsilon=2, dictionary_size=100, tracked_range="0:10", watch="3",
+                                         extra_epsilon=[1]), CountsView())
+    assert list(catalog.metrics) == [FLAGS_METRIC]
+    # the rotated --extra-epsilon set is the older version, --epsilon the newest (what name-less routes read)
+    assert [s.fingerprint for s in catalog.metric(FLAGS_METRIC).services] == [p2.fingerprint.hex(),
+                                                                              p1.fingerprint.hex()]
+    assert catalog.primary.default.version.params == p1 and catalog.metric(FLAGS_METRIC).services[0].watch == (3,)
+    assert answer(catalog, FLAGS_METRIC, "estimate_value", "7", version="1")["estimate"]["value"] == "7"
     with pytest.raises(ApiError) as info:
-        answer(catalog, LEGACY_METRIC, "estimate_value", "abc")
+        answer(catalog, FLAGS_METRIC, "estimate_value", "abc")
     assert info.value.status == 400 and "'abc'" in info.value.message
     with pytest.raises(ApiError) as info:
-        answer(catalog, LEGACY_METRIC, "estimate_value", "50")
+        answer(catalog, FLAGS_METRIC, "estimate_value", "50")
     assert info.value.status == 404
+    nameless = catalog.estimator.finish(catalog.prepare_primary("params", []).gather())
+    assert [(s["fingerprint"], s["primary"]) for s in nameless["parameter_sets"]] == [
+        (p1.fingerprint.hex(), True), (p2.fingerprint.hex(), False)]
+    doc = catalog.estimator.finish(catalog.prepare_primary("estimates", [("params", p2.fingerprint.hex())]).gather())
+    assert doc["params"] == p2.fingerprint.hex() and doc["version"] == 1
 
 
-def test_worker_flags_cannot_go_with_a_registry(tmp_path):
+def test_worker_flags_cannot_go_with_a_registry_and_the_registry_is_read_once(tmp_path, monkeypatch):
+    import registry.loader
+
     from agents.cli import build_parser, worker_settings_from_args
-    from agents.settings import RegistryFlagError
+    from registry.flags import MetricFlagError
 
     path = tmp_path / "r.yaml"
     path.write_text(textwrap.dedent(REGISTRY), encoding="utf-8")
     args = build_parser().parse_args(["worker", "--registry", str(path), "--epsilon", "2", "--bootstrap-servers", "k"])
-    with pytest.raises(RegistryFlagError, match="--epsilon: describe the single metric"):
+    with pytest.raises(MetricFlagError, match="--epsilon: single-metric flag; .* drop --epsilon"):
         worker_settings_from_args(args, {})
+    reads = []
+    real = registry.loader.read_regular_file
+    monkeypatch.setattr(registry.loader, "read_regular_file", lambda *a: reads.append(a) or real(*a))
     args = build_parser().parse_args(["worker", "--bootstrap-servers", "k"])
-    settings_ = worker_settings_from_args(args, {"OCMS_REGISTRY": str(path)})
-    assert settings_.registry == str(path)
-    catalog = Catalog.build(settings_, CountsView())
-    assert not catalog.legacy and list(catalog.metrics) == ["screen", "word"]
-    assert {p.fingerprint for p in settings_.params_sets} == {bytes.fromhex(fp) for fp in catalog.by_fingerprint}
+    settings_, metrics = worker_settings_from_args(args, {"OCMS_REGISTRY": str(path)})
+    catalog = Catalog(metrics, CountsView())
+    assert list(catalog.metrics) == ["screen", "word"] and len(reads) == 1
+    assert not hasattr(settings_, "params") and not hasattr(settings_, "registry")
 
 
 def test_a_global_cap_bounds_the_exported_values_and_counts_the_rest(catalog):
@@ -369,6 +374,6 @@ def test_combined_window_under_min_reports_is_withheld(fed, tmp_path):
     view, _ = fed
     path = tmp_path / "strict.yaml"
     path.write_text(REGISTRY.replace("min_reports: 300", "min_reports: 7000"), encoding="utf-8")
-    catalog = Catalog(load_registry(path), settings(), view, clock=lambda: NOW)
+    catalog = Catalog(load_registry(path), view, clock=lambda: NOW)
     doc = answer(catalog, "screen", "estimates", version="combined")
     assert doc["withheld"] and doc["estimates"] == [] and doc["n"] == 6500

@@ -15,14 +15,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agents.catalog import Catalog, combined_central
 from agents.metrics import EstimatesCollector
-from agents.query import CENTRAL_COST, EstimateService, central_cost, central_privacy
-from agents.settings import WorkerSettings
+from agents.query import CENTRAL_COST, central_cost, central_privacy
 from agents.state import BucketKey, PartialCounts, encode_bundle
 from agents.view import CountsView
 from cms_core import OCMSParams, TrackedValues, kernel
+from registry.flags import metrics_from_flags
 from cms_core.planning import SHUFFLE_BOUND, shuffle_delta
 from cms_core.privatize import simulate_reports
 from cms_core.shuffle import central_epsilon
+
+from .routes import Routes
 
 P = OCMSParams.build(2.0, 1000)
 FP = P.fingerprint.hex()
@@ -36,14 +38,19 @@ CELLS = {(B[0], 0): (400, 400, 5_000), (B[0], 1): (300, 300, 3_000),
          (B[3], 0): (500, 500, 20_000)}
 
 
-def settings() -> WorkerSettings:
-    return WorkerSettings.build(P, {}, bootstrap_servers="k:9092", tracked_range=(0, D), watch=("3",), top_k=3)
+#: The worker's metric flags: one version, P, tracking 0..D-1.
+FLAGS = dict(epsilon=2, dictionary_size=1000, tracked_range=f"0:{D}", watch="3", top_k=3)
+
+
+def catalog(view: CountsView) -> Catalog:
+    return Catalog(metrics_from_flags(**FLAGS), view, clock=lambda: NOW)
 
 
 def fill(cells) -> CountsView:
     rng = np.random.default_rng(28)
     tracked = TrackedValues.range(P, 0, D)
-    layout = Catalog.build(settings(), CountsView(), lambda: NOW).state_layout(4)
+    layout = catalog(CountsView()).state_layout(4)
+    assert list(layout.groups) == [FP]
     view, totals = CountsView(), {}
 
     def write(key: BucketKey, state: PartialCounts) -> None:  # a changelog record: the key's bundle
@@ -66,7 +73,7 @@ def fill(cells) -> CountsView:
 
 @pytest.fixture(scope="module")
 def service():
-    return EstimateService(settings(), fill(CELLS), clock=lambda: NOW)
+    return Routes(fill(CELLS), lambda: NOW, **FLAGS)
 
 
 def claimed(batch: int) -> dict:
@@ -100,7 +107,7 @@ def test_a_window_with_reports_that_were_not_shuffled_says_null_and_why(service)
     assert (doc["central_epsilon"], doc["central_delta"], doc["central_bound"]) == (None, None, None)
     assert doc["shuffle_batch_min"] == 3_000
     assert doc["central_note"].startswith("100 of the 1,500 reports of this window were not shuffled")
-    unshuffled = EstimateService(settings(), fill({(B[0], 0): (50, 0, 0)}), clock=lambda: NOW).estimates({})
+    unshuffled = Routes(fill({(B[0], 0): (50, 0, 0)}), lambda: NOW, **FLAGS).estimates({})
     assert unshuffled["central_epsilon"] is None and unshuffled["shuffled_reports"] == 0
     assert "no report of this window came through a shuffling collector" in unshuffled["central_note"]
 
@@ -127,7 +134,7 @@ def test_an_uncomputed_figure_counts_in_the_answer_s_work(service):
 
 def test_prometheus_exports_the_windows_that_have_one_and_nothing_for_the_others(service):
     registry = CollectorRegistry()
-    registry.register(EstimatesCollector(Catalog.build(service.settings, service.view, service.clock)))
+    registry.register(EstimatesCollector(catalog(service.view)))
     families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
     epsilon = {s.labels["window"]: s.value for s in families["ocms_central_epsilon"].samples}
     delta = {s.labels["window"]: s.value for s in families["ocms_central_delta"].samples}
@@ -136,8 +143,7 @@ def test_prometheus_exports_the_windows_that_have_one_and_nothing_for_the_others
 
 
 def test_the_metric_listing_states_it_per_window(service):
-    catalog = Catalog.build(service.settings, service.view, service.clock)
-    windows = catalog.describe()["metrics"][0]["versions"][0]["windows"]
+    windows = catalog(service.view).describe()["metrics"][0]["versions"][0]["windows"]
     assert windows["latest_bucket"]["central_epsilon"] == claimed(20_000)["central_epsilon"]
     assert windows["total"]["central_epsilon"] is None and windows["total"]["shuffled_reports"] == 1_400
 

@@ -223,7 +223,7 @@ def test_the_worker_page_answers_with_the_one_discovered_handler(workspace):
 
 
 def test_promote_adds_discovered_values_to_a_tracked_file(workspace, capsys):
-    from producer.values_file import read_raw_values
+    from registry.values_file import read_raw_values
 
     root, registry, capture, _ = workspace
     tracked = root / "promoted.jsonl"

@@ -150,9 +150,8 @@ def test_bad_discovery_settings_name_the_flag(registry, name, raw):
     from agents.settings import WorkerSettings
     from cms_core.errors import InvalidParameterError
 
-    params = registry.metric("screens").latest.params
     with pytest.raises(InvalidParameterError) as info:
-        WorkerSettings.build(params, {}, bootstrap_servers="k:1", **{name: raw})
+        WorkerSettings.build({}, bootstrap_servers="k:1", **{name: raw})
     assert "--" + name.replace("_", "-") in str(info.value)
 
 

@@ -103,7 +103,7 @@ def test_discover_out_file_is_utf8_with_each_cut_value_and_its_bytes(workspace, 
 
 
 def test_promote_skips_values_that_are_not_whole_text(workspace, capsys):
-    from producer.values_file import read_raw_values
+    from registry.values_file import read_raw_values
 
     root, registry, capture, _ = workspace
     tracked = root / "promoted.jsonl"

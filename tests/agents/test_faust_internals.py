@@ -26,9 +26,7 @@ from agents.faust_internals import (
     source_sha256,
 )
 from agents.settings import WorkerSettings
-from cms_core import OCMSParams
-
-PARAMS = OCMSParams.build(2.0, 1000)
+from registry.flags import metrics_from_flags
 
 
 def test_the_installed_faust_and_aiokafka_are_the_pinned_versions():
@@ -92,9 +90,8 @@ def test_the_embedded_broker_gets_a_short_fetch_wait(broker, wait_ms):
     1.5 s showed up as ~1 s latency spikes); Kafka answers as data arrives, so Faust's wait stays there."""
 
     async def fetch_wait():
-        settings = WorkerSettings.build(PARAMS, broker=broker, bootstrap_servers="127.0.0.1:1",
-                                        app_id="unit-fetch", tracked_range="0:10")
-        worker = OCMSWorker(settings)
+        settings = WorkerSettings.build(broker=broker, bootstrap_servers="127.0.0.1:1", app_id="unit-fetch")
+        worker = OCMSWorker(settings, metrics_from_flags(epsilon=2, dictionary_size=1000, tracked_range="0:10"))
         consumer = worker.app.consumer._thread._create_worker_consumer(worker.app.transport)
         try:
             return faust_internals.fetch_max_wait_ms(consumer)

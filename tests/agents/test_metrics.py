@@ -11,15 +11,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.catalog import Catalog
 from agents.metrics import ESTIMATE_FIELDS, EstimatesCollector, PipelineMetrics
 from agents.processor import REJECT_REASONS
-from agents.query import EstimateService
-from agents.settings import WorkerSettings
 from agents.state import BucketKey, PartialCounts
 from agents.view import CountsView
 from cms_core import OCMSParams, ReportBatch, TrackedValues, kernel
 from cms_core.privatize import simulate_reports
+from tests.agents.routes import Routes
 
 P1 = OCMSParams.build(2.0, 1000)
 P2 = OCMSParams.build(1.0, 1000)
@@ -31,10 +29,12 @@ CUR, LATEST = 1_699_999_980, 1_699_999_920
 WATCH = ("3", "7", "41")
 
 
-def settings(**overrides) -> WorkerSettings:
-    base = dict(bootstrap_servers="k:9092", tracked_range=(0, 50), watch=WATCH, top_k=5, extra_params=(P2,))
-    base.update(overrides)
-    return WorkerSettings.build(P1, {}, **base)
+#: The worker's metric flags: --epsilon 2 and --extra-epsilon 1, tracked 0..49.
+FLAGS = dict(epsilon=2, dictionary_size=1000, extra_epsilon=[1], tracked_range="0:50", watch=",".join(WATCH), top_k=5)
+
+
+def routes(view: CountsView = None, **flags) -> Routes:
+    return Routes(VIEW if view is None else view, lambda: NOW, **{**FLAGS, **flags})
 
 
 def _fill() -> CountsView:
@@ -63,14 +63,13 @@ def _fill() -> CountsView:
 VIEW = _fill()
 
 
-#: The flags' metric is "default"; its versions are the primary (1), then each extra set (2).
-VERSION = {FP1: "1", FP2: "2"}
+#: The flags' metric is "default"; its versions are each extra set (1), then the --epsilon set (2).
+VERSION = {FP1: "2", FP2: "1"}
 
 
-def scrape(service: EstimateService, clock=None) -> dict:
+def scrape(service: Routes, clock=None) -> dict:
     registry = CollectorRegistry()
-    catalog = Catalog.build(service.settings, service.view, service.clock)
-    registry.register(EstimatesCollector(catalog, clock))
+    registry.register(EstimatesCollector(service.catalog, clock))
     text = generate_latest(registry).decode()
     return {family.name: family for family in text_string_to_metric_families(text)}
 
@@ -83,7 +82,7 @@ def samples(family, **labels) -> list:
 
 @pytest.fixture(scope="module")
 def service():
-    return EstimateService(settings(), VIEW, clock=lambda: NOW)
+    return routes()
 
 
 @pytest.fixture(scope="module")
@@ -199,8 +198,8 @@ def test_params_info_labels(families):
     by_fp = {s.labels["fingerprint"]: s for s in info.samples}
     assert set(by_fp) == {FP1, FP2}
     common = {"metric": "default", "mechanism": "ocms", "field": "F(1009)", "mode": "mse"}
-    assert by_fp[FP1].labels == dict(common, version="1", fingerprint=FP1, epsilon="2", hash_range="4")
-    assert by_fp[FP2].labels == dict(common, version="2", fingerprint=FP2, epsilon="1", hash_range="3")
+    assert by_fp[FP1].labels == dict(common, version=VERSION[FP1], fingerprint=FP1, epsilon="2", hash_range="4")
+    assert by_fp[FP2].labels == dict(common, version=VERSION[FP2], fingerprint=FP2, epsilon="1", hash_range="3")
     assert by_fp[FP1].value == by_fp[FP2].value == 1.0
 
 
@@ -213,7 +212,7 @@ def test_collector_clock_overrides_the_service_clock(service):
 
 
 def test_top_k_zero_exports_the_watch_list_only():
-    service = EstimateService(settings(top_k=0), VIEW, clock=lambda: NOW)
+    service = routes(top_k=0)
     families = scrape(service)
     got = {s.labels["value"] for s in families["ocms_estimate_count"].samples}
     assert got == set(WATCH)
@@ -221,7 +220,7 @@ def test_top_k_zero_exports_the_watch_list_only():
 
 
 def test_top_k_beyond_d_exports_every_value_once():
-    service = EstimateService(settings(top_k=100, watch=()), VIEW, clock=lambda: NOW)
+    service = routes(top_k=100, watch=None)
     families = scrape(service)
     got = [s.labels["value"] for s in samples(families["ocms_estimate_ratio"], params=FP2, window="total")]
     assert sorted(got, key=int) == [str(i) for i in range(D)]
@@ -229,7 +228,7 @@ def test_top_k_beyond_d_exports_every_value_once():
 
 
 def test_empty_view_exports_no_estimates():
-    service = EstimateService(settings(), CountsView(), clock=lambda: NOW)
+    service = routes(CountsView())
     families = scrape(service)
     for suffix, _, _ in ESTIMATE_FIELDS:
         assert families[f"ocms_estimate_{suffix}"].samples == []
@@ -275,12 +274,11 @@ AWKWARD = [" a", "a ", "a", "", "line\nbreak", "caf\u00e9", "cafe\u0301", "\U000
 def test_awkward_value_labels_round_trip_exactly(tmp_path, domain, values):
     """Issue 18: a label is the value as value_to_json writes it and parses back byte for byte."""
     from cms_core.values import elements_to_array, encode_value, limbs_for, value_to_json
-    from producer.values_file import write_values_file
+    from registry.values_file import write_values_file
 
     params = OCMSParams.build(2.0, value_domain="string") if domain == "string" else OCMSParams.build(2.0, 2**64)
     path = tmp_path / "tracked.jsonl"
     write_values_file(path, values)
-    s = WorkerSettings.build(params, {}, bootstrap_servers="k:9092", tracked_file=str(path), top_k=len(values))
     tracked = TrackedValues.of(params, values)
     rng = np.random.default_rng(4)
     elements = elements_to_array([encode_value(params, v) for v in values for _ in range(30)], limbs_for(params))
@@ -289,7 +287,8 @@ def test_awkward_value_labels_round_trip_exactly(tmp_path, domain, values):
     fp = params.fingerprint.hex()
     view.apply_state(BucketKey.total(fp, 0),
                PartialCounts(len(batch), kernel.match_counts(params, batch, tracked), 1).to_bytes())
-    service = EstimateService(s, view, clock=lambda: NOW)
+    domain = {"strings": True} if domain == "string" else {"dictionary_size": 2**64}
+    service = Routes(view, lambda: NOW, epsilon=2, tracked_file=str(path), top_k=len(values), **domain)
     families = scrape(service)
     exported = [x.labels["value"] for x in families["ocms_estimate_ratio"].samples if x.labels["window"] == "total"]
     assert sorted(exported) == sorted(value_to_json(v) for v in values)
@@ -345,8 +344,7 @@ def test_guarded_collectors_describe_their_families(service):
     """describe() names every family collect() yields, so the registry refuses a clashing name."""
     from prometheus_client import Gauge
 
-    catalog = Catalog.build(service.settings, service.view, service.clock)
-    collector = EstimatesCollector(catalog)
+    collector = EstimatesCollector(service.catalog)
     assert {f.name for f in collector.describe()} == {f.name for f in collector.collect()}
     assert all(f.samples == [] for f in collector.describe())
     metrics = PipelineMetrics()

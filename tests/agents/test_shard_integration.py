@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from agents.catalog import Catalog
-from agents.settings import worker_settings
 from agents.view import CountsView
 from cms_core import wire
 from cms_core.planning import shuffle_delta
@@ -63,8 +62,7 @@ def fed(tmp_path_factory):
     path = folder / "registry.yaml"
     path.write_text(registry_text(), encoding="utf-8")
     registry = load_registry(path)
-    settings = worker_settings({"registry": str(path), "bootstrap_servers": "unused"}, {})
-    layout = Catalog.build(settings, CountsView()).state_layout(PARTITIONS)
+    layout = Catalog(registry, CountsView()).state_layout(PARTITIONS)
     shards = {name: layout.shard_of_metric(name) for name in NAMES}
     assert set(shards.values()) == set(range(PARTITIONS))  # precondition: every shard serves a metric
     with EmbeddedBroker() as broker:

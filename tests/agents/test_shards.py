@@ -102,3 +102,14 @@ def test_a_share_rebuilt_by_a_replay_equals_the_whole_views_part_and_drops_the_r
     share.held, share.ready = {2}, {2}  # shard 0 moved away: dropped at once
     view.drop_groups(lambda group: layout.shard_of_group(group) == 0)
     assert held_part(view, layout, {0}) == {} and held_part(view, layout, {2}) == held_part(whole, layout, {2})
+
+
+def test_a_share_is_settled_only_when_it_holds_its_assignment_rebuilt():
+    """/healthz says ok (a readiness probe) only once the view answers every assigned shard itself."""
+    share = Share(layout_of(4), sharded=True)
+    assert not share.settled({0, 1})  # assigned, nothing held yet
+    share.held, share.rebuilding = {0, 1}, {0, 1}
+    assert not share.settled({0, 1})  # held, still being rebuilt
+    share.ready, share.rebuilding = {0, 1}, set()
+    assert share.settled({0, 1}) and not share.settled({0, 1, 2})  # a rebalance gave it one more
+    assert Share(layout_of(4), sharded=False).settled(set())  # --view all: the whole view, always

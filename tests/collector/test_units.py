@@ -60,10 +60,10 @@ def test_settings_read_the_environment_and_flags_win(registry_path):
     ({"shuffle_min_reports": "100", "shuffle_max_seconds": "7200"}, "OCMS_COLLECTOR_SHUFFLE_MAX_SECONDS"),
 ])
 def test_bad_settings_name_the_variable(registry_path, overrides, variable):
-    from collector.settings import env_name
+    from collector.settings import BY_NAME
 
     env = {"OCMS_REGISTRY": str(registry_path), "OCMS_BOOTSTRAP_SERVERS": "k:1",
-           **{env_name(name): value for name, value in overrides.items()}}
+           **{BY_NAME[name].env: value for name, value in overrides.items()}}
     with pytest.raises(InvalidParameterError) as info:
         CollectorSettings.build(env)
     assert info.value.name == variable
@@ -72,9 +72,6 @@ def test_bad_settings_name_the_variable(registry_path, overrides, variable):
 def test_a_bad_setting_is_named_as_the_user_gave_it(registry_path):
     """A flag's bad value names the flag, a variable's the variable (as `ocms worker` does); a
     required setting given neither way names both."""
-    from collector.cli import FLAGS
-    from collector.settings import flag_name
-
     env = {"OCMS_REGISTRY": str(registry_path), "OCMS_BOOTSTRAP_SERVERS": "k:9092"}
     with pytest.raises(InvalidParameterError) as by_flag:
         CollectorSettings.build(env, port="eighty")
@@ -85,7 +82,73 @@ def test_a_bad_setting_is_named_as_the_user_gave_it(registry_path):
     with pytest.raises(InvalidParameterError) as neither:
         CollectorSettings.build({"OCMS_REGISTRY": str(registry_path)})
     assert neither.value.name == "--bootstrap-servers (or OCMS_BOOTSTRAP_SERVERS)"
-    assert all(flag == flag_name(name) for flag, name, _ in FLAGS)  # what the labels rely on
+
+
+@pytest.mark.parametrize("given, name, message", [
+    ({"shuffle_min_reports": "1"}, "--shuffle-min-reports", "a batch of one report hides nothing: give 0 (off) or "
+                                                           "at least 2 (e.g. 10000)"),
+    ({"shuffle_min_reports": "20000000"}, "--shuffle-min-reports", "must be in [0, 10000000]"),
+    ({"shuffle_max_seconds": "5"}, "--shuffle-max-seconds", "applies to shuffling: give --shuffle-min-reports N too"),
+    ({"shuffle_min_reports": "100", "shuffle_max_seconds": "0"}, "--shuffle-max-seconds",
+     "must be a finite number > 0"),
+    ({"shuffle_min_reports": "100", "shuffle_max_seconds": "7200"}, "--shuffle-max-seconds",
+     "must be at most 3600 (every upload of a batch waits for its answer until the batch is produced)"),
+    ({"shuffle_min_reports": "9500", "max_queued_reports": "10000"}, "--max-queued-reports",
+     "must be >= --shuffle-min-reports 9,500 + --max-upload-reports 1,000 (a batch is held in the queue until "
+     "produced)"),
+])
+def test_the_shuffle_settings_say_what_to_fix(registry_path, given, name, message):
+    """The --shuffle-* rows (collector/settings.py) keep the messages they had as hand-parsed flags."""
+    env = {"OCMS_REGISTRY": str(registry_path), "OCMS_BOOTSTRAP_SERVERS": "k:1"}
+    with pytest.raises(InvalidParameterError) as info:
+        CollectorSettings.build(env, **given)
+    assert info.value.name == name and message in str(info.value)
+    on = CollectorSettings.build(env, shuffle_min_reports="10_000", shuffle_max_seconds="2.5")
+    assert (on.shuffle_min_reports, on.shuffle_max_seconds) == (10_000, 2.5)
+    assert (CollectorSettings.build(env).shuffle_min_reports, CollectorSettings.build(env).shuffle_max_seconds) == (0, 60)
+
+
+def test_collector_settings_are_declared_once_and_documented_from_the_declarations():
+    """Issue 26: flags, variables, defaults and the docs table come from collector/settings.py's rows (the
+    worker's Setting machinery); the defaults were typed into help texts and docs by hand before."""
+    import argparse
+    from pathlib import Path
+
+    from collector.cli import add_collector_parser
+    from collector.settings import DOCS_MARKER, SETTINGS, docs_table
+    from registry.flags import generated_table
+
+    root = Path(__file__).resolve().parents[2]
+    assert generated_table(root / "docs" / "collector.md", DOCS_MARKER) == docs_table(), \
+        "regenerate: python -m collector.settings --update-docs"
+    parser = argparse.ArgumentParser()
+    collector = add_collector_parser(parser.add_subparsers())
+    text = " ".join(collector.format_help().split())
+    defaults = CollectorSettings.build({}, registry=str(registry_path_of(root)), bootstrap_servers="k:1")
+    for setting in SETTINGS:
+        assert setting.flag in collector._option_string_actions and f"[{setting.env}" in text, setting.flag
+        if setting.default is not None and setting.default_text is None:
+            assert getattr(defaults, setting.name) == setting.default, setting.name
+    assert defaults.idempotency_topic == "ocms-reports-idempotency"  # derived from the source topic
+    assert CollectorSettings.build({}, registry=str(registry_path_of(root)), bootstrap_servers="k:1",
+                                   idempotency_topic="off").idempotency_topic is None
+
+
+@pytest.mark.integration
+def test_python_m_collector_settings_prints_the_docs_table():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from collector.settings import docs_table
+
+    printed = subprocess.run([sys.executable, "-m", "collector.settings"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parents[2], check=True)
+    assert printed.stdout.strip() == docs_table() and printed.stderr == ""
+
+
+def registry_path_of(root):
+    return root / "deploy" / "registry.yaml"
 
 
 def _running_loop_of(registry_path, *flags: str, env: dict | None = None) -> str:

@@ -13,7 +13,7 @@ from agents.cli import main
 from cms_core import OCMSParams
 from cms_core.records import ESTIMATE_FIELDS
 from producer.capture import CaptureReader
-from producer.values_file import write_values_file
+from registry.values_file import write_values_file
 
 #: value -> relative weight in the simulated fleet
 STRING_FLEET = {" a": 40, "a": 2, "a ": 1, "": 10, "line\nbreak": 8, "caf\u00e9": 12, "cafe\u0301": 4,
@@ -226,9 +226,9 @@ def test_l2_derives_tracked_count_from_the_tracked_set(capsys, tmp_path):
     (["plan", "-e", "2", "-d", "10", "--mode", "l2"], "--mode l2 needs --tracked N"),
     (["estimate", "x.cap", "-e", "2", "--strings", "--mode", "l2"],
      "--mode l2 needs --tracked N (tracked_count D, the number of tracked values), or a tracked set"),
-    (["estimate", "x.cap", "-e", "2", "-d", "10", "--mode", "l2", "--tracked-range", "1-5"], "--tracked-range '1-5'"),
+    (["estimate", "x.cap", "-e", "2", "-d", "10", "--mode", "l2", "--tracked-range", "1-5"], "--tracked-range 1-5: expected START:STOP"),
     (["estimate", "x.cap", "-e", "2", "--strings", "--mode", "l2", "--tracked-file", "missing.jsonl"],
-     "--tracked-file: missing.jsonl: cannot read"),
+     "--tracked-file missing.jsonl: cannot read"),
 ])
 def test_l2_without_tracked_count_names_the_flag(capsys, tmp_path, monkeypatch, argv, fragment):
     monkeypatch.chdir(tmp_path)
@@ -253,10 +253,11 @@ def test_worker_l2_derives_tracked_count_for_every_parameter_set(tmp_path):
     write_values_file(values, [" a", "", "line\nbreak"])
     args = build_parser().parse_args(["worker", "-e", "2", "--strings", "--mode", "l2", "--tracked-file", str(values),
                                       "--extra-epsilon", "1", "--bootstrap-servers", "k:9092"])
-    settings = worker_settings_from_args(args, environ={})
-    assert [p.tracked_count for p in settings.params_sets] == [3, 3]
-    assert settings.params.fingerprint == OCMSParams.build(2.0, mode="l2", tracked_count=3,
-                                                           value_domain="string").fingerprint
+    _, metrics = worker_settings_from_args(args, environ={})
+    versions = metrics.metrics[0].versions
+    assert [v.params.tracked_count for v in versions] == [3, 3]
+    assert versions[-1].params.fingerprint == OCMSParams.build(2.0, mode="l2", tracked_count=3,
+                                                               value_domain="string").fingerprint
 
 
 def test_simulate_strings_sends_labels_of_an_unlabelled_dataset(capsys, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 import registry.files as files
 import registry.loader as loader
-from producer.values_file import ValuesFileError, read_raw_values
+from registry.values_file import ValuesFileError, read_raw_values
 from registry import RegistryError, RegistryFileError, RegistryValidationError, load_registry
 from registry.errors import FileRefusedError, LockFileError
 from registry.lock import read_lock
@@ -195,13 +195,12 @@ def test_a_file_of_millions_of_mistakes_lists_the_first_and_counts_the_rest(tmp_
 
 
 def test_tracked_files_are_read_with_bounds(tmp_path, monkeypatch):
-    monkeypatch.setattr(loader, "MAX_TRACKED", 10)
-    monkeypatch.setattr(loader, "MAX_TRACKED_LINES", 30)
+    monkeypatch.setattr(loader, "MAX_TRACKED", 10)  # and so at most 20 lines (registry.values_file)
     text = HEAD + "    strings: true\n    epsilon: 2\n    tracked: {file: values.jsonl}\n"
     path = write(tmp_path, text)
-    for content, fragment in (("".join(f'"v{i}"\n' for i in range(20)), "values.jsonl:11: more than 10 tracked values"),
-                              ("\n" * 40, "values.jsonl: more than 30 lines"),
-                              ('"' + "x" * 30_000 + '"\n', "values.jsonl:1: longer than 24,640 characters"),
+    for content, fragment in (("".join(f'"v{i}"\n' for i in range(20)), "values.jsonl line 11: more than 10 values"),
+                              ("\n" * 40, "values.jsonl: more than 20 lines"),
+                              ('"' + "x" * 30_000 + '"\n', "values.jsonl line 1: longer than 24,640 characters"),
                               (b"\xff\xfe\n", "values.jsonl: not UTF-8 text")):
         target = tmp_path / "values.jsonl"
         target.write_bytes(content if isinstance(content, bytes) else content.encode())

@@ -62,7 +62,8 @@ def test_plan_json_has_central_epsilon_and_poisoning(capsys):
     assert json.loads(out)["shuffled"]["central_epsilon"] == central_epsilon(100_000, 2.0, 1e-8)
     code, out, _ = run(capsys, "plan", "-e", "2", "-d", "1024", "--json")
     doc = json.loads(out)
-    assert "shuffled" not in doc and doc["poisoning"]["noise_floor"] is None  # no --n: no floor
+    # no --n: the plan's default n (100,000, as with --registry: one body, issue 26)
+    assert "shuffled" not in doc and doc["poisoning"]["noise_floor"] == planning.noise_floor(params, 100_000, 0.95, 1024)
 
 
 def test_plan_text_states_both(capsys):

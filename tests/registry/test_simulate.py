@@ -9,7 +9,7 @@ import numpy as np
 from cms_core import TrackedValues
 from producer.offline import sketch_from_captures
 from registry import load_registry
-from registry.simulate import dataset_for
+from producer.datasets import dataset_for
 
 from .helpers import run, write
 from .test_deploy_registry import REGISTRY
@@ -86,7 +86,7 @@ def test_default_dataset_and_errors(tmp_path, capsys):
     code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY))
     assert code == 2 and "needs --metric" in err
     code, _, err = run(capsys, "simulate", "--metric", "carrier")
-    assert code == 2 and "need --registry" in err
+    assert code == 2 and "--metric needs --registry" in err
     code, _, err = run(capsys, "simulate", "--registry", str(REGISTRY), "--metric", "crash_signature",
                        "--dataset", "zipf:s=1.1,d=13", "--reports", "10", "--no-progress")
     assert code == 2 and "more than the 12 tracked values of metric 'crash_signature'" in err
@@ -185,12 +185,12 @@ def test_estimate_a_registry_metric_by_name(tmp_path, capsys):
     sketch, _ = sketch_from_captures(dest.params, dest.tracked_values(), [dest_capture])
     assert [r["match_count"] for r in doc["estimates"]] == [int(c) for c in sketch.counts]  # exactly the offline decode
     assert doc["rejected"] == {"unknown_fingerprint": 6}
-    assert f"fingerprint {app1.fingerprint.hex()}: 6 messages of app_launches@1 (--metric app_launches " \
-           "--metric-version 1)" in err
+    assert f"fingerprint {app1.fingerprint.hex()}: 6 messages, 3,000 reports; they are app_launches@1's (--metric " \
+           "app_launches --metric-version 1)" in err
     code, out, err = run(capsys, "estimate", "--registry", str(REGISTRY), "--metric", "app_launches",
                          "--metric-version", "1", str(dest_capture), str(app_capture))
     assert code == 0 and json.loads(out)["n"] == 3_000
-    assert "messages of flight_dest@1" in err
+    assert "they are flight_dest@1's" in err
     # Nothing of the metric in the captures: exit 1, and the JSON still says what was refused.
     code, out, err = run(capsys, "estimate", "--registry", str(REGISTRY), "--metric", "carrier", str(app_capture))
     assert code == 1 and "none is carrier@1" in err and json.loads(out)["n"] == 0

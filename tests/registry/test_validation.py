@@ -77,7 +77,7 @@ CASES = {
     "tracked integer not digits": (metric("tracked: [1, x2]", categories="integers: 100"), "tracked:", "tracked",
                                    "an integer value (decimal digits) expected, got 'x2'", None),
     "tracked file missing": (metric("tracked: {file: nowhere.jsonl}", categories="strings: true"), "tracked:",
-                             "tracked.file", "cannot read nowhere.jsonl", None),
+                             "tracked.file", "nowhere.jsonl: cannot read", None),
     "bucket bad": (metric("bucket: 5 minutes"), "bucket: 5 minutes", "bucket",
                    "must be a duration such as 60, 90s, 15m, 1h or 7d, got '5 minutes'", None),
     "bucket zero": (metric("bucket: 0s"), "bucket: 0s", "bucket", "must be in [1, 86400] seconds, got 0 s", None),
@@ -186,9 +186,9 @@ def test_tracked_file_errors_name_the_file_line(tmp_path):
     assert len(found) == 3
     assert all(f.startswith(f"{tmp_path / 'registry.yaml'}:{line}: metric 'app_launches': field 'tracked.file': ")
                for f in found)
-    assert "sigs.jsonl:3: expected a JSON string, got 42" in found[0]
-    assert "sigs.jsonl:4: not JSON" in found[1]
-    assert "sigs.jsonl:5: 'ok' is listed twice" in found[2]
+    assert "sigs.jsonl line 4: not a JSON value" in found[0]  # the format (registry.values_file) first
+    assert "sigs.jsonl line 3: a non-empty string expected (quote numbers), got 42" in found[1]
+    assert "sigs.jsonl line 5: 'ok' is listed twice" in found[2]
 
 
 def test_tracked_file_is_relative_to_the_registry(tmp_path):

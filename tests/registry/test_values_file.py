@@ -5,11 +5,10 @@ import re
 
 import pytest
 
-from agents.settings import tracked_from_file as settings_tracked_from_file
 from cms_core import OCMSParams
 from cms_core.errors import InvalidParameterError
 from producer.datasets import parse_dataset
-from producer.values_file import (
+from registry.values_file import (
     ValuesFileError,
     count_values,
     read_raw_values,
@@ -104,11 +103,16 @@ def test_unreadable_files(tmp_path):
 
 
 def test_worker_setting_names_the_variable(tmp_path):
+    import argparse
+
+    from registry.flags import METRIC_SETTINGS, metrics_from_args
+
     path = tmp_path / "t.jsonl"
     path.write_text('" a"\n" a"\n')
+    args = argparse.Namespace(registry=None, **{s.name: None for s in METRIC_SETTINGS})
     with pytest.raises(InvalidParameterError) as info:
-        settings_tracked_from_file(str(path), STRINGS, "OCMS_TRACKED_FILE")
-    assert info.value.name == "OCMS_TRACKED_FILE" and 'duplicate value " a"' in str(info.value)
+        metrics_from_args(args, {"OCMS_EPSILON": "2", "OCMS_STRINGS": "1", "OCMS_TRACKED_FILE": str(path)})
+    assert info.value.name == "OCMS_TRACKED_FILE" and 'line 2: duplicate value " a"' in str(info.value)
 
 
 def test_dataset_file_reads_json_lines_exactly(tmp_path):
@@ -122,3 +126,42 @@ def test_dataset_file_reads_json_lines_exactly(tmp_path):
         f.write('"0018446744073709551615"\n')  # the same integer, spelled with leading zeros
     ds = parse_dataset(f"file:{big}")  # beyond 2^32: decimal labels, sent as the integers they spell
     assert sorted(int(x) for x in ds.labels) == [2**53 + 1, 2**64 - 1]
+
+
+def tracking_version(tmp_path, domain: str, name: str):
+    """The version of a one-metric registry (``domain``) whose tracked values are the file ``name``."""
+    from registry import load_registry
+
+    (tmp_path / "r.yaml").write_text(f"metrics:\n  - name: m\n    description: d\n    owner: o\n    {domain}\n"
+                                     f"    epsilon: 2\n    tracked: {{file: {name}}}\n", encoding="utf-8")
+    return load_registry(tmp_path / "r.yaml").metric("m").latest
+
+
+@pytest.mark.parametrize("name, text", [
+    ("t.jsonl", '"ATL"\n\n"caf\\u00e9"\n"N725MQ"\n'),
+    ("t.json", '["ATL", "caf\\u00e9", "N725MQ"]'),
+    ("t.txt", "ATL\r\ncaf\u00e9\nN725MQ"),
+])
+def test_a_values_file_means_the_same_to_the_registry_and_to_the_flags(tmp_path, name, text):
+    """Issue 26: one grammar. The registry's tracked: {file: ...} and --tracked-file read a file alike."""
+    (tmp_path / name).write_text(text, encoding="utf-8", newline="")
+    version = tracking_version(tmp_path, "strings: true", name)
+    assert version.tracked_names() == ["ATL", "caf\u00e9", "N725MQ"]
+    assert tracked_from_file(tmp_path / name, STRINGS).all_labels() == version.tracked_names()
+
+
+def test_integers_in_json_lines_are_read_alike_as_numbers_or_digits(tmp_path):
+    (tmp_path / "i.jsonl").write_text('7\n"18446744073709551615"\n', encoding="utf-8")
+    version = tracking_version(tmp_path, "integers: 2^64", "i.jsonl")
+    assert version.tracked.values == (7, 2**64 - 1)
+    assert read_values_file(tmp_path / "i.jsonl", INTEGERS) == [7, 2**64 - 1]
+
+
+def test_every_bad_line_is_named_up_to_ten(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(f"x{i}\n" for i in range(25)) + '"ok"\n', encoding="utf-8")
+    with pytest.raises(ValuesFileError) as info:
+        read_raw_values(path)
+    assert [where for where, _ in info.value.problems] == [f"line {i}" for i in range(1, 11)]
+    assert info.value.more == 15 and info.value.good.items == ("ok",)
+    assert str(info.value).startswith(f"{path} line 1: not a JSON value") and "(and 24 more bad lines)" in str(info.value)

@@ -25,7 +25,7 @@ from cms_core import OCMSParams, TrackedValues, kernel, wire
 from cms_core.reports import ReportBatch
 
 from .state import (NO_OFFSET, BucketKey, PartialCounts, StateKey, StateLayout, bucket_start, decode_bundle,
-                    encode_bundle, fold)
+                    encode_bundle, fold, smallest_batch)
 
 #: Every reason label ``ocms_reports_rejected_total`` can carry (a bounded set).
 REJECT_REASONS = tuple(wire.REASONS) + ("empty", "expired", "future_timestamp")
@@ -47,6 +47,8 @@ class AcceptedMessage:
     timestamp: float  # event time, epoch seconds (the Kafka message timestamp)
     fingerprint: str  # parameter set, hex
     batch: ReportBatch
+    #: The shuffled batch its reports were permuted among (its ``ocms-shuffle-n`` header), 0: not shuffled.
+    shuffle_n: int = 0
 
 
 @dataclass(frozen=True)
@@ -252,7 +254,7 @@ def plan_batch(
         groups[(message.fingerprint, message.partition, bucket_start(message.timestamp, base))].append(message)
         plan.reports += len(message.batch)
     states: dict[BucketKey, PartialCounts | None] = {}
-    added: dict[BucketKey, list] = {}  # key -> [n, counts, max offset]
+    added: dict[BucketKey, list] = {}  # key -> [n, counts, max offset, shuffled, smallest shuffled batch]
     replayed_keys: set[BucketKey] = set()
     started = time.perf_counter()
     planned = []  # (thresholds, first offset, cuts, segments) per group; segments decoded below
@@ -271,7 +273,7 @@ def plan_batch(
         segments = []
         if cuts[-1] < first:  # no replay (the normal case): the whole group is the last segment
             batch = ReportBatch.concat([m.batch for m in group])
-            segment = [len(batch), None, group[-1].offset]
+            segment = new_segment(group, batch, group[-1].offset)
             jobs.append((params, batch, tracked, segment))
             planned.append((thresholds, first, cuts, [None] * (len(cuts) - 1) + [segment]))
             continue
@@ -284,7 +286,7 @@ def plan_batch(
                 segments.append(None)
                 continue
             batch = ReportBatch.concat([m.batch for m in group[lo:hi]])
-            segment = [len(batch), None, int(offsets[hi - 1])]
+            segment = new_segment(group[lo:hi], batch, int(offsets[hi - 1]))
             jobs.append((params, batch, tracked, segment))
             segments.append(segment)
         planned.append((thresholds, first, cuts, segments))
@@ -296,17 +298,19 @@ def plan_batch(
             for segment in segments[cuts.index(threshold):]:
                 if segment is None:
                     continue
-                n, counts, last = segment
+                n, counts, last, shuffled, shuffle_min = segment
                 slot = added.get(key)
-                if slot is None:
-                    added[key] = [n, counts, last]  # shared with the group's other keys: never added to in place
+                if slot is None:  # counts shared with the group's other keys: never added to in place
+                    added[key] = [n, counts, last, shuffled, shuffle_min]
                 else:
                     slot[0] += n
                     slot[1] = slot[1] + counts
                     slot[2] = max(slot[2], last)
+                    slot[3] += shuffled
+                    slot[4] = smallest_batch(slot[4], shuffle_min)
     plan.decode_seconds = time.perf_counter() - started
-    for key, (n, counts, last) in added.items():
-        plan.writes.append((key, fold(states[key], counts, n, last)))
+    for key, (n, counts, last, shuffled, shuffle_min) in added.items():
+        plan.writes.append((key, fold(states[key], counts, n, last, shuffled, shuffle_min)))
         if key.is_total:
             plan.counted[key.fingerprint] += n
     # A key that skipped replayed events is written again unchanged: with a local store (RocksDB)
@@ -319,8 +323,15 @@ def plan_batch(
     return plan
 
 
+def new_segment(messages: Sequence[AcceptedMessage], batch: ReportBatch, last: int) -> list:
+    """``[n, counts (decode_segments fills them), last offset, shuffled reports, smallest shuffled
+    batch]`` of consecutive events of one group, ``batch`` their reports."""
+    shuffled = [m for m in messages if m.shuffle_n]
+    return [len(batch), None, last, sum(len(m.batch) for m in shuffled), min((m.shuffle_n for m in shuffled), default=0)]
+
+
 def decode_segments(jobs: list) -> None:
-    """Fill each job's segment ``[n, counts, last]`` with its kernel counts.
+    """Fill each job's segment ``[n, counts, last, ...]`` with its kernel counts.
 
     A registry worker's micro-batch holds many small groups (one per metric version,
     partition and bucket): they are decoded together (``kernel.match_counts_many``: one

@@ -7,32 +7,42 @@ one of them is counted, at module level or inside a function (the review's grep,
 ``grep -rnE "^\\s*(from|import) (agents|collector|producer|registry)\\b"``, reads both), relative
 imports included. A file circle is a set of modules that import each other, directly or through
 others (Tarjan's strongly connected components); ``from . import x`` counts as importing ``pkg.x``,
-not the package's ``__init__``.
+not the package's ``__init__``; so does ``from . import _kernel`` of a compiled extension module
+(known by its C source or its build, ``cms_core/_kernel.c``).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.machinery
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Lowest floor first: a package may import only those below it.
 FLOORS = ("cms_core", "registry", "producer", "collector", "agents")
+#: A compiled extension module's source or build (it imports no product module).
+COMPILED = (".c", *importlib.machinery.EXTENSION_SUFFIXES)
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
-    """Module name -> file, for every product package."""
+    """Module name -> file, for every product package (compiled extension modules included)."""
     out = {}
     for package in FLOORS:
         for path in sorted((root / package).rglob("*.py")):
             name = ".".join(path.relative_to(root).with_suffix("").parts)
             out[name.removesuffix(".__init__")] = path
+        for path in sorted((root / package).rglob("*")):
+            if path.name.endswith(COMPILED) and (path.parent / "__init__.py").exists():
+                name = ".".join(path.relative_to(root).parent.parts + (path.name.split(".")[0],))
+                out.setdefault(name, path)
     return out
 
 
 def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, int]]:
     """(imported module, line) of every import in ``path`` of a product module, at any depth."""
+    if path.suffix != ".py":
+        return []  # compiled
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

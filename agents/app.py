@@ -23,6 +23,7 @@ import time
 
 import faust
 
+from cms_core import wire
 from registry import Registry
 
 from .catalog import Catalog
@@ -110,6 +111,7 @@ class OCMSWorker:
                                       settings.partitions, self.share, owned=self.owned_partitions,
                                       settled=lambda: not self.app.rebalancing, profile=settings.broker)
         self.status = WorkerStatus(self)
+        self._shuffle_warned = False  # an invalid ocms-shuffle-n header is logged once
         self.app = self._build_app()
         self.router = Router(self.app, self.share, settings.changelog_topic, self.reader.caught_up.is_set)
         writer = TableWriter(self.table, settings.source_topic)
@@ -203,7 +205,7 @@ class OCMSWorker:
                 outcome = DiscoveryMessage(message.partition, message.offset, params.fingerprint, len(batch))
             else:
                 outcome = AcceptedMessage(message.partition, message.offset, message.timestamp,
-                                          self.fp_hex[params.fingerprint], batch)
+                                          self.fp_hex[params.fingerprint], batch, self._shuffle_n(message, len(batch)))
         superseded = self.pending.add(message, outcome, time.monotonic())
         if superseded:
             self._untrack(superseded)
@@ -211,6 +213,21 @@ class OCMSWorker:
             log.warning("partition %d went back to offset %d: %d pending messages are counted once, "
                         "from their new delivery", message.partition, message.offset, len(superseded))
         return self.pending.full
+
+    def _shuffle_n(self, message, reports: int) -> int:
+        """The shuffled batch a frame's reports came in (``ocms-shuffle-n``), 0 when not shuffled. A header
+        that is not a batch size of at least the frame's reports is counted and taken as not shuffled: the
+        reports still count, only the claim about them is the weaker (local) one."""
+        size = wire.shuffled_batch_size(getattr(message, "headers", None), reports)
+        if size is None:
+            self.metrics.shuffle_header_invalid.inc()
+            if not self._shuffle_warned:
+                self._shuffle_warned = True
+                log.warning("partition %d offset %d: an %s header that is not a batch size of at least the frame's %d "
+                            "reports; its reports count as not shuffled (ocms_shuffle_header_invalid_total)",
+                            message.partition, message.offset, wire.SHUFFLE_HEADER, reports)
+            return 0
+        return size
 
     async def batch_full(self) -> None:
         """The intake's call when ``receive`` says the batch is full (``Checkpoint.batch_full``)."""

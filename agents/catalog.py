@@ -255,10 +255,10 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
         n = sum(doc["n"] for _, doc in docs)
         min_reports = max(s.version.min_reports for s in services)
         out = {"metric": entry.name, "version": COMBINED, "combined": True, "min_reports": min_reports,
-               "versions": [{"version": s.version.version, "n": doc["n"], "fingerprint": s.fingerprint}
-                            for s, doc in docs],
+               "versions": [{"version": s.version.version, "n": doc["n"], "fingerprint": s.fingerprint,
+                             "central_epsilon": doc["central_epsilon"]} for s, doc in docs],
                "window": docs[0][1]["window"] if docs else None, "n": n, "confidence": confidence,
-               "interval": "normal", "postprocess": "none"}
+               "interval": "normal", "postprocess": "none", **combined_central(docs)}
         withheld = n < min_reports or not any(p[1] for p in parts)
         out["withheld"] = withheld
         records = []
@@ -297,6 +297,26 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
         return Job("doc", doc=out)
 
     return Answer(work, gather)
+
+
+def combined_central(docs: list[tuple[EstimateService, dict]]) -> dict:
+    """The central epsilon of a combined answer over (version, its answer) pairs: each version's reports were
+    shuffled among their own version's, so a report is protected at its version's figure; the answer states
+    the largest (null when a version with reports has none)."""
+    counted = [(s, doc) for s, doc in docs if doc["n"]]
+    shuffled = sum(doc["shuffled_reports"] for _, doc in docs)
+    batches = [doc["shuffle_batch_min"] for _, doc in docs if doc["shuffle_batch_min"]]
+    out = {"central_epsilon": None, "central_delta": None, "central_bound": None,
+           "shuffle_batch_min": min(batches) if batches else None, "shuffled_reports": shuffled}
+    if counted and all(doc["central_epsilon"] is not None for _, doc in counted):
+        out.update(central_epsilon=max(doc["central_epsilon"] for _, doc in counted),
+                   central_delta=max(doc["central_delta"] for _, doc in counted), central_bound=counted[0][1]["central_bound"],
+                   central_note="the largest central epsilon of the versions combined (each version's reports "
+                                "were shuffled among that version's)")
+    else:
+        out["central_note"] = "; ".join(f"version {s.version.version}: {doc['central_note']}" for s, doc in counted
+                                        if doc["central_epsilon"] is None) if counted else "no reports in this window"
+    return out
 
 
 def _tracks(service: EstimateService, value: str | None) -> bool:

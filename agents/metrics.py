@@ -76,6 +76,9 @@ class PipelineMetrics:
         self.assigned = Gauge("ocms_assigned_partitions", "source partitions this worker owns", registry=r)
         self.view_lag = Gauge("ocms_view_lag_messages", "changelog records not yet read into this worker's view",
                               registry=r)
+        self.shuffle_header_invalid = Counter(
+            "ocms_shuffle_header_invalid", "frames whose ocms-shuffle-n header is not a batch size of at least their "
+            "reports: counted, as not shuffled", registry=r)
         r.register(ANSWER_RECORDS_DROPPED)
         #: Scrape-time collectors (estimates, discovery) are added here, never registered bare.
         self.guard = ExpositionGuard(r)
@@ -265,6 +268,14 @@ class EstimatesCollector:
             "ocms_estimate_previous_ci_upper_ratio", "upper confidence bound of the frequency in the bucket before "
             "the latest complete one, for the values exported in the latest bucket (the OCMSValueSurge alert's baseline)",
             labels=["metric", "version", "value"])
+        # The central (epsilon, delta) of windows whose every report came through a shuffling collector
+        # (agents.query.central_privacy); absent for other windows (their reports are only epsilon0-LDP).
+        central_epsilon = GaugeMetricFamily(
+            "ocms_central_epsilon", "central epsilon of the window's reports towards readers of Kafka and the worker "
+            "(not the collector): every report was shuffled in a batch of at least the smallest batch's size "
+            "(FMT21 bound); absent when some report was not shuffled", labels=["metric", "version", "window"])
+        central_delta = GaugeMetricFamily("ocms_central_delta", "the delta of ocms_central_epsilon",
+                                          labels=["metric", "version", "window"])
         capped = GaugeMetricFamily("ocms_estimate_values_capped",
                                    f"values of watch + top-K not exported because the scrape holds {self.max_values} "
                                    "already (a global cap over every metric version)")
@@ -295,6 +306,10 @@ class EstimatesCollector:
             exported = 0
             for window, n, est in (("total", total_n, total_est), ("latest_bucket", latest_n, latest_est)):
                 reports.add_metric(names + [window], float(n))
+                central = service.central(Window("total") if window == "total" else latest, n)
+                if central["central_epsilon"] is not None:
+                    central_epsilon.add_metric(names + [window], central["central_epsilon"])
+                    central_delta.add_metric(names + [window], central["central_delta"])
                 held = service.withheld(n)
                 withheld.add_metric(names + [window], 1.0 if held else 0.0)
                 if not n or held:
@@ -321,6 +336,8 @@ class EstimatesCollector:
         yield above
         yield floor
         yield previous_upper
+        yield central_epsilon
+        yield central_delta
 
     def _previous_upper(self, service, latest, chosen, options, names, family) -> None:
         """The upper bound of each exported value in the bucket before ``latest`` (none when that bucket is

@@ -26,7 +26,7 @@ from cms_core import OCMSParams, TrackedValues, kernel, wire
 from cms_core.reports import ReportBatch
 
 from .state import (NO_OFFSET, BucketKey, PartialCounts, StateKey, StateLayout, bucket_start, decode_bundle,
-                    encode_bundle, fold)
+                    encode_bundle, fold, smallest_batch)
 
 #: Every reason label ``ocms_reports_rejected_total`` can carry (a bounded set).
 REJECT_REASONS = tuple(wire.REASONS) + ("empty", "expired", "future_timestamp")
@@ -48,6 +48,8 @@ class AcceptedMessage:
     timestamp: float  # event time, epoch seconds (the Kafka message timestamp)
     fingerprint: str  # parameter set, hex
     batch: ReportBatch
+    #: The shuffled batch its reports were permuted among (its ``ocms-shuffle-n`` header), 0: not shuffled.
+    shuffle_n: int = 0
 
 
 @dataclass(frozen=True)
@@ -253,7 +255,7 @@ def plan_batch(
         groups[(message.fingerprint, message.partition, bucket_start(message.timestamp, base))].append(message)
         plan.reports += len(message.batch)
     states: dict[BucketKey, PartialCounts | None] = {}
-    added: dict[BucketKey, list] = {}  # key -> [n, counts, max offset]
+    added: dict[BucketKey, list] = {}  # key -> [n, counts, max offset, shuffled, smallest shuffled batch]
     replayed_keys: set[BucketKey] = set()
     started = time.perf_counter()
     planned = []  # (thresholds, offsets, cuts, segments, tracked) per group; segments decoded below
@@ -278,7 +280,9 @@ def plan_batch(
                 segments.append(None)
                 continue
             batch = ReportBatch.concat([m.batch for m in group[lo:hi]])
-            segment = [len(batch), None, int(offsets[hi - 1])]
+            shuffled = [m for m in group[lo:hi] if m.shuffle_n]
+            segment = [len(batch), None, int(offsets[hi - 1]), sum(len(m.batch) for m in shuffled),
+                       min((m.shuffle_n for m in shuffled), default=0)]
             jobs.append((params, batch, tracked, segment))
             segments.append(segment)
         planned.append((thresholds, offsets, cuts, segments, tracked))
@@ -290,14 +294,16 @@ def plan_batch(
             for segment in segments[cuts.index(threshold):]:
                 if segment is None:
                     continue
-                n, counts, last = segment
-                slot = added.setdefault(key, [0, np.zeros(len(tracked), np.int64), NO_OFFSET])
+                n, counts, last, shuffled, shuffle_min = segment
+                slot = added.setdefault(key, [0, np.zeros(len(tracked), np.int64), NO_OFFSET, 0, 0])
                 slot[0] += n
                 slot[1] += counts
                 slot[2] = max(slot[2], last)
+                slot[3] += shuffled
+                slot[4] = smallest_batch(slot[4], shuffle_min)
     plan.decode_seconds = time.perf_counter() - started
-    for key, (n, counts, last) in added.items():
-        plan.writes.append((key, fold(states[key], counts, n, last)))
+    for key, (n, counts, last, shuffled, shuffle_min) in added.items():
+        plan.writes.append((key, fold(states[key], counts, n, last, shuffled, shuffle_min)))
         if key.is_total:
             plan.counted[key.fingerprint] += n
     # A key that skipped replayed events is written again unchanged: with a local store (RocksDB)
@@ -311,7 +317,7 @@ def plan_batch(
 
 
 def decode_segments(jobs: list) -> None:
-    """Fill each job's segment ``[n, counts, last]`` with its kernel counts.
+    """Fill each job's segment ``[n, counts, last, ...]`` with its kernel counts.
 
     A registry worker's micro-batch holds many small groups (one per metric version,
     partition and bucket), each below the kernel's own threshold for a second thread, so

@@ -44,7 +44,7 @@ from cms_core.sketch import INTERVALS, EstimateOptions, Estimates
 from cms_core.values import value_to_json
 
 from .state import TOTAL_WIDTH, bucket_start
-from .view import CountsView, sum_states, sum_states_at
+from .view import CountsView, shuffle_of, sum_states, sum_states_at
 
 MAX_TREND_POINTS = 10_000
 _RELATIVE = re.compile(r"^(?:now)?-(\d+(?:\.\d+)?)([smhd])$")
@@ -74,6 +74,7 @@ STATE_COST = 300  # one state read for one value (Python)
 POINT_COST = 100_000  # one single-value estimate (a one-value sketch)
 RECORD_COST = 20_000  # one record answered (dict, float reprs, JSON text)
 NOISE_COST = 100_000  # one noise floor (a binomial tail: 0.03-0.1 ms at n <= 10^6, cms_core.binomial.critical_count)
+CENTRAL_COST = 25_000_000  # one central epsilon not computed before (cms_core.shuffle: 5-25 ms; then cached)
 #: Answers up to this much work run inline on the event loop (~ a millisecond).
 INLINE_WORK = 1_000_000
 #: Answers over this much work (~ seconds of CPU) are refused before they start.
@@ -237,6 +238,8 @@ class Job:
     doc: dict | None = None
     #: Applied to the finished answer (picklable): agents.catalog names values and withholds windows.
     rename: Callable[[dict], dict] | None = None
+    #: The window's central epsilon fields (:func:`central_privacy`); a trend's points carry their own.
+    central: dict | None = None
 
 
 class Estimator:
@@ -270,6 +273,8 @@ class Estimator:
         if job.kind == "doc":
             return job.doc
         doc = dict(job.header)
+        if job.central is not None:
+            doc.update(job.central)
         if job.kind == "trend":
             return self._trend(job, doc)
         doc["n"] = job.n
@@ -294,14 +299,14 @@ class Estimator:
     def _trend(self, job: Job, doc: dict) -> dict:
         label = value_to_json(self.sets[job.fp][1].label(job.index))
         points = []
-        for lo, hi, n, count in job.points:
+        for lo, hi, n, count, central in job.points:
             if n == 0:
                 record = {"value": label, "match_count": 0}
             else:
                 est = self.estimate_one(job.fp, job.index, n, count, job.options)
                 record = records(est, [count])[0]
                 record["noise_floor"] = noise_fields(est)["noise_floor"]  # each point has its own n
-            record.update({"from": lo, "to": hi, "n": n})
+            record.update({"from": lo, "to": hi, "n": n}, **central)
             points.append(record)
         doc["n"] = sum(p["n"] for p in points)
         doc["points"] = points
@@ -535,6 +540,12 @@ class EstimateService:
     def withheld(self, n: int) -> bool:
         return self.naming.withheld(n)
 
+    def central(self, window: Window, n: int) -> dict:
+        """The central epsilon fields of a window of ``n`` reports (:func:`central_privacy`): O(states)."""
+        start, stop = window.bounds()
+        snapshot = self.view.snapshot(self.fingerprint, window.width, start, stop)
+        return central_privacy(self.version.params, n, *shuffle_of(snapshot))
+
     def latest_bucket(self, now: float | None = None) -> Window:
         """The latest *complete* base bucket at ``now``."""
         width = self.version.bucket_seconds
@@ -683,13 +694,17 @@ class EstimateService:
         what = "this range" if window.kind == "range" else "this window"
         parameter = "from" if window.kind == "range" else "window"
         header = self._header(fp, window, 0, options)
+        params = self.version.params
+        central_work = central_cost(snapshot, params.epsilon)
         if endpoint == "estimate_value" and options.postprocess in ELEMENTWISE:
             def gather_one() -> Job:
                 n, count = sum_states_at(snapshot, index)
-                return Job("one", fp, header, options, n, np.array([count], np.int64), index=index)
+                return Job("one", fp, header, options, n, np.array([count], np.int64), index=index,
+                           central=central_privacy(params, n, *shuffle_of(snapshot)))
 
-            return Answer(self._bounded(states * STATE_COST + POINT_COST + NOISE_COST, parameter, what), gather_one)
-        full = states * d * SUM_COST + d * ESTIMATE_COST + NOISE_COST
+            return Answer(self._bounded(states * STATE_COST + POINT_COST + NOISE_COST + central_work, parameter, what),
+                          gather_one)
+        full = states * d * SUM_COST + d * ESTIMATE_COST + NOISE_COST + central_work
         kind, returned = {"estimates": ("all", d), "estimate_value": ("select", 1), "topk": ("top", 0)}[endpoint]
         if kind == "top":
             returned = k
@@ -697,7 +712,7 @@ class EstimateService:
         def gather() -> Job:
             n, counts = sum_states(snapshot, d)
             return Job(kind, fp, header, options, n, counts, index=index if kind == "select" else 0,
-                       k=k if kind == "top" else 0)
+                       k=k if kind == "top" else 0, central=central_privacy(params, n, *shuffle_of(snapshot)))
 
         return Answer(self._bounded(full + returned * RECORD_COST, parameter, what), gather)
 
@@ -717,10 +732,12 @@ class EstimateService:
         snapshot, states = self._snapshot(fp, window)
         d = self.d
         elementwise = options.postprocess in ELEMENTWISE
+        params = self.version.params
         if elementwise:
             work = states * STATE_COST + points_count * (POINT_COST + NOISE_COST + RECORD_COST)
         else:  # every point estimates all D values to post-process them
             work = states * d * SUM_COST + points_count * (d * ESTIMATE_COST + NOISE_COST + RECORD_COST)
+        work += central_cost(snapshot, params.epsilon)  # a point's smallest batch is one of the states'
         self._bounded(work, "step", f"{points_count:,} points" + (
             "" if elementwise else f" of postprocess={options.postprocess} over {d:,} values"))
         header = self._header(fp, window, 0, options)
@@ -736,12 +753,21 @@ class EstimateService:
                     position += 1
                 yield lo, hi, snapshot[first:position]
 
+        def point_central(buckets, n: int) -> dict:
+            central = central_privacy(params, n, *shuffle_of(buckets))
+            return {name: central[name] for name in POINT_CENTRAL_FIELDS}
+
         def gather() -> Job:
+            central = central_privacy(params, sum(state.n for _, states in snapshot for state in states),
+                                      *shuffle_of(snapshot))
             if elementwise:  # one count per state: O(points + states)
-                points = tuple((lo, hi, *sum_states_at(buckets, index)) for lo, hi, buckets in spans())
-                return Job("trend", fp, header, options, index=index, points=points)
+                points = []
+                for lo, hi, buckets in spans():
+                    n, count = sum_states_at(buckets, index)
+                    points.append((lo, hi, n, count, point_central(buckets, n)))
+                return Job("trend", fp, header, options, index=index, points=tuple(points), central=central)
             # Post-processing needs every value's estimate at every point: computed here, numpy only.
-            doc = dict(header, points=[])
+            doc = dict(header, points=[], **central)
             for lo, hi, buckets in spans():
                 n, counts = sum_states(buckets, d)
                 if n == 0:
@@ -750,7 +776,7 @@ class EstimateService:
                     est = select(self.estimate(n, counts, options), [index])
                     record = records(est, counts[[index]])[0]
                     record["noise_floor"] = noise_fields(est)["noise_floor"]
-                record.update({"from": lo, "to": hi, "n": n})
+                record.update({"from": lo, "to": hi, "n": n}, **point_central(buckets, n))
                 doc["points"].append(record)
             doc["n"] = sum(p["n"] for p in doc["points"])
             return Job("doc", doc=doc)
@@ -791,14 +817,16 @@ class EstimateService:
         return starts[0] if starts else None
 
     def window_reports(self) -> dict:
-        """Reports and the withheld state of the windows the API answers by name (``total``,
-        ``latest_bucket``), as Prometheus exports them: O(partitions), no counts summed."""
+        """Reports, the withheld state and the central epsilon (:func:`central_privacy`) of the windows the
+        API answers by name (``total``, ``latest_bucket``), as Prometheus exports them: O(partitions), no
+        counts summed."""
         out = {}
         for window in (Window("total"), self.latest_bucket()):
             start, stop = window.bounds()
-            n = sum(state.n for _, states in self.view.snapshot(self.fingerprint, window.width, start, stop)
-                    for state in states)
-            out[window.kind] = dict(window.as_json(), reports=n, withheld=self.withheld(n))
+            snapshot = self.view.snapshot(self.fingerprint, window.width, start, stop)
+            n = sum(state.n for _, states in snapshot for state in states)
+            out[window.kind] = dict(window.as_json(), reports=n, withheld=self.withheld(n),
+                                    **central_privacy(self.version.params, n, *shuffle_of(snapshot)))
         return out
 
     def describe(self) -> dict:
@@ -818,6 +846,65 @@ class EstimateService:
             # Its values can be discovered (docs/discovery.md): the worker answers /discovered?metric=NAME.
             "discoverable": getattr(v, "discovery", None) is not None,
         }
+
+
+#: The central epsilon fields a trend point carries (the answer's header carries all of them, for the whole range).
+POINT_CENTRAL_FIELDS = ("central_epsilon", "central_delta", "shuffle_batch_min", "shuffled_reports")
+#: (smallest batch, epsilon0) -> cms_core.planning.shuffled_privacy of it (a few ms each to compute).
+_CENTRAL_CACHE: dict[tuple[int, float], dict] = {}
+_CENTRAL_CACHE_MAX = 4096
+
+
+def _shuffled_privacy(batch: int, epsilon0: float) -> dict:
+    from cms_core.planning import shuffled_privacy
+
+    key = (batch, epsilon0)
+    found = _CENTRAL_CACHE.get(key)
+    if found is None:
+        if len(_CENTRAL_CACHE) >= _CENTRAL_CACHE_MAX:
+            _CENTRAL_CACHE.clear()
+        found = _CENTRAL_CACHE[key] = shuffled_privacy(epsilon0, batch)
+    return found
+
+
+def central_cost(snapshot, epsilon0: float) -> int:
+    """Work of the central epsilons an answer over ``snapshot`` may compute: one per smallest batch among
+    its states not computed before (CENTRAL_COST each; cached ones are free)."""
+    batches = {state.shuffle_min for _, states in snapshot for state in states if state.shuffle_min}
+    return CENTRAL_COST * sum((batch, epsilon0) not in _CENTRAL_CACHE for batch in batches)
+
+
+def central_privacy(params: OCMSParams, n: int, shuffled: int, shuffle_min: int) -> dict:
+    """The central (epsilon, delta) of a window of ``n`` reports, ``shuffled`` of which came through a
+    shuffling collector in batches of at least ``shuffle_min`` reports (agents.state).
+
+    Why the smallest batch: each report of the window was shuffled in one batch of some n_b >= shuffle_min
+    reports, and its batch is (eps_c(n_b), delta)-DP towards whoever sees only the shuffled frames
+    (cms_core.shuffle, FMT21); eps_c falls as n grows, so eps_c(shuffle_min) bounds every batch. Batches are
+    disjoint, so a device with one report in the window is protected at that figure whatever the other
+    batches hold; a device with reports in k batches composes (k * eps_c, k * delta). A window holding
+    reports that were not shuffled gets null: the figure would not hold for them (only the local epsilon
+    does). The figure holds against readers of Kafka and the worker, not against the collector."""
+    epsilon0 = params.epsilon
+    out = {"central_epsilon": None, "central_delta": None, "central_bound": None,
+           "shuffle_batch_min": shuffle_min or None, "shuffled_reports": shuffled}
+    if n == 0:
+        out["central_note"] = "no reports in this window"
+    elif shuffled == 0:
+        out["central_note"] = (f"no report of this window came through a shuffling collector: each report is "
+                               f"{epsilon0:g}-DP (the local epsilon), against everyone")
+    elif shuffled < n:
+        out["central_note"] = (f"{n - shuffled:,} of the {n:,} reports of this window were not shuffled: only the local "
+                               f"epsilon {epsilon0:g} holds for them, so no central epsilon is claimed")
+    else:
+        central = _shuffled_privacy(shuffle_min, float(epsilon0))
+        out.update(central_epsilon=central["central_epsilon"], central_delta=central["delta"],
+                   central_bound=central["bound"])
+        out["central_note"] = (
+            f"every report of this window was shuffled in a batch of at least {shuffle_min:,} reports: to whoever "
+            f"reads Kafka or the worker (not the collector), each report is ({central['central_epsilon']:.3g}, "
+            f"{central['delta']:g})-DP, not only {epsilon0:g}-DP; a device with reports in k batches: k times that")
+    return out
 
 
 def top_indices(est: Estimates, k: int) -> list[int]:

@@ -27,6 +27,12 @@ the members the batch did not touch carried over byte for byte.
 
 Counts are linear: any time range is the exact sum of its buckets, and the sum
 over partitions of a bucket is the bucket's count for the whole topic.
+
+Shuffled reports (frames of a shuffling collector, header ``ocms-shuffle-n``; docs/collector.md)
+are accounted beside the counts: ``shuffled`` (reports that came through a shuffle: a sum, exact
+under replay like n) and ``shuffle_min`` (the smallest shuffled batch any of them came in; 0 for
+none: a minimum, idempotent, so exact under replay too). A range's are the sum and the minimum
+over its states; its central epsilon is that of its smallest batch (agents.query).
 """
 
 from __future__ import annotations
@@ -250,19 +256,29 @@ def decode_bundle(data: bytes) -> dict[str, bytes]:
 _CODEC = struct.Struct("<2sBBqqI")  # magic, version, count width (4/8), n, last_offset, D
 _CODEC_MAGIC = b"PC"
 _CODEC_VERSION = 1
+#: Version 2 (written only when some report came through a shuffle): the v1 header, then shuffled, shuffle_min.
+_CODEC_SHUFFLED = struct.Struct("<qq")
+_CODEC_VERSION_SHUFFLED = 2
+
+
+def smallest_batch(a: int, b: int) -> int:
+    """The smaller of two shuffled batch sizes, 0 meaning none."""
+    return min(a, b) if a and b else a or b
 
 
 class PartialCounts:
     """Integer state of one (parameter set, partition, bucket): immutable."""
 
-    __slots__ = ("n", "counts", "last_offset")
+    __slots__ = ("n", "counts", "last_offset", "shuffled", "shuffle_min")
 
-    def __init__(self, n: int, counts, last_offset: int = NO_OFFSET):
+    def __init__(self, n: int, counts, last_offset: int = NO_OFFSET, shuffled: int = 0, shuffle_min: int = 0):
         array = np.array(counts, dtype=np.int64)  # a private copy, then frozen
         array.flags.writeable = False
         self.n = int(n)
         self.counts = array
         self.last_offset = int(last_offset)
+        self.shuffled = int(shuffled)  # reports that came through a shuffling collector
+        self.shuffle_min = int(shuffle_min)  # the smallest shuffled batch among them (0: none)
 
     @classmethod
     def empty(cls, tracked_count: int) -> "PartialCounts":
@@ -274,45 +290,69 @@ class PartialCounts:
     def __eq__(self, other) -> bool:
         return (
             isinstance(other, PartialCounts)
-            and (self.n, self.last_offset) == (other.n, other.last_offset)
+            and (self.n, self.last_offset, self.shuffled, self.shuffle_min)
+            == (other.n, other.last_offset, other.shuffled, other.shuffle_min)
             and np.array_equal(self.counts, other.counts)
         )
 
     __hash__ = None
 
     def __repr__(self) -> str:
-        return f"PartialCounts(n={self.n}, D={self.counts.shape[0]}, last_offset={self.last_offset})"
+        shuffled = f", shuffled={self.shuffled} (min batch {self.shuffle_min})" if self.shuffled else ""
+        return f"PartialCounts(n={self.n}, D={self.counts.shape[0]}, last_offset={self.last_offset}{shuffled})"
 
     def to_bytes(self) -> bytes:
-        """Compact table value: 24-byte header + counts (uint32 while n < 2^32)."""
+        """Compact table value: 24-byte header (+ 16 bytes of shuffle accounting when some report was
+        shuffled: version 2) + counts (uint32 while n < 2^32)."""
         width = 4 if self.n < 2**32 else 8
-        header = _CODEC.pack(_CODEC_MAGIC, _CODEC_VERSION, width, self.n, self.last_offset, self.counts.shape[0])
+        version = _CODEC_VERSION_SHUFFLED if self.shuffled else _CODEC_VERSION
+        header = _CODEC.pack(_CODEC_MAGIC, version, width, self.n, self.last_offset, self.counts.shape[0])
+        if self.shuffled:
+            header += _CODEC_SHUFFLED.pack(self.shuffled, self.shuffle_min)
         return header + self.counts.astype("<u4" if width == 4 else "<i8").tobytes()
 
     @classmethod
     def from_bytes(cls, data: bytes, *, copy: bool = True) -> "PartialCounts":
         """The state a table value holds; ``copy=False`` leaves the counts a read-only view of ``data``
         (as stored: uint32 while n < 2^32), for a reader that only adds them up (agents.view)."""
-        if len(data) < _CODEC.size:
-            raise SerializationError(f"table value of {len(data)} bytes is shorter than its header")
-        magic, version, width, n, last_offset, d = _CODEC.unpack_from(data)
-        if magic != _CODEC_MAGIC or version != _CODEC_VERSION or width not in (4, 8):
-            raise SerializationError("not a PartialCounts v1 table value")
-        if len(data) != _CODEC.size + d * width:
-            raise SerializationError(f"table value has {len(data)} bytes, expected {_CODEC.size + d * width}")
-        counts = np.frombuffer(data, "<u4" if width == 4 else "<i8", count=d, offset=_CODEC.size)
+        n, counts, last_offset, shuffled, shuffle_min = read_codec(data)
         if copy:
-            return cls(n, counts, last_offset)
+            return cls(n, counts, last_offset, shuffled, shuffle_min)
         state = cls.__new__(cls)
         state.n, state.counts, state.last_offset = int(n), counts, int(last_offset)
+        state.shuffled, state.shuffle_min = int(shuffled), int(shuffle_min)
         return state
 
     def to_json(self) -> dict:
-        return {"n": self.n, "counts": self.counts.tolist(), "last_offset": self.last_offset}
+        return {"n": self.n, "counts": self.counts.tolist(), "last_offset": self.last_offset,
+                "shuffled": self.shuffled, "shuffle_min": self.shuffle_min}
 
     @classmethod
     def from_json(cls, doc: dict) -> "PartialCounts":
-        return cls(int(doc["n"]), [int(c) for c in doc["counts"]], int(doc["last_offset"]))
+        return cls(int(doc["n"]), [int(c) for c in doc["counts"]], int(doc["last_offset"]),
+                   int(doc.get("shuffled", 0)), int(doc.get("shuffle_min", 0)))
+
+
+def read_codec(data: bytes) -> tuple[int, np.ndarray, int, int, int]:
+    """(n, counts as a read-only view of ``data``, last_offset, shuffled, shuffle_min) of a table value, checked."""
+    if len(data) < _CODEC.size:
+        raise SerializationError(f"table value of {len(data)} bytes is shorter than its header")
+    magic, version, width, n, last_offset, d = _CODEC.unpack_from(data)
+    if magic != _CODEC_MAGIC or version not in (_CODEC_VERSION, _CODEC_VERSION_SHUFFLED) or width not in (4, 8):
+        raise SerializationError("not a PartialCounts v1/v2 table value")
+    head, shuffled, shuffle_min = _CODEC.size, 0, 0
+    if version == _CODEC_VERSION_SHUFFLED:
+        if len(data) < head + _CODEC_SHUFFLED.size:
+            raise SerializationError(f"table value of {len(data)} bytes is shorter than its v2 header")
+        shuffled, shuffle_min = _CODEC_SHUFFLED.unpack_from(data, head)
+        head += _CODEC_SHUFFLED.size
+        if not 0 < shuffled <= n or shuffle_min < 1:
+            raise SerializationError(f"table value says {shuffled} of {n} reports shuffled in batches of at least "
+                                     f"{shuffle_min}")
+    if len(data) != head + d * width:
+        raise SerializationError(f"table value has {len(data)} bytes, expected {head + d * width}")
+    counts = np.frombuffer(data, "<u4" if width == 4 else "<i8", count=d, offset=head)
+    return n, counts, last_offset, shuffled, shuffle_min
 
 
 def bucket_start(timestamp_s: float, width_s: int) -> int:
@@ -325,12 +365,14 @@ def already_counted(state: PartialCounts | None, offset: int) -> bool:
     return state is not None and offset <= state.last_offset
 
 
-def fold(state: PartialCounts | None, counts: np.ndarray, n: int, last_offset: int) -> PartialCounts:
+def fold(state: PartialCounts | None, counts: np.ndarray, n: int, last_offset: int, shuffled: int = 0,
+         shuffle_min: int = 0) -> PartialCounts:
     """New state after adding a micro-batch's match counts for one key.
 
     ``last_offset`` is the highest source offset among the batch's events for
     this key; it must move forward (a smaller one means the caller replayed
-    events it should have skipped).
+    events it should have skipped). ``shuffled`` of the ``n`` reports came through
+    a shuffle, in batches of at least ``shuffle_min`` reports.
     """
     counts = np.asarray(counts, dtype=np.int64)
     if state is None:
@@ -341,7 +383,10 @@ def fold(state: PartialCounts | None, counts: np.ndarray, n: int, last_offset: i
         raise InvalidParameterError("last_offset", last_offset, f"must exceed the stored offset {state.last_offset}")
     if n < 0 or (counts.size and (counts.min() < 0 or counts.max() > n)):
         raise InvalidParameterError("counts", "...", "match counts must lie in [0, n]")
-    return PartialCounts(state.n + int(n), state.counts + counts, int(last_offset))
+    if not 0 <= shuffled <= n or (shuffled and shuffle_min < 1):
+        raise InvalidParameterError("shuffled", shuffled, f"must lie in [0, n={n}], with a batch size >= 1")
+    return PartialCounts(state.n + int(n), state.counts + counts, int(last_offset), state.shuffled + int(shuffled),
+                         smallest_batch(state.shuffle_min, int(shuffle_min) if shuffled else 0))
 
 
 def total(states: Iterable[PartialCounts], tracked_count: int) -> tuple[int, np.ndarray]:

@@ -46,7 +46,8 @@ from cms_core.errors import OCMSError
 
 from producer.kafka import KAFKA, BrokerProfile, make_consumer, stop_client
 
-from .state import _CODEC, NO_OFFSET, TOTAL_WIDTH, BucketKey, PartialCounts, StateKey, decode_bundle
+from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, NO_OFFSET, TOTAL_WIDTH, BucketKey,
+                    PartialCounts, StateKey, decode_bundle, smallest_batch)
 
 log = logging.getLogger(__name__)
 
@@ -73,29 +74,41 @@ class BucketSum:
         if state is None and previous is None:
             return
         counts = self.total.counts.copy()
-        n = self.total.n
+        n, shuffled = self.total.n, self.total.shuffled
         if previous is not None:  # validated when it arrived: read in place, no decode
-            old_n, old_counts = _stored_counts(previous)
+            old_n, old_counts, old_shuffled, _ = _stored_counts(previous)
             counts -= old_counts
             n -= old_n
+            shuffled -= old_shuffled
         if state is not None:
             counts += state.counts
             n += state.n
+            shuffled += state.shuffled
             self.partitions[partition] = raw
-        self.total = _frozen(n, counts)
+        shuffle_min = 0  # a minimum does not subtract: taken again over the partitions (their headers)
+        if shuffled:
+            for stored in self.partitions.values():
+                shuffle_min = smallest_batch(shuffle_min, _stored_counts(stored)[3])
+        self.total = _frozen(n, counts, shuffled, shuffle_min)
 
 
-def _stored_counts(raw: bytes) -> tuple[int, np.ndarray]:
-    """(n, counts) of a changelog value already validated by PartialCounts.from_bytes (a view of its bytes)."""
-    _, _, width, n, _, d = _CODEC.unpack_from(raw)
-    return n, np.frombuffer(raw, "<u4" if width == 4 else "<i8", count=d, offset=_CODEC.size)
+def _stored_counts(raw: bytes) -> tuple[int, np.ndarray, int, int]:
+    """(n, counts, shuffled, shuffle_min) of a changelog value already validated by PartialCounts.from_bytes
+    (counts: a view of its bytes)."""
+    _, version, width, n, _, d = _CODEC.unpack_from(raw)
+    head, shuffled, shuffle_min = _CODEC.size, 0, 0
+    if version == _CODEC_VERSION_SHUFFLED:
+        shuffled, shuffle_min = _CODEC_SHUFFLED.unpack_from(raw, head)
+        head += _CODEC_SHUFFLED.size
+    return n, np.frombuffer(raw, "<u4" if width == 4 else "<i8", count=d, offset=head), shuffled, shuffle_min
 
 
-def _frozen(n: int, counts: np.ndarray) -> PartialCounts:
+def _frozen(n: int, counts: np.ndarray, shuffled: int = 0, shuffle_min: int = 0) -> PartialCounts:
     """A PartialCounts owning ``counts`` (a fresh int64 array nobody else holds): no second copy."""
     state = PartialCounts.__new__(PartialCounts)
     counts.flags.writeable = False
     state.n, state.counts, state.last_offset = int(n), counts, NO_OFFSET
+    state.shuffled, state.shuffle_min = int(shuffled), int(shuffle_min)
     return state
 
 
@@ -326,6 +339,17 @@ class ChangelogReader:
             self._replay_until = dict(positions)
             self.replays += 1
             await consumer.seek_to_beginning(*tps)
+
+
+def shuffle_of(snapshot) -> tuple[int, int]:
+    """(reports that came through a shuffle, the smallest shuffled batch among them: 0 for none) over a
+    snapshot: O(states)."""
+    shuffled = shuffle_min = 0
+    for _, states in snapshot:
+        for state in states:
+            shuffled += state.shuffled
+            shuffle_min = smallest_batch(shuffle_min, state.shuffle_min)
+    return shuffled, shuffle_min
 
 
 def sum_states(snapshot, tracked_count: int) -> tuple[int, np.ndarray]:

@@ -260,3 +260,38 @@ def decode_message(data: bytes, registry: Mapping[bytes, OCMSParams]) -> tuple[O
         bad = int(np.argmax(z >= params.hash_range))
         raise HashRangeError(f"record {bad}: z={int(z[bad])} >= m={params.hash_range}")
     return params, ReportBatch(a0, a1, z.astype(np.uint32))
+
+
+#: Kafka record header of a frame a shuffling collector produced (docs/wire-format.md, "Shuffled
+#: frames"): the number of reports of the shuffled batch the frame's reports were permuted among,
+#: ASCII decimal digits. Frames without it were not shuffled.
+SHUFFLE_HEADER = "ocms-shuffle-n"
+
+
+def shuffled_batch_size(headers, records: int) -> int | None:
+    """The shuffled batch size a frame's Kafka headers state: 0 without :data:`SHUFFLE_HEADER` (not
+    shuffled), None for a header that is not a count of at least the frame's ``records`` (a batch of
+    n reports cannot hold a frame of more than n; the caller treats such a frame as not shuffled).
+
+    ``headers``: what a Kafka client gives, (name, bytes) pairs or a mapping; None for none."""
+    if not headers:
+        return 0
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    found = None
+    for pair in pairs:
+        try:
+            name, value = pair
+        except (TypeError, ValueError):
+            continue
+        if name == SHUFFLE_HEADER or name == SHUFFLE_HEADER.encode():
+            if found is not None:
+                return None  # two batch sizes: neither is believed
+            found = value
+    if found is None:
+        return 0
+    if isinstance(found, str):
+        found = found.encode("ascii", "replace")
+    if not isinstance(found, (bytes, bytearray)) or not 1 <= len(found) <= 10 or not found.isdigit():
+        return None
+    size = int(found)
+    return size if size >= max(1, records) else None

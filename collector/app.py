@@ -31,7 +31,7 @@ import time
 import weakref
 
 from aiohttp import hdrs, web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.samples import Sample
@@ -45,7 +45,7 @@ from .guard import (
 )
 from .exactly_once import IdempotencyPending, KeyHeld, SharedIdempotency
 from .http_server import ConnectionGuard, ErrorAnswers, GuardedAppRunner, json_errors, quiet_aiohttp_server_log
-from .produce import KafkaOutlet, Lane
+from .produce import KafkaOutlet, Lane, ShuffleLane
 from .uploads import BINARY_CONTENT_TYPES, JSON_CONTENT_TYPE, UploadParser, UploadRejected
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,8 @@ MAX_REJECT_DELAY_S = 5.0
 CLOSE_AFTER_FAULTS = 20
 
 
+#: Buckets of ocms_collector_shuffled_batch_reports.
+SHUFFLE_BUCKETS = (10, 100, 1_000, 5_000, 10_000, 50_000, 100_000, 500_000, 1_000_000, 10_000_000)
 #: Buckets of ocms_collector_request_seconds.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -154,6 +156,17 @@ class CollectorMetrics:
         self.idempotency_settled = Counter("ocms_collector_idempotency_settled",
                                            "In-doubt earlier attempts settled by fencing their collector, by outcome",
                                            ["outcome"], registry=r)
+        # Shuffling (--shuffle-min-reports; collector/shuffle.py)
+        self.shuffled_batches = Counter("ocms_collector_shuffled_batches", "Shuffled batches produced (every frame "
+                                        "acknowledged)", ["metric"], registry=r)
+        self.shuffled_batch_reports = Histogram("ocms_collector_shuffled_batch_reports", "Reports per shuffled batch "
+                                                "produced (the n its frames' ocms-shuffle-n header states)",
+                                                buckets=SHUFFLE_BUCKETS, registry=r)
+        self.shuffle_held = Gauge("ocms_collector_shuffle_held_reports", "Reports held for the next shuffled batch "
+                                  "(all metric versions)", registry=r)
+        self.batches_completed = Counter("ocms_collector_shuffled_batches_completed",
+                                         "Shuffled batches found cut short by a kill and completed from the redo topic",
+                                         registry=r)
         self._accepted: dict = {}
         self.count = self.uploads.count  # one answered upload: (status, reason, seconds)
 
@@ -213,6 +226,7 @@ class Collector:
         self._device_config: bytes | None = None
         self.metrics.kafka_available.set(0)
         self.metrics.queue_reports.set_function(lambda: self.outlet.queued)
+        self.metrics.shuffle_held.set_function(lambda: sum(getattr(lane, "held", 0) for lane in self.lanes.values()))
         #: JSON error answers outside the upload handler (routes, methods, malformed requests, failures)
         self.answers = ErrorAnswers(lambda status, reason: self.metrics.http_errors.labels(reason).inc(),
                                     logging.getLogger("ocms.collector.errors"),
@@ -478,10 +492,7 @@ class Collector:
                 {"Retry-After": self.retry_after}
         lane = self.lanes.get(version.fingerprint)
         if lane is None:
-            lane = self.lanes[version.fingerprint] = Lane(
-                version, outlet, self.settings.frame_max_reports, self.settings.frame_max_latency_ms / 1000,
-                int(getattr(version, "bucket_seconds", 60) or 60))
-            lane.clock = self.clock
+            lane = self.lanes[version.fingerprint] = self._lane(version)
         outlet.queued += n
         try:
             if records is not None:
@@ -506,6 +517,16 @@ class Collector:
                 {"Retry-After": self.retry_after}
         self.metrics.accepted(version.metric, n)
         return 202, accepted, None
+
+    def _lane(self, version) -> Lane:
+        """The lane of a metric version: frames as uploads come, or shuffled batches (--shuffle-min-reports)."""
+        s = self.settings
+        args = (version, self.outlet, s.frame_max_reports, s.frame_max_latency_ms / 1000,
+                int(getattr(version, "bucket_seconds", 60) or 60))
+        lane = ShuffleLane(*args, min_reports=s.shuffle_min_reports, max_seconds=s.shuffle_max_seconds) \
+            if s.shuffle_min_reports else Lane(*args)
+        lane.clock = self.clock
+        return lane
 
     def _pending(self, detail: str, retry_after: float) -> tuple[int, dict, dict]:
         wait = str(max(int(self.retry_after), math.ceil(retry_after)))

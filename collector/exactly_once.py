@@ -25,8 +25,20 @@ and the outcome is written to the log. The worker is unchanged: it reads every a
 (``read_uncommitted``), so "appended" is "counted", on Apache Kafka and on the embedded Tansu
 broker alike (whose ``read_committed`` shows aborted records).
 
+Shuffled batches (``--shuffle-min-reports``, collector/shuffle.py) are listed whole: one **batch
+listing** (``B``) holds the keys of every upload of the batch, so a key maps to its batch, never to
+a frame. The batch's frames all go to the listed partition, each with the header ``ocms-frame`` =
+the batch nonce, the frame's index and the batch's frame count. A batch of several frames is not
+one atomic append: a collector killed while sending it may leave some of its frames in Kafka and
+not others. So before its first frame, a listed batch of more than one frame is written to the
+**redo topic** (``<idempotency topic>-redo``, collector-only, the same frames); whoever settles a
+batch found partly stored (after the fence) produces the missing frames from there, fenced like
+the owner (with the owner's transactional id, so two settlers never both complete it), and the
+batch is stored whole: every upload of it counted once.
+
 Nothing of this links a report to its upload in the reports topic: a frame carries one random
-nonce (no more than its own offset says), and no key, hash, count or time of an upload.
+nonce (no more than its own offset says; a shuffled batch's frames share theirs), and no key,
+hash, count or time of an upload.
 """
 
 from __future__ import annotations
@@ -51,8 +63,12 @@ NONCE_BYTES = 16
 KEY_HASH_BYTES = 16
 #: listing: kind, nonce, partition, lower offset, time (s), incarnation, owner length; then owner, keys.
 _LISTING = struct.Struct(">c16sIQQ8sH")
+#: batch listing: the same, then the redo topic's lower offset; then owner, keys.
+_BATCH_LISTING = struct.Struct(">c16sIQQ8sHQ")
 _OUTCOME = struct.Struct(">c16s")
-LISTING, STORED, FAILED = b"F", b"S", b"X"
+LISTING, BATCH_LISTING, STORED, FAILED = b"F", b"B", b"S", b"X"
+#: The ``ocms-frame`` header of a shuffled batch's frame: the batch nonce, the frame's index, the frame count.
+_BATCH_FRAME = struct.Struct(">16sII")
 #: The tail's fetch wait: Tansu does not answer a waiting fetch when records arrive (Kafka does), so a
 #: short wait is what bounds how soon a collector reads its own listing back (about 1-5 ms here).
 TAIL_FETCH_WAIT_MS = 5
@@ -86,6 +102,27 @@ def encode_listing(nonce: bytes, owner: str, incarnation: bytes, partition: int,
     return _LISTING.pack(LISTING, nonce, partition, lower, time_s, incarnation, len(name)) + name + b"".join(keys)
 
 
+def encode_batch_listing(nonce: bytes, owner: str, incarnation: bytes, partition: int, lower: int, redo_lower: int,
+                         time_s: int, keys: list[bytes]) -> bytes:
+    """The listing of a shuffled batch: every key of its uploads, and where its redo copy starts."""
+    name = owner.encode()
+    return _BATCH_LISTING.pack(BATCH_LISTING, nonce, partition, lower, time_s, incarnation, len(name),
+                               redo_lower) + name + b"".join(keys)
+
+
+def batch_frame_id(nonce: bytes, index: int, count: int) -> bytes:
+    """The ``ocms-frame`` header value of frame ``index`` of a shuffled batch of ``count`` frames."""
+    return _BATCH_FRAME.pack(nonce, index, count)
+
+
+def parse_batch_frame_id(value) -> tuple[bytes, int, int] | None:
+    """(nonce, index, count) of a shuffled batch's frame header, None for any other value."""
+    if not isinstance(value, (bytes, bytearray)) or len(value) != _BATCH_FRAME.size:
+        return None
+    nonce, index, count = _BATCH_FRAME.unpack(value)
+    return (nonce, index, count) if index < count else None
+
+
 def encode_outcome(nonce: bytes, stored: bool) -> bytes:
     return _OUTCOME.pack(STORED if stored else FAILED, nonce)
 
@@ -103,16 +140,26 @@ class Listing:
     seen_at: float
     valid: set = field(default_factory=set)
     status: str = "pending"  # pending | stored | failed
+    batch: bool = False  # a shuffled batch's listing (its frames carry batch_frame_id headers)
+    redo_lower: int = 0  # an offset of the redo topic at or below the batch's redo copy
 
 
 def decode_listing(value: bytes, offset: int, seen_at: float) -> Listing:
-    _, nonce, partition, lower, time_s, incarnation, size = _LISTING.unpack_from(value)
-    start = _LISTING.size + size
+    batch = value[:1] == BATCH_LISTING
+    redo_lower = 0
+    if batch:
+        _, nonce, partition, lower, time_s, incarnation, size, redo_lower = _BATCH_LISTING.unpack_from(value)
+        head = _BATCH_LISTING.size
+    else:
+        _, nonce, partition, lower, time_s, incarnation, size = _LISTING.unpack_from(value)
+        head = _LISTING.size
+    start = head + size
     rest = value[start:]
     if len(rest) % KEY_HASH_BYTES:
         raise ValueError("key hashes are not whole")
     keys = tuple(rest[i:i + KEY_HASH_BYTES] for i in range(0, len(rest), KEY_HASH_BYTES))
-    return Listing(nonce, value[_LISTING.size:start].decode(), incarnation, partition, lower, time_s, keys, offset, seen_at)
+    return Listing(nonce, value[head:start].decode(), incarnation, partition, lower, time_s, keys, offset, seen_at,
+                   batch=batch, redo_lower=redo_lower)
 
 
 class ListingLog:
@@ -142,7 +189,7 @@ class ListingLog:
         """Apply one record; the listing it adds or settles, if any."""
         try:
             kind = value[:1]
-            if kind == LISTING:
+            if kind in (LISTING, BATCH_LISTING):
                 listing = decode_listing(value, offset, self.clock())
             elif kind in (STORED, FAILED):
                 _, nonce = _OUTCOME.unpack(value)
@@ -205,6 +252,9 @@ class SharedIdempotency:
         self.settings = settings
         self.metrics = metrics
         self.topic = settings.idempotency_topic
+        #: the copies of listed shuffled batches of several frames, written before their frames
+        self.redo_topic = f"{self.topic}-redo"
+        self.redo_end = 0  # an offset of the redo topic at or below the next batch's copy
         instance = settings.instance_id or default_instance_id(settings.port) or os.urandom(8).hex()
         #: the transactional id of this collector's frame producer (the same across its restarts)
         self.owner = f"ocms-collector-{instance}"
@@ -245,8 +295,12 @@ class SharedIdempotency:
         retention_ms = max(1, 2 * s.idempotency_window_seconds) * 1000
         while True:
             try:
-                await create_topics(s.bootstrap_servers, {self.topic: 1}, profile,
-                                    configs={self.topic: {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}})
+                topics = {self.topic: 1}
+                if s.shuffle_min_reports:
+                    topics[self.redo_topic] = 1
+                await create_topics(s.bootstrap_servers, topics, profile,
+                                    configs={t: {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}
+                                             for t in topics})
                 break
             except Exception as exc:
                 if "partitions" in str(exc):  # exists with more partitions: partition 0 is the log
@@ -257,6 +311,8 @@ class SharedIdempotency:
         self._producer = make_producer(s.bootstrap_servers, profile, idempotent=False, linger_ms=0,
                                        client_id="ocms-collector-log", request_timeout_ms=s.kafka_timeout_ms)
         await self._producer.start()
+        if s.shuffle_min_reports:
+            self.redo_end = (await self.end_offsets(self.redo_topic, [0])).get(0, 0)
         self._tail = asyncio.create_task(self._tail_loop(), name="ocms-collector-idempotency-tail")
 
     async def close(self) -> None:
@@ -282,6 +338,17 @@ class SharedIdempotency:
             raise ConnectionError("the idempotency log is closed")
         futures = [await producer.send(self.topic, value, partition=0) for value in values]
         return [(await f).offset for f in futures]
+
+    async def append_redo(self, frames: list[bytes], headers: list[list], timestamps_ms: list[int]) -> None:
+        """Write shuffled batches' frames (with the headers and timestamps they will carry) to the redo topic
+        (acks=all)."""
+        producer = self._producer
+        if producer is None:
+            raise ConnectionError("the idempotency log is closed")
+        futures = [await producer.send(self.redo_topic, frame, partition=0, timestamp_ms=t, headers=h)
+                   for frame, h, t in zip(frames, headers, timestamps_ms)]
+        offsets = [(await f).offset for f in futures]
+        self.redo_end = max(self.redo_end, max(offsets) + 1)
 
     def expect(self, nonce: bytes) -> asyncio.Future:
         """A future of this nonce's Listing, resolved when the tail applies it."""
@@ -418,13 +485,19 @@ class SharedIdempotency:
             # renewed): the current producer's start fenced it, so the partition says what is final
             if outlet is None or outlet.producer is None or not outlet.available:
                 raise IdempotencyPending("this collector's producer is not ready", self.settings.retry_after_seconds)
+            if listing.batch:
+                stored = await asyncio.wait_for(self.complete_batch(listing, outlet.repair), timeout * 12)
         else:
             age = self.clock() - listing.seen_at
             if age < self.grace_s:
                 # its collector may be alive and about to say what became of it
                 raise IdempotencyPending("an earlier attempt at another collector is in doubt", self.grace_s - age)
-            await asyncio.wait_for(self.fence(listing.owner), timeout * 3)
-        stored = await asyncio.wait_for(self.scan(listing.partition, listing.lower, listing.nonce), timeout * 6)
+            if listing.batch:
+                stored = await asyncio.wait_for(self._fence_and_complete(listing), timeout * 12)
+            else:
+                await asyncio.wait_for(self.fence(listing.owner), timeout * 3)
+        if not listing.batch:
+            stored = await asyncio.wait_for(self.scan(listing.partition, listing.lower, listing.nonce), timeout * 6)
         await self.append([encode_outcome(listing.nonce, stored)])  # before a new listing of the key
         self.metrics.idempotency_settled.labels("stored" if stored else "failed").inc()
         log.info("settled an in-doubt frame of %s: %s", listing.owner, "stored" if stored else "never stored")
@@ -460,10 +533,90 @@ class SharedIdempotency:
         finally:
             await producer.stop()
 
-    async def scan(self, partition: int, lower: int, nonce: bytes) -> bool:
-        """Whether a frame with this nonce is in the source topic's ``partition`` at or after ``lower``.
+    async def complete_batch(self, listing: Listing, produce) -> bool:
+        """Whether a shuffled batch is stored, after a fence: none of its frames in the partition -> False;
+        all -> True; some -> the missing ones are produced from the redo copy (``await produce(records,
+        partition)``, by a producer that fenced the batch's owner) and it is True: whole, once."""
+        found, count = await self.scan_batch(listing.partition, listing.lower, listing.nonce)
+        if not found:
+            return False
+        if len(found) == count:
+            return True
+        missing = [i for i in range(count) if i not in found]
+        copies = await self.read_redo(listing.redo_lower, listing.nonce)
+        absent = [i for i in missing if i not in copies]
+        if absent:  # cannot happen: the copy is acknowledged before the first frame is sent
+            log.error("shuffled batch %s of %s: frames %s are neither in partition %d nor in %s; its retries are "
+                      "answered as stored", listing.nonce.hex(), listing.owner, absent, listing.partition,
+                      self.redo_topic)
+        await produce([copies[i] for i in missing if i in copies], listing.partition)
+        self.metrics.batches_completed.inc()
+        log.info("completed a shuffled batch of %s cut short: %d of its %d frames produced from %s", listing.owner,
+                 len(missing) - len(absent), count, self.redo_topic)
+        return True
 
-        Reads up to the partition's high watermark as seen after the call began (so after a fence)."""
+    async def _fence_and_complete(self, listing: Listing) -> bool:
+        """Another collector's batch: fence it with a producer of its transactional id, which then produces
+        what :meth:`complete_batch` finds missing (a second settler's producer would fence this one)."""
+        from producer.kafka import make_producer
+
+        s = self.settings
+        producer = make_producer(s.bootstrap_servers, s.broker, idempotent=True,
+                                 transactional_id=listing.owner, client_id="ocms-collector-fence",
+                                 request_timeout_ms=s.kafka_timeout_ms, max_batch_size=1_048_576)  # as the outlet's
+        await producer.start()
+
+        async def produce(records: list, partition: int) -> None:
+            if not records:
+                return
+            await producer.begin_transaction()
+            futures = [await producer.send(s.source_topic, value, key=None, partition=partition, timestamp_ms=timestamp,
+                                           headers=headers) for value, headers, timestamp in records]
+            for future in futures:
+                await future
+            await producer.commit_transaction()
+
+        try:
+            return await self.complete_batch(listing, produce)
+        finally:
+            await producer.stop()
+
+    async def scan_batch(self, partition: int, lower: int, nonce: bytes) -> tuple[set[int], int]:
+        """(indices found, frame count) of a shuffled batch's frames in ``partition`` at or after ``lower``."""
+        found: set[int] = set()
+        count = 0
+
+        def match(message) -> bool:
+            nonlocal count
+            for name, value in message.headers or ():
+                if name == FRAME_HEADER:
+                    parsed = parse_batch_frame_id(value)
+                    if parsed is not None and parsed[0] == nonce:
+                        found.add(parsed[1])
+                        count = parsed[2]
+            return False
+
+        await self._read(self.settings.source_topic, partition, lower, match)
+        return found, count
+
+    async def read_redo(self, lower: int, nonce: bytes) -> dict[int, tuple[bytes, list, int]]:
+        """The redo copies of a shuffled batch's frames: index -> (frame, headers, timestamp_ms)."""
+        copies: dict[int, tuple[bytes, list, int]] = {}
+
+        def match(message) -> bool:
+            for name, value in message.headers or ():
+                if name == FRAME_HEADER:
+                    parsed = parse_batch_frame_id(value)
+                    if parsed is not None and parsed[0] == nonce:
+                        copies[parsed[1]] = (message.value, list(message.headers), message.timestamp)
+            return False
+
+        await self._read(self.redo_topic, 0, lower, match)
+        return copies
+
+    async def _read(self, topic: str, partition: int, lower: int, match) -> bool:
+        """Read ``topic``'s ``partition`` from ``lower`` up to its high watermark as seen after the call
+        began (so after a fence), until ``match(message)`` says True; whether it did."""
         from aiokafka import TopicPartition
 
         from producer.kafka import make_consumer
@@ -472,7 +625,7 @@ class SharedIdempotency:
         consumer = make_consumer(s.bootstrap_servers, profile=s.broker, auto_offset_reset="earliest",
                                  fetch_max_wait_ms=50, client_id="ocms-collector-scan",
                                  isolation_level="read_uncommitted", max_partition_fetch_bytes=4 << 20)
-        tp = TopicPartition(s.source_topic, partition)
+        tp = TopicPartition(topic, partition)
         await consumer.start()
         try:
             consumer.assign([tp])
@@ -480,14 +633,20 @@ class SharedIdempotency:
             while True:
                 got = await consumer.getmany(tp, timeout_ms=500)
                 for message in got.get(tp, ()):
-                    for name, value in message.headers or ():
-                        if name == FRAME_HEADER and value == nonce:
-                            return True
+                    if match(message):
+                        return True
                 highwater = consumer.highwater(tp)
                 if highwater is not None and await consumer.position(tp) >= highwater:
                     return False
         finally:
             await consumer.stop()
+
+    async def scan(self, partition: int, lower: int, nonce: bytes) -> bool:
+        """Whether a frame with this nonce is in the source topic's ``partition`` at or after ``lower``.
+
+        Reads up to the partition's high watermark as seen after the call began (so after a fence)."""
+        return await self._read(self.settings.source_topic, partition, lower,
+                                lambda m: any(name == FRAME_HEADER and value == nonce for name, value in m.headers or ()))
 
     async def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
         """Offsets at or below each partition's end (the embedded broker answers too low, never too high)."""

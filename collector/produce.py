@@ -27,6 +27,11 @@ transactional and one committer task produces the frames in groups: it lists eac
 keyed uploads in the idempotency log, reads the log back to its listings, takes out the uploads
 an earlier attempt holds, and produces the group in one transaction, each frame to a partition
 it chose and with one random nonce header.
+
+With shuffling (``--shuffle-min-reports``, collector/shuffle.py) a :class:`ShuffleLane` replaces
+the frame batcher: it holds uploads until the batch is full or old enough, and the outlet lists
+the whole batch, takes out held uploads, permutes what is left, cuts it into frames and answers
+every upload of the batch when all its frames are acknowledged.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import collections
 import logging
 import os
 import random
+import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -44,6 +50,9 @@ from cms_core.reports import ReportBatch
 from producer.gateway import FrameBatcher
 from producer.kafka import KafkaUnavailableError, aiokafka_producer, producer_config
 from producer.reporter import is_retriable
+
+from .exactly_once import FRAME_HEADER
+from .shuffle import THREAD_MIN_REPORTS, ShuffledBatch
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +158,8 @@ class Lane:
                         good.append(item)
                     batch = (parts[0] if len(parts) == 1 else ReportBatch.concat(parts)) if parts else None
                 if good:
-                    await self._add_locked(batch, [(n, future, key) for _, n, future, key in good], self.clock())
+                    raw = b"".join(item[0] for item in good) if self.keeps_records else None
+                    await self._add_locked(batch, [(n, future, key) for _, n, future, key in good], self.clock(), raw)
             except BaseException as exc:
                 for _, _, future, _ in items:
                     if not future.done():
@@ -157,8 +167,11 @@ class Lane:
                 if not isinstance(exc, Exception):
                     raise
 
+    #: Whether ``_add_locked`` wants the uploads' validated raw records too (a shuffling lane keeps them).
+    keeps_records = False
+
     async def _add_locked(self, batch: ReportBatch, uploads: list[tuple[int, asyncio.Future, bytes | None]],
-                          now: float) -> None:
+                          now: float, raw: bytes | None = None) -> None:
         """Add consecutive uploads (their reports in order in ``batch``), never splitting one over two frames."""
         bucket_ms = int(now // self.bucket_seconds) * self.bucket_seconds * 1000
         if self.batcher.buffered and bucket_ms != self.bucket_ms:
@@ -208,6 +221,57 @@ class Lane:
     async def close(self) -> None:
         while self.drains:
             await asyncio.gather(*list(self.drains), return_exceptions=True)
+        await self.batcher.close()
+
+
+@dataclass
+class ShuffleLane(Lane):
+    """A lane that holds uploads until ``min_reports`` reports are held or ``max_seconds`` passed since
+    the first, then hands them to the outlet as one :class:`ShuffledBatch` (shuffled, cut, produced)."""
+
+    min_reports: int = 1
+    max_seconds: float = 60.0
+    keeps_records = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._parts: list[bytes] = []
+        self._members: list[_Waiter] = []
+        self.held = 0  # reports held for the next batch
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def _add_locked(self, batch: ReportBatch, uploads: list[tuple[int, asyncio.Future, bytes | None]],
+                          now: float, raw: bytes | None = None) -> None:
+        if raw is None:
+            raw = wire.encode_batch(self.version.params, batch)[wire.HEADER_SIZE:]
+        position = self.held
+        for n, future, key in uploads:
+            self._members.append(_Waiter(position + n, future, position, key))
+            position += n
+        self._parts.append(raw)
+        self.held = position
+        if self.held >= self.min_reports:
+            self.close_batch()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.max_seconds, self.close_batch)
+
+    def close_batch(self) -> None:
+        """Hand what is held to the outlet as one batch (timestamped with the bucket it closes in)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.held:
+            return
+        bucket_ms = int(self.clock() // self.bucket_seconds) * self.bucket_seconds * 1000
+        batch = ShuffledBatch(self.version, b"".join(self._parts), self._members, bucket_ms, self.record_size,
+                              self.held, self.max_records)
+        self._parts, self._members, self.held = [], [], 0
+        self.outlet.produce_batch(batch)
+
+    async def close(self) -> None:
+        while self.drains:
+            await asyncio.gather(*list(self.drains), return_exceptions=True)
+        self.close_batch()  # what it holds, fewer than min_reports: its header says how many
         await self.batcher.close()
 
 
@@ -375,42 +439,63 @@ class KafkaOutlet:
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
 
-    async def _produce(self, frame: bytes, timestamp_ms: int, records: int, futures: list, version) -> None:
-        error: BaseException | None = None
+    def produce_batch(self, batch: ShuffledBatch) -> None:
+        """Produce a shuffled batch; its uploads are answered when every frame of it is acknowledged."""
+        if self._committer is not None and self.transactional:
+            self.frames.append(batch)
+            self._wake.set()
+            return
+        task = asyncio.create_task(self._produce_batch(batch))
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+
+    async def _produce_batch(self, batch: ShuffledBatch) -> None:
+        """A batch without exactly-once retries: every frame to a partition the producer picks."""
+        error: BaseException | None = KafkaUnavailableError("the collector stopped before Kafka acknowledged the batch")
         try:
-            if self.producer is None:
-                raise KafkaUnavailableError("not connected to Kafka")
-            # key=None: frames are keyed by nobody (spread over partitions), never by a device.
-            ack = await self.producer.send(self.settings.source_topic, frame, key=None, timestamp_ms=timestamp_ms)
-            bound_ms = ACK_TIMEOUTS * self.settings.kafka_timeout_ms
-            try:
-                await asyncio.wait_for(asyncio.shield(ack), bound_ms / 1000)
-            except asyncio.TimeoutError:  # the producer may still deliver it: a 503 never promises absence
-                raise KafkaUnavailableError(
-                    f"no acknowledgement within {bound_ms} ms ({ACK_TIMEOUTS} x --kafka-timeout-ms)") from None
-        except asyncio.CancelledError:
-            error = KafkaUnavailableError("the collector stopped before Kafka acknowledged the frame")
-            raise
-        except Exception as exc:
-            error = exc
-            if is_retriable(exc) or isinstance(exc, KafkaUnavailableError):
-                self._unavailable(f"{type(exc).__name__}: {exc}")
-            log.warning("frame of %d reports for %s@%s not acknowledged: %s: %s", records, version.metric,
-                        version.version, type(exc).__name__, exc)
+            frames = await _shuffled(batch)
+            error = await self._send_plain(frames, batch.timestamp_ms, batch.headers(),
+                                           f"shuffled batch of {batch.reports} reports", batch.version)
+            batch.frames = len(frames)
+        finally:
+            self._finish_batch(batch, error)
+
+    async def _produce(self, frame: bytes, timestamp_ms: int, records: int, futures: list, version) -> None:
+        error: BaseException | None = KafkaUnavailableError("the collector stopped before Kafka acknowledged the frame")
+        try:
+            error = await self._send_plain([frame], timestamp_ms, None, f"frame of {records} reports", version)
         finally:
             self.queued -= records  # ocms_collector_queue_reports reads it when scraped
             if error is None:
                 self._available()
                 self.metrics.frames_produced.labels(version.metric).inc()
                 self.metrics.reports_produced.labels(version.metric).inc(records)
-                for f in futures:
-                    if not f.done():
-                        f.set_result(None)
             else:
                 self.metrics.frames_failed.labels(version.metric).inc()
-                for f in futures:
-                    if not f.done():
-                        f.set_exception(KafkaUnavailableError(f"{type(error).__name__}: {error}"))
+            _answer([_Waiter(0, f, 0) for f in futures], error)
+
+    async def _send_plain(self, frames: list[bytes], timestamp_ms: int, headers: list | None, what: str,
+                          version) -> BaseException | None:
+        """Send frames and wait for their acknowledgements (no exactly-once retries); the error if one failed."""
+        try:
+            if self.producer is None:
+                raise KafkaUnavailableError("not connected to Kafka")
+            # key=None: frames are keyed by nobody (spread over partitions), never by a device.
+            acks = [await self.producer.send(self.settings.source_topic, frame, key=None, timestamp_ms=timestamp_ms,
+                                             headers=headers) for frame in frames]
+            bound_ms = ACK_TIMEOUTS * self.settings.kafka_timeout_ms
+            try:
+                await asyncio.wait_for(asyncio.shield(asyncio.gather(*acks)), bound_ms / 1000)
+            except asyncio.TimeoutError:  # the producer may still deliver them: a 503 never promises absence
+                raise KafkaUnavailableError(
+                    f"no acknowledgement within {bound_ms} ms ({ACK_TIMEOUTS} x --kafka-timeout-ms)") from None
+            return None
+        except Exception as exc:
+            if is_retriable(exc) or isinstance(exc, KafkaUnavailableError):
+                self._unavailable(f"{type(exc).__name__}: {exc}")
+            log.warning("%s for %s@%s not acknowledged: %s: %s", what, version.metric, version.version,
+                        type(exc).__name__, exc)
+            return exc
 
     # ---------------------------------------------------- exactly-once mode
     async def _commit_loop(self) -> None:
@@ -436,7 +521,28 @@ class KafkaOutlet:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            group = [self.frames.popleft() for _ in range(min(GROUP_MAX_FRAMES, len(self.frames)))]
+            if isinstance(self.frames[0], ShuffledBatch):
+                batches = []
+                while self.frames and len(batches) < GROUP_MAX_FRAMES and isinstance(self.frames[0], ShuffledBatch):
+                    batches.append(self.frames.popleft())
+                self._committing = True
+                try:
+                    await self._commit_batches(batches)
+                except asyncio.CancelledError:
+                    for batch in batches:
+                        self._finish_batch(batch, KafkaUnavailableError("the collector stopped before Kafka acknowledged "
+                                                                   "the batch"))
+                    raise
+                except Exception as exc:  # pragma: no cover - _commit_batches answers its own failures
+                    log.exception("committing shuffled batches")
+                    for batch in batches:
+                        self._finish_batch(batch, KafkaUnavailableError(f"{type(exc).__name__}: {exc}"))
+                finally:
+                    self._committing = False
+                continue
+            group = []
+            while self.frames and len(group) < GROUP_MAX_FRAMES and not isinstance(self.frames[0], ShuffledBatch):
+                group.append(self.frames.popleft())
             self._committing = True
             try:
                 await self._commit(group)
@@ -450,7 +556,7 @@ class KafkaOutlet:
                 self._committing = False
 
     async def _commit(self, group: list[_Frame]) -> None:
-        from .exactly_once import FRAME_HEADER, KeyHeld, encode_listing
+        from .exactly_once import encode_listing
 
         producer, incarnation, shared = self.producer, self.incarnation, self.log
         if producer is None or not self.available:
@@ -466,52 +572,20 @@ class KafkaOutlet:
                 keyed.append(frame)
         if keyed:
             # 1. list the keyed uploads of each frame, then read the log back up to the listings
-            loop = asyncio.get_running_loop()
-            listed = []
-            for frame in keyed:
-                shared.local[frame.nonce] = loop.create_future()
-                listed.append(shared.expect(frame.nonce))
-            try:
-                values = [encode_listing(f.nonce, shared.owner, incarnation, f.partition, f.lower,
-                                         f.timestamp_ms // 1000, f.keys) for f in keyed]
-                offsets = await asyncio.wait_for(shared.append(values), timeout)
-                await asyncio.wait_for(shared.applied(max(offsets)), timeout)
-                for frame, future in zip(keyed, listed):
-                    frame.listing = await asyncio.wait_for(future, timeout)
-            except Exception as exc:
-                for frame in keyed:
-                    shared.forget(frame.nonce)
-                    shared.record_outcome(frame.nonce, False)  # never produced
-                self._unavailable(f"idempotency log: {type(exc).__name__}: {exc}")
-                self._finish(group, KafkaUnavailableError(f"the idempotency log did not answer: {type(exc).__name__}: {exc}"))
+            error = await self._list(keyed, lambda f: encode_listing(f.nonce, shared.owner, incarnation, f.partition,
+                                                                     f.lower, f.timestamp_ms // 1000, f.keys))
+            if error is not None:
+                self._finish(group, error)
                 return
             # 2. an upload whose key an earlier listing holds leaves the frame
             for frame in keyed:
-                valid = set(frame.listing.valid)
-                kept = []
-                for waiter in frame.members:
-                    if waiter.key is None or waiter.key in valid:
-                        valid.discard(waiter.key)  # one upload per key (the process cache keeps it so)
-                        kept.append(waiter)
-                        continue
-                    holder = shared.holder(waiter.key)
-                    if not waiter.future.done():
-                        waiter.future.set_exception(KeyHeld(holder is not None and holder.status == "stored"))
+                kept = self._listed_members(frame.members, frame.listing)
                 if len(kept) != len(frame.members):
                     frame.data = self._without(frame, kept)
         # 3. send the frames in the open transaction; their acks are awaited beside the next groups
         sends, error = [], None
         try:
-            if self.producer is not producer:
-                raise KafkaUnavailableError("the producer was renewed")
-            if self._transaction is not None and time.monotonic() - self._transaction[1] > TRANSACTION_SECONDS:
-                await self._end_transaction()
-                if self.producer is not producer:
-                    raise KafkaUnavailableError("the producer was renewed")
-            if self._transaction is None:
-                # aiokafka retries transaction requests without end while Kafka is away: bounded here
-                await asyncio.wait_for(producer.begin_transaction(), timeout)
-                self._transaction = (producer, time.monotonic())
+            await self._open_transaction(producer)
             for frame in group:
                 if len(frame.data) > wire.HEADER_SIZE:
                     future = await asyncio.wait_for(producer.send(
@@ -523,6 +597,58 @@ class KafkaOutlet:
         task = asyncio.create_task(self._acknowledged(producer, incarnation, group, sends, error))
         self._acks.add(task)
         task.add_done_callback(self._acks.discard)
+
+    async def _open_transaction(self, producer) -> None:
+        """An open transaction of ``producer`` (committing one open longer than TRANSACTION_SECONDS first);
+        KafkaUnavailableError when the producer was renewed meanwhile."""
+        if self.producer is not producer:
+            raise KafkaUnavailableError("the producer was renewed")
+        if self._transaction is not None and time.monotonic() - self._transaction[1] > TRANSACTION_SECONDS:
+            await self._end_transaction()
+            if self.producer is not producer:
+                raise KafkaUnavailableError("the producer was renewed")
+        if self._transaction is None:
+            # aiokafka retries transaction requests without end while Kafka is away: bounded here
+            await asyncio.wait_for(producer.begin_transaction(), self.settings.kafka_timeout_ms / 1000)
+            self._transaction = (producer, time.monotonic())
+
+    async def _list(self, keyed: list, encode) -> KafkaUnavailableError | None:
+        """Append a listing (``encode(item)``) for each of ``keyed`` (frames or batches) and read the log back up
+        to them; each gets its ``listing``. On failure they are forgotten (never produced) and the error returned."""
+        shared, timeout = self.log, self.settings.kafka_timeout_ms / 1000
+        loop = asyncio.get_running_loop()
+        listed = []
+        for item in keyed:
+            shared.local[item.nonce] = loop.create_future()
+            listed.append(shared.expect(item.nonce))
+        try:
+            offsets = await asyncio.wait_for(shared.append([encode(item) for item in keyed]), timeout)
+            await asyncio.wait_for(shared.applied(max(offsets)), timeout)
+            for item, future in zip(keyed, listed):
+                item.listing = await asyncio.wait_for(future, timeout)
+        except Exception as exc:
+            for item in keyed:
+                shared.forget(item.nonce)
+                shared.record_outcome(item.nonce, False)  # never produced
+            self._unavailable(f"idempotency log: {type(exc).__name__}: {exc}")
+            return KafkaUnavailableError(f"the idempotency log did not answer: {type(exc).__name__}: {exc}")
+        return None
+
+    def _listed_members(self, members: list, listing) -> list:
+        """The uploads a listing holds the key of (or without a key); the others are answered: an earlier
+        listing holds their key (KeyHeld: the 202 replayed when it is stored, 503 while in doubt)."""
+        from .exactly_once import KeyHeld
+
+        valid, kept = set(listing.valid), []
+        for waiter in members:
+            if waiter.key is None or waiter.key in valid:
+                valid.discard(waiter.key)  # one upload per key (the process cache keeps it so)
+                kept.append(waiter)
+                continue
+            holder = self.log.holder(waiter.key)
+            if not waiter.future.done():
+                waiter.future.set_exception(KeyHeld(holder is not None and holder.status == "stored"))
+        return kept
 
     async def _acknowledged(self, producer, incarnation: bytes, group: list[_Frame], sends: list,
                             error: BaseException | None) -> None:
@@ -557,6 +683,144 @@ class KafkaOutlet:
             log.warning("%d of %d frames not acknowledged: %s: %s", len(group) - len(acked), len(group),
                         type(error).__name__, error)
             self._renew(producer, f"{type(error).__name__}: {error}", incarnation, unsure)
+
+    async def _commit_batches(self, batches: list[ShuffledBatch]) -> None:
+        """List each shuffled batch whole (one append and one read-back for the group), take out uploads an
+        earlier attempt holds, shuffle and cut what is left, write the redo copies of listed batches of
+        several frames, then send every batch's frames to its partition in the open transaction; a repair
+        batch (``preset``) is sent as it is."""
+        from .exactly_once import batch_frame_id, encode_batch_listing
+
+        producer, incarnation, shared = self.producer, self.incarnation, self.log
+        if producer is None or not self.available:
+            for batch in batches:
+                self._finish_batch(batch, KafkaUnavailableError(self.last_error or "not connected to Kafka"))
+            return
+        timeout = self.settings.kafka_timeout_ms / 1000
+        fresh = [batch for batch in batches if batch.preset is None]
+        for batch in fresh:
+            batch.nonce = os.urandom(16)
+            batch.partition = secrets.choice(self.partitions) if self.partitions else 0
+            batch.lower = self.lower.get(batch.partition, 0)
+        keyed = [batch for batch in fresh if batch.keys]
+        if keyed:
+            # 1. one listing per batch naming every key of it; the log read back to the group's listings
+            error = await self._list(keyed, lambda b: encode_batch_listing(
+                b.nonce, shared.owner, incarnation, b.partition, b.lower, shared.redo_end, b.timestamp_ms // 1000, b.keys))
+            if error is not None:
+                for batch in batches:
+                    self._finish_batch(batch, error)
+                return
+            # 2. an upload whose key an earlier listing holds leaves its batch, before the batch is shuffled
+            for batch in keyed:
+                kept = self._listed_members(batch.members, batch.listing)
+                if len(kept) != len(batch.members):
+                    batch.keep(kept)
+        # 3. shuffled and cut; the redo copies before any frame (whoever settles a batch a kill cut short completes it)
+        records: dict[ShuffledBatch, list] = {}
+        for batch in batches:
+            if batch.preset is not None:
+                records[batch] = batch.preset
+                continue
+            frames = await _shuffled(batch)
+            if not frames:  # every upload of it left
+                self._finish_batch(batch, None)
+                if batch.listing is not None:
+                    shared.record_outcome(batch.nonce, False)
+                continue
+            common = batch.headers()
+            if batch.listing is None:
+                records[batch] = [(frame, common, batch.timestamp_ms) for frame in frames]
+            else:
+                records[batch] = [(frame, common + [(FRAME_HEADER, batch_frame_id(batch.nonce, i, len(frames)))],
+                                   batch.timestamp_ms) for i, frame in enumerate(frames)]
+        redo = [(batch, r) for batch, r in records.items() if batch.listing is not None and len(r) > 1]
+        if redo:
+            try:
+                copies = [copy for _, r in redo for copy in r]
+                await asyncio.wait_for(shared.append_redo([c[0] for c in copies], [c[1] for c in copies],
+                                                          [c[2] for c in copies]), timeout)
+            except Exception as exc:
+                self._unavailable(f"redo topic: {type(exc).__name__}: {exc}")
+                for batch, _ in redo:
+                    shared.record_outcome(batch.nonce, False)  # never produced
+                    self._finish_batch(batch, KafkaUnavailableError(f"the redo topic did not answer: "
+                                                               f"{type(exc).__name__}: {exc}"))
+                    del records[batch]
+        # 4. every frame to its batch's partition, in the open transaction
+        sends: dict[ShuffledBatch, list] = {batch: [] for batch in records}
+        error = None
+        try:
+            await self._open_transaction(producer)
+            for batch, frames in records.items():
+                for value, headers, timestamp_ms in frames:
+                    sends[batch].append(await asyncio.wait_for(producer.send(
+                        self.settings.source_topic, value, key=None, partition=batch.partition,
+                        timestamp_ms=timestamp_ms, headers=headers), timeout))
+        except Exception as exc:
+            error = exc
+        for batch, frames in records.items():
+            task = asyncio.create_task(self._batch_acknowledged(producer, incarnation, batch, sends[batch], len(frames),
+                                                                error))
+            self._acks.add(task)
+            task.add_done_callback(self._acks.discard)
+
+    async def _batch_acknowledged(self, producer, incarnation: bytes, batch: ShuffledBatch, sends: list, expected: int,
+                                  error: BaseException | None) -> None:
+        """Answer a batch's uploads once every frame of it is acknowledged (503 to all if one is not; the
+        listing is then settled after renewing the producer: completed from the redo copy if cut short)."""
+        timeout = self.settings.kafka_timeout_ms / 1000
+        acked = 0
+        for future in sends:
+            try:
+                metadata = await asyncio.wait_for(future, timeout * 2)
+            except Exception as exc:
+                error = error or exc
+                continue
+            acked += 1
+            self.lower[batch.partition] = max(self.lower.get(batch.partition, 0), metadata.offset + 1)
+        if error is None and acked == expected:
+            batch.frames = expected
+            self._finish_batch(batch, None)
+            if batch.listing is not None:
+                self.log.record_outcome(batch.nonce, True)
+            return
+        error = error or KafkaUnavailableError(f"{expected - acked} of {expected} frames not acknowledged")
+        self._finish_batch(batch, KafkaUnavailableError(f"{type(error).__name__}: {error}"))
+        log.warning("%d of %d frames of a shuffled batch not acknowledged: %s: %s", expected - acked, expected,
+                    type(error).__name__, error)
+        self._renew(producer, f"{type(error).__name__}: {error}", incarnation,
+                    [batch] if batch.listing is not None else [])
+
+    async def repair(self, records: list, partition: int) -> None:
+        """Produce frames of a batch cut short, as first written ((frame, headers, timestamp_ms) each), with
+        this collector's producer (whose start fenced the batch's producer); return once acknowledged."""
+        if not records:
+            return
+        done = asyncio.get_running_loop().create_future()
+        self.frames.append(ShuffledBatch(None, b"", [_Waiter(0, done, 0)], records[0][2], 1, 0, preset=records,
+                                         partition=partition))
+        self._wake.set()
+        await done
+
+    def _finish_batch(self, batch: ShuffledBatch, error: BaseException | None) -> None:
+        """Answer a batch's uploads (None: every frame acknowledged) and release their queue places."""
+        self.queued -= batch.queued
+        batch.queued = 0
+        if batch.version is None:  # a repair batch: its one member is SharedIdempotency's wait for it
+            _answer(batch.members, error)
+            return
+        metric = batch.version.metric
+        if error is None:
+            if batch.frames:
+                self._available()
+                self.metrics.frames_produced.labels(metric).inc(batch.frames)
+                self.metrics.reports_produced.labels(metric).inc(batch.reports)
+                self.metrics.shuffled_batches.labels(metric).inc()
+                self.metrics.shuffled_batch_reports.observe(batch.reports)
+        else:
+            self.metrics.frames_failed.labels(metric).inc()
+        _answer(batch.members, error)
 
     async def _end_transaction(self) -> None:
         """Wait for the open transaction's acks and commit it (renew the producer if that fails)."""
@@ -595,7 +859,10 @@ class KafkaOutlet:
                 continue
             frame = frames[0]
             try:
-                stored = await self.log.scan(frame.partition, frame.lower, frame.nonce)
+                if isinstance(frame, ShuffledBatch):  # settled (and completed if cut short) like any retry would
+                    stored = await self.log.settle(frame.listing)
+                else:
+                    stored = await self.log.scan(frame.partition, frame.lower, frame.nonce)
             except Exception as exc:
                 log.info("settling an unacknowledged frame: %s: %s; retrying", type(exc).__name__, exc)
                 await asyncio.sleep(self.settings.retry_after_seconds)
@@ -623,15 +890,9 @@ class KafkaOutlet:
                     self._available()
                     self.metrics.frames_produced.labels(metric).inc()
                     self.metrics.reports_produced.labels(metric).inc(produced)
-                for waiter in frame.members:
-                    if not waiter.future.done():
-                        waiter.future.set_result(None)
             else:
                 self.metrics.frames_failed.labels(metric).inc()
-                for waiter in frame.members:
-                    if not waiter.future.done():
-                        waiter.future.set_exception(error if isinstance(error, KafkaUnavailableError)
-                                                    else KafkaUnavailableError(f"{type(error).__name__}: {error}"))
+            _answer(frame.members, error)
 
     async def close(self, lanes) -> None:
         """Send what the lanes hold, wait for every frame in flight, stop the producer."""
@@ -658,7 +919,12 @@ class KafkaOutlet:
                 pass
             self._committer.cancel()
             await asyncio.gather(self._committer, return_exceptions=True)
-        self._finish(list(self.frames), KafkaUnavailableError("the collector stopped before Kafka acknowledged the frame"))
+        stopped = KafkaUnavailableError("the collector stopped before Kafka acknowledged the frame")
+        for item in self.frames:
+            if isinstance(item, ShuffledBatch):
+                self._finish_batch(item, stopped)
+            else:
+                self._finish([item], stopped)
         self.frames.clear()
         for task in list(self.in_flight):
             task.cancel()
@@ -668,3 +934,22 @@ class KafkaOutlet:
         producer, self.producer = self.producer, None
         if producer is not None:
             await producer.stop()
+
+
+def _answer(members: list, error: BaseException | None) -> None:
+    """Resolve the uploads' futures: acknowledged (None), or failed with KafkaUnavailableError."""
+    failure = None if error is None else error if isinstance(error, KafkaUnavailableError) \
+        else KafkaUnavailableError(f"{type(error).__name__}: {error}")
+    for waiter in members:
+        if not waiter.future.done():
+            if failure is None:
+                waiter.future.set_result(None)
+            else:
+                waiter.future.set_exception(failure)
+
+
+async def _shuffled(batch: ShuffledBatch) -> list[bytes]:
+    """The batch's frames (CSPRNG permutation, then cut): on a thread for large batches."""
+    if batch.reports > THREAD_MIN_REPORTS:
+        return await asyncio.to_thread(batch.shuffled_frames)
+    return batch.shuffled_frames()

@@ -45,6 +45,12 @@ def _instance_id(raw, label: str) -> str:
     return value
 
 
+#: Most reports one shuffled batch may hold (cms_core.shuffle computes the bound up to 10^7).
+MAX_SHUFFLE_REPORTS = 10_000_000
+#: Longest a shuffled batch may wait for its reports (every upload of it waits for its answer).
+MAX_SHUFFLE_SECONDS = 3600.0
+
+
 def _row(name: str, help_: str, parse, default=None, **options) -> Setting:
     variable = None if name in SHARED else "OCMS_COLLECTOR_" + name.upper()
     return Setting(name, help_, parse, default, variable=variable, **options)
@@ -115,6 +121,12 @@ SETTINGS: tuple[Setting, ...] = (
          "Why uvloop)", choice(*EVENT_LOOPS), "uvloop", choices=EVENT_LOOPS),
     _row("cors_origins", "origins whose web pages may upload from a browser (CORS), comma-separated "
          "https://host[:port], or *", _origins, (), metavar="ORIGINS", default_text="off"),
+    _row("shuffle_min_reports", "shuffle (docs/collector.md, Shuffling): per metric version, hold accepted reports "
+         "until this many are held, then produce them in a random order (CSPRNG) with one timestamp, so whoever "
+         "reads Kafka sees each report hidden among the batch; every upload waits for its batch; 0 = off",
+         integer(0, MAX_SHUFFLE_REPORTS), 0, metavar="N", default_text="0 (off)"),
+    _row("shuffle_max_seconds", "shuffle: produce a batch after this many seconds even if it holds fewer reports "
+         "(its frames say how many)", number(), 60.0, metavar="SECONDS"),
 )
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
@@ -159,6 +171,11 @@ class CollectorSettings:
     log_level: str
     event_loop: str
     cors_origins: tuple[str, ...]
+    #: Shuffling (collector/shuffle.py, docs/collector.md "Shuffling"): per metric version, hold accepted
+    #: reports until this many are held, then permute them and produce them (0 = off) ...
+    shuffle_min_reports: int
+    #: ... or until this many seconds passed since the first held report (the batch is then what it holds).
+    shuffle_max_seconds: float
     #: What set each setting (flag, variable, or both names for a default): errors name it.
     labels: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -189,7 +206,27 @@ class CollectorSettings:
         if settings.max_queued_reports < settings.max_upload_reports:
             raise InvalidParameterError(labels["max_queued_reports"], settings.max_queued_reports,
                                         f"must be >= the upload bound {settings.max_upload_reports}")
+        _check_shuffle(settings, labels)
         return settings
+
+
+def _check_shuffle(settings: CollectorSettings, labels) -> None:
+    """--shuffle-min-reports and --shuffle-max-seconds, against each other and the queue bound."""
+    n = settings.shuffle_min_reports
+    if n == 1:
+        raise InvalidParameterError(labels["shuffle_min_reports"], n,
+                                    "a batch of one report hides nothing: give 0 (off) or at least 2 (e.g. 10000)")
+    if "shuffle_max_seconds" in labels.given and not n:
+        raise InvalidParameterError(labels["shuffle_max_seconds"], settings.shuffle_max_seconds,
+                                    "applies to shuffling: give --shuffle-min-reports N too")
+    if settings.shuffle_max_seconds > MAX_SHUFFLE_SECONDS:
+        raise InvalidParameterError(labels["shuffle_max_seconds"], settings.shuffle_max_seconds,
+                                    f"must be at most {MAX_SHUFFLE_SECONDS:g} (every upload of a batch waits for "
+                                    "its answer until the batch is produced)")
+    if n and n + settings.max_upload_reports > settings.max_queued_reports:
+        raise InvalidParameterError(labels["max_queued_reports"], settings.max_queued_reports,
+                                    f"must be >= --shuffle-min-reports {n:,} + --max-upload-reports "
+                                    f"{settings.max_upload_reports:,} (a batch is held in the queue until produced)")
 
 
 check_fields(CollectorSettings, BY_NAME)

@@ -693,6 +693,29 @@
   }
 
   // ----------------------------------------------------------- parameters
+  /** δ as a power of ten when it is one (10^-6), else in exponent notation. */
+  function deltaText(delta) {
+    var exponent = Math.log10(delta);
+    return Math.abs(exponent - Math.round(exponent)) < 1e-9 ? "10^" + Math.round(exponent) : delta.toExponential(1);
+  }
+
+  /** The sentence on shuffling of the version's total window (agents.query.central_privacy): the central (ε, δ)
+   *  when every report came through a shuffling collector, what was not shuffled when some did; "" otherwise. */
+  function shuffledWords(v, eps) {
+    var w = (v.windows || {}).total || {};
+    var central = num(w.central_epsilon), shuffled = num(w.shuffled_reports) || 0;
+    if (central != null) {
+      return "Shuffled in batches of at least " + int(w.shuffle_batch_min) + " reports: to whoever reads Kafka or the " +
+        "worker (not the collector), each report is (" + Number(central.toPrecision(2)) + ", " + deltaText(num(w.central_delta)) +
+        ")-DP, not only ε = " + eps + ". A device with reports in k batches: k times that.";
+    }
+    if (shuffled > 0) {
+      return "Partly shuffled: " + int(shuffled) + " of the " + int(w.reports) + " reports came through a shuffling " +
+        "collector; the others are only ε = " + eps + " per report, so no smaller central ε is claimed.";
+    }
+    return "";
+  }
+
   function renderParams() {
     var m = current(), v = currentVersion();
     $("metric-h").textContent = m ? "Metric: " + versionLabel(m) : "Metric";
@@ -719,6 +742,7 @@
       "Privacy: ε = " + (eps != null ? eps : "?") + " per report (local differential privacy). For any two values, the chance of " +
         "sending any given report differs by at most a factor e^ε = " + (ratio != null ? ratio.toFixed(2) : "?") +
         ". k reports from one device about the same value add up to k·ε.",
+      shuffledWords(v, eps),
       "What the server sees besides the report: its timing and the device key used for partitioning. " +
         "Estimates are computed from reports only, so they cannot weaken the guarantee.",
       "Estimates: " + int(v.tracked_values) + " tracked values out of " + domain +
@@ -726,6 +750,7 @@
         (state.top && num(state.top.confidence) ? Math.round(state.top.confidence * 100) : 95) + " % confidence interval." +
         (num(v.min_reports) ? " A window with fewer than " + int(v.min_reports) + " reports is withheld: no estimate is published for it." : ""),
     ];
+    paragraphs = paragraphs.filter(function (t) { return t; });
     if (v.discoverable) paragraphs.push("Discovery: values nobody listed are found from discovery reports (a prefix of the value at a " +
       "level drawn at random, ε per report as above); see “Discovered values”.");
     if (m.description) paragraphs.unshift(str(m.description) + (m.owner ? " (owner: " + m.owner + ")" : ""));

@@ -44,6 +44,7 @@ class Message:
     value: bytes | None
     key: bytes
     timestamp_ms: int | None = None
+    headers: list[tuple[str, bytes]] | None = None  # Kafka headers, e.g. a shuffling collector's ocms-shuffle-n
 
 
 class WorkerProcess:
@@ -144,7 +145,7 @@ async def _send(broker, topic: str, messages: list[Message], rate: float | None)
         started = time.monotonic()
         futures = []
         for i, m in enumerate(messages):
-            futures.append(await producer.send(topic, m.value, key=m.key, timestamp_ms=m.timestamp_ms))
+            futures.append(await producer.send(topic, m.value, key=m.key, timestamp_ms=m.timestamp_ms, headers=m.headers))
             if rate:
                 delay = started + (i + 1) / rate - time.monotonic()
                 if delay > 0:

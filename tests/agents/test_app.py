@@ -97,6 +97,19 @@ def test_pending_messages_of_a_partition_no_longer_owned_are_dropped_not_written
     assert pending(worker)[-1] == (1, 0) and worker.untracked == lost
 
 
+def test_a_frame_s_shuffle_header_is_read_and_a_bad_one_counts_as_not_shuffled(worker):
+    """``ocms-shuffle-n`` (a shuffling collector's batch size) travels with the accepted message; a header
+    that cannot be a batch size of the frame (fewer than its 10 reports, not digits) is counted and the
+    frame taken as not shuffled: its reports still count."""
+    messages = deliveries(0, range(4))
+    headers = [[("ocms-shuffle-n", b"5000")], [("ocms-shuffle-n", b"9")], [("ocms-shuffle-n", b"x1")], None]
+    for m, h in zip(messages, headers):
+        worker.receive(SimpleNamespace(**vars(m), headers=h))
+    assert [a.shuffle_n for a in worker.pending.accepted] == [5000, 0, 0, 0]
+    assert worker.pending.reports == 4 * FRAME
+    assert worker.metrics.shuffle_header_invalid._value.get() == 2
+
+
 async def settle(worker) -> None:
     """Let every runnable task run until it waits on something the test has not released,
     the checkpoint's decode on the worker's decode thread included (one thread: a no-op

@@ -1252,3 +1252,47 @@ def test_read_truth_refuses_what_is_not_a_truth_document(tmp_path):
     many.write_text(json.dumps({"truths": [{"metric": "x"}]}), encoding="utf-8")
     status, doc = read_truth(str(many))
     assert status == 500 and "not a truth document" in doc["error"]
+
+
+# ------------------------------------------------------------------ shuffling, in plain words (stub)
+@pytest.mark.integration
+def test_the_central_epsilon_of_shuffled_reports_is_said_in_plain_words(chrome, stub):
+    """A version whose every report was shuffled in batches of at least 50,000: one sentence beside the
+    parameters states the central (epsilon, delta) the worker answers (agents.query.central_privacy, the
+    figure of cms_core.shuffle), against whom, and the composition. Partly shuffled: it says so and claims
+    nothing smaller. Not shuffled: no sentence."""
+    from agents.query import central_privacy
+
+    params = OCMSParams.build(1.5, 3)
+
+    def listing(shuffled: int, smallest: int) -> dict:
+        total = dict({"kind": "total", "reports": 60_000, "withheld": False},
+                     **central_privacy(params, 60_000, shuffled, smallest))
+        return {"metrics": [metric_doc(versions=[version_doc(reports=60_000, windows={
+            "total": total, "latest_bucket": {"kind": "latest_bucket", "reports": 0, "withheld": True}})])]}
+
+    top = dict(EMPTY_TOPK, n=60_000, k=3, top=records({"home": 0.5, "search": 0.3, "feed": 0.2}, 60_000))
+    shown = {"listing": listing(60_000, 50_000)}
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": lambda q: (200, shown["listing"]),
+                         TOPK: (200, top), "/console/truth": (200, NO_TRUTH),
+                         TREND: (200, {"metric": "screen", "version": 1, "value": "home", "points": [], "step": 60,
+                                       "confidence": 0.95, "withheld": False})})
+    open_stub(chrome, stub)
+    epsilon = shown["listing"]["metrics"][0]["versions"][0]["windows"]["total"]["central_epsilon"]
+    sentence = (f"Shuffled in batches of at least 50,000 reports: to whoever reads Kafka or the worker (not the "
+                f"collector), each report is ({epsilon:.2g}, 10^-6)-DP, not only ε = 1.5. A device with reports in "
+                f"k batches: k times that.")
+    words = wait_until(chrome, lambda d: "Shuffled in" in d.find_element("id", "params-words").text and
+                       d.find_element("id", "params-words").text, "the shuffling sentence")
+    assert sentence in words, words
+    assert 0 < epsilon < 0.1
+
+    for shuffled, said in ((59_000, "Partly shuffled: 59,000 of the 60,000 reports came through a shuffling collector; "
+                                    "the others are only ε = 1.5 per report, so no smaller central ε is claimed."),
+                           (0, None)):
+        shown["listing"] = listing(shuffled, 50_000 if shuffled else 0)
+        chrome.refresh()
+        wait_until(chrome, lambda d: "Privacy: ε = 1.5" in d.find_element("id", "params-words").text, "the parameters")
+        words = chrome.find_element("id", "params-words").text
+        assert (said in words) if said else ("huffled" not in words), words
+    assert browser_errors(chrome) == []

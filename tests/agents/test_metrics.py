@@ -106,7 +106,7 @@ def test_family_names_and_types(families):
     names = {f"ocms_estimate_{suffix}" for suffix, _, _ in ESTIMATE_FIELDS}
     names |= {"ocms_estimate_values_omitted", "ocms_params_reports", "ocms_params_info", "ocms_estimate_withheld",
               "ocms_estimate_values_capped", "ocms_estimate_above_noise", "ocms_estimate_noise_floor_ratio",
-              "ocms_estimate_previous_ci_upper_ratio",
+              "ocms_estimate_previous_ci_upper_ratio", "ocms_central_epsilon", "ocms_central_delta",
               "ocms_latest_bucket_start_timestamp_seconds"}
     assert set(families) == names
     assert all(f.type == "gauge" for f in families.values())

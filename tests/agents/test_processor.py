@@ -187,8 +187,10 @@ T0 = 1_699_999_800  # a multiple of 600
 
 def make_events(seed: int, per_partition: int = 30, partitions=(0, 1), first_offset: int = 100) -> list[AcceptedMessage]:
     """Messages of 2 parameter sets interleaved per partition, event times mostly rising
-    (with late events) over ~3 rollup buckets; returned interleaved across partitions."""
+    (with late events) over ~3 rollup buckets; returned interleaved across partitions. About
+    two in three came through a shuffling collector (batches of their size to 500 reports)."""
     rng = np.random.default_rng(seed)
+    shuffles = np.random.default_rng(seed + 1_000)
     streams = []
     for partition in partitions:
         stream = []
@@ -198,7 +200,9 @@ def make_events(seed: int, per_partition: int = 30, partitions=(0, 1), first_off
             size = int(rng.integers(1, 9))
             values = np.minimum(rng.geometric(0.06, size) - 1, 999).astype(np.uint64)
             ts = float(T0 + i * 1500 / per_partition + rng.uniform(-100, 40))
-            stream.append(AcceptedMessage(partition, first_offset + i, ts, fp, simulate_reports(params, values, rng)))
+            shuffle_n = int(shuffles.integers(size, 500)) if shuffles.random() < 0.66 else 0
+            stream.append(AcceptedMessage(partition, first_offset + i, ts, fp, simulate_reports(params, values, rng),
+                                          shuffle_n))
         streams.append(stream)
     out = []
     for i in range(per_partition):
@@ -227,7 +231,10 @@ def model_plan(events, stored: dict) -> dict:
         batch = ReportBatch.concat([m.batch for m in ms])
         counts = kernel.match_counts(params, batch, tracked)
         base = stored.get(key) or PartialCounts.empty(len(tracked))
-        out[key] = PartialCounts(base.n + len(batch), base.counts + counts, max(m.offset for m in ms))
+        shuffled = [m for m in ms if m.shuffle_n]
+        smallest = min([m.shuffle_n for m in shuffled] + ([base.shuffle_min] if base.shuffle_min else []), default=0)
+        out[key] = PartialCounts(base.n + len(batch), base.counts + counts, max(m.offset for m in ms),
+                                 base.shuffled + sum(len(m.batch) for m in shuffled), smallest)
     return out
 
 
@@ -313,6 +320,8 @@ def test_plan_counts_equal_kernel_counts_per_key():
             for width in (60, 600):
                 parts = [s for k, s in got.items() if (k.fingerprint, k.partition, k.width) == (fp, partition, width)]
                 assert sum(s.n for s in parts) == total.n
+                assert sum(s.shuffled for s in parts) == total.shuffled  # shuffled reports: in every level
+                assert min((s.shuffle_min for s in parts if s.shuffle_min), default=0) == total.shuffle_min
                 np.testing.assert_array_equal(np.sum([s.counts for s in parts], axis=0), total.counts)
     assert plan.reports == sum(len(m.batch) for m in events)
     assert dict(plan.counted) == {
@@ -475,9 +484,9 @@ def test_plan_never_folds_backwards(monkeypatch):
     calls = []
     real_fold = processor.fold
 
-    def recording_fold(state, counts, n, last_offset):
+    def recording_fold(state, counts, n, last_offset, *shuffle):
         calls.append((None if state is None else state.last_offset, last_offset))
-        return real_fold(state, counts, n, last_offset)
+        return real_fold(state, counts, n, last_offset, *shuffle)
 
     monkeypatch.setattr(processor, "fold", recording_fold)
     rng = np.random.default_rng(51)

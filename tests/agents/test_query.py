@@ -113,11 +113,15 @@ def expected_records(fp, n, counts, **options) -> list[dict]:
     return records
 
 
+#: A trend point of reports that were not shuffled: no central epsilon (agents.query.central_privacy).
+UNSHUFFLED_POINT = {"central_epsilon": None, "central_delta": None, "shuffle_batch_min": None, "shuffled_reports": 0}
+
+
 def expected_point(fp, n, counts, index, lo, hi, **options) -> dict:
-    """A trend point: the value's record, its span, and the noise floor at the point's own n."""
+    """A trend point: the value's record, its span, the noise floor at the point's own n, no central epsilon."""
     floor = OCMSSketch(PARAMS[fp], TRACKED[fp], counts, n).estimate(**options).noise_floor
     return dict(expected_records(fp, n, counts, **options)[index], noise_floor=floor, withheld=False,
-                **{"from": lo, "to": hi, "n": n})
+                **{"from": lo, "to": hi, "n": n}, **UNSHUFFLED_POINT)
 
 
 def in_base(lo, hi):
@@ -216,7 +220,8 @@ def _check_point(fp, point, lo, hi, index):
     n, counts = expected_counts(fp, in_base(lo, hi))
     assert (point["from"], point["to"], point["n"]) == (lo, hi, n)
     if n == 0:
-        assert point == {"value": str(index), "match_count": 0, "from": lo, "to": hi, "n": 0, "withheld": False}
+        assert point == {"value": str(index), "match_count": 0, "from": lo, "to": hi, "n": 0, "withheld": False,
+                         **UNSHUFFLED_POINT}
     else:
         assert point == expected_point(fp, n, counts, index, lo, hi)
 

@@ -5,7 +5,9 @@ Two workers on the embedded broker serve a registry of eight metrics spread over
 shards. Each answer is checked against the offline decode of exactly its metric's messages;
 the worker that does not hold a metric forwards the query to the one that does. Then the
 holder of a share is SIGKILLed while queries for that share run against the survivor: every
-answer is either the exact one or a 503 with Retry-After, never another number.
+answer is either the exact one or a 503 with Retry-After, never another number. Half the
+metrics' frames say a shuffling collector produced them (``ocms-shuffle-n``): their answers,
+forwarded or not, carry the central epsilon of that batch; the others' carry null.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import pytest
 
 from agents.catalog import Catalog
 from agents.view import CountsView
+from cms_core import wire
+from cms_core.planning import shuffle_delta
+from cms_core.shuffle import central_epsilon
 from producer.broker import EmbeddedBroker
 from producer.offline import sketch_from_messages
 from registry import load_registry
@@ -33,6 +38,7 @@ PARTITIONS = 4
 NAMES = [f"screen_{i}" for i in range(8)]
 CATEGORIES = ["home", "search", "feed", "settings"]
 REPORTS = 2000
+SHUFFLED = set(NAMES[::2])  # their frames come in one shuffled batch of all REPORTS reports
 
 
 def registry_text() -> str:
@@ -74,15 +80,20 @@ def fed(tmp_path_factory):
                 values = np.random.default_rng(seed).choice(len(CATEGORIES), REPORTS, p=[0.4, 0.3, 0.2, 0.1])
                 sent[name] = report_messages(params, values, 250, seed=50 + seed,
                                              timestamps_ms=[now_ms - 10_000] * (REPORTS // 250))
+                if name in SHUFFLED:
+                    for m in sent[name]:
+                        m.headers = [(wire.SHUFFLE_HEADER, str(REPORTS).encode())]
                 messages += sent[name]
             send(broker.bootstrap_servers, workers[0].topic, messages)
-            expected = {}
+            expected, central = {}, {}
             for name in NAMES:
                 v = registry.metric(name).version(1)
                 sketch, rejected = sketch_from_messages(v.params, v.tracked_values(), [m.value for m in sent[name]])
                 assert not rejected
                 expected[name] = sketch.counts.tolist()
-            yield broker, workers, expected, shards
+                central[name] = (central_epsilon(REPORTS, v.params.epsilon, shuffle_delta(REPORTS))
+                                 if name in SHUFFLED else None)
+            yield broker, workers, expected, shards, central
         finally:
             for w in workers:
                 w.stop()
@@ -93,13 +104,18 @@ def answers_exactly(doc: dict, counts: list[int]) -> bool:
 
 
 def test_every_worker_answers_every_metric_exactly_from_the_share_that_holds_it(fed):
-    _, workers, expected, shards = fed
+    _, workers, expected, shards, central = fed
 
     def all_exact():
         return all(get(w, name)[0] == 200 and answers_exactly(get(w, name)[1], counts)
                    for w in workers for name, counts in expected.items())
 
     poll_until(all_exact, 120, "every worker answering every metric exactly")
+    for w in workers:  # one of the two answers of each metric is forwarded: it says the same
+        for name in NAMES:
+            doc = get(w, name)[1]
+            assert (doc["central_epsilon"], doc["shuffled_reports"]) == (
+                central[name], REPORTS if name in SHUFFLED else 0), (w.base_url, name)
     health = [w.get("/healthz")[1] for w in workers]
     held = [set(h["held_shards"]) for h in health]
     assert all(h["view"] == "share" for h in health)
@@ -112,13 +128,14 @@ def test_every_worker_answers_every_metric_exactly_from_the_share_that_holds_it(
     for w in workers:  # the listing (the console's) gives every metric's count through either worker
         listing = w.get("/metrics", format="json")[1]
         assert {m["name"]: m["versions"][0]["reports"] for m in listing["metrics"]} == {n: REPORTS for n in NAMES}
+        assert {m["name"]: m["versions"][0]["windows"]["total"]["central_epsilon"] for m in listing["metrics"]} == central
         assert w.get(f"/metrics/{NAMES[0]}")[1]["versions"][0]["reports"] == REPORTS
     # The view of each holds its share only: fewer member states than all metrics' (2 keys each, 4 partitions at most).
     assert all(0 < h["view_keys"] < sum(1 for _ in NAMES) * 2 * PARTITIONS for h in health)
 
 
 def test_killing_the_holder_of_a_share_gives_exact_answers_or_503_never_wrong(fed):
-    _, workers, expected, shards = fed
+    _, workers, expected, shards, _ = fed
     poll_until(lambda: all(get(w, n)[0] == 200 for w in workers for n in NAMES), 120, "both workers answering")
     survivor, victim = workers
     victim_shards = set(victim.get("/healthz")[1]["held_shards"])

@@ -49,7 +49,7 @@ def record(offset: int, key: bytes, value: bytes | None):
 
 
 def changelog(layout: StateLayout, writes: int, seed: int) -> list:
-    """Random rewrites and tombstones of every metric's bundles, in offset order."""
+    """Random rewrites and tombstones of every metric's bundles (members partly shuffled), in offset order."""
     rng = np.random.default_rng(seed)
     fps = list(layout.groups)
     out = []
@@ -59,14 +59,20 @@ def changelog(layout: StateLayout, writes: int, seed: int) -> list:
         if rng.random() < 0.1:
             out.append(record(offset, table_key.encode(), None))
         else:
-            members = {m: PartialCounts(int(rng.integers(100)), rng.integers(0, 5, 10 + int(m, 16)), offset).to_bytes()
-                       for m in fps if layout.groups[m] == table_key.group}
+            members = {}
+            for m in fps:
+                if layout.groups[m] == table_key.group:
+                    n = int(rng.integers(1, 100))
+                    shuffled = int(rng.integers(n + 1)) if rng.random() < 0.5 else 0  # some through a shuffle
+                    members[m] = PartialCounts(n, rng.integers(0, 5, 10 + int(m, 16)), offset, shuffled,
+                                               int(rng.integers(n, 10_000)) if shuffled else 0).to_bytes()
             out.append(record(offset, table_key.encode(), encode_bundle(members)))
     return out
 
 
 def held_part(view: CountsView, layout: StateLayout, shards: set[int]) -> dict:
-    return {slot: (b.total.n, b.total.counts.tolist()) for slot, b in view.index.items()
+    return {slot: (b.total.n, b.total.counts.tolist(), b.total.shuffled, b.total.shuffle_min)
+            for slot, b in view.index.items()
             if layout.shard_of_fingerprint(slot[0]) in shards}
 
 

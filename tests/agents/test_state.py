@@ -1,5 +1,7 @@
 """The worker's pure fold: exact under replay, linear over buckets and partitions."""
 
+import struct
+
 import numpy as np
 import pytest
 
@@ -71,11 +73,30 @@ def test_linear_sum_over_partitions_and_json():
     assert PartialCounts.from_bytes(big.to_bytes()) == big
 
 
+def test_shuffle_accounting_folds_a_sum_and_a_minimum_and_keeps_the_v1_codec_without_it():
+    a = fold(None, np.array([1, 2]), 5, 3, shuffled=5, shuffle_min=900)
+    b = fold(a, np.array([0, 1]), 4, 7, shuffled=3, shuffle_min=200)
+    c = fold(b, np.array([1, 0]), 2, 9)  # not shuffled
+    assert (c.n, c.shuffled, c.shuffle_min) == (11, 8, 200)
+    assert fold(c, np.array([0, 0]), 1, 10, shuffled=1, shuffle_min=5000).shuffle_min == 200
+    for state in (a, b, c):
+        assert PartialCounts.from_bytes(state.to_bytes()) == state == PartialCounts.from_json(state.to_json())
+    plain = fold(None, np.array([1, 2]), 5, 3)
+    assert plain.to_bytes()[2] == 1 and len(plain.to_bytes()) == 24 + 2 * 4, "unshuffled states keep the v1 codec"
+    assert c.to_bytes()[2] == 2 and len(c.to_bytes()) == 24 + 16 + 2 * 4
+    with pytest.raises(InvalidParameterError):
+        fold(None, np.array([1, 2]), 5, 3, shuffled=6, shuffle_min=10)  # more shuffled than reports
+    with pytest.raises(InvalidParameterError):
+        fold(None, np.array([1, 2]), 5, 3, shuffled=2, shuffle_min=0)
+
+
 def test_partial_counts_codec_refuses_garbage():
     from cms_core.errors import SerializationError
 
     good = fold(None, np.array([1, 2]), 5, 3).to_bytes()
-    for bad in (b"", b"xx" + good[2:], good[:-1], good + b"\0"):
+    shuffled = fold(None, np.array([1, 2]), 5, 3, shuffled=5, shuffle_min=9).to_bytes()
+    lying = shuffled[:24] + struct.pack("<qq", 6, 9) + shuffled[40:]  # 6 of 5 reports shuffled
+    for bad in (b"", b"xx" + good[2:], good[:-1], good + b"\0", shuffled[:30], lying):
         with pytest.raises(SerializationError):
             PartialCounts.from_bytes(bad)
 

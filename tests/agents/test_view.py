@@ -11,8 +11,9 @@ FP_OTHER = "a408ba41f2a27a6f"
 B = 1_699_999_920  # a multiple of 60
 
 
-def put(view: CountsView, key: BucketKey, n: int, counts, offset: int = 0) -> None:
-    view.apply_state(key, PartialCounts(n, counts, offset).to_bytes())
+def put(view: CountsView, key: BucketKey, n: int, counts, offset: int = 0, shuffled: int = 0,
+        shuffle_min: int = 0) -> None:
+    view.apply_state(key, PartialCounts(n, counts, offset, shuffled, shuffle_min).to_bytes())
 
 
 def test_apply_then_sum_over_partitions():
@@ -182,7 +183,9 @@ def test_one_summed_state_per_bucket_whatever_the_partitions():
 
 def test_summed_view_equals_the_sum_of_latest_states_under_random_rewrites_and_tombstones():
     """The sum moves by new - previous: after any sequence of writes, rewrites (replays,
-    new owners), tombstones and returns, it equals summing each key's latest state."""
+    new owners), tombstones and returns, it equals summing each key's latest state. So do the
+    shuffled reports, and the smallest shuffled batch is the minimum over the latest states
+    (a minimum does not subtract: a rewrite may raise it again)."""
     rng = np.random.default_rng(12)
     view, latest = CountsView(), {}
     for _ in range(3000):
@@ -193,13 +196,20 @@ def test_summed_view_equals_the_sum_of_latest_states_under_random_rewrites_and_t
         else:
             counts = rng.integers(0, 2**31, 5) if rng.random() < 0.5 else rng.integers(0, 50, 5)
             n = int(counts.max()) + int(rng.integers(0, 2**33))  # also beyond uint32: the 8-byte codec
-            put(view, key, n, counts, int(rng.integers(100)))
-            latest[key] = (n, counts)
+            shuffled = int(rng.integers(1, n + 1)) if rng.random() < 0.7 else 0
+            smallest = int(rng.integers(1, 10**6)) if shuffled else 0
+            put(view, key, n, counts, int(rng.integers(100)), shuffled, smallest)
+            latest[key] = (n, counts, shuffled, smallest)
         start = key.bucket_start
-        want = [(n, c) for k, (n, c) in latest.items() if k.bucket_start == start]
+        want = [w for k, w in latest.items() if k.bucket_start == start]
         n, counts = view.sum(FP, 60, start, 5)
         assert n == sum(w[0] for w in want)
         assert counts.tolist() == (np.sum([w[1] for w in want], axis=0) if want else np.zeros(5)).astype(np.int64).tolist()
+        snapshot = view.snapshot(FP, 60, start, start + 60)
+        shuffled = snapshot[0][1][0].shuffled if snapshot else 0
+        smallest = snapshot[0][1][0].shuffle_min if snapshot else 0
+        assert shuffled == sum(w[2] for w in want)
+        assert smallest == min((w[3] for w in want if w[3]), default=0)
     assert view.keys() == len(latest)
     assert view.buckets(FP, 60) == sorted({k.bucket_start for k in latest})
     # the bytes kept as states came and went are what the view holds now
@@ -228,3 +238,23 @@ def test_a_record_is_a_bundle_of_member_states_and_its_tombstone_deletes_them_al
     assert view.sum(FP, 60, B, 2)[1].tolist() == [3, 3] and view.sum(FP_OTHER, 60, B, 2)[0] == 0
     view.apply(key.encode(), None)
     assert view.sum(FP, 60, B, 2)[0] == 3 and view.keys() == 1 and view.rejected == 0
+
+
+def test_a_bundle_carries_each_member_s_shuffle_accounting():
+    """Members of one bundle keep their own shuffle accounting (a v2 member beside a v1 one): the
+    view sums the shuffled reports and takes the smallest batch per bucket, and a rewrite of the
+    bundle without the shuffled member takes its accounting away again."""
+    view = CountsView()
+    key = StateKey("g3", 2, 60, 3600, B)
+    view.apply(key.encode(), encode_bundle({FP: PartialCounts(10, [1, 2], 5, 10, 4_000).to_bytes(),
+                                            FP_OTHER: PartialCounts(4, [4, 0], 7).to_bytes()}))
+    put(view, BucketKey(FP, 0, 60, B), 3, [1, 1], 1, 3, 2_500)  # another partition, a smaller batch
+    total = view.snapshot(FP, 60, B, B + 60)[0][1][0]
+    assert (total.n, total.shuffled, total.shuffle_min) == (13, 13, 2_500)
+    other = view.snapshot(FP_OTHER, 60, B, B + 60)[0][1][0]
+    assert (other.n, other.shuffled, other.shuffle_min) == (4, 0, 0)
+    view.apply(key.encode(), encode_bundle({FP_OTHER: PartialCounts(5, [4, 1], 8, 5, 900).to_bytes()}))
+    total = view.snapshot(FP, 60, B, B + 60)[0][1][0]
+    other = view.snapshot(FP_OTHER, 60, B, B + 60)[0][1][0]
+    assert (total.n, total.shuffled, total.shuffle_min) == (3, 3, 2_500)
+    assert (other.n, other.shuffled, other.shuffle_min) == (5, 5, 900) and view.rejected == 0

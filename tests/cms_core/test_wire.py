@@ -131,3 +131,15 @@ def test_every_field_width_decodes_to_what_was_encoded_on_both_paths(spec, monke
         np.testing.assert_array_equal(back.a1, batch.a1)
         np.testing.assert_array_equal(back.z, batch.z)
         assert back.a0.dtype == batch.a0.dtype and back.z.dtype == np.uint32
+
+
+def test_the_shuffled_batch_size_of_a_frame_s_kafka_headers():
+    """A shuffling collector's ``ocms-shuffle-n``: 0 without it; the size when it is a count of at least
+    the frame's records; None (the caller counts the frame as not shuffled) for anything else."""
+    size = wire.shuffled_batch_size
+    assert size(None, 5) == 0 and size([], 5) == 0 and size([("ocms-frame", b"x" * 16)], 5) == 0
+    assert size([("ocms-shuffle-n", b"50000")], 100) == 50000
+    assert size([(b"ocms-shuffle-n", b"7")], 7) == 7 and size({"ocms-shuffle-n": b"12"}, 3) == 12
+    for bad in (b"6", b"", b"-8", b"1e5", b"12345678901", "\u0661\u0662".encode(), b"0"):
+        assert size([("ocms-shuffle-n", bad)], 7) is None, bad
+    assert size([("ocms-shuffle-n", b"10"), ("ocms-shuffle-n", b"10")], 3) is None, "two sizes: neither believed"

@@ -203,6 +203,12 @@ def serving_worker(registry: Path, broker, topic: str, log_dir: Path):
         worker.stop()
 
 
+def collector_metric(collector, name: str) -> float:
+    """The value of an unlabelled series of the collector's /metrics (NaN when absent)."""
+    text = urllib.request.urlopen(collector.url + "/metrics", timeout=10).read().decode()
+    return next((float(line.split()[1]) for line in text.splitlines() if line.startswith(name + " ")), float("nan"))
+
+
 # ------------------------------------------------------------------ raw HTTP (hostile requests)
 def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> tuple[int | None, dict, bytes]:
     """(status, JSON body or {}, raw answer) of one raw request; status None when no answer came."""

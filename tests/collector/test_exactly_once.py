@@ -15,11 +15,13 @@ import threading
 import time
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from cms_core import wire
 from collector.exactly_once import (
-    FAILED, FRAME_HEADER, STORED, ListingLog, encode_listing, encode_outcome, key_hash,
+    FAILED, FRAME_HEADER, STORED, ListingLog, batch_frame_id, encode_batch_listing, encode_listing, encode_outcome,
+    key_hash,
 )
 from collector.kafka_internals import drift
 from producer.broker import EmbeddedBroker
@@ -85,7 +87,7 @@ def test_kafka_internals_match_the_installed_aiokafka():
 @pytest.fixture(scope="module")
 def broker():
     with EmbeddedBroker() as b:
-        b.create_topics({"eo-doubt": 2, "eo-replicas": 4, "eo-kill": 4})
+        b.create_topics({"eo-doubt": 2, "eo-replicas": 4, "eo-kill": 4, "eo-kill-shuffled": 4, "eo-batch": 2})
         yield b
 
 
@@ -177,6 +179,51 @@ def test_an_in_doubt_attempt_of_another_collector_waits_then_is_fenced_and_settl
     assert topic_counter(broker, topic, dest) - before == Counter(records_of_messages(body, dest))
 
 
+def cut_batch(broker, topic: str, owner: str, version, seed: int) -> tuple[list[tuple[bytes, str]], Counter]:
+    """A shuffled batch of two keyed uploads (3 and 2 reports) as a collector killed in its send would
+    leave it: listed, its 3 frames in the redo topic, only frame 0 in the partition. Returns the
+    uploads (body, key) and the batch's records."""
+    uploads = [(b"".join(single_messages(version, k, seed=seed + k)), secrets.token_urlsafe(18)) for k in (3, 2)]
+    records = [r for body, _ in uploads for r in records_of_messages(body, version)]
+    order = np.random.default_rng(seed).permutation(len(records))
+    shuffled = [records[i] for i in order]
+    nonce = os.urandom(16)
+    frames = [wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, version.fingerprint, len(part)) + b"".join(part)
+              for part in (shuffled[:2], shuffled[2:4], shuffled[4:])]
+    headers = [[(wire.SHUFFLE_HEADER, b"5"), (FRAME_HEADER, batch_frame_id(nonce, i, 3))] for i in range(3)]
+    listing = encode_batch_listing(nonce, owner, b"old-proc", 1, 0, 0, int(time.time()),
+                                   [key_hash(b"", "", key) for _, key in uploads])
+    produce(broker.bootstrap_servers, [(topic + "-idempotency", 0, listing, [])]
+            + [(topic + "-idempotency-redo", 0, frame, h) for frame, h in zip(frames, headers)]
+            + [(topic, 1, frames[0], headers[0])])
+    return uploads, Counter(records)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("owner, instance", [("ocms-collector-batch-a", "batch-a"), ("ocms-collector-gone", "batch-b")],
+                         ids=["own-predecessor", "another-collector"])
+def test_a_shuffled_batch_cut_short_by_a_kill_is_completed_from_the_redo_topic(broker, registry_path, dest, tmp_path,
+                                                                               owner, instance):
+    """Only one of a batch's three frames reached Kafka before its collector died. The collector that
+    settles it (the restarted one at its start, or another after fencing the dead one with its
+    transactional id) produces the two missing frames from the redo topic: the batch is in Kafka
+    once and whole, and the uploads' retries are answered with the stored 202."""
+    topic = "eo-batch"
+    before = topic_counter(broker, topic, dest)
+    uploads, batch = cut_batch(broker, topic, owner, dest, seed=40 if instance == "batch-a" else 50)
+    with CollectorProcess(registry_path, broker.bootstrap_servers, topic, tmp_path, "--instance-id", instance,
+                          "--kafka-timeout-ms", "1000", *SHUFFLE_ARGS) as c:
+        for body, upload_key in uploads:
+            deadline = time.monotonic() + 30
+            status, doc, headers = request(c.url + "/v1/reports", body, headers={"Idempotency-Key": upload_key})
+            while status == 503 and doc["reason"] == "idempotency_pending" and time.monotonic() < deadline:
+                time.sleep(0.3)  # another collector's batch: settled after its grace (2 x 1 s + 2 s)
+                status, doc, headers = request(c.url + "/v1/reports", body, headers={"Idempotency-Key": upload_key})
+            assert (status, headers.get("Idempotent-Replayed")) == (202, "true"), doc
+    assert topic_counter(broker, topic, dest) - before == batch, "the batch once, whole"
+    assert sorted(log_outcomes(broker, topic + "-idempotency")).count(STORED) >= 1
+
+
 def post_both(urls: list[str], body: bytes, upload_key: str) -> list[int]:
     """The same attempt at every replica at once (a client that gave up on one and tried another)."""
     out: list = [None] * len(urls)
@@ -216,42 +263,48 @@ def test_concurrent_attempts_at_two_replicas_store_each_upload_once(broker, regi
     assert answers[202] >= 40
 
 
-@pytest.fixture(scope="module")
-def kill_worker(broker, registry_path, tmp_path_factory):
-    with serving_worker(registry_path, broker.bootstrap_servers, "eo-kill",
-                        tmp_path_factory.mktemp("worker")) as w:
-        yield w
+#: Shuffled batches of at least 48 reports, cut into frames of at most 16: most batches are several
+#: frames, so a kill can cut one short (completed from the redo topic by the restarted collector).
+SHUFFLE_ARGS = ("--shuffle-min-reports", "48", "--shuffle-max-seconds", "0.5", "--frame-max-reports", "16",
+                "--max-upload-reports", "16")
 
 
 @pytest.mark.integration
-def test_sigkill_under_load_with_retrying_devices_counts_every_upload_once(broker, registry_path, dest, kill_worker,
+@pytest.mark.parametrize("topic, extra", [("eo-kill", ()), ("eo-kill-shuffled", SHUFFLE_ARGS)],
+                         ids=["frames", "shuffled"])
+def test_sigkill_under_load_with_retrying_devices_counts_every_upload_once(broker, registry_path, dest, topic, extra,
                                                                            tmp_path):
     """SIGKILL the collector under load until at least two uploads whose frame reached Kafka lost
     their 202 to a kill (the case that was stored twice), at least 4 and at most 20 kills; devices retry each
     upload with its key until a 202. Then: the topic holds exactly the accepted reports, the worker
-    counts exactly them."""
-    collector = CollectorProcess(registry_path, broker.bootstrap_servers, "eo-kill", tmp_path,
-                                 "--instance-id", "kill-a").start()
-    collector.wait_healthy()
-    load = RetryingLoad(collector.url + "/v1/reports", dest, concurrency=24, per_upload=4, seed=7).start()
-    kills = 0
-    try:
-        while kills < 20 and (kills < 4 or sum(o.replayed and o.cut_off for o in list(load.log.outcomes)) < 2):
+    counts exactly them. With shuffling, a kill may also cut a batch's frames short."""
+    with serving_worker(registry_path, broker.bootstrap_servers, topic, tmp_path) as worker:
+        collector = CollectorProcess(registry_path, broker.bootstrap_servers, topic, tmp_path,
+                                     "--instance-id", "kill-a", *extra).start()
+        collector.wait_healthy()
+        load = RetryingLoad(collector.url + "/v1/reports", dest, concurrency=24, per_upload=4, seed=7).start()
+        kills = 0
+        try:
+            while kills < 20 and (kills < 4 or sum(o.replayed and o.cut_off for o in list(load.log.outcomes)) < 2):
+                load.log.wait_for_accepted(100)
+                collector.kill()
+                kills += 1
+                collector.start()
+                collector.wait_healthy()
             load.log.wait_for_accepted(100)
-            collector.kill()
-            kills += 1
-            collector.start()
-            collector.wait_healthy()
-        load.log.wait_for_accepted(100)
-    finally:
-        log = load.stop()
-        collector.stop()
-    assert load.unfinished == 0 and set(log.statuses()) == {202}, log.statuses()
-    accepted = log.records(202)
-    in_kafka = topic_counter(broker, "eo-kill", dest)
-    lost, doubled = accepted - in_kafka, in_kafka - accepted
-    assert (sum(lost.values()), sum(doubled.values())) == (0, 0), f"lost {sum(lost.values())}, doubled {sum(doubled.values())}"
-    replayed_after_kill = sum(o.replayed and o.cut_off for o in log.outcomes)
-    assert replayed_after_kill >= 1, f"no 202 was lost to a kill in {kills} kills: the test proved nothing"
-    total = sum(accepted.values())
-    assert kill_worker.wait_for_n(total)["n"] == total, "the worker counts exactly the accepted reports"
+        finally:
+            log = load.stop()
+            collector.stop()
+        assert load.unfinished == 0 and set(log.statuses()) == {202}, log.statuses()
+        accepted = log.records(202)
+        in_kafka = topic_counter(broker, topic, dest)
+        lost, doubled = accepted - in_kafka, in_kafka - accepted
+        assert (sum(lost.values()), sum(doubled.values())) == (0, 0), \
+            f"lost {sum(lost.values())}, doubled {sum(doubled.values())}"
+        replayed_after_kill = sum(o.replayed and o.cut_off for o in log.outcomes)
+        assert replayed_after_kill >= 1, f"no 202 was lost to a kill in {kills} kills: the test proved nothing"
+        total = sum(accepted.values())
+        assert worker.wait_for_n(total)["n"] == total, "the worker counts exactly the accepted reports"
+        if extra:
+            completed = sum(path.read_text().count("completed a shuffled batch") for path in tmp_path.glob("collector-*"))
+            print(f"{kills} kills, {replayed_after_kill} replayed 202s, {completed} batches completed from the redo topic")

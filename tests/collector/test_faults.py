@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration  # a broker and collectors
 @pytest.fixture(scope="module")
 def broker():
     with EmbeddedBroker() as b:
-        b.create_topics({"col-outage": 2, "col-queue": 1, "col-fuzz": 2})
+        b.create_topics({"col-outage": 2, "col-outage-shuffled": 2, "col-queue": 1, "col-fuzz": 2})
         yield b
 
 
@@ -41,9 +41,16 @@ def topic_counter(broker, topic, version) -> Counter:
     return Counter(r for record in consume(broker.bootstrap_servers, topic) for r in records_of(record.value, version))
 
 
-def test_kafka_unavailable_answers_503_and_no_accepted_report_is_lost(broker, registry_path, dest, tmp_path):
-    collector = CollectorProcess(registry_path, broker.bootstrap_servers, "col-outage", tmp_path,
-                                 "--kafka-timeout-ms", "1500", "--retry-after-seconds", "1").start()
+#: Shuffled batches that close by time under the tests' loads (collector/shuffle.py): the same promises hold.
+SHUFFLE = ("--shuffle-min-reports", "32", "--shuffle-max-seconds", "0.2")
+shuffled_or_not = pytest.mark.parametrize("extra", [(), SHUFFLE], ids=["frames", "shuffled"])
+
+
+@shuffled_or_not
+def test_kafka_unavailable_answers_503_and_no_accepted_report_is_lost(broker, registry_path, dest, tmp_path, extra):
+    topic = "col-outage" + ("-shuffled" if extra else "")
+    collector = CollectorProcess(registry_path, broker.bootstrap_servers, topic, tmp_path,
+                                 "--kafka-timeout-ms", "1500", "--retry-after-seconds", "1", *extra).start()
     load = None
     try:
         collector.wait_healthy()
@@ -67,33 +74,41 @@ def test_kafka_unavailable_answers_503_and_no_accepted_report_is_lost(broker, re
     statuses = log.statuses()
     assert set(statuses) <= {202, 503}, statuses
     assert all(o.retry_after for o in log.outcomes if o.status == 503), "every 503 carries Retry-After"
-    in_kafka = topic_counter(broker, "col-outage", dest)
+    in_kafka = topic_counter(broker, topic, dest)
     accepted = log.records(202)
     assert not accepted - in_kafka, "a report that got a 202 is missing from Kafka"
     # nothing invented: whatever is there was uploaded (a 503'd frame may still have landed)
     assert not in_kafka - (accepted + log.records(503))
 
 
-def test_a_full_produce_queue_answers_503_queue_full(broker, registry_path, dest, tmp_path):
-    with CollectorProcess(registry_path, broker.bootstrap_servers, "col-queue", tmp_path,
-                          "--max-queued-reports", "10", "--max-upload-reports", "10", "--frame-max-reports", "10",
-                          "--kafka-timeout-ms", "3000") as collector:
+@pytest.mark.parametrize("extra, fill", [(("--max-queued-reports", "10"), 1),
+                                         (("--max-queued-reports", "20", "--shuffle-min-reports", "10"), 2)],
+                         ids=["frames", "shuffled"])
+def test_a_full_produce_queue_answers_503_queue_full(broker, registry_path, dest, tmp_path, extra, fill):
+    """Kafka stopped: ``fill`` uploads of 10 reports take every queue place (with shuffling: a batch in
+    flight and the next one held), the next upload is answered 503 queue_full at once."""
+    import threading
+
+    with CollectorProcess(registry_path, broker.bootstrap_servers, "col-queue", tmp_path, "--max-upload-reports", "10",
+                          "--frame-max-reports", "10", "--kafka-timeout-ms", "3000", *extra) as collector:
         body = wire.encode_frame(dest.params, reports(dest, 10, seed=2))
         os.kill(broker.process.pid, signal.SIGSTOP)
+        first: list = []
+        threads = [threading.Thread(target=lambda: first.append(request(collector.url + "/v1/reports", body)))
+                   for _ in range(fill)]
         try:
-            import threading
-
-            first: list = []
-            thread = threading.Thread(target=lambda: first.append(request(collector.url + "/v1/reports", body)))
-            thread.start()  # holds all 10 queue places until Kafka answers or times out
+            for thread in threads:
+                thread.start()  # each holds 10 queue places until Kafka answers or times out
             poll_until(lambda: request(collector.url + "/healthz", method="GET")[1].get("queued_reports"), 30,
-                       "the first upload's 10 reports in the collector's queue", until=lambda queued: queued == 10)
+                       "the queue full", until=lambda queued: queued == 10 * fill)
             status, doc, headers = request(collector.url + "/v1/reports", body)
             assert (status, doc["reason"]) == (503, "queue_full") and headers["Retry-After"] == "2"
         finally:
             os.kill(broker.process.pid, signal.SIGCONT)
-        thread.join(30)
-        assert first and first[0][0] in (202, 503)
+        for thread in threads:
+            thread.join(30)
+        assert len(first) == fill and {answer[0] for answer in first} <= {202, 503}
+
 
 
 def fuzz_bodies(dest, n: int, seed: int):
@@ -195,8 +210,9 @@ def test_fuzz_of_10000_hostile_uploads(broker, registry_path, dest, tmp_path):
         assert sum(valid_sent.values()) == 500
 
 
-def test_sigterm_under_load_answers_what_it_took(broker, registry_path, dest, tmp_path):
-    collector = CollectorProcess(registry_path, broker.bootstrap_servers, "col-queue", tmp_path).start()
+@shuffled_or_not
+def test_sigterm_under_load_answers_what_it_took(broker, registry_path, dest, tmp_path, extra):
+    collector = CollectorProcess(registry_path, broker.bootstrap_servers, "col-queue", tmp_path, *extra).start()
     collector.wait_healthy()
     before = topic_counter(broker, "col-queue", dest)
     load = LoadGenerator(collector.url + "/v1/reports", dest, concurrency=8, seed=21).start()

@@ -51,6 +51,13 @@ def test_settings_read_the_environment_and_flags_win(registry_path):
     ({"max_queued_reports": "5"}, "OCMS_COLLECTOR_MAX_QUEUED_REPORTS"),
     ({"tokens_file": "/nonexistent"}, "OCMS_COLLECTOR_TOKENS_FILE"),
     ({"event_loop": "trio"}, "OCMS_COLLECTOR_EVENT_LOOP"),
+    ({"shuffle_min_reports": "1"}, "OCMS_COLLECTOR_SHUFFLE_MIN_REPORTS"),  # a batch of one hides nothing
+    ({"shuffle_min_reports": "-5"}, "OCMS_COLLECTOR_SHUFFLE_MIN_REPORTS"),
+    ({"shuffle_min_reports": "20000000"}, "OCMS_COLLECTOR_SHUFFLE_MIN_REPORTS"),
+    ({"shuffle_min_reports": "9500", "max_queued_reports": "10000"}, "OCMS_COLLECTOR_MAX_QUEUED_REPORTS"),  # + 1,000
+    ({"shuffle_max_seconds": "5"}, "OCMS_COLLECTOR_SHUFFLE_MAX_SECONDS"),  # without --shuffle-min-reports
+    ({"shuffle_min_reports": "100", "shuffle_max_seconds": "0"}, "OCMS_COLLECTOR_SHUFFLE_MAX_SECONDS"),
+    ({"shuffle_min_reports": "100", "shuffle_max_seconds": "7200"}, "OCMS_COLLECTOR_SHUFFLE_MAX_SECONDS"),
 ])
 def test_bad_settings_name_the_variable(registry_path, overrides, variable):
     from collector.settings import BY_NAME
@@ -75,6 +82,30 @@ def test_a_bad_setting_is_named_as_the_user_gave_it(registry_path):
     with pytest.raises(InvalidParameterError) as neither:
         CollectorSettings.build({"OCMS_REGISTRY": str(registry_path)})
     assert neither.value.name == "--bootstrap-servers (or OCMS_BOOTSTRAP_SERVERS)"
+
+
+@pytest.mark.parametrize("given, name, message", [
+    ({"shuffle_min_reports": "1"}, "--shuffle-min-reports", "a batch of one report hides nothing: give 0 (off) or "
+                                                           "at least 2 (e.g. 10000)"),
+    ({"shuffle_min_reports": "20000000"}, "--shuffle-min-reports", "must be in [0, 10000000]"),
+    ({"shuffle_max_seconds": "5"}, "--shuffle-max-seconds", "applies to shuffling: give --shuffle-min-reports N too"),
+    ({"shuffle_min_reports": "100", "shuffle_max_seconds": "0"}, "--shuffle-max-seconds",
+     "must be a finite number > 0"),
+    ({"shuffle_min_reports": "100", "shuffle_max_seconds": "7200"}, "--shuffle-max-seconds",
+     "must be at most 3600 (every upload of a batch waits for its answer until the batch is produced)"),
+    ({"shuffle_min_reports": "9500", "max_queued_reports": "10000"}, "--max-queued-reports",
+     "must be >= --shuffle-min-reports 9,500 + --max-upload-reports 1,000 (a batch is held in the queue until "
+     "produced)"),
+])
+def test_the_shuffle_settings_say_what_to_fix(registry_path, given, name, message):
+    """The --shuffle-* rows (collector/settings.py) keep the messages they had as hand-parsed flags."""
+    env = {"OCMS_REGISTRY": str(registry_path), "OCMS_BOOTSTRAP_SERVERS": "k:1"}
+    with pytest.raises(InvalidParameterError) as info:
+        CollectorSettings.build(env, **given)
+    assert info.value.name == name and message in str(info.value)
+    on = CollectorSettings.build(env, shuffle_min_reports="10_000", shuffle_max_seconds="2.5")
+    assert (on.shuffle_min_reports, on.shuffle_max_seconds) == (10_000, 2.5)
+    assert (CollectorSettings.build(env).shuffle_min_reports, CollectorSettings.build(env).shuffle_max_seconds) == (0, 60)
 
 
 def test_collector_settings_are_declared_once_and_documented_from_the_declarations():

@@ -58,6 +58,8 @@ METRICS: tuple[Metric, ...] = (
        "series left out of /metrics so that the rest is written (agents.metrics.ExpositionGuard)"),
     _m("ocms_answer_records_dropped_total", "counter", "field,reason", "worker",
        "records left out of a JSON answer because they could not be written"),
+    _m("ocms_shuffle_header_invalid_total", "counter", "", "worker",
+       "frames whose ocms-shuffle-n header is not a batch size of at least their reports (counted as not shuffled)"),
     # Global estimates (same on every worker).
     _m("ocms_estimate_ratio", "gauge", ESTIMATE_LABELS, "global", "estimated frequency"),
     _m("ocms_estimate_count", "gauge", ESTIMATE_LABELS, "global", "estimated count"),
@@ -81,6 +83,11 @@ METRICS: tuple[Metric, ...] = (
     # The surge alert's baseline (issue 28; its margin is ocms_estimate_noise_floor_ratio of the latest bucket).
     _m("ocms_estimate_previous_ci_upper_ratio", "gauge", "metric,version,value", "global",
        "CI upper bound of the frequency in the bucket before the latest complete one"),
+    # Shuffling (issue 28; docs/collector.md "Shuffling"): the central (epsilon, delta) of a window whose every
+    # report came through a shuffling collector, towards readers of Kafka and the worker; absent otherwise.
+    _m("ocms_central_epsilon", "gauge", "metric,version,window", "global",
+       "central epsilon of the window's reports (smallest shuffled batch, FMT21 bound)"),
+    _m("ocms_central_delta", "gauge", "metric,version,window", "global", "the delta of ocms_central_epsilon"),
     # Discovery (agents/discovery.py, docs/discovery.md): every worker runs the same periodic pass over
     # the source topic's window, so the results are global; the reports it acks are per worker.
     _m("ocms_discovered_frequency", "gauge", "metric,value", "global", "estimated frequency of a discovered value"),

@@ -257,58 +257,39 @@ RANGE_KERNEL(range_kernel_64, uint64_t, int64_t, 512)
 /* =================================================== arbitrary-values kernels */
 #define VBLOCK 256
 
+/* The values kernels of the 64-bit fields share one loop: out[j] += #{i : h_i(xs[j]) mod m = z[i]},
+ * HASH being h_i(x) = a1[i] x + a0[i] in the field; VBLOCK reports stay in cache across the values. */
+#define VALUES_LOOP_64(HASH)                                                                        \
+    divtest_t dv = divtest_make(m);                                                                 \
+    for (size_t base = 0; base < n; base += VBLOCK) {                                               \
+        size_t nb = n - base < VBLOCK ? n - base : VBLOCK;                                          \
+        for (size_t j = 0; j < count; j++) {                                                        \
+            uint64_t x = xs[j];                                                                     \
+            int64_t acc = 0;                                                                        \
+            for (size_t i = base; i < base + nb; i++) {                                             \
+                uint64_t v = HASH;                                                                  \
+                acc += residue_is(&dv, v, z[i]);                                                    \
+            }                                                                                       \
+            out[j] += acc;                                                                          \
+        }                                                                                           \
+    }
+
 static void values_prime_small(const uint64_t *a0, const uint64_t *a1, const uint32_t *z, size_t n,
                                uint64_t p, uint64_t m, const uint64_t *xs, size_t count, int64_t *out) {
     barrett_t br = {p, UINT64_MAX / p};
-    divtest_t dv = divtest_make(m);
-    for (size_t base = 0; base < n; base += VBLOCK) {
-        size_t nb = n - base < VBLOCK ? n - base : VBLOCK;
-        for (size_t j = 0; j < count; j++) {
-            uint64_t x = xs[j];
-            int64_t acc = 0;
-            for (size_t i = base; i < base + nb; i++) {
-                uint64_t v = barrett_reduce(&br, a1[i] * x + a0[i]);
-                acc += residue_is(&dv, v, z[i]);
-            }
-            out[j] += acc;
-        }
-    }
+    VALUES_LOOP_64(barrett_reduce(&br, a1[i] * x + a0[i]))
 }
 
 static void values_prime_64(const uint64_t *a0, const uint64_t *a1, const uint32_t *z, size_t n,
                             uint64_t m, const uint64_t *xs, size_t count, int64_t *out) {
-    divtest_t dv = divtest_make(m);
-    for (size_t base = 0; base < n; base += VBLOCK) {
-        size_t nb = n - base < VBLOCK ? n - base : VBLOCK;
-        for (size_t j = 0; j < count; j++) {
-            uint64_t x = xs[j];
-            int64_t acc = 0;
-            for (size_t i = base; i < base + nb; i++) {
-                uint64_t v = addmod_p64(mulmod_p64(a1[i], x), a0[i]);
-                acc += residue_is(&dv, v, z[i]);
-            }
-            out[j] += acc;
-        }
-    }
+    VALUES_LOOP_64(addmod_p64(mulmod_p64(a1[i], x), a0[i]))
 }
 
 #define VALUES_GF64(SUFFIX, ATTR)                                                                   \
     ATTR static void values_gf64_##SUFFIX(const uint64_t *a0, const uint64_t *a1, const uint32_t *z,\
                                           size_t n, uint64_t m, const uint64_t *xs, size_t count,   \
                                           int64_t *out) {                                           \
-        divtest_t dv = divtest_make(m);                                                             \
-        for (size_t base = 0; base < n; base += VBLOCK) {                                           \
-            size_t nb = n - base < VBLOCK ? n - base : VBLOCK;                                      \
-            for (size_t j = 0; j < count; j++) {                                                    \
-                uint64_t x = xs[j];                                                                 \
-                int64_t acc = 0;                                                                    \
-                for (size_t i = base; i < base + nb; i++) {                                         \
-                    uint64_t v = a0[i] ^ gf64_mul_##SUFFIX(a1[i], x);                               \
-                    acc += residue_is(&dv, v, z[i]);                                                \
-                }                                                                                   \
-                out[j] += acc;                                                                      \
-            }                                                                                       \
-        }                                                                                           \
+        VALUES_LOOP_64(a0[i] ^ gf64_mul_##SUFFIX(a1[i], x))                                         \
     }                                                                                               \
     ATTR static void values_gf128_##SUFFIX(const uint64_t *a0, const uint64_t *a1,                  \
                                            const uint32_t *z, size_t n, uint64_t m,                 \
@@ -457,50 +438,60 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t i
     return 0;
 }
 
+/* The buffers one call holds: taken in order, all released together (also when a later one fails). */
+typedef struct {
+    Py_buffer views[5];
+    int held;
+} Buffers;
+
+static Py_buffer *take_buffer(Buffers *b, PyObject *obj, int writable, Py_ssize_t itemsize, const char *name) {
+    if (b->held == (int)(sizeof b->views / sizeof b->views[0])) {
+        PyErr_SetString(PyExc_SystemError, "take_buffer: more buffers than Buffers holds");
+        return NULL;
+    }
+    if (get_buffer(obj, &b->views[b->held], writable, itemsize, name) < 0) return NULL;
+    return &b->views[b->held++];
+}
+
+/* Releases every buffer ``b`` holds; returns ``result`` (the call's answer, or NULL on an error). */
+static PyObject *release_buffers(Buffers *b, PyObject *result) {
+    while (b->held > 0) PyBuffer_Release(&b->views[--b->held]);
+    return result;
+}
+
 /* counts_range(a0, a1, z, p, m, start, out) -- prime fields, out[len] += matches */
 static PyObject *py_counts_range(PyObject *self, PyObject *args) {
     PyObject *oa0, *oa1, *oz, *oout;
     unsigned long long p, m, start;
     if (!PyArg_ParseTuple(args, "OOOKKKO", &oa0, &oa1, &oz, &p, &m, &start, &oout)) return NULL;
-    Py_buffer a0, a1, z, out;
-    if (get_buffer(oa0, &a0, 0, 8, "a0") < 0) return NULL;
-    if (get_buffer(oa1, &a1, 0, 8, "a1") < 0) goto e0;
-    if (get_buffer(oz, &z, 0, 4, "z") < 0) goto e1;
-    if (get_buffer(oout, &out, 1, 8, "out") < 0) goto e2;
-    size_t n = (size_t)(z.len / 4);
-    if ((size_t)(a0.len / 8) != n || (size_t)(a1.len / 8) != n) {
+    Buffers held = {.held = 0};
+    Py_buffer *a0, *a1, *z, *out;
+    if (!(a0 = take_buffer(&held, oa0, 0, 8, "a0")) || !(a1 = take_buffer(&held, oa1, 0, 8, "a1")) ||
+        !(z = take_buffer(&held, oz, 0, 4, "z")) || !(out = take_buffer(&held, oout, 1, 8, "out")))
+        goto fail;
+    size_t n = (size_t)(z->len / 4);
+    if ((size_t)(a0->len / 8) != n || (size_t)(a1->len / 8) != n) {
         PyErr_SetString(PyExc_ValueError, "a0, a1 and z must have the same length");
-        goto e3;
+        goto fail;
     }
     if (m < 2 || p < 2 * m || (p >= (UINT64_C(1) << 32) && p != P64)) {
         PyErr_SetString(PyExc_ValueError, "unsupported field/hash range for the range kernel");
-        goto e3;
+        goto fail;
     }
-    size_t count = (size_t)(out.len / 8);
+    size_t count = (size_t)(out->len / 8);
     if (count && start + count - 1 >= p) {
         PyErr_SetString(PyExc_ValueError, "tracked range exceeds the field");
-        goto e3;
+        goto fail;
     }
     Py_BEGIN_ALLOW_THREADS
     if (p < (UINT64_C(1) << 31))
-        range_kernel_32(a0.buf, a1.buf, z.buf, n, p, m, start, count, out.buf);
+        range_kernel_32(a0->buf, a1->buf, z->buf, n, p, m, start, count, out->buf);
     else
-        range_kernel_64(a0.buf, a1.buf, z.buf, n, p, m, start, count, out.buf);
+        range_kernel_64(a0->buf, a1->buf, z->buf, n, p, m, start, count, out->buf);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&z);
-    PyBuffer_Release(&a1);
-    PyBuffer_Release(&a0);
-    Py_RETURN_NONE;
-e3:
-    PyBuffer_Release(&out);
-e2:
-    PyBuffer_Release(&z);
-e1:
-    PyBuffer_Release(&a1);
-e0:
-    PyBuffer_Release(&a0);
-    return NULL;
+    return release_buffers(&held, Py_NewRef(Py_None));
+fail:
+    return release_buffers(&held, NULL);
 }
 
 /* counts_values(a0, a1, z, kind, order_or_degree, m, xs, out[, isa]): isa -1 (default) is the
@@ -515,70 +506,56 @@ static PyObject *py_counts_values(PyObject *self, PyObject *args) {
         return NULL;
     }
     if (isa == -1) isa = best_isa();
-    Py_buffer a0, a1, z, xs, out;
-    if (get_buffer(oa0, &a0, 0, 8, "a0") < 0) return NULL;
-    if (get_buffer(oa1, &a1, 0, 8, "a1") < 0) goto e0;
-    if (get_buffer(oz, &z, 0, 4, "z") < 0) goto e1;
-    if (get_buffer(oxs, &xs, 0, 8, "xs") < 0) goto e2;
-    if (get_buffer(oout, &out, 1, 8, "out") < 0) goto e3;
-    size_t n = (size_t)(z.len / 4), count = (size_t)(out.len / 8);
+    Buffers held = {.held = 0};
+    Py_buffer *a0, *a1, *z, *xs, *out;
+    if (!(a0 = take_buffer(&held, oa0, 0, 8, "a0")) || !(a1 = take_buffer(&held, oa1, 0, 8, "a1")) ||
+        !(z = take_buffer(&held, oz, 0, 4, "z")) || !(xs = take_buffer(&held, oxs, 0, 8, "xs")) ||
+        !(out = take_buffer(&held, oout, 1, 8, "out")))
+        goto fail;
+    size_t n = (size_t)(z->len / 4), count = (size_t)(out->len / 8);
     size_t limbs = (kind == FIELD_BINARY && order == 128) ? 2 : 1;
-    if ((size_t)(a0.len / 8) != n * limbs || (size_t)(a1.len / 8) != n * limbs || (size_t)(xs.len / 8) != count * limbs) {
+    if ((size_t)(a0->len / 8) != n * limbs || (size_t)(a1->len / 8) != n * limbs || (size_t)(xs->len / 8) != count * limbs) {
         PyErr_SetString(PyExc_ValueError, "array lengths disagree");
-        goto e4;
+        goto fail;
     }
     if (m < 2 || m >= (UINT64_C(1) << 32)) {
         PyErr_SetString(PyExc_ValueError, "hash range out of kernel bounds");
-        goto e4;
+        goto fail;
     }
     int hw = isa >= ISA_PCLMUL;
     if (kind == FIELD_PRIME) {
         if (!(order == P64 || order < (UINT64_C(1) << 32))) {
             PyErr_SetString(PyExc_ValueError, "unsupported prime for the values kernel");
-            goto e4;
+            goto fail;
         }
     } else if (!(kind == FIELD_BINARY && (order == 64 || order == 128))) {
         PyErr_SetString(PyExc_ValueError, "unsupported field");
-        goto e4;
+        goto fail;
     }
     Py_BEGIN_ALLOW_THREADS
     if (kind == FIELD_PRIME && order == P64)
-        values_prime_64(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf);
+        values_prime_64(a0->buf, a1->buf, z->buf, n, m, xs->buf, count, out->buf);
     else if (kind == FIELD_PRIME)
-        values_prime_small(a0.buf, a1.buf, z.buf, n, order, m, xs.buf, count, out.buf);
+        values_prime_small(a0->buf, a1->buf, z->buf, n, order, m, xs->buf, count, out->buf);
     else if (order == 64) {
 #if HAVE_X86
-        if (hw) values_gf64_hw(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf); else
+        if (hw) values_gf64_hw(a0->buf, a1->buf, z->buf, n, m, xs->buf, count, out->buf); else
 #endif
-        values_gf64_soft(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf);
+        values_gf64_soft(a0->buf, a1->buf, z->buf, n, m, xs->buf, count, out->buf);
     } else {
 #if HAVE_VPCLMUL_PATH
-        if (isa >= ISA_AVX512_VPCLMUL && m < FOLD_LIMIT) values_gf128_vp(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf); else
+        if (isa >= ISA_AVX512_VPCLMUL && m < FOLD_LIMIT) values_gf128_vp(a0->buf, a1->buf, z->buf, n, m, xs->buf, count, out->buf); else
 #endif
 #if HAVE_X86
-        if (hw) values_gf128_hw(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf); else
+        if (hw) values_gf128_hw(a0->buf, a1->buf, z->buf, n, m, xs->buf, count, out->buf); else
 #endif
-        values_gf128_soft(a0.buf, a1.buf, z.buf, n, m, xs.buf, count, out.buf);
+        values_gf128_soft(a0->buf, a1->buf, z->buf, n, m, xs->buf, count, out->buf);
     }
     Py_END_ALLOW_THREADS
     (void)hw;
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&xs);
-    PyBuffer_Release(&z);
-    PyBuffer_Release(&a1);
-    PyBuffer_Release(&a0);
-    Py_RETURN_NONE;
-e4:
-    PyBuffer_Release(&out);
-e3:
-    PyBuffer_Release(&xs);
-e2:
-    PyBuffer_Release(&z);
-e1:
-    PyBuffer_Release(&a1);
-e0:
-    PyBuffer_Release(&a0);
-    return NULL;
+    return release_buffers(&held, Py_NewRef(Py_None));
+fail:
+    return release_buffers(&held, NULL);
 }
 
 /* hash_residues(a0, a1, x, kind, order_or_degree, m, out): out[i] = h_i(x_i) mod m */
@@ -587,26 +564,26 @@ static PyObject *py_hash_residues(PyObject *self, PyObject *args) {
     int kind;
     unsigned long long order, m;
     if (!PyArg_ParseTuple(args, "OOOiKKO", &oa0, &oa1, &ox, &kind, &order, &m, &oout)) return NULL;
-    Py_buffer a0, a1, x, out;
-    if (get_buffer(oa0, &a0, 0, 8, "a0") < 0) return NULL;
-    if (get_buffer(oa1, &a1, 0, 8, "a1") < 0) goto e0;
-    if (get_buffer(ox, &x, 0, 8, "x") < 0) goto e1;
-    if (get_buffer(oout, &out, 1, 8, "out") < 0) goto e2;
-    size_t n = (size_t)(out.len / 8);
+    Buffers held = {.held = 0};
+    Py_buffer *a0, *a1, *x, *out;
+    if (!(a0 = take_buffer(&held, oa0, 0, 8, "a0")) || !(a1 = take_buffer(&held, oa1, 0, 8, "a1")) ||
+        !(x = take_buffer(&held, ox, 0, 8, "x")) || !(out = take_buffer(&held, oout, 1, 8, "out")))
+        goto fail;
+    size_t n = (size_t)(out->len / 8);
     size_t limbs = (kind == FIELD_BINARY && order == 128) ? 2 : 1;
-    if ((size_t)(a0.len / 8) != n * limbs || (size_t)(a1.len / 8) != n * limbs || (size_t)(x.len / 8) != n * limbs) {
+    if ((size_t)(a0->len / 8) != n * limbs || (size_t)(a1->len / 8) != n * limbs || (size_t)(x->len / 8) != n * limbs) {
         PyErr_SetString(PyExc_ValueError, "array lengths disagree");
-        goto e3;
+        goto fail;
     }
     if (m < 2 || m >= (UINT64_C(1) << 32) ||
         (kind == FIELD_PRIME && !(order == P64 || order < (UINT64_C(1) << 32))) ||
         (kind == FIELD_BINARY && order != 64 && order != 128) || (kind != FIELD_PRIME && kind != FIELD_BINARY)) {
         PyErr_SetString(PyExc_ValueError, "unsupported field or hash range");
-        goto e3;
+        goto fail;
     }
     int hw = have_pclmul();
-    const uint64_t *pa0 = a0.buf, *pa1 = a1.buf, *px = x.buf;
-    uint64_t *po = out.buf;
+    const uint64_t *pa0 = a0->buf, *pa1 = a1->buf, *px = x->buf;
+    uint64_t *po = out->buf;
     Py_BEGIN_ALLOW_THREADS
     if (kind == FIELD_PRIME && order == P64) {
         for (size_t i = 0; i < n; i++) po[i] = addmod_p64(mulmod_p64(pa1[i], px[i]), pa0[i]) % m;
@@ -621,20 +598,9 @@ static PyObject *py_hash_residues(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     (void)hw;
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&x);
-    PyBuffer_Release(&a1);
-    PyBuffer_Release(&a0);
-    Py_RETURN_NONE;
-e3:
-    PyBuffer_Release(&out);
-e2:
-    PyBuffer_Release(&x);
-e1:
-    PyBuffer_Release(&a1);
-e0:
-    PyBuffer_Release(&a0);
-    return NULL;
+    return release_buffers(&held, Py_NewRef(Py_None));
+fail:
+    return release_buffers(&held, NULL);
 }
 
 static PyMethodDef methods[] = {

@@ -26,9 +26,10 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from cms_core.errors import OCMSError
 from producer.broker import spawn, stop_process_group
@@ -65,7 +66,50 @@ def worker_topics(app_id: str, topic: str, partitions: int = 4) -> dict[str, int
     return {topic: partitions, topic + "-dlq": partitions, f"{app_id}-ocms-counts-changelog": partitions}
 
 
-class WorkerChild:
+class ChildProcess:
+    """A child started with ``producer.broker.spawn`` (own session, dies with this process) that answers
+    ``/healthz``: its pid, whether it runs, the wait for its health, and the stop by process group."""
+
+    process: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.poll() if self.process is not None else None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def poll_health(self, url: str, timeout: float, *, ready: Callable[[dict], bool], exited: Callable[[], Exception],
+                    late: Callable[[object], Exception]) -> dict:
+        """GET ``url`` every 0.2 s until it answers 200 with a document ``ready`` accepts, and return that
+        document; raise ``exited()`` once the child is gone, ``late(the last answer or error)`` after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        last: object = None
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise exited()
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    last = json.loads(response.read())
+                if ready(last):
+                    return last
+            except urllib.error.HTTPError as exc:  # 503 while the child is not ready yet
+                last = f"HTTP {exc.code}"
+            except OSError as exc:  # not listening yet
+                last = exc
+            time.sleep(0.2)
+        raise late(last)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.process is not None:
+            stop_process_group(self.process, timeout)
+
+
+class WorkerChild(ChildProcess):
     """``ocms worker`` reading ``topic`` as a child process: own session, dies with this process, stopped by group.
 
     This is the one description of a worker child, shared by ``ocms run``, the tests and the
@@ -107,44 +151,17 @@ class WorkerChild:
                 out.close()
         return self
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self.process.poll() if self.process is not None else None
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
     def wait_healthy(self, timeout: float = 90.0) -> dict:
         """Poll /healthz until it answers ok; raises if the worker exits or the deadline passes."""
-        deadline = time.monotonic() + timeout
-        last: object = None
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise WorkerExited(self.returncode, self.log)
-            try:
-                with urllib.request.urlopen(self.base_url + "/healthz", timeout=5) as response:
-                    doc = json.loads(response.read())
-                if doc.get("status") == "ok":
-                    return doc
-                last = doc
-            except OSError as exc:  # not listening yet, or 503 while the view catches up
-                last = exc
-            time.sleep(0.2)
-        raise WorkerNotHealthy(f"the worker did not become healthy within {timeout:.0f} s (last: {last})")
+        return self.poll_health(
+            self.base_url + "/healthz", timeout, ready=lambda doc: doc.get("status") == "ok",
+            exited=lambda: WorkerExited(self.returncode, self.log),
+            late=lambda last: WorkerNotHealthy(f"the worker did not become healthy within {timeout:.0f} s (last: {last})"))
 
     def kill(self, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
         if self.alive():
             os.killpg(self.process.pid, sig)
             self.process.wait(timeout)
-
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.process is not None:
-            stop_process_group(self.process, timeout)
-
 
 class WorkerNotHealthy(OCMSError, RuntimeError):
     """A child worker did not answer /healthz with ok in time."""

@@ -73,7 +73,7 @@ ESTIMATE_COST = 250  # one value estimated with post-processing (numpy passes; a
 STATE_COST = 300  # one state read for one value (Python)
 POINT_COST = 100_000  # one single-value estimate (a one-value sketch)
 RECORD_COST = 20_000  # one record answered (dict, float reprs, JSON text)
-NOISE_COST = 100_000  # one noise floor (a binomial tail: 0.03-0.1 ms at n <= 10^6, cms_core.discovery.critical_count)
+NOISE_COST = 100_000  # one noise floor (a binomial tail: 0.03-0.1 ms at n <= 10^6, cms_core.binomial.critical_count)
 CENTRAL_COST = 25_000_000  # one central epsilon not computed before (cms_core.shuffle: 5-25 ms; then cached)
 #: Answers up to this much work run inline on the event loop (~ a millisecond).
 INLINE_WORK = 1_000_000

@@ -14,18 +14,14 @@ Like the worker, the collector runs in its own session (the terminal's signals r
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from cms_core.errors import OCMSError
-from producer.broker import spawn, stop_process_group
+from producer.broker import spawn
 
-from .process import ROOT
+from .process import ROOT, ChildProcess
 
 #: Largest wire record of any parameter set (two 128-bit coefficients and z) plus slack: the body
 #: limit ``ocms run`` gives its collector so that one frame of --frame-size reports fits in one upload.
@@ -47,11 +43,12 @@ def upload_limits(frame_size: int) -> list[str]:
     return ["--max-upload-reports", str(reports), "--max-body-bytes", str(body)]
 
 
-class CollectorChild:
+class CollectorChild(ChildProcess):
     """``ocms collector`` for one registry, Kafka and topic, on ``port``, logging to ``log``.
 
     OCMS_* variables of this process are dropped, so the caller's environment cannot change the
-    collector's settings (as for ``agents.process.WorkerChild``)."""
+    collector's settings (as for ``agents.process.WorkerChild``). ``stop`` sends SIGTERM: uploads already
+    taken are produced and answered first, then it exits."""
 
     def __init__(self, registry: str, bootstrap_servers: str, topic: str, port: int, *, log: Path,
                  frame_size: int = 1, extra: tuple[str, ...] = ()):
@@ -72,37 +69,14 @@ class CollectorChild:
                                  stderr=subprocess.STDOUT)
         return self
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
     def wait_ready(self, timeout: float = 60.0) -> dict:
         """Poll /healthz until it answers 200 (listening, and Kafka acknowledges)."""
-        deadline = time.monotonic() + timeout
-        last: object = None
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise CollectorNotReady(f"the collector exited with status {self.process.poll()}; last lines of "
-                                        f"{self.log}:\n{tail(self.log)}")
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=5) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as exc:  # 503 until Kafka acknowledges
-                last = f"HTTP {exc.code}"
-            except OSError as exc:  # not listening yet
-                last = exc
-            time.sleep(0.2)
-        raise CollectorNotReady(f"the collector did not become ready within {timeout:.0f} s (last: {last}); "
-                                f"last lines of {self.log}:\n{tail(self.log)}")
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM: uploads already taken are produced and answered first, then it exits."""
-        if self.process is not None:
-            stop_process_group(self.process, timeout)
-
+        return self.poll_health(
+            self.url + "/healthz", timeout, ready=lambda doc: True,
+            exited=lambda: CollectorNotReady(f"the collector exited with status {self.returncode}; last lines of "
+                                             f"{self.log}:\n{tail(self.log)}"),
+            late=lambda last: CollectorNotReady(f"the collector did not become ready within {timeout:.0f} s (last: "
+                                                f"{last}); last lines of {self.log}:\n{tail(self.log)}"))
 
 def tail(path: Path, lines: int = 15) -> str:
     try:

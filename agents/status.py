@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from faust.types import TP
 
-if TYPE_CHECKING:  # a type only: the worker imports this module
-    from .app import OCMSWorker
+if TYPE_CHECKING:  # types only
+    from .metrics import PipelineMetrics
+    from .processor import PendingBatch
+    from .shards import Share
+    from .view import ChangelogReader, CountsView
 
 
 #: /healthz's ``table_bytes`` is at most this old.
@@ -24,11 +27,28 @@ def owned_partitions(app, source_topic: str) -> set[int] | None:
     return {tp.partition for tp in assignment if tp.topic == source_topic}
 
 
+class StatusSource(Protocol):
+    """What the status reads of its worker (``agents.app.OCMSWorker``, which imports this module)."""
+
+    app: Any  # the faust.App, for its consumer
+    source_topic: str
+    metrics: PipelineMetrics
+    reader: ChangelogReader
+    table: Any  # the counts table: its values are the stored bytes
+    share: Share
+    view: CountsView
+
+    @property
+    def pending(self) -> PendingBatch: ...
+
+    def owned_partitions(self) -> set[int] | None: ...
+
+
 class WorkerStatus:
-    def __init__(self, worker: "OCMSWorker"):
+    def __init__(self, worker: StatusSource):
         self.worker = worker
         self.agent_started = False
-        #: A background job that stopped (``OCMSWorker.supervised``): the worker exits.
+        #: A background job that stopped (``agents.app.OCMSWorker.supervised``): the worker exits.
         self.failure: str | None = None
         #: source partition -> the offset after the newest acked message (the lag gauges)
         self.next_offset: dict[int, int] = {}

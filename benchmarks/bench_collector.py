@@ -34,7 +34,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -50,7 +49,7 @@ from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction
 from cms_core import wire
 from cms_core.privatize import simulate_reports
 from collector.cli import collector_command
-from producer.broker import EmbeddedBroker, free_port
+from producer.broker import EmbeddedBroker, free_port, stop_process_group
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,13 +126,8 @@ def spawn(command: list[str], log: Path) -> subprocess.Popen:
 
 
 def stop(process: subprocess.Popen | None) -> None:
-    if process is not None and process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
+    if process is not None:
+        stop_process_group(process, 20)
 
 
 # ---------------------------------------------------------------------------------------- wrk

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from producer.broker import free_port
+from producer.broker import free_port, stop_process_group
 
 CHART_READY = """
 var done = arguments[arguments.length - 1];
@@ -154,12 +153,8 @@ def main() -> int:
         finally:
             driver.quit()
     finally:
-        if run is not None and run.poll() is None:
-            os.killpg(run.pid, signal.SIGINT)
-            try:
-                run.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(run.pid, signal.SIGKILL)
+        if run is not None:
+            stop_process_group(run, 30)  # SIGTERM stops `ocms run` as Ctrl-C does
 
     total = sum(sizes.values())
     print(f"console page weight: {total:,} bytes in {len(sizes)} files (uncompressed)")

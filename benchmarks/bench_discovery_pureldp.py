@@ -57,57 +57,52 @@ def run_ours(sample, alphabet, max_length, epsilon, seed):
     return [d.value for d in result.discovered], t1 - t0, t2 - t1
 
 
-_PEM_CHILD = r"""
-import json, random, sys, time
-import numpy as np
-from pure_ldp.frequency_oracles.apple_cms import CMSClient, CMSServer
-from pure_ldp.heavy_hitters.prefix_extending import PEMClient, PEMServer
-job = json.load(open(sys.argv[1]))
-random.seed(job["seed"]); np.random.seed(job["seed"])
-symbols = list(job["alphabet"]) + ["*"]
-server_fo = CMSServer(job["epsilon"], k=1024, m=2048, is_hadamard=True)
-client_fo = CMSClient(job["epsilon"], server_fo.get_hash_funcs(), m=2048, is_hadamard=True)
-common = dict(epsilon=job["epsilon"], start_length=0, max_string_length=job["max_length"] + 1, fragment_length=1,
-              alphabet=symbols, index_mapper=lambda s: s)
-client = PEMClient(**common, fo_client=client_fo)
-server = PEMServer(**common, fo_server=server_fo)
-t0 = time.perf_counter()
-reports = [client.privatise(w) for w in job["sample"]]
-t1 = time.perf_counter()
-for r in reports:
-    server.aggregate(r)
-found, _ = server.find_heavy_hitters(k=job["k"])
-t2 = time.perf_counter()
-print(json.dumps({"found": [f.split("*")[0] for f in found], "client_s": t1 - t0, "server_s": t2 - t1}))
-"""
+def _child(method_imports: str, setup: str, answer: str) -> str:
+    """The script a pure-ldp method runs in its own interpreter: the job, the HCMS oracle (k=1024,
+    m=2048) both heavy-hitter methods use, their client/server built on ``setup``'s ``common``,
+    the timed client and server passes; ``answer`` sets ``found`` (and any ``extra`` to print)."""
+    return "\n".join([
+        "import json, random, sys, time",
+        "import numpy as np",
+        "from pure_ldp.frequency_oracles.apple_cms import CMSClient, CMSServer",
+        method_imports,
+        "job = json.load(open(sys.argv[1]))",
+        'random.seed(job["seed"]); np.random.seed(job["seed"])',
+        'server_fo = CMSServer(job["epsilon"], k=1024, m=2048, is_hadamard=True)',
+        'client_fo = CMSClient(job["epsilon"], server_fo.get_hash_funcs(), m=2048, is_hadamard=True)',
+        setup,
+        "client = Client(**common, fo_client=client_fo)",
+        "server = Server(**common, fo_server=server_fo)",
+        "t0 = time.perf_counter()",
+        'reports = [client.privatise(w) for w in job["sample"]]',
+        "t1 = time.perf_counter()",
+        "for r in reports:",
+        "    server.aggregate(r)",
+        "extra = {}",
+        answer,
+        "t2 = time.perf_counter()",
+        'print(json.dumps({"found": found, "client_s": t1 - t0, "server_s": t2 - t1, **extra}))',
+    ])
 
 
-_SFP_CHILD = r"""
-import json, random, sys, time
-import numpy as np
-from pure_ldp.frequency_oracles.apple_cms import CMSClient, CMSServer
-from pure_ldp.heavy_hitters.apple_sfp.sfp_client import SFPClient
-from pure_ldp.heavy_hitters.apple_sfp.sfp_server import SFPServer
-job = json.load(open(sys.argv[1]))
-random.seed(job["seed"]); np.random.seed(job["seed"])
-symbols = set(job["alphabet"])  # SFPServer adds its padding to a set
-server_fo = CMSServer(job["epsilon"], k=1024, m=2048, is_hadamard=True)
-client_fo = CMSClient(job["epsilon"], server_fo.get_hash_funcs(), m=2048, is_hadamard=True)
-common = dict(epsilon=job["epsilon"], fragment_length=1, max_string_length=job["max_length"], alphabet=symbols,
-              index_mapper=lambda s: s)
-client = SFPClient(**common, fo_client=client_fo)
-server = SFPServer(**common, fo_server=server_fo)
-t0 = time.perf_counter()
-reports = [client.privatise(w) for w in job["sample"]]
-t1 = time.perf_counter()
-for r in reports:
-    server.aggregate(r)
-found, freqs = server.find_heavy_hitters(k=job["k"])
-order = sorted(range(len(found)), key=lambda i: -freqs[i])[: job["k"]]
-t2 = time.perf_counter()
-print(json.dumps({"found": [found[i].split("*")[0] for i in order], "candidates": len(found),
-                  "client_s": t1 - t0, "server_s": t2 - t1}))
-"""
+_PEM_CHILD = _child(
+    "from pure_ldp.heavy_hitters.prefix_extending import PEMClient as Client, PEMServer as Server",
+    'common = dict(epsilon=job["epsilon"], start_length=0, max_string_length=job["max_length"] + 1, fragment_length=1,\n'
+    '              alphabet=list(job["alphabet"]) + ["*"], index_mapper=lambda s: s)',
+    'found = [f.split("*")[0] for f in server.find_heavy_hitters(k=job["k"])[0]]',
+)
+
+_SFP_CHILD = _child(
+    "from pure_ldp.heavy_hitters.apple_sfp.sfp_client import SFPClient as Client\n"
+    "from pure_ldp.heavy_hitters.apple_sfp.sfp_server import SFPServer as Server",
+    # SFPServer adds its padding to a set of symbols
+    'common = dict(epsilon=job["epsilon"], fragment_length=1, max_string_length=job["max_length"],\n'
+    '              alphabet=set(job["alphabet"]), index_mapper=lambda s: s)',
+    'candidates, freqs = server.find_heavy_hitters(k=job["k"])\n'
+    'order = sorted(range(len(candidates)), key=lambda i: -freqs[i])[: job["k"]]\n'
+    'found = [candidates[i].split("*")[0] for i in order]\n'
+    'extra = {"candidates": len(candidates)}',
+)
 
 
 def run_child(child, python, sample, alphabet, max_length, epsilon, k, seed, timeout=None):
@@ -127,22 +122,6 @@ def run_child(child, python, sample, alphabet, max_length, epsilon, k, seed, tim
             return None
     if out.returncode:
         raise SystemExit(f"pure-ldp run failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
-    doc = json.loads(out.stdout.strip().splitlines()[-1])
-    return doc["found"], doc["client_s"], doc["server_s"]
-
-
-def run_pem(python, sample, alphabet, max_length, epsilon, k, seed):
-    """PEM (pure-ldp, HCMS oracle) in its own interpreter; (found, client seconds, server seconds)."""
-    import json
-    import subprocess
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="ocms-pem-") as tmp:
-        job = f"{tmp}/job.json"
-        with open(job, "w", encoding="utf-8") as f:
-            json.dump({"sample": sample, "alphabet": alphabet, "max_length": max_length, "epsilon": epsilon,
-                       "k": k, "seed": seed}, f)
-        out = subprocess.run([python, "-c", _PEM_CHILD, job], capture_output=True, text=True, check=True)
     doc = json.loads(out.stdout.strip().splitlines()[-1])
     return doc["found"], doc["client_s"], doc["server_s"]
 
@@ -179,8 +158,8 @@ def main() -> None:
             if "ocms" in methods:
                 runs.append(("ocms+rr", lambda: run_ours(sample, alphabet, args.max_length, epsilon, args.seed)))
             if args.pure_ldp_python and "pem" in methods:
-                runs.append(("pem/hcms", lambda: run_pem(args.pure_ldp_python, sample, alphabet, args.max_length,
-                                                         epsilon, args.pem_k, args.seed)))
+                runs.append(("pem/hcms", lambda: run_child(_PEM_CHILD, args.pure_ldp_python, sample, alphabet,
+                                                           args.max_length, epsilon, args.pem_k, args.seed)))
             if args.pure_ldp_python and args.sfp:
                 runs.append(("sfp/hcms", lambda: run_child(_SFP_CHILD, args.pure_ldp_python, sample, alphabet,
                                                            args.max_length, epsilon, args.pem_k, args.seed,

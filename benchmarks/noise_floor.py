@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, theory
-from cms_core import discovery as D
+from cms_core import binomial
 from cms_core.privatize import simulate_reports
 from cms_core.values import elements_to_array, encode_value, limbs_for
 
@@ -48,8 +48,8 @@ def fleet_runs(params: OCMSParams, *, n: int, tracked_count: int, rounds: int, s
 def false_runs(params: OCMSParams, *, n: int, tracked_count: int, rounds: int, seed: int) -> dict:
     """Runs in which some value nobody holds is called above the noise: by the exact Bonferroni test,
     the uncorrected per-value test and the normal floor; and runs missing a frequent value."""
-    q0 = D.null_match_probability(params)
-    uncorrected_k = D.critical_count(n, q0, ALPHA)
+    q0 = binomial.null_match_probability(params)
+    uncorrected_k = binomial.critical_count(n, q0, ALPHA)
     a, b = params.estimator_coefficients
     normal_floor = theory.noise_floor(theory.one_sided_z(ALPHA / tracked_count), params.variance(0.0, n))
     nulls = slice(len(FREQUENT), tracked_count)

@@ -261,58 +261,39 @@ RANGE_KERNEL(range_kernel_64, uint64_t, int64_t, 512)
 /* =================================================== arbitrary-values kernels */
 #define VBLOCK 256
 
+/* The values kernels of the 64-bit fields share one loop: out[j] += #{i : h_i(xs[j]) mod m = z[i]},
+ * HASH being h_i(x) = a1[i] x + a0[i] in the field; VBLOCK reports stay in cache across the values. */
+#define VALUES_LOOP_64(HASH)                                                                        \
+    divtest_t dv = divtest_make(m);                                                                 \
+    for (size_t base = 0; base < n; base += VBLOCK) {                                               \
+        size_t nb = n - base < VBLOCK ? n - base : VBLOCK;                                          \
+        for (size_t j = 0; j < count; j++) {                                                        \
+            uint64_t x = xs[j];                                                                     \
+            int64_t acc = 0;                                                                        \
+            for (size_t i = base; i < base + nb; i++) {                                             \
+                uint64_t v = HASH;                                                                  \
+                acc += residue_is(&dv, v, z[i]);                                                    \
+            }                                                                                       \
+            out[j] += acc;                                                                          \
+        }                                                                                           \
+    }
+
 static void values_prime_small(const uint64_t *a0, const uint64_t *a1, const uint32_t *z, size_t n,
                                uint64_t p, uint64_t m, const uint64_t *xs, size_t count, int64_t *out) {
     barrett_t br = {p, UINT64_MAX / p};
-    divtest_t dv = divtest_make(m);
-    for (size_t base = 0; base < n; base += VBLOCK) {
-        size_t nb = n - base < VBLOCK ? n - base : VBLOCK;
-        for (size_t j = 0; j < count; j++) {
-            uint64_t x = xs[j];
-            int64_t acc = 0;
-            for (size_t i = base; i < base + nb; i++) {
-                uint64_t v = barrett_reduce(&br, a1[i] * x + a0[i]);
-                acc += residue_is(&dv, v, z[i]);
-            }
-            out[j] += acc;
-        }
-    }
+    VALUES_LOOP_64(barrett_reduce(&br, a1[i] * x + a0[i]))
 }
 
 static void values_prime_64(const uint64_t *a0, const uint64_t *a1, const uint32_t *z, size_t n,
                             uint64_t m, const uint64_t *xs, size_t count, int64_t *out) {
-    divtest_t dv = divtest_make(m);
-    for (size_t base = 0; base < n; base += VBLOCK) {
-        size_t nb = n - base < VBLOCK ? n - base : VBLOCK;
-        for (size_t j = 0; j < count; j++) {
-            uint64_t x = xs[j];
-            int64_t acc = 0;
-            for (size_t i = base; i < base + nb; i++) {
-                uint64_t v = addmod_p64(mulmod_p64(a1[i], x), a0[i]);
-                acc += residue_is(&dv, v, z[i]);
-            }
-            out[j] += acc;
-        }
-    }
+    VALUES_LOOP_64(addmod_p64(mulmod_p64(a1[i], x), a0[i]))
 }
 
 #define VALUES_GF64(SUFFIX, ATTR)                                                                   \
     ATTR static void values_gf64_##SUFFIX(const uint64_t *a0, const uint64_t *a1, const uint32_t *z,\
                                           size_t n, uint64_t m, const uint64_t *xs, size_t count,   \
                                           int64_t *out) {                                           \
-        divtest_t dv = divtest_make(m);                                                             \
-        for (size_t base = 0; base < n; base += VBLOCK) {                                           \
-            size_t nb = n - base < VBLOCK ? n - base : VBLOCK;                                      \
-            for (size_t j = 0; j < count; j++) {                                                    \
-                uint64_t x = xs[j];                                                                 \
-                int64_t acc = 0;                                                                    \
-                for (size_t i = base; i < base + nb; i++) {                                         \
-                    uint64_t v = a0[i] ^ gf64_mul_##SUFFIX(a1[i], x);                               \
-                    acc += residue_is(&dv, v, z[i]);                                                \
-                }                                                                                   \
-                out[j] += acc;                                                                      \
-            }                                                                                       \
-        }                                                                                           \
+        VALUES_LOOP_64(a0[i] ^ gf64_mul_##SUFFIX(a1[i], x))                                         \
     }                                                                                               \
     ATTR static void values_gf128_##SUFFIX(const uint64_t *a0, const uint64_t *a1,                  \
                                            const uint32_t *z, size_t n, uint64_t m,                 \
@@ -461,55 +442,54 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t i
     return 0;
 }
 
-/* One counts call: its checked arguments and the buffers it holds (released by job_release,
- * with the GIL). counts_range and counts_values run one job; counts_many runs a list of them
- * under one GIL release, so a caller with many small batches (a worker serving many metrics)
- * does not take the GIL back between them. */
+/* The buffers one call holds: taken in order, all released together (also when a later one fails). */
 typedef struct {
-    Py_buffer a0, a1, z, xs, out;
-    int held;  /* buffers acquired, in the order a0, a1, z, xs (values jobs only), out */
-    int range; /* 1: counts_range (prime field, consecutive tracked values from start) */
+    Py_buffer views[5];
+    int held;
+} Buffers;
+
+static Py_buffer *take_buffer(Buffers *b, PyObject *obj, int writable, Py_ssize_t itemsize, const char *name) {
+    if (b->held == (int)(sizeof b->views / sizeof b->views[0])) {
+        PyErr_SetString(PyExc_SystemError, "take_buffer: more buffers than Buffers holds");
+        return NULL;
+    }
+    if (get_buffer(obj, &b->views[b->held], writable, itemsize, name) < 0) return NULL;
+    return &b->views[b->held++];
+}
+
+/* Releases every buffer ``b`` holds; returns ``result`` (the call's answer, or NULL on an error). */
+static PyObject *release_buffers(Buffers *b, PyObject *result) {
+    while (b->held > 0) PyBuffer_Release(&b->views[--b->held]);
+    return result;
+}
+
+/* One counts call: its checked arguments and the buffers it holds (released with the GIL).
+ * counts_range and counts_values run one job; counts_many runs a list of them under one GIL
+ * release, so a caller with many small batches (a worker serving many metrics) does not take
+ * the GIL back between them. */
+typedef struct {
+    Buffers held;
+    Py_buffer *a0, *a1, *z, *xs, *out; /* xs: NULL for a range job */
     int kind, isa;
     uint64_t order, m, start;
     size_t n, count;
-} job_t;
+} Job;
 
-static void job_release(job_t *job) {
-    Py_buffer *held[5] = {&job->a0, &job->a1, &job->z, job->range ? &job->out : &job->xs, &job->out};
-    int count = job->held;
-    for (int i = count - 1; i >= 0; i--) PyBuffer_Release(held[i]);
-    job->held = 0;
-}
-
-static int job_buffers(job_t *job, PyObject *oa0, PyObject *oa1, PyObject *oz, PyObject *oxs, PyObject *oout) {
-    job->held = 0;
-    if (get_buffer(oa0, &job->a0, 0, 8, "a0") < 0) return -1;
-    job->held = 1;
-    if (get_buffer(oa1, &job->a1, 0, 8, "a1") < 0) return -1;
-    job->held = 2;
-    if (get_buffer(oz, &job->z, 0, 4, "z") < 0) return -1;
-    job->held = 3;
-    if (oxs != NULL) {
-        if (get_buffer(oxs, &job->xs, 0, 8, "xs") < 0) return -1;
-        job->held = 4;
-    }
-    if (get_buffer(oout, &job->out, 1, 8, "out") < 0) return -1;
-    job->held = oxs != NULL ? 5 : 4;
-    return 0;
-}
-
-/* counts_range arguments (a0, a1, z, p, m, start, out): checked, buffers held; -1 with an error set. */
-static int job_range(job_t *job, PyObject *args) {
+/* counts_range's arguments (a0, a1, z, p, m, start, out): checked, buffers held; -1 with an error set
+ * (and nothing held). */
+static int job_range(Job *job, PyObject *args) {
     PyObject *oa0, *oa1, *oz, *oout;
     unsigned long long p, m, start;
-    job->held = 0;
-    job->range = 1;
+    job->held.held = 0;
+    job->xs = NULL;
     if (!PyArg_ParseTuple(args, "OOOKKKO", &oa0, &oa1, &oz, &p, &m, &start, &oout)) return -1;
-    if (job_buffers(job, oa0, oa1, oz, NULL, oout) < 0) goto fail;
-    job->n = (size_t)(job->z.len / 4);
-    job->count = (size_t)(job->out.len / 8);
+    Buffers *held = &job->held;
+    if (!(job->a0 = take_buffer(held, oa0, 0, 8, "a0")) || !(job->a1 = take_buffer(held, oa1, 0, 8, "a1")) ||
+        !(job->z = take_buffer(held, oz, 0, 4, "z")) || !(job->out = take_buffer(held, oout, 1, 8, "out")))
+        goto fail;
+    size_t n = job->n = (size_t)(job->z->len / 4), count = job->count = (size_t)(job->out->len / 8);
     job->order = p, job->m = m, job->start = start;
-    if ((size_t)(job->a0.len / 8) != job->n || (size_t)(job->a1.len / 8) != job->n) {
+    if ((size_t)(job->a0->len / 8) != n || (size_t)(job->a1->len / 8) != n) {
         PyErr_SetString(PyExc_ValueError, "a0, a1 and z must have the same length");
         goto fail;
     }
@@ -517,23 +497,22 @@ static int job_range(job_t *job, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "unsupported field/hash range for the range kernel");
         goto fail;
     }
-    if (job->count && start + job->count - 1 >= p) {
+    if (count && start + count - 1 >= p) {
         PyErr_SetString(PyExc_ValueError, "tracked range exceeds the field");
         goto fail;
     }
     return 0;
 fail:
-    job_release(job);
+    release_buffers(held, NULL);
     return -1;
 }
 
-/* counts_values arguments (a0, a1, z, kind, order_or_degree, m, xs, out[, isa]): checked, buffers held. */
-static int job_values(job_t *job, PyObject *args) {
+/* counts_values' arguments (a0, a1, z, kind, order_or_degree, m, xs, out[, isa]): checked, buffers held. */
+static int job_values(Job *job, PyObject *args) {
     PyObject *oa0, *oa1, *oz, *oxs, *oout;
     int kind, isa = -1;
     unsigned long long order, m;
-    job->held = 0;
-    job->range = 0;
+    job->held.held = 0;
     if (!PyArg_ParseTuple(args, "OOOiKKOO|i", &oa0, &oa1, &oz, &kind, &order, &m, &oxs, &oout, &isa)) return -1;
     if (isa < -1 || isa > best_isa()) {
         PyErr_Format(PyExc_ValueError, "isa %d: this CPU offers levels 0..%d", isa, best_isa());
@@ -541,11 +520,15 @@ static int job_values(job_t *job, PyObject *args) {
     }
     job->isa = isa == -1 ? best_isa() : isa;
     job->kind = kind, job->order = order, job->m = m;
-    if (job_buffers(job, oa0, oa1, oz, oxs, oout) < 0) goto fail;
-    size_t n = job->n = (size_t)(job->z.len / 4), count = job->count = (size_t)(job->out.len / 8);
+    Buffers *held = &job->held;
+    if (!(job->a0 = take_buffer(held, oa0, 0, 8, "a0")) || !(job->a1 = take_buffer(held, oa1, 0, 8, "a1")) ||
+        !(job->z = take_buffer(held, oz, 0, 4, "z")) || !(job->xs = take_buffer(held, oxs, 0, 8, "xs")) ||
+        !(job->out = take_buffer(held, oout, 1, 8, "out")))
+        goto fail;
+    size_t n = job->n = (size_t)(job->z->len / 4), count = job->count = (size_t)(job->out->len / 8);
     size_t limbs = (kind == FIELD_BINARY && order == 128) ? 2 : 1;
-    if ((size_t)(job->a0.len / 8) != n * limbs || (size_t)(job->a1.len / 8) != n * limbs ||
-        (size_t)(job->xs.len / 8) != count * limbs) {
+    if ((size_t)(job->a0->len / 8) != n * limbs || (size_t)(job->a1->len / 8) != n * limbs ||
+        (size_t)(job->xs->len / 8) != count * limbs) {
         PyErr_SetString(PyExc_ValueError, "array lengths disagree");
         goto fail;
     }
@@ -564,31 +547,31 @@ static int job_values(job_t *job, PyObject *args) {
     }
     return 0;
 fail:
-    job_release(job);
+    release_buffers(held, NULL);
     return -1;
 }
 
 /* Run a checked job: out[count] += matches. Needs no GIL. */
-static void job_run(const job_t *job) {
-    const uint64_t *a0 = job->a0.buf, *a1 = job->a1.buf;
-    const uint32_t *z = job->z.buf;
-    int64_t *out = job->out.buf;
+static void job_run(const Job *job) {
+    const uint64_t *a0 = job->a0->buf, *a1 = job->a1->buf;
+    const uint32_t *z = job->z->buf;
+    int64_t *out = job->out->buf;
     size_t n = job->n, count = job->count;
-    uint64_t m = job->m;
-    if (job->range) {
-        if (job->order < (UINT64_C(1) << 31))
-            range_kernel_32(a0, a1, z, n, job->order, m, job->start, count, out);
+    uint64_t m = job->m, order = job->order;
+    if (job->xs == NULL) {
+        if (order < (UINT64_C(1) << 31))
+            range_kernel_32(a0, a1, z, n, order, m, job->start, count, out);
         else
-            range_kernel_64(a0, a1, z, n, job->order, m, job->start, count, out);
+            range_kernel_64(a0, a1, z, n, order, m, job->start, count, out);
         return;
     }
-    const uint64_t *xs = job->xs.buf;
+    const uint64_t *xs = job->xs->buf;
     int hw = job->isa >= ISA_PCLMUL;
-    if (job->kind == FIELD_PRIME && job->order == P64)
+    if (job->kind == FIELD_PRIME && order == P64)
         values_prime_64(a0, a1, z, n, m, xs, count, out);
     else if (job->kind == FIELD_PRIME)
-        values_prime_small(a0, a1, z, n, job->order, m, xs, count, out);
-    else if (job->order == 64) {
+        values_prime_small(a0, a1, z, n, order, m, xs, count, out);
+    else if (order == 64) {
 #if HAVE_X86
         if (hw) values_gf64_hw(a0, a1, z, n, m, xs, count, out); else
 #endif
@@ -605,27 +588,24 @@ static void job_run(const job_t *job) {
     (void)hw;
 }
 
-static PyObject *run_one(job_t *job) {
+static PyObject *run_one(Job *job) {
     Py_BEGIN_ALLOW_THREADS
     job_run(job);
     Py_END_ALLOW_THREADS
-    job_release(job);
-    Py_RETURN_NONE;
+    return release_buffers(&job->held, Py_NewRef(Py_None));
 }
 
 /* counts_range(a0, a1, z, p, m, start, out) -- prime fields, out[len] += matches */
 static PyObject *py_counts_range(PyObject *self, PyObject *args) {
-    job_t job;
-    if (job_range(&job, args) < 0) return NULL;
-    return run_one(&job);
+    Job job;
+    return job_range(&job, args) < 0 ? NULL : run_one(&job);
 }
 
 /* counts_values(a0, a1, z, kind, order_or_degree, m, xs, out[, isa]): isa -1 (default) is the
  * best level this CPU has (BEST_ISA); 0, 1, 2 pin a level (ValueError if the CPU lacks it). */
 static PyObject *py_counts_values(PyObject *self, PyObject *args) {
-    job_t job;
-    if (job_values(&job, args) < 0) return NULL;
-    return run_one(&job);
+    Job job;
+    return job_values(&job, args) < 0 ? NULL : run_one(&job);
 }
 
 /* counts_many(jobs): each job a tuple of counts_range's 7 arguments or counts_values' 8 (or 9);
@@ -636,7 +616,7 @@ static PyObject *py_counts_many(PyObject *self, PyObject *args) {
     PyObject *seq = PySequence_Fast(ojobs, "counts_many: expected a sequence of argument tuples");
     if (seq == NULL) return NULL;
     Py_ssize_t total = PySequence_Fast_GET_SIZE(seq), ready = 0;
-    job_t *jobs = PyMem_Calloc(total ? (size_t)total : 1, sizeof(job_t));
+    Job *jobs = PyMem_Calloc(total ? (size_t)total : 1, sizeof(Job));
     if (jobs == NULL) {
         Py_DECREF(seq);
         return PyErr_NoMemory();
@@ -648,15 +628,14 @@ static PyObject *py_counts_many(PyObject *self, PyObject *args) {
             PyErr_Format(PyExc_TypeError, "counts_many: job %zd is not a tuple", ready);
             break;
         }
-        int ok = PyTuple_GET_SIZE(item) == 7 ? job_range(&jobs[ready], item) : job_values(&jobs[ready], item);
-        if (ok < 0) break;
+        if ((PyTuple_GET_SIZE(item) == 7 ? job_range(&jobs[ready], item) : job_values(&jobs[ready], item)) < 0) break;
     }
     if (ready == total) {
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < total; i++) job_run(&jobs[i]);
         Py_END_ALLOW_THREADS
     }
-    for (Py_ssize_t i = 0; i < ready; i++) job_release(&jobs[i]);
+    for (Py_ssize_t i = 0; i < ready; i++) release_buffers(&jobs[i].held, NULL);
     PyMem_Free(jobs);
     Py_DECREF(seq);
     if (ready != total) return NULL;
@@ -669,26 +648,26 @@ static PyObject *py_hash_residues(PyObject *self, PyObject *args) {
     int kind;
     unsigned long long order, m;
     if (!PyArg_ParseTuple(args, "OOOiKKO", &oa0, &oa1, &ox, &kind, &order, &m, &oout)) return NULL;
-    Py_buffer a0, a1, x, out;
-    if (get_buffer(oa0, &a0, 0, 8, "a0") < 0) return NULL;
-    if (get_buffer(oa1, &a1, 0, 8, "a1") < 0) goto e0;
-    if (get_buffer(ox, &x, 0, 8, "x") < 0) goto e1;
-    if (get_buffer(oout, &out, 1, 8, "out") < 0) goto e2;
-    size_t n = (size_t)(out.len / 8);
+    Buffers held = {.held = 0};
+    Py_buffer *a0, *a1, *x, *out;
+    if (!(a0 = take_buffer(&held, oa0, 0, 8, "a0")) || !(a1 = take_buffer(&held, oa1, 0, 8, "a1")) ||
+        !(x = take_buffer(&held, ox, 0, 8, "x")) || !(out = take_buffer(&held, oout, 1, 8, "out")))
+        goto fail;
+    size_t n = (size_t)(out->len / 8);
     size_t limbs = (kind == FIELD_BINARY && order == 128) ? 2 : 1;
-    if ((size_t)(a0.len / 8) != n * limbs || (size_t)(a1.len / 8) != n * limbs || (size_t)(x.len / 8) != n * limbs) {
+    if ((size_t)(a0->len / 8) != n * limbs || (size_t)(a1->len / 8) != n * limbs || (size_t)(x->len / 8) != n * limbs) {
         PyErr_SetString(PyExc_ValueError, "array lengths disagree");
-        goto e3;
+        goto fail;
     }
     if (m < 2 || m >= (UINT64_C(1) << 32) ||
         (kind == FIELD_PRIME && !(order == P64 || order < (UINT64_C(1) << 32))) ||
         (kind == FIELD_BINARY && order != 64 && order != 128) || (kind != FIELD_PRIME && kind != FIELD_BINARY)) {
         PyErr_SetString(PyExc_ValueError, "unsupported field or hash range");
-        goto e3;
+        goto fail;
     }
     int hw = have_pclmul();
-    const uint64_t *pa0 = a0.buf, *pa1 = a1.buf, *px = x.buf;
-    uint64_t *po = out.buf;
+    const uint64_t *pa0 = a0->buf, *pa1 = a1->buf, *px = x->buf;
+    uint64_t *po = out->buf;
     Py_BEGIN_ALLOW_THREADS
     if (kind == FIELD_PRIME && order == P64) {
         for (size_t i = 0; i < n; i++) po[i] = addmod_p64(mulmod_p64(pa1[i], px[i]), pa0[i]) % m;
@@ -703,20 +682,9 @@ static PyObject *py_hash_residues(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     (void)hw;
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&x);
-    PyBuffer_Release(&a1);
-    PyBuffer_Release(&a0);
-    Py_RETURN_NONE;
-e3:
-    PyBuffer_Release(&out);
-e2:
-    PyBuffer_Release(&x);
-e1:
-    PyBuffer_Release(&a1);
-e0:
-    PyBuffer_Release(&a0);
-    return NULL;
+    return release_buffers(&held, Py_NewRef(Py_None));
+fail:
+    return release_buffers(&held, NULL);
 }
 
 static PyMethodDef methods[] = {

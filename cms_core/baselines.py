@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import abc
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -342,18 +342,26 @@ class OptimizedLocalHashing(OCMSOracle):
 
 # ---------------------------------------------------------------- HE
 @dataclass(frozen=True, eq=False)
-class HadamardReports:
+class _ArrayReports:
+    """Reports of a baseline as one array per field (all of the same length) and the ``source`` they
+    were drawn with (:func:`_check_source`)."""
+
+    source: tuple
+
+    def __len__(self) -> int:
+        return int(getattr(self, fields(self)[1].name).shape[0])
+
+    def slice(self, start: int, stop: int):
+        """Reports start..stop-1, the same source."""
+        return replace(self, **{f.name: getattr(self, f.name)[start:stop] for f in fields(self) if f.name != "source"})
+
+
+@dataclass(frozen=True, eq=False)
+class HadamardReports(_ArrayReports):
     """(column j, perturbed sign in {-1, +1}) per report."""
 
     column: np.ndarray
     bit: np.ndarray
-    source: tuple
-
-    def __len__(self) -> int:
-        return int(self.bit.shape[0])
-
-    def slice(self, start: int, stop: int) -> "HadamardReports":
-        return HadamardReports(self.column[start:stop], self.bit[start:stop], self.source)
 
 
 class HadamardEncoding(_SignedSumOracle):
@@ -392,7 +400,7 @@ class HadamardEncoding(_SignedSumOracle):
         x = _check_values(values, self.dictionary_size)
         column = rng.integers(0, self.matrix_size, size=x.size, dtype=np.uint64)
         bit = _binary_rr(_hadamard_sign(x + np.uint64(1), column), self.keep_probability, rng)
-        return HadamardReports(column, bit, self._source)
+        return HadamardReports(source=self._source, column=column, bit=bit)
 
     def _prepare(self, tracked):
         return tracked + np.uint64(1)
@@ -418,19 +426,12 @@ class HadamardEncoding(_SignedSumOracle):
 
 # ---------------------------------------------------------------- CMS+HE
 @dataclass(frozen=True, eq=False)
-class AppleCMSReports:
+class AppleCMSReports(_ArrayReports):
     """(hash index j, Hadamard column l, perturbed sign) per report."""
 
     hash_index: np.ndarray
     column: np.ndarray
     bit: np.ndarray
-    source: tuple
-
-    def __len__(self) -> int:
-        return int(self.bit.shape[0])
-
-    def slice(self, start: int, stop: int) -> "AppleCMSReports":
-        return AppleCMSReports(self.hash_index[start:stop], self.column[start:stop], self.bit[start:stop], self.source)
 
 
 class AppleCMSHE(_SignedSumOracle):
@@ -511,7 +512,7 @@ class AppleCMSHE(_SignedSumOracle):
         y = kernel.hash_residues(self.params, self._a0[j], self._a1[j], x)
         l = rng.integers(0, self.hash_range, size=x.size, dtype=np.uint64)
         bit = _binary_rr(_hadamard_sign(y, l), self.keep_probability, rng)
-        return AppleCMSReports(j, l, bit, self._source)
+        return AppleCMSReports(source=self._source, hash_index=j, column=l, bit=bit)
 
     def sketch(self, reports: AppleCMSReports) -> np.ndarray:
         """Apple's sketch: M[j, l] = sum of the signs of reports (j, l); int64 (k, m)."""
@@ -593,18 +594,11 @@ class AppleCMSHE(_SignedSumOracle):
 
 # ---------------------------------------------------------------- RHR
 @dataclass(frozen=True, eq=False)
-class RHRReports:
+class RHRReports(_ArrayReports):
     """(column j, perturbed 2^b-ary symbol z) per report; z = r + B * [s = -1]."""
 
     column: np.ndarray
     symbol: np.ndarray
-    source: tuple
-
-    def __len__(self) -> int:
-        return int(self.symbol.shape[0])
-
-    def slice(self, start: int, stop: int) -> "RHRReports":
-        return RHRReports(self.column[start:stop], self.symbol[start:stop], self.source)
 
 
 #: Symbols 2^b must fit uint64 arithmetic comfortably.
@@ -683,7 +677,7 @@ class RecursiveHadamardResponse(_SignedSumOracle):
         keep = rng.random(x.size) < self.keep_probability
         other = rng.integers(0, self.symbols - 1, size=x.size, dtype=np.uint64)
         other = other + (other >= symbol).astype(np.uint64)
-        return RHRReports(column, np.where(keep, symbol, other), self._source)
+        return RHRReports(source=self._source, column=column, symbol=np.where(keep, symbol, other))
 
     def _prepare(self, tracked):
         return (tracked >> np.uint64(self.bits - 1)) + np.uint64(1), tracked & np.uint64(self.block - 1)

@@ -111,6 +111,23 @@ def _check_f_star(f_star) -> float:
     return float(f_star)
 
 
+def _direct_hash_range_and_field(dictionary_size, mode, tracked_count, hash_range, value_domain, field):
+    """Direct randomized response's (m, field): m = d, checked against what the caller gave."""
+    if value_domain != "integer":
+        raise InvalidParameterError("mechanism", "direct", "direct randomized response needs integer values")
+    if not 2 <= dictionary_size <= MAX_HASH_RANGE:
+        raise InvalidParameterError(
+            "dictionary_size", dictionary_size,
+            f"direct randomized response needs 2 <= d <= {MAX_HASH_RANGE} (z carries the value)",
+        )
+    if hash_range is not None and hash_range != dictionary_size:
+        raise InvalidParameterError("hash_range", hash_range, f"direct randomized response has m = d = {dictionary_size}")
+    if mode == "l2" and tracked_count is None:
+        raise InvalidParameterError("tracked_count", None, "mode 'l2' needs the number of tracked values")
+    # Any prime p > d makes (0, 1) the identity hash; the field never travels (reports are z only).
+    return dictionary_size, field if field is not None else choose_field(dictionary_size, 2)
+
+
 @dataclass(frozen=True)
 class OCMSParams:
     """Parameters fixed for the life of a sketch, a topic and every report in it.
@@ -257,9 +274,10 @@ class OCMSParams:
         if tracked_count is not None:
             tracked_count = _check_int("tracked_count", tracked_count, 1)
         if mechanism == "direct":
-            return cls._build_direct(epsilon, dictionary_size, mode, f_star, tracked_count, hash_range, value_domain,
-                                     field, binding)
-        if hash_range is not None:
+            hash_range, field = _direct_hash_range_and_field(dictionary_size, mode, tracked_count, hash_range,
+                                                             value_domain, field)
+            mode_used = mode
+        elif hash_range is not None:
             hash_range = _check_int("hash_range", hash_range, 2, MAX_HASH_RANGE)
             mode_used = "fixed"
         else:
@@ -284,36 +302,7 @@ class OCMSParams:
             f_star=f_star if mode_used == "mse" else None,
             tracked_count=tracked_count,
             binding=binding,
-        )
-
-    @classmethod
-    def _build_direct(cls, epsilon, dictionary_size, mode, f_star, tracked_count, hash_range, value_domain, field,
-                      binding) -> "OCMSParams":
-        if value_domain != "integer":
-            raise InvalidParameterError("mechanism", "direct", "direct randomized response needs integer values")
-        if not 2 <= dictionary_size <= MAX_HASH_RANGE:
-            raise InvalidParameterError(
-                "dictionary_size", dictionary_size,
-                f"direct randomized response needs 2 <= d <= {MAX_HASH_RANGE} (z carries the value)",
-            )
-        if hash_range is not None and hash_range != dictionary_size:
-            raise InvalidParameterError("hash_range", hash_range, f"direct randomized response has m = d = {dictionary_size}")
-        if mode == "l2" and tracked_count is None:
-            raise InvalidParameterError("tracked_count", None, "mode 'l2' needs the number of tracked values")
-        if field is None:
-            # Any prime p > d makes (0, 1) the identity hash; the field never travels (reports are z only).
-            field = choose_field(dictionary_size, 2)
-        return cls(
-            epsilon=epsilon,
-            hash_range=dictionary_size,
-            field=field,
-            dictionary_size=dictionary_size,
-            value_domain=value_domain,
-            mode=mode,
-            f_star=f_star if mode == "mse" else None,
-            tracked_count=tracked_count,
-            binding=binding,
-            mechanism="direct",
+            mechanism=mechanism,
         )
 
     # --------------------------------------------------------------- derived

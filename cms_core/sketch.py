@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import kernel, postprocess, theory
+from .binomial import critical_count, null_match_probability
 from .errors import FingerprintMismatchError, InvalidParameterError, ParameterMismatchError, SerializationError
 from .params import OCMSParams
 from .reports import ReportBatch
@@ -140,8 +141,6 @@ def noise_test(params: OCMSParams, n: int, confidence: float, family: int) -> tu
     this n (then k > n). What answers state per value, and what ``ocms plan`` predicts
     (:func:`cms_core.planning.noise_floor`). Cost O(sqrt(n)).
     """
-    from .discovery import critical_count, null_match_probability  # discovery builds on this module
-
     k = critical_count(n, null_match_probability(params), theory.bonferroni_level(confidence, family))
     if k > n:
         return k, math.inf

@@ -192,7 +192,7 @@ def estimator_variance(epsilon: float, m: int, c_bar: float, f, n):
 # theorem's variance at f = 0 -- the variance at the hypothesised frequency, not at the estimate
 # (where it differs: Var is linear in f). The test is exact: a value is above the noise when
 # M >= k, k the smallest count with P(Binomial(n, q0) >= k) <= alpha / D
-# (:func:`cms_core.discovery.critical_count`, the test discovery uses); the noise floor is the
+# (:func:`cms_core.binomial.critical_count`, the test discovery uses); the noise floor is the
 # estimate at k - 1, which an estimate must exceed. Its normal approximation
 # z_{1 - alpha/D} sqrt(Var(0, n)) (:func:`noise_floor`) calls too many values above the noise where
 # n q0 is small: for deploy/registry.yaml's flight_tailnum (eps 4, m = 55, q0 = 0.018, D = 4,043) its

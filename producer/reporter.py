@@ -387,35 +387,36 @@ class DeviceReporter:
         return await (await self.submit(*args))
 
     # ----------------------------------------------------------------- sender
-    async def _send_loop(self) -> None:
+    async def _dispatch(self, take, deliver) -> None:
+        """For ever: wait for a free in-flight slot, ``take`` from the queue, ``deliver`` that in a task of
+        its own (which frees the slot; taking that fails frees it here)."""
         while True:
             await self._slots.acquire()
             try:
-                item = await self._queue.get()
+                taken = await take()
             except BaseException:
                 self._slots.release()
                 raise
-            task = asyncio.create_task(self._deliver(item))
+            task = asyncio.create_task(deliver(taken))
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
 
+    async def _send_loop(self) -> None:
+        """Kafka: each report in a send of its own (the producer batches them)."""
+        await self._dispatch(self._queue.get, self._deliver)
+
     async def _upload_loop(self) -> None:
         """HTTP: take what is queued (up to the transport's max_reports) and upload it in one request."""
+        await self._dispatch(self._take_upload, self._upload)
+
+    async def _take_upload(self) -> list[_Item]:
         transport = self.transport
-        while True:
-            await self._slots.acquire()
-            try:
-                items = [await self._queue.get()]
-                if transport.max_latency_s > 0 and self._queue.qsize() < transport.max_reports - 1:
-                    await asyncio.sleep(transport.max_latency_s)  # let a few more reports join this upload
-                while len(items) < transport.max_reports and not self._queue.empty():
-                    items.append(self._queue.get_nowait())
-            except BaseException:
-                self._slots.release()
-                raise
-            task = asyncio.create_task(self._upload(items))
-            self._in_flight.add(task)
-            task.add_done_callback(self._in_flight.discard)
+        items = [await self._queue.get()]
+        if transport.max_latency_s > 0 and self._queue.qsize() < transport.max_reports - 1:
+            await asyncio.sleep(transport.max_latency_s)  # let a few more reports join this upload
+        while len(items) < transport.max_reports and not self._queue.empty():
+            items.append(self._queue.get_nowait())
+        return items
 
     async def _upload(self, items: list[_Item]) -> None:
         attempts = 0

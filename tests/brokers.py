@@ -19,6 +19,7 @@ from __future__ import annotations
 import pytest
 
 from agents.process import worker_topics  # noqa: F401  (re-exported: tests take broker helpers from here)
+from producer.broker import EmbeddedBroker
 from producer.kafka import EMBEDDED
 from producer.mock_cluster import start_broker  # noqa: F401  (re-exported, shared with the benchmarks)
 
@@ -34,6 +35,21 @@ MOCK_SESSION_SECONDS = 6
 MOCK_SESSION_ARGS = ("--session-timeout-seconds", str(MOCK_SESSION_SECONDS))
 
 
+
+
+def module_broker(topics: dict[str, int]):
+    """A module's ``broker`` fixture: one embedded broker with ``topics`` for all its tests::
+
+        broker = module_broker({TOPIC: 4})
+    """
+
+    @pytest.fixture(scope="module", name="broker")
+    def embedded_broker():
+        with EmbeddedBroker() as b:
+            b.create_topics(topics)
+            yield b
+
+    return embedded_broker
 
 
 def on_brokers(*kinds: str):

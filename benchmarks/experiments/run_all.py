@@ -259,32 +259,29 @@ def main(argv=None) -> int:
     info = machine_info()
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
-    paper_payload = peer_payload = pipeline_payload = mechanisms_payload = None
-    if args.only in (None, "paper"):
-        t0 = time.perf_counter()
-        paper_payload = paper.run(paper.QUICK if args.quick else paper.FULL, out_dir, plots=plots)
-        timings["paper replication"] = time.perf_counter() - t0
-    if args.only in (None, "peers"):
-        t0 = time.perf_counter()
-        cfg = peers.QUICK if args.quick else peers.FULL
-        if args.full_peers:
-            cfg = dataclasses.replace(cfg, full_quadratic=True)
-        peer_payload = peers.run(cfg, out_dir, plots=plots)
-        timings["peer comparison"] = time.perf_counter() - t0
-    if args.only in (None, "pipeline"):
-        t0 = time.perf_counter()
-        pipeline_payload = pipeline.run(pipeline.QUICK if args.quick else pipeline.FULL, out_dir, plots=plots)
-        timings["pipeline"] = time.perf_counter() - t0
-    if args.only in (None, "mechanisms"):
-        t0 = time.perf_counter()
-        mechanisms_payload = mechanisms.run(mechanisms.QUICK if args.quick else mechanisms.FULL, out_dir, plots=plots)
-        timings["mechanism choice"] = time.perf_counter() - t0
+    peer_config = peers.QUICK if args.quick else peers.FULL
+    if args.full_peers:
+        peer_config = dataclasses.replace(peer_config, full_quadratic=True)
+    #: --only's name -> (timing label, stored results file, the run)
+    parts = {
+        "paper": ("paper replication", "paper.json",
+                  lambda: paper.run(paper.QUICK if args.quick else paper.FULL, out_dir, plots=plots)),
+        "peers": ("peer comparison", "peers.json", lambda: peers.run(peer_config, out_dir, plots=plots)),
+        "pipeline": ("pipeline", "pipeline.json",
+                     lambda: pipeline.run(pipeline.QUICK if args.quick else pipeline.FULL, out_dir, plots=plots)),
+        "mechanisms": ("mechanism choice", "mechanisms.json",
+                       lambda: mechanisms.run(mechanisms.QUICK if args.quick else mechanisms.FULL, out_dir, plots=plots)),
+    }
+    payloads = {}
+    for name, (label, _, run) in parts.items():
+        if args.only in (None, name):
+            t0 = time.perf_counter()
+            payloads[name] = run()
+            timings[label] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
     # --only: the README still covers every part, from the results a previous run stored here.
-    paper_payload = paper_payload or _stored(out_dir, "paper.json")
-    peer_payload = peer_payload or _stored(out_dir, "peers.json")
-    pipeline_payload = pipeline_payload or _stored(out_dir, "pipeline.json")
-    mechanisms_payload = mechanisms_payload or _stored(out_dir, "mechanisms.json")
+    paper_payload, peer_payload, pipeline_payload, mechanisms_payload = (
+        payloads.get(name) or _stored(out_dir, stored) for name, (_, stored, _) in parts.items())
     write_readme(out_dir, info, paper_payload, peer_payload, pipeline_payload, timings, args, mechanisms_payload)
     print(f"wrote {out_dir} in {timings['total']:.0f} s")
     return 0

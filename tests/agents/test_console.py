@@ -119,6 +119,17 @@ def table_rows(driver, table_id: str) -> list[dict]:
         });""", table_id)
 
 
+def trend_reports_per_value(driver) -> dict[str, float]:
+    """Reports per value in the trend's data table, summed over its buckets (the fourth column)."""
+    return js(driver, """
+        var sums = {};
+        document.querySelectorAll('#trend-data tbody tr').forEach(function (tr) {
+          var v = tr.getAttribute('data-value');
+          sums[v] = (sums[v] || 0) + Number(tr.children[3].textContent.replace(/,/g, '') || 0);
+        });
+        return sums;""")
+
+
 def pct(x: float) -> str:
     return f"{x * 100:.2f} %"
 
@@ -376,13 +387,7 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
     show_last_hour(chrome)
     trend = table_rows(chrome, "trend-data")
     assert list(dict.fromkeys(r["value"] for r in trend)) == names[:3]
-    sums = js(chrome, """
-        var sums = {};
-        document.querySelectorAll('#trend-data tbody tr').forEach(function (tr) {
-          var v = tr.getAttribute('data-value');
-          sums[v] = (sums[v] || 0) + Number(tr.children[3].textContent.replace(/,/g, '') || 0);
-        });
-        return sums;""")
+    sums = trend_reports_per_value(chrome)
     assert sums == {name: REPORTS for name in names[:3]}
     words = chrome.find_element("id", "params-words").text
     assert "Mechanism: OCMS+RR (count-mean sketch with randomized response), tuned for worst-case MSE." in words
@@ -549,13 +554,7 @@ def test_legacy_worker_shows_the_api_numbers_and_the_truth(chrome, fed_worker, t
     trend = table_rows(chrome, "trend-data")
     chosen = list(dict.fromkeys(r["value"] for r in trend))
     assert chosen == [r["value"] for r in rows[:3]]
-    reports_per_value = js(chrome, """
-        var sums = {};
-        document.querySelectorAll('#trend-data tbody tr').forEach(function (tr) {
-          var v = tr.getAttribute('data-value');
-          sums[v] = (sums[v] || 0) + Number(tr.children[3].textContent.replace(/,/g, '') || 0);
-        });
-        return sums;""")
+    reports_per_value = trend_reports_per_value(chrome)
     assert set(reports_per_value.values()) == {REPORTS}, reports_per_value
 
     # plain words: epsilon per report and what a report reveals

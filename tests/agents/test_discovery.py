@@ -9,23 +9,10 @@ import pytest
 from agents.cli import main
 from cms_core import discovery as D, wire
 from producer.capture import CaptureWriter
+from tests.registry.helpers import WORDS_AND_SCREENS
 from tests.support.waiting import poll_until
 
-REGISTRY = """\
-metrics:
-  - name: typed_words
-    description: Words typed (wordfreq)
-    owner: keyboard-team
-    strings: true
-    tracked: [the]
-    epsilon: 4
-    discovery: {alphabet: "abcdefghijklmnopqrstuvwxyz'.01234567", max_length: 6}
-  - name: screens
-    description: Screens
-    owner: app
-    categories: [home, search]
-    epsilon: 2
-"""
+REGISTRY = WORDS_AND_SCREENS
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from cms_core import discovery as D, wire
 from producer.broker import EmbeddedBroker
 from producer.discovery import simulate_discovery_messages
 
+from tests.registry.helpers import WORDFREQ_ALPHABET, WORDS_AND_SCREENS
 from tests.support.topics import consume
 
 from tests.support.waiting import poll_until
@@ -27,28 +28,13 @@ from .harness import Message, Scrape, WorkerProcess, ocms, send
 pytestmark = pytest.mark.integration  # a broker and a worker
 
 TOPIC = "it-discovery"
-ALPHABET = "abcdefghijklmnopqrstuvwxyz'.01234567"
-REGISTRY = f"""\
-metrics:
-  - name: typed_words
-    description: Words typed (wordfreq)
-    owner: keyboard-team
-    strings: true
-    tracked: [the]
-    epsilon: 4
-    discovery: {{alphabet: "{ALPHABET}", max_length: 6}}
-  - name: screens
-    description: Screens
-    owner: app
-    categories: [home, search]
-    epsilon: 2
-"""
+REGISTRY = WORDS_AND_SCREENS
 REPORTS = 60_000
 
 
 def foreign_level_frame() -> bytes:
     """Reports of a seventh level of typed_words (the registry declares 6): a fingerprint of no level."""
-    domain = D.DiscoveryDomain("strings", alphabet=ALPHABET, max_length=7, symbols_per_level=1)
+    domain = D.DiscoveryDomain("strings", alphabet=WORDFREQ_ALPHABET, max_length=7, symbols_per_level=1)
     levels = D.level_params("typed_words", 1, 4.0, domain)
     frames = simulate_discovery_messages(domain, levels, ["thethe1"] * 300, np.random.default_rng(9))
     return next(f for f in frames if wire.peek_header(f)[1] == levels[6].fingerprint)

@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from cms_core import discovery as D
+from cms_core import binomial, discovery as D
 from cms_core.audit import output_distribution
 from cms_core.errors import InvalidParameterError, InvalidValueError
 
@@ -21,7 +21,7 @@ from cms_core.errors import InvalidParameterError, InvalidValueError
 def _binomial_quantile(trials: int, p: float, q: float = 0.999) -> int:
     """Smallest c with P(Binomial(trials, p) <= c) >= q (how many successes a stated rate allows)."""
     for c in range(trials + 1):
-        if 1.0 - D.binomial_upper_tail(trials, p, c + 1) >= q:
+        if 1.0 - binomial.binomial_upper_tail(trials, p, c + 1) >= q:
             return c
     return trials
 
@@ -103,17 +103,17 @@ def test_binomial_tail_and_critical_count_are_exact():
     n, p = 40, 0.1
     pmf = [Fraction(math.comb(n, j)) * Fraction(p) ** j * (1 - Fraction(p)) ** (n - j) for j in range(n + 1)]
     for k in (0, 1, 4, 9, 15, 40):
-        assert D.binomial_upper_tail(n, p, k) == pytest.approx(float(sum(pmf[k:])), rel=1e-9, abs=1e-300)
+        assert binomial.binomial_upper_tail(n, p, k) == pytest.approx(float(sum(pmf[k:])), rel=1e-9, abs=1e-300)
     for alpha in (0.2, 0.01, 1e-6):
-        k = D.critical_count(n, p, alpha)
-        assert D.binomial_upper_tail(n, p, k) <= alpha < D.binomial_upper_tail(n, p, k - 1)
+        k = binomial.critical_count(n, p, alpha)
+        assert binomial.binomial_upper_tail(n, p, k) <= alpha < binomial.binomial_upper_tail(n, p, k - 1)
 
 
 def test_null_match_probability_makes_the_estimate_zero():
     params = D.level_params("w", 1, 4.0, UTF8)[0]
     a, b = params.estimator_coefficients
-    assert a * D.null_match_probability(params) + b == pytest.approx(0.0, abs=1e-15)
-    assert a * D.match_probability(params, 0.3) + b == pytest.approx(0.3)
+    assert a * binomial.null_match_probability(params) + b == pytest.approx(0.0, abs=1e-15)
+    assert a * binomial.match_probability(params, 0.3) + b == pytest.approx(0.3)
 
 
 # ------------------------------------------------------------------ privacy
@@ -204,7 +204,7 @@ def test_negative_control_a_value_below_the_cutoff_is_not_claimed_more_than_the_
     n, rounds = 24_000, 12
     params = D.level_params("w", 1, 4.0, SMALL)
     n_level = n // SMALL.levels
-    k1 = D.critical_count(n_level, D.null_match_probability(params[0]), D.per_test_alpha(0.05, SMALL.levels, SMALL.branching(1)))
+    k1 = binomial.critical_count(n_level, binomial.null_match_probability(params[0]), D.per_test_alpha(0.05, SMALL.levels, SMALL.branching(1)))
     weak = D.cutoff_frequency(params[0], n_level, k1) / 3
     allowed = D.detection_probability(params[0], n_level, weak, k1)  # surviving level 1 alone; ending needs more
     truth = {"abc": 0.5, "bad": 0.5 - weak, "h": weak}

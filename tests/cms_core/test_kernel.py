@@ -1,6 +1,7 @@
 """The decode kernel is bit-exact with the slow big-integer reference, on every path."""
 
 import os
+from array import array
 
 import numpy as np
 import pytest
@@ -49,12 +50,18 @@ def tracked_sets(params: OCMSParams):
         yield TrackedValues.range(params, d - min(d, 50), d)  # ends at d - 1
 
 
-@pytest.mark.parametrize("name", sorted(PARAMS))
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_counts_bit_exact_with_reference(name, backend):
-    params = PARAMS[name]
-    rng = np.random.default_rng(7)
-    batch = boundary_batch(params, rng, 150)
+@pytest.fixture(params=sorted(PARAMS))
+def params(request) -> OCMSParams:
+    return PARAMS[request.param]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
+def test_counts_bit_exact_with_reference(params, backend):
+    batch = boundary_batch(params, np.random.default_rng(7), 150)
     for tracked in tracked_sets(params):
         expected = kernel.reference_match_counts(params, batch, tracked)
         got = kernel.match_counts(params, batch, tracked, backend=backend, threads=1)
@@ -63,10 +70,7 @@ def test_counts_bit_exact_with_reference(name, backend):
             np.testing.assert_array_equal(kernel.match_counts(params, batch, tracked, threads=3), expected)
 
 
-@pytest.mark.parametrize("name", sorted(PARAMS))
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_hash_residues_bit_exact(name, backend):
-    params = PARAMS[name]
+def test_hash_residues_bit_exact(params, backend):
     rng = np.random.default_rng(11)
     batch = boundary_batch(params, rng, 200)
     n = len(batch)
@@ -119,6 +123,22 @@ def test_instruction_level_beyond_the_cpu_is_refused():
     for isa in (-2, kernel._compiled.BEST_ISA + 1):
         with pytest.raises(ValueError, match=f"isa {isa}"):
             kernel._compiled.counts_values(batch.a0, batch.a1, batch.z, 1, 128, params.hash_range, tracked.elements, out, isa)
+
+
+@pytest.mark.skipif(kernel.BACKEND != "compiled", reason="needs the compiled kernel")
+@pytest.mark.parametrize("call", ["counts_range", "counts_values", "hash_residues"])
+def test_a_wrong_buffer_is_named_and_the_ones_taken_before_it_are_released(call):
+    """The last buffer has 4-byte items: TypeError naming it; the arrays taken before it are
+    released (an array.array with a buffer still exported refuses to grow)."""
+    a0, a1, x = array("Q", [1]), array("Q", [2]), array("Q", [3])
+    z, wrong_out = array("I", [0]), array("I", [0])
+    args = {"counts_range": (a0, a1, z, 11, 4, 0, wrong_out),
+            "counts_values": (a0, a1, z, 0, 11, 4, x, wrong_out),
+            "hash_residues": (a0, a1, x, 0, 11, 4, wrong_out)}[call]
+    with pytest.raises(TypeError, match="out: expected 8-byte items, got 4"):
+        getattr(kernel._compiled, call)(*args)
+    for taken in (a0, a1, x, z):
+        taken.append(0)  # BufferError if still exported
 
 
 def test_long_range_matches_values_path_and_threads():

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, postprocess, theory
-from cms_core import discovery as D
+from cms_core import binomial
 from cms_core.privatize import simulate_reports
 
 from benchmarks.noise_floor import FREQUENT, fleet, false_runs
@@ -29,7 +29,7 @@ TAILNUM_LIKE = OCMSParams.build(4.0, 2**64, mode="l2", tracked_count=4043)  # m 
 
 
 def null_match_probability(params) -> float:
-    return D.null_match_probability(params)
+    return binomial.null_match_probability(params)
 
 
 def floor_of(params, n: int, d: int, confidence: float = 0.95) -> float:
@@ -45,8 +45,8 @@ def floor_of(params, n: int, d: int, confidence: float = 0.95) -> float:
 def test_floor_is_the_exact_binomial_count_at_alpha_over_d(params, n, d):
     q0 = null_match_probability(params)
     level = ALPHA / d
-    k = D.critical_count(n, q0, level)
-    assert D.binomial_upper_tail(n, q0, k) <= level < D.binomial_upper_tail(n, q0, k - 1)
+    k = binomial.critical_count(n, q0, level)
+    assert binomial.binomial_upper_tail(n, q0, k) <= level < binomial.binomial_upper_tail(n, q0, k - 1)
     a, b = params.estimator_coefficients
     floor = floor_of(params, n, d)
     assert floor == pytest.approx(a * (k - 1) / n + b, rel=1e-12, abs=1e-15)
@@ -110,8 +110,8 @@ def test_monte_carlo_rate_above_the_floor_is_the_level():
             confidence=confidence, noise_values=family)
         above += int(est.above_noise.sum())
     level = (1 - confidence) / family
-    k = D.critical_count(n, null_match_probability(OCMS), level)
-    exact = D.binomial_upper_tail(n, null_match_probability(OCMS), k)  # <= level: the count is discrete
+    k = binomial.critical_count(n, null_match_probability(OCMS), level)
+    exact = binomial.binomial_upper_tail(n, null_match_probability(OCMS), k)  # <= level: the count is discrete
     trials = rounds * tracked_count
     assert abs(above - trials * exact) <= 4 * math.sqrt(trials * exact * (1 - exact)), (above, trials * exact)
     assert exact <= level
@@ -149,8 +149,8 @@ def test_the_normal_floor_is_too_low_where_n_q0_is_small():
     a, b = TAILNUM_LIKE.estimator_coefficients
     normal = theory.noise_floor(theory.one_sided_z(ALPHA / d), TAILNUM_LIKE.variance(0.0, n))
     first_above = math.floor((normal - b) * n / a) + 1  # the smallest count whose estimate exceeds it
-    assert D.binomial_upper_tail(n, q0, first_above) > 2 * ALPHA / d
-    exact_k = D.critical_count(n, q0, ALPHA / d)
+    assert binomial.binomial_upper_tail(n, q0, first_above) > 2 * ALPHA / d
+    exact_k = binomial.critical_count(n, q0, ALPHA / d)
     assert exact_k > first_above and floor_of(TAILNUM_LIKE, n, d) > normal
 
 

@@ -14,20 +14,16 @@ import pytest
 
 from cms_core import OCMSParams, TrackedValues
 from producer import simulator
-from producer.broker import EmbeddedBroker
 from producer.capture import read_capture
 from producer.datasets import parse_dataset
 from producer.offline import sketch_from_messages
+from tests.brokers import module_broker
 from tests.support.topics import consume
 
 TOPIC = "ocms-it-reports"
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        b.create_topics({TOPIC: 4})
-        yield b
+broker = module_broker({TOPIC: 4})
 
 
 @pytest.mark.integration

@@ -10,7 +10,6 @@ from aiokafka.errors import KafkaConnectionError, RequestTimedOutError, TopicAut
 from cms_core.errors import InvalidParameterError, InvalidValueError, PrivacyBudgetError
 from cms_core.params import OCMSParams
 from cms_core.wire import decode_message
-from producer.broker import EmbeddedBroker
 from producer.kafka import EMBEDDED
 from producer.ledger import PrivacyLedger
 from producer.reporter import (
@@ -20,17 +19,14 @@ from producer.reporter import (
     is_retriable,
     new_device_key,
 )
+from tests.brokers import module_broker
 from tests.support.topics import read_topic
 
 PARAMS = OCMSParams.build(epsilon=2.0, dictionary_size=1000)
 REGISTRY = {PARAMS.fingerprint: PARAMS}
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        b.create_topics({"dev-reports": 3, "dev-budget": 1, "dev-memo": 1})
-        yield b
+broker = module_broker({"dev-reports": 3, "dev-budget": 1, "dev-memo": 1})
 
 
 def reporter(broker, topic, **kwargs):

@@ -12,7 +12,6 @@ import pytest
 
 from cms_core.errors import InvalidParameterError, InvalidValueError
 from cms_core.wire import peek_header
-from producer.broker import EmbeddedBroker
 from producer.gateway import FrameBatcher
 from producer.kafka import EMBEDDED
 from producer.ledger import PrivacyLedger
@@ -20,6 +19,7 @@ from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport, new_device_key
 from registry import UnknownMetricError, load_registry
 
+from tests.brokers import module_broker
 from tests.support.topics import read_topic
 
 from .test_reporter import FakeProducer
@@ -28,11 +28,7 @@ REGISTRY = load_registry(Path(__file__).resolve().parents[2] / "deploy" / "regis
 TOPIC = "named-reports"
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        b.create_topics({TOPIC: 2})
-        yield b
+broker = module_broker({TOPIC: 2})
 
 
 @pytest.mark.integration

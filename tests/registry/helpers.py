@@ -56,16 +56,48 @@ def run(capsys, *argv):
     return code, out.out, out.err
 
 
-#: Two discoverable metrics (a string domain, and integers with a retired and a live version): the
-#: registry the discovery intake tests of the worker and of the collector share.
-DISCOVERY_METRICS = """\
-metrics:
+#: A metric with one published version, in explicit ``versions:`` form: the registry CLI's and the
+#: lock's tests edit that version in place, or add a version 2 after it.
+APP_LAUNCHES_V1 = """\
+  - name: app_launches
+    description: Screen the app opens on
+    owner: mobile-team
+    categories: [home, search, settings]
+    versions:
+      - version: 1
+        epsilon: 2
+"""
+
+#: The discoverable string metric of the discovery tests, up to its ``discovery:`` block (each adds its own).
+TYPED_WORDS = """\
   - name: typed_words
     description: Words typed
     owner: keyboard-team
     strings: true
     tracked: [the]
     epsilon: 4
+"""
+
+#: A plain categorical metric beside the discoverable ones.
+SCREENS = """\
+  - name: screens
+    description: Screens
+    owner: app
+    categories: [home, search]
+    epsilon: 2
+"""
+
+#: The symbols of wordfreq's English words (``--dataset wordfreq:n=...``).
+WORDFREQ_ALPHABET = "abcdefghijklmnopqrstuvwxyz'.01234567"
+
+#: typed_words over wordfreq's words up to 6 symbols, and screens: the registry of `ocms discover`'s
+#: tests and of the worker's discovery tests.
+WORDS_AND_SCREENS = ("metrics:\n" + TYPED_WORDS + f'    discovery: {{alphabet: "{WORDFREQ_ALPHABET}", max_length: 6}}\n'
+                     + SCREENS)
+
+#: Two discoverable metrics (a string domain, and integers with a retired and a live version): the
+#: registry the discovery intake tests of the worker and of the collector share.
+DISCOVERY_METRICS = "metrics:\n" + TYPED_WORDS + """\
     discovery: {alphabet: "abcdefghijklmnopqrstuvwxyz", max_length: 4}
   - name: build_id
     description: Build ids

@@ -13,19 +13,11 @@ import pytest
 
 from registry import load_registry
 
-from .helpers import run, write
+from .helpers import APP_LAUNCHES_V1, run, write
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TEXT = """\
-metrics:
-  - name: app_launches
-    description: Screen the app opens on
-    owner: mobile-team
-    categories: [home, search, settings]
-    versions:
-      - version: 1
-        epsilon: 2
+TEXT = "metrics:\n" + APP_LAUNCHES_V1 + """\
   - name: build_id
     description: 64-bit ids
     owner: release

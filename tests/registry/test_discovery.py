@@ -7,16 +7,9 @@ import pytest
 from cms_core.discovery import UTF8
 from registry import RegistryValidationError
 
-from .helpers import line_of, load, single_problem
+from .helpers import SCREENS, TYPED_WORDS, line_of, load, single_problem
 
-WORDS = """\
-metrics:
-  - name: typed_words
-    description: Words typed
-    owner: keyboard-team
-    strings: true
-    tracked: [the]
-    epsilon: 4
+WORDS = "metrics:\n" + TYPED_WORDS + """\
     discovery:
       alphabet: "abcdefghijklmnopqrstuvwxyz'"
       max_length: 12
@@ -27,12 +20,7 @@ metrics:
     tracked: ["1", "2"]
     epsilon: 2
     discovery: {bits_per_level: 8}
-  - name: screens
-    description: Screens
-    owner: app
-    categories: [home, search]
-    epsilon: 2
-"""
+""" + SCREENS
 
 
 def test_a_discovery_block_gives_each_version_its_levels(tmp_path):

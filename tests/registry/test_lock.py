@@ -9,17 +9,9 @@ import pytest
 from registry import LockFileError, PublishedVersionChangedError, load_registry
 from registry.lock import compare, default_lock_path, lock_entries, read_lock, write_lock
 
-from .helpers import line_of, write
+from .helpers import APP_LAUNCHES_V1, line_of, write
 
-V1 = """\
-metrics:
-  - name: app_launches
-    description: Screen the app opens on
-    owner: mobile-team
-    categories: [home, search, settings]
-    versions:
-      - version: 1
-        epsilon: 2
+V1 = "metrics:\n" + APP_LAUNCHES_V1 + """\
   - name: carrier
     description: Airline
     owner: flights

@@ -87,19 +87,28 @@ static int from_hex(const char *in, uint8_t *out, size_t max, size_t *n) {
     return 0;
 }
 
+/* ``rows`` with room for one more after ``used`` of ``*cap`` (realloc'ed, doubling from 16, when full);
+ * NULL when out of memory (``rows`` is still valid then). */
+static void *room_for_one_more(void *rows, size_t *cap, size_t used, size_t row_size) {
+    size_t grown_cap;
+    void *grown;
+    if (used < *cap) return rows;
+    grown_cap = *cap ? 2 * *cap : 16;
+    grown = realloc(rows, grown_cap * row_size);
+    if (grown != NULL) *cap = grown_cap;
+    return grown;
+}
+
 static spend_row *find_spend(ledger_file *l, const char *metric, int64_t period, int create) {
     size_t i;
+    spend_row *grown;
     for (i = 0; i < l->nspends; i++) {
         if (l->spends[i].period == period && strcmp(l->spends[i].metric, metric) == 0) return &l->spends[i];
     }
     if (!create) return NULL;
-    if (l->nspends == l->capspends) {
-        size_t cap = l->capspends ? 2 * l->capspends : 16;
-        spend_row *grown = realloc(l->spends, cap * sizeof *grown);
-        if (grown == NULL) return NULL;
-        l->spends = grown;
-        l->capspends = cap;
-    }
+    grown = room_for_one_more(l->spends, &l->capspends, l->nspends, sizeof *grown);
+    if (grown == NULL) return NULL;
+    l->spends = grown;
     l->spends[l->nspends].metric = strdup(metric);
     if (l->spends[l->nspends].metric == NULL) return NULL;
     l->spends[l->nspends].period = period;
@@ -109,13 +118,9 @@ static spend_row *find_spend(ledger_file *l, const char *metric, int64_t period,
 }
 
 static memo_row *add_memo(ledger_file *l) {
-    if (l->nmemos == l->capmemos) {
-        size_t cap = l->capmemos ? 2 * l->capmemos : 16;
-        memo_row *grown = realloc(l->memos, cap * sizeof *grown);
-        if (grown == NULL) return NULL;
-        l->memos = grown;
-        l->capmemos = cap;
-    }
+    memo_row *grown = room_for_one_more(l->memos, &l->capmemos, l->nmemos, sizeof *grown);
+    if (grown == NULL) return NULL;
+    l->memos = grown;
     memset(&l->memos[l->nmemos], 0, sizeof l->memos[0]);
     return &l->memos[l->nmemos++];
 }

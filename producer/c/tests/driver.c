@@ -52,6 +52,18 @@ static char *to_hex(const uint8_t *in, size_t n) {
     return out;
 }
 
+/* An encoder's answer: the message as hex under ``key``, or its error. */
+static void reply_message(cJSON *reply, const char *key, int rc, const uint8_t *message, size_t len) {
+    char *hex;
+    if (rc != OCMS_OK) {
+        cJSON_AddStringToObject(reply, "error", ocms_strerror(rc));
+        return;
+    }
+    hex = to_hex(message, len);
+    cJSON_AddStringToObject(reply, key, hex);
+    free(hex);
+}
+
 static int parse_u128(const char *s, u128 *out) {
     u128 v = 0;
     if (s == NULL || *s == '\0') return -1;
@@ -270,7 +282,6 @@ static void cmd_frame(const cJSON *cmd, cJSON *reply) {
     ocms_report *reports;
     recorded_t rec;
     cJSON *list;
-    char *hex;
     int rc;
     if (m == NULL || !cJSON_IsArray(lines)) return;
     count = (size_t)cJSON_GetArraySize(lines);
@@ -293,13 +304,7 @@ static void cmd_frame(const cJSON *cmd, cJSON *reply) {
     }
     message = malloc(ocms_message_size(reports[0].params, (uint32_t)count));
     rc = ocms_encode_frame(reports, (uint32_t)count, message, ocms_message_size(reports[0].params, (uint32_t)count), &len);
-    if (rc == OCMS_OK) {
-        hex = to_hex(message, len);
-        cJSON_AddStringToObject(reply, "message_hex", hex);
-        free(hex);
-    } else {
-        cJSON_AddStringToObject(reply, "error", ocms_strerror(rc));
-    }
+    reply_message(reply, "message_hex", rc, message, len);
     free(message);
     cJSON_AddNumberToObject(reply, "used", (double)recorded_used(&rec));
 done:
@@ -357,7 +362,6 @@ static void cmd_encode(const cJSON *cmd, cJSON *reply) {
     size_t count, i = 0, len;
     uint8_t *out;
     int rc;
-    char *hex;
     if (params_from(cmd, &p, reply) != 0 || !cJSON_IsArray(records)) return;
     count = (size_t)cJSON_GetArraySize(records);
     reports = calloc(count ? count : 1, sizeof *reports);
@@ -374,13 +378,7 @@ static void cmd_encode(const cJSON *cmd, cJSON *reply) {
     out = malloc(ocms_message_size(&p, (uint32_t)count) + 1);
     if (num(cmd, "kind", 2) == 1) rc = ocms_encode_report(&reports[0], out, ocms_message_size(&p, 1), &len);
     else rc = ocms_encode_frame(reports, (uint32_t)count, out, ocms_message_size(&p, (uint32_t)count), &len);
-    if (rc == OCMS_OK) {
-        hex = to_hex(out, len);
-        cJSON_AddStringToObject(reply, "hex", hex);
-        free(hex);
-    } else {
-        cJSON_AddStringToObject(reply, "error", ocms_strerror(rc));
-    }
+    reply_message(reply, "hex", rc, out, len);
     free(out);
     free(reports);
 }

@@ -57,13 +57,18 @@ function writeU32(out: Uint8Array, offset: number, value: number): void {
   out[offset + 3] = value & 255;
 }
 
-function uintBytes(value: bigint, width: number): Uint8Array {
-  const out = new Uint8Array(width);
-  for (let i = width - 1; i >= 0; i--) {
-    out[i] = Number(value & 255n);
-    value >>= 8n;
+/** `x`'s low `out.length` limbs of `bits` bits, big-endian, written into `out`. */
+function limbsInto<T extends Uint8Array | Uint32Array>(out: T, x: bigint, bits: bigint): T {
+  const mask = (1n << bits) - 1n;
+  for (let i = out.length - 1; i >= 0; i--) {
+    out[i] = Number(x & mask);
+    x >>= bits;
   }
   return out;
+}
+
+function uintBytes(value: bigint, width: number): Uint8Array {
+  return limbsInto(new Uint8Array(width), value, 8n);
 }
 
 function concat(...parts: Uint8Array[]): Uint8Array {
@@ -190,12 +195,7 @@ function binaryDescriptor(degree: number, polynomial: bigint): Uint8Array {
 }
 
 function toWords(x: bigint, words: number): Uint32Array {
-  const out = new Uint32Array(words);
-  for (let i = words - 1; i >= 0; i--) {
-    out[i] = Number(x & 0xffffffffn);
-    x >>= 32n;
-  }
-  return out;
+  return limbsInto(new Uint32Array(words), x, 32n);
 }
 
 function fromWords(words: ArrayLike<number>): bigint {

@@ -1,0 +1,135 @@
+"""How the packages fit together (issue 26): import arrows between them, those that run back up, file circles.
+
+    python -m benchmarks.bench_house
+
+The packages stack one way: cms_core <- registry <- producer <- collector <- agents. Every import of
+one of them is counted, at module level or inside a function (the review's grep,
+``grep -rnE "^\\s*(from|import) (agents|collector|producer|registry)\\b"``, reads both), relative
+imports included. A file circle is a set of modules that import each other, directly or through
+others (Tarjan's strongly connected components); ``from . import x`` counts as importing ``pkg.x``,
+not the package's ``__init__``; so does ``from . import _kernel`` of a compiled extension module
+(known by its C source or its build, ``cms_core/_kernel.c``).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.machinery
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Lowest floor first: a package may import only those below it.
+FLOORS = ("cms_core", "registry", "producer", "collector", "agents")
+#: A compiled extension module's source or build (it imports no product module).
+COMPILED = (".c", *importlib.machinery.EXTENSION_SUFFIXES)
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Module name -> file, for every product package (compiled extension modules included)."""
+    out = {}
+    for package in FLOORS:
+        for path in sorted((root / package).rglob("*.py")):
+            name = ".".join(path.relative_to(root).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = path
+        for path in sorted((root / package).rglob("*")):
+            if path.name.endswith(COMPILED) and (path.parent / "__init__.py").exists():
+                name = ".".join(path.relative_to(root).parent.parts + (path.name.split(".")[0],))
+                out.setdefault(name, path)
+    return out
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, int]]:
+    """(imported module, line) of every import in ``path`` of a product module, at any depth."""
+    if path.suffix != ".py":
+        return []  # compiled
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                found.append((full if full in known else base, node.lineno))
+    return [(target, line) for target, line in found if target.split(".")[0] in FLOORS and target != name]
+
+
+def package_arrows(root: Path = ROOT) -> Counter:
+    """(from package, to package) -> import statements."""
+    known = modules(root)
+    arrows = Counter()
+    for name, path in known.items():
+        for target, _ in imports(name, path, known):
+            arrows[(name.split(".")[0], target.split(".")[0])] += 1
+    return arrows
+
+
+def upward(root: Path = ROOT) -> list[str]:
+    """Every import that runs back up the floors, as FILE:LINE: module -> module."""
+    known = modules(root)
+    out = []
+    for name, path in known.items():
+        for target, line in imports(name, path, known):
+            if FLOORS.index(target.split(".")[0]) > FLOORS.index(name.split(".")[0]):
+                out.append(f"{path.relative_to(root)}:{line}: {name} -> {target}")
+    return out
+
+
+def circles(root: Path = ROOT) -> list[list[str]]:
+    """The file circles (strongly connected components of more than one module)."""
+    known = modules(root)
+    edges = {name: {t for t, _ in imports(name, path, known) if t in known} for name, path in known.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in known:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def main() -> None:
+    arrows = package_arrows()
+    print("package arrows (import statements, module level and inside functions):")
+    for (source, target), count in sorted(arrows.items(), key=lambda item: (FLOORS.index(item[0][0]), item[0][1])):
+        if source != target:
+            direction = "UP" if FLOORS.index(target) > FLOORS.index(source) else "down"
+            print(f"  {source:>9} -> {target:<9} {count:3d}  {direction}")
+    up = upward()
+    print(f"package pairs: {sum(1 for s, t in arrows if s != t)}; imports running back up: {len(up)}")
+    for line in up:
+        print(f"  {line}")
+    found = circles()
+    print(f"file circles: {len(found)}")
+    for circle in found:
+        print("  " + " <-> ".join(circle))
+
+
+if __name__ == "__main__":
+    main()

@@ -15,8 +15,7 @@ exactness argument is tested without a broker.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from collections import abc, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
@@ -228,7 +227,7 @@ def keys_for(fingerprint: str, partition: int, timestamp: float, levels: Sequenc
 def levels_of(levels, fingerprint: str) -> Sequence[tuple[int, int]]:
     """The time levels of one fingerprint: ``levels`` is one worker-wide sequence, or a mapping
     fingerprint -> levels (a registry gives each metric version its own); () for an unknown one."""
-    if isinstance(levels, Mapping):
+    if isinstance(levels, abc.Mapping):  # collections.abc: typing.Mapping's check is several times slower
         return levels.get(fingerprint, ())
     return levels
 
@@ -258,7 +257,7 @@ def plan_batch(
     added: dict[BucketKey, list] = {}  # key -> [n, counts, max offset, shuffled, smallest shuffled batch]
     replayed_keys: set[BucketKey] = set()
     started = time.perf_counter()
-    planned = []  # (thresholds, offsets, cuts, segments, tracked) per group; segments decoded below
+    planned = []  # (thresholds, first offset, cuts, segments) per group; segments decoded below
     jobs = []  # (params, batch, tracked, segment): every kernel call of the batch, made together
     for (fingerprint, partition, _), group in groups.items():
         group.sort(key=lambda m: m.offset)
@@ -268,10 +267,17 @@ def plan_batch(
             if key not in states:
                 states[key] = read(key)
         thresholds = {key: (states[key].last_offset if states[key] is not None else NO_OFFSET) for key in keys}
-        offsets = np.fromiter((m.offset for m in group), np.int64, len(group))
+        first = group[0].offset
         cuts = sorted(set(thresholds.values()))
         # Segment i holds the events with cuts[i] < offset <= cuts[i + 1].
         segments = []
+        if cuts[-1] < first:  # no replay (the normal case): the whole group is the last segment
+            batch = ReportBatch.concat([m.batch for m in group])
+            segment = new_segment(group, batch, group[-1].offset)
+            jobs.append((params, batch, tracked, segment))
+            planned.append((thresholds, first, cuts, [None] * (len(cuts) - 1) + [segment]))
+            continue
+        offsets = np.fromiter((m.offset for m in group), np.int64, len(group))
         for i, low in enumerate(cuts):
             high = cuts[i + 1] if i + 1 < len(cuts) else None
             lo = int(np.searchsorted(offsets, low, side="right"))
@@ -280,27 +286,28 @@ def plan_batch(
                 segments.append(None)
                 continue
             batch = ReportBatch.concat([m.batch for m in group[lo:hi]])
-            shuffled = [m for m in group[lo:hi] if m.shuffle_n]
-            segment = [len(batch), None, int(offsets[hi - 1]), sum(len(m.batch) for m in shuffled),
-                       min((m.shuffle_n for m in shuffled), default=0)]
+            segment = new_segment(group[lo:hi], batch, int(offsets[hi - 1]))
             jobs.append((params, batch, tracked, segment))
             segments.append(segment)
-        planned.append((thresholds, offsets, cuts, segments, tracked))
+        planned.append((thresholds, first, cuts, segments))
     decode_segments(jobs)
-    for thresholds, offsets, cuts, segments, tracked in planned:
+    for thresholds, first, cuts, segments in planned:
         for key, threshold in thresholds.items():
-            if offsets[0] <= threshold:  # this key skips at least one (replayed) event
+            if first <= threshold:  # this key skips at least one (replayed) event
                 replayed_keys.add(key)
             for segment in segments[cuts.index(threshold):]:
                 if segment is None:
                     continue
                 n, counts, last, shuffled, shuffle_min = segment
-                slot = added.setdefault(key, [0, np.zeros(len(tracked), np.int64), NO_OFFSET, 0, 0])
-                slot[0] += n
-                slot[1] += counts
-                slot[2] = max(slot[2], last)
-                slot[3] += shuffled
-                slot[4] = smallest_batch(slot[4], shuffle_min)
+                slot = added.get(key)
+                if slot is None:  # counts shared with the group's other keys: never added to in place
+                    added[key] = [n, counts, last, shuffled, shuffle_min]
+                else:
+                    slot[0] += n
+                    slot[1] = slot[1] + counts
+                    slot[2] = max(slot[2], last)
+                    slot[3] += shuffled
+                    slot[4] = smallest_batch(slot[4], shuffle_min)
     plan.decode_seconds = time.perf_counter() - started
     for key, (n, counts, last, shuffled, shuffle_min) in added.items():
         plan.writes.append((key, fold(states[key], counts, n, last, shuffled, shuffle_min)))
@@ -316,30 +323,24 @@ def plan_batch(
     return plan
 
 
+def new_segment(messages: Sequence[AcceptedMessage], batch: ReportBatch, last: int) -> list:
+    """``[n, counts (decode_segments fills them), last offset, shuffled reports, smallest shuffled
+    batch]`` of consecutive events of one group, ``batch`` their reports."""
+    shuffled = [m for m in messages if m.shuffle_n]
+    return [len(batch), None, last, sum(len(m.batch) for m in shuffled), min((m.shuffle_n for m in shuffled), default=0)]
+
+
 def decode_segments(jobs: list) -> None:
     """Fill each job's segment ``[n, counts, last, ...]`` with its kernel counts.
 
     A registry worker's micro-batch holds many small groups (one per metric version,
-    partition and bucket), each below the kernel's own threshold for a second thread, so
-    decoded one after another they used one CPU while the single-metric worker's one large
-    group used all. The groups are independent, so they are decoded on a pool of the
-    kernel's thread count (largest first, for balance) whenever together they are worth it;
-    each count is the same integer whichever thread computes it.
+    partition and bucket): they are decoded together (``kernel.match_counts_many``: one
+    kernel call per decode thread, the threads' shares balanced), each count the same
+    integer whichever thread computes it.
     """
-    threads = kernel.default_threads()
-    pairs = sum(len(batch) * len(tracked) for _, batch, tracked, _ in jobs)
-    if len(jobs) < 2 or threads < 2 or pairs < 2 * kernel._PAIRS_PER_THREAD:
-        for params, batch, tracked, segment in jobs:
-            segment[1] = kernel.match_counts(params, batch, tracked)
-        return
-    jobs = sorted(jobs, key=lambda job: len(job[1]) * len(job[2]), reverse=True)
-
-    def decode(job):
-        params, batch, tracked, segment = job
-        segment[1] = kernel.match_counts(params, batch, tracked, threads=1)
-
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ocms-decode-group") as pool:
-        list(pool.map(decode, jobs))
+    counts = kernel.match_counts_many([(params, batch, tracked) for params, batch, tracked, _ in jobs])
+    for (_, _, _, segment), job_counts in zip(jobs, counts):
+        segment[1] = job_counts
 
 
 def batch_keys(
@@ -348,10 +349,14 @@ def batch_keys(
 ) -> list[BucketKey]:
     """Every member key ``plan_batch`` reads for ``messages`` (each once)."""
     keys: dict[BucketKey, None] = {}
+    groups: set[tuple[str, int, int]] = set()  # events of one base bucket share all their keys
     for message in messages:
-        for key in keys_for(message.fingerprint, message.partition, message.timestamp,
-                            levels_of(levels, message.fingerprint)):
-            keys[key] = None
+        fingerprint_levels = levels_of(levels, message.fingerprint)
+        group = (message.fingerprint, message.partition, bucket_start(message.timestamp, fingerprint_levels[0][0]))
+        if group not in groups:
+            groups.add(group)
+            keys.update(dict.fromkeys(keys_for(message.fingerprint, message.partition, message.timestamp,
+                                               fingerprint_levels)))
     return list(keys)
 
 

@@ -34,6 +34,10 @@
  *
  * Every entry point releases the GIL; cms_core.kernel runs one call per thread
  * on disjoint report slices with private count arrays and sums them.
+ *   counts_many    a list of counts_range / counts_values jobs, all checked, then
+ *                  run under one GIL release (many small batches: the GIL is not
+ *                  taken back between them, which under a busy event loop cost up
+ *                  to a switch interval, 5 ms, per batch).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -459,18 +463,33 @@ static PyObject *release_buffers(Buffers *b, PyObject *result) {
     return result;
 }
 
-/* counts_range(a0, a1, z, p, m, start, out) -- prime fields, out[len] += matches */
-static PyObject *py_counts_range(PyObject *self, PyObject *args) {
+/* One counts call: its checked arguments and the buffers it holds (released with the GIL).
+ * counts_range and counts_values run one job; counts_many runs a list of them under one GIL
+ * release, so a caller with many small batches (a worker serving many metrics) does not take
+ * the GIL back between them. */
+typedef struct {
+    Buffers held;
+    Py_buffer *a0, *a1, *z, *xs, *out; /* xs: NULL for a range job */
+    int kind, isa;
+    uint64_t order, m, start;
+    size_t n, count;
+} Job;
+
+/* counts_range's arguments (a0, a1, z, p, m, start, out): checked, buffers held; -1 with an error set
+ * (and nothing held). */
+static int job_range(Job *job, PyObject *args) {
     PyObject *oa0, *oa1, *oz, *oout;
     unsigned long long p, m, start;
-    if (!PyArg_ParseTuple(args, "OOOKKKO", &oa0, &oa1, &oz, &p, &m, &start, &oout)) return NULL;
-    Buffers held = {.held = 0};
-    Py_buffer *a0, *a1, *z, *out;
-    if (!(a0 = take_buffer(&held, oa0, 0, 8, "a0")) || !(a1 = take_buffer(&held, oa1, 0, 8, "a1")) ||
-        !(z = take_buffer(&held, oz, 0, 4, "z")) || !(out = take_buffer(&held, oout, 1, 8, "out")))
+    job->held.held = 0;
+    job->xs = NULL;
+    if (!PyArg_ParseTuple(args, "OOOKKKO", &oa0, &oa1, &oz, &p, &m, &start, &oout)) return -1;
+    Buffers *held = &job->held;
+    if (!(job->a0 = take_buffer(held, oa0, 0, 8, "a0")) || !(job->a1 = take_buffer(held, oa1, 0, 8, "a1")) ||
+        !(job->z = take_buffer(held, oz, 0, 4, "z")) || !(job->out = take_buffer(held, oout, 1, 8, "out")))
         goto fail;
-    size_t n = (size_t)(z->len / 4);
-    if ((size_t)(a0->len / 8) != n || (size_t)(a1->len / 8) != n) {
+    size_t n = job->n = (size_t)(job->z->len / 4), count = job->count = (size_t)(job->out->len / 8);
+    job->order = p, job->m = m, job->start = start;
+    if ((size_t)(job->a0->len / 8) != n || (size_t)(job->a1->len / 8) != n) {
         PyErr_SetString(PyExc_ValueError, "a0, a1 and z must have the same length");
         goto fail;
     }
@@ -478,43 +497,38 @@ static PyObject *py_counts_range(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "unsupported field/hash range for the range kernel");
         goto fail;
     }
-    size_t count = (size_t)(out->len / 8);
     if (count && start + count - 1 >= p) {
         PyErr_SetString(PyExc_ValueError, "tracked range exceeds the field");
         goto fail;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (p < (UINT64_C(1) << 31))
-        range_kernel_32(a0->buf, a1->buf, z->buf, n, p, m, start, count, out->buf);
-    else
-        range_kernel_64(a0->buf, a1->buf, z->buf, n, p, m, start, count, out->buf);
-    Py_END_ALLOW_THREADS
-    return release_buffers(&held, Py_NewRef(Py_None));
+    return 0;
 fail:
-    return release_buffers(&held, NULL);
+    release_buffers(held, NULL);
+    return -1;
 }
 
-/* counts_values(a0, a1, z, kind, order_or_degree, m, xs, out[, isa]): isa -1 (default) is the
- * best level this CPU has (BEST_ISA); 0, 1, 2 pin a level (ValueError if the CPU lacks it). */
-static PyObject *py_counts_values(PyObject *self, PyObject *args) {
+/* counts_values' arguments (a0, a1, z, kind, order_or_degree, m, xs, out[, isa]): checked, buffers held. */
+static int job_values(Job *job, PyObject *args) {
     PyObject *oa0, *oa1, *oz, *oxs, *oout;
     int kind, isa = -1;
     unsigned long long order, m;
-    if (!PyArg_ParseTuple(args, "OOOiKKOO|i", &oa0, &oa1, &oz, &kind, &order, &m, &oxs, &oout, &isa)) return NULL;
+    job->held.held = 0;
+    if (!PyArg_ParseTuple(args, "OOOiKKOO|i", &oa0, &oa1, &oz, &kind, &order, &m, &oxs, &oout, &isa)) return -1;
     if (isa < -1 || isa > best_isa()) {
         PyErr_Format(PyExc_ValueError, "isa %d: this CPU offers levels 0..%d", isa, best_isa());
-        return NULL;
+        return -1;
     }
-    if (isa == -1) isa = best_isa();
-    Buffers held = {.held = 0};
-    Py_buffer *a0, *a1, *z, *xs, *out;
-    if (!(a0 = take_buffer(&held, oa0, 0, 8, "a0")) || !(a1 = take_buffer(&held, oa1, 0, 8, "a1")) ||
-        !(z = take_buffer(&held, oz, 0, 4, "z")) || !(xs = take_buffer(&held, oxs, 0, 8, "xs")) ||
-        !(out = take_buffer(&held, oout, 1, 8, "out")))
+    job->isa = isa == -1 ? best_isa() : isa;
+    job->kind = kind, job->order = order, job->m = m;
+    Buffers *held = &job->held;
+    if (!(job->a0 = take_buffer(held, oa0, 0, 8, "a0")) || !(job->a1 = take_buffer(held, oa1, 0, 8, "a1")) ||
+        !(job->z = take_buffer(held, oz, 0, 4, "z")) || !(job->xs = take_buffer(held, oxs, 0, 8, "xs")) ||
+        !(job->out = take_buffer(held, oout, 1, 8, "out")))
         goto fail;
-    size_t n = (size_t)(z->len / 4), count = (size_t)(out->len / 8);
+    size_t n = job->n = (size_t)(job->z->len / 4), count = job->count = (size_t)(job->out->len / 8);
     size_t limbs = (kind == FIELD_BINARY && order == 128) ? 2 : 1;
-    if ((size_t)(a0->len / 8) != n * limbs || (size_t)(a1->len / 8) != n * limbs || (size_t)(xs->len / 8) != count * limbs) {
+    if ((size_t)(job->a0->len / 8) != n * limbs || (size_t)(job->a1->len / 8) != n * limbs ||
+        (size_t)(job->xs->len / 8) != count * limbs) {
         PyErr_SetString(PyExc_ValueError, "array lengths disagree");
         goto fail;
     }
@@ -522,7 +536,6 @@ static PyObject *py_counts_values(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "hash range out of kernel bounds");
         goto fail;
     }
-    int hw = isa >= ISA_PCLMUL;
     if (kind == FIELD_PRIME) {
         if (!(order == P64 || order < (UINT64_C(1) << 32))) {
             PyErr_SetString(PyExc_ValueError, "unsupported prime for the values kernel");
@@ -532,30 +545,101 @@ static PyObject *py_counts_values(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "unsupported field");
         goto fail;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == FIELD_PRIME && order == P64)
-        values_prime_64(a0->buf, a1->buf, z->buf, n, m, xs->buf, count, out->buf);
-    else if (kind == FIELD_PRIME)
-        values_prime_small(a0->buf, a1->buf, z->buf, n, order, m, xs->buf, count, out->buf);
+    return 0;
+fail:
+    release_buffers(held, NULL);
+    return -1;
+}
+
+/* Run a checked job: out[count] += matches. Needs no GIL. */
+static void job_run(const Job *job) {
+    const uint64_t *a0 = job->a0->buf, *a1 = job->a1->buf;
+    const uint32_t *z = job->z->buf;
+    int64_t *out = job->out->buf;
+    size_t n = job->n, count = job->count;
+    uint64_t m = job->m, order = job->order;
+    if (job->xs == NULL) {
+        if (order < (UINT64_C(1) << 31))
+            range_kernel_32(a0, a1, z, n, order, m, job->start, count, out);
+        else
+            range_kernel_64(a0, a1, z, n, order, m, job->start, count, out);
+        return;
+    }
+    const uint64_t *xs = job->xs->buf;
+    int hw = job->isa >= ISA_PCLMUL;
+    if (job->kind == FIELD_PRIME && order == P64)
+        values_prime_64(a0, a1, z, n, m, xs, count, out);
+    else if (job->kind == FIELD_PRIME)
+        values_prime_small(a0, a1, z, n, order, m, xs, count, out);
     else if (order == 64) {
 #if HAVE_X86
-        if (hw) values_gf64_hw(a0->buf, a1->buf, z->buf, n, m, xs->buf, count, out->buf); else
+        if (hw) values_gf64_hw(a0, a1, z, n, m, xs, count, out); else
 #endif
-        values_gf64_soft(a0->buf, a1->buf, z->buf, n, m, xs->buf, count, out->buf);
+        values_gf64_soft(a0, a1, z, n, m, xs, count, out);
     } else {
 #if HAVE_VPCLMUL_PATH
-        if (isa >= ISA_AVX512_VPCLMUL && m < FOLD_LIMIT) values_gf128_vp(a0->buf, a1->buf, z->buf, n, m, xs->buf, count, out->buf); else
+        if (job->isa >= ISA_AVX512_VPCLMUL && m < FOLD_LIMIT) values_gf128_vp(a0, a1, z, n, m, xs, count, out); else
 #endif
 #if HAVE_X86
-        if (hw) values_gf128_hw(a0->buf, a1->buf, z->buf, n, m, xs->buf, count, out->buf); else
+        if (hw) values_gf128_hw(a0, a1, z, n, m, xs, count, out); else
 #endif
-        values_gf128_soft(a0->buf, a1->buf, z->buf, n, m, xs->buf, count, out->buf);
+        values_gf128_soft(a0, a1, z, n, m, xs, count, out);
     }
-    Py_END_ALLOW_THREADS
     (void)hw;
-    return release_buffers(&held, Py_NewRef(Py_None));
-fail:
-    return release_buffers(&held, NULL);
+}
+
+static PyObject *run_one(Job *job) {
+    Py_BEGIN_ALLOW_THREADS
+    job_run(job);
+    Py_END_ALLOW_THREADS
+    return release_buffers(&job->held, Py_NewRef(Py_None));
+}
+
+/* counts_range(a0, a1, z, p, m, start, out) -- prime fields, out[len] += matches */
+static PyObject *py_counts_range(PyObject *self, PyObject *args) {
+    Job job;
+    return job_range(&job, args) < 0 ? NULL : run_one(&job);
+}
+
+/* counts_values(a0, a1, z, kind, order_or_degree, m, xs, out[, isa]): isa -1 (default) is the
+ * best level this CPU has (BEST_ISA); 0, 1, 2 pin a level (ValueError if the CPU lacks it). */
+static PyObject *py_counts_values(PyObject *self, PyObject *args) {
+    Job job;
+    return job_values(&job, args) < 0 ? NULL : run_one(&job);
+}
+
+/* counts_many(jobs): each job a tuple of counts_range's 7 arguments or counts_values' 8 (or 9);
+ * every job is checked first (nothing runs if one is bad), then all run under one GIL release. */
+static PyObject *py_counts_many(PyObject *self, PyObject *args) {
+    PyObject *ojobs;
+    if (!PyArg_ParseTuple(args, "O", &ojobs)) return NULL;
+    PyObject *seq = PySequence_Fast(ojobs, "counts_many: expected a sequence of argument tuples");
+    if (seq == NULL) return NULL;
+    Py_ssize_t total = PySequence_Fast_GET_SIZE(seq), ready = 0;
+    Job *jobs = PyMem_Calloc(total ? (size_t)total : 1, sizeof(Job));
+    if (jobs == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (; ready < total; ready++) {
+        PyObject *item = items[ready];
+        if (!PyTuple_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "counts_many: job %zd is not a tuple", ready);
+            break;
+        }
+        if ((PyTuple_GET_SIZE(item) == 7 ? job_range(&jobs[ready], item) : job_values(&jobs[ready], item)) < 0) break;
+    }
+    if (ready == total) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < total; i++) job_run(&jobs[i]);
+        Py_END_ALLOW_THREADS
+    }
+    for (Py_ssize_t i = 0; i < ready; i++) release_buffers(&jobs[i].held, NULL);
+    PyMem_Free(jobs);
+    Py_DECREF(seq);
+    if (ready != total) return NULL;
+    Py_RETURN_NONE;
 }
 
 /* hash_residues(a0, a1, x, kind, order_or_degree, m, out): out[i] = h_i(x_i) mod m */
@@ -607,6 +691,7 @@ static PyMethodDef methods[] = {
     {"counts_range", py_counts_range, METH_VARARGS, "Match counts for a consecutive range (prime fields)."},
     {"counts_values", py_counts_values, METH_VARARGS, "Match counts for arbitrary tracked values."},
     {"hash_residues", py_hash_residues, METH_VARARGS, "Per-report hash of per-report values."},
+    {"counts_many", py_counts_many, METH_VARARGS, "Run many counts_range / counts_values jobs under one GIL release."},
     {NULL, NULL, 0, NULL},
 };
 

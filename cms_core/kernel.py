@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
 
 import numpy as np
 
@@ -74,12 +75,16 @@ def _resolve_backend(backend: str | None) -> str:
     return backend
 
 
-def _compiled_counts(params: OCMSParams, batch: ReportBatch, tracked: TrackedValues, out: np.ndarray) -> None:
+def _compiled_job(params: OCMSParams, batch: ReportBatch, tracked: TrackedValues, out: np.ndarray) -> tuple:
+    """The compiled kernel's arguments for ``out += counts`` (counts_range's or counts_values')."""
     if tracked.is_range and isinstance(params.field, PrimeField):
-        _compiled.counts_range(batch.a0, batch.a1, batch.z, params.field.order, params.hash_range, tracked.range_start, out)
-    else:
-        kind, order = _field_code(params)
-        _compiled.counts_values(batch.a0, batch.a1, batch.z, kind, order, params.hash_range, tracked.elements, out)
+        return batch.a0, batch.a1, batch.z, params.field.order, params.hash_range, tracked.range_start, out
+    kind, order = _field_code(params)
+    return batch.a0, batch.a1, batch.z, kind, order, params.hash_range, tracked.elements, out
+
+
+def _compiled_counts(params: OCMSParams, batch: ReportBatch, tracked: TrackedValues, out: np.ndarray) -> None:
+    _compiled.counts_many([_compiled_job(params, batch, tracked, out)])
 
 
 def match_counts(
@@ -119,6 +124,69 @@ def match_counts(
         for f in futures:
             f.result()
     return np.sum(partials, axis=0)
+
+
+def match_counts_many(
+    jobs: Sequence[tuple[OCMSParams, ReportBatch, TrackedValues]],
+    *,
+    backend: str | None = None,
+    threads: int | None = None,
+) -> list[np.ndarray]:
+    """``match_counts`` of every (params, batch, tracked) job, the same integers, decoded together.
+
+    Why: a worker serving many metrics decodes many small batches per micro-batch (one per metric
+    version, partition and bucket). One call each took the GIL back after every batch, and under a
+    busy event loop each re-take waited up to the interpreter's switch interval (5 ms); the compiled
+    jobs here run in one kernel call per thread (``counts_many``: one GIL release), on up to
+    ``threads`` threads with about equal pairs each (a job larger than a thread's share is cut into
+    report slices with private count arrays, summed after). Direct RR jobs are a histogram each.
+    """
+    backend = _resolve_backend(backend)
+    results: list[np.ndarray | None] = [None] * len(jobs)
+    units = []  # (pairs, kernel arguments): every compiled call, each into its own count array
+    slices: list[tuple[int, list[np.ndarray]]] = []  # (job index, partial count arrays) to sum after
+    pending = []
+    for index, (params, batch, tracked) in enumerate(jobs):
+        if len(batch) and not params.is_direct and backend == "compiled":
+            pending.append(index)
+        else:
+            results[index] = match_counts(params, batch, tracked, backend=backend, threads=1)
+    total = sum(len(jobs[i][1]) * len(jobs[i][2]) for i in pending)
+    threads = max(1, min(threads or default_threads(), total // _PAIRS_PER_THREAD or 1))
+    share = -(-total // threads) if total else 1
+    for index in pending:
+        params, batch, tracked = jobs[index]
+        n, d = len(batch), len(tracked)
+        parts = max(1, min(n, -(-(n * d) // share)))
+        if parts == 1:
+            out = results[index] = np.zeros(d, np.int64)
+            units.append((n * d, _compiled_job(params, batch, tracked, out)))
+            continue
+        bounds = np.linspace(0, n, parts + 1).astype(int)
+        partials = [np.zeros(d, np.int64) for _ in range(parts)]
+        slices.append((index, partials))
+        for i, out in enumerate(partials):
+            part = batch.slice(bounds[i], bounds[i + 1])
+            units.append((len(part) * d, _compiled_job(params, part, tracked, out)))
+    bins: list[list[tuple]] = [[] for _ in range(threads)]
+    loads = [0] * threads
+    for pairs, args in sorted(units, key=lambda unit: unit[0], reverse=True):  # largest first onto the lightest
+        lightest = loads.index(min(loads))
+        bins[lightest].append(args)
+        loads[lightest] += pairs
+    bins = [b for b in bins if b]
+    if len(bins) <= 1:
+        for b in bins:
+            _compiled.counts_many(b)
+    else:
+        with ThreadPoolExecutor(max_workers=len(bins) - 1, thread_name_prefix="ocms-decode-part") as pool:
+            others = [pool.submit(_compiled.counts_many, b) for b in bins[1:]]
+            _compiled.counts_many(bins[0])
+            for future in others:
+                future.result()
+    for index, partials in slices:
+        results[index] = np.sum(partials, axis=0)
+    return results
 
 
 #: Up to this hash range the direct decode counts z into a dense histogram (<= 128 MiB).

@@ -71,6 +71,8 @@ class ReportBatch:
 
     @staticmethod
     def concat(batches: Sequence["ReportBatch"]) -> "ReportBatch":
+        if len(batches) == 1:  # batches are never changed in place: no copy needed
+            return batches[0]
         return ReportBatch(
             np.concatenate([b.a0 for b in batches]),
             np.concatenate([b.a1 for b in batches]),

@@ -304,13 +304,15 @@ def acks(journal) -> list[tuple[int, int]]:
 
 def test_full_batches_are_checkpointed_behind_the_intake_and_acked_in_the_order_they_were_taken(worker, monkeypatch):
     """Group commit: the intake goes on while a full batch decodes and waits for the broker; the
-    next batch grows to BATCH_GROWTH_UNDER_LOAD x batch_max_reports before the intake waits.
-    Batches are written one after another, and a later batch's messages are never acked before
-    an earlier one's, even when the broker acknowledges the later batch's records first."""
+    next batch grows until the batches before it are acknowledged, or to BATCH_GROWTH_UNDER_LOAD x
+    batch_max_reports, where its checkpoint starts (and the intake waits when the one after it
+    reaches the cap too). Batches are written one after another, and a later batch's messages are
+    never acked before an earlier one's, even when the broker acknowledges the later batch's
+    records first."""
     journal, _ = held_worker(worker, monkeypatch)
     worker.checkpoint.pending = PendingBatch(2 * FRAME)  # full at two messages
     cap_messages = checkpoint_module.BATCH_GROWTH_UNDER_LOAD * 2
-    messages = deliveries(0, range(2 + 2 + cap_messages))
+    messages = deliveries(0, range(2 + 2 * cap_messages))
 
     async def feed(batch):
         for m in batch:
@@ -321,12 +323,15 @@ def test_full_batches_are_checkpointed_behind_the_intake_and_acked_in_the_order_
         await feed(messages[:2])  # batch 1: full, checkpointed behind the intake
         assert len(worker.pending) == 0
         await until(lambda: journal.count("write") == 2)
-        await feed(messages[2:4])  # batch 2: batch 1 wrote, so its checkpoint starts and waits for batch 1's acks
+        await feed(messages[2:1 + cap_messages])  # batch 2: full, but grows while batch 1 is unacknowledged
+        await settle(worker)
+        assert len(worker.pending) == cap_messages - 1 and journal.count("write") == 2
+        await feed(messages[1 + cap_messages:2 + cap_messages])  # at the cap: its checkpoint starts anyway
         await until(lambda: journal.count("write") == 4)
         assert len(worker.pending) == 0
-        await feed(messages[4:4 + cap_messages - 1])  # batch 3 grows past full while batch 2's checkpoint runs
+        await feed(messages[2 + cap_messages:1 + 2 * cap_messages])  # batch 3 grows while batch 2 waits for batch 1
         assert len(worker.pending) == cap_messages - 1 and journal.count("write") == 4
-        blocked = asyncio.ensure_future(feed(messages[4 + cap_messages - 1:]))  # at the cap: the intake waits
+        blocked = asyncio.ensure_future(feed(messages[1 + 2 * cap_messages:]))  # at the cap: the intake waits
         await settle(worker)
         assert not blocked.done()
         for future in worker.checkpoint.writer.table.every_future[2:4]:  # the broker acknowledges batch 2 first
@@ -335,7 +340,7 @@ def test_full_batches_are_checkpointed_behind_the_intake_and_acked_in_the_order_
         assert acks(journal) == [] and not blocked.done()
         for future in worker.checkpoint.writer.table.every_future[0:2]:
             future.set_result(None)
-        await until(lambda: len(acks(journal)) == 4)
+        await until(lambda: len(acks(journal)) == 2 + cap_messages)
         await blocked  # batch 2's checkpoint is done (batch 1 acked), batch 3 is taken
         assert len(worker.pending) == 0
         await until(lambda: journal.count("write") == 6)
@@ -350,13 +355,46 @@ def test_full_batches_are_checkpointed_behind_the_intake_and_acked_in_the_order_
     assert journal.count("write") == 6  # three batches, a bucket and a cumulative key each
 
 
-def test_a_batch_the_broker_refuses_stops_every_later_batch_from_being_acked(worker, monkeypatch):
+def test_a_full_batch_waits_for_the_acknowledgements_before_it_not_for_the_age_bound(worker, monkeypatch):
+    """Under load a full batch is not checkpointed while the batch before it waits for the broker
+    (a checkpoint rewrites every touched key whatever the batch's size): Checkpoint.ready, which
+    the intake and the age-bound timer (app.flush_old_batch) both ask, says no until the broker
+    has acknowledged; then the next message takes it."""
     journal, _ = held_worker(worker, monkeypatch)
     worker.checkpoint.pending = PendingBatch(2 * FRAME)
-    messages = deliveries(0, range(6))
+    messages = deliveries(0, range(5))
 
     async def run():
         for m in messages[:4]:
+            if worker.receive(m):
+                await worker.batch_full()
+        await until(lambda: journal.count("write") == 2)
+        await settle(worker)
+        assert len(worker.pending) == 2 and worker.pending.full and not worker.checkpoint.ready()
+        for future in worker.checkpoint.writer.table.every_future:
+            future.set_result(None)
+        await until(lambda: len(acks(journal)) == 2)
+        assert worker.checkpoint.ready()
+        if worker.receive(messages[4]):
+            await worker.batch_full()
+        await until(lambda: journal.count("write") == 4)
+        for future in worker.checkpoint.writer.table.every_future:
+            if not future.done():
+                future.set_result(None)
+        await worker.flush()
+
+    asyncio.run(run())
+    assert acks(journal) == [(0, i) for i in range(5)]
+
+
+def test_a_batch_the_broker_refuses_stops_every_later_batch_from_being_acked(worker, monkeypatch):
+    journal, _ = held_worker(worker, monkeypatch)
+    worker.checkpoint.pending = PendingBatch(2 * FRAME)
+    cap_messages = checkpoint_module.BATCH_GROWTH_UNDER_LOAD * 2
+    messages = deliveries(0, range(2 + cap_messages + 2))
+
+    async def run():
+        for m in messages[:2 + cap_messages]:  # batch 2 reaches the cap: written before batch 1 is acked
             if worker.receive(m):
                 await worker.batch_full()
         await until(lambda: journal.count("write") == 4)
@@ -366,7 +404,7 @@ def test_a_batch_the_broker_refuses_stops_every_later_batch_from_being_acked(wor
         await until(lambda: any(str(e).startswith("crash") for e in journal))
         await settle(worker)
         with pytest.raises(RuntimeError, match="not leader"):  # the intake stops at its next full batch
-            for m in messages[4:]:
+            for m in messages[2 + cap_messages:]:
                 if worker.receive(m):
                     await worker.batch_full()
 

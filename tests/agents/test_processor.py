@@ -565,27 +565,34 @@ def test_pending_batch_drops_partitions_no_longer_owned_and_forgets_their_offset
 
 # ------------------------------------------------- groups decoded on threads
 def test_groups_decoded_together_on_threads_give_the_same_plan(monkeypatch):
-    """A registry worker's batch holds many small groups, decoded on a pool of threads
-    (decode_segments); the plan, replayed segments included, is the one-by-one plan to the integer."""
+    """A registry worker's batch holds many small groups, decoded together on threads
+    (decode_segments: kernel.match_counts_many); the plan, replayed segments included, is the
+    plan with every group decoded alone, to the integer."""
     events = make_events(51, per_partition=24)
     table: dict = {}
     for key, state in plan_batch(events[:30], table.get, PARAMS, TRACKED, LEVELS).writes:
         table[key] = state
     batch = events[12:]  # overlaps what the table holds: replayed segments next to new ones
+    together = kernel.match_counts_many
+    monkeypatch.setattr(kernel, "match_counts_many", lambda jobs, **kw: [
+        kernel.match_counts(params, b, tracked, threads=1) for params, b, tracked in jobs])
     one_by_one = plan_batch(batch, table.get, PARAMS, TRACKED, LEVELS)
     assert one_by_one.replayed > 0
+    monkeypatch.setattr(kernel, "match_counts_many", together)
     threads = []
-    decode = kernel.match_counts
+    if kernel.BACKEND == "compiled":
+        run = kernel._compiled.counts_many
 
-    def recording(*args, **kwargs):
-        threads.append(threading.current_thread().name)
-        return decode(*args, **kwargs)
+        def recording(jobs):
+            threads.append(threading.current_thread().name)
+            return run(jobs)
 
-    monkeypatch.setattr(kernel, "match_counts", recording)
+        monkeypatch.setattr(kernel._compiled, "counts_many", recording)
     monkeypatch.setattr(kernel, "_PAIRS_PER_THREAD", 1)  # every batch worth a second thread
     monkeypatch.setenv("OCMS_DECODE_THREADS", "2")
     pooled = plan_batch(batch, table.get, PARAMS, TRACKED, LEVELS)
-    assert threads and all(name.startswith("ocms-decode-group") for name in threads)
+    if kernel.BACKEND == "compiled":
+        assert len(threads) == 2 and any(name.startswith("ocms-decode-part") for name in threads)
     assert pooled.writes == one_by_one.writes
     assert (pooled.counted, pooled.replayed, pooled.reasserted) == (
         one_by_one.counted, one_by_one.replayed, one_by_one.reasserted)

@@ -189,7 +189,8 @@ def test_summed_view_equals_the_sum_of_latest_states_under_random_rewrites_and_t
     rng = np.random.default_rng(12)
     view, latest = CountsView(), {}
     for _ in range(3000):
-        key = BucketKey(FP, int(rng.integers(4)), 60, B + 60 * int(rng.integers(3)))
+        width = 60 if rng.random() < 0.7 else 0  # cumulative keys too (reports() keeps their n)
+        key = BucketKey(FP, int(rng.integers(4)), width, (B + 60 * int(rng.integers(3))) if width else 0)
         if rng.random() < 0.15:
             view.apply_state(key, None)
             latest.pop(key, None)
@@ -201,20 +202,43 @@ def test_summed_view_equals_the_sum_of_latest_states_under_random_rewrites_and_t
             put(view, key, n, counts, int(rng.integers(100)), shuffled, smallest)
             latest[key] = (n, counts, shuffled, smallest)
         start = key.bucket_start
-        want = [w for k, w in latest.items() if k.bucket_start == start]
-        n, counts = view.sum(FP, 60, start, 5)
+        want = [w for k, w in latest.items() if (k.width, k.bucket_start) == (width, start)]
+        n, counts = view.sum(FP, width, start, 5)
         assert n == sum(w[0] for w in want)
         assert counts.tolist() == (np.sum([w[1] for w in want], axis=0) if want else np.zeros(5)).astype(np.int64).tolist()
-        snapshot = view.snapshot(FP, 60, start, start + 60)
+        snapshot = view.snapshot(FP, width, start, start + (width or 1))
         shuffled = snapshot[0][1][0].shuffled if snapshot else 0
         smallest = snapshot[0][1][0].shuffle_min if snapshot else 0
         assert shuffled == sum(w[2] for w in want)
         assert smallest == min((w[3] for w in want if w[3]), default=0)
     assert view.keys() == len(latest)
-    assert view.buckets(FP, 60) == sorted({k.bucket_start for k in latest})
+    assert view.buckets(FP, 60) == sorted({k.bucket_start for k in latest if k.width})
+    assert view.reports() == sum(w[0] for k, w in latest.items() if k.is_total) > 0
+    assert view.keys() == sum(len(bucket) for bucket in view.index.values())
     # the bytes kept as states came and went are what the view holds now
     assert view.memory_bytes() == sum(b.total.counts.nbytes + sum(len(r) for r in b.partitions.values())
                                       for b in view.index.values())
+
+
+def test_a_bundle_applies_only_the_members_that_changed(monkeypatch):
+    """A checkpoint rewrites a bundle with the members it did not touch carried over byte for
+    byte: the view skips those (its cost grows with what changed) and ends where applying
+    every member would."""
+    key = StateKey("g1", 2, 0, 0, 0)
+    first = {FP: PartialCounts(5, [1, 2], 3).to_bytes(), FP_OTHER: PartialCounts(7, [0, 7, 1], 4).to_bytes()}
+    second = {**first, FP: PartialCounts(9, [3, 2], 8).to_bytes()}  # FP_OTHER carried over
+    applied = []
+    view = CountsView({FP: 2, FP_OTHER: 3})
+    real = view.apply_state
+    monkeypatch.setattr(view, "apply_state", lambda k, raw: (applied.append(k.fingerprint), real(k, raw)))
+    view.apply(key.encode(), encode_bundle(first))
+    view.apply(key.encode(), encode_bundle(second))
+    assert applied == [FP, FP_OTHER, FP]
+    assert view.sum(FP, 0, 0, 2) == (9, pytest.approx(np.array([3, 2])))
+    assert view.sum(FP_OTHER, 0, 0, 3)[1].tolist() == [0, 7, 1]
+    assert view.reports() == 16 and view.applied == 4
+    view.apply(key.encode(), None)  # a tombstone deletes every member, unchanged ones too
+    assert view.reports() == 0 and view.keys() == 0
 
 
 def test_a_state_of_another_size_is_refused_without_tracked_sizes():

@@ -158,6 +158,44 @@ def test_long_range_matches_values_path_and_threads():
     )
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("threads", [1, 3])
+def test_many_jobs_decoded_together_equal_one_by_one(backend, threads, monkeypatch):
+    """match_counts_many (a worker's many small batches in one kernel call per thread, large
+    jobs cut into slices across threads) gives every job's match_counts to the integer."""
+    monkeypatch.setattr(kernel, "_PAIRS_PER_THREAD", 1)  # every job worth cutting across the threads
+    rng = np.random.default_rng(5)
+    jobs = []
+    for name in sorted(PARAMS):
+        params = PARAMS[name]
+        for tracked in tracked_sets(params):
+            jobs.append((params, boundary_batch(params, rng, int(rng.integers(0, 120))), tracked))
+    direct = OCMSParams.build(2.0, 40, mechanism="direct")
+    z = rng.integers(0, 40, 300).astype(np.uint32)
+    jobs.append((direct, ReportBatch(np.zeros(300, np.uint64), np.ones(300, np.uint64), z), TrackedValues.range(direct, 0, 40)))
+    jobs.append((PARAMS["gf64"], ReportBatch.empty(PARAMS["gf64"]), next(tracked_sets(PARAMS["gf64"]))))
+    got = kernel.match_counts_many(jobs, backend=backend, threads=threads)
+    assert len(got) == len(jobs)
+    for (params, batch, tracked), counts in zip(jobs, got):
+        np.testing.assert_array_equal(counts, kernel.match_counts(params, batch, tracked, backend="numpy", threads=1))
+
+
+@pytest.mark.skipif(kernel.BACKEND != "compiled", reason="the compiled kernel is not built here")
+def test_counts_many_checks_every_job_before_running_any():
+    params = PARAMS["small-prime"]
+    batch = boundary_batch(params, np.random.default_rng(4), 10)
+    tracked = TrackedValues.range(params, 0, 10)
+    good = kernel._compiled_job(params, batch, tracked, np.zeros(10, np.int64))
+    bad = kernel._compiled_job(params, batch.slice(0, 5), tracked, np.zeros(10, np.int64))[:1] + (batch.a1,) + good[2:]
+    with pytest.raises(ValueError, match="same length"):
+        kernel._compiled.counts_many([good, bad])
+    assert not good[-1].any()  # nothing ran
+    with pytest.raises(TypeError, match="job 0 is not a tuple"):
+        kernel._compiled.counts_many([list(good)])
+    kernel._compiled.counts_many([good, good])
+    np.testing.assert_array_equal(good[-1], 2 * kernel.reference_match_counts(params, batch, tracked))
+
+
 def test_unknown_backend_and_bad_threads_env(monkeypatch):
     from cms_core.errors import InvalidParameterError
 

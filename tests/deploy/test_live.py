@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from cms_core import OCMSParams, TrackedValues
+from cms_core.wire import SHUFFLE_HEADER
 from producer.broker import EmbeddedBroker, free_port
 from producer.offline import sketch_from_messages
 from producer.discovery import simulate_discovery_messages
@@ -190,8 +191,11 @@ scrape_configs:
             # dest and build: event times over the last 10 minutes, so every 1-minute bucket of the run holds
             # reports and the bucket before the latest exports its bounds (the surge alert's baseline)
             spread = None if name == "carrier" else [now_ms - int(t) for t in rng.integers(0, 600_000, n // 100)]
-            messages += report_messages(version.params, (rng.zipf(1.2, n) - 1) % d, 100, seed=8 + seed,
-                                        timestamps_ms=spread)
+            batch = report_messages(version.params, (rng.zipf(1.2, n) - 1) % d, 100, seed=8 + seed,
+                                    timestamps_ms=spread)
+            if name == "carrier":  # as a shuffling collector sends them: the central-epsilon series and rules
+                batch = [Message(m.value, m.key, m.timestamp_ms, [(SHUFFLE_HEADER, str(n).encode())]) for m in batch]
+            messages += batch
         words = discovery_of(registry.metric("words").latest)
         messages += [Message(frame, b"gw-words") for frame in simulate_discovery_messages(
             words.domain, words.params_by_level, LIVE_WORDS, rng, frame_size=100)]

@@ -278,13 +278,15 @@ RANGE_KERNEL(range_kernel_64, uint64_t, int64_t, 512)
         }                                                                                           \
     }
 
-static void values_prime_small(const uint64_t *a0, const uint64_t *a1, const uint32_t *z, size_t n,
+/* noinline: inlined into job_run (counts_many's dispatcher) GCC compiled this loop about 3x slower
+ * (bench_decode, arbitrary values, small prime field: 159 against 402-449 M pairs/s on one thread). */
+__attribute__((noinline)) static void values_prime_small(const uint64_t *a0, const uint64_t *a1, const uint32_t *z, size_t n,
                                uint64_t p, uint64_t m, const uint64_t *xs, size_t count, int64_t *out) {
     barrett_t br = {p, UINT64_MAX / p};
     VALUES_LOOP_64(barrett_reduce(&br, a1[i] * x + a0[i]))
 }
 
-static void values_prime_64(const uint64_t *a0, const uint64_t *a1, const uint32_t *z, size_t n,
+__attribute__((noinline)) static void values_prime_64(const uint64_t *a0, const uint64_t *a1, const uint32_t *z, size_t n,
                             uint64_t m, const uint64_t *xs, size_t count, int64_t *out) {
     VALUES_LOOP_64(addmod_p64(mulmod_p64(a1[i], x), a0[i]))
 }

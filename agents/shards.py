@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .state import StateLayout
@@ -101,18 +102,17 @@ def owner_url(app, changelog_topic: str, shard: int) -> str | None:
     return None
 
 
+@dataclass(eq=False)
 class Router:
     """Where a query is answered: here, by another worker (forwarded), or nowhere yet (503)."""
 
-    def __init__(self, app, share: Share, changelog_topic: str, caught_up: Callable[[], bool],
-                 timeout: float = FORWARD_TIMEOUT_S):
-        self.app = app
-        self.share = share
-        self.changelog_topic = changelog_topic
-        self.caught_up = caught_up
-        self.timeout = timeout
-        self.forwarded = 0
-        self._session = None
+    app: object
+    share: Share
+    changelog_topic: str
+    caught_up: Callable[[], bool]
+    timeout: float = FORWARD_TIMEOUT_S
+    forwarded: int = field(init=False, default=0)
+    _session: object = field(init=False, default=None)
 
     @property
     def url(self) -> str:

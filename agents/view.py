@@ -38,7 +38,8 @@ import bisect
 import logging
 import time
 from collections import defaultdict
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -48,6 +49,9 @@ from producer.kafka import KAFKA, BrokerProfile, make_consumer, stop_client
 
 from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, NO_OFFSET, TOTAL_WIDTH, BucketKey,
                     PartialCounts, StateKey, decode_bundle, smallest_batch)
+
+if TYPE_CHECKING:  # types only
+    from .shards import Share
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +264,7 @@ class CountsView:
         return self.held_bytes
 
 
+@dataclass(eq=False)
 class ChangelogReader:
     """Feeds a CountsView from every partition of the changelog topic (from the beginning).
 
@@ -271,23 +276,20 @@ class ChangelogReader:
     partitions ``owned()`` returns, re-reading the changelog for shards it is given and dropping
     the ones it loses, whenever the group is ``settled()`` (not rebalancing)."""
 
-    def __init__(self, view: CountsView, bootstrap_servers: str, topic: str, partitions: int, share=None,
-                 owned: Callable[[], set[int] | None] = lambda: None, settled: Callable[[], bool] = lambda: True,
-                 profile: BrokerProfile = KAFKA):
-        self.view = view
-        self.bootstrap_servers = bootstrap_servers
-        self.topic = topic
-        self.partitions = partitions
-        self.share = share
-        self.owned = owned
-        self.settled = settled
-        self.profile = profile
-        self.caught_up = asyncio.Event()
-        self.lag = 0
-        self.last_update = 0.0
-        self.replays = 0
-        #: changelog partition -> the position below which only shards being rebuilt are applied
-        self._replay_until: dict = {}
+    view: CountsView
+    bootstrap_servers: str
+    topic: str
+    partitions: int
+    share: Share | None = None
+    owned: Callable[[], set[int] | None] = lambda: None
+    settled: Callable[[], bool] = lambda: True
+    profile: BrokerProfile = KAFKA
+    caught_up: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    lag: int = field(init=False, default=0)
+    last_update: float = field(init=False, default=0.0)
+    replays: int = field(init=False, default=0)
+    #: changelog partition -> the position below which only shards being rebuilt are applied
+    _replay_until: dict = field(init=False, default_factory=dict)
 
     async def run(self) -> None:
         from aiokafka import TopicPartition

@@ -477,6 +477,18 @@ typedef struct {
     size_t n, count;
 } Job;
 
+/* A job whose arguments fail a check: releases the buffers it holds; -1 (the error is set). */
+static int job_release(Job *job) {
+    release_buffers(&job->held, NULL);
+    return -1;
+}
+
+/* job_release with a ValueError saying which argument is wrong and why. */
+static int job_invalid(Job *job, const char *message) {
+    PyErr_SetString(PyExc_ValueError, message);
+    return job_release(job);
+}
+
 /* counts_range's arguments (a0, a1, z, p, m, start, out): checked, buffers held; -1 with an error set
  * (and nothing held). */
 static int job_range(Job *job, PyObject *args) {
@@ -488,25 +500,16 @@ static int job_range(Job *job, PyObject *args) {
     Buffers *held = &job->held;
     if (!(job->a0 = take_buffer(held, oa0, 0, 8, "a0")) || !(job->a1 = take_buffer(held, oa1, 0, 8, "a1")) ||
         !(job->z = take_buffer(held, oz, 0, 4, "z")) || !(job->out = take_buffer(held, oout, 1, 8, "out")))
-        goto fail;
+        return job_release(job);
     size_t n = job->n = (size_t)(job->z->len / 4), count = job->count = (size_t)(job->out->len / 8);
     job->order = p, job->m = m, job->start = start;
-    if ((size_t)(job->a0->len / 8) != n || (size_t)(job->a1->len / 8) != n) {
-        PyErr_SetString(PyExc_ValueError, "a0, a1 and z must have the same length");
-        goto fail;
-    }
-    if (m < 2 || p < 2 * m || (p >= (UINT64_C(1) << 32) && p != P64)) {
-        PyErr_SetString(PyExc_ValueError, "unsupported field/hash range for the range kernel");
-        goto fail;
-    }
-    if (count && start + count - 1 >= p) {
-        PyErr_SetString(PyExc_ValueError, "tracked range exceeds the field");
-        goto fail;
-    }
+    if ((size_t)(job->a0->len / 8) != n || (size_t)(job->a1->len / 8) != n)
+        return job_invalid(job, "a0, a1 and z must have the same length");
+    if (m < 2 || p < 2 * m || (p >= (UINT64_C(1) << 32) && p != P64))
+        return job_invalid(job, "unsupported field/hash range for the range kernel");
+    if (count && start + count - 1 >= p)
+        return job_invalid(job, "tracked range exceeds the field");
     return 0;
-fail:
-    release_buffers(held, NULL);
-    return -1;
 }
 
 /* counts_values' arguments (a0, a1, z, kind, order_or_degree, m, xs, out[, isa]): checked, buffers held. */
@@ -526,31 +529,21 @@ static int job_values(Job *job, PyObject *args) {
     if (!(job->a0 = take_buffer(held, oa0, 0, 8, "a0")) || !(job->a1 = take_buffer(held, oa1, 0, 8, "a1")) ||
         !(job->z = take_buffer(held, oz, 0, 4, "z")) || !(job->xs = take_buffer(held, oxs, 0, 8, "xs")) ||
         !(job->out = take_buffer(held, oout, 1, 8, "out")))
-        goto fail;
+        return job_release(job);
     size_t n = job->n = (size_t)(job->z->len / 4), count = job->count = (size_t)(job->out->len / 8);
     size_t limbs = (kind == FIELD_BINARY && order == 128) ? 2 : 1;
     if ((size_t)(job->a0->len / 8) != n * limbs || (size_t)(job->a1->len / 8) != n * limbs ||
-        (size_t)(job->xs->len / 8) != count * limbs) {
-        PyErr_SetString(PyExc_ValueError, "array lengths disagree");
-        goto fail;
-    }
-    if (m < 2 || m >= (UINT64_C(1) << 32)) {
-        PyErr_SetString(PyExc_ValueError, "hash range out of kernel bounds");
-        goto fail;
-    }
+        (size_t)(job->xs->len / 8) != count * limbs)
+        return job_invalid(job, "array lengths disagree");
+    if (m < 2 || m >= (UINT64_C(1) << 32))
+        return job_invalid(job, "hash range out of kernel bounds");
     if (kind == FIELD_PRIME) {
-        if (!(order == P64 || order < (UINT64_C(1) << 32))) {
-            PyErr_SetString(PyExc_ValueError, "unsupported prime for the values kernel");
-            goto fail;
-        }
+        if (!(order == P64 || order < (UINT64_C(1) << 32)))
+            return job_invalid(job, "unsupported prime for the values kernel");
     } else if (!(kind == FIELD_BINARY && (order == 64 || order == 128))) {
-        PyErr_SetString(PyExc_ValueError, "unsupported field");
-        goto fail;
+        return job_invalid(job, "unsupported field");
     }
     return 0;
-fail:
-    release_buffers(held, NULL);
-    return -1;
 }
 
 /* Run a checked job: out[count] += matches. Needs no GIL. */

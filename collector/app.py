@@ -37,6 +37,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from producer.gateway import StartStopContext
 from producer.kafka import KafkaUnavailableError
 
 from .cors import CorsPolicy
@@ -554,7 +555,7 @@ class Collector:
             return None
 
 
-class CollectorServer:
+class CollectorServer(StartStopContext):
     """The collector on a TCP port inside the running event loop (``ocms collector``, tests, ``ocms run``).
 
         async with CollectorServer(settings, registry) as server:   # port 0 = a free port
@@ -604,9 +605,3 @@ class CollectorServer:
         runner, self.runner = self.runner, None
         if runner is not None:
             await runner.cleanup()
-
-    async def __aenter__(self) -> "CollectorServer":
-        return await self.start()
-
-    async def __aexit__(self, *exc) -> None:
-        await self.stop()

@@ -37,6 +37,7 @@ import os
 import resource
 import time
 import traceback
+from dataclasses import dataclass, field
 from typing import Callable
 
 from aiohttp import web, web_protocol, web_server
@@ -263,25 +264,29 @@ def connection_cap(max_connections: int) -> int:
     return max(1, min(max_connections, limit - FD_RESERVE))
 
 
+@dataclass(eq=False)
 class ConnectionGuard:
     """Open connections of one server: a cap (closing the longest-idle one, else refusing) and a
     header timeout. ``metrics`` has ``connections_refused`` (Counter) and ``connections_closed``
-    (Counter by reason); ``log`` gets the cap's line."""
+    (Counter by reason); ``logger`` gets the cap's line."""
 
-    def __init__(self, max_connections: int, header_timeout: float, metrics, logger: logging.Logger,
-                 answers: ErrorAnswers, clock=time.monotonic):
-        self.cap = connection_cap(max_connections)
-        self.configured = max_connections
-        self.header_timeout = header_timeout
-        self.metrics = metrics
-        self.log = logger
-        self.answers = answers
-        self.clock = clock
-        self.open: set = set()
-        self.idle: collections.OrderedDict = collections.OrderedDict()  # handler -> None, longest idle first
-        self._closed_since = 0
-        self._refused_since = 0
-        self._logged_at = -CAP_LOG_SECONDS
+    max_connections: int
+    header_timeout: float
+    metrics: object
+    logger: logging.Logger
+    answers: ErrorAnswers
+    clock: Callable[[], float] = time.monotonic
+    #: the cap in force: ``max_connections`` or less, as the open-files limit allows
+    cap: int = field(init=False)
+    open: set = field(init=False, default_factory=set)
+    #: handler -> None, longest idle first
+    idle: collections.OrderedDict = field(init=False, default_factory=collections.OrderedDict)
+    _closed_since: int = field(init=False, default=0)
+    _refused_since: int = field(init=False, default=0)
+    _logged_at: float = field(init=False, default=-CAP_LOG_SECONDS)
+
+    def __post_init__(self) -> None:
+        self.cap = connection_cap(self.max_connections)
 
     def __len__(self) -> int:
         return len(self.open)
@@ -324,10 +329,10 @@ class ConnectionGuard:
         if now - self._logged_at < CAP_LOG_SECONDS:
             return
         limit = open_files_limit()
-        why = f"--max-connections {self.configured}" if self.cap == self.configured else \
+        why = f"--max-connections {self.max_connections}" if self.cap == self.max_connections else \
             f"the open-files limit {limit} less {FD_RESERVE}"
-        self.log.warning("connection cap %d reached (%s): %d idle connections closed to make room, %d refused "
-                         "(503) since the last line", self.cap, why, self._closed_since, self._refused_since)
+        self.logger.warning("connection cap %d reached (%s): %d idle connections closed to make room, %d refused "
+                            "(503) since the last line", self.cap, why, self._closed_since, self._refused_since)
         self._logged_at = now
         self._closed_since = self._refused_since = 0
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, Self
 
 from cms_core.errors import InvalidParameterError, InvalidReportError, OCMSError
 from cms_core.params import OCMSParams
@@ -277,7 +277,17 @@ def frame_len(frame: bytes, params: OCMSParams) -> int:
     return (len(frame) - HEADER_SIZE) // record_size(params)
 
 
-class KafkaFrameSink:
+class StartStopContext:
+    """``async with`` for a class whose ``async start()`` returns it started and ``async stop()`` stops it."""
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+
+class KafkaFrameSink(StartStopContext):
     """Send frames to a Kafka topic with aiokafka (``acks="all"``); usable as a batcher's ``send``.
 
     ``key`` is None (frames spread over partitions) or a gateway id; never a
@@ -318,12 +328,6 @@ class KafkaFrameSink:
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.stop()
-
-    async def __aenter__(self) -> "KafkaFrameSink":
-        return await self.start()
-
-    async def __aexit__(self, *exc) -> None:
-        await self.stop()
 
     async def __call__(self, frame: bytes):
         if self._producer is None:

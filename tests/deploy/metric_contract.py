@@ -41,6 +41,11 @@ def _m(name: str, type_: str, labels: str, scope: str, help_: str) -> Metric:
     return Metric(name, type_, frozenset(x for x in labels.split(",") if x), scope, help_)
 
 
+def _gauges(scope: str, labels: str, help_by_name: dict[str, str]) -> tuple[Metric, ...]:
+    """A family of gauges sharing scope and labels, one ``name: help`` entry each."""
+    return tuple(_m(name, "gauge", labels, scope, help_) for name, help_ in help_by_name.items())
+
+
 ESTIMATE_LABELS = "metric,version,value,window"
 
 METRICS: tuple[Metric, ...] = (
@@ -61,43 +66,52 @@ METRICS: tuple[Metric, ...] = (
     _m("ocms_shuffle_header_invalid_total", "counter", "", "worker",
        "frames whose ocms-shuffle-n header is not a batch size of at least their reports (counted as not shuffled)"),
     # Global estimates (same on every worker).
-    _m("ocms_estimate_ratio", "gauge", ESTIMATE_LABELS, "global", "estimated frequency"),
-    _m("ocms_estimate_count", "gauge", ESTIMATE_LABELS, "global", "estimated count"),
-    _m("ocms_estimate_stddev_ratio", "gauge", ESTIMATE_LABELS, "global", "standard deviation of the frequency estimate"),
-    _m("ocms_estimate_ci_lower_ratio", "gauge", ESTIMATE_LABELS, "global", "CI lower bound, frequency"),
-    _m("ocms_estimate_ci_upper_ratio", "gauge", ESTIMATE_LABELS, "global", "CI upper bound, frequency"),
-    _m("ocms_estimate_ci_lower_count", "gauge", ESTIMATE_LABELS, "global", "CI lower bound, count"),
-    _m("ocms_estimate_ci_upper_count", "gauge", ESTIMATE_LABELS, "global", "CI upper bound, count"),
-    _m("ocms_estimate_above_noise", "gauge", ESTIMATE_LABELS, "global",
-       "1: the estimate stands above the noise floor of the version's tracked values"),
-    _m("ocms_estimate_noise_floor_ratio", "gauge", "metric,version,window", "global",
-       "the frequency an estimate must exceed to stand above zero among the tracked values"),
-    _m("ocms_estimate_values_omitted", "gauge", "metric,version", "global", "tracked values not exported"),
+    *_gauges("global", ESTIMATE_LABELS, {
+        "ocms_estimate_ratio": "estimated frequency",
+        "ocms_estimate_count": "estimated count",
+        "ocms_estimate_stddev_ratio": "standard deviation of the frequency estimate",
+        "ocms_estimate_ci_lower_ratio": "CI lower bound, frequency",
+        "ocms_estimate_ci_upper_ratio": "CI upper bound, frequency",
+        "ocms_estimate_ci_lower_count": "CI lower bound, count",
+        "ocms_estimate_ci_upper_count": "CI upper bound, count",
+        "ocms_estimate_above_noise": "1: the estimate stands above the noise floor of the version's tracked values",
+    }),
+    *_gauges("global", "metric,version,window", {
+        "ocms_estimate_noise_floor_ratio":
+            "the frequency an estimate must exceed to stand above zero among the tracked values",
+        "ocms_estimate_withheld": "1: the window holds fewer than min_reports",
+        "ocms_params_reports": "reports counted in the window",
+    }),
+    *_gauges("global", "metric,version", {
+        "ocms_estimate_values_omitted": "tracked values not exported",
+        "ocms_latest_bucket_start_timestamp_seconds": "start of the latest complete bucket",
+    }),
     _m("ocms_estimate_values_capped", "gauge", "", "global", "values left out by the global export cap"),
-    _m("ocms_estimate_withheld", "gauge", "metric,version,window", "global", "1: the window holds fewer than min_reports"),
-    _m("ocms_params_reports", "gauge", "metric,version,window", "global", "reports counted in the window"),
     _m("ocms_params_info", "gauge", "metric,version,fingerprint,mechanism,epsilon,hash_range,field,mode", "global",
        "served metric versions and their parameters (value 1)"),
-    _m("ocms_latest_bucket_start_timestamp_seconds", "gauge", "metric,version", "global",
-       "start of the latest complete bucket"),
     # The surge alert's baseline (issue 28; its margin is ocms_estimate_noise_floor_ratio of the latest bucket).
     _m("ocms_estimate_previous_ci_upper_ratio", "gauge", "metric,version,value", "global",
        "CI upper bound of the frequency in the bucket before the latest complete one"),
     # Shuffling (issue 28; docs/collector.md "Shuffling"): the central (epsilon, delta) of a window whose every
     # report came through a shuffling collector, towards readers of Kafka and the worker; absent otherwise.
-    _m("ocms_central_epsilon", "gauge", "metric,version,window", "global",
-       "central epsilon of the window's reports (smallest shuffled batch, FMT21 bound)"),
-    _m("ocms_central_delta", "gauge", "metric,version,window", "global", "the delta of ocms_central_epsilon"),
+    *_gauges("global", "metric,version,window", {
+        "ocms_central_epsilon": "central epsilon of the window's reports (smallest shuffled batch, FMT21 bound)",
+        "ocms_central_delta": "the delta of ocms_central_epsilon",
+    }),
     # Discovery (agents/discovery.py, docs/discovery.md): every worker runs the same periodic pass over
     # the source topic's window, so the results are global; the reports it acks are per worker.
-    _m("ocms_discovered_frequency", "gauge", "metric,value", "global", "estimated frequency of a discovered value"),
-    _m("ocms_discovered_frequency_ci_low", "gauge", "metric,value", "global", "lower CI bound, discovered value"),
-    _m("ocms_discovered_frequency_ci_high", "gauge", "metric,value", "global", "upper CI bound, discovered value"),
-    _m("ocms_discovered_values", "gauge", "metric", "global", "values discovered in the latest pass"),
-    _m("ocms_discovered_values_omitted", "gauge", "metric", "global", "discovered values not exported (beyond top)"),
-    _m("ocms_discovery_reports", "gauge", "metric", "global", "discovery reports in the latest pass's window"),
-    _m("ocms_discovery_detection_threshold_ratio", "gauge", "metric", "global",
-       "the frequency a value needed to be found in the latest pass's window"),
+    *_gauges("global", "metric,value", {
+        "ocms_discovered_frequency": "estimated frequency of a discovered value",
+        "ocms_discovered_frequency_ci_low": "lower CI bound, discovered value",
+        "ocms_discovered_frequency_ci_high": "upper CI bound, discovered value",
+    }),
+    *_gauges("global", "metric", {
+        "ocms_discovered_values": "values discovered in the latest pass",
+        "ocms_discovered_values_omitted": "discovered values not exported (beyond top)",
+        "ocms_discovery_reports": "discovery reports in the latest pass's window",
+        "ocms_discovery_detection_threshold_ratio":
+            "the frequency a value needed to be found in the latest pass's window",
+    }),
     _m("ocms_discovery_reports_received_total", "counter", "metric", "worker",
        "discovery-level reports acked (read by discovery, counted by no table)"),
 )

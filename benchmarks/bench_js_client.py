@@ -31,21 +31,21 @@ import threading
 import time
 from pathlib import Path
 
-from producer.jsclient import BUNDLE, BUNDLE_WITHOUT_HASH, JS_DIR, audit_js_client, ensure_built, leaky_threshold_for, node_binary
-from registry import load_registry
-from registry.device import device_config
+from producer.jsclient import (BUNDLE, BUNDLE_WITHOUT_HASH, JS_DIR, audit_js_client, ensure_built, leaky_threshold_for, node_binary,
+                               write_device_config)
 
-REGISTRY = """\
+SCREENS = ["home", "search", "feed", "settings", "profile", "cart", "checkout", "help", "about", "login", "signup", "map"]
+REGISTRY = f"""\
 metrics:
   - name: cat_ocms
     description: 12 categories, OCMS+RR (small prime field)
     owner: bench
-    categories: [home, search, feed, settings, profile, cart, checkout, help, about, login, signup, map]
+    categories: {json.dumps(SCREENS)}
     epsilon: 2
   - name: cat_direct
     description: 12 categories, direct randomized response
     owner: bench
-    categories: [home, search, feed, settings, profile, cart, checkout, help, about, login, signup, map]
+    categories: {json.dumps(SCREENS)}
     mechanism: direct
     epsilon: 2
   - name: int_small
@@ -57,13 +57,13 @@ metrics:
     description: integers below 2^40 (F(2^64 - 59))
     owner: bench
     integers: 2^40
-    tracked: {range: [0, 10]}
+    tracked: {{range: [0, 10]}}
     epsilon: 1
   - name: int_gf64
     description: 64-bit integers (GF(2^64))
     owner: bench
     integers: 2^64
-    tracked: {range: [0, 10]}
+    tracked: {{range: [0, 10]}}
     epsilon: 3
   - name: strings
     description: strings (GF(2^128), BLAKE2b-128 fingerprints)
@@ -77,10 +77,9 @@ metrics:
     strings: true
     tracked: [word0]
     epsilon: 3
-    discovery: {alphabet: utf8, max_length: 8}
+    discovery: {{alphabet: utf8, max_length: 8}}
 """
 
-SCREENS = ["home", "search", "feed", "settings", "profile", "cart", "checkout", "help", "about", "login", "signup", "map"]
 WORDS = [f"word{i}" for i in range(1000)]
 #: (metric, label, values, goal reports/s or None)
 CASES = [
@@ -168,11 +167,8 @@ def main() -> int:
     failures = 0
     with tempfile.TemporaryDirectory(prefix="ocms-bench-js-") as tmp:
         tmp = Path(tmp)
-        (tmp / "registry.yaml").write_text(REGISTRY)
-        reg = load_registry(tmp / "registry.yaml")
-        config_doc = device_config(reg)
-        config = tmp / "device-config.json"
-        config.write_text(json.dumps(config_doc))
+        _, reg, config = write_device_config(tmp, REGISTRY)
+        config_doc = json.loads(config.read_text(encoding="utf-8"))
         cases = [{"metric": m, "label": label, "values": values} for m, label, values, _ in CASES]
         (tmp / "cases.json").write_text(json.dumps(cases))
         goals = {m: goal for m, _, _, goal in CASES}

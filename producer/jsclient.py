@@ -4,6 +4,7 @@
     ensure_built()                       # npm ci when the lock file changed, npm run build when a source did
     node("producer/js/bin/ocms-report.mjs", "--config", ...)
 
+``write_device_config`` writes a registry and the device configuration the client reads from it.
 Used by the tests (tests/producer/test_js_client.py, test_js_browser.py) and benchmarks/bench_js_client.py,
 so that ``make test`` on a fresh clone installs the pinned npm dependencies (package-lock.json) and builds
 dist/ itself. Node >= 20.19 and npm come from the system (scripts/ensure_system_packages.sh).
@@ -89,6 +90,23 @@ def node(*args: str | os.PathLike, input: bytes | None = None, timeout: float = 
         raise OCMSError(f"node {' '.join(map(str, args))} exited {done.returncode}:\n"
                         f"{done.stdout.decode(errors='replace')[-3000:]}\n{done.stderr.decode(errors='replace')[-3000:]}")
     return done
+
+
+def write_device_config(directory: str | os.PathLike, registry_text: str):
+    """Write ``registry_text`` to DIRECTORY/registry.yaml and the device configuration the JS client reads
+    (registry.device.device_config) to DIRECTORY/device-config.json: (registry path, Registry, config path)."""
+    import json
+
+    from registry import load_registry
+    from registry.device import device_config
+
+    directory = Path(directory)
+    registry_path = directory / "registry.yaml"
+    registry_path.write_text(registry_text, encoding="utf-8")
+    registry = load_registry(registry_path)
+    config = directory / "device-config.json"
+    config.write_text(json.dumps(device_config(registry)), encoding="utf-8")
+    return registry_path, registry, config
 
 
 def js_reports(config: str | os.PathLike, version, value_name: str, n: int, leaky_threshold: int | None = None):

@@ -151,6 +151,17 @@ class HeldTable:
         futures, self.futures = self.futures, []
         return futures
 
+    def acknowledge(self, writes: slice = slice(None)) -> None:
+        """The broker acknowledges these writes (in write order; default: every write so far), each exactly once."""
+        for future in self.every_future[writes]:
+            future.set_result(None)
+
+    def acknowledge_the_rest(self) -> None:
+        """The broker acknowledges every write it has not answered yet."""
+        for future in self.every_future:
+            if not future.done():
+                future.set_result(None)
+
 
 def held_worker(worker, monkeypatch):
     journal = []
@@ -188,8 +199,7 @@ def test_the_checkpoint_acks_only_after_the_broker_holds_values_and_dead_letters
         await until(lambda: "dead letter" in journal)
         assert not checkpoint.done()
         assert journal.count("write") == 2 and journal[-1] == "dead letter"  # bucket + cumulative key
-        for future in worker.checkpoint.writer.table.every_future:
-            future.set_result(None)
+        worker.checkpoint.writer.table.acknowledge()
         await settle(worker)
         assert not checkpoint.done() and not [e for e in journal if e[0] == "ack"]  # one still unacknowledged
         dead_futures[-1].set_result(None)
@@ -228,8 +238,7 @@ def test_the_decode_runs_on_the_decode_thread_and_nothing_is_written_before_it_r
         assert not checkpoint.done() and journal == []
         release.set()
         await settle(worker)
-        for future in worker.checkpoint.writer.table.every_future:
-            future.set_result(None)
+        worker.checkpoint.writer.table.acknowledge()
         await checkpoint
 
     asyncio.run(run())
@@ -334,19 +343,15 @@ def test_full_batches_are_checkpointed_behind_the_intake_and_acked_in_the_order_
         blocked = asyncio.ensure_future(feed(messages[1 + 2 * cap_messages:]))  # at the cap: the intake waits
         await settle(worker)
         assert not blocked.done()
-        for future in worker.checkpoint.writer.table.every_future[2:4]:  # the broker acknowledges batch 2 first
-            future.set_result(None)
+        worker.checkpoint.writer.table.acknowledge(slice(2, 4))  # batch 2 first
         await settle(worker)
         assert acks(journal) == [] and not blocked.done()
-        for future in worker.checkpoint.writer.table.every_future[0:2]:
-            future.set_result(None)
+        worker.checkpoint.writer.table.acknowledge(slice(0, 2))
         await until(lambda: len(acks(journal)) == 2 + cap_messages)
         await blocked  # batch 2's checkpoint is done (batch 1 acked), batch 3 is taken
         assert len(worker.pending) == 0
         await until(lambda: journal.count("write") == 6)
-        for future in worker.checkpoint.writer.table.every_future:
-            if not future.done():
-                future.set_result(None)
+        worker.checkpoint.writer.table.acknowledge_the_rest()
         await worker.flush()
 
     asyncio.run(run())
@@ -371,16 +376,13 @@ def test_a_full_batch_waits_for_the_acknowledgements_before_it_not_for_the_age_b
         await until(lambda: journal.count("write") == 2)
         await settle(worker)
         assert len(worker.pending) == 2 and worker.pending.full and not worker.checkpoint.ready()
-        for future in worker.checkpoint.writer.table.every_future:
-            future.set_result(None)
+        worker.checkpoint.writer.table.acknowledge()
         await until(lambda: len(acks(journal)) == 2)
         assert worker.checkpoint.ready()
         if worker.receive(messages[4]):
             await worker.batch_full()
         await until(lambda: journal.count("write") == 4)
-        for future in worker.checkpoint.writer.table.every_future:
-            if not future.done():
-                future.set_result(None)
+        worker.checkpoint.writer.table.acknowledge_the_rest()
         await worker.flush()
 
     asyncio.run(run())
@@ -398,8 +400,7 @@ def test_a_batch_the_broker_refuses_stops_every_later_batch_from_being_acked(wor
             if worker.receive(m):
                 await worker.batch_full()
         await until(lambda: journal.count("write") == 4)
-        for future in worker.checkpoint.writer.table.every_future[2:]:
-            future.set_result(None)  # batch 2 is on the broker ...
+        worker.checkpoint.writer.table.acknowledge(slice(2, None))  # batch 2 is on the broker ...
         worker.checkpoint.writer.table.every_future[0].set_exception(RuntimeError("not leader"))  # ... batch 1 is not
         await until(lambda: any(str(e).startswith("crash") for e in journal))
         await settle(worker)

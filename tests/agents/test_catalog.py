@@ -28,25 +28,16 @@ from cms_core.values import elements_to_array, encode_value, limbs_for
 from registry import load_registry
 from registry.flags import FLAGS_METRIC, metrics_from_flags
 
-REGISTRY = """\
-metrics:
-  - name: screen
-    description: Screen opened at launch
-    owner: mobile@example.com
+from tests.registry.helpers import screen_metric
+
+REGISTRY = "metrics:\n" + screen_metric("[home, search, feed, settings]", epsilons=(2, 1), added_in_2="[wallet]", fields="""\
     unit: launches
-    categories: [home, search, feed, settings]
-    mechanism: direct
     bucket: 1m
     retention: 24h
     watch: [home, wallet]
     top_k: 2
     min_reports: 300
-    versions:
-      - version: 1
-        epsilon: 2
-      - version: 2
-        epsilon: 1
-        add_categories: [wallet]
+""") + """\
   - name: word
     description: A typed word
     owner: keyboard@example.com

@@ -37,6 +37,7 @@ from agents.console import load_assets, read_truth, write_truth_atomically
 from cms_core import OCMSParams
 from producer.broker import EmbeddedBroker, free_port
 from tests.agents.harness import Message, WorkerProcess, report_messages, send
+from tests.registry.helpers import screen_metric
 from tests.support.waiting import poll_until
 
 REQUIRE_ENV = "OCMS_REQUIRE_SYSTEM_TOOLS"
@@ -181,6 +182,7 @@ CARRIERS = ["9E", "AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA", "MQ", "OO", "U
 CARRIER_REPORTS = 2_000
 SCREENS = ["home", "search", "feed", "settings", "profile"]
 SCREEN_REPORTS = {1: 3_000, 2: 2_000}
+SCREEN_METRIC = screen_metric(json.dumps(SCREENS), epsilons=(2, 1), fields="    min_reports: 100\n")
 HUGE_MIN_REPORTS = 1_000_000
 #: The discoverable metric: its devices send discovery reports only (non-ASCII values, found by the worker).
 TYPED_ALPHABET = "acefinrtvéï"
@@ -218,18 +220,7 @@ metrics:
         epsilon: 2
       - version: 2
         epsilon: 1
-  - name: screen
-    description: Screen opened at launch
-    owner: mobile@example.com
-    categories: {json.dumps(SCREENS)}
-    mechanism: direct
-    min_reports: 100
-    versions:
-      - version: 1
-        epsilon: 2
-      - version: 2
-        epsilon: 1
-  - name: typed
+{SCREEN_METRIC}  - name: typed
     description: Word typed on the keyboard
     owner: keyboard@example.com
     strings: true

@@ -23,6 +23,7 @@ from producer.broker import EmbeddedBroker
 from producer.offline import sketch_from_messages
 from registry import load_registry
 
+from tests.registry.helpers import screen_metric
 from tests.support.topics import consume
 from tests.support.waiting import poll_until
 
@@ -30,23 +31,12 @@ from .harness import Scrape, WorkerProcess, report_messages, send
 
 pytestmark = pytest.mark.integration  # a broker and workers
 
-REGISTRY = """\
-metrics:
-  - name: screen
-    description: Screen opened at launch
-    owner: mobile@example.com
+REGISTRY = "metrics:\n" + screen_metric("[home, search, feed, settings]", epsilons=(2, 1), added_in_2="[wallet]", fields="""\
     unit: launches
-    categories: [home, search, feed, settings]
-    mechanism: direct
     watch: [feed]
     top_k: 2
     min_reports: 100
-    versions:
-      - version: 1
-        epsilon: 2
-      - version: 2
-        epsilon: 1
-        add_categories: [wallet]
+""") + """\
   - name: screen_copy
     description: The same numbers as screen version 1 under another name (must never mix with it)
     owner: mobile@example.com

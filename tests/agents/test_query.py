@@ -400,46 +400,41 @@ def test_time_formats_select_the_window(query, lo):
 
 
 # --------------------------------------------------------------- errors
+def bad_values(method: str, parameter: str, *values: str, status: int = 400) -> list:
+    """One row per value: ``method`` with only ``parameter=value`` fails naming ``parameter``."""
+    return [(method, {parameter: value}, parameter, status) for value in values]
+
+
+TREND = {"value": "3"}  # a valid trend query the rows below spoil one parameter of
+
 ERRORS = [
-    ("estimates", {"params": "deadbeefdeadbeef"}, "params", 400),
-    ("estimates", {"params": P1.fingerprint.hex().upper()}, "params", 400),
-    ("estimates", {"confidence": "high"}, "confidence", 400),
-    ("estimates", {"confidence": "1"}, "confidence", 400),
-    ("estimates", {"confidence": "0"}, "confidence", 400),
-    ("estimates", {"confidence": "nan"}, "confidence", 400),
-    ("estimates", {"interval": "wilson"}, "interval", 400),
-    ("estimates", {"postprocess": "magic"}, "postprocess", 400),
-    ("estimates", {"window": "week"}, "window", 400),
+    *bad_values("estimates", "params", "deadbeefdeadbeef", P1.fingerprint.hex().upper()),
+    *bad_values("estimates", "confidence", "high", "1", "0", "nan"),
+    *bad_values("estimates", "interval", "wilson"),
+    *bad_values("estimates", "postprocess", "magic"),
+    *bad_values("estimates", "window", "week"),
     ("estimates", {"window": "total", "from": "-5m"}, "window", 400),
     ("estimates", {"window": "latest_bucket", "to": "now"}, "window", 400),
     ("estimates", {"window": "range"}, "from", 400),
     ("estimates", {"to": "now"}, "from", 400),
-    ("estimates", {"from": "yesterday"}, "from", 400),
-    ("estimates", {"from": "-1"}, "from", 400),
+    *bad_values("estimates", "from", "yesterday", "-1"),
     ("estimates", {"from": "-5m", "to": "soon"}, "to", 400),
     ("estimates", {"from": "-5m", "to": "-10m"}, "to", 400),
     ("estimates", {"from": "-5m", "to": "-5m"}, "to", 400),
-    ("estimates", {"from": "-11d"}, "from", 400),  # older than every level's retention
-    ("topk", {"k": "0"}, "k", 400),
-    ("topk", {"k": "51"}, "k", 400),
-    ("topk", {"k": "ten"}, "k", 400),
-    ("topk", {"k": "2.5"}, "k", 400),
+    *bad_values("estimates", "from", "-11d"),  # older than every level's retention
+    *bad_values("topk", "k", "0", "51", "ten", "2.5"),
     ("topk", {"k": "3", "postprocess": "x"}, "postprocess", 400),
     ("trend", {}, "value", 400),
-    ("trend", {"value": "x"}, "value", 400),
-    ("trend", {"value": "99"}, "value", 404),
-    ("trend", {"value": "3", "step": "0"}, "step", 400),
-    ("trend", {"value": "3", "step": "5x"}, "step", 400),
-    ("trend", {"value": "3", "step": "-60"}, "step", 400),
-    ("trend", {"value": "3", "step": "90"}, "step", 400),  # not a multiple of the bucket width
-    ("trend", {"value": "3", "step": "45s"}, "step", 400),
-    ("trend", {"value": "3", "from": "-11d"}, "from", 400),
-    ("trend", {"value": "3", "from": "-11d", "step": "90"}, "step", 400),
-    ("trend", {"value": "3", "from": "-1h", "to": str(NOW + 700_000)}, "to", 400),  # far beyond the clock skew
-    ("trend", {"value": "3", "to": "later"}, "to", 400),
-    ("trend", {"value": "3", "from": "then"}, "from", 400),
-    ("trend", {"value": "3", "params": "00"}, "params", 400),
-    ("trend", {"value": "3", "confidence": "2"}, "confidence", 400),
+    *bad_values("trend", "value", "x"),
+    *bad_values("trend", "value", "99", status=404),
+    *[("trend", {**TREND, "step": step}, "step", 400) for step in ("0", "5x", "-60", "90", "45s")],  # 90: not a multiple of the bucket width
+    ("trend", {**TREND, "from": "-11d"}, "from", 400),
+    ("trend", {**TREND, "from": "-11d", "step": "90"}, "step", 400),
+    ("trend", {**TREND, "from": "-1h", "to": str(NOW + 700_000)}, "to", 400),  # far beyond the clock skew
+    ("trend", {**TREND, "to": "later"}, "to", 400),
+    ("trend", {**TREND, "from": "then"}, "from", 400),
+    ("trend", {**TREND, "params": "00"}, "params", 400),
+    ("trend", {**TREND, "confidence": "2"}, "confidence", 400),
 ]
 
 

@@ -32,9 +32,7 @@ from cms_core import kernel, wire
 from cms_core.privatize import keep_threshold
 from cms_core.values import string_fingerprint
 from producer.capture import read_capture
-from producer.jsclient import CLI, JS_DIR, audit_js_client, leaky_threshold_for, node
-from registry import load_registry
-from registry.device import device_config
+from producer.jsclient import CLI, JS_DIR, audit_js_client, leaky_threshold_for, node, write_device_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,13 +95,7 @@ pytestmark = pytest.mark.integration  # every test runs node (or the CLI) in a c
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("js-registry")
-    path = directory / "registry.yaml"
-    path.write_text(REGISTRY)
-    config = directory / "device-config.json"
-    reg = load_registry(path)
-    config.write_text(json.dumps(device_config(reg)))
-    return path, reg, config
+    return write_device_config(tmp_path_factory.mktemp("js-registry"), REGISTRY)
 
 
 def cli(config: Path, metric: str, values: list[str], *args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -112,3 +112,20 @@ DISCOVERY_METRICS = "metrics:\n" + TYPED_WORDS + """\
       - version: 2
         epsilon: 3
 """
+
+
+def screen_metric(categories: str, *, epsilons: tuple[float, ...], fields: str = "", added_in_2: str = "") -> str:
+    """The categorical ``screen`` metric of the worker's catalog, named-metric and console tests: direct RR in
+    explicit versions, version N at ``epsilons[N - 1]``. ``categories`` is its YAML flow list, ``fields`` its
+    further lines (indented four spaces, ending in a newline), ``added_in_2`` the categories version 2 adds."""
+    versions = "".join(f"      - version: {number}\n        epsilon: {epsilon}\n"
+                       + (f"        add_categories: {added_in_2}\n" if number == 2 and added_in_2 else "")
+                       for number, epsilon in enumerate(epsilons, 1))
+    return f"""\
+  - name: screen
+    description: Screen opened at launch
+    owner: mobile@example.com
+    categories: {categories}
+    mechanism: direct
+{fields}    versions:
+{versions}"""

@@ -39,7 +39,7 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -50,8 +50,6 @@ from producer.kafka import KAFKA, BrokerProfile, make_consumer, stop_client
 from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, NO_OFFSET, TOTAL_WIDTH, BucketKey,
                     PartialCounts, StateKey, decode_bundle, smallest_batch)
 
-if TYPE_CHECKING:  # types only
-    from .shards import Share
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +278,9 @@ class ChangelogReader:
     bootstrap_servers: str
     topic: str
     partitions: int
-    share: Share | None = None
+    #: agents.shards.Share, or None for the whole view (not imported: shards answers through agents.query,
+    #: which reads this module)
+    share: object | None = None
     owned: Callable[[], set[int] | None] = lambda: None
     settled: Callable[[], bool] = lambda: True
     profile: BrokerProfile = KAFKA

@@ -897,10 +897,16 @@ def records(shares: dict[str, float], n: int, **fields) -> list[dict]:
 
 def viewport(chrome, width: int, height: int) -> None:
     """Make the page's viewport exactly width x height (the window adds its frame)."""
+    def inner_after_resize() -> list[int]:
+        # the window's frame is measured at each try: a resize lands asynchronously, and on a busy
+        # machine the page can still report the previous window's sizes right after the call
+        extra = js(chrome, "return [window.outerWidth - window.innerWidth, window.outerHeight - window.innerHeight]")
+        chrome.set_window_size(width + extra[0], height + extra[1])
+        return js(chrome, "return [window.innerWidth, window.innerHeight]")
+
     chrome.set_window_size(width, height)
-    extra = js(chrome, "return [window.outerWidth - window.innerWidth, window.outerHeight - window.innerHeight]")
-    chrome.set_window_size(width + extra[0], height + extra[1])
-    assert js(chrome, "return [window.innerWidth, window.innerHeight]") == [width, height]
+    poll_until(inner_after_resize, 20, f"a {width} x {height} viewport", until=lambda got: got == [width, height],
+               interval=0.2)
 
 
 def make_run_listing() -> dict:

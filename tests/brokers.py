@@ -4,7 +4,7 @@
 mock cluster with 3 brokers (``producer.mock_cluster``), which runs the production ``kafka`` path
 with the ``mock`` profile: the differences are in ``producer.kafka.MOCK.differences``.
 
-A test module parametrizes its broker fixture with :func:`start_broker`::
+A test module parametrizes its broker fixture with :func:`producer.mock_cluster.start_broker`::
 
     @pytest.fixture(scope="module", params=BROKERS)
     def broker(request):
@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.process import worker_topics  # noqa: F401  (re-exported: tests take broker helpers from here)
 from producer.broker import EmbeddedBroker
 from producer.kafka import EMBEDDED
-from producer.mock_cluster import start_broker  # noqa: F401  (re-exported, shared with the benchmarks)
 
 #: The mock runs under the markers kafka_mock and integration (``pytest -m kafka_mock``).
 MOCK_MARKS = (pytest.mark.kafka_mock, pytest.mark.integration)

@@ -32,7 +32,8 @@ from cms_core import OCMSParams, wire
 from cms_core.privatize import simulate_reports
 from producer.broker import free_port
 from producer.kafka import make_producer
-from tests.brokers import endpoint, worker_topics
+from agents.process import worker_topics
+from tests.brokers import endpoint
 
 from tests.support.waiting import poll_until
 

@@ -23,7 +23,8 @@ from cms_core import OCMSParams, OCMSSketch, TrackedValues, wire
 from producer.kafka import make_consumer
 from producer.offline import sketch_from_messages
 
-from tests.brokers import BROKERS, MOCK_MARKS, MOCK_SESSION_ARGS, endpoint, on_brokers, start_broker
+from producer.mock_cluster import start_broker
+from tests.brokers import BROKERS, MOCK_MARKS, MOCK_SESSION_ARGS, endpoint, on_brokers
 from tests.support.topics import consume
 from tests.support.waiting import poll_until
 

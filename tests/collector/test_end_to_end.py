@@ -19,7 +19,8 @@ from producer.ledger import PrivacyLedger
 from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport
 from tests.agents.harness import ocms
-from tests.brokers import BROKERS, start_broker
+from producer.mock_cluster import start_broker
+from tests.brokers import BROKERS
 from tests.support.topics import consume
 
 from .harness import CollectorProcess, records_of

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from agents.catalog import Catalog
-from agents.state import TOTAL_WIDTH, BucketKey, PartialCounts, encode_bundle
+from agents.state import TOTAL_WIDTH, BucketKey, PartialCounts, decode_bundle, encode_bundle
 from agents.view import CountsView
 from benchmarks.bench_registry_worker import registry_text
 from registry import load_registry
@@ -103,7 +103,7 @@ def main() -> None:
         timings.append(time.perf_counter() - started)
     check(view, checkpoints[current], sizes)
     median = statistics.median(timings)
-    bundle_members = [len([k for k in checkpoints[0] if layout.key_of(k).encode() == key]) for key, _ in records[0]]
+    bundle_members = [len(decode_bundle(value)) for _, value in records[0]]
     print(f"{args.metrics} metrics, {args.partitions} partitions, mean D {np.mean(list(sizes.values())):.0f}: "
           f"{len(records[0])} changelog records per checkpoint, {min(bundle_members)}-{max(bundle_members)} "
           f"member states each ({per_record[0]:,}-{per_record[-1]:,} bytes), {members:,} member states changed")

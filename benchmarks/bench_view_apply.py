@@ -10,9 +10,11 @@ partition and time level (each of the metric's levels at the current bucket, and
 key), every one of them changed since the previous checkpoint. A CountsView (with the catalog's
 tracked sizes, as the worker builds it) first reads one checkpoint untimed; then each round
 applies the next checkpoint's records (``CountsView.apply``, as ``ChangelogReader._apply`` does),
-so every member state of every record replaces its partition's previous one. Prints the median
-round as microseconds per checkpoint, per changelog record and per changed member state, and
-checks the view's sums against the last checkpoint's states (an error, never a figure, if they
+so every member state of every record replaces its partition's previous one, then takes a
+snapshot of every bucket the checkpoint changed (what the first query or scrape of each pays
+after a checkpoint: the view sums a bucket when it is read). Prints the median round as
+microseconds per checkpoint, per changelog record and per changed member state, apply alone and
+with the reads, and checks the view's sums against the last checkpoint's states (an error, never a figure, if they
 differ).
 
 This is a benchmark, not a test: it prints numbers and never fails on speed.
@@ -94,21 +96,28 @@ def main() -> None:
     view = CountsView(dict(sizes))
     for key, value in records[0]:
         view.apply(key, value)
-    timings = []
+    buckets = sorted({(key.fingerprint, key.width, key.bucket_start) for key in checkpoints[0]})
+    timings, read_timings = [], []
     for round_ in range(args.rounds):
         current = 1 + round_ % 3
         started = time.perf_counter()
         for key, value in records[current]:
             view.apply(key, value)
-        timings.append(time.perf_counter() - started)
+        applied = time.perf_counter()
+        for fp, width, start in buckets:  # what the first query (or scrape) of each changed bucket reads
+            view.snapshot(fp, width, start, start + (width or 1))
+        timings.append(applied - started)
+        read_timings.append(time.perf_counter() - applied)
     check(view, checkpoints[current], sizes)
-    median = statistics.median(timings)
+    median, read = statistics.median(timings), statistics.median(read_timings)
     bundle_members = [len(decode_bundle(value)) for _, value in records[0]]
     print(f"{args.metrics} metrics, {args.partitions} partitions, mean D {np.mean(list(sizes.values())):.0f}: "
           f"{len(records[0])} changelog records per checkpoint, {min(bundle_members)}-{max(bundle_members)} "
           f"member states each ({per_record[0]:,}-{per_record[-1]:,} bytes), {members:,} member states changed")
     print(f"apply one checkpoint: median {median * 1e3:.2f} ms of {args.rounds} (min {min(timings) * 1e3:.2f} ms): "
           f"{median / len(records[0]) * 1e6:.1f} us per record, {median / members * 1e6:.2f} us per changed member state")
+    print(f"then a snapshot of each of the {len(buckets):,} changed buckets: median {read * 1e3:.2f} ms; apply and read: "
+          f"{(median + read) / members * 1e6:.2f} us per changed member state")
 
 
 if __name__ == "__main__":

@@ -22,10 +22,11 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from cms_core import OCMSParams, TrackedValues, kernel, wire
+from cms_core.errors import InvalidParameterError
 from cms_core.reports import ReportBatch
 
-from .state import (NO_OFFSET, BucketKey, PartialCounts, StateKey, StateLayout, bucket_start, decode_bundle,
-                    encode_bundle, fold, smallest_batch)
+from .state import (NO_OFFSET, BucketKey, OpenBundle, PartialCounts, StateKey, StateLayout, bucket_start, fold,
+                    smallest_batch)
 
 #: Every reason label ``ocms_reports_rejected_total`` can carry (a bounded set).
 REJECT_REASONS = tuple(wire.REASONS) + ("empty", "expired", "future_timestamp")
@@ -209,10 +210,10 @@ class PendingBatch:
 class BatchPlan:
     """Table writes of one micro-batch and what they mean for the metrics."""
 
-    writes: list[tuple[BucketKey, PartialCounts]] = field(default_factory=list)
+    writes: list[tuple[BucketKey, PartialCounts]] = field(default_factory=list)  # plan_batch's only
     counted: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # fingerprint -> new reports
     replayed: int = 0  # reports skipped because their cumulative key already holds them
-    reasserted: list[BucketKey] = field(default_factory=list)  # unchanged keys written again (see plan_batch)
+    reasserted: list[BucketKey] = field(default_factory=list)  # unchanged keys written again (see plan_additions)
     reports: int = 0  # reports in the micro-batch
     decode_seconds: float = 0.0
 
@@ -232,20 +233,23 @@ def levels_of(levels, fingerprint: str) -> Sequence[tuple[int, int]]:
     return levels
 
 
-def plan_batch(
+def plan_additions(
     messages: Sequence[AcceptedMessage],
-    read: Callable[[BucketKey], PartialCounts | None],
+    last_offset: Callable[[BucketKey], int],
     params_by_fp: Mapping[str, OCMSParams],
     tracked_by_fp: Mapping[str, TrackedValues],
     levels: Sequence[tuple[int, int]] | Mapping[str, Sequence[tuple[int, int]]],
-) -> BatchPlan:
-    """Fold a micro-batch into new per-key states (exact under replay).
+) -> tuple[BatchPlan, dict[BucketKey, list]]:
+    """What a micro-batch adds to each member key, exact under replay: ``(plan, added)``, ``added``
+    mapping a key to ``[n, counts, highest offset, shuffled reports, smallest shuffled batch]``
+    (``plan`` without writes: ``plan_batch`` and ``encoded_plan`` fold ``added`` each their way).
 
-    Events sharing a base bucket share all their keys. Within such a group,
-    each key counts only events above its stored offset; the distinct stored
-    offsets cut the group into at most (levels + 1) segments, each decoded
-    once, and a key sums the segments above its offset. Without a replay (the
-    normal case) that is one kernel call per (partition, parameter set, bucket).
+    ``last_offset(key)`` is the highest source offset a key's stored state holds (NO_OFFSET for
+    none), asked once per key. Events sharing a base bucket share all their keys. Within such a
+    group, each key counts only events above its stored offset; the distinct stored offsets cut
+    the group into at most (levels + 1) segments, each decoded once, and a key sums the segments
+    above its offset. Without a replay (the normal case) that is one kernel call per (partition,
+    parameter set, bucket).
     """
     plan = BatchPlan()
     groups: dict[tuple[str, int, int], list[AcceptedMessage]] = defaultdict(list)
@@ -253,8 +257,7 @@ def plan_batch(
         base = levels_of(levels, message.fingerprint)[0][0]
         groups[(message.fingerprint, message.partition, bucket_start(message.timestamp, base))].append(message)
         plan.reports += len(message.batch)
-    states: dict[BucketKey, PartialCounts | None] = {}
-    added: dict[BucketKey, list] = {}  # key -> [n, counts, max offset, shuffled, smallest shuffled batch]
+    offsets: dict[BucketKey, int] = {}
     replayed_keys: set[BucketKey] = set()
     started = time.perf_counter()
     planned = []  # (thresholds, first offset, cuts, segments) per group; segments decoded below
@@ -262,35 +265,37 @@ def plan_batch(
     for (fingerprint, partition, _), group in groups.items():
         group.sort(key=lambda m: m.offset)
         params, tracked = params_by_fp[fingerprint], tracked_by_fp[fingerprint]
-        keys = keys_for(fingerprint, partition, group[0].timestamp, levels_of(levels, fingerprint))
-        for key in keys:
-            if key not in states:
-                states[key] = read(key)
-        thresholds = {key: (states[key].last_offset if states[key] is not None else NO_OFFSET) for key in keys}
+        thresholds = {}
+        for key in keys_for(fingerprint, partition, group[0].timestamp, levels_of(levels, fingerprint)):
+            threshold = offsets.get(key)
+            if threshold is None:
+                threshold = offsets[key] = last_offset(key)
+            thresholds[key] = threshold
         first = group[0].offset
         cuts = sorted(set(thresholds.values()))
         # Segment i holds the events with cuts[i] < offset <= cuts[i + 1].
-        segments = []
         if cuts[-1] < first:  # no replay (the normal case): the whole group is the last segment
             batch = ReportBatch.concat([m.batch for m in group])
             segment = new_segment(group, batch, group[-1].offset)
             jobs.append((params, batch, tracked, segment))
             planned.append((thresholds, first, cuts, [None] * (len(cuts) - 1) + [segment]))
             continue
-        offsets = np.fromiter((m.offset for m in group), np.int64, len(group))
+        segments = []
+        group_offsets = np.fromiter((m.offset for m in group), np.int64, len(group))
         for i, low in enumerate(cuts):
             high = cuts[i + 1] if i + 1 < len(cuts) else None
-            lo = int(np.searchsorted(offsets, low, side="right"))
-            hi = len(group) if high is None else int(np.searchsorted(offsets, high, side="right"))
+            lo = int(np.searchsorted(group_offsets, low, side="right"))
+            hi = len(group) if high is None else int(np.searchsorted(group_offsets, high, side="right"))
             if lo >= hi:
                 segments.append(None)
                 continue
             batch = ReportBatch.concat([m.batch for m in group[lo:hi]])
-            segment = new_segment(group[lo:hi], batch, int(offsets[hi - 1]))
+            segment = new_segment(group[lo:hi], batch, int(group_offsets[hi - 1]))
             jobs.append((params, batch, tracked, segment))
             segments.append(segment)
         planned.append((thresholds, first, cuts, segments))
     decode_segments(jobs)
+    added: dict[BucketKey, list] = {}
     for thresholds, first, cuts, segments in planned:
         for key, threshold in thresholds.items():
             if first <= threshold:  # this key skips at least one (replayed) event
@@ -309,17 +314,38 @@ def plan_batch(
                     slot[3] += shuffled
                     slot[4] = smallest_batch(slot[4], shuffle_min)
     plan.decode_seconds = time.perf_counter() - started
+    for key, slot in added.items():
+        if key.is_total:
+            plan.counted[key.fingerprint] += slot[0]
+    # A key that skipped replayed events and got nothing new is written again unchanged: with a
+    # local store (RocksDB) its value may have reached the store but not the changelog before a
+    # crash, and the changelog (which every worker's view reads) must converge to it.
+    plan.reasserted = sorted(replayed_keys - added.keys())
+    plan.replayed = plan.reports - sum(plan.counted.values())
+    return plan, added
+
+
+def plan_batch(
+    messages: Sequence[AcceptedMessage],
+    read: Callable[[BucketKey], PartialCounts | None],
+    params_by_fp: Mapping[str, OCMSParams],
+    tracked_by_fp: Mapping[str, TrackedValues],
+    levels: Sequence[tuple[int, int]] | Mapping[str, Sequence[tuple[int, int]]],
+) -> BatchPlan:
+    """Fold a micro-batch into new per-key states (exact under replay; ``plan_additions`` has the
+    argument): ``plan.writes`` holds each added-to key's ``fold``ed state, then each re-asserted
+    key's stored state. ``read(key)`` is called once per key. The reference fold: the worker folds
+    the same additions into its stored bytes (``encoded_plan``), and the tests hold the two equal."""
+    states: dict[BucketKey, PartialCounts | None] = {}
+
+    def last_offset(key: BucketKey) -> int:
+        state = states[key] = read(key)
+        return NO_OFFSET if state is None else state.last_offset
+
+    plan, added = plan_additions(messages, last_offset, params_by_fp, tracked_by_fp, levels)
     for key, (n, counts, last, shuffled, shuffle_min) in added.items():
         plan.writes.append((key, fold(states[key], counts, n, last, shuffled, shuffle_min)))
-        if key.is_total:
-            plan.counted[key.fingerprint] += n
-    # A key that skipped replayed events is written again unchanged: with a local store (RocksDB)
-    # its value may have reached the store but not the changelog before a crash, and the
-    # changelog (which every worker's view reads) must converge to it.
-    for key in sorted(replayed_keys - added.keys()):
-        plan.writes.append((key, states[key]))
-        plan.reasserted.append(key)
-    plan.replayed = plan.reports - sum(plan.counted.values())
+    plan.writes.extend((key, states[key]) for key in plan.reasserted)
     return plan
 
 
@@ -340,6 +366,10 @@ def decode_segments(jobs: list) -> None:
     """
     counts = kernel.match_counts_many([(params, batch, tracked) for params, batch, tracked, _ in jobs])
     for (_, _, _, segment), job_counts in zip(jobs, counts):
+        # Checked once here, not at every key the counts are folded into (agents.state.OpenBundle adds
+        # them in place into 4-byte counts: a count outside [0, n] must never get there).
+        if job_counts.size and (job_counts.min() < 0 or job_counts.max() > segment[0]):
+            raise InvalidParameterError("counts", "...", f"kernel match counts must lie in [0, n={segment[0]}]")
         segment[1] = job_counts
 
 
@@ -375,25 +405,29 @@ def encoded_plan(
     tracked_by_fp: Mapping[str, TrackedValues],
     levels: Mapping[str, Sequence[tuple[int, int]]],
 ) -> tuple[BatchPlan, list[tuple[StateKey, bytes]]]:
-    """``plan_batch`` over the table values read up front (``table_keys``), with the new value
-    of each touched table key encoded: the whole O(reports x D) part of a checkpoint (decode,
-    fold, encode). A table value is a bundle (agents.state); its members the batch does not
-    touch are carried over byte for byte.
+    """``plan_additions`` over the table values read up front (``table_keys``), folded into them:
+    the new value of each touched table key, the whole O(reports x D) part of a checkpoint
+    (decode, fold, encode). A table value is a bundle (agents.state); each added-to member's
+    counts are added in place (``OpenBundle``: the bytes of ``plan_batch``'s fold), and the
+    members the batch does not touch are carried over byte for byte. The plan has no ``writes``
+    (no PartialCounts are built): ``plan_batch`` is the reference the tests compare these bytes with.
 
     Pure: it touches no table and no event loop, and its inputs are immutable (accepted
     batches, table values as bytes), so the worker runs it on its decode thread while the loop
     keeps serving (the compiled kernel releases the GIL).
     """
-    bundles = {key: ({} if raw is None else decode_bundle(raw)) for key, raw in stored.items()}
+    bundles = {key: OpenBundle(raw) for key, raw in stored.items()}
+    key_of = layout.key_of
 
-    def read(key: BucketKey) -> PartialCounts | None:
-        raw = bundles[layout.key_of(key)].get(key.fingerprint)
-        return None if raw is None else PartialCounts.from_bytes(raw)
+    def last_offset(key: BucketKey) -> int:
+        return bundles[key_of(key)].last_offset(key.fingerprint)
 
-    plan = plan_batch(messages, read, params_by_fp, tracked_by_fp, levels)
+    plan, added = plan_additions(messages, last_offset, params_by_fp, tracked_by_fp, levels)
     touched: dict[StateKey, None] = {}
-    for key, state in plan.writes:
-        table_key = layout.key_of(key)
-        bundles[table_key][key.fingerprint] = state.to_bytes()
+    for key, (n, counts, last, shuffled, shuffle_min) in added.items():
+        table_key = key_of(key)
+        bundles[table_key].fold(key.fingerprint, counts, n, last, shuffled, shuffle_min)
         touched[table_key] = None
-    return plan, [(key, encode_bundle(bundles[key])) for key in touched]
+    for key in plan.reasserted:  # written again unchanged (plan_additions says why)
+        touched[key_of(key)] = None
+    return plan, [(key, bundles[key].encode()) for key in touched]

@@ -39,8 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -50,8 +49,10 @@ NO_OFFSET = -1
 TOTAL_WIDTH = 0  # bucket width of the cumulative (all-time) key
 
 
-@dataclass(frozen=True, order=True)
-class BucketKey:
+class BucketKey(NamedTuple):
+    """A member key. A named tuple, not a dataclass: a checkpoint builds and hashes thousands of them
+    (hundreds of metrics x partitions x levels), and a tuple's hash and equality run in C."""
+
     fingerprint: str  # hex of OCMSParams.fingerprint
     partition: int
     width: int  # bucket width in seconds; TOTAL_WIDTH for the cumulative key
@@ -132,9 +133,9 @@ def _valid_group(group: str) -> bool:
         len(fingerprint) == 2 * FINGERPRINT_BYTES and all(c in "0123456789abcdef" for c in fingerprint)))
 
 
-@dataclass(frozen=True, order=True)
-class StateKey:
-    """A table key: one group of metric versions in one source partition and bucket."""
+class StateKey(NamedTuple):
+    """A table key: one group of metric versions in one source partition and bucket (a named tuple,
+    like BucketKey)."""
 
     group: str  # "g<N>" or "g<N>-<fingerprint>" (group_of)
     partition: int
@@ -397,3 +398,114 @@ def total(states: Iterable[PartialCounts], tracked_count: int) -> tuple[int, np.
         n += s.n
         counts += s.counts
     return n, counts
+
+
+class OpenBundle:
+    """A table value opened for one checkpoint's folds (agents.processor.encoded_plan): a member's
+    header is read when asked for, and its counts are added in place in a copy of the stored bytes.
+
+    Why: with hundreds of metrics a checkpoint folds thousands of member states, and decoding each
+    into a PartialCounts, folding it and encoding it again was most of the checkpoint's Python (so
+    GIL-holding) time. The bytes are those of ``encode_bundle`` over the ``fold``ed members:
+    a member whose size changes (a new one, the first shuffled reports: codec v2, or n reaching 2^32:
+    8-byte counts) is folded and encoded by ``fold`` itself; tests/agents/test_processor.py checks
+    every written bundle against the reference fold (``plan_batch``).
+    """
+
+    __slots__ = ("_buffer", "_members", "_replaced")
+
+    def __init__(self, raw: bytes | None):
+        self._buffer = bytearray(raw or b"")
+        self._members: dict[str, tuple[int, int]] = {}  # fingerprint hex -> (start, length) in _buffer
+        self._replaced: dict[str, bytes] = {}  # fingerprint hex -> new member bytes (a new or resized member)
+        if raw is None:
+            return
+        if len(raw) < _BUNDLE.size:
+            raise SerializationError(f"table value of {len(raw)} bytes is shorter than its header")
+        magic, version, count = _BUNDLE.unpack_from(raw)
+        if magic != _BUNDLE_MAGIC or version != _BUNDLE_VERSION:
+            raise SerializationError("not a counts bundle v1 table value")
+        offset = _BUNDLE.size
+        for _ in range(count):
+            if offset + _MEMBER.size > len(raw):
+                raise SerializationError("counts bundle ends inside a member header")
+            fingerprint, length = _MEMBER.unpack_from(raw, offset)
+            offset += _MEMBER.size
+            if offset + length > len(raw):
+                raise SerializationError("counts bundle ends inside a member's counts")
+            self._members[fingerprint.hex()] = (offset, length)
+            offset += length
+        if offset != len(raw):
+            raise SerializationError(f"counts bundle has {len(raw) - offset} bytes after its last member")
+
+    def _header(self, fingerprint: str) -> tuple[int, int, int, int, int, int, int, int] | None:
+        """(start, version, width, n, last_offset, D, shuffled, shuffle_min) of a stored member, checked
+        like ``read_codec``; None when the bundle has no such member."""
+        place = self._members.get(fingerprint)
+        if place is None:
+            return None
+        start, length = place
+        if length < _CODEC.size:
+            raise SerializationError(f"table value of {length} bytes is shorter than its header")
+        magic, version, width, n, last_offset, d = _CODEC.unpack_from(self._buffer, start)
+        if magic != _CODEC_MAGIC or version not in (_CODEC_VERSION, _CODEC_VERSION_SHUFFLED) or width not in (4, 8):
+            raise SerializationError("not a PartialCounts v1/v2 table value")
+        head, shuffled, shuffle_min = _CODEC.size, 0, 0
+        if version == _CODEC_VERSION_SHUFFLED:
+            if length < head + _CODEC_SHUFFLED.size:
+                raise SerializationError(f"table value of {length} bytes is shorter than its v2 header")
+            shuffled, shuffle_min = _CODEC_SHUFFLED.unpack_from(self._buffer, start + head)
+            head += _CODEC_SHUFFLED.size
+        if length != head + d * width:
+            raise SerializationError(f"table value has {length} bytes, expected {head + d * width}")
+        return start, version, width, n, last_offset, d, shuffled, shuffle_min
+
+    def state(self, fingerprint: str) -> PartialCounts | None:
+        """A member's state (a copy), None when absent."""
+        raw = self._replaced.get(fingerprint)
+        if raw is None:
+            place = self._members.get(fingerprint)
+            if place is None:
+                return None
+            raw = bytes(self._buffer[place[0]:place[0] + place[1]])
+        return PartialCounts.from_bytes(raw)
+
+    def last_offset(self, fingerprint: str) -> int:
+        """The highest source offset a member holds (NO_OFFSET when absent): what a replay skips."""
+        if fingerprint in self._replaced:
+            return read_codec(self._replaced[fingerprint])[2]
+        header = self._header(fingerprint)
+        return NO_OFFSET if header is None else header[4]
+
+    def fold(self, fingerprint: str, counts: np.ndarray, n: int, last_offset: int, shuffled: int = 0,
+             shuffle_min: int = 0) -> None:
+        """``fold`` one batch's counts into a member (same checks, same bytes). ``counts`` must lie
+        in [0, n]: the caller's check (agents.processor.decode_segments checks each kernel result once,
+        not once per key it is added to)."""
+        header = None if fingerprint in self._replaced else self._header(fingerprint)
+        if header is not None:
+            start, version, width, stored_n, stored_offset, d, stored_shuffled, stored_min = header
+            new_n, new_shuffled = stored_n + int(n), stored_shuffled + int(shuffled)
+            same_size = (width == 4) == (new_n < 2**32) and (version == _CODEC_VERSION_SHUFFLED) == bool(new_shuffled)
+            if same_size and d == counts.shape[0] and last_offset > stored_offset and n >= 0 and (
+                    0 <= shuffled <= n and (shuffle_min >= 1 or not shuffled)):
+                _CODEC.pack_into(self._buffer, start, _CODEC_MAGIC, version, width, new_n, int(last_offset), d)
+                head = start + _CODEC.size
+                if new_shuffled:
+                    _CODEC_SHUFFLED.pack_into(self._buffer, head, new_shuffled,
+                                              smallest_batch(stored_min, int(shuffle_min) if shuffled else 0))
+                    head += _CODEC_SHUFFLED.size
+                stored = np.frombuffer(self._buffer, "<u4" if width == 4 else "<i8", count=d, offset=head)
+                np.add(stored, counts, out=stored, casting="unsafe")  # fits: each count <= new_n, < 2^32 at width 4
+                return
+        # A new member, or one whose size changes (or a bad argument: fold raises, naming it).
+        self._replaced[fingerprint] = fold(self.state(fingerprint), counts, n, last_offset, shuffled,
+                                           shuffle_min).to_bytes()
+
+    def encode(self) -> bytes:
+        """The table value: the stored bytes as folded in place, or re-encoded when a member was added or resized."""
+        if not self._replaced:
+            return bytes(self._buffer)
+        members = {fp: bytes(self._buffer[start:start + length]) for fp, (start, length) in self._members.items()}
+        members.update(self._replaced)
+        return encode_bundle(members)

@@ -240,23 +240,30 @@ def model_plan(events, stored: dict) -> dict:
 
 def run_plan(events, table: dict):
     """The worker's path (agents.checkpoint, step 0): read the batch's table keys up front (on the
-    event loop), then plan, decode and encode away from the table (on the decode thread). ``table``
-    holds member states; here they are stored as the worker stores them, in bundles."""
+    event loop), then plan, decode and fold into the stored bytes away from the table (on the decode
+    thread). ``table`` holds member states; here they are stored as the worker stores them, in
+    bundles. Every bundle written must hold exactly the states of the reference fold
+    (``plan_batch``), which is returned."""
     layout = StateLayout({fp: LEVELS for fp in PARAMS}, {fp: len(t) for fp, t in TRACKED.items()})
     stored: dict = {}
     for key, state in table.items():
         stored.setdefault(layout.key_of(key), {})[key.fingerprint] = state.to_bytes()
     values = {key: encode_bundle(stored[key]) if key in stored else None for key in table_keys(events, layout, LEVELS)}
     plan, writes = encoded_plan(events, values, layout, PARAMS, TRACKED, LEVELS)
+    reference = plan_batch(events, table.get, PARAMS, TRACKED, LEVELS)
     written = {}  # member key -> state, as the bundles written hold them
     for table_key, value in writes:
+        assert value == encode_bundle(decode_bundle(value))  # canonical: what encode_bundle writes
         for fp, raw in decode_bundle(value).items():
             written[table_key.member(fp)] = PartialCounts.from_bytes(raw)
-    assert {key: state for key, state in plan.writes} == {k: v for k, v in written.items() if k in dict(plan.writes)}
-    untouched = {k: v for k, v in written.items() if k not in dict(plan.writes)}
+    assert [k for k, _ in writes] == list(dict.fromkeys(layout.key_of(k) for k, _ in reference.writes))
+    assert {k: written[k] for k, _ in reference.writes} == dict(reference.writes)
+    untouched = {k: v for k, v in written.items() if k not in dict(reference.writes)}
     assert all(table[k] == v for k, v in untouched.items())  # members the batch did not touch: carried over
-    assert plan.writes == plan_batch(events, table.get, PARAMS, TRACKED, LEVELS).writes
-    return plan
+    assert (plan.counted, plan.replayed, plan.reasserted, plan.reports) == (
+        reference.counted, reference.replayed, reference.reasserted, reference.reports)
+    assert plan.writes == []
+    return reference
 
 
 def test_batch_keys_are_every_key_the_plan_reads():

@@ -5,8 +5,10 @@ import struct
 import numpy as np
 import pytest
 
-from agents.state import BucketKey, PartialCounts, already_counted, bucket_start, fold, total
+from agents.state import (NO_OFFSET, BucketKey, OpenBundle, PartialCounts, already_counted, bucket_start, decode_bundle,
+                          encode_bundle, fold, total)
 from cms_core import InvalidParameterError, OCMSParams, TrackedValues, kernel
+from cms_core.errors import SerializationError
 from cms_core.privatize import simulate_reports
 
 
@@ -105,3 +107,62 @@ def test_partial_counts_are_immutable():
     a = fold(None, np.array([1, 2]), 5, 3)
     with pytest.raises(ValueError):
         a.counts[0] = 9
+
+
+# ----------------------------------------------------------------- OpenBundle: folds in the stored bytes
+FPS = ("00000000000000aa", "00000000000000bb", "00000000000000cc")
+
+
+def reference_bundle(states: dict) -> bytes:
+    return encode_bundle({fp: s.to_bytes() for fp, s in states.items()})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_open_bundle_folds_give_the_bytes_of_the_reference_fold(seed):
+    """Random folds (new members, shuffled reports switching a member to codec v2, n crossing 2^32 to
+    8-byte counts) give exactly encode_bundle of the folded PartialCounts, batch after batch."""
+    rng = np.random.default_rng(seed)
+    d = {FPS[0]: 5, FPS[1]: 3, FPS[2]: 7}
+    states: dict = {}
+    raw = None
+    offset = 0
+    for _ in range(20):
+        bundle = OpenBundle(raw)
+        for fp in rng.permutation(FPS)[: rng.integers(1, 4)]:
+            assert bundle.last_offset(fp) == (states[fp].last_offset if fp in states else NO_OFFSET)
+            n = int(rng.choice([0, 1, 7, 1000, 2**31, 2**31]))
+            counts = rng.integers(0, n + 1, d[fp])
+            shuffled = int(rng.integers(0, n + 1)) if rng.random() < 0.3 else 0
+            shuffle_min = int(rng.integers(1, 50)) if shuffled else 0
+            offset += int(rng.integers(1, 5))
+            bundle.fold(fp, counts, n, offset, shuffled, shuffle_min)
+            states[fp] = fold(states.get(fp), counts, n, offset, shuffled, shuffle_min)
+        raw = bundle.encode()
+        assert raw == reference_bundle(states)
+    assert any(s.n >= 2**32 for s in states.values()) and any(s.shuffled for s in states.values())
+
+
+def test_open_bundle_carries_untouched_members_and_refuses_what_fold_refuses():
+    states = {FPS[0]: fold(None, np.array([1, 2]), 3, 10), FPS[1]: fold(None, np.array([4]), 4, 11)}
+    raw = reference_bundle(states)
+    assert OpenBundle(raw).encode() == raw  # nothing folded: the stored bytes
+    bundle = OpenBundle(raw)
+    with pytest.raises(InvalidParameterError, match="last_offset"):  # a replay the caller should have skipped
+        bundle.fold(FPS[0], np.array([1, 1]), 1, 10)
+    with pytest.raises(InvalidParameterError, match="tracked values"):
+        bundle.fold(FPS[0], np.array([1, 1, 1]), 1, 12)
+    assert bundle.encode() == raw  # a refused fold changes nothing
+    bundle.fold(FPS[1], np.array([1]), 2, 12)
+    assert decode_bundle(bundle.encode())[FPS[0]] == decode_bundle(raw)[FPS[0]]
+
+
+def test_open_bundle_refuses_a_damaged_value():
+    raw = reference_bundle({FPS[0]: fold(None, np.array([1, 2]), 3, 10)})
+    with pytest.raises(SerializationError):
+        OpenBundle(raw[:-1])
+    with pytest.raises(SerializationError):
+        OpenBundle(b"XX" + raw[2:])
+    damaged = bytearray(raw)
+    damaged[raw.index(b"PC")] = ord("Q")  # the member's codec magic
+    with pytest.raises(SerializationError, match="PartialCounts"):
+        OpenBundle(bytes(damaged)).last_offset(FPS[0])

@@ -20,15 +20,24 @@ read: one state per bucket, not one per partition) plus each writing partition's
 latest state as it arrived on the changelog (uint32 counts while n < 2^32). The
 partition states are what keeps the sum exact: a changelog record *replaces* its
 partition's cumulative state (replay after kill -9, a new owner after a rebalance,
-a late report into an old bucket all rewrite it), so the sum moves by
-new - previous, and a tombstone subtracts the previous. About
-``buckets x D x (8 + 4 x partitions)`` bytes per metric version (README, operating notes).
+a late report into an old bucket all rewrite it), and a tombstone deletes it, so the
+sum is that of the partitions' latest states, taken again when the bucket is next
+read after a change (BucketSum). About ``buckets x D x (8 + 4 x partitions)`` bytes
+per metric version (README, operating notes).
+
+Cost of applying a record (issue 30: a 300-metric worker's checkpoint is 128 records
+holding 2,400 changed member states, read back by every worker on its event loop): what
+changed, checked once. A key held already is not decoded again, a member carried over
+byte for byte is skipped, a changed one is checked (read_codec) and stored, and its
+bucket summed when read, once per change however many partitions the checkpoint
+rewrote (benchmarks/bench_view_apply.py).
 
 The view is updated on the event loop only. A query takes a *snapshot* there
 (the states of the buckets it reads: references to immutable PartialCounts,
-O(keys in range)) and may then sum and estimate anywhere, e.g. off the event
-loop, while the view moves on. Bucket starts are kept sorted per (parameter
-set, width), so a range costs the buckets that exist in it, never range/width.
+O(keys in range), plus the sum of each bucket changed since it was last read) and
+may then sum and estimate anywhere, e.g. off the event loop, while the view moves
+on. Bucket starts are kept sorted per (parameter set, width), so a range costs the
+buckets that exist in it, never range/width.
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ from cms_core.errors import OCMSError
 from producer.kafka import KAFKA, BrokerProfile, make_consumer, stop_client
 
 from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, NO_OFFSET, TOTAL_WIDTH, BucketKey,
-                    PartialCounts, StateKey, decode_bundle, smallest_batch)
+                    PartialCounts, StateKey, decode_bundle, read_codec, smallest_batch)
 
 
 log = logging.getLogger(__name__)
@@ -59,13 +68,20 @@ APPLY_SLICE_SECONDS = 0.002
 
 class BucketSum:
     """One bucket of one parameter set: the partitions' latest states (changelog bytes) and
-    their sum (an immutable PartialCounts, replaced on every change: snapshots keep theirs)."""
+    their sum (an immutable PartialCounts, a new one after every change: snapshots keep theirs).
 
-    __slots__ = ("partitions", "total")
+    The sum is taken when it is read, once per change of the bucket (``total``): a checkpoint
+    rewrites a bucket's state in every partition it counted, record by record, so summing on
+    read adds each partition once per checkpoint instead of moving the sum by new - previous
+    per record, and the sum is by construction that of the partitions' latest states."""
+
+    __slots__ = ("partitions", "tracked_count", "summed")
 
     def __init__(self, tracked_count: int):
         self.partitions: dict[int, bytes] = {}
-        self.total = PartialCounts.empty(tracked_count)
+        self.tracked_count = tracked_count
+        #: the sum of ``partitions`` as it was last read; None once a partition's state changed
+        self.summed: PartialCounts | None = None
 
     def __getitem__(self, partition: int) -> PartialCounts:
         return PartialCounts.from_bytes(self.partitions[partition])
@@ -73,48 +89,60 @@ class BucketSum:
     def __len__(self) -> int:
         return len(self.partitions)
 
-    def replace(self, partition: int, raw: bytes | None, state: PartialCounts | None) -> None:
-        """Set (``state`` decoded from ``raw``) or delete (None) one partition's state."""
-        previous = self.partitions.pop(partition, None)
-        if state is None and previous is None:
-            return
-        counts = self.total.counts.copy()
-        n, shuffled = self.total.n, self.total.shuffled
-        if previous is not None:  # validated when it arrived: read in place, no decode
-            old_n, old_counts, old_shuffled, _ = _stored_counts(previous)
-            counts -= old_counts
-            n -= old_n
-            shuffled -= old_shuffled
-        if state is not None:
-            counts += state.counts
-            n += state.n
-            shuffled += state.shuffled
-            self.partitions[partition] = raw
-        shuffle_min = 0  # a minimum does not subtract: taken again over the partitions (their headers)
-        if shuffled:
-            for stored in self.partitions.values():
-                shuffle_min = smallest_batch(shuffle_min, _stored_counts(stored)[3])
-        self.total = _frozen(n, counts, shuffled, shuffle_min)
+    @property
+    def total(self) -> PartialCounts:
+        """The partitions' states summed: (n, counts, shuffled reports, their smallest batch)."""
+        return self.summed or self.sum()
+
+    def sum(self) -> PartialCounts:
+        """Sum the partitions' states (each validated by read_codec when it arrived) into a new
+        immutable PartialCounts (one fresh int64 array), kept until a partition's state changes."""
+        states = list(self.partitions.values())
+        n = shuffled = shuffle_min = 0
+        first = None
+        uniform = True  # one header size and count width in every state
+        for raw in states:
+            header = _CODEC.unpack_from(raw)  # magic, version, count width, n, last_offset, D
+            n += header[3]
+            if header[1] == _CODEC_VERSION_SHUFFLED:
+                state_shuffled, state_min = _CODEC_SHUFFLED.unpack_from(raw, _CODEC.size)
+                shuffled += state_shuffled
+                shuffle_min = smallest_batch(shuffle_min, state_min)  # a minimum: taken over the partitions
+            if first is None:
+                first = header
+            elif header[1] != first[1] or header[2] != first[2]:
+                uniform = False
+        if len(states) == 1:
+            counts = _stored_counts(states[0]).astype(_I8)
+        elif uniform and first is not None:
+            # The states side by side are one 2-D array (a row each, header included), summed down
+            # its columns in one call into a fresh int64 array.
+            width = first[2]
+            head = _SHUFFLED_HEAD if first[1] == _CODEC_VERSION_SHUFFLED else _CODEC.size
+            rows = np.frombuffer(b"".join(states), _U4 if width == 4 else _I8).reshape(len(states), -1)
+            counts = np.add.reduce(rows[:, head // width:], 0, _I8)
+        else:
+            counts = np.zeros(self.tracked_count, _I8)
+            for raw in states:
+                np.add(counts, _stored_counts(raw), counts)
+        counts.flags.writeable = False
+        state = self.summed = PartialCounts.__new__(PartialCounts)
+        state.n, state.counts, state.last_offset, state.shuffled, state.shuffle_min = (
+            n, counts, NO_OFFSET, shuffled, shuffle_min)
+        return state
 
 
-def _stored_counts(raw: bytes) -> tuple[int, np.ndarray, int, int]:
-    """(n, counts, shuffled, shuffle_min) of a changelog value already validated by PartialCounts.from_bytes
-    (counts: a view of its bytes)."""
-    _, version, width, n, _, d = _CODEC.unpack_from(raw)
-    head, shuffled, shuffle_min = _CODEC.size, 0, 0
-    if version == _CODEC_VERSION_SHUFFLED:
-        shuffled, shuffle_min = _CODEC_SHUFFLED.unpack_from(raw, head)
-        head += _CODEC_SHUFFLED.size
-    return n, np.frombuffer(raw, "<u4" if width == 4 else "<i8", count=d, offset=head), shuffled, shuffle_min
+_U4, _I8 = np.dtype("<u4"), np.dtype("<i8")
 
 
-def _frozen(n: int, counts: np.ndarray, shuffled: int = 0, shuffle_min: int = 0) -> PartialCounts:
-    """A PartialCounts owning ``counts`` (a fresh int64 array nobody else holds): no second copy."""
-    state = PartialCounts.__new__(PartialCounts)
-    counts.flags.writeable = False
-    state.n, state.counts, state.last_offset = int(n), counts, NO_OFFSET
-    state.shuffled, state.shuffle_min = int(shuffled), int(shuffle_min)
-    return state
+def _stored_counts(raw: bytes) -> np.ndarray:
+    """The counts of a changelog value already validated by read_codec (a view of its bytes)."""
+    _, version, width, _, _, d = _CODEC.unpack_from(raw)
+    head = _SHUFFLED_HEAD if version == _CODEC_VERSION_SHUFFLED else _CODEC.size
+    return np.frombuffer(raw, _U4 if width == 4 else _I8, d, head)
+
+
+_SHUFFLED_HEAD = _CODEC.size + _CODEC_SHUFFLED.size  # where a version-2 value's counts begin
 
 
 class CountsView:
@@ -124,8 +152,9 @@ class CountsView:
         self.index: dict[tuple[str, int, int], BucketSum] = {}
         #: (fingerprint, width) -> sorted bucket starts present in ``index``
         self.starts: dict[tuple[str, int], list[int]] = defaultdict(list)
-        #: table key -> the fingerprints of its latest bundle (a tombstone deletes their states)
-        self.members: dict[StateKey, tuple[str, ...]] = {}
+        #: encoded table key (as StateKey.encode spells it) -> (the key, the fingerprints of its latest
+        #: bundle: a tombstone deletes their states)
+        self.members: dict[bytes, tuple[StateKey, tuple[str, ...]]] = {}
         self.held_bytes = 0  # memory_bytes
         self.total_reports = 0  # reports(): n of every cumulative key's partition states, kept as they change
         self.state_count = 0  # keys(): member states held, kept as they come and go
@@ -136,77 +165,116 @@ class CountsView:
         self.tracked_sizes = tracked_sizes
 
     def apply(self, raw_key: bytes | None, raw_value: bytes | None) -> None:
-        """One changelog record: a table key's bundle of member states (agents.state), or its tombstone."""
+        """One changelog record: a table key's bundle of member states (agents.state), or its tombstone.
+
+        Costs what changed: a member carried over byte for byte from the key's previous bundle is
+        skipped, and a key held already is not decoded again (its encoding names it)."""
+        members = self.members
+        held = members.get(raw_key) if type(raw_key) is bytes else None
         try:
-            key = StateKey.decode(raw_key or b"")
-            members = None if raw_value is None else decode_bundle(raw_value)
+            if held is None:
+                key = StateKey.decode(raw_key or b"")
+                name = key.encode()  # the spelling the key is held under (raw_key unless it is not canonical)
+                held = members.get(name)
+            else:
+                key, name = held[0], raw_key
+            bundle = None if raw_value is None else decode_bundle(raw_value)
         except OCMSError as exc:
             self.rejected += 1
             log.warning("ignoring a changelog record that is not a counts value: %s", exc)
             return
-        held = self.members.pop(key, ())
-        for fingerprint in held:
-            if members is None or fingerprint not in members:
-                self.apply_state(key.member(fingerprint), None)
-        if members is not None:
-            index, partition = self.index, key.partition
-            for fingerprint, raw in members.items():
-                bucket = index.get((fingerprint, key.width, key.bucket_start))
-                if bucket is not None and bucket.partitions.get(partition) == raw:
+        partition, width, start = key.partition, key.width, key.bucket_start
+        if held is not None:
+            del members[name]
+            for fingerprint in held[1]:
+                if bundle is None or fingerprint not in bundle:
+                    self._set(fingerprint, partition, width, start, None)
+        if bundle is not None:
+            index, sizes, cumulative = self.index, self.tracked_sizes, width == TOTAL_WIDTH
+            for fingerprint, raw in bundle.items():
+                bucket = index.get((fingerprint, width, start))
+                previous = None if bucket is None else bucket.partitions.get(partition)
+                if previous == raw:
                     # Carried over byte for byte from the key's previous bundle (a member the batch did
                     # not touch): the view holds it already. Cost grows with the members that changed.
                     self.applied += 1
                     continue
-                self.apply_state(key.member(fingerprint), raw)
-            self.members[key] = tuple(members)
+                if previous is not None:
+                    # A checkpoint's common case inline: a held state replaced by a valid one of its size.
+                    # Anything else (a new state, one to reject) is _set's, which checks it again.
+                    try:
+                        n, counts, _, _, _ = read_codec(raw)
+                        d = len(counts)
+                    except OCMSError:
+                        d = -1  # _set rejects it, saying why
+                    if d == bucket.tracked_count and (sizes is None or sizes.get(fingerprint) == d):
+                        bucket.partitions[partition] = raw
+                        bucket.summed = None  # summed again when read
+                        self.held_bytes += len(raw) - len(previous)
+                        if cumulative:
+                            self.total_reports += n - _CODEC.unpack_from(previous)[3]
+                        self.applied += 1
+                        continue
+                self._set(fingerprint, partition, width, start, raw)
+            members[name] = (key, tuple(bundle))
 
     def apply_state(self, key: BucketKey, raw_value: bytes | None) -> None:
         """Set (PartialCounts bytes) or delete (None) one member key's state."""
-        try:
-            state = None if raw_value is None else PartialCounts.from_bytes(raw_value, copy=False)
-        except OCMSError as exc:
+        self._set(key.fingerprint, key.partition, key.width, key.bucket_start, raw_value)
+
+    def _set(self, fingerprint: str, partition: int, width: int, start: int, raw: bytes | None) -> None:
+        """apply_state's work, on the member key's fields (apply has them without building a BucketKey)."""
+        if raw is not None:
+            try:  # the one check and header read of a member state
+                n, counts, _, _, _ = read_codec(raw)
+            except OCMSError as exc:
+                self.rejected += 1
+                log.warning("ignoring changelog state of %s that is not a counts value: %s",
+                            BucketKey(fingerprint, partition, width, start), exc)
+                return
+        sizes = self.tracked_sizes
+        if sizes is not None and (fingerprint not in sizes or (raw is not None and counts.shape[0] != sizes[fingerprint])):
             self.rejected += 1
-            log.warning("ignoring changelog state of %s that is not a counts value: %s", key, exc)
+            log.warning("ignoring changelog key %s: not a configured parameter set / tracked-set size",
+                        BucketKey(fingerprint, partition, width, start))
             return
-        if self.tracked_sizes is not None and (
-            key.fingerprint not in self.tracked_sizes
-            or (state is not None and state.counts.shape[0] != self.tracked_sizes[key.fingerprint])
-        ):
-            self.rejected += 1
-            log.warning("ignoring changelog key %s: not a configured parameter set / tracked-set size", key)
-            return
-        slot = (key.fingerprint, key.width, key.bucket_start)
+        slot = (fingerprint, width, start)
         bucket = self.index.get(slot)
-        if state is not None and bucket is not None and bucket.total.counts.shape != state.counts.shape:
+        if bucket is None:
+            if raw is None:  # a tombstone of a state never held: nothing to delete
+                self.applied += 1
+                return
+            bucket = self.index[slot] = BucketSum(counts.shape[0])
+            bisect.insort(self.starts[(fingerprint, width)], start)
+            self.held_bytes += 8 * bucket.tracked_count  # the summed int64 array
+        elif raw is not None and bucket.tracked_count != counts.shape[0]:
             # Only possible without tracked_sizes (every configured size is checked above).
             self.rejected += 1
-            log.warning("ignoring changelog key %s: %d tracked counts, the bucket has %d", key,
-                        state.counts.shape[0], bucket.total.counts.shape[0])
+            log.warning("ignoring changelog key %s: %d tracked counts, the bucket has %d",
+                        BucketKey(fingerprint, partition, width, start), counts.shape[0], bucket.tracked_count)
             return
-        previous = None if bucket is None else bucket.partitions.get(key.partition)
-        if previous is not None:  # replaced or deleted below
+        partitions = bucket.partitions
+        if raw is None:
+            previous = partitions.pop(partition, None)
+            if previous is not None and not partitions:
+                self.held_bytes -= 8 * bucket.tracked_count
+                del self.index[slot]
+                starts = self.starts[(fingerprint, width)]
+                del starts[bisect.bisect_left(starts, start)]
+        else:
+            previous = partitions.get(partition)
+            partitions[partition] = raw
+            self.state_count += 1
+            self.held_bytes += len(raw)
+            if width == TOTAL_WIDTH:
+                self.total_reports += n
+        if previous is not None or raw is not None:
+            bucket.summed = None  # summed again when read
+        if previous is not None:
             self.state_count -= 1
             self.held_bytes -= len(previous)
-            if key.is_total:
-                self.total_reports -= _stored_counts(previous)[0]
-        if state is None:
-            if bucket is not None:
-                bucket.replace(key.partition, None, None)
-                if not bucket:
-                    self.held_bytes -= bucket.total.counts.nbytes
-                    del self.index[slot]
-                    starts = self.starts[(key.fingerprint, key.width)]
-                    del starts[bisect.bisect_left(starts, key.bucket_start)]
-        else:
-            if bucket is None:
-                bucket = self.index[slot] = BucketSum(state.counts.shape[0])
-                bisect.insort(self.starts[(key.fingerprint, key.width)], key.bucket_start)
-                self.held_bytes += bucket.total.counts.nbytes
-            bucket.replace(key.partition, raw_value, state)
-            self.state_count += 1
-            self.held_bytes += len(raw_value)
-            if key.is_total:
-                self.total_reports += state.n
+            if width == TOTAL_WIDTH:
+                self.total_reports -= _CODEC.unpack_from(previous)[3]
         self.applied += 1
 
     def sum(self, fingerprint: str, width: int, start: int, tracked_count: int) -> tuple[int, np.ndarray]:
@@ -214,7 +282,8 @@ class CountsView:
         bucket = self.index.get((fingerprint, width, start))
         if bucket is None:
             return 0, np.zeros(tracked_count, np.int64)
-        return bucket.total.n, bucket.total.counts.copy()
+        total = bucket.summed or bucket.sum()
+        return total.n, total.counts.copy()
 
     def sum_range(self, fingerprint: str, width: int, start: int, stop: int, tracked_count: int) -> tuple[int, np.ndarray]:
         """(n, counts) of the buckets of ``width`` starting in [start, stop): O(buckets present)."""
@@ -235,15 +304,15 @@ class CountsView:
         The states are immutable, so the snapshot stays valid however the view moves on."""
         starts, lo, hi = self._span(fingerprint, width, start, stop)
         index = self.index
-        return [(s, (index[(fingerprint, width, s)].total,)) for s in starts[lo:hi]]
+        return [(s, ((bucket := index[(fingerprint, width, s)]).summed or bucket.sum(),)) for s in starts[lo:hi]]
 
     def buckets(self, fingerprint: str, width: int) -> list[int]:
         return list(self.starts.get((fingerprint, width), []))
 
     def drop_groups(self, dropped: Callable[[str], bool]) -> None:
         """Forget every state of the table keys whose group ``dropped(group)`` says (a shard moved away)."""
-        for key in [k for k in self.members if dropped(k.group)]:
-            self.apply(key.encode(), None)
+        for name in [name for name, (key, _) in self.members.items() if dropped(key.group)]:
+            self.apply(name, None)
 
     def reports(self) -> int:
         """Reports in the cumulative keys held: every report the view counts (kept as states change:
@@ -258,7 +327,9 @@ class CountsView:
 
     def memory_bytes(self) -> int:
         """Bytes of counts held: the summed arrays plus the partition states (payloads only; kept as
-        states come and go, so /healthz reads it at no cost)."""
+        states come and go, so /healthz reads it at no cost). A bucket's summed array is counted from
+        its first state on, though it is taken only when the bucket is read after a change: at most
+        this much is held."""
         return self.held_bytes
 
 

@@ -220,20 +220,20 @@ def test_summed_view_equals_the_sum_of_latest_states_under_random_rewrites_and_t
                                       for b in view.index.values())
 
 
-def test_a_bundle_applies_only_the_members_that_changed(monkeypatch):
+def test_a_bundle_applies_only_the_members_that_changed():
     """A checkpoint rewrites a bundle with the members it did not touch carried over byte for
-    byte: the view skips those (its cost grows with what changed) and ends where applying
+    byte: the view skips those (its cost grows with what changed: their buckets are not summed
+    again, the summed state a snapshot took is still the bucket's) and ends where applying
     every member would."""
     key = StateKey("g1", 2, 0, 0, 0)
     first = {FP: PartialCounts(5, [1, 2], 3).to_bytes(), FP_OTHER: PartialCounts(7, [0, 7, 1], 4).to_bytes()}
     second = {**first, FP: PartialCounts(9, [3, 2], 8).to_bytes()}  # FP_OTHER carried over
-    applied = []
     view = CountsView({FP: 2, FP_OTHER: 3})
-    real = view.apply_state
-    monkeypatch.setattr(view, "apply_state", lambda k, raw: (applied.append(k.fingerprint), real(k, raw)))
     view.apply(key.encode(), encode_bundle(first))
+    summed = {fp: view.snapshot(fp, 0, 0, 1)[0][1][0] for fp in (FP, FP_OTHER)}
     view.apply(key.encode(), encode_bundle(second))
-    assert applied == [FP, FP_OTHER, FP]
+    assert view.snapshot(FP_OTHER, 0, 0, 1)[0][1][0] is summed[FP_OTHER]
+    assert view.snapshot(FP, 0, 0, 1)[0][1][0] is not summed[FP]
     assert view.sum(FP, 0, 0, 2) == (9, pytest.approx(np.array([3, 2])))
     assert view.sum(FP_OTHER, 0, 0, 3)[1].tolist() == [0, 7, 1]
     assert view.reports() == 16 and view.applied == 4
@@ -282,3 +282,87 @@ def test_a_bundle_carries_each_member_s_shuffle_accounting():
     other = view.snapshot(FP_OTHER, 60, B, B + 60)[0][1][0]
     assert (total.n, total.shuffled, total.shuffle_min) == (3, 3, 2_500)
     assert (other.n, other.shuffled, other.shuffle_min) == (5, 5, 900) and view.rejected == 0
+
+
+def test_bundles_under_random_rewrites_sum_to_the_latest_member_states():
+    """Records as checkpoints write them (bundles: members rewritten, carried over byte for byte,
+    dropped, or deleted by a tombstone; one member's partition count beyond uint32 or shuffled at
+    times): after each, every bucket the record touched sums exactly the latest member states of
+    its partitions, and the view's state, report and byte counts agree with them."""
+    rng = np.random.default_rng(30)
+    sizes = {FP: 3, FP_OTHER: 5}
+    view, latest = CountsView(dict(sizes)), {}  # (fp, partition, width, start) -> (n, counts, shuffled, min)
+    held: dict[StateKey, dict[str, bytes]] = {}
+    keys = [StateKey("g1", p, width, 3600 if width else 0, (B + 60 * s) if width else 0)
+            for p in range(4) for width in (60, 0) for s in range(2 if width else 1)]
+    for _ in range(1500):
+        key = keys[int(rng.integers(len(keys)))]
+        previous = held.pop(key, {})
+        if rng.random() < 0.1:
+            view.apply(key.encode(), None)
+            for fp in previous:
+                latest.pop((fp, key.partition, key.width, key.bucket_start), None)
+        else:
+            bundle = {}
+            for fp, d in sizes.items():
+                draw = rng.random()
+                if draw < 0.3 and fp in previous:
+                    bundle[fp] = previous[fp]  # carried over
+                elif draw < 0.85:
+                    n = int(rng.integers(1, 50)) + (2**33 if rng.random() < 0.1 else 0)
+                    counts = rng.integers(0, 50, d)
+                    shuffled = int(rng.integers(1, n + 1)) if rng.random() < 0.2 else 0
+                    smallest = int(rng.integers(1, 10**4)) if shuffled else 0
+                    bundle[fp] = PartialCounts(n, counts, 1, shuffled, smallest).to_bytes()
+                    latest[(fp, key.partition, key.width, key.bucket_start)] = (n, counts, shuffled, smallest)
+                if fp not in bundle:
+                    latest.pop((fp, key.partition, key.width, key.bucket_start), None)
+            view.apply(key.encode(), encode_bundle(bundle))
+            held[key] = bundle
+        for fp, d in sizes.items():
+            want = [w for (f, _, width, start), w in latest.items()
+                    if (f, width, start) == (fp, key.width, key.bucket_start)]
+            n, counts = view.sum(fp, key.width, key.bucket_start, d)
+            assert n == sum(w[0] for w in want)
+            assert counts.tolist() == [int(sum(w[1][i] for w in want)) for i in range(d)]
+            snapshot = view.snapshot(fp, key.width, key.bucket_start, key.bucket_start + (key.width or 1))
+            total = snapshot[0][1][0] if snapshot else PartialCounts.empty(d)
+            assert total.shuffled == sum(w[2] for w in want)
+            assert total.shuffle_min == min((w[3] for w in want if w[3]), default=0)
+    assert view.rejected == 0 and view.keys() == len(latest)
+    assert view.reports() == sum(w[0] for (_, _, width, _), w in latest.items() if width == 0)
+    assert view.memory_bytes() == sum(b.total.counts.nbytes + sum(len(r) for r in b.partitions.values())
+                                      for b in view.index.values())
+
+
+@pytest.mark.parametrize("tracked_sizes", [None, {FP: 2, FP_OTHER: 3}])
+def test_a_bundle_member_replacing_a_held_state_with_garbage_or_another_size_changes_nothing(tracked_sizes):
+    """The member a checkpoint rewrites is checked like a new one: not a counts value, or of
+    another tracked-set size, it is rejected and counted, and the bucket keeps the state it had
+    (the other members of the record still apply)."""
+    key = StateKey("g1", 2, 60, 3600, B).encode()
+    view = CountsView(tracked_sizes)
+    view.apply(key, encode_bundle({FP: PartialCounts(5, [1, 2], 3).to_bytes(),
+                                   FP_OTHER: PartialCounts(7, [0, 7, 1], 4).to_bytes()}))
+    other = PartialCounts(8, [1, 7, 0], 5).to_bytes()
+    for bad in (b"XX" + PartialCounts(9, [3, 2], 8).to_bytes()[2:],
+                PartialCounts(9, [3, 2], 8).to_bytes()[:-1],
+                PartialCounts(9, [3, 2, 1], 8).to_bytes()):
+        rejected = view.rejected
+        view.apply(key, encode_bundle({FP: bad, FP_OTHER: other}))
+        assert view.rejected == rejected + 1
+        assert view.sum(FP, 60, B, 2)[0] == 5 and view.sum(FP, 60, B, 2)[1].tolist() == [1, 2]
+        assert view.sum(FP_OTHER, 60, B, 3)[1].tolist() == [1, 7, 0]
+    assert view.keys() == 2 and view.memory_bytes() == (2 + 3) * 8 + len(other) + 24 + 2 * 4
+
+
+def test_a_key_spelled_another_way_is_the_same_table_key():
+    """A record names its table key by the key's fields, not by how its text spells them: a bundle
+    under another spelling of a held key replaces that key's members, and its tombstone deletes them."""
+    view = CountsView()
+    view.apply(StateKey("g3", 2, 60, 3600, B).encode(), encode_bundle({
+        FP: PartialCounts(10, [1, 2], 5).to_bytes(), FP_OTHER: PartialCounts(4, [4, 0], 7).to_bytes()}))
+    view.apply(f"g3:02:60:3600:{B}".encode(), encode_bundle({FP: PartialCounts(12, [2, 2], 9).to_bytes()}))
+    assert view.sum(FP, 60, B, 2)[0] == 12 and view.sum(FP_OTHER, 60, B, 2)[0] == 0 and view.keys() == 1
+    view.apply(f"g3:+2:060:3600:{B}".encode(), None)
+    assert view.keys() == 0 and view.index == {} and view.rejected == 0

@@ -166,6 +166,10 @@ def measure(args: argparse.Namespace) -> None:
     print(f"median {versions} metrics mixed on one topic:      {many:>12,.0f} reports/s (worker RSS {rss_many:.0f} MiB)")
     print(f"ratio: {many / single:.0%} of the single-metric figure; memory: {(rss_many - rss_single) / versions:.1f} MiB "
           "per metric above the single-metric worker")
+    cpu_single = statistics.median(r["worker_cpu_seconds"] / r["reports"] for r in runs["single"]) * 1e6
+    cpu_many = statistics.median(r["worker_cpu_seconds"] / r["reports"] for r in runs["mix"]) * 1e6
+    print(f"worker CPU per report (medians; steadier than rates on a busy machine): single metric {cpu_single:.2f} us, "
+          f"{versions} metrics {cpu_many:.2f} us")
 
 
 if __name__ == "__main__":

@@ -127,6 +127,12 @@ class Worker:
                     return int(line.split()[1]) / 1024
         return float("nan")
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the worker process has used so far, every thread together."""
+        with open(f"/proc/{self.process.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.child.stop()
 
@@ -237,13 +243,16 @@ def paced_run(worker: Worker, bootstrap: str, payloads: list[bytes], reports: Se
     total = int(np.sum(reports))
     pacer = None if cluster is None else Pacer(worker.taken, payloads, reports)
     ticks = cpu_times()
+    worker_cpu = worker.cpu_seconds()
     start = time.monotonic()
     asyncio.run(produce(bootstrap, worker.topic, payloads, None, [], EMBEDDED if cluster is None else cluster.profile,
                         pacer))
     produced = time.monotonic() - start
     wait_counted(counted, total, what)
     seconds = time.monotonic() - start
+    worker_cpu = worker.cpu_seconds() - worker_cpu
     return {"reports": total, "seconds": seconds, "produce_seconds": produced, "reports_per_s": total / seconds,
+            "worker_cpu_seconds": worker_cpu,
             "paced_seconds": None if pacer is None else pacer.waited, "rss_mib": worker.rss_mib(),
             "steal": steal_fraction(ticks, cpu_times())}
 
@@ -351,10 +360,13 @@ def print_throughput(r: dict) -> None:
 
 
 def run_text(r: dict) -> str:
-    """One throughput run's figures (paced_run's dict): rate, time, producing time, pacing, RSS, steal."""
+    """One throughput run's figures (paced_run's dict): rate, time, producing time, pacing, the worker's CPU
+    time (every thread: on a busy machine a steadier figure of its cost than the rate), RSS, steal."""
     paced = "" if r.get("paced_seconds") is None else f", {r['paced_seconds']:.2f} s of it paced to the worker"
+    cpu = r.get("worker_cpu_seconds")
+    cpu = "" if cpu is None else f"worker CPU {cpu:.2f} s = {cpu / r['reports'] * 1e6:.2f} us/report; "
     return (f"{r['reports_per_s']:>12,.0f} reports/s  ({r['reports']:,} reports in {r['seconds']:.2f} s; producing "
-            f"took {r['produce_seconds']:.2f} s{paced}; worker RSS {r['rss_mib']:.0f} MiB; CPU steal {steal_text(r)})")
+            f"took {r['produce_seconds']:.2f} s{paced}; {cpu}worker RSS {r['rss_mib']:.0f} MiB; CPU steal {steal_text(r)})")
 
 
 def print_latency(r: dict) -> None:

@@ -307,7 +307,7 @@ def plan_additions(
                 slot = added.get(key)
                 if slot is None:  # counts shared with the group's other keys: never added to in place
                     added[key] = [n, counts, last, shuffled, shuffle_min]
-                else:
+                else:  # (4-byte counts: a key's sum over one batch is at most the batch's reports, < 2^32)
                     slot[0] += n
                     slot[1] = slot[1] + counts
                     slot[2] = max(slot[2], last)
@@ -367,10 +367,12 @@ def decode_segments(jobs: list) -> None:
     counts = kernel.match_counts_many([(params, batch, tracked) for params, batch, tracked, _ in jobs])
     for (_, _, _, segment), job_counts in zip(jobs, counts):
         # Checked once here, not at every key the counts are folded into (agents.state.OpenBundle adds
-        # them in place into 4-byte counts: a count outside [0, n] must never get there).
-        if job_counts.size and (job_counts.min() < 0 or job_counts.max() > segment[0]):
+        # them in place into 4-byte counts: a count outside [0, n] must never get there). One reduction:
+        # read as unsigned, a negative count is above any n.
+        if job_counts.size and int(job_counts.view(np.uint64).max()) > segment[0]:
             raise InvalidParameterError("counts", "...", f"kernel match counts must lie in [0, n={segment[0]}]")
-        segment[1] = job_counts
+        # As 4-byte counts (n < 2^32 here: a batch's reports), what a stored member adds them into.
+        segment[1] = job_counts.astype(np.uint32)
 
 
 def batch_keys(

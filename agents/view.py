@@ -56,7 +56,7 @@ from cms_core.errors import OCMSError
 
 from producer.kafka import KAFKA, BrokerProfile, make_consumer, stop_client
 
-from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, NO_OFFSET, TOTAL_WIDTH, BucketKey,
+from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, _I8, _U4, NO_OFFSET, TOTAL_WIDTH, BucketKey,
                     PartialCounts, StateKey, decode_bundle, read_codec, smallest_batch)
 
 
@@ -130,9 +130,6 @@ class BucketSum:
         state.n, state.counts, state.last_offset, state.shuffled, state.shuffle_min = (
             n, counts, NO_OFFSET, shuffled, shuffle_min)
         return state
-
-
-_U4, _I8 = np.dtype("<u4"), np.dtype("<i8")
 
 
 def _stored_counts(raw: bytes) -> np.ndarray:

@@ -30,6 +30,7 @@ from agents.processor import (
 )
 from agents.state import NO_OFFSET, BucketKey, PartialCounts, StateLayout, decode_bundle, encode_bundle
 from cms_core import OCMSParams, ReportBatch, TrackedValues, kernel, reference_match_counts, wire
+from cms_core.errors import InvalidParameterError
 from cms_core.privatize import simulate_reports
 
 VECTORS = json.loads((Path(__file__).parents[1] / "vectors" / "wire_v1.json").read_text())
@@ -603,3 +604,20 @@ def test_groups_decoded_together_on_threads_give_the_same_plan(monkeypatch):
     assert pooled.writes == one_by_one.writes
     assert (pooled.counted, pooled.replayed, pooled.reasserted) == (
         one_by_one.counted, one_by_one.replayed, one_by_one.reasserted)
+
+
+@pytest.mark.parametrize("bad", [-1, 1])
+def test_kernel_counts_outside_zero_to_n_stop_the_plan(monkeypatch, bad):
+    """A kernel result below 0 or above its segment's reports never reaches the stored 4-byte counts
+    (decode_segments checks each once): the batch fails instead, and nothing is written."""
+    events = make_events(5)
+    real = kernel.match_counts_many
+
+    def broken(jobs, **kwargs):
+        counts = real(jobs, **kwargs)
+        counts[0][0] = -1 if bad < 0 else len(jobs[0][1]) + 1
+        return counts
+
+    monkeypatch.setattr(kernel, "match_counts_many", broken)
+    with pytest.raises(InvalidParameterError, match="kernel match counts must lie in"):
+        run_plan(events, {})

@@ -54,7 +54,7 @@ import faust
 
 from .faust_internals import PartitionContext, SourcePartition, current_event
 from .processor import Batch, BatchPlan, PendingBatch, encoded_plan, table_keys
-from .settings import BATCH_GROWTH_UNDER_LOAD
+from .settings import BATCH_GROWTH_FOR_LARGE_STATE, BATCH_GROWTH_UNDER_LOAD, BATCH_REPORTS_PER_STATE_BYTE
 from .state import StateKey, StateLayout
 
 log = logging.getLogger("ocms.worker")
@@ -176,6 +176,8 @@ class Checkpoint:
     _commit_wanted: bool = dataclasses.field(init=False, default=False)
     #: The checkpoint of a full batch running behind the intake (``batch_full``).
     _behind: asyncio.Future | None = dataclasses.field(init=False, default=None)
+    #: Bytes of table values the latest checkpoint wrote (``growth_limit``).
+    _rewritten_bytes: int = dataclasses.field(init=False, default=0)
 
     # ------------------------------------------------------------ entry points
     async def flush(self) -> None:
@@ -189,10 +191,9 @@ class Checkpoint:
         which goes on reading and validating meanwhile (the decode thread and the broker's
         acknowledgements overlap the next batch's intake).
 
-        Group commit: while that checkpoint runs, the next batch may grow to
-        ``BATCH_GROWTH_UNDER_LOAD`` x ``batch_max_reports`` before the intake waits, and is
-        checkpointed as soon as the running one is done and the batches before it are
-        acknowledged (``ready``). A checkpoint has a cost per record it writes whatever the
+        Group commit: while that checkpoint runs, the next batch may grow to ``growth_limit()``
+        reports before the intake waits, and is checkpointed as soon as the running one is done
+        and the batches before it are acknowledged (``ready``). A checkpoint has a cost per record it writes whatever the
         batch's size, so under load batches grow until that cost is shared by enough reports.
         Memory: at most the batch being checkpointed, the one being acknowledged and the
         growing one."""
@@ -208,7 +209,7 @@ class Checkpoint:
                     # intake's next message starts the next batch instead of growing this one.
                     await asyncio.sleep(0)
                 return
-            if self.pending.reports < BATCH_GROWTH_UNDER_LOAD * self.pending.max_reports:
+            if self.pending.reports < self.growth_limit():
                 return  # the running checkpoint takes this batch when it is done
             await asyncio.shield(behind)
 
@@ -226,9 +227,12 @@ class Checkpoint:
         plan, writes = await asyncio.get_running_loop().run_in_executor(
             self.decoder, encoded_plan, batch.accepted, stored, fold.layout, fold.params_by_fp, fold.tracked_by_fp,
             fold.levels)
+        rewritten = 0
         for key, value in writes:  # 1. write tables
             self.writer.write(key, value)
             self.on_written(key)
+            rewritten += len(value)
+        self._rewritten_bytes = rewritten
         acknowledgements = self.writer.take_unacknowledged()
         for message, rejection in batch.dead:  # 2. send dead letters
             headers = [
@@ -289,7 +293,7 @@ class Checkpoint:
     # ------------------------------------------------------------ taking batches
     def ready(self) -> bool:
         """Whether the pending batch should be checkpointed now rather than grow: it is full, and
-        the batches before it are acknowledged or it has grown to ``BATCH_GROWTH_UNDER_LOAD`` x.
+        the batches before it are acknowledged or it has grown to ``growth_limit()``.
 
         Why wait for the acknowledgements: a checkpoint rewrites every table key its batch touches
         whatever the batch's size, and with hundreds of metrics that is every group's bundles (128
@@ -299,7 +303,22 @@ class Checkpoint:
         if not pending.full:
             return False
         acked = self._acking is None or self._acking.done()
-        return acked or pending.reports >= BATCH_GROWTH_UNDER_LOAD * pending.max_reports
+        return acked or pending.reports >= self.growth_limit()
+
+    def growth_limit(self) -> int:
+        """Reports a batch may grow to while the checkpoints before it run: ``BATCH_GROWTH_UNDER_LOAD``
+        x ``batch_max_reports``, or ``BATCH_REPORTS_PER_STATE_BYTE`` reports per byte of table values
+        the latest checkpoint rewrote, up to ``BATCH_GROWTH_FOR_LARGE_STATE`` x.
+
+        Why: a checkpoint has a cost per byte of state it rewrites (its bundles are written, sent,
+        stored by the broker and read back by every view) whatever the batch's size. With a few
+        metrics that is kilobytes; with hundreds every group's bundles are rewritten, 4 MB at 300
+        metrics, and at 8 x 200,000 reports a checkpoint that was 2.5 bytes of state per report
+        (bench_registry_worker, issue 30). Only under load, and only for such workers: a batch
+        is still checkpointed as soon as it is full when nothing is waiting for the broker."""
+        base = self.pending.max_reports
+        by_state = BATCH_REPORTS_PER_STATE_BYTE * self._rewritten_bytes
+        return min(max(BATCH_GROWTH_UNDER_LOAD * base, by_state), BATCH_GROWTH_FOR_LARGE_STATE * base)
 
     async def _checkpoint_pending(self) -> None:
         """Take the pending batch under the lock (so batches are written in take order) and

@@ -37,6 +37,11 @@ def store(raw, label: str) -> str:
 #: While a full micro-batch's checkpoint runs, the intake may grow the next batch to this many
 #: times batch_max_reports before it waits (group commit: agents.checkpoint.Checkpoint.batch_full).
 BATCH_GROWTH_UNDER_LOAD = 8
+#: ... and up to this many times when checkpoints rewrite more bytes of state than that many reports
+#: (hundreds of metrics: agents.checkpoint.Checkpoint.growth_limit) ...
+BATCH_GROWTH_FOR_LARGE_STATE = 16
+#: ... growing to this many reports per byte of table values the latest checkpoint rewrote.
+BATCH_REPORTS_PER_STATE_BYTE = 1
 
 #: ``--registry`` as the worker reads it (also OCMS_REGISTRY).
 WORKER_REGISTRY = Setting("registry", "serve every live version of every metric of this registry (docs/registry.md) "

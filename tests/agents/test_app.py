@@ -184,6 +184,9 @@ def held_worker(worker, monkeypatch):
     consumer.ack = lambda message: journal.append(("ack", message.partition, message.offset))
     consumer.commit = commit
     monkeypatch.setattr(worker.app, "crash", crash)
+    # The group-commit tests count the cap in messages: BATCH_GROWTH_UNDER_LOAD x batch_max_reports, not
+    # the growth by the state a checkpoint rewrote (test_batches_grow_with_the_state_a_checkpoint_rewrites).
+    monkeypatch.setattr(checkpoint_module, "BATCH_REPORTS_PER_STATE_BYTE", 0)
     return journal, dead_futures
 
 
@@ -387,6 +390,35 @@ def test_a_full_batch_waits_for_the_acknowledgements_before_it_not_for_the_age_b
 
     asyncio.run(run())
     assert acks(journal) == [(0, i) for i in range(5)]
+
+
+def test_batches_grow_with_the_state_a_checkpoint_rewrites(worker, monkeypatch):
+    """Under load a batch grows to BATCH_GROWTH_UNDER_LOAD x batch_max_reports, or to a report per
+    byte of table values the latest checkpoint rewrote (hundreds of metrics: megabytes), up to
+    BATCH_GROWTH_FOR_LARGE_STATE x."""
+    journal, _ = held_worker(worker, monkeypatch)
+    monkeypatch.setattr(checkpoint_module, "BATCH_REPORTS_PER_STATE_BYTE", 1)
+    checkpoint = worker.checkpoint
+    checkpoint.pending = PendingBatch(100)
+    base, most = checkpoint_module.BATCH_GROWTH_UNDER_LOAD * 100, checkpoint_module.BATCH_GROWTH_FOR_LARGE_STATE * 100
+    assert checkpoint.growth_limit() == base  # nothing written yet
+    for m in deliveries(0, range(3)):
+        worker.receive(m)
+
+    async def run():
+        write = asyncio.ensure_future(checkpoint.write(worker.pending.take()))
+        await until(lambda: journal.count("write") == 2)
+        checkpoint.writer.table.acknowledge()
+        await write
+
+    asyncio.run(run())
+    rewritten = sum(len(v) for v in checkpoint.writer.table.values.values())
+    assert base < rewritten < most  # the test's two table keys: a bucket and the cumulative key
+    assert checkpoint.growth_limit() == rewritten
+    checkpoint._rewritten_bytes = 10**9
+    assert checkpoint.growth_limit() == most
+    monkeypatch.setattr(checkpoint_module, "BATCH_REPORTS_PER_STATE_BYTE", 0)
+    assert checkpoint.growth_limit() == base
 
 
 def test_a_batch_the_broker_refuses_stops_every_later_batch_from_being_acked(worker, monkeypatch):

@@ -193,8 +193,9 @@ class Checkpoint:
 
         Group commit: while that checkpoint runs, the next batch may grow to ``growth_limit()``
         reports before the intake waits, and is checkpointed as soon as the running one is done
-        and the batches before it are acknowledged (``ready``). A checkpoint has a cost per record it writes whatever the
-        batch's size, so under load batches grow until that cost is shared by enough reports.
+        and the batches before it are acknowledged (``ready``). A checkpoint has a cost per record
+        and per byte of state it writes whatever the batch's size, so under load batches grow until
+        that cost is shared by enough reports.
         Memory: at most the batch being checkpointed, the one being acknowledged and the
         growing one."""
         while True:

@@ -369,6 +369,7 @@ def decode_segments(jobs: list) -> None:
         # Checked once here, not at every key the counts are folded into (agents.state.OpenBundle adds
         # them in place into 4-byte counts: a count outside [0, n] must never get there). One reduction:
         # read as unsigned, a negative count is above any n.
+        job_counts = np.ascontiguousarray(job_counts, np.int64)  # (no copy: every backend returns int64)
         if job_counts.size and int(job_counts.view(np.uint64).max()) > segment[0]:
             raise InvalidParameterError("counts", "...", f"kernel match counts must lie in [0, n={segment[0]}]")
         # As 4-byte counts (n < 2^32 here: a batch's reports), what a stored member adds them into.

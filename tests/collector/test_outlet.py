@@ -1,0 +1,109 @@
+"""KafkaOutlet and SharedIdempotency against stand-ins for aiokafka's producer (no broker): what each
+upload is answered when a send fails part-way through a group, and that clients are released."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from collector.app import CollectorMetrics
+from collector.exactly_once import SharedIdempotency
+from collector.produce import KafkaOutlet, _Waiter
+from collector.settings import CollectorSettings
+from collector.shuffle import ShuffledBatch
+from producer.kafka import KafkaUnavailableError
+
+from .harness import reports
+
+
+class Acked:
+    """What aiokafka's send future resolves to."""
+
+    def __init__(self, offset: int):
+        self.offset = offset
+
+
+class ScriptedProducer:
+    """A transactional producer whose ``send`` raises from its ``fail_from``-th call on (0-based)."""
+
+    def __init__(self, fail_from: int | None = None):
+        self.fail_from = fail_from
+        self.sent: list[tuple[bytes, int]] = []
+        self.stopped = False
+
+    async def begin_transaction(self):
+        pass
+
+    async def commit_transaction(self):
+        pass
+
+    async def send(self, topic, value, *, key=None, partition=None, timestamp_ms=None, headers=None):
+        if self.fail_from is not None and len(self.sent) >= self.fail_from:
+            raise KafkaUnavailableError("scripted send failure")
+        self.sent.append((value, partition))
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(Acked(len(self.sent) - 1))
+        return future
+
+    async def stop(self):
+        self.stopped = True
+
+
+class LogStandIn:
+    """The part of SharedIdempotency the outlet uses for batches without keys (nothing is listed)."""
+
+    enabled = True
+    owner = "ocms-collector-test"
+    redo_end = 0
+    outlet = None
+
+    def __init__(self):
+        self.tasks: list[asyncio.Task] = []
+
+    def _spawn(self, coroutine):
+        self.tasks.append(asyncio.ensure_future(coroutine))
+
+    def record_outcome(self, nonce, stored):
+        pass
+
+
+def _settings(registry_path, **overrides) -> CollectorSettings:
+    return CollectorSettings.build(registry=str(registry_path), bootstrap_servers="127.0.0.1:1", **overrides)
+
+
+def _batch(loop, dest, uploads: int, per_upload: int) -> ShuffledBatch:
+    """A closed shuffled batch of ``uploads`` uploads without keys (one future each)."""
+    from cms_core import wire
+
+    size = wire.record_size(dest.params)
+    records = wire.encode_batch(dest.params, reports(dest, uploads * per_upload, seed=7))[wire.HEADER_SIZE:]
+    members = [_Waiter((i + 1) * per_upload, loop.create_future(), i * per_upload) for i in range(uploads)]
+    return ShuffledBatch(dest, records, members, 0, size, uploads * per_upload, max_records=per_upload)
+
+
+def test_a_batch_whose_every_frame_was_acknowledged_gets_202_when_a_later_batch_fails_to_send(registry_path, dest):
+    """Two shuffled batches go in one group; the second one's send fails. The first batch's frames were
+    all sent and acknowledged, so its uploads are in Kafka: they must be answered 202, not 503 (a 503 makes
+    a device without an Idempotency-Key upload them again: counted twice). The failed batch gets 503."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        outlet = KafkaOutlet(_settings(registry_path, shuffle_min_reports="2"), CollectorMetrics(),
+                             log=LogStandIn())
+        producer = ScriptedProducer(fail_from=2)  # batch 1: frames 0 and 1 sent; batch 2: its first send fails
+        outlet.producer, outlet.available, outlet.partitions = producer, True, [0]
+        first, second = _batch(loop, dest, 2, 3), _batch(loop, dest, 2, 3)
+        outlet.queued = first.queued + second.queued
+        await outlet._commit_batches([first, second])
+        await asyncio.gather(*outlet._acks)
+        for task in outlet.log.tasks:
+            task.cancel()
+        await asyncio.gather(*outlet.log.tasks, return_exceptions=True)
+        return first, second, producer, outlet
+
+    first, second, producer, outlet = asyncio.run(main())
+    assert len(producer.sent) == 2
+    assert [w.future.exception() for w in first.members] == [None, None], "every frame of it is in Kafka"
+    assert all(isinstance(w.future.exception(), KafkaUnavailableError) for w in second.members)
+    assert outlet.queued == 0

@@ -308,11 +308,16 @@ class SharedIdempotency:
                     break
                 log.info("idempotency topic %s not created yet: %s: %s", self.topic, type(exc).__name__, exc)
                 await asyncio.sleep(s.retry_after_seconds)
-        self._producer = make_producer(s.bootstrap_servers, profile, idempotent=False, linger_ms=0,
-                                       client_id="ocms-collector-log", request_timeout_ms=s.kafka_timeout_ms)
-        await self._producer.start()
-        if s.shuffle_min_reports:
-            self.redo_end = (await self.end_offsets(self.redo_topic, [0])).get(0, 0)
+        producer = make_producer(s.bootstrap_servers, profile, idempotent=False, linger_ms=0,
+                                 client_id="ocms-collector-log", request_timeout_ms=s.kafka_timeout_ms)
+        try:  # a failed start is retried by the caller: nothing of this attempt stays open
+            await producer.start()
+            if s.shuffle_min_reports:
+                self.redo_end = (await self.end_offsets(self.redo_topic, [0])).get(0, 0)
+        except BaseException:
+            await producer.stop()
+            raise
+        self._producer = producer
         self._tail = asyncio.create_task(self._tail_loop(), name="ocms-collector-idempotency-tail")
 
     async def close(self) -> None:

@@ -364,8 +364,15 @@ class KafkaOutlet:
 
     async def _connect_loop(self) -> None:
         factory = self._factory or aiokafka_producer
-        if self.transactional:
-            await self.log.start()
+        while self.transactional and not self._closing:
+            try:
+                await self.log.start()
+                break
+            except Exception as exc:  # Kafka away for a moment: the loop must live on, or 503 for ever
+                self._unavailable(f"cannot start the idempotency log on {self.settings.bootstrap_servers}: "
+                                  f"{type(exc).__name__}: {exc}")
+                log.warning("%s; retrying in %d s", self.last_error, self.settings.retry_after_seconds)
+                await asyncio.sleep(self.settings.retry_after_seconds)
         while not self._closing:
             if self.producer is None:
                 producer = factory(**self.config())

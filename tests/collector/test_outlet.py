@@ -107,3 +107,61 @@ def test_a_batch_whose_every_frame_was_acknowledged_gets_202_when_a_later_batch_
     assert [w.future.exception() for w in first.members] == [None, None], "every frame of it is in Kafka"
     assert all(isinstance(w.future.exception(), KafkaUnavailableError) for w in second.members)
     assert outlet.queued == 0
+
+
+class FlakyStartLog(LogStandIn):
+    """A log whose start fails the first time (Kafka went away between creating its topic and starting
+    its producer), then works."""
+
+    def __init__(self):
+        super().__init__()
+        self.starts = 0
+
+    async def start(self):
+        self.starts += 1
+        if self.starts == 1:
+            raise KafkaUnavailableError("Unable to bootstrap from [('127.0.0.1', 1)]")
+
+    async def end_offsets(self, topic, partitions):
+        return {p: 0 for p in partitions}
+
+    async def settle_predecessors(self, incarnation):
+        pass
+
+    async def close(self):
+        pass
+
+
+class StartingProducer(ScriptedProducer):
+    def __init__(self, **config):
+        super().__init__()
+
+    async def start(self):
+        pass
+
+    async def partitions_for(self, topic):
+        return {0}
+
+
+def test_the_collector_connects_after_its_idempotency_log_failed_to_start_once(registry_path):
+    """The outlet's connect loop starts the idempotency log first; when that start failed once (Kafka away
+    for a moment), the loop died with it and the collector answered 503 for ever. It must retry."""
+
+    async def main():
+        log = FlakyStartLog()
+        outlet = KafkaOutlet(_settings(registry_path, retry_after_seconds="1"), CollectorMetrics(),
+                             producer_factory=StartingProducer, log=log)
+        await outlet.start()
+        try:
+            deadline = asyncio.get_running_loop().time() + 30
+            while not outlet.available and not outlet._probe.done():
+                assert asyncio.get_running_loop().time() < deadline, "never connected"
+                await asyncio.sleep(0.01)
+            died = outlet._probe.done() and not outlet._probe.cancelled() and outlet._probe.exception()
+            return outlet.available, log.starts, died
+        finally:
+            await outlet.close([])
+
+    available, starts, died = asyncio.run(main())
+    assert not died, f"the connect loop died: {died!r}"
+    assert available and starts == 2

@@ -569,7 +569,6 @@ class SharedIdempotency:
         producer = make_producer(s.bootstrap_servers, s.broker, idempotent=True,
                                  transactional_id=listing.owner, client_id="ocms-collector-fence",
                                  request_timeout_ms=s.kafka_timeout_ms, max_batch_size=1_048_576)  # as the outlet's
-        await producer.start()
 
         async def produce(records: list, partition: int) -> None:
             if not records:
@@ -582,6 +581,7 @@ class SharedIdempotency:
             await producer.commit_transaction()
 
         try:
+            await producer.start()  # in the try: a start that fails or is cancelled leaves nothing open
             return await self.complete_batch(listing, produce)
         finally:
             await producer.stop()

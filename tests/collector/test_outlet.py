@@ -165,3 +165,29 @@ def test_the_collector_connects_after_its_idempotency_log_failed_to_start_once(r
     available, starts, died = asyncio.run(main())
     assert not died, f"the connect loop died: {died!r}"
     assert available and starts == 2
+
+
+def test_settling_another_collectors_batch_stops_its_fencing_producer_when_the_start_fails(registry_path,
+                                                                                         monkeypatch):
+    """_fence_and_complete starts a producer of the batch owner's transactional id; when that start fails
+    (InitProducerId timed out, the settle's own timeout cancelled it) the producer, its connections and
+    metadata task must be released, as fence() does."""
+    import producer.kafka
+    from collector.exactly_once import Listing
+
+    made: list[ScriptedProducer] = []
+
+    class FailingStart(ScriptedProducer):
+        async def start(self):
+            raise KafkaUnavailableError("InitProducerId timed out")
+
+    def make_producer(*args, **kwargs):
+        made.append(FailingStart())
+        return made[-1]
+
+    monkeypatch.setattr(producer.kafka, "make_producer", make_producer)
+    shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
+    listing = Listing(b"n" * 16, "ocms-collector-other", b"i" * 8, 0, 0, 0, (), 0, 0.0, batch=True)
+    with pytest.raises(KafkaUnavailableError):
+        asyncio.run(shared._fence_and_complete(listing))
+    assert len(made) == 1 and made[0].stopped

@@ -191,3 +191,55 @@ def test_settling_another_collectors_batch_stops_its_fencing_producer_when_the_s
     with pytest.raises(KafkaUnavailableError):
         asyncio.run(shared._fence_and_complete(listing))
     assert len(made) == 1 and made[0].stopped
+
+
+def test_a_settle_that_timed_out_during_a_repair_does_not_let_the_next_one_produce_the_frames_again(
+        registry_path, monkeypatch):
+    """A batch cut short after frame 0 of 2: the settle produces frame 1 from the redo copy. The repair is
+    queued behind the committer's work (KafkaOutlet.repair); if the settle's timeout fires first, the queued
+    repair still runs. A second settle (the device's retry) that scans before it landed must wait for it,
+    not produce frame 1 a second time (its reports would count twice)."""
+    from collector.exactly_once import Listing
+
+    async def main():
+        shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
+        landed = {0}
+        produced = []
+        queue_moves = asyncio.Event()
+
+        async def scan_batch(partition, lower, nonce):
+            return set(landed), 2
+
+        async def read_redo(lower, nonce):
+            return {0: (b"frame0", [], 0), 1: (b"frame1", [], 0)}
+
+        monkeypatch.setattr(shared, "scan_batch", scan_batch)
+        monkeypatch.setattr(shared, "read_redo", read_redo)
+
+        async def committer(records, done):  # the outlet's queue: what was enqueued is produced, waited for or not
+            await queue_moves.wait()
+            produced.extend(records)
+            landed.add(1)
+            if not done.done():
+                done.set_result(None)
+
+        queued = []
+
+        async def repair(records, partition):  # as KafkaOutlet.repair: enqueue, then wait for the acks
+            done = asyncio.get_running_loop().create_future()
+            queued.append(asyncio.ensure_future(committer(records, done)))
+            await done
+
+        listing = Listing(b"n" * 16, "ocms-collector-me", b"i" * 8, 0, 0, 0, (), 0, 0.0, batch=True)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(shared.complete_batch(listing, repair), 0.05)
+        second = asyncio.ensure_future(shared.complete_batch(listing, repair))
+        await asyncio.sleep(0.05)
+        queue_moves.set()
+        stored = await asyncio.wait_for(second, 5)
+        await asyncio.gather(*queued, return_exceptions=True)
+        await shared.close()
+        return stored, produced
+
+    stored, produced = asyncio.run(main())
+    assert stored and produced == [(b"frame1", [], 0)], f"frames produced by the repairs: {produced}"

@@ -71,8 +71,8 @@ WORKER_ROWS: tuple[Setting, ...] = (
     Setting("future_tolerance_seconds", "clock skew accepted (later reports are rejected: future_timestamp)",
             integer(0, 86_400), default=300, metavar="SECONDS"),
     Setting("batch_max_reports", "reports that start a micro-batch's checkpoint (under load a batch grows to "
-            f"{BATCH_GROWTH_UNDER_LOAD}x this while the previous checkpoint runs)", integer(1, 10_000_000), default=200_000,
-            metavar="N"),
+            f"{BATCH_GROWTH_UNDER_LOAD}x this while the previous checkpoint runs, up to {BATCH_GROWTH_FOR_LARGE_STATE}x "
+            "when checkpoints rewrite megabytes of state)", integer(1, 10_000_000), default=200_000, metavar="N"),
     Setting("batch_max_seconds", "micro-batch age bound", number(), default=0.2, metavar="SECONDS"),
     # serving
     Setting("web_host", "address of the HTTP API and /metrics", text, default="127.0.0.1", metavar="HOST"),

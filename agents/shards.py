@@ -142,10 +142,15 @@ class Router:
     async def listing(self, doc: dict, forwarded: bool) -> dict:
         """The JSON metric listing (``doc``: this worker's): with ``--view share`` the entries of metrics
         held elsewhere come from their holders (one request per holder, concurrently); an entry no holder
-        gave says ``"unavailable"`` and why. A forwarded listing request gets this worker's own."""
+        gave says ``"unavailable"`` and why. A forwarded listing request gets this worker's own, its entries
+        of metrics this view does not hold complete saying ``"unavailable"`` (their counts here are partial)."""
         share = self.share
-        if not share.sharded or forwarded:
+        if not share.sharded:
             return doc
+        if forwarded:
+            moving = "its counts are moving between workers; retry shortly"
+            return {**doc, "metrics": [e if share.shard_of_metric(e["name"]) in share.ready
+                                       else {**e, "unavailable": moving} for e in doc["metrics"]]}
         wanted: dict[str, list[str]] = {}
         missing: dict[str, str] = {}
         for entry in doc["metrics"]:

@@ -274,6 +274,7 @@ class SharedIdempotency:
         self._applied = -1
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._settling: dict[bytes, asyncio.Task] = {}
+        self._repairs: dict[bytes, asyncio.Task] = {}  # nonce -> the repair of a batch cut short, while it runs
         self._tasks: set[asyncio.Task] = set()
         self._producer = None
         self._tail: asyncio.Task | None = None
@@ -308,19 +309,24 @@ class SharedIdempotency:
                     break
                 log.info("idempotency topic %s not created yet: %s: %s", self.topic, type(exc).__name__, exc)
                 await asyncio.sleep(s.retry_after_seconds)
-        self._producer = make_producer(s.bootstrap_servers, profile, idempotent=False, linger_ms=0,
-                                       client_id="ocms-collector-log", request_timeout_ms=s.kafka_timeout_ms)
-        await self._producer.start()
-        if s.shuffle_min_reports:
-            self.redo_end = (await self.end_offsets(self.redo_topic, [0])).get(0, 0)
+        producer = make_producer(s.bootstrap_servers, profile, idempotent=False, linger_ms=0,
+                                 client_id="ocms-collector-log", request_timeout_ms=s.kafka_timeout_ms)
+        try:  # a failed start is retried by the caller: nothing of this attempt stays open
+            await producer.start()
+            if s.shuffle_min_reports:
+                self.redo_end = (await self.end_offsets(self.redo_topic, [0])).get(0, 0)
+        except BaseException:
+            await producer.stop()
+            raise
+        self._producer = producer
         self._tail = asyncio.create_task(self._tail_loop(), name="ocms-collector-idempotency-tail")
 
     async def close(self) -> None:
-        for task in [self._tail, *self._settling.values(), *self._tasks]:
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(*(t for t in [self._tail, *self._settling.values(), *self._tasks] if t is not None),
-                             return_exceptions=True)
+        tasks = [t for t in [self._tail, *self._settling.values(), *self._repairs.values(), *self._tasks]
+                 if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.stop()
@@ -537,6 +543,9 @@ class SharedIdempotency:
         """Whether a shuffled batch is stored, after a fence: none of its frames in the partition -> False;
         all -> True; some -> the missing ones are produced from the redo copy (``await produce(records,
         partition)``, by a producer that fenced the batch's owner) and it is True: whole, once."""
+        earlier = self._repairs.get(listing.nonce)
+        if earlier is not None:  # a repair a timed-out settle left queued: what it produces is scanned below
+            await asyncio.gather(asyncio.shield(earlier), return_exceptions=True)
         found, count = await self.scan_batch(listing.partition, listing.lower, listing.nonce)
         if not found:
             return False
@@ -549,7 +558,13 @@ class SharedIdempotency:
             log.error("shuffled batch %s of %s: frames %s are neither in partition %d nor in %s; its retries are "
                       "answered as stored", listing.nonce.hex(), listing.owner, absent, listing.partition,
                       self.redo_topic)
-        await produce([copies[i] for i in missing if i in copies], listing.partition)
+        # A task, waited for shielded: a settle's timeout must not leave it queued unknown to the next
+        # settle, which would produce the missing frames again.
+        repair = self._repairs[listing.nonce] = asyncio.ensure_future(
+            produce([copies[i] for i in missing if i in copies], listing.partition))
+        repair.add_done_callback(lambda task, n=listing.nonce: self._repairs.pop(n, None)
+                                 if self._repairs.get(n) is task else None)
+        await asyncio.shield(repair)
         self.metrics.batches_completed.inc()
         log.info("completed a shuffled batch of %s cut short: %d of its %d frames produced from %s", listing.owner,
                  len(missing) - len(absent), count, self.redo_topic)
@@ -564,7 +579,6 @@ class SharedIdempotency:
         producer = make_producer(s.bootstrap_servers, s.broker, idempotent=True,
                                  transactional_id=listing.owner, client_id="ocms-collector-fence",
                                  request_timeout_ms=s.kafka_timeout_ms, max_batch_size=1_048_576)  # as the outlet's
-        await producer.start()
 
         async def produce(records: list, partition: int) -> None:
             if not records:
@@ -577,6 +591,7 @@ class SharedIdempotency:
             await producer.commit_transaction()
 
         try:
+            await producer.start()  # in the try: a start that fails or is cancelled leaves nothing open
             return await self.complete_batch(listing, produce)
         finally:
             await producer.stop()

@@ -364,8 +364,15 @@ class KafkaOutlet:
 
     async def _connect_loop(self) -> None:
         factory = self._factory or aiokafka_producer
-        if self.transactional:
-            await self.log.start()
+        while self.transactional and not self._closing:
+            try:
+                await self.log.start()
+                break
+            except Exception as exc:  # Kafka away for a moment: the loop must live on, or 503 for ever
+                self._unavailable(f"cannot start the idempotency log on {self.settings.bootstrap_servers}: "
+                                  f"{type(exc).__name__}: {exc}")
+                log.warning("%s; retrying in %d s", self.last_error, self.settings.retry_after_seconds)
+                await asyncio.sleep(self.settings.retry_after_seconds)
         while not self._closing:
             if self.producer is None:
                 producer = factory(**self.config())
@@ -747,9 +754,11 @@ class KafkaOutlet:
                     self._finish_batch(batch, KafkaUnavailableError(f"the redo topic did not answer: "
                                                                f"{type(exc).__name__}: {exc}"))
                     del records[batch]
-        # 4. every frame to its batch's partition, in the open transaction
+        # 4. every frame to its batch's partition, in the open transaction. A batch whose every frame was sent
+        # before a send failed is answered by its own acknowledgements (202 when they come: its reports are in
+        # Kafka, as _acknowledged answers frames); the batch whose send failed and those after it get the error.
         sends: dict[ShuffledBatch, list] = {batch: [] for batch in records}
-        error = None
+        errors: dict[ShuffledBatch, BaseException] = {}
         try:
             await self._open_transaction(producer)
             for batch, frames in records.items():
@@ -758,10 +767,10 @@ class KafkaOutlet:
                         self.settings.source_topic, value, key=None, partition=batch.partition,
                         timestamp_ms=timestamp_ms, headers=headers), timeout))
         except Exception as exc:
-            error = exc
+            errors = {batch: exc for batch, frames in records.items() if len(sends[batch]) < len(frames)}
         for batch, frames in records.items():
             task = asyncio.create_task(self._batch_acknowledged(producer, incarnation, batch, sends[batch], len(frames),
-                                                                error))
+                                                                errors.get(batch)))
             self._acks.add(task)
             task.add_done_callback(self._acks.discard)
 

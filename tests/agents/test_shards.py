@@ -113,3 +113,27 @@ def test_a_share_is_settled_only_when_it_holds_its_assignment_rebuilt():
     share.ready, share.rebuilding = {0, 1}, set()
     assert share.settled({0, 1}) and not share.settled({0, 1, 2})  # a rebalance gave it one more
     assert Share(layout_of(4), sharded=False).settled(set())  # --view all: the whole view, always
+
+
+def test_a_forwarded_listing_marks_the_metrics_whose_counts_this_view_does_not_hold_complete():
+    """Worker A asks worker B (the owner by the assignment it saw) for the listing entries of B's metrics.
+    If B does not hold such a metric complete (being rebuilt here, or the assignment moved meanwhile), its
+    own entry's report counts are partial or zero: it must say "unavailable", never pass them as an answer."""
+    import asyncio
+
+    from agents.shards import Router
+
+    layout = layout_of(8)
+    share = Share(layout, sharded=True)
+    names = sorted(layout.metric_of.values())
+    ready_name = next(n for n in names if share.shard_of_metric(n) == 0)
+    rebuilding_name = next(n for n in names if share.shard_of_metric(n) == 1)
+    elsewhere_name = next(n for n in names if share.shard_of_metric(n) not in (0, 1))
+    share.held, share.ready, share.rebuilding = {0, 1}, {0}, {1}
+    app = SimpleNamespace(rebalancing=False, conf=SimpleNamespace(canonical_url="http://b:6066"))
+    router = Router(app, share, "changelog", lambda: True)
+    doc = {"metrics": [{"name": name, "reports": 0} for name in (ready_name, rebuilding_name, elsewhere_name)]}
+    answered = asyncio.run(router.listing(doc, forwarded=True))
+    entries = {e["name"]: e for e in answered["metrics"]}
+    assert "unavailable" not in entries[ready_name]
+    assert "unavailable" in entries[rebuilding_name] and "unavailable" in entries[elsewhere_name]

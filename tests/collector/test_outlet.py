@@ -1,0 +1,245 @@
+"""KafkaOutlet and SharedIdempotency against stand-ins for aiokafka's producer (no broker): what each
+upload is answered when a send fails part-way through a group, and that clients are released."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from collector.app import CollectorMetrics
+from collector.exactly_once import SharedIdempotency
+from collector.produce import KafkaOutlet, _Waiter
+from collector.settings import CollectorSettings
+from collector.shuffle import ShuffledBatch
+from producer.kafka import KafkaUnavailableError
+
+from .harness import reports
+
+
+class Acked:
+    """What aiokafka's send future resolves to."""
+
+    def __init__(self, offset: int):
+        self.offset = offset
+
+
+class ScriptedProducer:
+    """A transactional producer whose ``send`` raises from its ``fail_from``-th call on (0-based)."""
+
+    def __init__(self, fail_from: int | None = None):
+        self.fail_from = fail_from
+        self.sent: list[tuple[bytes, int]] = []
+        self.stopped = False
+
+    async def begin_transaction(self):
+        pass
+
+    async def commit_transaction(self):
+        pass
+
+    async def send(self, topic, value, *, key=None, partition=None, timestamp_ms=None, headers=None):
+        if self.fail_from is not None and len(self.sent) >= self.fail_from:
+            raise KafkaUnavailableError("scripted send failure")
+        self.sent.append((value, partition))
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(Acked(len(self.sent) - 1))
+        return future
+
+    async def stop(self):
+        self.stopped = True
+
+
+class LogStandIn:
+    """The part of SharedIdempotency the outlet uses for batches without keys (nothing is listed)."""
+
+    enabled = True
+    owner = "ocms-collector-test"
+    redo_end = 0
+    outlet = None
+
+    def __init__(self):
+        self.tasks: list[asyncio.Task] = []
+
+    def _spawn(self, coroutine):
+        self.tasks.append(asyncio.ensure_future(coroutine))
+
+    def record_outcome(self, nonce, stored):
+        pass
+
+
+def _settings(registry_path, **overrides) -> CollectorSettings:
+    return CollectorSettings.build(registry=str(registry_path), bootstrap_servers="127.0.0.1:1", **overrides)
+
+
+def _batch(loop, dest, uploads: int, per_upload: int) -> ShuffledBatch:
+    """A closed shuffled batch of ``uploads`` uploads without keys (one future each)."""
+    from cms_core import wire
+
+    size = wire.record_size(dest.params)
+    records = wire.encode_batch(dest.params, reports(dest, uploads * per_upload, seed=7))[wire.HEADER_SIZE:]
+    members = [_Waiter((i + 1) * per_upload, loop.create_future(), i * per_upload) for i in range(uploads)]
+    return ShuffledBatch(dest, records, members, 0, size, uploads * per_upload, max_records=per_upload)
+
+
+def test_a_batch_whose_every_frame_was_acknowledged_gets_202_when_a_later_batch_fails_to_send(registry_path, dest):
+    """Two shuffled batches go in one group; the second one's send fails. The first batch's frames were
+    all sent and acknowledged, so its uploads are in Kafka: they must be answered 202, not 503 (a 503 makes
+    a device without an Idempotency-Key upload them again: counted twice). The failed batch gets 503."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        outlet = KafkaOutlet(_settings(registry_path, shuffle_min_reports="2"), CollectorMetrics(),
+                             log=LogStandIn())
+        producer = ScriptedProducer(fail_from=2)  # batch 1: frames 0 and 1 sent; batch 2: its first send fails
+        outlet.producer, outlet.available, outlet.partitions = producer, True, [0]
+        first, second = _batch(loop, dest, 2, 3), _batch(loop, dest, 2, 3)
+        outlet.queued = first.queued + second.queued
+        await outlet._commit_batches([first, second])
+        await asyncio.gather(*outlet._acks)
+        for task in outlet.log.tasks:
+            task.cancel()
+        await asyncio.gather(*outlet.log.tasks, return_exceptions=True)
+        return first, second, producer, outlet
+
+    first, second, producer, outlet = asyncio.run(main())
+    assert len(producer.sent) == 2
+    assert [w.future.exception() for w in first.members] == [None, None], "every frame of it is in Kafka"
+    assert all(isinstance(w.future.exception(), KafkaUnavailableError) for w in second.members)
+    assert outlet.queued == 0
+
+
+class FlakyStartLog(LogStandIn):
+    """A log whose start fails the first time (Kafka went away between creating its topic and starting
+    its producer), then works."""
+
+    def __init__(self):
+        super().__init__()
+        self.starts = 0
+
+    async def start(self):
+        self.starts += 1
+        if self.starts == 1:
+            raise KafkaUnavailableError("Unable to bootstrap from [('127.0.0.1', 1)]")
+
+    async def end_offsets(self, topic, partitions):
+        return {p: 0 for p in partitions}
+
+    async def settle_predecessors(self, incarnation):
+        pass
+
+    async def close(self):
+        pass
+
+
+class StartingProducer(ScriptedProducer):
+    def __init__(self, **config):
+        super().__init__()
+
+    async def start(self):
+        pass
+
+    async def partitions_for(self, topic):
+        return {0}
+
+
+def test_the_collector_connects_after_its_idempotency_log_failed_to_start_once(registry_path):
+    """The outlet's connect loop starts the idempotency log first; when that start failed once (Kafka away
+    for a moment), the loop died with it and the collector answered 503 for ever. It must retry."""
+
+    async def main():
+        log = FlakyStartLog()
+        outlet = KafkaOutlet(_settings(registry_path, retry_after_seconds="1"), CollectorMetrics(),
+                             producer_factory=StartingProducer, log=log)
+        await outlet.start()
+        try:
+            deadline = asyncio.get_running_loop().time() + 30
+            while not outlet.available and not outlet._probe.done():
+                assert asyncio.get_running_loop().time() < deadline, "never connected"
+                await asyncio.sleep(0.01)
+            died = outlet._probe.done() and not outlet._probe.cancelled() and outlet._probe.exception()
+            return outlet.available, log.starts, died
+        finally:
+            await outlet.close([])
+
+    available, starts, died = asyncio.run(main())
+    assert not died, f"the connect loop died: {died!r}"
+    assert available and starts == 2
+
+
+def test_settling_another_collectors_batch_stops_its_fencing_producer_when_the_start_fails(registry_path,
+                                                                                         monkeypatch):
+    """_fence_and_complete starts a producer of the batch owner's transactional id; when that start fails
+    (InitProducerId timed out, the settle's own timeout cancelled it) the producer, its connections and
+    metadata task must be released, as fence() does."""
+    import producer.kafka
+    from collector.exactly_once import Listing
+
+    made: list[ScriptedProducer] = []
+
+    class FailingStart(ScriptedProducer):
+        async def start(self):
+            raise KafkaUnavailableError("InitProducerId timed out")
+
+    def make_producer(*args, **kwargs):
+        made.append(FailingStart())
+        return made[-1]
+
+    monkeypatch.setattr(producer.kafka, "make_producer", make_producer)
+    shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
+    listing = Listing(b"n" * 16, "ocms-collector-other", b"i" * 8, 0, 0, 0, (), 0, 0.0, batch=True)
+    with pytest.raises(KafkaUnavailableError):
+        asyncio.run(shared._fence_and_complete(listing))
+    assert len(made) == 1 and made[0].stopped
+
+
+def test_a_settle_that_timed_out_during_a_repair_does_not_let_the_next_one_produce_the_frames_again(
+        registry_path, monkeypatch):
+    """A batch cut short after frame 0 of 2: the settle produces frame 1 from the redo copy. The repair is
+    queued behind the committer's work (KafkaOutlet.repair); if the settle's timeout fires first, the queued
+    repair still runs. A second settle (the device's retry) that scans before it landed must wait for it,
+    not produce frame 1 a second time (its reports would count twice)."""
+    from collector.exactly_once import Listing
+
+    async def main():
+        shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
+        landed = {0}
+        produced = []
+        queue_moves = asyncio.Event()
+
+        async def scan_batch(partition, lower, nonce):
+            return set(landed), 2
+
+        async def read_redo(lower, nonce):
+            return {0: (b"frame0", [], 0), 1: (b"frame1", [], 0)}
+
+        monkeypatch.setattr(shared, "scan_batch", scan_batch)
+        monkeypatch.setattr(shared, "read_redo", read_redo)
+
+        async def committer(records, done):  # the outlet's queue: what was enqueued is produced, waited for or not
+            await queue_moves.wait()
+            produced.extend(records)
+            landed.add(1)
+            if not done.done():
+                done.set_result(None)
+
+        queued = []
+
+        async def repair(records, partition):  # as KafkaOutlet.repair: enqueue, then wait for the acks
+            done = asyncio.get_running_loop().create_future()
+            queued.append(asyncio.ensure_future(committer(records, done)))
+            await done
+
+        listing = Listing(b"n" * 16, "ocms-collector-me", b"i" * 8, 0, 0, 0, (), 0, 0.0, batch=True)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(shared.complete_batch(listing, repair), 0.05)
+        second = asyncio.ensure_future(shared.complete_batch(listing, repair))
+        await asyncio.sleep(0.05)
+        queue_moves.set()
+        stored = await asyncio.wait_for(second, 5)
+        await asyncio.gather(*queued, return_exceptions=True)
+        await shared.close()
+        return stored, produced
+
+    stored, produced = asyncio.run(main())
+    assert stored and produced == [(b"frame1", [], 0)], f"frames produced by the repairs: {produced}"

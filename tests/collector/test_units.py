@@ -484,6 +484,21 @@ def test_http_transport_rejects_bad_arguments():
         HttpTransport("http://x", max_reports=0)
 
 
+def test_the_sdk_waits_longer_than_a_shuffling_collector_holds_an_answer_by_default():
+    """With shuffling on, an upload is answered once its batch is in Kafka: after up to --shuffle-max-seconds
+    (default 60 s) and the acknowledgement. The SDK's default timeout was 30 s, so every upload of a quiet
+    metric timed out and was retried (joining its first attempt: nothing doubled, but traffic and an error)."""
+    from collector.settings import BY_NAME
+    from tests.support.collector_defaults import longest_default_answer_s
+
+    default = HttpTransport("http://127.0.0.1:1").timeout_s
+    assert default > longest_default_answer_s() > BY_NAME["shuffle_max_seconds"].default, \
+        (default, longest_default_answer_s())
+    from producer.reporter import DEFAULT_HTTP_TIMEOUT_S
+
+    assert default == DEFAULT_HTTP_TIMEOUT_S
+
+
 # ------------------------------------------------------------------------------------- metrics
 
 

@@ -129,9 +129,19 @@ def _timed(compute: Callable):
     return result, time.thread_time() - start
 
 
-def add_pages(app: faust.App, worker: ServedWorker) -> None:
+def add_pages(app: faust.App, worker: ServedWorker) -> QueryRunner:
+    """Install the worker's routes; returns the runner of their heavy answers. The runner and the router's
+    forwarding client are closed when the web server stops (the worker's stop): only these routes use them."""
     estimator = worker.catalog.estimator  # every served fingerprint (agents.catalog)
     runner = QueryRunner(estimator)
+
+    async def release(web_app) -> None:
+        # aiohttp's on_cleanup: the server has stopped listening and its handlers have finished (Faust
+        # may send it twice; both closes are idempotent).
+        runner.close()
+        await worker.router.close()
+
+    app.web.web_app.on_cleanup.append(release)
 
     # Every error answer is JSON with a reason name, counted by reason and logged in one line: the API's own
     # (bad_parameter, not_found, busy) and the web server's (no_such_route, method_not_allowed,
@@ -224,3 +234,5 @@ def add_pages(app: faust.App, worker: ServedWorker) -> None:
         # aiohttp takes the charset separately; the exposition format is UTF-8 text.
         content_type = CONTENT_TYPE_LATEST.split("; charset")[0]
         return web.bytes(generate_latest(worker.metrics.registry), content_type=content_type)
+
+    return runner

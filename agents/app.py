@@ -164,7 +164,8 @@ class OCMSWorker:
         async def read_changelog():
             await self.supervised("the changelog view reader", self.reader.run(), forever=True)
 
-        add_pages(app, self)
+        # Heavy answers off the event loop; closed with the forwarding client when the web server stops.
+        self.queries = add_pages(app, self)
         self.discovery.install(app, self.metrics)  # /discovered?metric=NAME (agents/discovery.py)
         add_console(app, self.settings.truth_file)  # the live console at / (agents/console)
         return app

@@ -29,7 +29,7 @@ from cms_core import OCMSParams, TrackedValues
 from cms_core.errors import InvalidParameterError
 from cms_core.values import value_to_json
 
-from .query import Answer, ApiError, EstimateService, Estimator, Job, check_query, parse_options, show
+from .query import Answer, ApiError, EstimateService, Estimator, Job, Read, check_query, doc_read, parse_options, show
 from .state import StateLayout
 from .view import CountsView
 
@@ -125,12 +125,15 @@ class Catalog:
     def prepare_primary(self, endpoint: str, pairs, value: str | None = None) -> Answer:
         """A name-less request (/estimates, /topk, /trend, /params): the first metric's, its newest live
         version unless ``params=FINGERPRINT`` picks another of its live versions."""
+        return self.check_primary(endpoint, pairs, value)()
+
+    def check_primary(self, endpoint: str, pairs, value: str | None = None) -> Read:
+        """:meth:`prepare_primary`'s checks, reading no counts (``EstimateService.check``); returns the rest."""
         query = check_query(endpoint, pairs)
         if endpoint == "params":
-            doc = self.primary.params_doc()
-            return Answer(0, lambda: Job("doc", doc=doc))
+            return doc_read(self.primary.params_doc)
         service, rest = self.primary.service(query)
-        return service.prepare(endpoint, rest, value)
+        return service.check(endpoint, rest, value)
 
     @property
     def params_sets(self) -> tuple[OCMSParams, ...]:
@@ -185,6 +188,11 @@ class Catalog:
         """A named request (/metrics/NAME/...): checked completely, the version chosen, work stated.
 
         The endpoint takes what its name-less twin takes, plus ``version`` (default: the newest live)."""
+        return self.check(name, endpoint, pairs, value)()
+
+    def check(self, name: str, endpoint: str, pairs, value: str | None = None) -> Read:
+        """:meth:`prepare`'s checks, reading no counts (``EstimateService.check``): an unknown metric, version
+        or value, or a bad parameter, raises here on any worker; returns the rest."""
         entry = self.metric(name)
         pairs = list(pairs)
         versions = [raw for key, raw in pairs if key == "version"]
@@ -192,11 +200,11 @@ class Catalog:
             raise ApiError("version", "given more than once; give it once")
         query = check_query(endpoint, [(k, raw) for k, raw in pairs if k != "version"])
         if versions and versions[0].strip() == COMBINED:
-            return combined_answer(entry, endpoint, query, value)
+            return combined_check(entry, endpoint, query, value)
         if versions:
             query["version"] = versions[0]
         service, rest = entry.service(query)
-        return service.prepare(endpoint, rest, value)
+        return service.check(endpoint, rest, value)
 
 
 #: ``version=combined``: every live version's estimate of a value, combined (cms_core.combine).
@@ -205,15 +213,9 @@ COMBINED = "combined"
 _COMBINED_ENDPOINTS = ("estimates", "estimate_value")
 
 
-def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str], value: str | None) -> Answer:
-    """The inverse-variance combination of every live version's unbiased estimate of each value, for
-    one window (``cms_core.combine``). Values are matched by name; a value some version does not
-    track combines the versions that do. Windows under ``min_reports`` (summed over versions) are
-    withheld. Only the raw (unbiased) estimates with normal intervals combine."""
-    from cms_core import theory
-    from cms_core.combine import combine_frequencies
-    from cms_core.records import ESTIMATE_FIELDS, NOISE_CORRECTION
-
+def combined_check(entry: MetricEntry, endpoint: str, query: Mapping[str, str], value: str | None) -> Read:
+    """The checks of a ``version=combined`` request (each live version's, reading no counts); returns the
+    read of :func:`combined_answer`."""
     if endpoint not in _COMBINED_ENDPOINTS:
         raise ApiError("version", f"combined is answered by /estimates and /estimates/VALUE, not /{endpoint}")
     for name, allowed in (("postprocess", "none"), ("interval", "normal")):
@@ -223,12 +225,26 @@ def combined_answer(entry: MetricEntry, endpoint: str, query: Mapping[str, str],
     if "params" in query:
         raise ApiError("params", "version=combined reads every live version; leave params out")
     services = entry.services
-    answers = [s.prepare(endpoint, query, value) if endpoint == "estimates" or _tracks(s, value) else None
-               for s in services]
-    if endpoint == "estimate_value" and not any(answers):
+    reads = [s.check(endpoint, query, value) if endpoint == "estimates" or _tracks(s, value) else None
+             for s in services]
+    if endpoint == "estimate_value" and not any(reads):
         services[-1].value_index(value)  # raises the version's 404 naming the value
-    work = sum(a.work for a in answers if a is not None)
     confidence = parse_options(query).confidence
+    return lambda: combined_answer(entry, endpoint, [r() if r is not None else None for r in reads], confidence)
+
+
+def combined_answer(entry: MetricEntry, endpoint: str, answers: list[Answer | None], confidence: float) -> Answer:
+    """The inverse-variance combination of every live version's unbiased estimate of each value, for
+    one window (``cms_core.combine``), from each version's ``answers`` (None: a version not tracking the
+    value). Values are matched by name; a value some version does not track combines the versions that
+    do. Windows under ``min_reports`` (summed over versions) are withheld. Only the raw (unbiased)
+    estimates with normal intervals combine."""
+    from cms_core import theory
+    from cms_core.combine import combine_frequencies
+    from cms_core.records import ESTIMATE_FIELDS, NOISE_CORRECTION
+
+    services = entry.services
+    work = sum(a.work for a in answers if a is not None)
     tracked_names = entry.tracked_names
     multiplier = theory.one_sided_z(theory.bonferroni_level(confidence, tracked_names))
 

@@ -217,6 +217,21 @@ class Answer:
     gather: Callable[[], "Job"]
 
 
+#: A request whose parameters are checked (against the metric version and the clock, no counts read):
+#: called where the counts are, it reads the view's snapshot and states the work (raising the ApiError of a
+#: request over ``MAX_WORK``, which depends on the states read).
+Read = Callable[[], Answer]
+
+
+def doc_read(make_doc: Callable[[], dict]) -> Read:
+    """The read of an answer that is one document made from the view (/params: its report counts)."""
+    def read() -> Answer:
+        doc = make_doc()
+        return Answer(0, lambda: Job("doc", doc=doc))
+
+    return read
+
+
 @dataclass(frozen=True)
 class Job:
     """Everything an answer needs after the counts are summed (picklable, no view).
@@ -671,25 +686,39 @@ class EstimateService:
     def prepare(self, endpoint: str, query: Mapping[str, str], value: str | None = None) -> Answer:
         """Check a request completely and state its work; nothing is computed yet. The answer names the
         metric, the version and its values (:class:`Naming`)."""
+        return self.check(endpoint, query, value)()
+
+    def check(self, endpoint: str, query: Mapping[str, str], value: str | None = None) -> Read:
+        """Check a request's parameters, reading no counts: a bad one raises its ApiError here, on any worker,
+        before the request is routed to the view holding the counts (agents.web). Returns the rest of
+        :meth:`prepare` (:data:`Read`)."""
         query = check_query(endpoint, query.items())
         if endpoint == "params":
-            doc = self.params_doc()
-            return Answer(0, lambda: Job("doc", doc=doc))
-        answer = self._prepare(endpoint, query, value)
+            return doc_read(self.params_doc)
+        read = self._check(endpoint, query, value)
         naming = self.naming
-        return Answer(answer.work, lambda: dataclasses.replace(answer.gather(), rename=naming))
 
-    def _prepare(self, endpoint: str, query: Mapping[str, str], value: str | None) -> Answer:
+        def prepared() -> Answer:
+            answer = read()
+            return Answer(answer.work, lambda: dataclasses.replace(answer.gather(), rename=naming))
+
+        return prepared
+
+    def _check(self, endpoint: str, query: Mapping[str, str], value: str | None) -> Read:
         fp = self.resolve_params(query)
         options = parse_options(query)
-        d = self.d
         if endpoint == "trend":
-            return self._prepare_trend(fp, options, query)
+            return self._check_trend(fp, options, query)
+        index = k = 0
         if endpoint == "estimate_value":
             index = self.value_index(value if value is not None else "")
         elif endpoint == "topk":
-            k = parse_int("k", query.get("k", "10"), 1, d)
+            k = parse_int("k", query.get("k", "10"), 1, self.d)
         window = self.window_from_query(query)
+        return lambda: self._read(endpoint, fp, options, window, index, k)
+
+    def _read(self, endpoint: str, fp: str, options: EstimateOptions, window: Window, index: int, k: int) -> Answer:
+        d = self.d
         snapshot, states = self._snapshot(fp, window)
         what = "this range" if window.kind == "range" else "this window"
         parameter = "from" if window.kind == "range" else "window"
@@ -716,7 +745,7 @@ class EstimateService:
 
         return Answer(self._bounded(full + returned * RECORD_COST, parameter, what), gather)
 
-    def _prepare_trend(self, fp: str, options: EstimateOptions, query: Mapping[str, str]) -> Answer:
+    def _check_trend(self, fp: str, options: EstimateOptions, query: Mapping[str, str]) -> Read:
         if "value" not in query:
             raise ApiError("value", "is required")
         index = self.value_index(query["value"])
@@ -729,6 +758,10 @@ class EstimateService:
         if points_count > MAX_TREND_POINTS:
             raise ApiError("step", f"{points_count:,} points exceed the limit of {MAX_TREND_POINTS:,}; "
                                    "use a larger step or a shorter range")
+        return lambda: self._read_trend(fp, options, index, window, step, points_count)
+
+    def _read_trend(self, fp: str, options: EstimateOptions, index: int, window: Window, step: int,
+                    points_count: int) -> Answer:
         snapshot, states = self._snapshot(fp, window)
         d = self.d
         elementwise = options.postprocess in ELEMENTWISE

@@ -175,6 +175,13 @@ class Router:
                    for e in doc["metrics"]]
         return {**doc, "metrics": metrics}
 
+    async def close(self) -> None:
+        """Close the forwarding client (its pooled connections to the other workers), when the worker's
+        web server has stopped: no query is forwarded after. Idempotent."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
     def _client(self):
         import aiohttp
 

@@ -34,7 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 
 from collector.http_server import ErrorAnswers, install_handle_error, json_errors
 
-from .query import (INLINE_WORK, ApiError, Answer, Estimator, check_query, count_dropped, finish_json,
+from .query import (INLINE_WORK, ApiError, Answer, Estimator, Read, check_query, count_dropped, finish_json,
                     start_answer_process, to_json)
 
 from .metric_pages import add_metric_pages, wants_listing
@@ -129,9 +129,19 @@ def _timed(compute: Callable):
     return result, time.thread_time() - start
 
 
-def add_pages(app: faust.App, worker: ServedWorker) -> None:
+def add_pages(app: faust.App, worker: ServedWorker) -> QueryRunner:
+    """Install the worker's routes; returns the runner of their heavy answers. The runner and the router's
+    forwarding client are closed when the web server stops (the worker's stop): only these routes use them."""
     estimator = worker.catalog.estimator  # every served fingerprint (agents.catalog)
     runner = QueryRunner(estimator)
+
+    async def release(web_app) -> None:
+        # aiohttp's on_cleanup: the server has stopped listening and its handlers have finished (Faust
+        # may send it twice; both closes are idempotent).
+        runner.close()
+        await worker.router.close()
+
+    app.web.web_app.on_cleanup.append(release)
 
     # Every error answer is JSON with a reason name, counted by reason and logged in one line: the API's own
     # (bad_parameter, not_found, busy) and the web server's (no_such_route, method_not_allowed,
@@ -151,21 +161,22 @@ def add_pages(app: faust.App, worker: ServedWorker) -> None:
     primary = worker.catalog.primary.name
 
     async def answer(web, request, endpoint: str, value: str | None = None, metric: str | None = None):
-        if metric is not None:
-            try:
-                worker.catalog.metric(metric)  # an unknown name is a 404 here, not forwarded
-            except ApiError as exc:
-                return error(web, exc)
-        # Answered here when this view holds the metric, else by the worker that does (agents.shards).
-        return await worker.router.route(web, request, metric or primary,
-                                         lambda: answer_here(web, request, endpoint, value, metric))
-
-    async def answer_here(web, request, endpoint: str, value: str | None, metric: str | None):
+        # The request is checked here, on whichever worker it reached, before it is routed: a bad parameter
+        # is a 400 naming it (an unknown metric, version or value a 404), also while the metric's share is
+        # moving (a 503 would have the client retry a request that can never succeed).
         try:
             if metric is None:  # /estimates ...: the first metric's (agents.catalog)
-                prepared = worker.catalog.prepare_primary(endpoint, request.query.items(), value)
+                read = worker.catalog.check_primary(endpoint, request.query.items(), value)
             else:  # /metrics/NAME/...: one version of a named metric (agents.catalog)
-                prepared = worker.catalog.prepare(metric, endpoint, request.query.items(), value)
+                read = worker.catalog.check(metric, endpoint, request.query.items(), value)
+        except ApiError as exc:
+            return error(web, exc)
+        # Answered here when this view holds the metric, else by the worker that does (agents.shards).
+        return await worker.router.route(web, request, metric or primary, lambda: answer_here(web, read))
+
+    async def answer_here(web, read: Read):
+        try:
+            prepared = read()  # reads the view's snapshot; a request over the work bound is a 400 here
             if prepared.work <= INLINE_WORK:
                 body = to_json(estimator.finish(prepared.gather()))
             else:
@@ -224,3 +235,5 @@ def add_pages(app: faust.App, worker: ServedWorker) -> None:
         # aiohttp takes the charset separately; the exposition format is UTF-8 text.
         content_type = CONTENT_TYPE_LATEST.split("; charset")[0]
         return web.bytes(generate_latest(worker.metrics.registry), content_type=content_type)
+
+    return runner

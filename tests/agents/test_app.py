@@ -443,3 +443,34 @@ def test_a_batch_the_broker_refuses_stops_every_later_batch_from_being_acked(wor
 
     asyncio.run(run())
     assert acks(journal) == [] and "commit" not in journal
+
+
+def test_the_web_server_s_stop_closes_the_forwarding_client_and_the_query_runner():
+    """The worker's web server stops with the worker (Faust stops it after the consumer, at a clean stop):
+    the router's client (pooled connections to the other workers, ``--view share``) and the runner of
+    heavy answers (a thread and the answer process) are released then, not left to the interpreter's exit
+    ("Unclosed client session")."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from producer.broker import free_port
+
+    settings = WorkerSettings.build(broker="embedded", app_id="unit-stop", source_topic=SOURCE, view="share",
+                                    web_host="127.0.0.1", web_port=free_port())
+    worker = OCMSWorker(settings, metrics_from_flags(epsilon=2, dictionary_size=1000, tracked_range="0:100"))
+
+    async def run():
+        web = worker.app.web
+        await web.start_server()
+        session = worker.router._client()  # as a first forwarded query creates it
+        # The answer process's pool, as a first heavy answer creates it (a thread pool standing in: a unit
+        # test starts no process).
+        answers = worker.queries.process = ThreadPoolExecutor(max_workers=1)
+        assert not session.closed
+        await web.stop_server()  # what Faust's web service does when the app stops
+        return session, answers
+
+    session, answers = asyncio.run(run())
+    assert session.closed
+    for executor in (worker.queries.thread, answers):
+        with pytest.raises(RuntimeError, match="after shutdown"):
+            executor.submit(print)

@@ -1,13 +1,21 @@
 """agents.shards and the sharded view reader, without Kafka: which shard holds what, and that a view
 rebuilt for a new share holds exactly what a view of the whole changelog holds for it."""
 
+import asyncio
 from types import SimpleNamespace
 
+import aiohttp
 import numpy as np
+from aiohttp import web as aiohttp_web
 
+from agents import shards
+from agents.app import OCMSWorker  # imported at collection: importing Faust runs `file` (croniter)
+from agents.settings import WorkerSettings
 from agents.shards import Share
 from agents.state import BucketKey, PartialCounts, StateLayout, encode_bundle, group_count, pack_groups
 from agents.view import ChangelogReader, CountsView
+from producer.broker import free_port
+from registry.flags import metrics_from_flags
 
 PARTITIONS = 4
 LEVELS = ((60, 3600),)
@@ -119,8 +127,6 @@ def test_a_forwarded_listing_marks_the_metrics_whose_counts_this_view_does_not_h
     """Worker A asks worker B (the owner by the assignment it saw) for the listing entries of B's metrics.
     If B does not hold such a metric complete (being rebuilt here, or the assignment moved meanwhile), its
     own entry's report counts are partial or zero: it must say "unavailable", never pass them as an answer."""
-    import asyncio
-
     from agents.shards import Router
 
     layout = layout_of(8)
@@ -137,3 +143,61 @@ def test_a_forwarded_listing_marks_the_metrics_whose_counts_this_view_does_not_h
     entries = {e["name"]: e for e in answered["metrics"]}
     assert "unavailable" not in entries[ready_name]
     assert "unavailable" in entries[rebuilding_name] and "unavailable" in entries[elsewhere_name]
+
+
+def test_a_bad_request_is_a_400_naming_its_parameter_before_it_is_routed(monkeypatch):
+    """A request is checked on the worker it reached, before it is routed: while its metric's share is being
+    rebuilt here (503 + Retry-After for a good request) or is held by another worker (forwarded), a bad
+    parameter still gets the 400 naming it (an unknown version or value: the 404), not a 503 that has the
+    client retry a request that can never succeed, nor a forward."""
+    settings = WorkerSettings.build(broker="embedded", app_id="unit-routing", source_topic="unit-source",
+                                    view="share", web_host="127.0.0.1", web_port=free_port())
+    worker = OCMSWorker(settings, metrics_from_flags(epsilon=2, dictionary_size=1000, tracked_range="0:100"))
+    name = worker.catalog.primary.name
+    shard = worker.share.shard_of_metric(name)
+    bad = [("/estimates?bogus=1", 400, "bogus"), (f"/metrics/{name}/estimates?window=yesterday", 400, "window"),
+           ("/topk?k=0", 400, "k"), ("/estimates/7?confidence=2", 400, "confidence"),
+           (f"/metrics/{name}/trend?from=-1h", 400, "value"), ("/trend?value=3&step=7", 400, "step"),
+           (f"/metrics/{name}/estimates?version=9", 404, "version"), ("/estimates/999", 404, "value"),
+           ("/params?x=1", 400, "x")]
+    good = ["/estimates", f"/metrics/{name}/topk?k=3", "/params"]
+    forwarded: list[str] = []
+
+    async def holder(request):  # the other worker, holding the metric's shard
+        forwarded.append(request.path_qs)
+        return aiohttp_web.json_response({"answered": "elsewhere"})
+
+    async def run():
+        other = aiohttp_web.Application()
+        other.router.add_get("/{tail:.*}", holder)
+        other_runner = aiohttp_web.AppRunner(other)
+        await other_runner.setup()
+        other_port = free_port()
+        await aiohttp_web.TCPSite(other_runner, "127.0.0.1", other_port).start()
+        await worker.app.web.start_server()
+        base = f"http://127.0.0.1:{settings.web_port}"
+        answers = {}
+        try:
+            async with aiohttp.ClientSession() as client:
+                async def get(path):
+                    async with client.get(base + path) as response:
+                        return response.status, await response.json(), response.headers.get("Retry-After")
+
+                worker.share.held, worker.share.rebuilding = {shard}, {shard}  # being rebuilt here
+                answers["rebuilding"] = [await get(path) for path, _, _ in bad] + [await get(p) for p in good]
+                worker.share.held, worker.share.rebuilding = set(), set()  # held by the other worker
+                monkeypatch.setattr(shards, "owner_url", lambda app, topic, s: f"http://127.0.0.1:{other_port}")
+                answers["elsewhere"] = [await get(path) for path, _, _ in bad] + [await get(p) for p in good]
+        finally:
+            await worker.app.web.stop_server()
+            await other_runner.cleanup()
+        return answers
+
+    answers = asyncio.run(run())
+    for state, got in answers.items():
+        for (path, status, parameter), (got_status, doc, _) in zip(bad, got):
+            assert (got_status, doc.get("parameter")) == (status, parameter), (state, path, doc)
+    for (status, doc, retry_after) in answers["rebuilding"][len(bad):]:
+        assert status == 503 and retry_after == shards.RETRY_AFTER_S and "rebuilding" in doc["error"]
+    assert [doc for _, doc, _ in answers["elsewhere"][len(bad):]] == [{"answered": "elsewhere"}] * len(good)
+    assert forwarded == good  # only the good requests reached the holder

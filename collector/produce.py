@@ -244,15 +244,21 @@ class ShuffleLane(Lane):
                           now: float, raw: bytes | None = None) -> None:
         if raw is None:
             raw = wire.encode_batch(self.version.params, batch)[wire.HEADER_SIZE:]
-        position = self.held
+        # The batch closes at the upload that reaches min_reports, even inside a group validated together, so
+        # a batch holds fewer than min_reports + --max-upload-reports reports and at most min_reports uploads:
+        # the keys one listing names (settings._check_shuffle holds --idempotency-max-keys to that bound).
+        start = end = 0  # the bytes of raw not handed to a batch yet
         for n, future, key in uploads:
-            self._members.append(_Waiter(position + n, future, position, key))
-            position += n
-        self._parts.append(raw)
-        self.held = position
-        if self.held >= self.min_reports:
-            self.close_batch()
-        elif self._timer is None:
+            self._members.append(_Waiter(self.held + n, future, self.held, key))
+            self.held += n
+            end += n * self.record_size
+            if self.held >= self.min_reports:
+                self._parts.append(raw[start:end] if start or end < len(raw) else raw)
+                start = end
+                self.close_batch()
+        if end > start:
+            self._parts.append(raw[start:end] if start else raw)
+        if self.held and self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.max_seconds, self.close_batch)
 
     def close_batch(self) -> None:

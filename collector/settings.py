@@ -105,7 +105,8 @@ SETTINGS: tuple[Setting, ...] = (
     _row("app_rate_burst", "per-application burst", integer(0, 1 << 30), 0, metavar="N", default_text="the rate"),
     _row("idempotency_window_seconds", "retries with the same Idempotency-Key within this window are answered "
          "once; 0 = off", integer(0, 7 * 86_400), 900, metavar="SECONDS"),
-    _row("idempotency_max_keys", "most remembered keys, ~400 bytes each", integer(0, 1 << 26), 200_000, metavar="N"),
+    _row("idempotency_max_keys", "most remembered keys, ~400 bytes each; with shuffling at least "
+         "--shuffle-min-reports (a batch remembers the key of each of its uploads until answered)", integer(0, 1 << 26), 200_000, metavar="N"),
     _row("idempotency_topic", "collector-only topic the replicas share retries through, so a retried upload counts "
          "once across restarts and replicas; off = per process (collector/exactly_once.py)", _idempotency_topic,
          metavar="TOPIC", default_text="<source topic>-idempotency"),
@@ -227,6 +228,19 @@ def _check_shuffle(settings: CollectorSettings, labels) -> None:
         raise InvalidParameterError(labels["max_queued_reports"], settings.max_queued_reports,
                                     f"must be >= --shuffle-min-reports {n:,} + --max-upload-reports "
                                     f"{settings.max_upload_reports:,} (a batch is held in the queue until produced)")
+    keys = settings.idempotency_max_keys
+    if n > keys and settings.idempotency_window_seconds and keys:
+        # A batch closes at the upload that reaches n (collector/produce.py, ShuffleLane), so it holds at most n
+        # uploads (one report each at least), and its listing names each one's key. Beyond the key bound the
+        # listing evicts every listing before it, in flight or not, and then itself (ListingLog.apply; the
+        # per-process cache evicts uploads still waiting the same way): their retries would be counted again.
+        raise InvalidParameterError(labels["shuffle_min_reports"], n,
+                                    f"must be <= {labels['idempotency_max_keys']} {keys:,} while retries are "
+                                    "remembered (--idempotency-window-seconds > 0): a shuffled batch of N reports "
+                                    "can hold N uploads and remembers each one's Idempotency-Key until it is "
+                                    "answered, and beyond the key bound keys still waiting are forgotten, so "
+                                    f"their retries would be counted twice; raise --idempotency-max-keys to at "
+                                    f"least {n:,} (about 400 bytes a key) or lower --shuffle-min-reports")
 
 
 check_fields(CollectorSettings, BY_NAME)

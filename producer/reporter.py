@@ -75,6 +75,13 @@ from .ledger import PrivacyLedger
 
 log = logging.getLogger(__name__)
 
+#: HttpTransport's default per-request timeout. A collector that shuffles holds every upload until its batch
+#: closes: by default up to 60 s (``--shuffle-max-seconds``), then up to 2 x 5 s for Kafka's acknowledgement
+#: (``--kafka-timeout-ms``), so a shorter timeout turns every upload of a quiet metric into a timeout and a
+#: retry. 90 s is above that with room for the collector's listing of the batch (tests/collector/test_units.py
+#: checks it against the collector's defaults). A collector with a longer wait needs ``timeout_s`` above it.
+DEFAULT_HTTP_TIMEOUT_S = 90.0
+
 
 class DeliveryError(OCMSError, RuntimeError):
     """A report could not be delivered to Kafka.
@@ -547,14 +554,15 @@ class HttpTransport:
         max_latency_s: how long the first report of an upload waits for others to join.
         max_retries: retries of a retriable answer (429, 503, 408) or connection error.
         max_backoff_s: longest wait between retries (Retry-After is honoured up to it).
-        timeout_s: per-request timeout.
+        timeout_s: per-request timeout (:data:`DEFAULT_HTTP_TIMEOUT_S`); above the collector's longest answer:
+            ``--shuffle-max-seconds`` plus twice ``--kafka-timeout-ms`` when it shuffles.
     """
 
     RETRIABLE = (408, 429, 500, 502, 503, 504)
 
     def __init__(self, url: str, *, metric: str | None = None, token: str | None = None, max_reports: int = 100,
                  max_latency_s: float = 0.005, max_retries: int = 8, max_backoff_s: float = 30.0,
-                 timeout_s: float = 30.0):
+                 timeout_s: float = DEFAULT_HTTP_TIMEOUT_S):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise InvalidParameterError("url", url, "must be an http:// or https:// URL of an ocms collector")
         if isinstance(max_reports, bool) or not isinstance(max_reports, int) or max_reports < 1:

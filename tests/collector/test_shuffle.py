@@ -123,6 +123,37 @@ def test_frames_are_cut_at_sizes_set_by_the_batch_size_alone():
     assert all(sum(frame_sizes(n, 16)) == n and max(frame_sizes(n, 16)) <= 16 for n in range(1, 500))
 
 
+def test_a_batch_closes_at_the_upload_that_reaches_min_reports_even_inside_a_group_validated_together(dest):
+    """Uploads submitted in one event-loop turn are validated as one group; the batch still closes at the
+    upload that reaches --shuffle-min-reports, so a batch holds at most that many uploads: the keys its
+    listing names, which --idempotency-max-keys is checked against (collector/settings.py). It used to close
+    after the whole group: 15 keys in a batch of min_reports 10."""
+    from collector.produce import ShuffleLane
+
+    class Outlet:
+        batches: list = []
+
+        def produce_batch(self, batch):
+            self.batches.append(batch)
+
+    async def main():
+        outlet = Outlet()
+        lane = ShuffleLane(dest, outlet, 64, 0.005, 60, min_reports=10, max_seconds=600)
+        bodies = [indexed_report(dest, i)[wire.HEADER_SIZE:] for i in range(25)]
+        futures = [lane.submit(body, 1, key=i.to_bytes(16, "big")) for i, body in enumerate(bodies)]
+        await asyncio.sleep(0)  # the drain scheduled by the first submit starts: one group of all 25
+        await asyncio.gather(*lane.drains)
+        assert lane.held == 5, "the last 5 uploads wait for the next batch"
+        await lane.close()  # hands them over as a short batch
+        return outlet.batches, futures
+
+    batches, futures = asyncio.run(main())
+    assert [len(b.keys) for b in batches] == [10, 10, 5]
+    assert [b.reports for b in batches] == [10, 10, 5]
+    assert [index_of(b.records[i * b.record_size:]) for b in batches for i in range(b.reports)] == list(range(25))
+    assert [w.future for b in batches for w in b.members] == futures
+
+
 # ------------------------------------------------------------------------ against a broker
 def indexed_report(version, i: int) -> bytes:
     """A single-report message whose record says ``i`` (a0 = i; a valid report of metric "dest")."""

@@ -108,6 +108,40 @@ def test_the_shuffle_settings_say_what_to_fix(registry_path, given, name, messag
     assert (CollectorSettings.build(env).shuffle_min_reports, CollectorSettings.build(env).shuffle_max_seconds) == (0, 60)
 
 
+def test_a_shuffle_bound_above_the_idempotency_key_bound_exits_2_naming_both_flags(registry_path, capsys,
+                                                                                  monkeypatch):
+    """A shuffled batch can hold --shuffle-min-reports uploads, each with a key remembered until the batch is
+    answered: above --idempotency-max-keys, keys still waiting were silently forgotten (retries counted twice)."""
+    import collector.cli
+    from collector.cli import main
+
+    async def started(settings, registry):
+        raise AssertionError(f"started with --shuffle-min-reports {settings.shuffle_min_reports:,} and "
+                             f"--idempotency-max-keys {settings.idempotency_max_keys:,}")
+
+    monkeypatch.setattr(collector.cli, "_serve", started)  # what main() would serve, had the settings passed
+    base = ["--registry", str(registry_path), "--bootstrap-servers", "k:1", "--max-queued-reports", "2000000"]
+    with pytest.raises(SystemExit) as info:
+        main([*base, "--shuffle-min-reports", "300000"])  # the default key bound is 200,000
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid --shuffle-min-reports=300000" in err and "--idempotency-max-keys" in err and "200,000" in err
+    assert "raise --idempotency-max-keys to at least 300,000" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as info:
+        main([*base, "--shuffle-min-reports", "5000", "--idempotency-max-keys", "4999"])
+    assert info.value.code == 2 and "--idempotency-max-keys 4,999" in capsys.readouterr().err
+
+    env = {"OCMS_REGISTRY": str(registry_path), "OCMS_BOOTSTRAP_SERVERS": "k:1"}
+    defaults = CollectorSettings.build(env)
+    assert defaults.shuffle_min_reports <= defaults.idempotency_max_keys
+    for valid in ({"shuffle_min_reports": "300000", "idempotency_max_keys": "300000"},  # the bound itself
+                  {"shuffle_min_reports": "10000"},  # the documented example's order, under the default key bound
+                  {"shuffle_min_reports": "300000", "idempotency_window_seconds": "0"},  # retries not remembered
+                  {"shuffle_min_reports": "300000", "idempotency_max_keys": "0"}):
+        settings = CollectorSettings.build(env, max_queued_reports="2000000", **valid)
+        assert settings.shuffle_min_reports == int(valid["shuffle_min_reports"])
+
+
 def test_collector_settings_are_declared_once_and_documented_from_the_declarations():
     """Issue 26: flags, variables, defaults and the docs table come from collector/settings.py's rows (the
     worker's Setting machinery); the defaults were typed into help texts and docs by hand before."""
@@ -448,6 +482,21 @@ def test_http_transport_rejects_bad_arguments():
         HttpTransport("ftp://x")
     with pytest.raises(InvalidParameterError):
         HttpTransport("http://x", max_reports=0)
+
+
+def test_the_sdk_waits_longer_than_a_shuffling_collector_holds_an_answer_by_default():
+    """With shuffling on, an upload is answered once its batch is in Kafka: after up to --shuffle-max-seconds
+    (default 60 s) and the acknowledgement. The SDK's default timeout was 30 s, so every upload of a quiet
+    metric timed out and was retried (joining its first attempt: nothing doubled, but traffic and an error)."""
+    from collector.settings import BY_NAME
+    from tests.support.collector_defaults import longest_default_answer_s
+
+    default = HttpTransport("http://127.0.0.1:1").timeout_s
+    assert default > longest_default_answer_s() > BY_NAME["shuffle_max_seconds"].default, \
+        (default, longest_default_answer_s())
+    from producer.reporter import DEFAULT_HTTP_TIMEOUT_S
+
+    assert default == DEFAULT_HTTP_TIMEOUT_S
 
 
 # ------------------------------------------------------------------------------------- metrics

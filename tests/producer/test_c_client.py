@@ -343,6 +343,19 @@ def test_cli_flag_and_config_errors_exit_2_with_one_line(config, tmp_path):
     assert run_cli(["--help"]).returncode == 0
 
 
+def test_cli_default_timeout_outlasts_a_shuffling_collectors_default_wait(built):
+    """An upload to a shuffling collector is answered once its batch is in Kafka (60 s + the acknowledgement by
+    default): the example's delivery deadline, 60 s, gave up on a quiet metric whose reports still got counted."""
+    import re
+
+    from tests.support.collector_defaults import longest_default_answer_s
+
+    done = run_cli(["--help"])
+    default = re.search(r"--timeout S .*\(default ([0-9.]+)\)", done.stdout.decode() + done.stderr.decode())
+    assert default is not None, done
+    assert float(default.group(1)) > longest_default_answer_s()
+
+
 def test_cli_ledger_refuses_beyond_the_budget_and_memoizes(config, tmp_path):
     ledger = tmp_path / "ledger.txt"
     out = tmp_path / "c.capture"

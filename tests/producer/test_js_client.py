@@ -122,6 +122,19 @@ def test_typescript_declarations_are_built_from_the_checked_sources(js_client):
     assert "export declare class OcmsClient" in (JS_DIR / "dist" / "client.d.ts").read_text()
 
 
+def test_uploader_default_timeout_outlasts_a_shuffling_collectors_default_wait(js_client):
+    """An upload to a shuffling collector is answered once its batch is in Kafka (60 s + the acknowledgement by
+    default): the Uploader's 30 s default timed out and retried every upload of a quiet metric."""
+    from tests.support.collector_defaults import longest_default_answer_s
+
+    script = ('import * as lib from "./dist/index.js";'
+              'const u = new lib.Uploader({collector: "http://127.0.0.1:1", storage: new lib.MemoryStorage(), '
+              'pageEvents: false});'
+              'console.log(u.timeoutMs); u.close();')
+    timeout_ms = float(node("--input-type=module", "-e", script).stdout.decode())
+    assert timeout_ms / 1000 > longest_default_answer_s()
+
+
 # ------------------------------------------------------------------ exact privacy
 def probed_threshold(config: Path, metric: str, value: str, leaky: int | None = None) -> int:
     args = ["test/tools/probe_threshold.mjs", config, metric, value] + ([str(leaky)] if leaky is not None else [])

@@ -28,6 +28,11 @@
 #define PROG "ocms-report-c"
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2
+/* Above a shuffling collector's default wait for its batch (60 s) plus 2 x 5 s for Kafka's acknowledgement:
+   one upload is answered only when its batch is in Kafka (docs/collector.md, "Shuffling"). */
+#define DEFAULT_TIMEOUT_S 90
+#define STRINGIFY(x) #x
+#define TEXT_OF(x) STRINGIFY(x)
 #define EXIT_BUDGET 1 /* as producer/js/bin/ocms-report.mjs: the run stops, the reports before are produced */
 
 static const char USAGE[] =
@@ -52,7 +57,8 @@ static const char HELP[] =
     "  --max-upload-reports N  reports per upload (default 1000, the collector's default limit)\n"
     "  --retries N           at most N retries of one upload (default 1000: --timeout decides)\n"
     "  --max-backoff S       cap of backoff and Retry-After in seconds (default 30)\n"
-    "  --timeout S           give up when the reports are not delivered within S seconds (default 60)\n"
+    "  --timeout S           give up when the reports are not delivered within S seconds (default "
+    TEXT_OF(DEFAULT_TIMEOUT_S) ")\n"
     "  --verbose             one line on stderr per failed upload attempt\n\n"
     "Exit status: 0 done; 1 the capture could not be written, an upload failed or the privacy budget ran out\n"
     "(the reports before that line were written or uploaded); 2 bad flags, config or input line (nothing written).\n";
@@ -117,7 +123,7 @@ int main(int argc, char **argv) {
     int memoize = 0, have_budget = 0, i;
     long upload_reports = 1000;
     upload_options upload = {NULL, NULL, 1000, 30.0, 0.0, 0};
-    double timeout = 60;
+    double timeout = DEFAULT_TIMEOUT_S;
     ocms_cfg cfg;
     const ocms_cfg_metric *metric;
     ocms_metric device_metric;

@@ -58,7 +58,7 @@ async function main() {
   const budget = number("--budget", args.budget, false);
   const periodSeconds = number("--period-seconds", args["period-seconds"], true);
   const maxUploadReports = number("--max-upload-reports", args["max-upload-reports"], true) ?? 1000;
-  const timeoutS = number("--timeout", args.timeout, false) ?? 60;
+  const timeoutS = number("--timeout", args.timeout, false) ?? 90; // above a shuffling collector's default wait, 60 + 2 x 5 s
   if (args.collector && !/^https?:\/\/[^/]/.test(args.collector)) fail(`--collector ${args.collector}: must be an http:// or https:// URL`);
 
   const lib = await import("../dist/index.js").catch((err) => fail(`the package is not built (run npm ci in producer/js): ${err.message}`, 1));

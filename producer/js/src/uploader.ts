@@ -43,7 +43,8 @@ export interface UploaderOptions {
   maxLatencyMs?: number;
   baseBackoffMs?: number;
   maxBackoffMs?: number;
-  /** Per-request timeout (default 30,000 ms). */
+  /** Per-request timeout (default 90,000 ms: above a shuffling collector's default wait for its batch, 60 s,
+   *  plus 2 x 5 s for Kafka's acknowledgement; docs/collector.md, "Shuffling"). */
   timeoutMs?: number;
   /** Permanent failures (the upload is dropped). */
   onError?: (error: DeliveryError) => void;
@@ -133,7 +134,7 @@ export class Uploader {
     this.maxLatencyMs = positive("maxLatencyMs", options.maxLatencyMs, 1000);
     this.baseBackoffMs = positive("baseBackoffMs", options.baseBackoffMs, 500);
     this.maxBackoffMs = positive("maxBackoffMs", options.maxBackoffMs, 60_000);
-    this.timeoutMs = positive("timeoutMs", options.timeoutMs, 30_000);
+    this.timeoutMs = positive("timeoutMs", options.timeoutMs, 90_000);
     const f = options.fetch ?? globalThis.fetch;
     if (typeof f !== "function") throw new InvalidParameterError("fetch is not available: pass options.fetch");
     this.fetchImpl = f.bind(globalThis);

@@ -233,13 +233,18 @@ def encode_bundle(members: Mapping[str, bytes]) -> bytes:
 
 def decode_bundle(data: bytes) -> dict[str, bytes]:
     """Fingerprint hex -> member PartialCounts bytes (unchecked: PartialCounts.from_bytes checks each)."""
+    view = memoryview(data)
+    return {fp: bytes(view[start:start + length]) for fp, (start, length) in _bundle_places(data).items()}
+
+
+def _bundle_places(data) -> dict[str, tuple[int, int]]:
+    """Fingerprint hex -> (start, length) of each member's PartialCounts bytes in a table value, checked."""
     if len(data) < _BUNDLE.size:
         raise SerializationError(f"table value of {len(data)} bytes is shorter than its header")
     magic, version, count = _BUNDLE.unpack_from(data)
     if magic != _BUNDLE_MAGIC or version != _BUNDLE_VERSION:
         raise SerializationError("not a counts bundle v1 table value")
-    members, offset = {}, _BUNDLE.size
-    view = memoryview(data)
+    places, offset = {}, _BUNDLE.size
     for _ in range(count):
         if offset + _MEMBER.size > len(data):
             raise SerializationError("counts bundle ends inside a member header")
@@ -247,11 +252,11 @@ def decode_bundle(data: bytes) -> dict[str, bytes]:
         offset += _MEMBER.size
         if offset + length > len(data):
             raise SerializationError("counts bundle ends inside a member's counts")
-        members[fingerprint.hex()] = bytes(view[offset:offset + length])
+        places[fingerprint.hex()] = (offset, length)
         offset += length
     if offset != len(data):
         raise SerializationError(f"counts bundle has {len(data) - offset} bytes after its last member")
-    return members
+    return places
 
 
 _U4, _I8 = np.dtype("<u4"), np.dtype("<i8")  # stored count widths
@@ -337,24 +342,31 @@ class PartialCounts:
 
 def read_codec(data: bytes) -> tuple[int, np.ndarray, int, int, int]:
     """(n, counts as a read-only view of ``data``, last_offset, shuffled, shuffle_min) of a table value, checked."""
-    if len(data) < _CODEC.size:
-        raise SerializationError(f"table value of {len(data)} bytes is shorter than its header")
-    magic, version, width, n, last_offset, d = _CODEC.unpack_from(data)
+    _, width, n, last_offset, d, shuffled, shuffle_min, head = _codec_header(data, 0, len(data))
+    counts = np.frombuffer(data, _U4 if width == 4 else _I8, d, head)  # positional: twice as fast as keywords
+    return n, counts, last_offset, shuffled, shuffle_min
+
+
+def _codec_header(data, start: int, length: int) -> tuple[int, int, int, int, int, int, int, int]:
+    """(version, count width, n, last_offset, D, shuffled, shuffle_min, where the counts start) of the
+    PartialCounts bytes ``data[start:start + length]``, checked (their length included)."""
+    if length < _CODEC.size:
+        raise SerializationError(f"table value of {length} bytes is shorter than its header")
+    magic, version, width, n, last_offset, d = _CODEC.unpack_from(data, start)
     if magic != _CODEC_MAGIC or version not in (_CODEC_VERSION, _CODEC_VERSION_SHUFFLED) or width not in (4, 8):
         raise SerializationError("not a PartialCounts v1/v2 table value")
     head, shuffled, shuffle_min = _CODEC.size, 0, 0
     if version == _CODEC_VERSION_SHUFFLED:
-        if len(data) < head + _CODEC_SHUFFLED.size:
-            raise SerializationError(f"table value of {len(data)} bytes is shorter than its v2 header")
-        shuffled, shuffle_min = _CODEC_SHUFFLED.unpack_from(data, head)
+        if length < head + _CODEC_SHUFFLED.size:
+            raise SerializationError(f"table value of {length} bytes is shorter than its v2 header")
+        shuffled, shuffle_min = _CODEC_SHUFFLED.unpack_from(data, start + head)
         head += _CODEC_SHUFFLED.size
         if not 0 < shuffled <= n or shuffle_min < 1:
             raise SerializationError(f"table value says {shuffled} of {n} reports shuffled in batches of at least "
                                      f"{shuffle_min}")
-    if len(data) != head + d * width:
-        raise SerializationError(f"table value has {len(data)} bytes, expected {head + d * width}")
-    counts = np.frombuffer(data, _U4 if width == 4 else _I8, d, head)  # positional: twice as fast as keywords
-    return n, counts, last_offset, shuffled, shuffle_min
+    if length != head + d * width:
+        raise SerializationError(f"table value has {length} bytes, expected {head + d * width}")
+    return version, width, n, last_offset, d, shuffled, shuffle_min, start + head
 
 
 def bucket_start(timestamp_s: float, width_s: int) -> int:
@@ -419,47 +431,14 @@ class OpenBundle:
         self._buffer = bytearray(raw or b"")
         self._members: dict[str, tuple[int, int]] = {}  # fingerprint hex -> (start, length) in _buffer
         self._replaced: dict[str, bytes] = {}  # fingerprint hex -> new member bytes (a new or resized member)
-        if raw is None:
-            return
-        if len(raw) < _BUNDLE.size:
-            raise SerializationError(f"table value of {len(raw)} bytes is shorter than its header")
-        magic, version, count = _BUNDLE.unpack_from(raw)
-        if magic != _BUNDLE_MAGIC or version != _BUNDLE_VERSION:
-            raise SerializationError("not a counts bundle v1 table value")
-        offset = _BUNDLE.size
-        for _ in range(count):
-            if offset + _MEMBER.size > len(raw):
-                raise SerializationError("counts bundle ends inside a member header")
-            fingerprint, length = _MEMBER.unpack_from(raw, offset)
-            offset += _MEMBER.size
-            if offset + length > len(raw):
-                raise SerializationError("counts bundle ends inside a member's counts")
-            self._members[fingerprint.hex()] = (offset, length)
-            offset += length
-        if offset != len(raw):
-            raise SerializationError(f"counts bundle has {len(raw) - offset} bytes after its last member")
+        if raw is not None:
+            self._members = _bundle_places(raw)
 
-    def _header(self, fingerprint: str) -> tuple[int, int, int, int, int, int, int, int] | None:
-        """(start, version, width, n, last_offset, D, shuffled, shuffle_min) of a stored member, checked
-        like ``read_codec``; None when the bundle has no such member."""
+    def _header(self, fingerprint: str) -> tuple[int, ...] | None:
+        """(start, then ``_codec_header``'s fields: version, width, n, last_offset, D, shuffled, shuffle_min,
+        where the counts start) of a stored member, checked; None when the bundle has no such member."""
         place = self._members.get(fingerprint)
-        if place is None:
-            return None
-        start, length = place
-        if length < _CODEC.size:
-            raise SerializationError(f"table value of {length} bytes is shorter than its header")
-        magic, version, width, n, last_offset, d = _CODEC.unpack_from(self._buffer, start)
-        if magic != _CODEC_MAGIC or version not in (_CODEC_VERSION, _CODEC_VERSION_SHUFFLED) or width not in (4, 8):
-            raise SerializationError("not a PartialCounts v1/v2 table value")
-        head, shuffled, shuffle_min = _CODEC.size, 0, 0
-        if version == _CODEC_VERSION_SHUFFLED:
-            if length < head + _CODEC_SHUFFLED.size:
-                raise SerializationError(f"table value of {length} bytes is shorter than its v2 header")
-            shuffled, shuffle_min = _CODEC_SHUFFLED.unpack_from(self._buffer, start + head)
-            head += _CODEC_SHUFFLED.size
-        if length != head + d * width:
-            raise SerializationError(f"table value has {length} bytes, expected {head + d * width}")
-        return start, version, width, n, last_offset, d, shuffled, shuffle_min
+        return None if place is None else (place[0], *_codec_header(self._buffer, *place))
 
     def state(self, fingerprint: str) -> PartialCounts | None:
         """A member's state (a copy), None when absent."""
@@ -485,18 +464,16 @@ class OpenBundle:
         not once per key it is added to)."""
         header = None if fingerprint in self._replaced else self._header(fingerprint)
         if header is not None:
-            start, version, width, stored_n, stored_offset, d, stored_shuffled, stored_min = header
+            start, version, width, stored_n, stored_offset, d, stored_shuffled, stored_min, counts_at = header
             new_n, new_shuffled = stored_n + int(n), stored_shuffled + int(shuffled)
             same_size = (width == 4) == (new_n < 2**32) and (version == _CODEC_VERSION_SHUFFLED) == bool(new_shuffled)
             if same_size and d == counts.shape[0] and last_offset > stored_offset and n >= 0 and (
                     0 <= shuffled <= n and (shuffle_min >= 1 or not shuffled)):
                 _CODEC.pack_into(self._buffer, start, _CODEC_MAGIC, version, width, new_n, int(last_offset), d)
-                head = start + _CODEC.size
                 if new_shuffled:
-                    _CODEC_SHUFFLED.pack_into(self._buffer, head, new_shuffled,
+                    _CODEC_SHUFFLED.pack_into(self._buffer, start + _CODEC.size, new_shuffled,
                                               smallest_batch(stored_min, int(shuffle_min) if shuffled else 0))
-                    head += _CODEC_SHUFFLED.size
-                stored = np.frombuffer(self._buffer, _U4 if width == 4 else _I8, d, head)  # positional: 2x faster
+                stored = np.frombuffer(self._buffer, _U4 if width == 4 else _I8, d, counts_at)  # positional: 2x faster
                 np.add(stored, counts, out=stored, casting="unsafe")  # fits: each count <= new_n, < 2^32 at width 4
                 return
         # A new member, or one whose size changes (or a bad argument: fold raises, naming it).

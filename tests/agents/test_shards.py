@@ -159,7 +159,8 @@ def test_a_bad_request_is_a_400_naming_its_parameter_before_it_is_routed(monkeyp
            ("/topk?k=0", 400, "k"), ("/estimates/7?confidence=2", 400, "confidence"),
            (f"/metrics/{name}/trend?from=-1h", 400, "value"), ("/trend?value=3&step=7", 400, "step"),
            (f"/metrics/{name}/estimates?version=9", 404, "version"), ("/estimates/999", 404, "value"),
-           ("/params?x=1", 400, "x")]
+           ("/params?x=1", 400, "x"), ("/estimates?caf%C3%A9=1", 400, "caf\u00e9"),
+           ("/topk?%E6%9D%B1%E4%BA%AC=1", 400, "\u6771\u4eac"), ("/estimates?%F0%9F%98%80=1", 400, "\U0001f600")]
     good = ["/estimates", f"/metrics/{name}/topk?k=3", "/params"]
     forwarded: list[str] = []
 

@@ -71,7 +71,9 @@ def faust_settings(settings: WorkerSettings) -> dict:
         web_enabled=True,
         web_port=settings.web_port,
         web_bind=settings.web_host,
-        web_host=settings.web_host,
+        # What the other workers forward queries to: a reachable address, never 0.0.0.0 (issue 35, 4: every
+        # replica bound to 0.0.0.0 advertised http://0.0.0.0:6066 and the partition-to-worker map collapsed).
+        web_host=settings.advertised_web_host,
         autodiscover=False,
     )
     if profile.one_record_batches:
@@ -114,7 +116,7 @@ class OCMSWorker:
         self.status = WorkerStatus(self)
         self._shuffle_warned = False  # an invalid ocms-shuffle-n header is logged once
         self.app = self._build_app()
-        self.router = Router(self.app, self.share, settings.changelog_topic, self.reader.caught_up.is_set)
+        self.router = Router(self.app, self.share, settings.changelog_topic, self.reader.current)
         writer = TableWriter(self.table, settings.source_topic)
         self.retention = Retention(self.app, writer, self.owned_partitions)
         self.checkpoint = Checkpoint(

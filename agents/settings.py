@@ -14,6 +14,7 @@ What the worker's Kafka clients do differently per broker (``--broker``) is its 
 
 from __future__ import annotations
 
+import socket
 from argparse import Namespace
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -77,6 +78,10 @@ WORKER_ROWS: tuple[Setting, ...] = (
     # serving
     Setting("web_host", "address of the HTTP API and /metrics", text, default="127.0.0.1", metavar="HOST"),
     Setting("web_port", "port of the HTTP API and /metrics", integer(1, 65_535), default=6066, metavar="PORT"),
+    Setting("web_advertise_host", "address the other workers reach this worker's API at (queries for the metrics "
+            "its view holds are forwarded there); default: --web-host, or when that is 0.0.0.0 or ::, the address "
+            "this host reaches the broker from (never 0.0.0.0: every worker would advertise the same address)",
+            text, metavar="HOST", default_text="see help"),
     Setting("store", "table store: memory:// or rocksdb://PATH (production; extra rocksdb)", store,
             default="memory://", metavar="URL"),
     Setting("view", "counts this worker's view holds: share (the metrics of its assigned partitions; queries for "
@@ -116,6 +121,8 @@ class WorkerSettings:
     batch_max_seconds: float
     web_host: str
     web_port: int
+    #: None: derived (``advertised_web_host``)
+    web_advertise_host: str | None
     store: str
     #: "all": the view holds every metric; "share": the metrics of the assigned partitions (agents.shards).
     view: str
@@ -129,6 +136,15 @@ class WorkerSettings:
     @property
     def changelog_topic(self) -> str:
         return f"{self.app_id}-{TABLE_NAME}-changelog"
+
+    @property
+    def advertised_web_host(self) -> str:
+        """The host part of the URL the other workers forward queries to (Faust's canonical URL)."""
+        if self.web_advertise_host:
+            return self.web_advertise_host
+        if self.web_host not in ("0.0.0.0", "::", ""):
+            return self.web_host
+        return route_source_address(self.bootstrap_servers) or socket.gethostname()
 
     def label(self, name: str) -> str:
         return self.labels.get(name) or f"{BY_NAME[name].flag} (or {BY_NAME[name].env})"
@@ -153,6 +169,23 @@ class WorkerSettings:
             raise InvalidParameterError(labels["dead_letter_topic"], values["dead_letter_topic"],
                                         "must differ from the source topic")
         return cls(labels=labels, **values)
+
+
+def route_source_address(bootstrap_servers: str) -> str | None:
+    """The local address this host's packets to the first bootstrap server leave from (a UDP socket's
+    connect sends nothing: the kernel only picks the route); None when it cannot be told."""
+    first = bootstrap_servers.split(",")[0].strip()
+    host, _, port = first.rpartition(":")
+    host = host.strip("[]")
+    if not host:
+        return None
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, int(port or 9092), type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(address)
+            return probe.getsockname()[0]
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def worker_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> tuple[WorkerSettings, Registry]:

@@ -32,9 +32,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Awaitable, Callable
 
 from .state import StateLayout
+from .view import ViewBehind
 
 log = logging.getLogger("ocms.worker")
 
@@ -109,7 +110,9 @@ class Router:
     app: object
     share: Share
     changelog_topic: str
-    caught_up: Callable[[], bool]
+    #: the view's read barrier (``ChangelogReader.current``): returns once the view holds every changelog
+    #: record written before the call, raises ViewBehind when it cannot tell in time
+    current: Callable[[], Awaitable[None]]
     timeout: float = FORWARD_TIMEOUT_S
     forwarded: int = field(init=False, default=0)
     _session: object = field(init=False, default=None)
@@ -121,13 +124,21 @@ class Router:
     async def route(self, web, request, metric: str, answer_here):
         """``answer_here()`` when this view holds the metric completely, else a forwarded answer or a 503."""
         share = self.share
-        if not share.sharded:
-            return await answer_here()
-        shard = share.shard_of_metric(metric)
-        if shard in share.ready:
-            response = await answer_here()
-            response.headers[ANSWERED_BY_HEADER] = self.url
-            return response
+        shard = share.shard_of_metric(metric) if share.sharded else None
+        if not share.sharded or shard in share.ready:
+            # The read barrier first: the answer then holds every count acknowledged before the query
+            # arrived, so no answer is smaller than one given before it began, by any worker.
+            try:
+                await self.current()
+            except ViewBehind as exc:
+                return self.unavailable(web, f"this worker cannot confirm its counts of metric {metric!r} are "
+                                             f"current ({exc}); retry shortly")
+            if not share.sharded:
+                return await answer_here()
+            if shard in share.ready:  # still: the share may have moved while the barrier waited
+                response = await answer_here()
+                response.headers[ANSWERED_BY_HEADER] = self.url
+                return response
         if shard in share.held:
             return self.unavailable(web, f"this worker is rebuilding the counts of metric {metric!r} "
                                          "(a rebalance gave it their partition); retry shortly")

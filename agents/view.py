@@ -330,6 +330,16 @@ class CountsView:
         return self.held_bytes
 
 
+class ViewBehind(OCMSError):
+    """The view could not confirm within its bound that it holds every changelog record written before
+    a query arrived (the broker did not answer, or the view is far behind): answer 503, not a stale 200."""
+
+
+#: How long a query waits for the view to hold every changelog record written before it arrived
+#: (``ChangelogReader.current``); below the forwarding timeout, so a forwarded query gets the holder's 503.
+CURRENT_TIMEOUT_S = 3.0
+
+
 @dataclass(eq=False)
 class ChangelogReader:
     """Feeds a CountsView from every partition of the changelog topic (from the beginning).
@@ -340,7 +350,25 @@ class ChangelogReader:
 
     With a sharded ``share`` (agents.shards) it keeps the view to the shards of the source
     partitions ``owned()`` returns, re-reading the changelog for shards it is given and dropping
-    the ones it loses, whenever the group is ``settled()`` (not rebalancing)."""
+    the ones it loses, whenever the group is ``settled()`` (not rebalancing).
+
+    What an answer may rely on (the fault-schedule checker's rules, issue 35), per changelog partition:
+
+    * ``_seen``: the highest position the reader has reached. Every held shard that is *ready* has
+      had every record below it applied, in log order, so it holds each key's latest value below it.
+    * A shard the assignment gives it is *rebuilding*: the reader seeks to the beginning and applies
+      every record of it again from offset 0; the shards already ready take only the records at or
+      above ``_applied_from`` (their ``_seen`` at the seek), so a ready shard never gets an older
+      record again (that replaced a newer state with an older one: a 200 smaller than an earlier one).
+    * A rebuilding shard turns ready when the reader has passed ``_replay_until``: the changelog's end
+      offsets read *when the shard was given* (and never lower than ``_seen``). The previous owner's
+      last checkpoint was acknowledged before it gave the partition up (a rebalance waits for it), so
+      it is below that end. The reader's own position was the target before: a shard given during
+      the initial read or a replay turned ready before its records were read (issue 35, 1).
+    * ``current()``: a query's read barrier. It reads the end offsets after the query arrived and
+      waits until ``_seen`` passes them, so an answer holds every record acknowledged before the query
+      began: a later answer is never smaller than an earlier one, from any worker.
+    """
 
     view: CountsView
     bootstrap_servers: str
@@ -356,8 +384,17 @@ class ChangelogReader:
     lag: int = field(init=False, default=0)
     last_update: float = field(init=False, default=0.0)
     replays: int = field(init=False, default=0)
-    #: changelog partition -> the position below which only shards being rebuilt are applied
+    #: changelog partition -> the highest position reached (records below it applied to every ready shard)
+    _seen: dict = field(init=False, default_factory=dict)
+    #: changelog partition -> where the ready shards resume taking records during a replay
+    _applied_from: dict = field(init=False, default_factory=dict)
+    #: changelog partition -> the position the rebuilding shards are complete at
     _replay_until: dict = field(init=False, default_factory=dict)
+    _consumer: object = field(init=False, default=None)
+    _tps: list = field(init=False, default_factory=list)
+    _ends_wanted: asyncio.Future | None = field(init=False, default=None)
+    _ends_task: asyncio.Task | None = field(init=False, default=None)
+    _barriers: list = field(init=False, default_factory=list)
 
     async def run(self) -> None:
         from aiokafka import TopicPartition
@@ -369,30 +406,43 @@ class ChangelogReader:
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             start_ends = await consumer.end_offsets(tps)
-            sharded = self.share is not None and self.share.sharded
+            self._consumer, self._tps = consumer, tps
             while True:
-                batches = await consumer.getmany(timeout_ms=200, max_records=10_000)
-                for tp, records in batches.items():
-                    await self._apply(records, self._replay_until.get(tp, -1) if sharded else None)
-                if batches:
-                    self.last_update = time.time()
-                positions = {tp: await consumer.position(tp) for tp in tps}
-                if not self.caught_up.is_set() and all(positions[tp] >= start_ends[tp] for tp in tps):
-                    self.caught_up.set()
-                    log.info("counts view caught up: %d keys", self.view.keys())
-                if sharded:
-                    await self._follow_assignment(consumer, tps, positions)
-                lag = 0
-                for tp in tps:
-                    highwater = consumer.highwater(tp)
-                    if highwater is not None:
-                        lag += max(0, highwater - positions[tp])
-                self.lag = lag
+                await self.step(consumer, tps, start_ends)
         finally:
+            self._consumer = None
+            self._fail_barriers(ViewBehind("the changelog reader stopped"))
             await stop_client(consumer)
 
-    async def _apply(self, records, replay_until: int | None) -> None:
-        """Apply ``records`` (with a share, ``replay_until`` not None: ``_apply_share``'s).
+    async def step(self, consumer, tps, start_ends: dict) -> None:
+        """One round: apply what one fetch returned, then follow the assignment and wake the barriers
+        the view now satisfies."""
+        batches = await consumer.getmany(timeout_ms=200, max_records=10_000)
+        sharded = self.share is not None and self.share.sharded
+        for tp, records in batches.items():
+            await self._apply(records, self._applied_from.get(tp, 0) if sharded else None)
+        if batches:
+            self.last_update = time.time()
+        positions = {tp: await consumer.position(tp) for tp in tps}
+        seen = self._seen
+        for tp, position in positions.items():
+            if position > seen.get(tp, 0):
+                seen[tp] = position
+        if not self.caught_up.is_set() and all(positions[tp] >= start_ends[tp] for tp in tps):
+            self.caught_up.set()
+            log.info("counts view caught up: %d keys", self.view.keys())
+        if sharded:
+            await self._follow_assignment(consumer, tps, positions)
+        self._wake_barriers()
+        lag = 0
+        for tp in tps:
+            highwater = consumer.highwater(tp)
+            if highwater is not None:
+                lag += max(0, highwater - positions[tp])
+        self.lag = lag
+
+    async def _apply(self, records, applied_from: int | None) -> None:
+        """Apply ``records`` (with a share, ``applied_from`` not None: ``_apply_share``'s).
 
         Yields to the event loop every ``APPLY_SLICE_SECONDS``: a checkpoint's records arrive
         together, and applied in one go they held the loop for tens of ms at hundreds of metrics,
@@ -400,21 +450,23 @@ class ChangelogReader:
         turn) waited for it, and its acknowledgements with them."""
         until = time.monotonic() + APPLY_SLICE_SECONDS
         for record in records:
-            if replay_until is None:
+            if applied_from is None:
                 self.view.apply(record.key, record.value)
             else:
-                self._apply_share((record,), replay_until)
+                self._apply_share((record,), applied_from)
             if time.monotonic() >= until:
                 await asyncio.sleep(0)
                 until = time.monotonic() + APPLY_SLICE_SECONDS
 
-    def _apply_share(self, records, replay_until: int) -> None:
-        """Apply the records of the shards held (below ``replay_until``: of the shards being rebuilt
-        only, the others have them already); drop the rest by key prefix, before decoding."""
+    def _apply_share(self, records, applied_from: int) -> None:
+        """Apply the records of the shards held: every record of a shard being rebuilt, and of a ready
+        shard those at or above ``applied_from`` (it holds the ones below); drop the rest by key
+        prefix, before decoding."""
         share, view = self.share, self.view
         for record in records:
             shard = share.shard_of_key(record.key)
-            if shard is not None and shard not in (share.rebuilding if record.offset < replay_until else share.held):
+            if shard is not None and shard not in share.rebuilding and (
+                    shard not in share.held or record.offset < applied_from):
                 share.dropped_records += 1
                 continue
             view.apply(record.key, record.value)
@@ -423,12 +475,23 @@ class ChangelogReader:
         share = self.share
         if share.rebuilding and all(positions[tp] >= self._replay_until.get(tp, 0) for tp in tps):
             share.ready |= share.rebuilding
-            log.info("counts view holds shards %s (rebuilt from the changelog)", sorted(share.rebuilding))
+            log.info("counts view holds shards %s (rebuilt from the changelog up to offsets %s)",
+                     sorted(share.rebuilding), [self._replay_until.get(tp, 0) for tp in tps])
             share.rebuilding = set()
         owned = self.owned() if self.settled() else None
         if owned is None or owned == share.held:
             return
         gone, new = share.held - owned, owned - share.held
+        if new:
+            # The end of the changelog now: everything the previous owners wrote (acknowledged before
+            # they gave the partitions up) is below it. Read before any state changes: if it fails,
+            # the next round tries again.
+            try:
+                ends = await consumer.end_offsets(tps)
+            except Exception as exc:  # noqa: BLE001 - the broker away for a moment: try again next round
+                log.warning("counts view: reading the changelog's end offsets failed (%s: %s); the new shards "
+                            "%s are taken next round", type(exc).__name__, exc, sorted(new))
+                return
         share.held = set(owned)
         share.ready -= gone
         share.rebuilding -= gone
@@ -436,12 +499,98 @@ class ChangelogReader:
             self.view.drop_groups(lambda group: share.layout.shard_of_group(group) in gone)
             log.info("counts view dropped shards %s (their partitions moved)", sorted(gone))
         if new:
-            # Read again from the beginning: below the current positions only the new shards' records
-            # apply (the others are applied already); a replay under way is simply restarted with them.
+            # Read again from the beginning: every record of the new shards applies; the ready shards
+            # take only what they have not had yet (at or above the highest position reached); a
+            # replay under way is restarted with the new shards, its target never lowered.
             share.rebuilding |= new
-            self._replay_until = dict(positions)
+            seen = self._seen
+            for tp in tps:
+                self._applied_from[tp] = seen.get(tp, 0)
+                self._replay_until[tp] = max(self._replay_until.get(tp, 0), ends.get(tp, 0), seen.get(tp, 0))
             self.replays += 1
             await consumer.seek_to_beginning(*tps)
+
+    # ------------------------------------------------------------------ the read barrier
+    async def current(self, timeout: float = CURRENT_TIMEOUT_S) -> None:
+        """Return once the view holds every changelog record written before this call (for the shards it
+        holds ready); raise ViewBehind when that is not known within ``timeout``.
+
+        The end offsets are read by a request started after the call (concurrent callers share one), so
+        a record acknowledged before the call is below them."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            ends = await asyncio.wait_for(asyncio.shield(self._ends_after_now()), timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            raise ViewBehind(f"the broker did not tell the changelog's end within {timeout:g} s") from None
+        except ViewBehind:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any client error is "cannot confirm"
+            raise ViewBehind(f"reading the changelog's end failed: {type(exc).__name__}: {exc}") from None
+        if self._holds(ends):
+            return
+        future = loop.create_future()
+        self._barriers.append((ends, future))
+        try:
+            await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - loop.time()))
+        except (TimeoutError, asyncio.TimeoutError):
+            behind = sum(max(0, end - self._seen.get(tp, 0)) for tp, end in ends.items())
+            raise ViewBehind(f"the view is {behind} changelog records behind after {timeout:g} s") from None
+
+    def _holds(self, ends: dict) -> bool:
+        seen = self._seen
+        return all(seen.get(tp, 0) >= end for tp, end in ends.items())
+
+    def _ends_after_now(self) -> asyncio.Future:
+        """A future of the end offsets, read by a request that starts after this call."""
+        if self._consumer is None:
+            future = asyncio.get_running_loop().create_future()
+            future.set_exception(ViewBehind("the changelog reader has not started"))
+            return future
+        if self._ends_wanted is None:
+            self._ends_wanted = asyncio.get_running_loop().create_future()
+            if self._ends_task is None or self._ends_task.done():
+                self._ends_task = asyncio.ensure_future(self._read_ends())
+        return self._ends_wanted
+
+    async def _read_ends(self) -> None:
+        while self._ends_wanted is not None:
+            # Everyone waiting now joined before this request starts.
+            waiting, self._ends_wanted = self._ends_wanted, None
+            try:
+                consumer = self._consumer
+                if consumer is None:
+                    raise ViewBehind("the changelog reader stopped")
+                ends = await consumer.end_offsets(self._tps)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiters
+                if not waiting.done():
+                    waiting.set_exception(exc if isinstance(exc, Exception) else ViewBehind(str(exc)))
+                waiting.exception()  # retrieved: a waiter that timed out must not leave it unobserved
+                if not isinstance(exc, Exception):
+                    raise
+            else:
+                if not waiting.done():
+                    waiting.set_result(ends)
+
+    def _wake_barriers(self) -> None:
+        if not self._barriers:
+            return
+        waiting = []
+        for ends, future in self._barriers:
+            if future.done():
+                continue
+            if self._holds(ends):
+                future.set_result(None)
+            else:
+                waiting.append((ends, future))
+        self._barriers = waiting
+
+    def _fail_barriers(self, error: Exception) -> None:
+        for _, future in self._barriers:
+            if not future.done():
+                future.set_exception(error)
+                future.exception()
+        self._barriers = []
 
 
 def shuffle_of(snapshot) -> tuple[int, int]:

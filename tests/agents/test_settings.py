@@ -133,3 +133,18 @@ def test_l2_derives_the_tracked_count_from_a_tracked_set_given_in_the_environmen
     assert (params.mode, params.tracked_count) == ("l2", 500)
     explicit = worker_settings({"epsilon": "2", "mode": "l2", "dictionary_size": "100000", "tracked": "800"}, env)[1]
     assert explicit.metrics[0].latest.params.tracked_count == 800  # an explicit D wins
+
+
+def test_a_worker_bound_to_every_address_advertises_one_the_others_can_reach():
+    """Issue 35, 4: docker-compose's workers bind 0.0.0.0, and each advertised http://0.0.0.0:6066, so the
+    partition-to-worker map (keyed by that URL) collapsed and no query was ever forwarded. The advertised host is
+    the address the host reaches the broker from (or --web-advertise-host), never 0.0.0.0."""
+    from agents.settings import WorkerSettings, route_source_address
+
+    bound = WorkerSettings.build(bootstrap_servers="127.0.0.1:9092", web_host="0.0.0.0")
+    assert bound.advertised_web_host == "127.0.0.1" == route_source_address("127.0.0.1:9092")
+    assert WorkerSettings.build(bootstrap_servers="127.0.0.1:9092", web_host="::").advertised_web_host != "::"
+    assert WorkerSettings.build(bootstrap_servers="b:9092", web_host="10.1.2.3").advertised_web_host == "10.1.2.3"
+    named = WorkerSettings.build(bootstrap_servers="b:9092", web_host="0.0.0.0", web_advertise_host="worker-2.internal")
+    assert named.advertised_web_host == "worker-2.internal"
+    assert route_source_address("no-such-host.invalid:9092") is None and route_source_address(":9092") is None

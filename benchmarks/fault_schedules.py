@@ -41,6 +41,17 @@ def seconds(text: str) -> float:
     return value
 
 
+def kinds(text: str) -> tuple[str, ...]:
+    from benchmarks.faults.nemesis import KINDS
+
+    chosen = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in chosen if k not in KINDS]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"unknown fault kind(s) {', '.join(unknown) or '(none)'}; expected some of "
+                                         f"{', '.join(KINDS)}")
+    return chosen
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fault_schedules",
                                      description=__doc__.split("\n\n")[0])
@@ -48,6 +59,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=None, help="the first schedule's seed (default: a fresh one, printed)")
     parser.add_argument("--seconds", type=seconds, default=60.0, help="faults per schedule, seconds (default 60)")
     parser.add_argument("--broker", choices=("embedded", "mock"), default="embedded")
+    parser.add_argument("--kinds", type=kinds, default=(), metavar="KIND[,KIND]",
+                        help="only these fault kinds (default: every kind; benchmarks/faults/nemesis.py lists them)")
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
     parser.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                         help="keep the logs of failing schedules under DIR/seed-S")
@@ -71,6 +84,8 @@ def summarize(seed: int, results: list) -> dict:
         "wrong_200": sum(r.findings.wrong_200 for r in results),
         "health_lies": sum(r.findings.health_lies for r in results),
         "unsettled": sum(r.findings.unsettled + r.findings.refused for r in results),
+        "retried": sum(r.findings.retried for r in results),
+        "in_doubt": sum(r.findings.in_doubt for r in results),
         "never_recovered": sum(1 for s in recover if s is None),
         "max_recover_s": round(max((s for s in recover if s is not None), default=0.0), 1),
         "failed_seeds": [r.seed for r in results if not r.findings.ok],
@@ -98,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             schedule_seed = seed + i
             keep = args.keep_logs if args.keep_logs is not None else None
             result = run_schedule(schedule_seed, args.seconds, args.broker, keep_logs=keep,
-                                  log=lambda line: say(line, flush=True))
+                                  log=lambda line: say(line, flush=True), kinds=args.kinds)
             if keep is not None and result.findings.ok and not args.keep_all:
                 import shutil
 
@@ -120,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"seed {seed}: {summary['schedules']} schedules in {time.time() - started:.0f} s")
         print("faults: " + ", ".join(f"{kind} {count}" for kind, count in summary["faults"].items()))
-        print(f"uploads {summary['uploads']:,}, 202s {summary['accepted_uploads']:,}; reports acknowledged "
+        print(f"uploads {summary['uploads']:,}, 202s {summary['accepted_uploads']:,} ({summary['retried']:,} after a retry, "
+              f"{summary['in_doubt']:,} of them after an attempt that got no answer); reports acknowledged "
               f"{summary['acked']:,}, counted {summary['counted']:,}")
         print(f"lost {summary['lost']}, doubled {summary['doubled']}, wrong 200 {summary['wrong_200']}, "
               f"health lies {summary['health_lies']}, unsettled uploads {summary['unsettled']}")

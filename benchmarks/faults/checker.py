@@ -31,6 +31,8 @@ class Findings:
     health_lies: int = 0
     refused: int = 0  # uploads answered with a client error the harness never provokes
     unsettled: int = 0  # uploads never answered 202 by the end
+    retried: int = 0  # uploads answered 202 after an earlier attempt of theirs was not
+    in_doubt: int = 0  # ... of which an attempt got no answer at all (a kill or cut while it was under way)
     final_mismatch: list = field(default_factory=list)  # (metric, worker, what) at the end
     wrong_examples: list = field(default_factory=list)
     recover_s: float | None = None
@@ -97,6 +99,8 @@ def check(*, uploads, answers, final_answers, health, expected: dict[str, tuple[
     f.acked = sum(u.reports for u in acked)
     f.refused = sum(1 for u in uploads if u.refused is not None)
     f.unsettled = sum(1 for u in uploads if u.acked_at is None and u.refused is None)
+    f.retried = sum(1 for u in acked if u.attempts > 1)
+    f.in_doubt = sum(1 for u in acked if any(not isinstance(s, int) for s in u.statuses))
     # the end: every worker, every metric, the ledger's counts
     counted_by_metric = {}
     for metric in metrics:

@@ -34,6 +34,7 @@ WORKER_KINDS = ("worker_kill", "worker_term", "rolling_restart", "join_leave", "
 COLLECTOR_KINDS = ("collector_kill", "collector_term", "collector_cut")
 MOCK_KINDS = ("broker_down", "leader_move", "request_errors")
 MIN_FAULTS = 5
+KINDS = WORKER_KINDS + COLLECTOR_KINDS + MOCK_KINDS
 
 
 @dataclass
@@ -56,14 +57,17 @@ class Done:
 
 
 def plan(seed: int, seconds: float, workers: list[str], spares: list[str], collectors: list[str],
-         broker_kind: str, session_s: float) -> list[Fault]:
-    """At least MIN_FAULTS faults filling about ``seconds``, from ``seed`` alone."""
+         broker_kind: str, session_s: float, only: tuple[str, ...] = ()) -> list[Fault]:
+    """At least MIN_FAULTS faults filling about ``seconds``, from ``seed`` alone (of the kinds ``only`` names,
+    when given)."""
     rng = random.Random(seed)
     kinds = list(WORKER_KINDS) * 2 + list(COLLECTOR_KINDS)
     if broker_kind == "mock":
         kinds += list(MOCK_KINDS)
     if not spares:
         kinds = [k for k in kinds if k != "join_leave"]
+    if only:
+        kinds = [k for k in kinds if k in only] or list(only)
     faults: list[Fault] = []
     budget = 0.0
     while len(faults) < MIN_FAULTS or budget < seconds:

@@ -92,10 +92,10 @@ async def _wait(predicate, timeout: float, interval: float = 0.5) -> bool:
 
 
 def run_schedule(seed: int, seconds: float, broker: str = "embedded", keep_logs: Path | None = None,
-                 log=print) -> ScheduleResult:
+                 log=print, kinds: tuple[str, ...] = ()) -> ScheduleResult:
     workdir = Path(tempfile.mkdtemp(prefix="ocms-faults-"))
     try:
-        return asyncio.run(_run(seed, seconds, broker, workdir, log))
+        return asyncio.run(_run(seed, seconds, broker, workdir, log, kinds))
     finally:
         if keep_logs is not None:
             target = keep_logs / f"seed-{seed}"
@@ -104,13 +104,17 @@ def run_schedule(seed: int, seconds: float, broker: str = "embedded", keep_logs:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-async def _run(seed: int, seconds: float, broker: str, workdir: Path, log) -> ScheduleResult:
+async def _run(seed: int, seconds: float, broker: str, workdir: Path, log, kinds: tuple[str, ...]) -> ScheduleResult:
     rng = random.Random(seed)
     shuffle = rng.random() < 0.5
     registry_path = workdir / "registry.yaml"
     registry_path.write_text(registry_text(), encoding="utf-8")
     registry = load_registry(registry_path)
-    collector_args = ("--shuffle-min-reports", "40", "--shuffle-max-seconds", "1") if shuffle else ()
+    # A retry window of 60 s (compose keeps the default 900 s) so listings expire within a schedule: a retry
+    # comes within seconds, and the expiry rule is exercised (issue 35, 3: 1-hour listings expired at once).
+    collector_args = ("--idempotency-window-seconds", "60")
+    if shuffle:
+        collector_args += ("--shuffle-min-reports", "40", "--shuffle-max-seconds", "1")
     worker_args = ("--session-timeout-seconds", "6") if broker == "mock" else ()
     started = time.time()
     network = Network().start()
@@ -145,7 +149,7 @@ async def _run(seed: int, seconds: float, broker: str, workdir: Path, log) -> Sc
         await uploaders.start()
         await health.start()
         faults = plan(seed, seconds, list(workers), deployment.spare_names, [r.name for r in deployment.collector_roles()],
-                      broker, deployment.profile.session_timeout_s if broker != "mock" else 6.0)
+                      broker, deployment.profile.session_timeout_s if broker != "mock" else 6.0, kinds)
         log(f"schedule seed {seed}: {len(faults)} faults over about {seconds:g} s, shuffling "
             f"{'on' if shuffle else 'off'}, broker {broker}")
         nemesis = Nemesis(deployment, faults, log=log)

@@ -64,11 +64,37 @@ class HealthSample:
     doc: dict | None
 
 
-class Uploaders:
+class _Loops:
+    """Client loops sharing one HTTP session: started together, cancelled and closed together."""
+
+    timeout_s = QUERY_TIMEOUT_S
+
+    def __init__(self):
+        self._tasks: list[asyncio.Task] = []
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        self._tasks = [asyncio.create_task(loop) for loop in self.loops()]
+
+    def loops(self) -> list:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class Uploaders(_Loops):
     """``concurrency`` devices uploading to the collectors until :meth:`stop`, retrying until 202."""
 
-    def __init__(self, collectors: list[str], metrics: dict, seed: int, concurrency: int = 16,
+    def __init__(self, collectors: list[str], metrics: dict, seed: int, concurrency: int = 48,
                  pause_s: tuple[float, float] = (0.0, 0.05)):
+        super().__init__()
         self.collectors = collectors  # base URLs
         self.metrics = metrics  # name -> (params, category count, weights)
         self.rng = random.Random(seed)
@@ -77,8 +103,6 @@ class Uploaders:
         self.pause_s = pause_s
         self.uploads: list[Upload] = []
         self._sending = True
-        self._tasks: list[asyncio.Task] = []
-        self._session: aiohttp.ClientSession | None = None
 
     def _new_upload(self) -> Upload:
         name = self.rng.choice(sorted(self.metrics))
@@ -88,9 +112,10 @@ class Uploaders:
         body = wire.encode_frame(params, simulate_reports(params, values, self.np_rng))
         return Upload(name, secrets.token_urlsafe(24), body, n, time.time())
 
-    async def start(self) -> None:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=UPLOAD_TIMEOUT_S))
-        self._tasks = [asyncio.create_task(self._device(i)) for i in range(self.concurrency)]
+    timeout_s = UPLOAD_TIMEOUT_S
+
+    def loops(self) -> list:
+        return [self._device(i) for i in range(self.concurrency)]
 
     async def _device(self, index: int) -> None:
         while self._sending:
@@ -133,32 +158,23 @@ class Uploaders:
         done, pending = await asyncio.wait(self._tasks, timeout=timeout)
         return not pending
 
-    async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
-
     def acked(self) -> list[Upload]:
         return [u for u in self.uploads if u.acked_at is not None]
 
 
-class Queries:
+class Queries(_Loops):
     """One loop per worker asking for every metric's estimates (``window=total``) in turn."""
 
     def __init__(self, workers: dict[str, str], metrics: list[str], pause_s: float = 0.02):
+        super().__init__()
         self.workers = workers  # name -> base URL
         self.metrics = metrics
         self.pause_s = pause_s
         self.answers: list[Answer] = []
         self._running = True
-        self._tasks: list[asyncio.Task] = []
-        self._session: aiohttp.ClientSession | None = None
 
-    async def start(self) -> None:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=QUERY_TIMEOUT_S))
-        self._tasks = [asyncio.create_task(self._loop(name, url)) for name, url in self.workers.items()]
+    def loops(self) -> list:
+        return [self._loop(name, url) for name, url in self.workers.items()]
 
     async def ask(self, worker: str, url: str, metric: str) -> Answer:
         began = time.time()
@@ -182,26 +198,22 @@ class Queries:
 
     async def close(self) -> None:
         self._running = False
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
+        await super().close()
 
 
-class Health:
+class Health(_Loops):
     """Every worker's /healthz every ``interval`` seconds."""
 
+    timeout_s = 5.0
+
     def __init__(self, workers: dict[str, str], interval: float = 0.5):
+        super().__init__()
         self.workers = workers
         self.interval = interval
         self.samples: list[HealthSample] = []
-        self._tasks: list[asyncio.Task] = []
-        self._session: aiohttp.ClientSession | None = None
 
-    async def start(self) -> None:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
-        self._tasks = [asyncio.create_task(self._loop(name, url)) for name, url in self.workers.items()]
+    def loops(self) -> list:
+        return [self._loop(name, url) for name, url in self.workers.items()]
 
     async def _loop(self, worker: str, url: str) -> None:
         while True:
@@ -212,10 +224,3 @@ class Health:
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
                 self.samples.append(HealthSample(worker, at, None, None))
             await asyncio.sleep(self.interval)
-
-    async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()

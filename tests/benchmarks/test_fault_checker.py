@@ -93,7 +93,7 @@ def test_a_schedule_is_its_seed_alone_and_has_at_least_five_faults():
 
 
 @pytest.mark.parametrize("argv, flag", [(["--schedules", "0"], "--schedules"), (["--seconds", "1"], "--seconds"),
-                                        (["--broker", "rabbit"], "--broker"), (["--seed", "x"], "--seed")])
+                                        (["--broker", "rabbit"], "--broker"), (["--seed", "x"], "--seed"), (["--kinds", "meteor"], "--kinds")])
 def test_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
     with pytest.raises(SystemExit) as exit_:
         parse(argv)

@@ -98,6 +98,8 @@ class OCMSWorker:
         # Every metric version served, by name and fingerprint (a registry, or the single-metric flags').
         self.catalog = Catalog(metrics, self.view, future_tolerance_seconds=settings.future_tolerance_seconds)
         self.view.tracked_sizes = self.catalog.tracked_sizes
+        self.view.on_stale = self._stale_record
+        self._rewriting: set = set()  # table keys being written again after a stale record (_stale_record)
         self.metrics = PipelineMetrics()  # its guard: one bad series never fails /metrics
         # Discoverable metrics' level reports: acked, read by discovery from the topic, counted by no table.
         self.discovery = WorkerDiscovery.build(self.catalog, settings)
@@ -253,6 +255,25 @@ class OCMSWorker:
             self._untrack(dropped)
             log.warning("dropped %d pending messages of partitions no longer assigned: %s", len(dropped),
                         sorted({m.partition for m in dropped}))
+
+    def _stale_record(self, key) -> None:
+        """The view found a stale record of a table key (``CountsView.apply``): if this worker owns the key's
+        partition, write the key's value again so the changelog's last record of it is the newest one."""
+        owned = self.owned_partitions()
+        if owned is None or key.partition not in owned or key in self._rewriting:
+            return
+        self._rewriting.add(key)
+        asyncio.ensure_future(self._rewrite(key))
+
+    async def _rewrite(self, key) -> None:
+        try:
+            if await self.checkpoint.rewrite(key, self.owned_partitions, lambda: self.view.held_offsets(key)):
+                self.metrics.stale_rewrites.inc()
+                log.info("wrote table key %s again: a stale record of it was the changelog's latest", key.encode())
+        except Exception as exc:  # noqa: BLE001 - the next stale record asks again
+            log.warning("writing table key %s again failed: %s: %s", key.encode(), type(exc).__name__, exc)
+        finally:
+            self._rewriting.discard(key)
 
     def _untrack(self, messages: list) -> None:
         for message in messages:

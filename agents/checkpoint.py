@@ -55,7 +55,7 @@ import faust
 from .faust_internals import PartitionContext, SourcePartition, current_event
 from .processor import Batch, BatchPlan, PendingBatch, encoded_plan, table_keys
 from .settings import BATCH_GROWTH_FOR_LARGE_STATE, BATCH_GROWTH_UNDER_LOAD, BATCH_REPORTS_PER_STATE_BYTE
-from .state import StateKey, StateLayout
+from .state import StateKey, StateLayout, member_offsets, newest_bundle
 
 log = logging.getLogger("ocms.worker")
 
@@ -86,6 +86,44 @@ class CountsTable(faust.Table):
     def take_unacknowledged(self) -> list[asyncio.Future]:
         futures, self.unacknowledged = self.unacknowledged, []
         return futures
+
+    def persisted_offset(self, tp) -> None:
+        """Where recovery starts reading a changelog partition: always at its beginning (None).
+
+        A RocksDB store remembers the changelog offset of the last record it wrote or read, and Faust's
+        recovery reads on from there, taking the store as the log's prefix. It is not, once a worker stalled
+        past its session wrote after the partition's new owner: its offset is then past the new owner's
+        records, which it never read, and on getting the partition back it resumed from the new owner's
+        committed offset with its own older states, skipping every message between them (the fault
+        schedules' autopsy: a quarter of a partition's reports lost). Read from the beginning, with each
+        member's newest state kept (``apply_changelog_batch``), recovery holds every state ever written.
+        The cost: a restart reads each assigned partition's compacted changelog whole, as the view does."""
+        return None
+
+    def apply_changelog_batch(self, batch) -> None:
+        """Recovery from the changelog: each key takes, member by member, the newer state of what it holds
+        and what the record says (``agents.state.newest_bundle``), not simply the later record. A worker
+        that stalled past its session and checkpointed after the partition's new owner wrote older states
+        last; taken as they came, a new owner recovered them and lost what they lacked (issue 35, 5)."""
+        held: dict = {}
+        for event in batch:
+            message = event.message
+            key, value = message.key, message.value
+            if value is not None:
+                previous = held[key] if key in held else self._stored(key)
+                if previous is not None:
+                    newest = newest_bundle(previous, value)
+                    if newest is not value:
+                        message.value = event.value = newest
+                        value = newest
+            held[key] = value
+        super().apply_changelog_batch(batch)
+
+    def _stored(self, key: bytes) -> bytes | None:
+        try:
+            return self.data[key]
+        except KeyError:
+            return None
 
 
 class TableWriter:
@@ -320,6 +358,28 @@ class Checkpoint:
         base = self.pending.max_reports
         by_state = BATCH_REPORTS_PER_STATE_BYTE * self._rewritten_bytes
         return min(max(BATCH_GROWTH_UNDER_LOAD * base, by_state), BATCH_GROWTH_FOR_LARGE_STATE * base)
+
+    async def rewrite(self, key: StateKey, owned: Callable[[], set[int] | None], held: Callable[[], dict[str, int]]) -> bool:
+        """Write a table key's value again, unchanged, when a stale record of it was the changelog's latest
+        (``agents.view.CountsView.on_stale``): so the log's last record of the key is the newest, and a
+        compaction keeps that one. Only by the key's partition's owner, and only when its value holds every
+        member the view holds (``held()``: fingerprint -> highest offset) at least as new; else the owner is
+        behind a worker that wrote newer states and overwrites them as it passes them."""
+        async with self.lock:
+            partitions = owned()
+            raw = self.writer.read(key)
+            if partitions is None or key.partition not in partitions or raw is None:
+                return False
+            try:
+                mine = member_offsets(raw)
+            except Exception:  # noqa: BLE001 - not ours to repair
+                return False
+            if any(mine.get(fp, -2) < offset for fp, offset in held().items()):
+                return False
+            self.writer.write(key, raw)
+            futures = self.writer.take_unacknowledged()
+        await acknowledged(self.app, futures)
+        return True
 
     async def _checkpoint_pending(self) -> None:
         """Take the pending batch under the lock (so batches are written in take order) and

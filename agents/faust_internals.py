@@ -12,6 +12,10 @@ The worker needs five things Faust offers no public way to do (why: ``agents.int
 4. forget a tracked message that will be delivered again (``_unacked_messages``);
 5. install that consumer and flush the pending batch before Faust waits for unacked
    messages (``_new_transport``, ``_consumer_wait_empty``);
+7. fetch again what the intake dropped while Faust held the flow: a partition nothing was committed for
+   is sought to its beginning when Faust seeks to the committed offsets (``IntakeConsumerThread.
+   seek_to_committed``: aiokafka leaves it where its fetcher is), and a partition whose next message
+   lies past the lowest one dropped is sought back to it (``IntakeConsumer.getmany``);
 6. refresh the cluster metadata when a position reset's ListOffsets finds that the partition's
    leader moved (aiokafka's ``Fetcher._proc_offset_request``): aiokafka 0.14 logs "Failed fetch
    offsets ... NotLeaderForPartitionError" and asks the stale leader again, every 100 ms, until
@@ -110,7 +114,27 @@ def current_event(event):
 
 # ----------------------------------------------------------------- 2. fetch wait
 class IntakeConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
-    """Faust's consumer thread with the fetch wait taken from ``app.fetch_max_wait_ms``."""
+    """Faust's consumer thread with the fetch wait taken from ``app.fetch_max_wait_ms``, and a seek to the
+    committed offsets that also seeks the partitions nothing was committed for (``seek_to_committed``)."""
+
+    async def seek_to_committed(self):
+        return await self.call_thread(self._seek_to_committed)
+
+    async def _seek_to_committed(self):
+        """aiokafka's ``seek_to_committed`` leaves a partition where its fetcher is when its committed offset
+        is missing or 0 (it seeks only to offsets > 0). The messages fetched while Faust held the flow (a
+        rebalance, a recovery) were dropped by the intake (``IntakeConsumer.getmany``), and only this seek
+        fetches them again: a partition nobody had committed yet skipped them for good (the fault schedules'
+        autopsy: a first owner stalled before its first commit, and the next one began 560 messages in). Such
+        a partition is sought to its beginning (the worker's ``auto_offset_reset`` is earliest) or to 0."""
+        consumer = self._ensure_consumer()
+        committed = await consumer.seek_to_committed()
+        for tp, offset in committed.items():
+            if offset is None or offset < 0:
+                await consumer.seek_to_beginning(tp)
+            elif offset == 0:
+                consumer.seek(tp, 0)
+        return committed
 
     def _create_worker_consumer(self, transport):
         consumer = super()._create_worker_consumer(transport)
@@ -130,6 +154,16 @@ def fetch_max_wait_ms(consumer) -> int:
 class IntakeConsumer(aiokafka_driver.Consumer):
     """Faust's aiokafka consumer, with source-topic messages handed to ``app.intake``."""
 
+    #: source partition -> the lowest offset the intake dropped that has not been fetched again
+    _dropped_from: dict | None = None
+    #: what aiokafka returned to the getmany under way (``_wait_next_records``)
+    _fetched: dict | None = None
+
+    async def _wait_next_records(self, timeout: float):
+        records, active = await super()._wait_next_records(timeout)
+        self._fetched = records
+        return records, active
+
     def _new_consumer_thread(self):
         return IntakeConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
@@ -140,21 +174,63 @@ class IntakeConsumer(aiokafka_driver.Consumer):
                 yield item
             return
         source = intake.source_topic
+        dropped = self._dropped_from
+        if dropped is None:
+            dropped = self._dropped_from = {}
+        handed: dict = {}  # source partition -> the last offset Faust's getmany handed over in this call
+        try:
+            async for tp, message in self._intake_messages(timeout, source, handed):
+                yield tp, message
+        finally:
+            # What aiokafka returned that Faust's getmany did not hand over (it stops when the flow stops or
+            # the generation changes, and skips partitions that are not active): aiokafka's position is past
+            # them, so they count as dropped and are fetched again before anything after them is taken.
+            fetched, self._fetched = self._fetched, None
+            for tp, records in (fetched or {}).items():
+                if tp.topic != source or not records:
+                    continue
+                last = handed.get(tp)
+                missed = [r.offset for r in records if last is None or r.offset > last]
+                if missed and (dropped.get(tp) is None or min(missed) < dropped[tp]):
+                    dropped[tp] = min(missed)
+
+    async def _intake_messages(self, timeout: float, source: str, handed: dict):
+        """``getmany``'s work: other topics' messages are yielded, source messages go to the intake."""
+        intake: Intake = self.app.intake
         read_offset = self._read_offset
         app = self.app
         flow_active = app.flow_control.is_active
+        dropped = self._dropped_from
+        sought: set = set()  # partitions sought back in this call: their later messages come again
         since_yield = 0
         async for tp, message in super().getmany(timeout):
             if tp.topic != source:
                 yield tp, message
                 continue
+            offset = message.offset
+            handed[tp] = offset
+            if tp in sought:
+                continue
             if not flow_active() or message.generation_id != app.consumer_generation_id:
                 # Faust's streams drop these too: fetched while a rebalance or table recovery
                 # holds the flow (the table partition may not be recovered yet), or fetched in
-                # an older generation. The seek to the committed offset that precedes every
-                # flow resume fetches them again; counting this copy as well would count twice.
+                # an older generation; counting this copy as well would count twice. They must be
+                # fetched again: the lowest one dropped is kept until they are (below).
+                lowest = dropped.get(tp)
+                if lowest is None or offset < lowest:
+                    dropped[tp] = offset
                 continue
-            offset = message.offset
+            lowest = dropped.get(tp)
+            if lowest is not None:
+                if offset > lowest:
+                    # Dropped messages were not fetched again: the seek before the flow resumed went to a
+                    # committed offset past them, or did not happen. Taking this one would leave them out
+                    # for good, and the commit would pass them (Faust commits the first run of acked
+                    # offsets). Fetch again from the lowest one dropped; a replay is exact (per-key offsets).
+                    await self.seek(tp, lowest)
+                    sought.add(tp)
+                    continue
+                del dropped[tp]
             last = read_offset[tp]
             if last is not None and offset < last:
                 continue  # already read before a seek: Faust drops these too
@@ -231,9 +307,14 @@ Fetcher._proc_offset_request = _proc_offset_request
 _METHODS = (
     ("faust.transport.drivers.aiokafka.AIOKafkaConsumerThread", "_create_worker_consumer", ("transport",), False),
     ("faust.transport.drivers.aiokafka.Consumer", "_new_consumer_thread", (), False),
+    ("faust.transport.drivers.aiokafka.AIOKafkaConsumerThread", "seek_to_committed", (), True),
+    ("faust.transport.drivers.aiokafka.AIOKafkaConsumerThread", "call_thread", ("fun", "args", "kwargs"), True),
+    ("faust.transport.drivers.aiokafka.AIOKafkaConsumerThread", "_ensure_consumer", (), False),
     ("faust.transport.consumer.Consumer", "_add_gap", ("tp", "offset_from", "offset_to"), True),
     ("faust.transport.consumer.Consumer", "track_message", ("message",), False),
     ("faust.transport.consumer.Consumer", "getmany", ("timeout",), None),
+    ("faust.transport.consumer.Consumer", "_wait_next_records", ("timeout",), True),
+    ("faust.transport.consumer.Consumer", "seek", ("partition", "offset"), True),
     ("faust.app.base.App", "_new_transport", (), False),
     ("faust.app.base.App", "_consumer_wait_empty", ("consumer", "logger"), True),
     ("faust.app.base.App", "_create_directories", (), False),
@@ -262,6 +343,17 @@ _USES = (
     ("faust.stores.rocksdb.Store", "_set", "event.message.partition"),
     # the data directories (skipped for the memory store) are only ever created at first start
     ("faust.app.base.App", "on_first_start", "self._create_directories()"),
+    # Faust's getmany takes the records it yields from _wait_next_records, and stops or skips without a seek
+    ("faust.transport.consumer.Consumer", "getmany", "records, active_partitions = await self._wait_next_records"),
+    # aiokafka seeks only to committed offsets > 0 (IntakeConsumerThread._seek_to_committed seeks the others)
+    ("aiokafka.AIOKafkaConsumer", "seek_to_committed", "if offset and offset > 0:"),
+    # Faust's seek before a flow resumes goes through the thread's seek_to_committed
+    ("faust.transport.consumer.Consumer", "perform_seek", "await self.seek_to_committed()"),
+    # the table reads its recovery start from persisted_offset and applies records through
+    # apply_changelog_batch (agents.checkpoint.CountsTable overrides both)
+    ("faust.tables.recovery.Recovery", "_add", "table.persisted_offset(tp)"),
+    ("faust.tables.recovery.Recovery", "_slurp_changelogs", "table.apply_changelog_batch(buf)"),
+    ("faust.tables.recovery.Recovery", "flush_buffers", "table.apply_changelog_batch(buffer)"),
     # a position reset asks the leader through _proc_offset_request (wrapped above, 6.)
     ("aiokafka.consumer.fetcher.Fetcher", "_update_fetch_positions",
      "await self._proc_offset_request(node_id, topic_data)"),
@@ -323,6 +415,7 @@ def code_drift() -> list[str]:
             problems.append(f"{owner} no longer sets {name} ({assignment!r} not in its source)")
     for owner, method, used in _USES:
         function = getattr(_resolve(owner), method, None)
+        function = getattr(function, "fun", function)  # a mode Service.task wraps its coroutine function
         if function is None or used not in inspect.getsource(function):
             problems.append(f"{owner}.{method} no longer does {used!r}")
     if "force_metadata_update" in inspect.getsource(Fetcher._update_fetch_positions):

@@ -66,6 +66,9 @@ class PipelineMetrics:
                                 registry=r)
         self.redelivered = Counter("ocms_messages_redelivered",
                                    "pending messages delivered again after a consumer seek (counted once)", registry=r)
+        self.stale_rewrites = Counter(
+            "ocms_stale_rewrites", "table keys this worker wrote again because an older record of theirs was the "
+            "changelog's latest (a worker that stalled past its session wrote after the new owner)", registry=r)
         self.batch_reports = Histogram("ocms_batch_reports", "reports per micro-batch", buckets=BATCH_BUCKETS, registry=r)
         self.decode_seconds = Histogram("ocms_decode_duration_seconds", "kernel decode time per micro-batch",
                                         buckets=DECODE_BUCKETS, registry=r)

@@ -259,6 +259,36 @@ def _bundle_places(data) -> dict[str, tuple[int, int]]:
     return places
 
 
+def member_offsets(data: bytes) -> dict[str, int]:
+    """Fingerprint hex -> the highest source offset of each member of a table value (checked)."""
+    return {fp: _codec_header(data, start, length)[3] for fp, (start, length) in _bundle_places(data).items()}
+
+
+def newest_bundle(held: bytes, written: bytes) -> bytes:
+    """The table value that holds, member by member, the newer of two values of one table key: ``written``
+    itself when every member of ``held`` is in it and none is older (the common case: returned as is), else
+    a bundle of the newest state of each member.
+
+    Why it is exact: a member's state is a function of its highest source offset (every message of the
+    partition up to it that touches the member, each counted once), so the one with the higher offset holds
+    everything the other does, whichever worker wrote it: a worker that stalled past its session and wrote
+    after the partition's new owner (issue 35, 5) wrote the older one. A bundle never drops a member (only a
+    tombstone deletes a key), so a member missing from one of the two is older there. Values that are not
+    bundles are not merged: ``written`` is returned, to be refused where it is read."""
+    try:
+        old, new = _bundle_places(held), _bundle_places(written)
+        old_offsets = {fp: _codec_header(held, *place)[3] for fp, place in old.items()}
+        new_offsets = {fp: _codec_header(written, *place)[3] for fp, place in new.items()}
+    except SerializationError:
+        return written
+    keep_old = [fp for fp, offset in old_offsets.items() if fp not in new_offsets or offset > new_offsets[fp]]
+    if not keep_old:
+        return written
+    members = {fp: bytes(written[start:start + length]) for fp, (start, length) in new.items()}
+    members.update({fp: bytes(held[old[fp][0]:old[fp][0] + old[fp][1]]) for fp in keep_old})
+    return encode_bundle(members)
+
+
 _U4, _I8 = np.dtype("<u4"), np.dtype("<i8")  # stored count widths
 _CODEC = struct.Struct("<2sBBqqI")  # magic, version, count width (4/8), n, last_offset, D
 _CODEC_MAGIC = b"PC"

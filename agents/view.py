@@ -157,12 +157,26 @@ class CountsView:
         self.state_count = 0  # keys(): member states held, kept as they come and go
         self.applied = 0
         self.rejected = 0  # changelog records or member states that are not ours (never counted)
+        #: records holding a member state older than the one held (not applied: ``apply``)
+        self.stale_records = 0
+        #: hears of each stale record's table key (the worker writes the key again if it owns its partition)
+        self.on_stale: Callable[[StateKey], None] | None = None
         #: fingerprint -> D; records of other parameter sets or tracked-set sizes are refused
         #: (e.g. a changelog written under another configuration of the same app id).
         self.tracked_sizes = tracked_sizes
 
     def apply(self, raw_key: bytes | None, raw_value: bytes | None) -> None:
         """One changelog record: a table key's bundle of member states (agents.state), or its tombstone.
+
+        A member state older than the one held (a lower highest source offset) is not applied: it is
+        a stale write, e.g. of a worker that stalled past its session while it checkpointed and wrote
+        after the partition's new owner (issue 35, 5). A member's state is a function of that offset
+        alone (every message of the partition up to it that touches the member, each once: the
+        exactness argument of agents.state), so the higher one holds everything the lower one does,
+        whoever wrote it, and the view never goes back. For the same reason a record that lacks a
+        member held is older than it (a bundle never drops a member: only a tombstone deletes them),
+        and the member is kept. ``on_stale(key)`` hears of every stale record (the owner of its
+        partition writes the key again, so the log's last record of it is not the stale one).
 
         Costs what changed: a member carried over byte for byte from the key's previous bundle is
         skipped, and a key held already is not decoded again (its encoding names it)."""
@@ -181,39 +195,59 @@ class CountsView:
             log.warning("ignoring a changelog record that is not a counts value: %s", exc)
             return
         partition, width, start = key.partition, key.width, key.bucket_start
-        if held is not None:
-            del members[name]
-            for fingerprint in held[1]:
-                if bundle is None or fingerprint not in bundle:
+        if bundle is None:
+            if held is not None:
+                del members[name]
+                for fingerprint in held[1]:
                     self._set(fingerprint, partition, width, start, None)
-        if bundle is not None:
-            index, sizes, cumulative = self.index, self.tracked_sizes, width == TOTAL_WIDTH
-            for fingerprint, raw in bundle.items():
-                bucket = index.get((fingerprint, width, start))
-                previous = None if bucket is None else bucket.partitions.get(partition)
-                if previous == raw:
-                    # Carried over byte for byte from the key's previous bundle (a member the batch did
-                    # not touch): the view holds it already. Cost grows with the members that changed.
+            return
+        index, sizes, cumulative = self.index, self.tracked_sizes, width == TOTAL_WIDTH
+        stale = False
+        for fingerprint, raw in bundle.items():
+            bucket = index.get((fingerprint, width, start))
+            previous = None if bucket is None else bucket.partitions.get(partition)
+            if previous == raw:
+                # Carried over byte for byte from the key's previous bundle (a member the batch did
+                # not touch): the view holds it already. Cost grows with the members that changed.
+                self.applied += 1
+                continue
+            if previous is not None:
+                # A checkpoint's common case inline: a held state replaced by a newer valid one of its size.
+                # Anything else (a new state, one to reject) is _set's, which checks it again.
+                try:
+                    n, counts, last_offset, _, _ = read_codec(raw)
+                    d = len(counts)
+                except OCMSError:
+                    d, last_offset = -1, None  # _set rejects it, saying why
+                if last_offset is not None and last_offset < _CODEC.unpack_from(previous)[4]:
+                    stale = True
+                    continue
+                if d == bucket.tracked_count and (sizes is None or sizes.get(fingerprint) == d):
+                    bucket.partitions[partition] = raw
+                    bucket.summed = None  # summed again when read
+                    self.held_bytes += len(raw) - len(previous)
+                    if cumulative:
+                        self.total_reports += n - _CODEC.unpack_from(previous)[3]
                     self.applied += 1
                     continue
-                if previous is not None:
-                    # A checkpoint's common case inline: a held state replaced by a valid one of its size.
-                    # Anything else (a new state, one to reject) is _set's, which checks it again.
-                    try:
-                        n, counts, _, _, _ = read_codec(raw)
-                        d = len(counts)
-                    except OCMSError:
-                        d = -1  # _set rejects it, saying why
-                    if d == bucket.tracked_count and (sizes is None or sizes.get(fingerprint) == d):
-                        bucket.partitions[partition] = raw
-                        bucket.summed = None  # summed again when read
-                        self.held_bytes += len(raw) - len(previous)
-                        if cumulative:
-                            self.total_reports += n - _CODEC.unpack_from(previous)[3]
-                        self.applied += 1
-                        continue
-                self._set(fingerprint, partition, width, start, raw)
-            members[name] = (key, tuple(bundle))
+            self._set(fingerprint, partition, width, start, raw)
+        fingerprints = tuple(bundle) if held is None else tuple(dict.fromkeys(held[1] + tuple(bundle)))
+        members[name] = (key, fingerprints)
+        if stale or (held is not None and len(fingerprints) > len(bundle)):
+            self.stale_records += 1
+            if self.on_stale is not None:
+                self.on_stale(key)
+
+    def held_offsets(self, key: StateKey) -> dict[str, int]:
+        """Fingerprint hex -> the highest source offset of each member state the view holds for a table key."""
+        entry = self.members.get(key.encode())
+        out = {}
+        for fingerprint in entry[1] if entry is not None else ():
+            bucket = self.index.get((fingerprint, key.width, key.bucket_start))
+            raw = None if bucket is None else bucket.partitions.get(key.partition)
+            if raw is not None:
+                out[fingerprint] = _CODEC.unpack_from(raw)[4]
+        return out
 
     def apply_state(self, key: BucketKey, raw_value: bytes | None) -> None:
         """Set (PartialCounts bytes) or delete (None) one member key's state."""

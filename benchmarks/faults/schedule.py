@@ -82,6 +82,26 @@ def _decoders(registry) -> dict:
     return {name: decoder(registry.metric(name).version(1)) for name, *_ in METRICS}
 
 
+def _write_history(path: Path, faults, answers, health, expected, final) -> None:
+    """What a kept schedule's logs hold beside the processes' own: every fault, answer and /healthz sample (one
+    JSON object a line, in time order), the expected counts and the final answers."""
+    import dataclasses
+    import json
+
+    rows = [{"at": d.began, "fault": d.fault.describe(), "ended": d.ended} for d in faults]
+    rows += [{"at": a.began, "answer": dataclasses.asdict(a)} for a in answers]
+    rows += [{"at": h.at, "health": {"worker": h.worker, "status": h.status,
+                                     **{k: (h.doc or {}).get(k) for k in ("status", "held_shards", "ready_shards",
+                                                                           "assigned_partitions", "view_reports")}}}
+             for h in health]
+    rows.sort(key=lambda r: r["at"])
+    rows.append({"expected": {m: [n, list(c)] for m, (n, c) in expected.items()},
+                 "final": [dataclasses.asdict(a) for a in final.values()]})
+    with open(path, "w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(row) + "\n")
+
+
 async def _wait(predicate, timeout: float, interval: float = 0.5) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -172,14 +192,21 @@ async def _run(seed: int, seconds: float, broker: str, workdir: Path, log, kinds
         async def settled() -> bool:
             for w, u in workers.items():
                 for m in metrics:
-                    final[(w, m)] = answer = await queries.ask(w, u, m)
-                    if answer.status != 200 or (answer.n, answer.counts) != expected[m]:
-                        return False
-            return True
+                    final[(w, m)] = await queries.ask(w, u, m)
+            return all(a.status == 200 and (a.n, a.counts) == expected[a.metric] for a in final.values())
 
         await _wait(settled, SETTLE_S, 1.0)
         await queries.close()
         await health.close()
+        _write_history(workdir / "history.jsonl", nemesis.done, queries.answers, health.samples, expected, final)
+        if any(a.status == 200 and (a.n, a.counts) != expected[a.metric] for a in final.values()):
+            from .autopsy import examine
+
+            try:  # where the counts went, while the broker still holds everything
+                lines = await asyncio.to_thread(examine, deployment.controller_bootstrap, deployment.profile)
+                (workdir / "autopsy.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            except Exception as exc:  # noqa: BLE001 - a debugging aid must not hide the findings
+                (workdir / "autopsy.txt").write_text(f"autopsy failed: {type(exc).__name__}: {exc}\n")
         findings = check(uploads=uploaders.uploads, answers=queries.answers, final_answers=final,
                          health=health.samples, expected=expected, workers=list(workers), metrics=metrics,
                          sent_by_metric=sent, last_fault_end=last_fault_end)

@@ -166,3 +166,19 @@ def test_open_bundle_refuses_a_damaged_value():
     damaged[raw.index(b"PC")] = ord("Q")  # the member's codec magic
     with pytest.raises(SerializationError, match="PartialCounts"):
         OpenBundle(bytes(damaged)).last_offset(FPS[0])
+
+
+def test_the_newest_bundle_keeps_each_member_s_newer_state_whoever_wrote_it():
+    """Recovery's merge (issue 35, 5): member by member, the state with the higher offset (a member's state is a
+    function of it), a member missing from one side kept from the other; ``written`` itself when it is newest."""
+    from agents.state import encode_bundle, member_offsets, newest_bundle
+
+    a, b = "00000000000000aa", "00000000000000bb"
+    owner = encode_bundle({a: PartialCounts(10, [4, 6], 120).to_bytes(), b: PartialCounts(3, [1, 2], 118).to_bytes()})
+    zombie = encode_bundle({a: PartialCounts(7, [3, 4], 90).to_bytes()})
+    assert newest_bundle(owner, zombie) == owner  # the stale write after the owner's changes nothing
+    newer = encode_bundle({a: PartialCounts(12, [5, 7], 130).to_bytes(), b: PartialCounts(4, [2, 2], 125).to_bytes()})
+    assert newest_bundle(owner, newer) is newer  # the common case: the later record, as is
+    mixed = newest_bundle(owner, encode_bundle({a: PartialCounts(12, [5, 7], 130).to_bytes()}))
+    assert member_offsets(mixed) == {a: 130, b: 118}
+    assert newest_bundle(owner, b"garbage") == b"garbage" and newest_bundle(b"garbage", owner) == owner

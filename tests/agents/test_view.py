@@ -251,7 +251,8 @@ def test_a_state_of_another_size_is_refused_without_tracked_sizes():
 def test_a_record_is_a_bundle_of_member_states_and_its_tombstone_deletes_them_all():
     """A table key holds every member of its group in one partition and bucket (agents.state):
     the view applies each member's state, a later bundle replaces them (a member missing from it
-    is deleted), and a tombstone deletes every member the key held."""
+    is older than the state held, since a bundle never drops a member: it is kept), and a tombstone
+    deletes every member the key held."""
     view = CountsView()
     key = StateKey("g3", 2, 60, 3600, B)
     view.apply(key.encode(), encode_bundle({FP: PartialCounts(10, [1, 2], 5).to_bytes(),
@@ -259,7 +260,8 @@ def test_a_record_is_a_bundle_of_member_states_and_its_tombstone_deletes_them_al
     put(view, BucketKey(FP, 0, 60, B), 3, [1, 1], 1)  # another partition's state of the same bucket
     assert view.sum(FP, 60, B, 2)[0] == 13 and view.sum(FP_OTHER, 60, B, 2)[0] == 4 and view.keys() == 3
     view.apply(key.encode(), encode_bundle({FP: PartialCounts(12, [2, 2], 9).to_bytes()}))
-    assert view.sum(FP, 60, B, 2)[1].tolist() == [3, 3] and view.sum(FP_OTHER, 60, B, 2)[0] == 0
+    assert view.sum(FP, 60, B, 2)[1].tolist() == [3, 3] and view.sum(FP_OTHER, 60, B, 2)[0] == 4
+    assert view.stale_records == 1
     view.apply(key.encode(), None)
     assert view.sum(FP, 60, B, 2)[0] == 3 and view.keys() == 1 and view.rejected == 0
 
@@ -267,7 +269,7 @@ def test_a_record_is_a_bundle_of_member_states_and_its_tombstone_deletes_them_al
 def test_a_bundle_carries_each_member_s_shuffle_accounting():
     """Members of one bundle keep their own shuffle accounting (a v2 member beside a v1 one): the
     view sums the shuffled reports and takes the smallest batch per bucket, and a rewrite of the
-    bundle without the shuffled member takes its accounting away again."""
+    bundle with a newer state of the shuffled member replaces its accounting."""
     view = CountsView()
     key = StateKey("g3", 2, 60, 3600, B)
     view.apply(key.encode(), encode_bundle({FP: PartialCounts(10, [1, 2], 5, 10, 4_000).to_bytes(),
@@ -277,33 +279,39 @@ def test_a_bundle_carries_each_member_s_shuffle_accounting():
     assert (total.n, total.shuffled, total.shuffle_min) == (13, 13, 2_500)
     other = view.snapshot(FP_OTHER, 60, B, B + 60)[0][1][0]
     assert (other.n, other.shuffled, other.shuffle_min) == (4, 0, 0)
-    view.apply(key.encode(), encode_bundle({FP_OTHER: PartialCounts(5, [4, 1], 8, 5, 900).to_bytes()}))
+    view.apply(key.encode(), encode_bundle({FP: PartialCounts(11, [1, 3], 6).to_bytes(),
+                                            FP_OTHER: PartialCounts(5, [4, 1], 8, 5, 900).to_bytes()}))
     total = view.snapshot(FP, 60, B, B + 60)[0][1][0]
     other = view.snapshot(FP_OTHER, 60, B, B + 60)[0][1][0]
-    assert (total.n, total.shuffled, total.shuffle_min) == (3, 3, 2_500)
+    assert (total.n, total.shuffled, total.shuffle_min) == (14, 3, 2_500)
     assert (other.n, other.shuffled, other.shuffle_min) == (5, 5, 900) and view.rejected == 0
 
 
-def test_bundles_under_random_rewrites_sum_to_the_latest_member_states():
-    """Records as checkpoints write them (bundles: members rewritten, carried over byte for byte,
-    dropped, or deleted by a tombstone; one member's partition count beyond uint32 or shuffled at
-    times): after each, every bucket the record touched sums exactly the latest member states of
-    its partitions, and the view's state, report and byte counts agree with them."""
+def test_bundles_under_random_rewrites_sum_to_the_newest_member_states():
+    """Records as checkpoints write them (bundles: members rewritten with a higher offset, carried over
+    byte for byte, or deleted by a tombstone; one member's partition count beyond uint32 or shuffled at
+    times), and stale ones among them (a member's state with a lower offset than the one held, or left
+    out: a worker that wrote after the partition's new owner): after each, every bucket the record
+    touched sums exactly the newest member states of its partitions, and the view's state, report and
+    byte counts agree with them."""
     rng = np.random.default_rng(30)
     sizes = {FP: 3, FP_OTHER: 5}
     view, latest = CountsView(dict(sizes)), {}  # (fp, partition, width, start) -> (n, counts, shuffled, min)
     held: dict[StateKey, dict[str, bytes]] = {}
+    offsets: dict[tuple, int] = {}  # (fp, key) -> the offset of the newest state held
     keys = [StateKey("g1", p, width, 3600 if width else 0, (B + 60 * s) if width else 0)
             for p in range(4) for width in (60, 0) for s in range(2 if width else 1)]
-    for _ in range(1500):
+    stale = 0
+    for offset in range(1500):
         key = keys[int(rng.integers(len(keys)))]
         previous = held.pop(key, {})
         if rng.random() < 0.1:
             view.apply(key.encode(), None)
             for fp in previous:
                 latest.pop((fp, key.partition, key.width, key.bucket_start), None)
+                offsets.pop((fp, key), None)
         else:
-            bundle = {}
+            bundle, kept = {}, dict(previous)
             for fp, d in sizes.items():
                 draw = rng.random()
                 if draw < 0.3 and fp in previous:
@@ -313,12 +321,17 @@ def test_bundles_under_random_rewrites_sum_to_the_latest_member_states():
                     counts = rng.integers(0, 50, d)
                     shuffled = int(rng.integers(1, n + 1)) if rng.random() < 0.2 else 0
                     smallest = int(rng.integers(1, 10**4)) if shuffled else 0
-                    bundle[fp] = PartialCounts(n, counts, 1, shuffled, smallest).to_bytes()
-                    latest[(fp, key.partition, key.width, key.bucket_start)] = (n, counts, shuffled, smallest)
-                if fp not in bundle:
-                    latest.pop((fp, key.partition, key.width, key.bucket_start), None)
+                    held_offset = offsets.get((fp, key))
+                    written = offset if held_offset is None or rng.random() < 0.8 else held_offset - 1  # stale: older
+                    bundle[fp] = PartialCounts(n, counts, written, shuffled, smallest).to_bytes()
+                    if held_offset is None or written > held_offset:
+                        latest[(fp, key.partition, key.width, key.bucket_start)] = (n, counts, shuffled, smallest)
+                        offsets[(fp, key)] = written
+                        kept[fp] = bundle[fp]
+                    else:
+                        stale += 1
             view.apply(key.encode(), encode_bundle(bundle))
-            held[key] = bundle
+            held[key] = kept
         for fp, d in sizes.items():
             want = [w for (f, _, width, start), w in latest.items()
                     if (f, width, start) == (fp, key.width, key.bucket_start)]
@@ -329,7 +342,7 @@ def test_bundles_under_random_rewrites_sum_to_the_latest_member_states():
             total = snapshot[0][1][0] if snapshot else PartialCounts.empty(d)
             assert total.shuffled == sum(w[2] for w in want)
             assert total.shuffle_min == min((w[3] for w in want if w[3]), default=0)
-    assert view.rejected == 0 and view.keys() == len(latest)
+    assert view.rejected == 0 and view.keys() == len(latest) and stale > 50 and view.stale_records >= stale // 2
     assert view.reports() == sum(w[0] for (_, _, width, _), w in latest.items() if width == 0)
     assert view.memory_bytes() == sum(b.total.counts.nbytes + sum(len(r) for r in b.partitions.values())
                                       for b in view.index.values())
@@ -362,7 +375,27 @@ def test_a_key_spelled_another_way_is_the_same_table_key():
     view = CountsView()
     view.apply(StateKey("g3", 2, 60, 3600, B).encode(), encode_bundle({
         FP: PartialCounts(10, [1, 2], 5).to_bytes(), FP_OTHER: PartialCounts(4, [4, 0], 7).to_bytes()}))
-    view.apply(f"g3:02:60:3600:{B}".encode(), encode_bundle({FP: PartialCounts(12, [2, 2], 9).to_bytes()}))
-    assert view.sum(FP, 60, B, 2)[0] == 12 and view.sum(FP_OTHER, 60, B, 2)[0] == 0 and view.keys() == 1
+    view.apply(f"g3:02:60:3600:{B}".encode(), encode_bundle({FP: PartialCounts(12, [2, 2], 9).to_bytes(),
+                                                            FP_OTHER: PartialCounts(6, [4, 2], 8).to_bytes()}))
+    assert view.sum(FP, 60, B, 2)[0] == 12 and view.sum(FP_OTHER, 60, B, 2)[0] == 6 and view.keys() == 2
     view.apply(f"g3:+2:060:3600:{B}".encode(), None)
     assert view.keys() == 0 and view.index == {} and view.rejected == 0
+
+
+def test_a_stale_write_after_the_new_owner_s_is_not_applied_and_is_reported():
+    """Issue 35, 5: a worker that stalls past its session while it checkpoints writes after the partition's new
+    owner. Its states are older (a lower highest source offset: the state of a member is a function of it), so
+    the view keeps the newer ones, never answers the smaller counts, and tells ``on_stale`` (the owner then
+    writes the key again so the log's last record of it is not the stale one)."""
+    view, heard = CountsView(), []
+    view.on_stale = heard.append
+    key = StateKey("g3", 2, 60, 3600, B)
+    owner = encode_bundle({FP: PartialCounts(10, [4, 6], 120).to_bytes(), FP_OTHER: PartialCounts(3, [1, 2], 118).to_bytes()})
+    zombie = encode_bundle({FP: PartialCounts(7, [3, 4], 90).to_bytes()})  # older, and without the newer member
+    view.apply(key.encode(), owner)
+    view.apply(key.encode(), zombie)
+    assert view.sum(FP, 60, B, 2)[0] == 10 and view.sum(FP_OTHER, 60, B, 2)[0] == 3
+    assert heard == [key] and view.stale_records == 1
+    ahead = encode_bundle({FP: PartialCounts(12, [5, 7], 130).to_bytes()})  # a newer state is applied
+    view.apply(key.encode(), ahead)
+    assert view.sum(FP, 60, B, 2)[0] == 12 and view.sum(FP_OTHER, 60, B, 2)[0] == 3 and len(heard) == 2

@@ -54,6 +54,8 @@ METRICS: tuple[Metric, ...] = (
     _m("ocms_reports_rejected_total", "counter", "reason", "worker", "rejected messages (one per message)"),
     _m("ocms_reports_replayed_total", "counter", "", "worker", "already-counted reports skipped after a restart"),
     _m("ocms_messages_redelivered_total", "counter", "", "worker", "pending messages delivered again after a seek"),
+    _m("ocms_stale_rewrites_total", "counter", "", "worker",
+       "table keys written again after an older record of theirs was the changelog's latest"),
     _m("ocms_batch_reports", "histogram", "", "worker", "reports per micro-batch"),
     _m("ocms_decode_duration_seconds", "histogram", "", "worker", "decode time per micro-batch"),
     _m("ocms_consumer_lag_messages", "gauge", "partition", "worker", "messages not yet processed"),

@@ -1,4 +1,4 @@
-"""Exactly-once retries across collector restarts and replicas (collector/exactly_once.py).
+"""Exactly-once retries across collector restarts and replicas (collector/exactly_once/).
 
 The promise: a device that retries an upload with its Idempotency-Key until it gets a 202 has
 its reports counted once, whichever collector process answered which attempt, and whatever
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from cms_core import wire
-from collector.exactly_once import (
+from collector.exactly_once.log import (
     FAILED, FRAME_HEADER, STORED, ListingLog, batch_frame_id, encode_batch_listing, encode_listing, encode_outcome,
     key_hash,
 )

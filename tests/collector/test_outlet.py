@@ -8,10 +8,10 @@ import asyncio
 import pytest
 
 from collector.app import CollectorMetrics
-from collector.exactly_once import SharedIdempotency
-from collector.produce import KafkaOutlet, _Waiter
+from collector.exactly_once.shared import SharedIdempotency
+from collector.lanes import Member, Unit
+from collector.outlet import KafkaOutlet
 from collector.settings import CollectorSettings
-from collector.shuffle import ShuffledBatch
 from producer.kafka import KafkaUnavailableError
 
 from .harness import reports
@@ -72,14 +72,14 @@ def _settings(registry_path, **overrides) -> CollectorSettings:
     return CollectorSettings.build(registry=str(registry_path), bootstrap_servers="127.0.0.1:1", **overrides)
 
 
-def _batch(loop, dest, uploads: int, per_upload: int) -> ShuffledBatch:
+def _batch(loop, dest, uploads: int, per_upload: int) -> Unit:
     """A closed shuffled batch of ``uploads`` uploads without keys (one future each)."""
     from cms_core import wire
 
     size = wire.record_size(dest.params)
     records = wire.encode_batch(dest.params, reports(dest, uploads * per_upload, seed=7))[wire.HEADER_SIZE:]
-    members = [_Waiter((i + 1) * per_upload, loop.create_future(), i * per_upload) for i in range(uploads)]
-    return ShuffledBatch(dest, records, members, 0, size, uploads * per_upload, max_records=per_upload)
+    members = [Member((i + 1) * per_upload, loop.create_future(), i * per_upload) for i in range(uploads)]
+    return Unit(dest, records, members, 0, size, uploads * per_upload, max_records=per_upload, shuffled=True)
 
 
 def test_a_batch_whose_every_frame_was_acknowledged_gets_202_when_a_later_batch_fails_to_send(registry_path, dest):
@@ -92,11 +92,11 @@ def test_a_batch_whose_every_frame_was_acknowledged_gets_202_when_a_later_batch_
         outlet = KafkaOutlet(_settings(registry_path, shuffle_min_reports="2"), CollectorMetrics(),
                              log=LogStandIn())
         producer = ScriptedProducer(fail_from=2)  # batch 1: frames 0 and 1 sent; batch 2: its first send fails
-        outlet.producer, outlet.available, outlet.partitions = producer, True, [0]
+        outlet.producer, outlet.available, outlet.committer.partitions = producer, True, [0]
         first, second = _batch(loop, dest, 2, 3), _batch(loop, dest, 2, 3)
         outlet.queued = first.queued + second.queued
-        await outlet._commit_batches([first, second])
-        await asyncio.gather(*outlet._acks)
+        await outlet.committer.commit([first, second])
+        await asyncio.gather(*outlet.committer.acks)
         for task in outlet.log.tasks:
             task.cancel()
         await asyncio.gather(*outlet.log.tasks, return_exceptions=True)
@@ -173,7 +173,7 @@ def test_settling_another_collectors_batch_stops_its_fencing_producer_when_the_s
     (InitProducerId timed out, the settle's own timeout cancelled it) the producer, its connections and
     metadata task must be released, as fence() does."""
     import producer.kafka
-    from collector.exactly_once import Listing
+    from collector.exactly_once.log import Listing
 
     made: list[ScriptedProducer] = []
 
@@ -196,10 +196,10 @@ def test_settling_another_collectors_batch_stops_its_fencing_producer_when_the_s
 def test_a_settle_that_timed_out_during_a_repair_does_not_let_the_next_one_produce_the_frames_again(
         registry_path, monkeypatch):
     """A batch cut short after frame 0 of 2: the settle produces frame 1 from the redo copy. The repair is
-    queued behind the committer's work (KafkaOutlet.repair); if the settle's timeout fires first, the queued
+    queued behind the committer's work (Committer.repair); if the settle's timeout fires first, the queued
     repair still runs. A second settle (the device's retry) that scans before it landed must wait for it,
     not produce frame 1 a second time (its reports would count twice)."""
-    from collector.exactly_once import Listing
+    from collector.exactly_once.log import Listing
 
     async def main():
         shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
@@ -225,7 +225,7 @@ def test_a_settle_that_timed_out_during_a_repair_does_not_let_the_next_one_produ
 
         queued = []
 
-        async def repair(records, partition):  # as KafkaOutlet.repair: enqueue, then wait for the acks
+        async def repair(records, partition):  # as Committer.repair: enqueue, then wait for the acks
             done = asyncio.get_running_loop().create_future()
             queued.append(asyncio.ensure_future(committer(records, done)))
             await done

@@ -9,7 +9,7 @@ of one, or a shuffled batch) goes through these steps, and their order is the ex
 
 1. List the keys. A random nonce for the unit, a partition chosen for all its frames, and an offset
    at or below that partition's end; one listing in the shared log names the keyed hash of every
-   key of its uploads (a batch listing for a shuffled batch). The
+   key of its uploads (a batch listing for a shuffled batch), dated by this collector's clock. The
    listing is in the log *before* any frame of the unit is sent.
 2. Read the log back up to the listing, and drop held keys. Every collector applies the log in its
    order with the same rule: a listing holds a key only if no earlier listing holds it (pending or
@@ -268,9 +268,9 @@ class Committer:
         shared = self.log
         if unit.shuffled:
             return encode_batch_listing(unit.nonce, shared.owner, incarnation, unit.partition, unit.lower,
-                                        shared.redo_end, unit.timestamp_ms // 1000, unit.keys)
+                                        shared.redo_end, shared.listing_time(), unit.keys)
         return encode_listing(unit.nonce, shared.owner, incarnation, unit.partition, unit.lower,
-                              unit.timestamp_ms // 1000, unit.keys)
+                              shared.listing_time(), unit.keys)
 
     def _holding(self, members: list[Member], listing) -> list[Member]:
         """The uploads a listing holds the key of (or without a key); the others are answered: an earlier

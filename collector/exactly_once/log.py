@@ -4,11 +4,22 @@ Records (partition 0 of ``--idempotency-topic``; the formats are stored, so they
 
 * **listing** (``F``): a frame's random nonce (also its ``ocms-frame`` Kafka header), the partition it
   goes to and an offset below it, the producing collector (transactional id and producer incarnation),
-  a coarse time, and the keyed hashes of its uploads' keys. Written *before* the frame.
+  a time, and the keyed hashes of its uploads' keys. Written *before* the frame.
 * **batch listing** (``B``): the same for a shuffled batch (a key maps to its batch, never to a frame),
   and where its redo copy starts; its frames' ``ocms-frame`` header is the nonce, the frame's index and
   the batch's frame count (:func:`batch_frame_id`). A plain frame is a batch of one: index 0 of 1.
 * **outcome**: the listed frame or batch was stored (``S``) or never will be (``X``).
+
+**Time.** A listing's time is its collector's wall clock (whole seconds) when it wrote the listing, never
+the frame's event time: a 1-day bucket starts a day before its last upload, and a listing timed by it
+was forgotten as soon as a listing of a 1-minute metric came, so its retries were stored again. The
+log's clock (:attr:`ListingLog.clock_s`) is the greatest listing time applied so far, and listings
+older than the window on that clock are forgotten: a function of the records in log order, so every
+collector, and one reading the log afresh after a restart, forgets the same listings at the same
+record. A writer never dates a listing before the log's clock as it has read it
+(:meth:`ListingLog.listing_time`): a collector whose clock is behind does not write listings that are
+forgotten at once. A collector whose clock is ahead by d shortens everyone's window by d (the tail
+warns when a listing is dated well ahead of the reader's clock).
 """
 
 from __future__ import annotations
@@ -87,7 +98,7 @@ class Listing:
     incarnation: bytes
     partition: int
     lower: int
-    time: int
+    time: int  # its collector's wall clock (s) when it was written
     keys: tuple
     offset: int
     seen_at: float  # this process's monotonic clock when it was applied
@@ -119,8 +130,9 @@ class ListingLog:
     """What every collector computes from the log, in its order (so every collector agrees).
 
     A listing takes each of its keys that no earlier listing holds (pending or stored; a failed
-    listing releases its keys). Listings older than ``window`` seconds (by the log's own times)
-    and the oldest beyond ``max_keys`` held keys are forgotten, also in log order.
+    listing releases its keys). Listings older than ``window_s`` on the log's clock and the oldest
+    beyond ``max_keys`` held keys are forgotten, also in log order (the module docstring says why
+    the clock is the collectors' and not event time).
     """
 
     def __init__(self, window_s: float, max_keys: int, clock=time.monotonic):
@@ -131,12 +143,17 @@ class ListingLog:
         self.holders: dict[bytes, Listing] = {}
         self.held = 0
         self.bad_records = 0
+        self.clock_s = 0  # the greatest listing time applied
 
     def __len__(self) -> int:
         return len(self.holders)
 
     def holder(self, key: bytes) -> Listing | None:
         return self.holders.get(key)
+
+    def listing_time(self, wall_s: float) -> int:
+        """The time a collector whose wall clock says ``wall_s`` gives its next listing: never before the log's clock."""
+        return max(int(wall_s), self.clock_s)
 
     def apply(self, offset: int, value: bytes) -> Listing | None:
         """Apply one record; the listing it adds or settles, if any."""
@@ -155,7 +172,9 @@ class ListingLog:
             return None
         if listing.nonce in self.frames:
             return None  # a duplicate append (a producer retry): the first one counts
-        self._expire(listing.time)
+        if listing.time > self.clock_s:
+            self.clock_s = listing.time
+            self._expire()
         for key in listing.keys:
             holder = self.holders.get(key)
             if holder is None or holder.status == "failed":
@@ -178,10 +197,11 @@ class ListingLog:
                     del self.holders[key]
         return listing
 
-    def _expire(self, now_s: int) -> None:
+    def _expire(self) -> None:
+        oldest = self.clock_s - self.window_s
         while self.frames:
             nonce, first = next(iter(self.frames.items()))
-            if first.time >= now_s - self.window_s:
+            if first.time >= oldest:
                 break
             self._drop(nonce)
 

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 #: The tail's fetch wait: Tansu does not answer a waiting fetch when records arrive (Kafka does), so a
 #: short wait is what bounds how soon a collector reads its own listing back (about 1-5 ms here).
 TAIL_FETCH_WAIT_MS = 5
+#: A listing dated this far ahead of the reader's clock is logged: that writer's clock shortens the window.
+CLOCK_AHEAD_WARNING_SECONDS = 60
 
 
 class IdempotencyPending(OCMSError):
@@ -57,7 +59,7 @@ def default_instance_id(port: int) -> str | None:
 class SharedIdempotency:
     """The log's I/O for one collector: append, tail (into a :class:`ListingLog`), settle, fence, scan."""
 
-    def __init__(self, settings, metrics, *, clock=time.monotonic):
+    def __init__(self, settings, metrics, *, clock=time.monotonic, wall_clock=time.time):
         self.settings = settings
         self.metrics = metrics
         self.topic = settings.idempotency_topic
@@ -74,6 +76,7 @@ class SharedIdempotency:
         self._secret = secret[:64]
         self.grace_s = 2 * settings.kafka_timeout_ms / 1000 + 2.0
         self.clock = clock
+        self.wall_clock = wall_clock
         self.state = self._fresh_state()
         self.enabled = True
         self.ready = False
@@ -87,6 +90,7 @@ class SharedIdempotency:
         self._tasks: set[asyncio.Task] = set()
         self._producer = None
         self._tail: asyncio.Task | None = None
+        self._warned_clock_at = float("-inf")
 
     def _fresh_state(self) -> ListingLog:
         s = self.settings
@@ -99,6 +103,10 @@ class SharedIdempotency:
 
     def holder(self, key: bytes) -> Listing | None:
         return self.state.holder(key)
+
+    def listing_time(self) -> int:
+        """The time of this collector's next listing: its wall clock, never before the log's clock."""
+        return self.state.listing_time(self.wall_clock())
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -230,6 +238,12 @@ class SharedIdempotency:
             else:
                 self.local.pop(listing.nonce, None)
         self._applied = offset
+        ahead = self.state.clock_s - self.wall_clock()
+        if ahead > CLOCK_AHEAD_WARNING_SECONDS and self.clock() - self._warned_clock_at > 60:
+            self._warned_clock_at = self.clock()
+            log.warning("idempotency log %s: a listing is dated %.0f s ahead of this collector's clock: keys are "
+                        "forgotten that much before --idempotency-window-seconds; check the collectors' clocks (NTP)",
+                        self.topic, ahead)
 
     async def _tail_loop(self) -> None:
         from aiokafka import TopicPartition

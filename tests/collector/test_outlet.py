@@ -243,3 +243,69 @@ def test_a_settle_that_timed_out_during_a_repair_does_not_let_the_next_one_produ
 
     stored, produced = asyncio.run(main())
     assert stored and produced == [(b"frame1", [], 0)], f"frames produced by the repairs: {produced}"
+
+
+class MemoryLog:
+    """The shared log as one list: what SharedIdempotency appends is applied at once (as its tail would)."""
+
+    def __init__(self, shared: SharedIdempotency):
+        self.shared = shared
+        self.records: list[bytes] = []
+        shared.append = self.append
+
+    async def append(self, values: list[bytes]) -> list[int]:
+        offsets = []
+        for value in values:
+            self.records.append(value)
+            offsets.append(len(self.records) - 1)
+            self.shared.apply(offsets[-1], value)
+        return offsets
+
+
+def _keyed_frame_unit(loop, dest, key: bytes, timestamp_ms: int, seed: int) -> Unit:
+    """A plain lane's one-frame unit of one 3-report upload with the Idempotency-Key hash ``key``."""
+    from cms_core import wire
+
+    frame = wire.encode_batch(dest.params, reports(dest, 3, seed=seed))
+    return Unit.of_frame(dest, frame, [Member(3, loop.create_future(), 0, key)], 0, timestamp_ms,
+                         wire.record_size(dest.params))
+
+
+def test_a_frame_of_a_1_hour_bucket_is_listed_at_the_collectors_clock_and_its_key_outlives_later_listings(
+        registry_path, dest):
+    """Issue 35, defect 3, at the commit: the listing's time was ``timestamp_ms // 1000``, the start of the
+    frame's event-time bucket (50 minutes back for a 1-hour bucket), and the next listing of a 1-minute
+    frame made every collector forget it. The listing is dated by the collector's wall clock."""
+    from collector.exactly_once.log import ListingLog, decode_listing
+
+    hour_start = 100 * 3600
+    wall = [hour_start + 50 * 60]
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        shared = SharedIdempotency(_settings(registry_path, instance_id="a"), CollectorMetrics(),
+                                   wall_clock=lambda: wall[0])
+        log = MemoryLog(shared)
+        outlet = KafkaOutlet(_settings(registry_path), CollectorMetrics(), log=shared)
+        outlet.producer, outlet.available, outlet.committer.partitions = ScriptedProducer(), True, [0]
+        hourly = _keyed_frame_unit(loop, dest, b"h" * 16, hour_start * 1000, seed=1)
+        outlet.queued = hourly.queued
+        await outlet.committer.commit([hourly])
+        wall[0] += 10
+        minutely = _keyed_frame_unit(loop, dest, b"m" * 16, (wall[0] - wall[0] % 60) * 1000, seed=2)
+        outlet.queued += minutely.queued
+        await outlet.committer.commit([minutely])
+        await asyncio.gather(*outlet.committer.acks)
+        await asyncio.gather(*shared._tasks)  # the outcomes' appends
+        answers = [m.future.exception() for unit in (hourly, minutely) for m in unit.members]
+        return log.records, shared, answers
+
+    records, shared, answers = asyncio.run(main())
+    assert answers == [None, None]
+    listings = [decode_listing(r, i, 0.0) for i, r in enumerate(records) if r[:1] == b"F"]
+    assert [entry.time for entry in listings] == [hour_start + 50 * 60, hour_start + 50 * 60 + 10]
+    restarted = ListingLog(900, 1000)
+    for offset, record in enumerate(records):
+        restarted.apply(offset, record)
+    for log in (shared.state, restarted):
+        assert log.holder(b"h" * 16).status == "stored" and log.holder(b"m" * 16).status == "stored"

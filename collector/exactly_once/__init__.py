@@ -8,9 +8,11 @@ collector-only topic, ``--idempotency-topic``, default ``<source topic>-idempote
 * :mod:`.commit`: how a unit of uploads reaches Kafka, as numbered steps with the argument that makes
   them exact (list the keys, read the log back and drop held keys, redo copy, send in the open
   transaction, outcome); group commit.
-* :mod:`.log`: the log's records and what every collector computes from them in log order.
-* :mod:`.shared`: one collector's I/O on the log: the tail, and the settling of what a kill left in
-  doubt (fence, read the partition, repair a batch cut short).
+* :mod:`.log`: the log's records and what every collector computes from them in log order; listing
+  times are the collectors' clocks, never event time.
+* :mod:`.shared`: one collector's I/O on the log: the tail, the lease, and the settling of what a
+  kill left in doubt (fence, read the partition, repair a batch cut short), never fencing a live
+  collector.
 
 The worker is unchanged: it reads every appended frame (``read_uncommitted``), so "appended" is
 "counted", on Apache Kafka and on the embedded Tansu broker alike (whose ``read_committed`` shows

@@ -32,7 +32,7 @@ of one, or a shuffled batch) goes through these steps, and their order is the ex
    next attempt; a stored one keeps it, and every later attempt is answered from it.
 
 A kill at any step leaves a listing that is settled the same way, by this collector's restart (whose
-producer fenced the killed one) or by another replica (after fencing it).
+producer fenced the killed one) or by another replica once the owner's lease lapsed.
 
 Group commit: the committer takes up to GROUP_MAX_UNITS queued units at a time; one append lists them
 all (step 1) and one read-back serves them (step 2); steps 3-4 follow in queue order, and their step 5
@@ -206,7 +206,8 @@ class Committer:
         if keyed:
             # 1. list the keys; 2. read the log back to the listings
             try:
-                listings = await shared.list([(unit.nonce, self._listing(unit, incarnation)) for unit in keyed])
+                listings = await shared.write_listings([(unit.nonce, self._listing(unit, incarnation))
+                                                         for unit in keyed])
             except Exception as exc:
                 outlet.set_unavailable(f"idempotency log: {type(exc).__name__}: {exc}")
                 self._fail(group, KafkaUnavailableError(f"the idempotency log did not answer: "

@@ -8,6 +8,7 @@ Records (partition 0 of ``--idempotency-topic``; the formats are stored, so they
 * **batch listing** (``B``): the same for a shuffled batch (a key maps to its batch, never to a frame),
   and where its redo copy starts; its frames' ``ocms-frame`` header is the nonce, the frame's index and
   the batch's frame count (:func:`batch_frame_id`). A plain frame is a batch of one: index 0 of 1.
+* **lease**: a listing without keys. It holds nothing; it says its collector was alive at its time.
 * **outcome**: the listed frame or batch was stored (``S``) or never will be (``X``).
 
 **Time.** A listing's time is its collector's wall clock (whole seconds) when it wrote the listing, never
@@ -27,6 +28,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import logging
+import os
 import struct
 import time
 from dataclasses import dataclass, field
@@ -65,6 +67,13 @@ def encode_batch_listing(nonce: bytes, owner: str, incarnation: bytes, partition
     name = owner.encode()
     return _BATCH_LISTING.pack(BATCH_LISTING, nonce, partition, lower, time_s, incarnation, len(name),
                                redo_lower) + name + b"".join(keys)
+
+
+def encode_lease(owner: str, incarnation: bytes, lower: int, time_s: int) -> bytes:
+    """A lease renewal: a listing of no keys (its nonce is in no frame; ``lower`` is an offset at or below the
+    end of partition 0, so a collector of before this record kind, which takes it for a listing to settle,
+    reads little of the partition for it)."""
+    return encode_listing(os.urandom(NONCE_BYTES), owner, incarnation, 0, lower, time_s, [])
 
 
 def batch_frame_id(nonce: bytes, index: int, count: int) -> bytes:
@@ -126,6 +135,14 @@ def decode_listing(value: bytes, offset: int, seen_at: float) -> Listing:
                    batch=batch, redo_lower=redo_lower)
 
 
+@dataclass
+class _Owner:
+    """A collector with pending listings: them, and how long it has been silent as the observer measures it."""
+
+    pending: dict = field(default_factory=dict)  # nonce -> Listing, in log order
+    silent_since: int | None = None  # the observer's time at its first listing after this owner's latest
+
+
 class ListingLog:
     """What every collector computes from the log, in its order (so every collector agrees).
 
@@ -133,17 +150,29 @@ class ListingLog:
     listing releases its keys). Listings older than ``window_s`` on the log's clock and the oldest
     beyond ``max_keys`` held keys are forgotten, also in log order (the module docstring says why
     the clock is the collectors' and not event time).
+
+    **Silence** (:meth:`silent_for`, for the collector named ``observer``): how long, on the
+    observer's own clock, the log shows an owner of pending listings saying nothing: the time
+    between the observer's first listing after that owner's latest listing (or lease) and the
+    observer's latest listing. Only the observer's clock is compared with itself, and only the log's
+    order says "after", so neither clock skew nor how late the observer reads the log can make a
+    collector that writes look silent. It decides nothing about keys (so replicas still agree on
+    those); :mod:`collector.exactly_once.shared` uses it to never fence a live collector.
     """
 
-    def __init__(self, window_s: float, max_keys: int, clock=time.monotonic):
+    def __init__(self, window_s: float, max_keys: int, clock=time.monotonic, observer: str | None = None):
         self.window_s = window_s
         self.max_keys = max_keys
         self.clock = clock
+        self.observer = observer
         self.frames: collections.OrderedDict[bytes, Listing] = collections.OrderedDict()
         self.holders: dict[bytes, Listing] = {}
         self.held = 0
         self.bad_records = 0
         self.clock_s = 0  # the greatest listing time applied
+        self.owners: dict[str, _Owner] = {}  # the owners of pending listings
+        self.observer_time = 0  # the time of the observer's latest listing
+        self._heard_since: set[str] = set()  # owners that wrote since the observer's latest listing
 
     def __len__(self) -> int:
         return len(self.holders)
@@ -152,11 +181,24 @@ class ListingLog:
         return self.holders.get(key)
 
     def listing_time(self, wall_s: float) -> int:
-        """The time a collector whose wall clock says ``wall_s`` gives its next listing: never before the log's clock."""
+        """The time a collector whose wall clock says ``wall_s`` gives its next listing: never before the log's
+        clock."""
         return max(int(wall_s), self.clock_s)
 
+    def pending_of(self, owner: str) -> list[Listing]:
+        """The pending listings of ``owner``, in log order."""
+        state = self.owners.get(owner)
+        return list(state.pending.values()) if state is not None else []
+
+    def silent_for(self, owner: str) -> float:
+        """Seconds of the observer's clock the log shows ``owner`` (of pending listings) silent; 0 while it writes."""
+        state = self.owners.get(owner)
+        if state is None or state.silent_since is None:
+            return 0.0
+        return float(self.observer_time - state.silent_since)
+
     def apply(self, offset: int, value: bytes) -> Listing | None:
-        """Apply one record; the listing it adds or settles, if any."""
+        """Apply one record; the listing it adds or settles, if any (a lease adds none)."""
         try:
             kind = value[:1]
             if kind in (LISTING, BATCH_LISTING):
@@ -175,27 +217,54 @@ class ListingLog:
         if listing.time > self.clock_s:
             self.clock_s = listing.time
             self._expire()
-        for key in listing.keys:
-            holder = self.holders.get(key)
-            if holder is None or holder.status == "failed":
-                self.holders[key] = listing
-                listing.valid.add(key)
-        self.frames[listing.nonce] = listing
-        self.held += len(listing.valid)
+        if listing.keys:
+            for key in listing.keys:
+                holder = self.holders.get(key)
+                if holder is None or holder.status == "failed":
+                    self.holders[key] = listing
+                    listing.valid.add(key)
+            self.frames[listing.nonce] = listing
+            self.owners.setdefault(listing.owner, _Owner()).pending[listing.nonce] = listing
+            self.held += len(listing.valid)
+        self._heard(listing.owner, listing.time)
         while self.held > self.max_keys and self.frames:
             self._drop(next(iter(self.frames)))
-        return listing
+        return listing if listing.keys else None
+
+    def _heard(self, owner: str, time_s: int) -> None:
+        """``owner`` wrote a listing or a lease at ``time_s`` (its clock)."""
+        if self.observer is None:
+            return
+        if owner == self.observer:
+            self.observer_time = time_s
+            for other in self._heard_since:
+                state = self.owners.get(other)
+                if state is not None and state.silent_since is None:
+                    state.silent_since = time_s
+            self._heard_since.clear()
+            return
+        state = self.owners.get(owner)
+        if state is not None:
+            state.silent_since = None
+            self._heard_since.add(owner)
 
     def _outcome(self, nonce: bytes, stored: bool) -> Listing | None:
         listing = self.frames.get(nonce)
         if listing is None or listing.status != "pending":
             return None  # forgotten, or settled already (every settler finds the same)
         listing.status = "stored" if stored else "failed"
+        self._settled(listing)
         if not stored:
             for key in listing.valid:
                 if self.holders.get(key) is listing:
                     del self.holders[key]
         return listing
+
+    def _settled(self, listing: Listing) -> None:
+        """The listing is no longer pending (settled or forgotten): its owner no longer waits for it."""
+        state = self.owners.get(listing.owner)
+        if state is not None and state.pending.pop(listing.nonce, None) is not None and not state.pending:
+            del self.owners[listing.owner]
 
     def _expire(self) -> None:
         oldest = self.clock_s - self.window_s
@@ -208,6 +277,8 @@ class ListingLog:
     def _drop(self, nonce: bytes) -> None:
         listing = self.frames.pop(nonce)
         self.held -= len(listing.valid)
+        if listing.status == "pending":
+            self._settled(listing)
         for key in listing.valid:
             if self.holders.get(key) is listing:
                 del self.holders[key]

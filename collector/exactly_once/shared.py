@@ -1,4 +1,4 @@
-"""The idempotency log's I/O for one collector: append, tail, settle, fence, repair.
+"""The idempotency log's I/O for one collector: append, tail, lease, settle, fence, repair.
 
 :mod:`collector.exactly_once.commit` lists keys here and reads the log back; this module keeps the
 log applied (:class:`collector.exactly_once.log.ListingLog`) and settles listings left in doubt.
@@ -16,10 +16,27 @@ id, so two settlers never both complete it): whole, once. Who settles:
    the frame's acknowledgement comes or fails (a failure renews the producer, which fences the old one,
    and the outlet settles its unacknowledged listings as in 2).
 2. This collector, for listings of its earlier producers (a killed process with the same instance id, or
-   this one before a renewal): the current producer's start fenced them. Done at start.
-3. Another replica, once the listing is older than a grace period (2 x ``--kafka-timeout-ms`` + 2 s,
-   measured from when this process read it): it fences the owner with a producer of its
-   transactional id. Before that it answers 503 ``idempotency_pending``.
+   this one before a renewal): the current producer's start fenced them. Done at start, and again at
+   every lease renewal while some remain (a retry at another replica waits for it, see 3).
+3. Another replica, only for an owner whose **lease** has lapsed. A live collector renews its lease:
+   every listing it writes renews it, and while its transactional producer exists (while it may hold
+   an open transaction) it writes a lease record (a listing of no keys) whenever it listed nothing for
+   :data:`LEASE_RENEW_SECONDS`. A replica fences an owner only when the log shows that owner silent
+   for longer than ``lease_s`` (2 x ``--kafka-timeout-ms`` + 2 s, the old grace) measured on the
+   replica's *own* clock between the replica's own listings that follow the owner's latest record
+   (:meth:`ListingLog.silent_for`): it reads the log to its end and checks again right before the
+   fence. While the lease is live it answers 503 ``idempotency_pending``, and the owner settles its
+   listings itself (1, 2).
+
+Why a live owner is never fenced: its records reach the log at most ``LEASE_RENEW_SECONDS`` plus one
+append apart, well inside ``lease_s``; silence is measured between two of the replica's own records
+that both come after the owner's latest one in the log's single order, so a replica whose clock runs
+fast or slow, or that reads the log late, sees a live owner's next record before it has measured
+``lease_s`` of silence. A collector whose event loop stalls for longer than the lease, or whose log
+writes fail for that long, is taken for dead and fenced: its open transaction is then aborted, its
+unsent frames are refused and answered 503, and it renews its producer. Exactness never rests on the
+lease: it rests on fence-then-read, which is the same for a live and a dead owner. The lease only
+keeps a settle from aborting a live collector's transaction (its uploads 503, its producer renewed).
 """
 
 from __future__ import annotations
@@ -32,13 +49,16 @@ import time
 
 from cms_core.errors import OCMSError
 
-from .log import FRAME_HEADER, ListingLog, Listing, encode_outcome, key_hash, parse_batch_frame_id, parse_frame_id
+from .log import (FRAME_HEADER, ListingLog, Listing, encode_lease, encode_outcome, key_hash, parse_batch_frame_id,
+                  parse_frame_id)
 
 log = logging.getLogger(__name__)
 
 #: The tail's fetch wait: Tansu does not answer a waiting fetch when records arrive (Kafka does), so a
 #: short wait is what bounds how soon a collector reads its own listing back (about 1-5 ms here).
 TAIL_FETCH_WAIT_MS = 5
+#: A collector with a transactional producer writes a lease record when it listed nothing for this long.
+LEASE_RENEW_SECONDS = 1.0
 #: A listing dated this far ahead of the reader's clock is logged: that writer's clock shortens the window.
 CLOCK_AHEAD_WARNING_SECONDS = 60
 
@@ -57,7 +77,7 @@ def default_instance_id(port: int) -> str | None:
 
 
 class SharedIdempotency:
-    """The log's I/O for one collector: append, tail (into a :class:`ListingLog`), settle, fence, scan."""
+    """The log's I/O for one collector: append, tail (into a :class:`ListingLog`), lease, settle, fence, scan."""
 
     def __init__(self, settings, metrics, *, clock=time.monotonic, wall_clock=time.time):
         self.settings = settings
@@ -74,7 +94,7 @@ class SharedIdempotency:
             with open(settings.idempotency_secret_file, "rb") as f:
                 secret = f.read().strip()
         self._secret = secret[:64]
-        self.grace_s = 2 * settings.kafka_timeout_ms / 1000 + 2.0
+        self.lease_s = 2 * settings.kafka_timeout_ms / 1000 + 2.0
         self.clock = clock
         self.wall_clock = wall_clock
         self.state = self._fresh_state()
@@ -83,18 +103,23 @@ class SharedIdempotency:
         self.committer = None  # the exactly-once Committer producing the frames (set by it)
         self.local: dict[bytes, asyncio.Future] = {}  # nonce -> stored? (listings of this process)
         self._awaiting: dict[bytes, asyncio.Future] = {}  # nonce -> its Listing once applied
+        self._unwritten: dict[bytes, bool] = {}  # outcomes known here whose append failed: written again
         self._applied = -1
+        self._highwater = 0  # the log's end as the tail last saw it
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._settling: dict[bytes, asyncio.Task] = {}
         self._repairs: dict[bytes, asyncio.Task] = {}  # nonce -> the repair of a batch cut short, while it runs
         self._tasks: set[asyncio.Task] = set()
         self._producer = None
         self._tail: asyncio.Task | None = None
+        self._lease: asyncio.Task | None = None
+        self._predecessors: asyncio.Task | None = None  # the lease's settle of earlier producers' listings
+        self._listed_at = float("-inf")  # when this collector last wrote a listing or lease (clock)
         self._warned_clock_at = float("-inf")
 
     def _fresh_state(self) -> ListingLog:
         s = self.settings
-        return ListingLog(s.idempotency_window_seconds, s.idempotency_max_keys, self.clock)
+        return ListingLog(s.idempotency_window_seconds, s.idempotency_max_keys, self.clock, observer=self.owner)
 
     # ----------------------------------------------------------------- keys
     def key_hash(self, application: str, key: str) -> bytes:
@@ -141,10 +166,11 @@ class SharedIdempotency:
             raise
         self._producer = producer
         self._tail = asyncio.create_task(self._tail_loop(), name="ocms-collector-idempotency-tail")
+        self._lease = asyncio.create_task(self._lease_loop(), name="ocms-collector-idempotency-lease")
 
     async def close(self) -> None:
-        tasks = [t for t in [self._tail, *self._settling.values(), *self._repairs.values(), *self._tasks]
-                 if t is not None]
+        tasks = [t for t in [self._tail, self._lease, self._predecessors, *self._settling.values(),
+                             *self._repairs.values(), *self._tasks] if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -166,7 +192,7 @@ class SharedIdempotency:
         futures = [await producer.send(self.topic, value, partition=0) for value in values]
         return [(await f).offset for f in futures]
 
-    async def list(self, listings: list[tuple[bytes, bytes]]) -> list[Listing]:
+    async def write_listings(self, listings: list[tuple[bytes, bytes]]) -> list[Listing]:
         """Append listings ((nonce, record) each) and read the log back up to them: each one's :class:`Listing`
         as every collector applies it. On failure their outcome is "never stored" and the error is raised."""
         loop = asyncio.get_running_loop()
@@ -178,6 +204,7 @@ class SharedIdempotency:
             self._awaiting[nonce] = applied[-1]
         try:
             offsets = await asyncio.wait_for(self.append([record for _, record in listings]), timeout)
+            self._listed_at = self.clock()
             await asyncio.wait_for(self.applied(max(offsets)), timeout)
             return [await asyncio.wait_for(future, timeout) for future in applied]
         except Exception:
@@ -210,7 +237,9 @@ class SharedIdempotency:
     async def _append_outcome(self, nonce: bytes, stored: bool) -> None:
         try:
             await self.append([encode_outcome(nonce, stored)])
-        except Exception as exc:  # the outcome is found again by whoever settles the listing
+            self._unwritten.pop(nonce, None)
+        except Exception as exc:  # written again at the next lease renewal while the listing is pending
+            self._unwritten[nonce] = stored
             log.debug("outcome not written to the idempotency log: %s: %s", type(exc).__name__, exc)
 
     def _spawn(self, coroutine) -> None:
@@ -284,6 +313,8 @@ class SharedIdempotency:
                     self._applied = -1
                     await consumer.seek_to_beginning(tp)
                     continue
+                if highwater is not None:
+                    self._highwater = highwater
                 if len(self.local) > 2 * len(self.state.frames) + 1000:  # outcomes never written back
                     self.local = {n: f for n, f in self.local.items() if n in self.state.frames or not f.done()}
                 if self._waiters:
@@ -302,6 +333,33 @@ class SharedIdempotency:
                 self.metrics.idempotency_keys.set(len(self.state))
         finally:
             await consumer.stop()
+
+    # ---------------------------------------------------------------- lease
+    async def _lease_loop(self) -> None:
+        """While this collector's transactional producer exists: renew its lease when it listed nothing for
+        LEASE_RENEW_SECONDS, write again the outcomes whose append failed, settle its predecessors' listings."""
+        while True:
+            await asyncio.sleep(LEASE_RENEW_SECONDS / 2)
+            committer = self.committer
+            if not self.ready or committer is None or committer.producer is None:
+                continue  # no producer: no open transaction to keep from a fence
+            try:
+                if self.clock() - self._listed_at >= LEASE_RENEW_SECONDS:
+                    await self.append([encode_lease(self.owner, committer.incarnation, committer.lower.get(0, 0),
+                                                    self.listing_time())])
+                    self._listed_at = self.clock()
+                for nonce, stored in list(self._unwritten.items()):
+                    listing = self.state.frames.get(nonce)
+                    if listing is None or listing.status != "pending":
+                        self._unwritten.pop(nonce, None)
+                    else:
+                        await self._append_outcome(nonce, stored)
+            except Exception as exc:  # the next round tries again; a lease that lapses meanwhile may be fenced
+                log.info("idempotency lease not renewed: %s: %s", type(exc).__name__, exc)
+                continue
+            if (self._predecessors is None or self._predecessors.done()) and any(
+                    listing.incarnation != committer.incarnation for listing in self.state.pending_of(self.owner)):
+                self._predecessors = asyncio.create_task(self.settle_predecessors(committer.incarnation))
 
     # --------------------------------------------------------------- settle
     async def settle(self, listing: Listing) -> bool:
@@ -338,16 +396,23 @@ class SharedIdempotency:
                 raise IdempotencyPending("this collector's producer is not ready", self.settings.retry_after_seconds)
             stored = await asyncio.wait_for(self.complete_batch(listing, committer.repair), timeout * 12)
         else:
-            # 3. another collector's, once its grace passed (before, it may be alive and about to say)
-            age = self.clock() - listing.seen_at
-            if age < self.grace_s:
-                raise IdempotencyPending("an earlier attempt at another collector is in doubt", self.grace_s - age)
+            # 3. another collector's, once its lease lapsed (read the log to its end, then look again)
+            self._check_lapsed(listing)
+            await asyncio.wait_for(self.applied(self._highwater - 1), timeout)
+            self._check_lapsed(listing)
             stored = await asyncio.wait_for(self._fence_and_complete(listing), timeout * 12)
         await self.append([encode_outcome(listing.nonce, stored)])  # before a new listing of the key
         self._resolve(listing.nonce, stored)
         self.metrics.idempotency_settled.labels("stored" if stored else "failed").inc()
         log.info("settled an in-doubt frame of %s: %s", listing.owner, "stored" if stored else "never stored")
         return stored
+
+    def _check_lapsed(self, listing: Listing) -> None:
+        """Raise IdempotencyPending while the listing's owner may be alive (its lease has not lapsed)."""
+        silent = self.state.silent_for(listing.owner)
+        if silent <= self.lease_s:
+            raise IdempotencyPending("an earlier attempt at another collector is in doubt; that collector is alive "
+                                     "and settles it", max(1.0, self.lease_s - silent))
 
     async def settle_predecessors(self, incarnation: bytes) -> None:
         """Settle the pending listings of earlier producers of this collector's id (a killed process,
@@ -357,14 +422,14 @@ class SharedIdempotency:
         while not self.ready:
             await asyncio.sleep(0.1)
         await self.applied(self._applied)
-        for listing in list(self.state.frames.values()):
+        for listing in self.state.pending_of(self.owner):
             committer = self.committer
             if committer is None or committer.incarnation != incarnation:
                 return  # renewed again meanwhile: the next call does it
-            if listing.status == "pending" and listing.owner == self.owner and listing.incarnation != incarnation:
+            if listing.status == "pending" and listing.incarnation != incarnation:
                 try:
                     await self.settle(listing)
-                except Exception as exc:  # a retry settles it later
+                except Exception as exc:  # a retry, or the next lease renewal, settles it
                     log.info("a predecessor's frame not settled yet: %s: %s", type(exc).__name__, exc)
 
     # --------------------------------------------------------- fence, repair

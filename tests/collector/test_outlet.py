@@ -309,3 +309,50 @@ def test_a_frame_of_a_1_hour_bucket_is_listed_at_the_collectors_clock_and_its_ke
         restarted.apply(offset, record)
     for log in (shared.state, restarted):
         assert log.holder(b"h" * 16).status == "stored" and log.holder(b"m" * 16).status == "stored"
+
+
+def test_a_settle_never_fences_a_live_owner_whose_transaction_stays_open_past_the_grace_and_fences_a_silent_one(
+        registry_path, monkeypatch):
+    """Issue 35, defect 5b: a settle at another replica fenced the listing's owner once the listing had been
+    known for a grace period (2 x --kafka-timeout-ms + 2 s = 4 s here), though the owner was alive with its
+    transaction still open (a slow broker, a long batch): the fence aborted it. The owner here renews its
+    lease every second for 20 s with its listing in doubt: every settle answers "pending", none fences.
+    Then it goes silent: once the replica's own records span more than the lease, it is fenced and settled."""
+    from collector.exactly_once.log import encode_lease, encode_listing
+    from collector.exactly_once.shared import IdempotencyPending
+
+    now = [0.0]
+    owner, replica = "ocms-collector-a", "ocms-collector-b"
+
+    async def main():
+        shared = SharedIdempotency(_settings(registry_path, instance_id="b", kafka_timeout_ms="1000"),
+                                   CollectorMetrics(), clock=lambda: now[0], wall_clock=lambda: 10_000 + now[0])
+        log = MemoryLog(shared)
+        fenced = []
+
+        async def fence_and_complete(listing):  # what a fence and a scan find: the frame is in its partition
+            fenced.append(listing.owner)
+            return True
+
+        monkeypatch.setattr(shared, "_fence_and_complete", fence_and_complete)
+        await log.append([encode_listing(b"n" * 16, owner, b"a-incarn", 0, 0, 10_000, [b"k" * 16])])
+        listing = shared.holder(b"k" * 16)
+        pending = 0
+        for second in range(1, 21):  # five times the lease; the owner's transaction is open all along
+            now[0] = second
+            await log.append([encode_lease(replica, b"b-incarn", 0, shared.listing_time())])
+            await log.append([encode_lease(owner, b"a-incarn", 0, 10_000 + second)])
+            with pytest.raises(IdempotencyPending) as pending_error:
+                await shared.settle(listing)
+            assert pending_error.value.retry_after >= 1
+            pending += 1
+        alive = list(fenced)
+        for second in range(21, 27):  # the owner was killed: only the replica's records from here
+            now[0] = second
+            await log.append([encode_lease(replica, b"b-incarn", 0, shared.listing_time())])
+        stored = await shared.settle(listing)
+        return pending, alive, fenced, stored, listing.status
+
+    pending, alive, fenced, stored, status = asyncio.run(main())
+    assert pending == 20 and alive == [], "a live owner must never be fenced"
+    assert fenced == [owner] and stored and status == "stored", "a silent owner is fenced and its listing settled"

@@ -115,6 +115,7 @@ class SharedIdempotency:
         self._lease: asyncio.Task | None = None
         self._predecessors: asyncio.Task | None = None  # the lease's settle of earlier producers' listings
         self._listed_at = float("-inf")  # when this collector last wrote a listing or lease (clock)
+        self._lease_failing = False
         self._warned_clock_at = float("-inf")
 
     def _fresh_state(self) -> ListingLog:
@@ -341,12 +342,13 @@ class SharedIdempotency:
         while True:
             await asyncio.sleep(LEASE_RENEW_SECONDS / 2)
             committer = self.committer
-            if not self.ready or committer is None or committer.producer is None:
-                continue  # no producer: no open transaction to keep from a fence
+            if not (self.enabled and self.ready) or committer is None or committer.producer is None:
+                continue  # no transactional producer: no open transaction to keep from a fence
             try:
                 if self.clock() - self._listed_at >= LEASE_RENEW_SECONDS:
-                    await self.append([encode_lease(self.owner, committer.incarnation, committer.lower.get(0, 0),
-                                                    self.listing_time())])
+                    lease = encode_lease(self.owner, committer.incarnation, committer.lower.get(0, 0),
+                                         self.listing_time())
+                    await asyncio.wait_for(self.append([lease]), self.settings.kafka_timeout_ms / 1000)
                     self._listed_at = self.clock()
                 for nonce, stored in list(self._unwritten.items()):
                     listing = self.state.frames.get(nonce)
@@ -355,8 +357,14 @@ class SharedIdempotency:
                     else:
                         await self._append_outcome(nonce, stored)
             except Exception as exc:  # the next round tries again; a lease that lapses meanwhile may be fenced
-                log.info("idempotency lease not renewed: %s: %s", type(exc).__name__, exc)
+                if not self._lease_failing:
+                    log.warning("idempotency lease not renewed: %s: %s; retrying every %.1f s",
+                                type(exc).__name__, exc, LEASE_RENEW_SECONDS / 2)
+                self._lease_failing = True
                 continue
+            if self._lease_failing:
+                log.info("idempotency lease renewed again")
+                self._lease_failing = False
             if (self._predecessors is None or self._predecessors.done()) and any(
                     listing.incarnation != committer.incarnation for listing in self.state.pending_of(self.owner)):
                 self._predecessors = asyncio.create_task(self.settle_predecessors(committer.incarnation))

@@ -47,6 +47,7 @@ import asyncio
 import collections
 import logging
 import os
+import random
 import secrets
 import time
 
@@ -199,7 +200,9 @@ class Committer:
         for unit in group:
             if unit.preset is None:  # a repair goes to its batch's partition, as first written
                 unit.nonce = os.urandom(NONCE_BYTES)
-                unit.partition = secrets.choice(self.partitions) if self.partitions else 0
+                # a shuffled batch's partition from the CSPRNG, as its order; a plain frame's from the faster PRNG
+                choose = secrets.choice if unit.shuffled else random.choice
+                unit.partition = choose(self.partitions) if self.partitions else 0
                 unit.lower = self.lower.get(unit.partition, 0)
                 if any(member.key is not None for member in unit.members):
                     keyed.append(unit)
@@ -290,9 +293,9 @@ class Committer:
     @staticmethod
     def _records(unit: Unit, frames: list[bytes]) -> list[tuple[bytes, list, int]]:
         """Each frame with its headers: a plain frame's nonce, or a listed batch's nonce, index and frame count."""
+        if not unit.shuffled:  # a plain frame carries its nonce, listed or not (as it always has)
+            return [(frame, [(FRAME_HEADER, unit.nonce)], unit.timestamp_ms) for frame in frames]
         common = unit.headers()
-        if not unit.shuffled:
-            return [(frame, common + [(FRAME_HEADER, unit.nonce)], unit.timestamp_ms) for frame in frames]
         if unit.listing is None:
             return [(frame, common, unit.timestamp_ms) for frame in frames]
         return [(frame, common + [(FRAME_HEADER, batch_frame_id(unit.nonce, i, len(frames)))], unit.timestamp_ms)

@@ -44,9 +44,11 @@ from .cors import CorsPolicy
 from .guard import (
     AuthError, Authenticator, IDEMPOTENCY_KEY, IdempotencyCache, KeyReusedError, RateLimiter, body_digest, load_tokens,
 )
-from .exactly_once import IdempotencyPending, KeyHeld, SharedIdempotency
+from .exactly_once.commit import KeyHeld
+from .exactly_once.shared import IdempotencyPending, SharedIdempotency
 from .http_server import ConnectionGuard, ErrorAnswers, GuardedAppRunner, json_errors, quiet_aiohttp_server_log
-from .produce import KafkaOutlet, Lane, ShuffleLane
+from .lanes import Lane, ShuffleLane
+from .outlet import KafkaOutlet
 from .uploads import BINARY_CONTENT_TYPES, JSON_CONTENT_TYPE, UploadParser, UploadRejected
 
 log = logging.getLogger(__name__)
@@ -213,7 +215,7 @@ class Collector:
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_burst, settings.app_rate_limit,
                                    settings.app_rate_burst)
         self.idempotency = IdempotencyCache(settings.idempotency_window_seconds, settings.idempotency_max_keys)
-        # retries counted once across restarts and replicas (collector/exactly_once.py)
+        # retries counted once across restarts and replicas (collector/exactly_once/)
         self.shared = SharedIdempotency(settings, self.metrics) \
             if settings.idempotency_topic and self.idempotency.enabled and producer_factory is None else None
         self.outlet = KafkaOutlet(settings, self.metrics, producer_factory, log=self.shared)

@@ -108,7 +108,7 @@ SETTINGS: tuple[Setting, ...] = (
     _row("idempotency_max_keys", "most remembered keys, ~400 bytes each; with shuffling at least "
          "--shuffle-min-reports (a batch remembers the key of each of its uploads until answered)", integer(0, 1 << 26), 200_000, metavar="N"),
     _row("idempotency_topic", "collector-only topic the replicas share retries through, so a retried upload counts "
-         "once across restarts and replicas; off = per process (collector/exactly_once.py)", _idempotency_topic,
+         "once across restarts and replicas; off = per process (collector/exactly_once/)", _idempotency_topic,
          metavar="TOPIC", default_text="<source topic>-idempotency"),
     _row("idempotency_secret_file", "file holding a secret shared by the replicas: keys the hash of each "
          "Idempotency-Key in that topic", existing_file, metavar="FILE", default_text="off"),
@@ -230,7 +230,7 @@ def _check_shuffle(settings: CollectorSettings, labels) -> None:
                                     f"{settings.max_upload_reports:,} (a batch is held in the queue until produced)")
     keys = settings.idempotency_max_keys
     if n > keys and settings.idempotency_window_seconds and keys:
-        # A batch closes at the upload that reaches n (collector/produce.py, ShuffleLane), so it holds at most n
+        # A batch closes at the upload that reaches n (collector/lanes.py, ShuffleLane), so it holds at most n
         # uploads (one report each at least), and its listing names each one's key. Beyond the key bound the
         # listing evicts every listing before it, in flight or not, and then itself (ListingLog.apply; the
         # per-process cache evicts uploads still waiting the same way): their retries would be counted again.

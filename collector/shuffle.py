@@ -5,20 +5,20 @@ seconds passed since the first, then the batch is what it holds), permutes them 
 system's CSPRNG and produces them as frames in that order, every frame of the batch with the same
 timestamp (the event-time bucket the batch closed in) and the header ``ocms-shuffle-n: <reports in
 the batch>`` (:data:`cms_core.wire.SHUFFLE_HEADER`), so the worker can state the central epsilon
-of a window (cms_core.shuffle; docs/collector.md, "Shuffling"). Each upload is answered when every
-frame of its batch is acknowledged (202 still means "in Kafka").
+of a window (cms_core.shuffle; docs/collector.md, "Shuffling"). The batch is a shuffled
+:class:`collector.lanes.Unit` (collector.lanes.ShuffleLane holds it); each upload is answered when
+every frame of its batch is acknowledged (202 still means "in Kafka").
 
 What reaches Kafka links no report to its upload: the order is a uniform permutation of the batch,
 frames are cut from it at sizes that depend on the batch's size alone (never on upload boundaries),
 they carry no key, one timestamp per batch, and headers that are the same for every frame of the
-batch but for the exactly-once nonce's frame index (collector/exactly_once.py: the idempotency log
+batch but for the exactly-once nonce's frame index (collector/exactly_once/: the idempotency log
 lists the keys of a whole batch together, so a key maps to its batch, never to a frame).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -72,62 +72,28 @@ def frame_sizes(n: int, max_records: int) -> list[int]:
     return [small + 1] * extra + [small] * (frames - extra)
 
 
-@dataclass(eq=False)
-class ShuffledBatch:
-    """One metric version's held uploads, closed: what the outlet lists, shuffles and produces.
+def shuffle_and_cut(records: bytes | memoryview, record_size: int, fingerprint: bytes, max_records: int) -> list[bytes]:
+    """Reports (``record_size`` bytes each, back to back) permuted (:func:`secure_permutation`) and cut into
+    frames of one metric version (:func:`frame_sizes`)."""
+    n = len(records) // record_size
+    if n == 0:
+        return []
+    rows = np.frombuffer(records, np.uint8).reshape(n, record_size)[secure_permutation(n)]
+    frames, start = [], 0
+    for count in frame_sizes(n, max_records):
+        header = wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, fingerprint, count)
+        frames.append(header + rows[start:start + count].tobytes())
+        start += count
+    return frames
 
-    ``members`` are the lane's upload waiters (``start``/``end`` positions in ``records``, the
-    upload's key hash, its future). ``preset`` holds the (frame, headers, timestamp) of a repair
-    batch (frames of a batch a kill cut short, produced again as first written; its one member is
-    the wait of whoever completes it)."""
 
-    version: object  # registry MetricVersion
-    records: bytes  # the reports of every member, back to back in arrival order
-    members: list
-    timestamp_ms: int  # the start of the event-time bucket the batch closed in: one time for all its frames
-    record_size: int
-    queued: int  # reports whose queue places the batch holds until it is answered
-    max_records: int = wire.MAX_FRAME_RECORDS  # reports per frame at most
-    preset: list | None = None
-    nonce: bytes = b""
-    partition: int = 0
-    lower: int = 0
-    listing: object = None
-    frames: int = field(default=0, init=False)  # frames produced for it
+def __getattr__(name: str):
+    # benchmarks/bench_shuffle.py still builds batches by their old name: a shuffled collector.lanes.Unit
+    # (the same fields in the same order). Remove once it imports collector.lanes.Unit.
+    if name == "ShuffledBatch":
+        import functools
 
-    @property
-    def reports(self) -> int:
-        return len(self.records) // self.record_size
+        from .lanes import Unit
 
-    @property
-    def keys(self) -> list[bytes]:
-        return [w.key for w in self.members if w.key is not None]
-
-    def keep(self, kept: list) -> None:
-        """Only the ``kept`` members' reports stay (the others' keys are held by an earlier attempt)."""
-        size, parts, position = self.record_size, [], 0
-        for waiter in kept:
-            parts.append(self.records[waiter.start * size:waiter.end * size])
-            count = waiter.end - waiter.start
-            waiter.start, waiter.end = position, position + count
-            position += count
-        self.records = b"".join(parts)
-        self.members = kept
-
-    def shuffled_frames(self) -> list[bytes]:
-        """The reports permuted (:func:`secure_permutation`) and cut into frames (:func:`frame_sizes`)."""
-        n = self.reports
-        if n == 0:
-            return []
-        rows = np.frombuffer(self.records, np.uint8).reshape(n, self.record_size)[secure_permutation(n)]
-        frames, start = [], 0
-        fingerprint = self.version.fingerprint
-        for count in frame_sizes(n, self.max_records):
-            header = wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, fingerprint, count)
-            frames.append(header + rows[start:start + count].tobytes())
-            start += count
-        return frames
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        """The headers every frame of the batch carries: the batch's size."""
-        return [(wire.SHUFFLE_HEADER, str(self.reports).encode("ascii"))]
+        return functools.partial(Unit, shuffled=True)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""Exactly-once retries across collector restarts and replicas (collector/exactly_once.py).
+"""Exactly-once retries across collector restarts and replicas (collector/exactly_once/).
 
 The promise: a device that retries an upload with its Idempotency-Key until it gets a 202 has
 its reports counted once, whichever collector process answered which attempt, and whatever
@@ -19,16 +19,17 @@ import numpy as np
 import pytest
 
 from cms_core import wire
-from collector.exactly_once import (
-    FAILED, FRAME_HEADER, STORED, ListingLog, batch_frame_id, encode_batch_listing, encode_listing, encode_outcome,
-    key_hash,
+from collector.exactly_once.log import (
+    FAILED, FRAME_HEADER, STORED, ListingLog, batch_frame_id, encode_batch_listing, encode_lease, encode_listing,
+    encode_outcome, key_hash,
 )
 from collector.kafka_internals import drift
 from producer.broker import EmbeddedBroker
+from registry import load_registry
 from tests.support.topics import consume
 from tests.support.waiting import poll_until
 
-from .harness import CollectorProcess, records_of, request, serving_worker, single_messages
+from .harness import REGISTRY_YAML, CollectorProcess, records_of, request, serving_worker, single_messages
 from .loadgen import RetryingLoad
 
 
@@ -68,6 +69,85 @@ def test_the_log_forgets_by_its_own_times_and_by_the_key_bound():
     log.apply(3, listing(4, [4, 5], time_s=1102))  # 4 keys held > 3: the oldest listing goes
     assert log.holder(key(2)) is None and {k for k in range(6) if log.holder(key(k))} == {3, 4, 5}
     assert len(log) == 3
+
+
+def replayed(records: list[bytes], window_s: int = 900, observer: str | None = None) -> ListingLog:
+    """The log as a collector reading it afresh (after a restart) computes it."""
+    log = ListingLog(window_s=window_s, max_keys=1000, observer=observer)
+    for offset, record in enumerate(records):
+        log.apply(offset, record)
+    return log
+
+
+def test_keys_listed_for_1_hour_buckets_are_held_for_the_window_on_the_collectors_clock():
+    """Issue 35, defect 3: a listing was dated by its frame's event-time bucket, so the listing of an upload
+    to a metric with 1-hour buckets, 50 minutes into the hour, was 3,000 s old when written, and was
+    forgotten at the next listing of a 1-minute metric: every retry of it was stored again (200 reports
+    counted 400). Listings are dated by the collector's clock when written; the log forgets by it, in log
+    order, and a collector reading the log afresh after a restart holds the same keys."""
+    hour_start = 100 * 3600
+    now = hour_start + 50 * 60
+    # what the collector wrote before: the hourly upload dated by its bucket, a 1-minute one by its minute
+    before = replayed([listing(1, [1, 2], time_s=hour_start), listing(2, [3], time_s=now + 5 - (now + 5) % 60)])
+    assert before.holder(key(1)) is None, "the negative control: how the hourly upload's key was lost"
+
+    records: list[bytes] = []
+    writer = ListingLog(window_s=900, max_keys=1000)  # what the writing collector has read
+
+    def write(nonce: int, keys: list[int], wall_s: int) -> None:
+        records.append(listing(nonce, keys, time_s=writer.listing_time(wall_s)))
+        writer.apply(len(records) - 1, records[-1])
+
+    write(1, [1, 2], now)  # uploads of the hourly metric (their frames' timestamp: hour_start)
+    write(2, [3], now + 5)  # an upload of a 1-minute metric
+    write(3, [4], now + 899)
+    for log in (writer, replayed(records)):
+        assert log.holder(key(1)) is log.holder(key(2)) is not None and log.clock_s == now + 899
+    write(4, [5], now + 901)  # 901 s after the hourly listing on the collectors' clock: past the window
+    for log in (writer, replayed(records)):
+        assert log.holder(key(1)) is None and log.holder(key(3)) is not None and log.holder(key(5)) is not None
+
+
+def test_a_collector_whose_clock_is_behind_never_dates_a_listing_before_the_logs_clock():
+    """Replicas' clocks differ: the log's clock is the greatest listing time applied, and a writer dates
+    its listing no earlier (else a collector 20 minutes behind would write listings forgotten at once)."""
+    log = ListingLog(window_s=900, max_keys=1000)
+    log.apply(0, listing(1, [1], time_s=10_000))
+    behind = log.listing_time(10_000 - 1200)
+    assert behind == 10_000 and log.listing_time(10_007.9) == 10_007
+    log.apply(1, listing(2, [2], time_s=behind))
+    log.apply(2, listing(3, [3], time_s=10_899))
+    assert log.holder(key(2)) is not None and log.clock_s == 10_899
+    log.apply(3, listing(4, [4], time_s=9_000))  # a slower clock's listing moves the log's clock nowhere
+    assert log.clock_s == 10_899 and log.holder(key(1)) is not None
+
+
+def lease(owner: str, time_s: int) -> bytes:
+    return encode_lease(owner, b"incarnat", 0, time_s)
+
+
+def test_an_owner_is_silent_only_between_the_observers_own_listings_after_its_latest_record():
+    """The lease (issue 35, defect 5b): how long an owner of pending listings has said nothing is measured on
+    the observer's clock alone, between its own records that follow the owner's latest one in the log, so
+    the owner's clock (here 300 s behind) and how late the observer reads never matter."""
+    a, b = "ocms-collector-a", "ocms-collector-b"
+    records = [listing(1, [1], time_s=9_700, owner=a)]
+    log = replayed(records, observer=b)
+    assert log.silent_for(a) == 0.0
+    for record in (lease(b, 10_000), lease(b, 10_003)):
+        records.append(record)
+        log.apply(len(records) - 1, record)
+    assert log.silent_for(a) == 3.0
+    records.append(lease(a, 9_703))  # a renews its lease: alive
+    log.apply(len(records) - 1, records[-1])
+    assert log.silent_for(a) == 0.0 and log.holder(key(1)) is not None, "a lease holds no key and takes none"
+    for record in (lease(b, 10_004), listing(2, [2], time_s=10_009, owner=b)):
+        records.append(record)
+        log.apply(len(records) - 1, record)
+    assert log.silent_for(a) == 5.0 and replayed(records, observer=b).silent_for(a) == 5.0
+    assert [entry.nonce for entry in log.pending_of(a)] == [(1).to_bytes(16, "big")]
+    log.apply(len(records), encode_outcome((1).to_bytes(16, "big"), stored=True))
+    assert log.pending_of(a) == [] and log.silent_for(a) == 0.0, "an owner with nothing pending is waited for by nobody"
 
 
 def test_the_log_skips_duplicates_and_foreign_records():
@@ -179,6 +259,84 @@ def test_an_in_doubt_attempt_of_another_collector_waits_then_is_fenced_and_settl
     assert topic_counter(broker, topic, dest) - before == Counter(records_of_messages(body, dest))
 
 
+@pytest.mark.integration
+def test_a_live_collectors_open_transaction_is_never_fenced_by_a_settle_and_a_killed_ones_is(broker, registry_path,
+                                                                                             dest, tmp_path,
+                                                                                             monkeypatch):
+    """Issue 35, defect 5b: a settle at another replica started a producer with the *live* owner's
+    transactional id once its listing was known for a grace (2 x --kafka-timeout-ms + 2 s = 4 s here),
+    aborting the owner's open transaction. The owner here is this test, doing what a slow but live
+    collector does: it lists an upload, sends its frame in a transaction it keeps open, and renews its
+    lease twice a second. For 10 s (2.5 times the grace) every retry at the replica is answered 503
+    idempotency_pending, and then the owner's producer still sends in that transaction (a fenced one is
+    refused). Then the owner dies (no renewals, the transaction left open): the replica fences it, finds
+    the frame, and answers the retry with the stored 202; the upload is in Kafka once."""
+    from aiokafka.producer import sender as aiokafka_sender
+
+    from collector import kafka_internals
+    from producer.kafka import EMBEDDED, make_producer
+
+    # the owner's transactional producer needs InitProducerId v3 on the embedded broker, as the collector's
+    monkeypatch.setattr(aiokafka_sender, "InitProducerIdRequest", kafka_internals.InitProducerIdRequest)
+    topic, owner = "eo-lease", "ocms-collector-slow-owner"
+    broker.create_topics({topic: 2, topic + "-scratch": 1})
+    body = b"".join(single_messages(dest, 4, seed=31))
+    upload_key, nonce, incarnation = secrets.token_urlsafe(18), os.urandom(16), os.urandom(8)
+    frame = wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, dest.fingerprint, 4) + b"".join(
+        records_of_messages(body, dest))
+
+    def retry(collector) -> tuple[int, dict, dict]:
+        return request(collector.url + "/v1/reports", body, headers={"Idempotency-Key": upload_key})
+
+    async def scenario(collector) -> list:
+        log = make_producer(broker.bootstrap_servers, EMBEDDED)
+        transactional = make_producer(broker.bootstrap_servers, EMBEDDED, idempotent=True, transactional_id=owner)
+        await log.start()
+        await transactional.start()
+        try:
+            await log.send_and_wait(topic + "-idempotency", encode_listing(
+                nonce, owner, incarnation, 1, 0, int(time.time()), [key_hash(b"", "", upload_key)]), partition=0)
+            await transactional.begin_transaction()
+            await (await transactional.send(topic, frame, partition=1, headers=[(FRAME_HEADER, nonce)]))
+            alive = asyncio.Event()
+            alive.set()
+
+            async def renew_lease() -> None:  # what a live collector's lease loop writes
+                while alive.is_set():
+                    renewal = encode_lease(owner, incarnation, 0, int(time.time()))
+                    await log.send_and_wait(topic + "-idempotency", renewal, partition=0)
+                    await asyncio.sleep(0.5)
+
+            renewing = asyncio.create_task(renew_lease())
+            answers = []
+            watched_until = time.monotonic() + 10
+            while time.monotonic() < watched_until:
+                status, doc, _ = await asyncio.to_thread(retry, collector)
+                answers.append((status, doc.get("reason")))
+                await asyncio.sleep(0.5)  # a device's pace between retries (Retry-After says at least 1 s)
+            try:  # a send of a fenced producer is refused
+                still_owner = await (await transactional.send(topic + "-scratch", b"still the owner", partition=0))
+            except Exception as exc:
+                still_owner = exc
+            alive.clear()
+            await renewing
+            return answers, still_owner
+        finally:
+            await transactional.stop()  # dies with its transaction open
+            await log.stop()
+
+    before = topic_counter(broker, topic, dest)
+    with CollectorProcess(registry_path, broker.bootstrap_servers, topic, tmp_path, "--instance-id", "lease-b",
+                          "--kafka-timeout-ms", "1000") as b:
+        answers, still_owner = asyncio.run(scenario(b))
+        assert answers and set(answers) == {(503, "idempotency_pending")}, Counter(answers)
+        assert not isinstance(still_owner, Exception), f"the live owner's transaction was fenced: {still_owner!r}"
+        status, doc, headers = poll_until(lambda: retry(b), 30, "a 202 once the dead owner is fenced",
+                                          until=lambda answer: answer[0] == 202, interval=0.5)
+        assert headers.get("Idempotent-Replayed") == "true", "the frame sent in the open transaction counts"
+    assert topic_counter(broker, topic, dest) - before == Counter(records_of_messages(body, dest))
+
+
 def cut_batch(broker, topic: str, owner: str, version, seed: int) -> tuple[list[tuple[bytes, str]], Counter]:
     """A shuffled batch of two keyed uploads (3 and 2 reports) as a collector killed in its send would
     leave it: listed, its 3 frames in the redo topic, only frame 0 in the partition. Returns the
@@ -222,6 +380,82 @@ def test_a_shuffled_batch_cut_short_by_a_kill_is_completed_from_the_redo_topic(b
             assert (status, headers.get("Idempotent-Replayed")) == (202, "true"), doc
     assert topic_counter(broker, topic, dest) - before == batch, "the batch once, whole"
     assert sorted(log_outcomes(broker, topic + "-idempotency")).count(STORED) >= 1
+
+
+#: "dest" of the test registry (1-minute buckets) and two metrics with long buckets.
+LONG_BUCKETS_YAML = REGISTRY_YAML + """\
+  - name: hourly
+    description: test metric with 1-hour buckets
+    owner: tests@example.com
+    integers: 1000
+    epsilon: 2
+    bucket: 1h
+    retention: 30d
+  - name: daily
+    description: test metric with 1-day buckets
+    owner: tests@example.com
+    integers: 1000
+    epsilon: 2
+    bucket: 1d
+    retention: 30d
+"""
+
+
+def records_by_version(broker, topic: str, versions) -> dict:
+    """The records in the topic per metric version (a frame's fingerprint says whose records it holds)."""
+    by_fingerprint = {v.fingerprint: v for v in versions}
+    counted = {v.metric: Counter() for v in versions}
+    for record in consume(broker.bootstrap_servers, topic):
+        version = by_fingerprint.get(wire.HEADER.unpack_from(record.value)[3])
+        if version is not None:
+            counted[version.metric].update(records_of(record.value, version))
+    return counted
+
+
+@pytest.mark.integration
+def test_retries_of_uploads_to_long_bucket_metrics_count_once_at_the_other_replica_and_after_a_restart(broker,
+                                                                                                    tmp_path):
+    """Issue 35, defect 3: with two collectors sharing the log, retries at the other replica turned 200
+    reports of a 1-hour-bucket metric into 400 counted (and of a 1-day one), and after a restart of the same
+    collector 10 of 10 retried uploads were stored again: their listings were dated by the frames' bucket
+    start and forgotten when a 1-minute metric's listing came. The window here is 120 s, so with listings
+    dated by bucket the keys are lost unless the test runs in the first 3 minutes of an hour."""
+    topic = "eo-long-buckets"
+    broker.create_topics({topic: 2})
+    registry = tmp_path / "long-buckets.yaml"
+    registry.write_text(LONG_BUCKETS_YAML)
+    versions = {name: load_registry(registry).metric(name).version(1) for name in ("hourly", "daily", "dest")}
+    uploads = [(b"".join(single_messages(versions[name], 20, seed=7000 + 100 * n + i)), secrets.token_urlsafe(18))
+               for n, name in enumerate(("hourly", "daily")) for i in range(10)]
+    args = ("--kafka-timeout-ms", "1000", "--idempotency-window-seconds", "120")
+    bootstrap = broker.bootstrap_servers
+    with CollectorProcess(registry, bootstrap, topic, tmp_path, "--instance-id", "long-a", *args) as a, \
+            CollectorProcess(registry, bootstrap, topic, tmp_path, "--instance-id", "long-b", *args) as b:
+        for body, upload_key in uploads:
+            status, doc, headers = request(a.url + "/v1/reports", body, headers={"Idempotency-Key": upload_key})
+            assert (status, headers.get("Idempotent-Replayed")) == (202, None), doc
+        for i in range(3):  # later listings, of a metric with 1-minute buckets
+            body = b"".join(single_messages(versions["dest"], 2, seed=7500 + i))
+            status = request(b.url + "/v1/reports", body, headers={"Idempotency-Key": secrets.token_urlsafe(18)})[0]
+            assert status == 202
+
+        def retry_all(collector) -> list:
+            return [request(collector.url + "/v1/reports", body, headers={"Idempotency-Key": upload_key})
+                    for body, upload_key in uploads]
+
+        answers = poll_until(lambda: retry_all(b), 30, "every retry at the other replica answered",
+                             until=lambda got: all(status != 503 for status, _, _ in got), interval=0.5)
+        assert [(s, h.get("Idempotent-Replayed")) for s, _, h in answers] == [(202, "true")] * len(uploads)
+        a.stop()
+        a.start()
+        a.wait_healthy()
+        answers = poll_until(lambda: retry_all(a), 30, "every retry at the restarted collector answered",
+                             until=lambda got: all(status != 503 for status, _, _ in got), interval=0.5)
+        assert [(s, h.get("Idempotent-Replayed")) for s, _, h in answers] == [(202, "true")] * len(uploads)
+    counted = records_by_version(broker, topic, versions.values())
+    for name, (first, last) in (("hourly", (0, 10)), ("daily", (10, 20))):
+        sent = Counter(r for body, _ in uploads[first:last] for r in records_of_messages(body, versions[name]))
+        assert sum(sent.values()) == 200 and counted[name] == sent, f"{name}: each upload's reports once"
 
 
 def post_both(urls: list[str], body: bytes, upload_key: str) -> list[int]:

@@ -8,10 +8,10 @@ import asyncio
 import pytest
 
 from collector.app import CollectorMetrics
-from collector.exactly_once import SharedIdempotency
-from collector.produce import KafkaOutlet, _Waiter
+from collector.exactly_once.shared import SharedIdempotency
+from collector.lanes import Member, Unit
+from collector.outlet import KafkaOutlet
 from collector.settings import CollectorSettings
-from collector.shuffle import ShuffledBatch
 from producer.kafka import KafkaUnavailableError
 
 from .harness import reports
@@ -72,14 +72,14 @@ def _settings(registry_path, **overrides) -> CollectorSettings:
     return CollectorSettings.build(registry=str(registry_path), bootstrap_servers="127.0.0.1:1", **overrides)
 
 
-def _batch(loop, dest, uploads: int, per_upload: int) -> ShuffledBatch:
+def _batch(loop, dest, uploads: int, per_upload: int) -> Unit:
     """A closed shuffled batch of ``uploads`` uploads without keys (one future each)."""
     from cms_core import wire
 
     size = wire.record_size(dest.params)
     records = wire.encode_batch(dest.params, reports(dest, uploads * per_upload, seed=7))[wire.HEADER_SIZE:]
-    members = [_Waiter((i + 1) * per_upload, loop.create_future(), i * per_upload) for i in range(uploads)]
-    return ShuffledBatch(dest, records, members, 0, size, uploads * per_upload, max_records=per_upload)
+    members = [Member((i + 1) * per_upload, loop.create_future(), i * per_upload) for i in range(uploads)]
+    return Unit(dest, records, members, 0, size, uploads * per_upload, max_records=per_upload, shuffled=True)
 
 
 def test_a_batch_whose_every_frame_was_acknowledged_gets_202_when_a_later_batch_fails_to_send(registry_path, dest):
@@ -92,11 +92,11 @@ def test_a_batch_whose_every_frame_was_acknowledged_gets_202_when_a_later_batch_
         outlet = KafkaOutlet(_settings(registry_path, shuffle_min_reports="2"), CollectorMetrics(),
                              log=LogStandIn())
         producer = ScriptedProducer(fail_from=2)  # batch 1: frames 0 and 1 sent; batch 2: its first send fails
-        outlet.producer, outlet.available, outlet.partitions = producer, True, [0]
+        outlet.producer, outlet.available, outlet.committer.partitions = producer, True, [0]
         first, second = _batch(loop, dest, 2, 3), _batch(loop, dest, 2, 3)
         outlet.queued = first.queued + second.queued
-        await outlet._commit_batches([first, second])
-        await asyncio.gather(*outlet._acks)
+        await outlet.committer.commit([first, second])
+        await asyncio.gather(*outlet.committer.acks)
         for task in outlet.log.tasks:
             task.cancel()
         await asyncio.gather(*outlet.log.tasks, return_exceptions=True)
@@ -173,7 +173,7 @@ def test_settling_another_collectors_batch_stops_its_fencing_producer_when_the_s
     (InitProducerId timed out, the settle's own timeout cancelled it) the producer, its connections and
     metadata task must be released, as fence() does."""
     import producer.kafka
-    from collector.exactly_once import Listing
+    from collector.exactly_once.log import Listing
 
     made: list[ScriptedProducer] = []
 
@@ -196,10 +196,10 @@ def test_settling_another_collectors_batch_stops_its_fencing_producer_when_the_s
 def test_a_settle_that_timed_out_during_a_repair_does_not_let_the_next_one_produce_the_frames_again(
         registry_path, monkeypatch):
     """A batch cut short after frame 0 of 2: the settle produces frame 1 from the redo copy. The repair is
-    queued behind the committer's work (KafkaOutlet.repair); if the settle's timeout fires first, the queued
+    queued behind the committer's work (Committer.repair); if the settle's timeout fires first, the queued
     repair still runs. A second settle (the device's retry) that scans before it landed must wait for it,
     not produce frame 1 a second time (its reports would count twice)."""
-    from collector.exactly_once import Listing
+    from collector.exactly_once.log import Listing
 
     async def main():
         shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
@@ -225,7 +225,7 @@ def test_a_settle_that_timed_out_during_a_repair_does_not_let_the_next_one_produ
 
         queued = []
 
-        async def repair(records, partition):  # as KafkaOutlet.repair: enqueue, then wait for the acks
+        async def repair(records, partition):  # as Committer.repair: enqueue, then wait for the acks
             done = asyncio.get_running_loop().create_future()
             queued.append(asyncio.ensure_future(committer(records, done)))
             await done
@@ -243,3 +243,116 @@ def test_a_settle_that_timed_out_during_a_repair_does_not_let_the_next_one_produ
 
     stored, produced = asyncio.run(main())
     assert stored and produced == [(b"frame1", [], 0)], f"frames produced by the repairs: {produced}"
+
+
+class MemoryLog:
+    """The shared log as one list: what SharedIdempotency appends is applied at once (as its tail would)."""
+
+    def __init__(self, shared: SharedIdempotency):
+        self.shared = shared
+        self.records: list[bytes] = []
+        shared.append = self.append
+
+    async def append(self, values: list[bytes]) -> list[int]:
+        offsets = []
+        for value in values:
+            self.records.append(value)
+            offsets.append(len(self.records) - 1)
+            self.shared.apply(offsets[-1], value)
+        return offsets
+
+
+def _keyed_frame_unit(loop, dest, key: bytes, timestamp_ms: int, seed: int) -> Unit:
+    """A plain lane's one-frame unit of one 3-report upload with the Idempotency-Key hash ``key``."""
+    from cms_core import wire
+
+    frame = wire.encode_batch(dest.params, reports(dest, 3, seed=seed))
+    return Unit.of_frame(dest, frame, [Member(3, loop.create_future(), 0, key)], 0, timestamp_ms,
+                         wire.record_size(dest.params))
+
+
+def test_a_frame_of_a_1_hour_bucket_is_listed_at_the_collectors_clock_and_its_key_outlives_later_listings(
+        registry_path, dest):
+    """Issue 35, defect 3, at the commit: the listing's time was ``timestamp_ms // 1000``, the start of the
+    frame's event-time bucket (50 minutes back for a 1-hour bucket), and the next listing of a 1-minute
+    frame made every collector forget it. The listing is dated by the collector's wall clock."""
+    from collector.exactly_once.log import ListingLog, decode_listing
+
+    hour_start = 100 * 3600
+    wall = [hour_start + 50 * 60]
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        shared = SharedIdempotency(_settings(registry_path, instance_id="a"), CollectorMetrics(),
+                                   wall_clock=lambda: wall[0])
+        log = MemoryLog(shared)
+        outlet = KafkaOutlet(_settings(registry_path), CollectorMetrics(), log=shared)
+        outlet.producer, outlet.available, outlet.committer.partitions = ScriptedProducer(), True, [0]
+        hourly = _keyed_frame_unit(loop, dest, b"h" * 16, hour_start * 1000, seed=1)
+        outlet.queued = hourly.queued
+        await outlet.committer.commit([hourly])
+        wall[0] += 10
+        minutely = _keyed_frame_unit(loop, dest, b"m" * 16, (wall[0] - wall[0] % 60) * 1000, seed=2)
+        outlet.queued += minutely.queued
+        await outlet.committer.commit([minutely])
+        await asyncio.gather(*outlet.committer.acks)
+        await asyncio.gather(*shared._tasks)  # the outcomes' appends
+        answers = [m.future.exception() for unit in (hourly, minutely) for m in unit.members]
+        return log.records, shared, answers
+
+    records, shared, answers = asyncio.run(main())
+    assert answers == [None, None]
+    listings = [decode_listing(r, i, 0.0) for i, r in enumerate(records) if r[:1] == b"F"]
+    assert [entry.time for entry in listings] == [hour_start + 50 * 60, hour_start + 50 * 60 + 10]
+    restarted = ListingLog(900, 1000)
+    for offset, record in enumerate(records):
+        restarted.apply(offset, record)
+    for log in (shared.state, restarted):
+        assert log.holder(b"h" * 16).status == "stored" and log.holder(b"m" * 16).status == "stored"
+
+
+def test_a_settle_never_fences_a_live_owner_whose_transaction_stays_open_past_the_grace_and_fences_a_silent_one(
+        registry_path, monkeypatch):
+    """Issue 35, defect 5b: a settle at another replica fenced the listing's owner once the listing had been
+    known for a grace period (2 x --kafka-timeout-ms + 2 s = 4 s here), though the owner was alive with its
+    transaction still open (a slow broker, a long batch): the fence aborted it. The owner here renews its
+    lease every second for 20 s with its listing in doubt: every settle answers "pending", none fences.
+    Then it goes silent: once the replica's own records span more than the lease, it is fenced and settled."""
+    from collector.exactly_once.log import encode_lease, encode_listing
+    from collector.exactly_once.shared import IdempotencyPending
+
+    now = [0.0]
+    owner, replica = "ocms-collector-a", "ocms-collector-b"
+
+    async def main():
+        shared = SharedIdempotency(_settings(registry_path, instance_id="b", kafka_timeout_ms="1000"),
+                                   CollectorMetrics(), clock=lambda: now[0], wall_clock=lambda: 10_000 + now[0])
+        log = MemoryLog(shared)
+        fenced = []
+
+        async def fence_and_complete(listing):  # what a fence and a scan find: the frame is in its partition
+            fenced.append(listing.owner)
+            return True
+
+        monkeypatch.setattr(shared, "_fence_and_complete", fence_and_complete)
+        await log.append([encode_listing(b"n" * 16, owner, b"a-incarn", 0, 0, 10_000, [b"k" * 16])])
+        listing = shared.holder(b"k" * 16)
+        pending = 0
+        for second in range(1, 21):  # five times the lease; the owner's transaction is open all along
+            now[0] = second
+            await log.append([encode_lease(replica, b"b-incarn", 0, shared.listing_time())])
+            await log.append([encode_lease(owner, b"a-incarn", 0, 10_000 + second)])
+            with pytest.raises(IdempotencyPending) as pending_error:
+                await shared.settle(listing)
+            assert pending_error.value.retry_after >= 1
+            pending += 1
+        alive = list(fenced)
+        for second in range(21, 27):  # the owner was killed: only the replica's records from here
+            now[0] = second
+            await log.append([encode_lease(replica, b"b-incarn", 0, shared.listing_time())])
+        stored = await shared.settle(listing)
+        return pending, alive, fenced, stored, listing.status
+
+    pending, alive, fenced, stored, status = asyncio.run(main())
+    assert pending == 20 and alive == [], "a live owner must never be fenced"
+    assert fenced == [owner] and stored and status == "stored", "a silent owner is fenced and its listing settled"

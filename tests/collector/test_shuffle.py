@@ -24,7 +24,7 @@ import pytest
 from cms_core import wire
 from cms_core.planning import shuffle_delta
 from cms_core.shuffle import central_epsilon
-from collector.exactly_once import BATCH_LISTING, FRAME_HEADER, decode_listing, parse_batch_frame_id
+from collector.exactly_once.log import BATCH_LISTING, FRAME_HEADER, decode_listing, parse_batch_frame_id
 from producer.broker import EmbeddedBroker
 
 from tests.support.topics import consume
@@ -128,12 +128,12 @@ def test_a_batch_closes_at_the_upload_that_reaches_min_reports_even_inside_a_gro
     upload that reaches --shuffle-min-reports, so a batch holds at most that many uploads: the keys its
     listing names, which --idempotency-max-keys is checked against (collector/settings.py). It used to close
     after the whole group: 15 keys in a batch of min_reports 10."""
-    from collector.produce import ShuffleLane
+    from collector.lanes import ShuffleLane
 
     class Outlet:
         batches: list = []
 
-        def produce_batch(self, batch):
+        def send(self, batch):
             self.batches.append(batch)
 
     async def main():

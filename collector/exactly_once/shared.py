@@ -1,77 +1,66 @@
-"""Exactly-once retries across collector restarts and replicas (docs/collector.md, "Retries").
+"""The idempotency log's I/O for one collector: append, tail, lease, settle, fence, repair.
 
-An upload retried with its ``Idempotency-Key`` must be counted once even when the collector
-that took the first attempt was killed after Kafka stored the frame but before the 202 left,
-or when the retry reaches another replica. Every collector shares one ordered log: partition 0
-of a collector-only topic (``--idempotency-topic``, default ``<source topic>-idempotency``):
+:mod:`collector.exactly_once.commit` lists keys here and reads the log back; this module keeps the
+log applied (:class:`collector.exactly_once.log.ListingLog`) and settles listings left in doubt.
 
-* **listing** (one per frame that holds uploads with a key): the frame's random nonce (also a
-  Kafka header of the frame, one per frame), the partition it goes to and an offset below it,
-  the producing collector (transactional id and producer incarnation), a coarse time, and the
-  keyed hashes of the keys of its uploads. Written *before* the frame.
-* **outcome**: the frame was stored (``S``) or never will be (``X``).
+**Settling a listing in doubt** (its frame or batch may or may not be in Kafka): fence its producer,
+then read the listed partition from the listed offset to its end. Frames are produced by a
+transactional producer whose transactional id is the collector's (``ocms-collector-<instance>``, the
+same across its restarts), used only so that starting a producer with the same id bumps the epoch:
+the broker refuses the old producer's sends from then on, so after the fence the partition says what
+is final, and the outcome goes to the log. A batch found partly stored (a kill cut its send short) is
+completed from its redo copy by the producer that fenced its owner (with the owner's transactional
+id, so two settlers never both complete it): whole, once. Who settles:
 
-Every collector applies the log in its order (:class:`ListingLog`, the same result everywhere):
-a listing takes a key only if no earlier listing holds it (pending or stored); otherwise the
-listing is void for that key. The producing collector reads the log up to its own listing
-before producing the frame and takes the uploads whose key the listing did not take out of it
-(202 replayed if the holder is stored, 503 ``idempotency_pending`` while it is in doubt).
+1. The listing's own producer, when it is this process's current one: the outcome is known here when
+   the frame's acknowledgement comes or fails (a failure renews the producer, which fences the old one,
+   and the outlet settles its unacknowledged listings as in 2).
+2. This collector, for listings of its earlier producers (a killed process with the same instance id, or
+   this one before a renewal): the current producer's start fenced them. Done at start, and again at
+   every lease renewal while some remain (a retry at another replica waits for it, see 3).
+3. Another replica, only for an owner whose **lease** has lapsed. A live collector renews its lease:
+   every listing it writes renews it, and while its transactional producer exists (while it may hold
+   an open transaction) it writes a lease record (a listing of no keys) whenever it listed nothing for
+   :data:`LEASE_RENEW_SECONDS`. A replica fences an owner only when the log shows that owner silent
+   for longer than ``lease_s`` (2 x ``--kafka-timeout-ms`` + 2 s, the old grace) measured on the
+   replica's *own* clock between the replica's own listings that follow the owner's latest record
+   (:meth:`ListingLog.silent_for`): it reads the log to its end and checks again right before the
+   fence. While the lease is live it answers 503 ``idempotency_pending``, and the owner settles its
+   listings itself (1, 2).
 
-A listing in doubt (its collector died after writing it) is settled by fencing: frames are
-produced by a transactional producer, used only so that starting a producer with the same
-transactional id bumps the epoch and the broker refuses the dead one's sends from then on.
-After the fence, the nonce is looked for in the listed partition: found or not found is final,
-and the outcome is written to the log. The worker is unchanged: it reads every appended frame
-(``read_uncommitted``), so "appended" is "counted", on Apache Kafka and on the embedded Tansu
-broker alike (whose ``read_committed`` shows aborted records).
-
-Shuffled batches (``--shuffle-min-reports``, collector/shuffle.py) are listed whole: one **batch
-listing** (``B``) holds the keys of every upload of the batch, so a key maps to its batch, never to
-a frame. The batch's frames all go to the listed partition, each with the header ``ocms-frame`` =
-the batch nonce, the frame's index and the batch's frame count. A batch of several frames is not
-one atomic append: a collector killed while sending it may leave some of its frames in Kafka and
-not others. So before its first frame, a listed batch of more than one frame is written to the
-**redo topic** (``<idempotency topic>-redo``, collector-only, the same frames); whoever settles a
-batch found partly stored (after the fence) produces the missing frames from there, fenced like
-the owner (with the owner's transactional id, so two settlers never both complete it), and the
-batch is stored whole: every upload of it counted once.
-
-Nothing of this links a report to its upload in the reports topic: a frame carries one random
-nonce (no more than its own offset says; a shuffled batch's frames share theirs), and no key,
-hash, count or time of an upload.
+Why a live owner is never fenced: its records reach the log at most ``LEASE_RENEW_SECONDS`` plus one
+append apart, well inside ``lease_s``; silence is measured between two of the replica's own records
+that both come after the owner's latest one in the log's single order, so a replica whose clock runs
+fast or slow, or that reads the log late, sees a live owner's next record before it has measured
+``lease_s`` of silence. A collector whose event loop stalls for longer than the lease, or whose log
+writes fail for that long, is taken for dead and fenced: its open transaction is then aborted, its
+unsent frames are refused and answered 503, and it renews its producer. Exactness never rests on the
+lease: it rests on fence-then-read, which is the same for a live and a dead owner. The lease only
+keeps a settle from aborting a live collector's transaction (its uploads 503, its producer renewed).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import hashlib
 import logging
 import os
 import socket
-import struct
 import time
-from dataclasses import dataclass, field
 
 from cms_core.errors import OCMSError
 
+from .log import (FRAME_HEADER, ListingLog, Listing, encode_lease, encode_outcome, key_hash, parse_batch_frame_id,
+                  parse_frame_id)
+
 log = logging.getLogger(__name__)
 
-#: The Kafka header of a frame holding its nonce (16 random bytes, one per frame).
-FRAME_HEADER = "ocms-frame"
-NONCE_BYTES = 16
-KEY_HASH_BYTES = 16
-#: listing: kind, nonce, partition, lower offset, time (s), incarnation, owner length; then owner, keys.
-_LISTING = struct.Struct(">c16sIQQ8sH")
-#: batch listing: the same, then the redo topic's lower offset; then owner, keys.
-_BATCH_LISTING = struct.Struct(">c16sIQQ8sHQ")
-_OUTCOME = struct.Struct(">c16s")
-LISTING, BATCH_LISTING, STORED, FAILED = b"F", b"B", b"S", b"X"
-#: The ``ocms-frame`` header of a shuffled batch's frame: the batch nonce, the frame's index, the frame count.
-_BATCH_FRAME = struct.Struct(">16sII")
 #: The tail's fetch wait: Tansu does not answer a waiting fetch when records arrive (Kafka does), so a
 #: short wait is what bounds how soon a collector reads its own listing back (about 1-5 ms here).
 TAIL_FETCH_WAIT_MS = 5
+#: A collector with a transactional producer writes a lease record when it listed nothing for this long.
+LEASE_RENEW_SECONDS = 1.0
+#: A listing dated this far ahead of the reader's clock is logged: that writer's clock shortens the window.
+CLOCK_AHEAD_WARNING_SECONDS = 60
 
 
 class IdempotencyPending(OCMSError):
@@ -82,173 +71,15 @@ class IdempotencyPending(OCMSError):
         self.retry_after = retry_after
 
 
-class KeyHeld(OCMSError):
-    """An upload left its frame: an earlier listing holds its key (``stored``: replay the 202)."""
-
-    def __init__(self, stored: bool):
-        super().__init__("stored by an earlier attempt" if stored else "an earlier attempt is in doubt")
-        self.stored = stored
-
-
-def key_hash(secret: bytes, application: str, key: str) -> bytes:
-    """The keyed hash of an upload's Idempotency-Key that the log holds (never the key itself)."""
-    return hashlib.blake2b(f"{application}\x00{key}".encode(), key=secret, digest_size=KEY_HASH_BYTES,
-                           person=b"ocms-idem-v1").digest()
-
-
-def encode_listing(nonce: bytes, owner: str, incarnation: bytes, partition: int, lower: int, time_s: int,
-                   keys: list[bytes]) -> bytes:
-    name = owner.encode()
-    return _LISTING.pack(LISTING, nonce, partition, lower, time_s, incarnation, len(name)) + name + b"".join(keys)
-
-
-def encode_batch_listing(nonce: bytes, owner: str, incarnation: bytes, partition: int, lower: int, redo_lower: int,
-                         time_s: int, keys: list[bytes]) -> bytes:
-    """The listing of a shuffled batch: every key of its uploads, and where its redo copy starts."""
-    name = owner.encode()
-    return _BATCH_LISTING.pack(BATCH_LISTING, nonce, partition, lower, time_s, incarnation, len(name),
-                               redo_lower) + name + b"".join(keys)
-
-
-def batch_frame_id(nonce: bytes, index: int, count: int) -> bytes:
-    """The ``ocms-frame`` header value of frame ``index`` of a shuffled batch of ``count`` frames."""
-    return _BATCH_FRAME.pack(nonce, index, count)
-
-
-def parse_batch_frame_id(value) -> tuple[bytes, int, int] | None:
-    """(nonce, index, count) of a shuffled batch's frame header, None for any other value."""
-    if not isinstance(value, (bytes, bytearray)) or len(value) != _BATCH_FRAME.size:
-        return None
-    nonce, index, count = _BATCH_FRAME.unpack(value)
-    return (nonce, index, count) if index < count else None
-
-
-def encode_outcome(nonce: bytes, stored: bool) -> bytes:
-    return _OUTCOME.pack(STORED if stored else FAILED, nonce)
-
-
-@dataclass(eq=False)
-class Listing:
-    nonce: bytes
-    owner: str
-    incarnation: bytes
-    partition: int
-    lower: int
-    time: int
-    keys: tuple
-    offset: int
-    seen_at: float
-    valid: set = field(default_factory=set)
-    status: str = "pending"  # pending | stored | failed
-    batch: bool = False  # a shuffled batch's listing (its frames carry batch_frame_id headers)
-    redo_lower: int = 0  # an offset of the redo topic at or below the batch's redo copy
-
-
-def decode_listing(value: bytes, offset: int, seen_at: float) -> Listing:
-    batch = value[:1] == BATCH_LISTING
-    redo_lower = 0
-    if batch:
-        _, nonce, partition, lower, time_s, incarnation, size, redo_lower = _BATCH_LISTING.unpack_from(value)
-        head = _BATCH_LISTING.size
-    else:
-        _, nonce, partition, lower, time_s, incarnation, size = _LISTING.unpack_from(value)
-        head = _LISTING.size
-    start = head + size
-    rest = value[start:]
-    if len(rest) % KEY_HASH_BYTES:
-        raise ValueError("key hashes are not whole")
-    keys = tuple(rest[i:i + KEY_HASH_BYTES] for i in range(0, len(rest), KEY_HASH_BYTES))
-    return Listing(nonce, value[head:start].decode(), incarnation, partition, lower, time_s, keys, offset, seen_at,
-                   batch=batch, redo_lower=redo_lower)
-
-
-class ListingLog:
-    """What every collector computes from the log, in its order (so every collector agrees).
-
-    A listing takes each of its keys that no earlier listing holds (pending or stored; a failed
-    listing releases its keys). Listings older than ``window`` seconds (by the log's own times)
-    and the oldest beyond ``max_keys`` held keys are forgotten, also in log order.
-    """
-
-    def __init__(self, window_s: float, max_keys: int, clock=time.monotonic):
-        self.window_s = window_s
-        self.max_keys = max_keys
-        self.clock = clock
-        self.frames: collections.OrderedDict[bytes, Listing] = collections.OrderedDict()
-        self.holders: dict[bytes, Listing] = {}
-        self.held = 0
-        self.bad_records = 0
-
-    def __len__(self) -> int:
-        return len(self.holders)
-
-    def holder(self, key: bytes) -> Listing | None:
-        return self.holders.get(key)
-
-    def apply(self, offset: int, value: bytes) -> Listing | None:
-        """Apply one record; the listing it adds or settles, if any."""
-        try:
-            kind = value[:1]
-            if kind in (LISTING, BATCH_LISTING):
-                listing = decode_listing(value, offset, self.clock())
-            elif kind in (STORED, FAILED):
-                _, nonce = _OUTCOME.unpack(value)
-                return self._outcome(nonce, kind == STORED)
-            else:
-                raise ValueError(f"unknown record kind {kind!r}")
-        except (ValueError, struct.error, UnicodeDecodeError) as exc:
-            self.bad_records += 1
-            log.warning("idempotency log offset %d: not a collector record (%s); skipped", offset, exc)
-            return None
-        if listing.nonce in self.frames:
-            return None  # a duplicate append (a producer retry): the first one counts
-        self._expire(listing.time)
-        for key in listing.keys:
-            holder = self.holders.get(key)
-            if holder is None or holder.status == "failed":
-                self.holders[key] = listing
-                listing.valid.add(key)
-        self.frames[listing.nonce] = listing
-        self.held += len(listing.valid)
-        while self.held > self.max_keys and self.frames:
-            self._drop(next(iter(self.frames)))
-        return listing
-
-    def _outcome(self, nonce: bytes, stored: bool) -> Listing | None:
-        listing = self.frames.get(nonce)
-        if listing is None or listing.status != "pending":
-            return None  # forgotten, or settled already (every settler finds the same)
-        listing.status = "stored" if stored else "failed"
-        if not stored:
-            for key in listing.valid:
-                if self.holders.get(key) is listing:
-                    del self.holders[key]
-        return listing
-
-    def _expire(self, now_s: int) -> None:
-        while self.frames:
-            nonce, first = next(iter(self.frames.items()))
-            if first.time >= now_s - self.window_s:
-                break
-            self._drop(nonce)
-
-    def _drop(self, nonce: bytes) -> None:
-        listing = self.frames.pop(nonce)
-        self.held -= len(listing.valid)
-        for key in listing.valid:
-            if self.holders.get(key) is listing:
-                del self.holders[key]
-
-
 def default_instance_id(port: int) -> str | None:
     """``host:port`` (unique among live collectors: one process per port), None for a random port."""
     return f"{socket.gethostname()}:{port}" if port else None
 
 
 class SharedIdempotency:
-    """The log's I/O for one collector: append, tail (into a :class:`ListingLog`), settle, fence, scan."""
+    """The log's I/O for one collector: append, tail (into a :class:`ListingLog`), lease, settle, fence, scan."""
 
-    def __init__(self, settings, metrics, *, clock=time.monotonic):
+    def __init__(self, settings, metrics, *, clock=time.monotonic, wall_clock=time.time):
         self.settings = settings
         self.metrics = metrics
         self.topic = settings.idempotency_topic
@@ -263,21 +94,33 @@ class SharedIdempotency:
             with open(settings.idempotency_secret_file, "rb") as f:
                 secret = f.read().strip()
         self._secret = secret[:64]
-        self.grace_s = 2 * settings.kafka_timeout_ms / 1000 + 2.0
-        self.state = ListingLog(settings.idempotency_window_seconds, settings.idempotency_max_keys, clock)
+        self.lease_s = 2 * settings.kafka_timeout_ms / 1000 + 2.0
         self.clock = clock
+        self.wall_clock = wall_clock
+        self.state = self._fresh_state()
         self.enabled = True
         self.ready = False
-        self.outlet = None  # the KafkaOutlet producing the frames (set by it)
+        self.committer = None  # the exactly-once Committer producing the frames (set by it)
         self.local: dict[bytes, asyncio.Future] = {}  # nonce -> stored? (listings of this process)
         self._awaiting: dict[bytes, asyncio.Future] = {}  # nonce -> its Listing once applied
+        self._unwritten: dict[bytes, bool] = {}  # outcomes known here whose append failed: written again
         self._applied = -1
+        self._highwater = 0  # the log's end as the tail last saw it
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._settling: dict[bytes, asyncio.Task] = {}
         self._repairs: dict[bytes, asyncio.Task] = {}  # nonce -> the repair of a batch cut short, while it runs
         self._tasks: set[asyncio.Task] = set()
         self._producer = None
         self._tail: asyncio.Task | None = None
+        self._lease: asyncio.Task | None = None
+        self._predecessors: asyncio.Task | None = None  # the lease's settle of earlier producers' listings
+        self._listed_at = float("-inf")  # when this collector last wrote a listing or lease (clock)
+        self._lease_failing = False
+        self._warned_clock_at = float("-inf")
+
+    def _fresh_state(self) -> ListingLog:
+        s = self.settings
+        return ListingLog(s.idempotency_window_seconds, s.idempotency_max_keys, self.clock, observer=self.owner)
 
     # ----------------------------------------------------------------- keys
     def key_hash(self, application: str, key: str) -> bytes:
@@ -286,6 +129,10 @@ class SharedIdempotency:
 
     def holder(self, key: bytes) -> Listing | None:
         return self.state.holder(key)
+
+    def listing_time(self) -> int:
+        """The time of this collector's next listing: its wall clock, never before the log's clock."""
+        return self.state.listing_time(self.wall_clock())
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -320,10 +167,11 @@ class SharedIdempotency:
             raise
         self._producer = producer
         self._tail = asyncio.create_task(self._tail_loop(), name="ocms-collector-idempotency-tail")
+        self._lease = asyncio.create_task(self._lease_loop(), name="ocms-collector-idempotency-lease")
 
     async def close(self) -> None:
-        tasks = [t for t in [self._tail, *self._settling.values(), *self._repairs.values(), *self._tasks]
-                 if t is not None]
+        tasks = [t for t in [self._tail, self._lease, self._predecessors, *self._settling.values(),
+                             *self._repairs.values(), *self._tasks] if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -345,36 +193,54 @@ class SharedIdempotency:
         futures = [await producer.send(self.topic, value, partition=0) for value in values]
         return [(await f).offset for f in futures]
 
-    async def append_redo(self, frames: list[bytes], headers: list[list], timestamps_ms: list[int]) -> None:
-        """Write shuffled batches' frames (with the headers and timestamps they will carry) to the redo topic
-        (acks=all)."""
+    async def write_listings(self, listings: list[tuple[bytes, bytes]]) -> list[Listing]:
+        """Append listings ((nonce, record) each) and read the log back up to them: each one's :class:`Listing`
+        as every collector applies it. On failure their outcome is "never stored" and the error is raised."""
+        loop = asyncio.get_running_loop()
+        timeout = self.settings.kafka_timeout_ms / 1000
+        applied = []
+        for nonce, _ in listings:
+            self.local[nonce] = loop.create_future()
+            applied.append(loop.create_future())
+            self._awaiting[nonce] = applied[-1]
+        try:
+            offsets = await asyncio.wait_for(self.append([record for _, record in listings]), timeout)
+            self._listed_at = self.clock()
+            await asyncio.wait_for(self.applied(max(offsets)), timeout)
+            return [await asyncio.wait_for(future, timeout) for future in applied]
+        except Exception:
+            for nonce, _ in listings:
+                self._awaiting.pop(nonce, None)
+                self.record_outcome(nonce, False)  # never produced
+            raise
+
+    async def append_redo(self, records: list[tuple[bytes, list, int]]) -> None:
+        """Write shuffled batches' frames ((frame, headers, timestamp_ms) each, as they will be produced) to the
+        redo topic (acks=all)."""
         producer = self._producer
         if producer is None:
             raise ConnectionError("the idempotency log is closed")
-        futures = [await producer.send(self.redo_topic, frame, partition=0, timestamp_ms=t, headers=h)
-                   for frame, h, t in zip(frames, headers, timestamps_ms)]
+        futures = [await producer.send(self.redo_topic, frame, partition=0, timestamp_ms=timestamp_ms, headers=headers)
+                   for frame, headers, timestamp_ms in records]
         offsets = [(await f).offset for f in futures]
         self.redo_end = max(self.redo_end, max(offsets) + 1)
 
-    def expect(self, nonce: bytes) -> asyncio.Future:
-        """A future of this nonce's Listing, resolved when the tail applies it."""
-        future = self._awaiting[nonce] = asyncio.get_running_loop().create_future()
-        return future
-
-    def forget(self, nonce: bytes) -> None:
-        self._awaiting.pop(nonce, None)
-
     def record_outcome(self, nonce: bytes, stored: bool) -> None:
         """This process knows a listing's outcome: tell waiters here, and the log (in the background)."""
+        self._resolve(nonce, stored)
+        self._spawn(self._append_outcome(nonce, stored))
+
+    def _resolve(self, nonce: bytes, stored: bool) -> None:
         future = self.local.get(nonce)  # dropped when the tail applies the outcome
         if future is not None and not future.done():
             future.set_result(stored)
-        self._spawn(self._append_quietly(encode_outcome(nonce, stored)))
 
-    async def _append_quietly(self, value: bytes) -> None:
+    async def _append_outcome(self, nonce: bytes, stored: bool) -> None:
         try:
-            await self.append([value])
-        except Exception as exc:  # the outcome is found again by whoever settles the listing
+            await self.append([encode_outcome(nonce, stored)])
+            self._unwritten.pop(nonce, None)
+        except Exception as exc:  # written again at the next lease renewal while the listing is pending
+            self._unwritten[nonce] = stored
             log.debug("outcome not written to the idempotency log: %s: %s", type(exc).__name__, exc)
 
     def _spawn(self, coroutine) -> None:
@@ -389,6 +255,25 @@ class SharedIdempotency:
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((offset, future))
         await future
+
+    # ----------------------------------------------------------------- tail
+    def apply(self, offset: int, value: bytes) -> None:
+        """Apply one record of the log (the tail, in log order)."""
+        listing = self.state.apply(offset, value)
+        if listing is not None:
+            if listing.status == "pending":
+                future = self._awaiting.pop(listing.nonce, None)
+                if future is not None and not future.done():
+                    future.set_result(listing)
+            else:
+                self.local.pop(listing.nonce, None)
+        self._applied = offset
+        ahead = self.state.clock_s - self.wall_clock()
+        if ahead > CLOCK_AHEAD_WARNING_SECONDS and self.clock() - self._warned_clock_at > 60:
+            self._warned_clock_at = self.clock()
+            log.warning("idempotency log %s: a listing is dated %.0f s ahead of this collector's clock: keys are "
+                        "forgotten that much before --idempotency-window-seconds; check the collectors' clocks (NTP)",
+                        self.topic, ahead)
 
     async def _tail_loop(self) -> None:
         from aiokafka import TopicPartition
@@ -417,26 +302,20 @@ class SharedIdempotency:
                         # the log starts over (a broker that lost its data): what it said is gone
                         log.warning("idempotency log %s went back from offset %d to %d; reading it afresh",
                                     self.topic, self._applied, message.offset)
-                        self.state = ListingLog(self.state.window_s, self.state.max_keys, self.clock)
-                    listing = self.state.apply(message.offset, message.value)
-                    if listing is not None:
-                        if listing.status == "pending":
-                            future = self._awaiting.pop(listing.nonce, None)
-                            if future is not None and not future.done():
-                                future.set_result(listing)
-                        else:
-                            self.local.pop(listing.nonce, None)
-                    self._applied = message.offset
+                        self.state = self._fresh_state()
+                    self.apply(message.offset, message.value)
                 highwater = consumer.highwater(tp)
                 if highwater is not None and highwater <= self._applied:
                     # shorter than what was read: a broker that lost its data (the embedded one keeps it in
                     # memory); the embedded broker answers a fetch past the end with nothing, not an error
                     log.warning("idempotency log %s ends at %d, before offset %d read earlier; reading it afresh",
                                 self.topic, highwater, self._applied)
-                    self.state = ListingLog(self.state.window_s, self.state.max_keys, self.clock)
+                    self.state = self._fresh_state()
                     self._applied = -1
                     await consumer.seek_to_beginning(tp)
                     continue
+                if highwater is not None:
+                    self._highwater = highwater
                 if len(self.local) > 2 * len(self.state.frames) + 1000:  # outcomes never written back
                     self.local = {n: f for n, f in self.local.items() if n in self.state.frames or not f.done()}
                 if self._waiters:
@@ -449,13 +328,46 @@ class SharedIdempotency:
                             waiting.append((offset, future))
                     self._waiters = waiting
                 if not self.ready:
-                    highwater = consumer.highwater(tp)
                     if highwater is not None and await consumer.position(tp) >= highwater:
                         self.ready = True
                         log.info("idempotency log %s read: %d keys held", self.topic, len(self.state))
                 self.metrics.idempotency_keys.set(len(self.state))
         finally:
             await consumer.stop()
+
+    # ---------------------------------------------------------------- lease
+    async def _lease_loop(self) -> None:
+        """While this collector's transactional producer exists: renew its lease when it listed nothing for
+        LEASE_RENEW_SECONDS, write again the outcomes whose append failed, settle its predecessors' listings."""
+        while True:
+            await asyncio.sleep(LEASE_RENEW_SECONDS / 2)
+            committer = self.committer
+            if not (self.enabled and self.ready) or committer is None or committer.producer is None:
+                continue  # no transactional producer: no open transaction to keep from a fence
+            try:
+                if self.clock() - self._listed_at >= LEASE_RENEW_SECONDS:
+                    lease = encode_lease(self.owner, committer.incarnation, committer.lower.get(0, 0),
+                                         self.listing_time())
+                    await asyncio.wait_for(self.append([lease]), self.settings.kafka_timeout_ms / 1000)
+                    self._listed_at = self.clock()
+                for nonce, stored in list(self._unwritten.items()):
+                    listing = self.state.frames.get(nonce)
+                    if listing is None or listing.status != "pending":
+                        self._unwritten.pop(nonce, None)
+                    else:
+                        await self._append_outcome(nonce, stored)
+            except Exception as exc:  # the next round tries again; a lease that lapses meanwhile may be fenced
+                if not self._lease_failing:
+                    log.warning("idempotency lease not renewed: %s: %s; retrying every %.1f s",
+                                type(exc).__name__, exc, LEASE_RENEW_SECONDS / 2)
+                self._lease_failing = True
+                continue
+            if self._lease_failing:
+                log.info("idempotency lease renewed again")
+                self._lease_failing = False
+            if (self._predecessors is None or self._predecessors.done()) and any(
+                    listing.incarnation != committer.incarnation for listing in self.state.pending_of(self.owner)):
+                self._predecessors = asyncio.create_task(self.settle_predecessors(committer.incarnation))
 
     # --------------------------------------------------------------- settle
     async def settle(self, listing: Listing) -> bool:
@@ -472,10 +384,10 @@ class SharedIdempotency:
         return await asyncio.shield(task)
 
     async def _settle(self, listing: Listing) -> bool:
-        outlet = self.outlet
+        committer = self.committer
         timeout = self.settings.kafka_timeout_ms / 1000
-        if listing.owner == self.owner and outlet is not None and listing.incarnation == outlet.incarnation:
-            # this producer's own frame: its outcome is known here when its transaction ends
+        if listing.owner == self.owner and committer is not None and listing.incarnation == committer.incarnation:
+            # 1. this producer's own frame: its outcome is known here when its transaction ends
             future = self.local.get(listing.nonce)
             if future is None:
                 raise IdempotencyPending("the earlier attempt's frame is not known here", 1)
@@ -487,27 +399,28 @@ class SharedIdempotency:
                 await self.append([encode_outcome(listing.nonce, stored)])
             return stored
         if listing.owner == self.owner:
-            # an earlier producer of this collector (a killed process, or this one before its producer was
-            # renewed): the current producer's start fenced it, so the partition says what is final
-            if outlet is None or outlet.producer is None or not outlet.available:
+            # 2. an earlier producer of this collector: the current producer's start fenced it
+            if committer is None or not committer.ready:
                 raise IdempotencyPending("this collector's producer is not ready", self.settings.retry_after_seconds)
-            if listing.batch:
-                stored = await asyncio.wait_for(self.complete_batch(listing, outlet.repair), timeout * 12)
+            stored = await asyncio.wait_for(self.complete_batch(listing, committer.repair), timeout * 12)
         else:
-            age = self.clock() - listing.seen_at
-            if age < self.grace_s:
-                # its collector may be alive and about to say what became of it
-                raise IdempotencyPending("an earlier attempt at another collector is in doubt", self.grace_s - age)
-            if listing.batch:
-                stored = await asyncio.wait_for(self._fence_and_complete(listing), timeout * 12)
-            else:
-                await asyncio.wait_for(self.fence(listing.owner), timeout * 3)
-        if not listing.batch:
-            stored = await asyncio.wait_for(self.scan(listing.partition, listing.lower, listing.nonce), timeout * 6)
+            # 3. another collector's, once its lease lapsed (read the log to its end, then look again)
+            self._check_lapsed(listing)
+            await asyncio.wait_for(self.applied(self._highwater - 1), timeout)
+            self._check_lapsed(listing)
+            stored = await asyncio.wait_for(self._fence_and_complete(listing), timeout * 12)
         await self.append([encode_outcome(listing.nonce, stored)])  # before a new listing of the key
+        self._resolve(listing.nonce, stored)
         self.metrics.idempotency_settled.labels("stored" if stored else "failed").inc()
         log.info("settled an in-doubt frame of %s: %s", listing.owner, "stored" if stored else "never stored")
         return stored
+
+    def _check_lapsed(self, listing: Listing) -> None:
+        """Raise IdempotencyPending while the listing's owner may be alive (its lease has not lapsed)."""
+        silent = self.state.silent_for(listing.owner)
+        if silent <= self.lease_s:
+            raise IdempotencyPending("an earlier attempt at another collector is in doubt; that collector is alive "
+                                     "and settles it", max(1.0, self.lease_s - silent))
 
     async def settle_predecessors(self, incarnation: bytes) -> None:
         """Settle the pending listings of earlier producers of this collector's id (a killed process,
@@ -517,32 +430,21 @@ class SharedIdempotency:
         while not self.ready:
             await asyncio.sleep(0.1)
         await self.applied(self._applied)
-        for listing in list(self.state.frames.values()):
-            outlet = self.outlet
-            if outlet is None or outlet.incarnation != incarnation:
+        for listing in self.state.pending_of(self.owner):
+            committer = self.committer
+            if committer is None or committer.incarnation != incarnation:
                 return  # renewed again meanwhile: the next call does it
-            if listing.status == "pending" and listing.owner == self.owner and listing.incarnation != incarnation:
+            if listing.status == "pending" and listing.incarnation != incarnation:
                 try:
                     await self.settle(listing)
-                except Exception as exc:  # a retry settles it later
+                except Exception as exc:  # a retry, or the next lease renewal, settles it
                     log.info("a predecessor's frame not settled yet: %s: %s", type(exc).__name__, exc)
 
-    async def fence(self, owner: str) -> None:
-        """Bump ``owner``'s producer epoch: the broker refuses that producer's sends from now on."""
-        from producer.kafka import make_producer
-
-        s = self.settings
-        producer = make_producer(s.bootstrap_servers, s.broker, idempotent=True, transactional_id=owner,
-                                 client_id="ocms-collector-fence", request_timeout_ms=s.kafka_timeout_ms)
-        try:
-            await producer.start()
-        finally:
-            await producer.stop()
-
+    # --------------------------------------------------------- fence, repair
     async def complete_batch(self, listing: Listing, produce) -> bool:
-        """Whether a shuffled batch is stored, after a fence: none of its frames in the partition -> False;
-        all -> True; some -> the missing ones are produced from the redo copy (``await produce(records,
-        partition)``, by a producer that fenced the batch's owner) and it is True: whole, once."""
+        """Whether a listed frame or batch is stored, after a fence: none of its frames in the partition ->
+        False; all -> True; some (a batch) -> the missing ones are produced from the redo copy (``await
+        produce(records, partition)``, by a producer that fenced the batch's owner) and it is True: whole, once."""
         earlier = self._repairs.get(listing.nonce)
         if earlier is not None:  # a repair a timed-out settle left queued: what it produces is scanned below
             await asyncio.gather(asyncio.shield(earlier), return_exceptions=True)
@@ -571,8 +473,8 @@ class SharedIdempotency:
         return True
 
     async def _fence_and_complete(self, listing: Listing) -> bool:
-        """Another collector's batch: fence it with a producer of its transactional id, which then produces
-        what :meth:`complete_batch` finds missing (a second settler's producer would fence this one)."""
+        """Another collector's listing: fence its producer with a producer of its transactional id, which then
+        produces what :meth:`complete_batch` finds missing (a second settler's producer would fence this one)."""
         from producer.kafka import make_producer
 
         s = self.settings
@@ -597,7 +499,9 @@ class SharedIdempotency:
             await producer.stop()
 
     async def scan_batch(self, partition: int, lower: int, nonce: bytes) -> tuple[set[int], int]:
-        """(indices found, frame count) of a shuffled batch's frames in ``partition`` at or after ``lower``."""
+        """(indices found, frame count) of the frames listed with ``nonce`` in ``partition`` at or after ``lower``
+        (a plain frame is frame 0 of 1). Reads up to the partition's end as seen after the call began (so
+        after a fence), or until every frame is found."""
         found: set[int] = set()
         count = 0
 
@@ -605,11 +509,11 @@ class SharedIdempotency:
             nonlocal count
             for name, value in message.headers or ():
                 if name == FRAME_HEADER:
-                    parsed = parse_batch_frame_id(value)
+                    parsed = parse_frame_id(value)
                     if parsed is not None and parsed[0] == nonce:
                         found.add(parsed[1])
                         count = parsed[2]
-            return False
+            return bool(found) and len(found) == count
 
         await self._read(self.settings.source_topic, partition, lower, match)
         return found, count
@@ -655,13 +559,6 @@ class SharedIdempotency:
                     return False
         finally:
             await consumer.stop()
-
-    async def scan(self, partition: int, lower: int, nonce: bytes) -> bool:
-        """Whether a frame with this nonce is in the source topic's ``partition`` at or after ``lower``.
-
-        Reads up to the partition's high watermark as seen after the call began (so after a fence)."""
-        return await self._read(self.settings.source_topic, partition, lower,
-                                lambda m: any(name == FRAME_HEADER and value == nonce for name, value in m.headers or ()))
 
     async def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
         """Offsets at or below each partition's end (the embedded broker answers too low, never too high)."""

@@ -4,7 +4,7 @@
 
 One embedded broker (Tansu, memory) and two `ocms collector` processes on it (metric
 flight_dest of deploy/registry.yaml): one with the shared idempotency log (the default:
-retries counted once across restarts and replicas, collector/exactly_once.py) and one with
+retries counted once across restarts and replicas, collector/exactly_once/) and one with
 ``--idempotency-topic off`` (the per-process cache of before). wrk posts single-report uploads,
 each with a fresh ``Idempotency-Key`` (as devices send them), and uploads without a key:
 

@@ -35,7 +35,7 @@ from benchmarks.experiments.common import cpu_model
 from cms_core import wire
 from cms_core.privatize import simulate_reports
 from collector.cli import collector_command
-from collector.shuffle import ShuffledBatch
+from collector.lanes import Unit
 from producer.broker import EmbeddedBroker, free_port
 
 TOPIC = "bench-shuffle"
@@ -49,7 +49,7 @@ def permutation_seconds(version, n: int, repeat: int = 5) -> float:
     records = os.urandom(n * size)
     times = []
     for _ in range(repeat):
-        batch = ShuffledBatch(version, records, [], 0, size, n, 10_000)
+        batch = Unit(version, records, [], 0, size, n, 10_000, shuffled=True)
         started = time.perf_counter()
         batch.shuffled_frames()
         times.append(time.perf_counter() - started)

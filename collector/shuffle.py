@@ -86,14 +86,3 @@ def shuffle_and_cut(records: bytes | memoryview, record_size: int, fingerprint: 
         start += count
     return frames
 
-
-def __getattr__(name: str):
-    # benchmarks/bench_shuffle.py still builds batches by their old name: a shuffled collector.lanes.Unit
-    # (the same fields in the same order). Remove once it imports collector.lanes.Unit.
-    if name == "ShuffledBatch":
-        import functools
-
-        from .lanes import Unit
-
-        return functools.partial(Unit, shuffled=True)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

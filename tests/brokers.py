@@ -64,7 +64,7 @@ def endpoint(broker) -> tuple:
 
 def collector_topics(topic: str, partitions: int = 4) -> dict[str, int]:
     """The topics ``ocms collector --source-topic TOPIC`` needs: the source, its shared idempotency log and
-    that log's redo topic (shuffled batches of several frames, collector/exactly_once.py)."""
+    that log's redo topic (shuffled batches of several frames, collector/exactly_once/)."""
     return {topic: partitions, f"{topic}-idempotency": 1, f"{topic}-idempotency-redo": 1}
 
 

@@ -13,7 +13,7 @@ over everything in the topic so far:
 
 What the pipeline does on each fault is in the README ("Operating notes", Kafka failures).
 
-The collectors run the default shared idempotency log (collector/exactly_once.py: a transactional
+The collectors run the default shared idempotency log (collector/exactly_once/: a transactional
 producer); the lost-answer test also runs keys per process (``--idempotency-topic off``). Every
 upload's reports are unique in the test process (tests/collector/loadgen.py), so a report found
 twice in the topic is an upload stored twice: two uploads that drew the same 5-byte report by chance

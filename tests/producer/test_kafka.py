@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.produce import KafkaOutlet
+from collector.outlet import KafkaOutlet
 from collector.settings import CollectorSettings
 from cms_core.errors import OCMSError
 from cms_core.params import OCMSParams

@@ -194,3 +194,63 @@ def test_the_app_builds_the_intake_transport():
     app = IntakeApp("intake-test", broker="kafka://127.0.0.1:1", autodiscover=False)
     transport = app._new_transport()
     assert isinstance(transport, IntakeTransport) and transport.Consumer is IntakeConsumer
+
+
+def test_dropped_messages_are_fetched_again_before_anything_after_them_is_taken(monkeypatch):
+    """Issue 35, 2 (found by the fault schedules): messages dropped while the flow was held, and the rest of a
+    fetch Faust's getmany never handed over (it stops when the flow stops), were fetched again only by the seek
+    to the committed offsets, which aiokafka skips for a partition nothing was committed for. The next owner
+    began hundreds of messages in and Faust's commit passed them. Now the intake remembers the lowest offset
+    dropped and, when a later one comes first, seeks back to it and takes nothing after it until it comes."""
+    tp = TP(SOURCE, 0)
+    sink = RecordingIntake()
+    fetches = [
+        ([message(SOURCE, 0, i) for i in range(10)], 5),  # Faust hands over 0-4, then the flow stops
+        ([message(SOURCE, 0, i) for i in range(10, 15)], 5),  # the fetcher moved on: 10-14 come first
+        ([message(SOURCE, 0, i) for i in range(5, 15)], 10),  # after the seek: 5-14
+    ]
+    sought = []
+
+    async def scripted_getmany(self, timeout):
+        records, handed = fetches.pop(0)
+        self._fetched = {tp: records}
+        for m in records[:handed]:
+            yield m.tp, m
+
+    consumer = consumer_with(monkeypatch, [], sink, fresh_offsets())
+    monkeypatch.setattr(aiokafka_driver.Consumer, "getmany", scripted_getmany)
+
+    async def seek(partition, offset):
+        sought.append((partition, offset))
+        consumer._read_offset[partition] = offset
+
+    consumer.seek = seek
+    for _ in range(3):
+        drain(consumer)
+    assert [m.offset for m in sink.received] == list(range(15))  # each once, in order
+    assert sought == [(tp, 5)] and consumer.gaps == []
+    assert consumer._dropped_from == {}
+
+
+def test_messages_dropped_while_the_flow_is_held_are_fetched_again_if_the_seek_missed_them(monkeypatch):
+    tp = TP(SOURCE, 3)
+    sink = RecordingIntake()
+    consumer = consumer_with(monkeypatch, [message(SOURCE, 3, 40), message(SOURCE, 3, 41)], sink, fresh_offsets())
+    consumer.app.flow_control.active = False
+    drain(consumer)
+    assert consumer._dropped_from == {tp: 40}
+    sought = []
+
+    async def seek(partition, offset):
+        sought.append((partition, offset))
+
+    consumer.seek = seek
+    consumer.app.flow_control.active = True
+    monkeypatch.setattr(aiokafka_driver.Consumer, "getmany", lambda self, timeout: _aiter([message(SOURCE, 3, 42)]))
+    drain(consumer)
+    assert sink.received == [] and sought == [(tp, 40)]
+
+
+async def _aiter(messages):
+    for m in messages:
+        yield m.tp, m

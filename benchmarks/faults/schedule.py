@@ -192,7 +192,8 @@ async def _run(seed: int, seconds: float, broker: str, workdir: Path, log, kinds
         async def settled() -> bool:
             for w, u in workers.items():
                 for m in metrics:
-                    final[(w, m)] = await queries.ask(w, u, m)
+                    final[(w, m)] = answer = await queries.ask(w, u, m)
+                    queries.answers.append(answer)  # real queries: the history (and recovery time) holds them
             return all(a.status == 200 and (a.n, a.counts) == expected[a.metric] for a in final.values())
 
         await _wait(settled, SETTLE_S, 1.0)

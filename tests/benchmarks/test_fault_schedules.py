@@ -15,7 +15,7 @@ import pytest
 
 from tests.agents.harness import ROOT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.fault_schedules]
 
 
 def run_schedules(broker: str, schedules: int, seconds: int) -> dict:

@@ -12,6 +12,8 @@ and commit, in that order) and why their order makes the counts exact.
 
 Retention (:mod:`agents.retention`): a timer deletes buckets past retention from the
 owned partitions of the table. Status (:mod:`agents.status`): /healthz and the lag gauges.
+The consumer group (:mod:`agents.rebalance`): where the worker stands in a rebalance, and
+the rejoin that ends one that does not settle.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
 from .discovery import WorkerDiscovery
 from .processor import AcceptedMessage, Batch, BatchPlan, DiscoveryMessage, MessageValidator, PendingBatch, RejectedMessage
+from .rebalance import GroupCollector, GroupWatch
 from .retention import Retention, expiry_interval
 from .shards import Router, Share
 from .settings import TABLE_NAME, WorkerSettings
@@ -108,6 +111,8 @@ class OCMSWorker:
         # Which metrics this worker's view holds (agents.shards): all, or its assigned share.
         self.share = Share(layout, sharded=settings.view == "share")
         self.metrics.guard.add("estimates", EstimatesCollector(self.catalog, serves=self.share.serves_fingerprint))
+        self.group = GroupWatch(settings.session_timeout_s)
+        self.metrics.guard.add("group", GroupCollector(self.group))
         self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic,
                                       settings.partitions, self.share, owned=self.owned_partitions,
                                       settled=lambda: not self.app.rebalancing, profile=settings.broker)
@@ -133,6 +138,8 @@ class OCMSWorker:
         app.create_data_directories = s.store.startswith("rocksdb://")
         app.intake = self if self.side_intake else None
         app.fetch_max_wait_ms = s.broker.fetch_max_wait_ms
+        app.group_watch = self.group
+        app.leave_group = s.broker.leave_group
         raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.source = app.topic(s.source_topic, partitions=s.partitions, **raw)
         self.dead_letters = app.topic(s.dead_letter_topic, partitions=s.partitions, **raw)

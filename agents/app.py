@@ -140,6 +140,7 @@ class OCMSWorker:
         app.fetch_max_wait_ms = s.broker.fetch_max_wait_ms
         app.group_watch = self.group
         app.leave_group = s.broker.leave_group
+        app.leader_sync_delay_ms = s.broker.leader_sync_delay_ms
         raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.source = app.topic(s.source_topic, partitions=s.partitions, **raw)
         self.dead_letters = app.topic(s.dead_letter_topic, partitions=s.partitions, **raw)

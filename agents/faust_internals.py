@@ -146,7 +146,8 @@ class IntakeConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
         watch: GroupWatch | None = getattr(self.app, "group_watch", None)
         coordinator = getattr(self._consumer, "_coordinator", None)
         if watch is not None and isinstance(coordinator, GroupCoordinator):
-            watch_group(coordinator, watch, leave_group=self.app.leave_group)
+            watch_group(coordinator, watch, leave_group=self.app.leave_group,
+                        leader_sync_delay_s=(self.app.leader_sync_delay_ms or 0) / 1000)
 
 
 def fetch_max_wait_ms(consumer) -> int:
@@ -222,6 +223,8 @@ class IntakeApp(faust.App):
     group_watch: GroupWatch | None = None
     #: Whether a stopping or rejoining member sends LeaveGroup (the broker profile's ``leave_group``).
     leave_group: bool = True
+    #: How long the group's leader waits before its SyncGroup (the profile's ``leader_sync_delay_ms``).
+    leader_sync_delay_ms: int | None = None
 
     def _new_transport(self):
         return IntakeTransport(self.conf.broker_consumer, self)
@@ -270,7 +273,8 @@ NUDGE_ROUNDS = 25
 COORDINATOR_ERROR_BACKOFF_S = (0.5, 10.0)
 
 
-def watch_group(coordinator: GroupCoordinator, watch: GroupWatch, *, leave_group: bool = True) -> None:
+def watch_group(coordinator: GroupCoordinator, watch: GroupWatch, *, leave_group: bool = True,
+                leader_sync_delay_s: float = 0.0) -> None:
     """Hook the worker's aiokafka group coordinator (one instance, not the class): each group request
     and its answer, the revocation and assignment callbacks, each join attempt (where an overdue
     rebalance is ended), the LeaveGroup of a stopping member and the errors aiokafka keeps for a caller."""
@@ -285,6 +289,8 @@ def watch_group(coordinator: GroupCoordinator, watch: GroupWatch, *, leave_group
         kind = type(request).__name__.removesuffix("Request")
         if kind == "JoinGroup":
             watch.joining()
+        elif kind == "SyncGroup" and watch.leader and leader_sync_delay_s:
+            await asyncio.sleep(leader_sync_delay_s)  # the broker profile's leader_sync_delay_ms says why
         response = await send_req(request)
         error = getattr(response, "error_code", 0) if kind in _GROUP_REQUESTS else 0
         if error:

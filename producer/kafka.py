@@ -76,6 +76,9 @@ class BrokerProfile:
     #: once; otherwise its member expires after the session timeout, and a rebalance that has not
     #: settled in time is also nudged (agents.faust_internals, 7).
     leave_group: bool
+    #: The group leader waits this long before its SyncGroup (ms; None: not at all), so that the other
+    #: members' SyncGroups are in first.
+    leader_sync_delay_ms: int | None = None
     #: setting -> why this profile differs from ``kafka`` there (every difference has one).
     differences: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -110,7 +113,7 @@ EMBEDDED = dataclasses.replace(
     })
 
 MOCK = dataclasses.replace(
-    KAFKA, name="mock", clients_create_topics=False, fetch_max_wait_ms=100,
+    KAFKA, name="mock", clients_create_topics=False, fetch_max_wait_ms=100, leader_sync_delay_ms=300,
     differences={
         "fetch_max_wait_ms": "librdkafka's mock, like Tansu, holds a fetch that found no data for its whole max "
                              "wait (Apache Kafka answers as data arrives): with Faust's 1,500 ms a record produced "
@@ -119,6 +122,12 @@ MOCK = dataclasses.replace(
         "clients_create_topics": "librdkafka's mock advertises no controller, so CreateTopics (aiokafka's admin, "
                                  "Faust's topic declaration) cannot be sent: topics are created through the mock's "
                                  "API before the worker and the collector start, and checked at start",
+        "leader_sync_delay_ms": "librdkafka's mock (2.0.2) ends a group's sync as soon as the leader's SyncGroup "
+                                "brings every member's assignment, and answers a SyncGroup that comes after it "
+                                "INVALID_REQUEST (Kafka answers it the assignment), so each member that was slower "
+                                "than the leader had to join again, for everyone: up to 32 s for a worker to join "
+                                "with 6 s sessions (issue 42, bench_group_settle). Waiting 300 ms lets the others' "
+                                "SyncGroups in first",
     })
 
 PROFILES: dict[str, BrokerProfile] = {p.name: p for p in (KAFKA, EMBEDDED, MOCK)}

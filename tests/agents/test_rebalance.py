@@ -157,6 +157,28 @@ def test_the_hooks_follow_join_sync_and_callbacks():
     asyncio.run(rebalance())
 
 
+def test_the_leader_waits_before_its_sync_group_where_the_profile_says_so(monkeypatch):
+    coordinator, watch = FakeCoordinator(), GroupWatch(6.0)
+    watch_group(coordinator, watch, leader_sync_delay_s=0.3)
+    waits = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds, *args):
+        waits.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(faust_internals.asyncio, "sleep", sleep)
+
+    async def syncs():
+        coordinator.answers = [SimpleNamespace(error_code=0)] * 2
+        await coordinator._send_req(request("SyncGroupRequest"))  # a follower: at once
+        watch.joined(5, "m-old", leader=True)
+        await coordinator._send_req(request("SyncGroupRequest"))  # the leader: after the others'
+
+    asyncio.run(syncs())
+    assert waits == [0.3] and coordinator.calls == ["SyncGroupRequest", "SyncGroupRequest"]
+
+
 @pytest.mark.parametrize("leave_group", [True, False])
 def test_an_overdue_rebalance_makes_the_member_rejoin_as_a_new_member(leave_group):
     clock = Clock()

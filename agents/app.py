@@ -32,7 +32,7 @@ from registry import Registry
 from .catalog import Catalog
 from .checkpoint import Checkpoint, CountsTable, FoldInputs, TableWriter
 from .console import add_console
-from .faust_internals import warnings_at_start
+from .faust_internals import request_rejoin, warnings_at_start
 from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
 from .discovery import WorkerDiscovery
@@ -119,6 +119,7 @@ class OCMSWorker:
         self.status = WorkerStatus(self)
         self._shuffle_warned = False  # an invalid ocms-shuffle-n header is logged once
         self.app = self._build_app()
+        self.group.recovering = lambda: self.app.rebalancing
         self.router = Router(self.app, self.share, settings.changelog_topic, self.reader.caught_up.is_set)
         writer = TableWriter(self.table, settings.source_topic)
         self.retention = Retention(self.app, writer, self.owned_partitions)
@@ -167,6 +168,17 @@ class OCMSWorker:
         async def expire_buckets():
             async with self.checkpoint.lock:
                 await self.supervised("the retention timer", self.retention.expire(time.time()))
+
+        @app.timer(interval=1.0)
+        async def end_a_stuck_table_recovery():
+            # A rebalance that does not settle is ended where the coordinator takes its next join
+            # (agents.faust_internals, 7.); a table recovery after the join has no such place.
+            if self.group.phase == "recovering" and self.group.overdue():
+                log.warning("the table recovery did not end within %.0f s (%s): rejoining the consumer group",
+                            self.group.overdue_after_s, self.group.reason())
+                if request_rejoin(self.app):
+                    self.group.rejoined("recovery_overdue", f"rejoined: the table recovery did not end within "
+                                        f"{self.group.overdue_after_s:.0f} s", new_member=False)
 
         @app.task
         async def read_changelog():

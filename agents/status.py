@@ -1,4 +1,4 @@
-"""What /healthz and the lag gauges say about one worker: readiness, assignment, lags."""
+"""What /healthz and the lag gauges say about one worker: readiness, assignment, lags, its consumer group."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from faust.types import TP
 if TYPE_CHECKING:  # types only
     from .metrics import PipelineMetrics
     from .processor import PendingBatch
+    from .rebalance import GroupWatch
     from .shards import Share
     from .view import ChangelogReader, CountsView
 
@@ -37,6 +38,7 @@ class StatusSource(Protocol):
     table: Any  # the counts table: its values are the stored bytes
     share: Share
     view: CountsView
+    group: GroupWatch
 
     @property
     def pending(self) -> PendingBatch: ...
@@ -87,11 +89,22 @@ class WorkerStatus:
         caught_up = worker.reader.caught_up.is_set()
         assigned = self.assigned_partitions()
         # "ok" means answers are exact from now on: with --view share, also that this worker's
-        # share matches its assignment and is rebuilt (a load balancer's readiness probe).
-        ready = caught_up and self.agent_started and self.failure is None and worker.share.settled(set(assigned))
+        # share matches its assignment and is rebuilt (a load balancer's readiness probe), and that
+        # its consumer group is settled (while it is not, this worker counts nothing and the
+        # assignment it reports may be the one the rebalance is taking away).
+        group = worker.group.describe()
+        settled = group["reason"] is None
+        ready = caught_up and self.agent_started and self.failure is None and settled and worker.share.settled(set(assigned))
+        if ready:
+            status = "ok"
+        elif self.failure:
+            status = "failed"
+        else:
+            status = "rebalancing" if not settled and worker.group.rebalances else "starting"
         return {
-            "status": "ok" if ready else "failed" if self.failure else "starting",
+            "status": status,
             "failed": self.failure,
+            "group": group,
             "view_caught_up": caught_up,
             "view_keys": worker.view.keys(),
             "view_reports": worker.view.reports(),

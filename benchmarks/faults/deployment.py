@@ -149,6 +149,10 @@ class Deployment:
             store.mkdir(parents=True, exist_ok=True)
             argv = _substituted(worker_command, {**replacements, "rocksdb:///var/lib/ocms": f"rocksdb://{store}"})
             argv = [sys.executable, "-m", "agents.cli", *argv, "--broker", self.broker_kind, *self.worker_args]
+            if self.broker_kind == "mock":
+                # The mock's address on every host is its relay's 127.0.0.1: the address a worker reaches the
+                # broker from is no address the others reach it at.
+                argv += ["--web-advertise-host", host.address]
             self.roles[name] = Role("worker", host, argv, {**base_env, **worker_env}, self.workdir / f"{name}.log")
         collector_command, collector_env = commands["collector"]
         for i in range(1, self.collectors + 1):

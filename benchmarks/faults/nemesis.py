@@ -34,6 +34,9 @@ WORKER_KINDS = ("worker_kill", "worker_term", "rolling_restart", "join_leave", "
 COLLECTOR_KINDS = ("collector_kill", "collector_term", "collector_cut")
 MOCK_KINDS = ("broker_down", "leader_move", "request_errors")
 MIN_FAULTS = 5
+#: docker-compose's stop_grace_period of the worker (30 s) and the collector (15 s), and some: a process that
+#: outlives its SIGTERM by this long is SIGKILLed and reported (ScheduleResult.slow_stops)
+EXIT_GRACE_S = 40.0
 KINDS = WORKER_KINDS + COLLECTOR_KINDS + MOCK_KINDS
 
 
@@ -128,6 +131,8 @@ class Nemesis:
         self.faults = faults
         self.done: list[Done] = []
         self.log = log
+        #: (process name, seconds) of each SIGTERM the process outlived by EXIT_GRACE_S (SIGKILLed then)
+        self.slow_stops: list[tuple[str, float]] = []
 
     async def run(self) -> None:
         for fault in self.faults:
@@ -141,7 +146,7 @@ class Nemesis:
     def _role(self, name: str):
         return self.deployment.roles[name]
 
-    async def _exit(self, role, sig: int, timeout: float = 40.0) -> None:
+    async def _exit(self, role, sig: int, timeout: float = EXIT_GRACE_S) -> None:
         process = role.process
         if process is None:
             return
@@ -150,6 +155,7 @@ class Nemesis:
         process.signal(sig)
         if not await asyncio.to_thread(process.wait, timeout):
             self.log(f"    {role.name} did not exit {timeout:g} s after signal {sig}: SIGKILL")
+            self.slow_stops.append((role.name, timeout))
             process.signal(signal.SIGKILL)
             await asyncio.to_thread(process.wait, 10)
 

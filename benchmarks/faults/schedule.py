@@ -69,6 +69,7 @@ class ScheduleResult:
     seconds: float
     logs: Path | None = None
     notes: list = field(default_factory=list)
+    slow_stops: list = field(default_factory=list)  # (process, seconds): SIGTERMs outlived (nemesis.EXIT_GRACE_S)
 
 
 def _decoders(registry) -> dict:
@@ -138,11 +139,8 @@ async def _run(seed: int, seconds: float, broker: str, workdir: Path, log, kinds
     worker_args = ("--session-timeout-seconds", "6") if broker == "mock" else ()
     started = time.time()
     network = Network().start()
-    # librdkafka 2.0.2's mock cannot hold a group of several aiokafka members (it answers a follower's SyncGroup
-    # INVALID_REQUEST where Kafka answers REBALANCE_IN_PROGRESS; README, broker profiles): one worker there.
-    workers, spares = (3, 1) if broker == "embedded" else (1, 0)
-    deployment = Deployment(network, workdir, registry_path, broker, workers=workers, spares=spares,
-                            collector_args=collector_args, worker_args=worker_args)
+    deployment = Deployment(network, workdir, registry_path, broker, collector_args=collector_args,
+                            worker_args=worker_args)
     uploaders = queries = health = None
     try:
         await asyncio.to_thread(deployment.start)
@@ -213,6 +211,7 @@ async def _run(seed: int, seconds: float, broker: str, workdir: Path, log, kinds
                          sent_by_metric=sent, last_fault_end=last_fault_end)
         result = ScheduleResult(seed, shuffle, nemesis.done, findings, len(uploaders.uploads), len(acked),
                                 time.time() - started)
+        result.slow_stops = list(nemesis.slow_stops)
         if not drained:
             result.notes.append("some uploads were never answered 202")
         return result

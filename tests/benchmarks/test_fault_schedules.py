@@ -15,7 +15,8 @@ import pytest
 
 from tests.agents.harness import ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.fault_schedules]
+# A schedule takes about a minute here; the suite's 300 s timeout per test is too close on a slower machine.
+pytestmark = [pytest.mark.integration, pytest.mark.fault_schedules, pytest.mark.timeout(1200)]
 
 
 def run_schedules(broker: str, schedules: int, seconds: int) -> dict:

@@ -88,7 +88,7 @@ class OCMSWorker:
     """Owns the Faust app and the worker's state; ``run()`` blocks until stopped.
 
     Source messages reach ``receive`` from the consumer (the side path, ``agents.intake``); the
-    README ("Why the intake side path") has the measurement that chose it over the agent's stream
+    docs/architecture.md ("Why the intake side path") has the measurement that chose it over the agent's stream
     (benchmarks/bench_agent_path.py subclasses this class to measure the agent paths)."""
 
     #: False leaves source messages on Faust's path to the agent's stream (``consume``).

@@ -129,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the fleet produces to Kafka itself instead of uploading through an `ocms collector` "
                           "(to compare the two paths: benchmarks/bench_run_path.py)")
     run.add_argument("--collector-port", type=int_at_least(1), help="the collector's port (default: a free one)")
+    run.add_argument("--cors-origins", metavar="ORIGINS",
+                     help="web pages of these origins may upload to the collector from a browser: comma-separated "
+                          "http(s)://host[:port], or * (the collector's --cors-origins; "
+                          "docs/first-reports-from-a-browser.md)")
     run.add_argument("--upload-concurrency", type=int_at_least(1), default=32,
                      help="uploads the fleet keeps in flight to the collector, one frame each (default 32)")
     run.add_argument("--topic", help="source topic (default ocms-reports; a fresh one per run on an existing Kafka)")

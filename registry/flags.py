@@ -7,7 +7,7 @@ Two things live here, below every command:
   them, :func:`add_flags` makes argparse options, :func:`resolve` reads the values (an explicit
   flag wins over the ``OCMS_*`` variable, which wins over the default; a bad value raises
   :class:`cms_core.errors.InvalidParameterError` naming what the user wrote) and
-  :func:`markdown_table` writes the documentation table (the worker's in README.md, the
+  :func:`markdown_table` writes the documentation table (the worker's in docs/reference.md, the
   collector's in docs/collector.md; tests keep them equal).
 
 * **The metric flags.** :data:`METRIC_SETTINGS` is the one list of flags that describe a

@@ -175,3 +175,20 @@ def test_a_tansu_broker_under_another_profile_is_named_in_a_warning(caplog):
         caplog.clear()
         asyncio.run(create_topics(broker.bootstrap_servers, {"profile-check": 1}, EMBEDDED))
         assert not [r for r in caplog.records if r.name == "ocms.kafka"]
+
+
+def test_a_late_batch_is_waited_for_then_taken_as_a_gap():
+    from producer.kafka import LateBatchWait
+
+    now = [100.0]
+    late = LateBatchWait(wait_s=10.0, clock=lambda: now[0])
+    assert late.verdict("p0", 356, 361) == "late"
+    now[0] += 9.9
+    assert late.verdict("p0", 356, 361) == "waiting"
+    assert late.verdict("p1", 7, 9) == "late"  # each reader key waits on its own
+    now[0] += 0.2
+    assert late.verdict("p0", 356, 361) == "gap"
+    assert late.verdict("p0", 356, 361) == "late"  # a new wait
+    late.arrived("p0")
+    late.arrived("p1")
+    assert not late

@@ -27,6 +27,7 @@ import time
 import faust
 
 from cms_core import wire
+from producer.kafka import wait_for_late_batches
 from registry import Registry
 
 from .catalog import Catalog
@@ -146,7 +147,8 @@ class OCMSWorker:
         app.group_watch = self.group
         app.leave_group = s.broker.leave_group
         app.leader_sync_delay_ms = s.broker.leader_sync_delay_ms
-        app.late_batches = s.broker.late_batches
+        if s.broker.late_batches:
+            wait_for_late_batches(s.source_topic, on_late=self.late_records)
         raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.source = app.topic(s.source_topic, partitions=s.partitions, **raw)
         self.dead_letters = app.topic(s.dead_letter_topic, partitions=s.partitions, **raw)
@@ -245,8 +247,8 @@ class OCMSWorker:
         return self.pending.full
 
     def late_records(self, partition: int, first: int, upto: int, given_up: bool) -> None:
-        """The consumer's word that offsets ``first``..``upto - 1`` of a source partition were not visible when
-        a later one was (``agents.faust_internals``, 10.): fetched again, or after its wait taken as a gap."""
+        """The consumer's word that offsets ``first``..``upto - 1`` of a source partition were not readable when a
+        later batch was (``producer.kafka.wait_for_late_batches``): fetched again, or after the wait passed."""
         if given_up:
             self.metrics.source_offsets_skipped.inc(upto - first)
         else:

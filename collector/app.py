@@ -144,6 +144,9 @@ class CollectorMetrics:
         self.idempotent_replays = Counter("ocms_collector_idempotent_replays",
                                           "Retried uploads answered from the idempotency cache", registry=r)
         self.idempotency_keys = Gauge("ocms_collector_idempotency_keys", "Keys in the idempotency cache", registry=r)
+        self.late_offsets_skipped = Counter("ocms_collector_late_offsets_skipped",
+                                            "Offsets of the idempotency log, its redo topic or a settle's scan that "
+                                            "were never readable within the wait for late batches, passed", registry=r)
         self.http_errors = Counter("ocms_collector_http_errors",
                                    "Error answers outside the upload routes (routing, method, malformed requests, "
                                    "server errors, header timeouts), by reason", ["reason"], registry=r)

@@ -31,16 +31,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from cms_core.errors import InvalidParameterError, OCMSError
 
 #: Largest produce request (and so message) any of our producers sends: frames of up to
 #: 8 MiB (ocms discover's capture frames; the collector and gateways send at most 1 MiB).
 MAX_REQUEST_BYTES = 8 << 20
+
+log = logging.getLogger("ocms.kafka")
 
 
 class KafkaUnavailableError(OCMSError, RuntimeError):
@@ -80,8 +83,8 @@ class BrokerProfile:
     #: members' SyncGroups are in first.
     leader_sync_delay_ms: int | None = None
     #: The broker may make a record batch readable after a later batch of the same partition, so a
-    #: reader is handed the later one first; the worker then waits for offsets it skipped in the source
-    #: topic (agents.faust_internals, 10.).
+    #: reader is handed the later one first; the worker's source topic and the collector's idempotency
+    #: log are then read without passing a hole (:func:`wait_for_late_batches`).
     late_batches: bool = False
     #: setting -> why this profile differs from ``kafka`` there (every difference has one).
     differences: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -119,8 +122,8 @@ EMBEDDED = dataclasses.replace(
                         "is handed the later one, and moves past the earlier one for good "
                         "(benchmarks/broker_visibility.py: 6 producers of 4,000 records each, a tailing consumer "
                         "skipped one batch of 1-7 records in 3 of 4 runs; a second read had every one). A worker "
-                        "that took this as a gap lost 36 reports in a fault schedule (issue 35); it now fetches "
-                        "the skipped offsets again until they are visible",
+                        "that read past it lost 36 reports in a fault schedule (issue 35); the worker's source topic "
+                        "and the collectors' idempotency log are now read without passing a hole in a fetch",
     })
 
 MOCK = dataclasses.replace(
@@ -190,6 +193,93 @@ class LateBatchWait:
 
     def __bool__(self) -> bool:
         return bool(self._since)
+
+
+# aiokafka's PartitionRecords (private): where a fetch response skips offsets, stop there and fetch again.
+#: aiokafka version the hole check was written against (tests/producer/test_kafka.py compares).
+PINNED_AIOKAFKA = "0.14.0"
+_LATE_TOPICS: dict[str, Callable | None] = {}  # topic -> on_late(partition, first, upto, given_up) or None
+_LATE_WAIT = LateBatchWait()
+_HOLE_CHECK_INSTALLED = False
+
+
+def wait_for_late_batches(topic: str, on_late: Callable[[int, int, int, bool], None] | None = None) -> None:
+    """Make every aiokafka consumer of this process read ``topic``'s partitions without passing a hole: where a
+    fetch response's next record batch begins past the offset expected (no record batch, data or control, covers
+    the offsets between), the records before it are returned and the partition's next fetch asks for the
+    expected offset again, until the batch is readable or :data:`LATE_BATCH_WAIT_S` has passed (then the hole
+    is passed, with an error). For brokers whose profile says ``late_batches`` (Tansu): there a batch of one
+    producer can become readable after a later batch of another, and a reader that moved past it lost it for
+    good. Kafka's transaction markers are control batches, so they cover their offsets: no hole. ``on_late`` is
+    told each hole (``given_up`` False) and each one passed after the wait (True)."""
+    _install_hole_check()
+    _LATE_TOPICS[topic] = on_late
+
+
+class _StopAtHole:
+    """A fetch response's record batches (aiokafka's ``MemoryRecords``) that end where the next batch would
+    skip offsets: ``PartitionRecords`` then leaves its ``next_fetch_offset`` at the first skipped offset."""
+
+    def __init__(self, records, partition_records, on_late):
+        self._records = records
+        self._partition_records = partition_records
+        self._on_late = on_late
+        self._held = None
+
+    def has_next(self) -> bool:
+        if self._held is None:
+            if not self._records.has_next():
+                return False
+            self._held = self._records.next_batch()
+        batch = self._held
+        tp = self._partition_records._tp
+        expected = self._partition_records.next_fetch_offset
+        if batch.base_offset <= expected:
+            _LATE_WAIT.arrived(tp)
+            return True
+        verdict = _LATE_WAIT.verdict(tp, expected, batch.base_offset)
+        if verdict == "waiting":
+            return False
+        if verdict == "late":
+            log.info("%s partition %d: offsets %d-%d are not readable yet (the broker sent %d first); fetching "
+                     "again from %d", tp.topic, tp.partition, expected, batch.base_offset - 1, batch.base_offset,
+                     expected)
+        else:
+            log.error("%s partition %d: offsets %d-%d were still not readable after %.0f s (the broker sent %d); "
+                      "passed as never written", tp.topic, tp.partition, expected, batch.base_offset - 1,
+                      _LATE_WAIT.wait_s, batch.base_offset)
+        if self._on_late is not None:
+            try:
+                self._on_late(tp.partition, expected, batch.base_offset, verdict == "gap")
+            except Exception:  # noqa: BLE001 - a metric hook never stops the fetch
+                log.exception("late-batch hook failed")
+        return verdict == "gap"
+
+    def next_batch(self):
+        batch, self._held = self._held, None
+        return batch
+
+    def __getattr__(self, name):
+        return getattr(self._records, name)
+
+
+def _install_hole_check() -> None:
+    global _HOLE_CHECK_INSTALLED
+    if _HOLE_CHECK_INSTALLED:
+        return
+    from aiokafka.consumer.fetcher import PartitionRecords
+
+    original = PartitionRecords.__init__
+
+    @functools.wraps(original)
+    def __init__(self, tp, records, *args, **kwargs):
+        original(self, tp, records, *args, **kwargs)
+        if tp.topic in _LATE_TOPICS:
+            # the generator reads self._records when first iterated, after this
+            self._records = _StopAtHole(records, self, _LATE_TOPICS[tp.topic])
+
+    PartitionRecords.__init__ = __init__
+    _HOLE_CHECK_INSTALLED = True
 
 
 # ------------------------------------------------------------------------------ clients

@@ -192,3 +192,70 @@ def test_a_late_batch_is_waited_for_then_taken_as_a_gap():
     late.arrived("p0")
     late.arrived("p1")
     assert not late
+
+
+def _record_batch(base: int, count: int) -> bytes:
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for i in range(count):
+        builder.append(i, timestamp=1000, key=None, value=b"v%d" % (base + i), headers=[])
+    buffer = builder.build()
+    buffer[0:8] = base.to_bytes(8, "big")  # the batch's base offset
+    return bytes(buffer)
+
+
+def _partition_records(topic: str, data: bytes, fetch_offset: int):
+    from aiokafka import TopicPartition
+    from aiokafka.consumer.fetcher import PartitionRecords
+    from aiokafka.record.memory_records import MemoryRecords
+
+    return PartitionRecords(TopicPartition(topic, 0), MemoryRecords(data), [], fetch_offset, None, None, False, 0)
+
+
+def test_a_fetch_that_skips_offsets_stops_before_the_hole_until_the_late_batch_is_readable(monkeypatch):
+    """Issue 35 (a fault schedule lost 36 reports): Tansu can make a record batch readable after a later one of
+    another producer; aiokafka's PartitionRecords then moves its next fetch past the late batch for good. With
+    ``wait_for_late_batches`` the records before the hole are returned and the next fetch asks for the hole's
+    first offset again; once the batch is there, everything is read in order. aiokafka's own classes are used."""
+    from producer import kafka
+
+    now = [0.0]
+    monkeypatch.setattr(kafka, "_LATE_WAIT", kafka.LateBatchWait(wait_s=10.0, clock=lambda: now[0]))
+    told = []
+    kafka.wait_for_late_batches("late-test", on_late=lambda *a: told.append(a))
+    records = _partition_records("late-test", _record_batch(0, 3) + _record_batch(5, 2), 0)
+    assert [r.offset for r in records] == [0, 1, 2] and records.next_fetch_offset == 3
+    again = _partition_records("late-test", _record_batch(5, 2), 3)  # still late
+    assert list(again) == [] and again.next_fetch_offset == 3
+    arrived = _partition_records("late-test", _record_batch(3, 2) + _record_batch(5, 2), 3)
+    assert [r.offset for r in arrived] == [3, 4, 5, 6] and arrived.next_fetch_offset == 7
+    assert told == [(0, 3, 5, False)]
+    # never readable: after the wait the hole is passed, and said so
+    assert list(_partition_records("late-test", _record_batch(9, 1), 7)) == []
+    now[0] += 10.5
+    assert [r.offset for r in _partition_records("late-test", _record_batch(9, 1), 7)] == [9]
+    assert told[-1] == (0, 7, 9, True)
+    # other topics are read as aiokafka reads them
+    assert [r.offset for r in _partition_records("other", _record_batch(0, 1) + _record_batch(4, 1), 0)] == [0, 4]
+
+
+def test_the_hole_check_still_fits_aiokafka():
+    """producer.kafka wraps the record batches aiokafka's PartitionRecords reads (its private ``_records``, read
+    by ``_unpack_records`` from ``next_batch()`` while ``has_next()``, with ``next_fetch_offset``): an upgrade that
+    changes them must be re-read before this pin moves."""
+    import hashlib
+    import inspect
+    from importlib import metadata
+
+    from aiokafka.consumer.fetcher import PartitionRecords
+
+    from producer.kafka import PINNED_AIOKAFKA
+
+    assert metadata.version("aiokafka") == PINNED_AIOKAFKA
+    source = inspect.getsource(PartitionRecords._unpack_records)
+    assert hashlib.sha256(source.encode()).hexdigest() == \
+        "b803e6d46480732c7a7faa8e784b338bcdd4e707ea67fba96c013654b04b8a08"
+    assert list(inspect.signature(PartitionRecords.__init__).parameters)[:5] == [
+        "self", "tp", "records", "aborted_transactions", "fetch_offset"]

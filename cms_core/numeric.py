@@ -1,0 +1,312 @@
+"""Numeric telemetry: a value's bucket on the device; histograms, CDFs, quantiles and means from the bucket frequencies.
+
+A numeric metric (a latency, a size) is reported as the index of its bucket, an integer metric over the ``k``
+buckets of a :class:`BucketLayout`, so every device client, the wire format and the worker's decode path are the
+ones frequencies use. This module holds the layout (Prometheus' ``le`` buckets or OpenTelemetry's base-2
+exponential ones) and what is estimated from the ``k`` unbiased bucket frequencies (:class:`Histogram`).
+
+**Privacy guarantee.** The bucket index goes through the metric version's frequency mechanism (direct RR over
+``k`` values, or OCMS+RR) at its epsilon: the same epsilon-LDP as any integer metric, per report. The layout
+(bounds, clipping range) is public; everything here is post-processing of the mechanism's output and costs no
+privacy.
+
+**Clipping.** A value below ``lower`` counts in the first bucket and one above ``upper`` in the last: quantiles
+lie in ``[lower, upper]`` and the mean is the mean of the clipped values, bucketized.
+
+**Utility.** Every linear functional ``L = sum_i w_i f_i`` of the bucket frequencies (a CDF value: ``w`` the
+indicator of the buckets up to one bound; the mean: ``w`` the buckets' representative points) is estimated by
+``sum_i w_i f_hat_i``, unbiased. Under direct RR over ``k`` (keep probability ``p``, any other value ``q``) the
+reports of ``n`` devices whose buckets have frequencies ``f`` give it the variance, exactly,
+
+    Var = (Var_pi(w) / (p - q)^2 - Var_f(w)) / n                             (:func:`direct_rr_functional_variance`)
+
+where ``pi_i = f_i (p - q) + q`` is the distribution of a reported bucket and ``Var_d(w)`` is
+``sum_i d_i w_i^2 - (sum_i d_i w_i)^2``: the reports' spread, scaled, less the devices' own spread (the answer is
+about these devices, so only the randomized response is noise; the paper's per-value variance, Eq. var_rr, is
+the case ``w`` = one indicator). Under OCMS+RR the bucket estimates are
+correlated through the hash; the stated variance is the Cauchy-Schwarz bound ``(sum_i |w_i| sd_i)^2``, never
+below the truth. Intervals are normal, pointwise (each CDF value, each quantile on its own).
+
+**Post-processing.** The raw estimates can be negative and their cumulative sums non-monotone; the processed
+histogram is Norm-Sub to total 1 (:func:`cms_core.postprocess.norm_sub`, Wang et al. NDSS 2020), whose
+cumulative sums are a monotone CDF from 0 to 1. Both are kept (``raw`` and ``consistent``).
+
+**Limitations.** Quantiles interpolate linearly inside a bucket (as Prometheus' ``histogram_quantile`` does), so
+their error includes up to a bucket's width; the mean is of the bucketized distribution (at most half the widest
+bucket away from the clipped values' mean). Direct RR over many buckets (hundreds) is noisy; fine resolution
+needs a hierarchical method (issue 40, not yet here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import struct
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from .errors import InvalidParameterError
+from .postprocess import norm_sub
+from .theory import normal_z, rr_keep_probability
+
+#: Most buckets a layout may have (an exponential layout over a wide range at a fine scale would exceed it).
+MAX_BUCKETS = 4096
+#: OpenTelemetry's exponential histograms allow scales -10..20; base = 2 ** (2 ** -scale).
+MIN_SCALE, MAX_SCALE = -10, 20
+
+
+def _finite(name: str, value) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(name, value, "must be a number") from None
+    if not math.isfinite(x):
+        raise InvalidParameterError(name, value, "must be finite")
+    return x
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketLayout:
+    """The buckets of a numeric metric: ``k = len(bounds) + 1`` buckets, bucket ``i`` holding the values in
+    ``(edges[i], edges[i + 1]]`` where ``edges = (lower, *bounds, upper)``, as Prometheus' ``le`` buckets do
+    (a value equal to a bound is in the bucket that bound closes). Values outside ``[lower, upper]`` are
+    clipped into the first or last bucket. Build with :meth:`explicit` or :meth:`exponential`."""
+
+    bounds: tuple[float, ...]
+    lower: float
+    upper: float
+
+    @classmethod
+    def explicit(cls, bounds: Sequence[float], lower: float, upper: float) -> "BucketLayout":
+        """Buckets closed by ``bounds`` (strictly increasing, strictly inside ``(lower, upper)``)."""
+        lo, hi = _finite("lower", lower), _finite("upper", upper)
+        if not lo < hi:
+            raise InvalidParameterError("upper", upper, f"must be above lower={lower!r}")
+        try:
+            values = [_finite("bounds", b) for b in bounds]
+        except TypeError:
+            raise InvalidParameterError("bounds", bounds, "must be a list of numbers") from None
+        if not values:
+            raise InvalidParameterError("bounds", list(bounds), "needs at least one bound (two buckets)")
+        if len(values) + 1 > MAX_BUCKETS:
+            raise InvalidParameterError("bounds", f"{len(values)} bounds", f"at most {MAX_BUCKETS - 1}")
+        for a, b in zip(values, values[1:]):
+            if not a < b:
+                raise InvalidParameterError("bounds", list(bounds), f"must increase strictly ({a!r} then {b!r})")
+        if not lo < values[0] or not values[-1] < hi:
+            raise InvalidParameterError("bounds", list(bounds), f"must lie strictly between lower={lower!r} and "
+                                                                  f"upper={upper!r}")
+        return cls(tuple(values), lo, hi)
+
+    @classmethod
+    def exponential(cls, scale: int, lower: float, upper: float) -> "BucketLayout":
+        """OpenTelemetry's base-2 exponential buckets at ``scale`` (base ``2 ** (2 ** -scale)``: scale 0
+        doubles, scale 3 grows by 9% a bucket): bounds ``base ** i`` strictly between ``lower > 0`` and
+        ``upper``."""
+        if isinstance(scale, bool) or not isinstance(scale, int) or not MIN_SCALE <= scale <= MAX_SCALE:
+            raise InvalidParameterError("scale", scale, f"must be an integer in [{MIN_SCALE}, {MAX_SCALE}]")
+        lo, hi = _finite("lower", lower), _finite("upper", upper)
+        if not lo > 0:
+            raise InvalidParameterError("lower", lower, "must be above 0 for exponential buckets")
+        if not lo < hi:
+            raise InvalidParameterError("upper", upper, f"must be above lower={lower!r}")
+        base_log2 = 2.0 ** -scale
+        first = math.floor(math.log2(lo) / base_log2) + 1
+        last = math.ceil(math.log2(hi) / base_log2) - 1
+        if last - first + 2 > MAX_BUCKETS:
+            raise InvalidParameterError("scale", scale, f"gives {last - first + 2} buckets between {lower!r} and "
+                                                        f"{upper!r}; at most {MAX_BUCKETS}: lower the scale")
+        bounds = [2.0 ** (i * base_log2) for i in range(first, last + 1)]
+        bounds = [b for b in bounds if lo < b < hi]
+        if not bounds:
+            raise InvalidParameterError("scale", scale, f"leaves no bound between {lower!r} and {upper!r}")
+        return cls(tuple(bounds), lo, hi)
+
+    @property
+    def buckets(self) -> int:
+        return len(self.bounds) + 1
+
+    @property
+    def edges(self) -> np.ndarray:
+        """``(lower, *bounds, upper)``: bucket ``i`` is ``(edges[i], edges[i + 1]]``."""
+        return np.array((self.lower, *self.bounds, self.upper), dtype=np.float64)
+
+    @property
+    def points(self) -> np.ndarray:
+        """Each bucket's representative point for the mean: its midpoint."""
+        edges = self.edges
+        return (edges[:-1] + edges[1:]) / 2.0
+
+    @property
+    def widest(self) -> float:
+        return float(np.max(np.diff(self.edges)))
+
+    def index(self, values) -> np.ndarray:
+        """The bucket index of each value (clipped into ``[lower, upper]``); NaN is refused."""
+        x = np.asarray(values, dtype=np.float64)
+        if np.isnan(x).any():
+            raise InvalidParameterError("value", "NaN", "a numeric report needs a number")
+        return np.searchsorted(np.asarray(self.bounds), x, side="left").astype(np.int64)
+
+    def fingerprint(self) -> bytes:
+        """8 bytes naming the layout (part of a numeric metric version's identity)."""
+        h = hashlib.blake2b(digest_size=8, person=b"ocms-buckets-v1")
+        h.update(struct.pack(f">dd{len(self.bounds)}d", self.lower, self.upper, *self.bounds))
+        return h.digest()
+
+    def to_config(self) -> dict:
+        """What a device needs to bucketize (the device config's ``buckets``)."""
+        return {"lower": self.lower, "upper": self.upper, "bounds": list(self.bounds)}
+
+
+# ----------------------------------------------------------------------------- noise of a linear functional
+class FunctionalNoise(Protocol):
+    """The variance of ``sum_i w_i f_hat_i`` from ``n`` reports when the bucket frequencies are ``f``."""
+
+    def variance(self, f: np.ndarray, w: np.ndarray, n: int) -> float: ...
+
+
+def direct_rr_functional_variance(epsilon: float, k: int, f: np.ndarray, w: np.ndarray, n: int) -> float:
+    """Exact variance of ``sum_i w_i f_hat_i`` under direct RR over ``k`` (module docstring)."""
+    p = rr_keep_probability(epsilon, k)
+    q = (1.0 - p) / (k - 1)
+    f = np.clip(np.asarray(f, dtype=np.float64), 0.0, 1.0)
+    total = f.sum()
+    if total > 0:
+        f = f / total
+    pi = f * (p - q) + q
+    w = np.asarray(w, dtype=np.float64)
+    reported = float(pi @ (w * w) - (pi @ w) ** 2)  # Var of w_Y for a device drawn from f
+    population = float(f @ (w * w) - (f @ w) ** 2)  # the part that is the devices' own spread, not noise
+    if n <= 0:
+        return math.inf
+    return max(reported / (p - q) ** 2 - population, 0.0) / n
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectRRNoise:
+    """Direct RR over the ``k`` buckets at ``epsilon``: exact functional variances."""
+
+    epsilon: float
+    k: int
+
+    def variance(self, f: np.ndarray, w: np.ndarray, n: int) -> float:
+        return direct_rr_functional_variance(self.epsilon, self.k, f, w, n)
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundedNoise:
+    """Any frequency oracle with known per-bucket standard deviations: the Cauchy-Schwarz bound
+    ``(sum_i |w_i| sd_i)^2`` on a functional's variance (its estimates may be correlated, as OCMS+RR's are)."""
+
+    per_bucket_sd: np.ndarray
+
+    def variance(self, f: np.ndarray, w: np.ndarray, n: int) -> float:
+        return float((np.abs(np.asarray(w, dtype=np.float64)) @ self.per_bucket_sd) ** 2)
+
+
+# ----------------------------------------------------------------------------- the estimates
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    estimate: float
+    low: float
+    high: float
+
+
+def _quantile_from_cdf(edges: np.ndarray, cdf: np.ndarray, q: float) -> float:
+    """The value where a monotone CDF given at the upper edge of each bucket reaches ``q``, linear inside a bucket."""
+    below = np.concatenate(([0.0], cdf[:-1]))
+    j = int(np.searchsorted(cdf, q - 1e-12, side="left"))
+    if j >= cdf.size:
+        return float(edges[-1])
+    mass = cdf[j] - below[j]
+    share = 1.0 if mass <= 0 else min(max((q - below[j]) / mass, 0.0), 1.0)
+    return float(edges[j] + share * (edges[j + 1] - edges[j]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Histogram:
+    """Everything a window's numeric answer holds, from the ``k`` unbiased bucket frequencies ``raw`` of ``n``
+    reports (:meth:`of`). ``consistent`` is Norm-Sub to total 1; ``cdf()`` its cumulative sums (monotone, ending at
+    1), ``cdf(processed=False)`` the raw cumulative sums."""
+
+    layout: BucketLayout
+    n: int
+    raw: np.ndarray
+    consistent: np.ndarray
+    noise: FunctionalNoise
+    confidence: float
+
+    @classmethod
+    def of(cls, layout: BucketLayout, raw, n: int, noise: FunctionalNoise, confidence: float = 0.95) -> "Histogram":
+        raw = np.asarray(raw, dtype=np.float64)
+        if raw.shape != (layout.buckets,):
+            raise InvalidParameterError("raw", f"shape {raw.shape}", f"needs one frequency per bucket ({layout.buckets})")
+        if not 0.0 < confidence < 1.0:
+            raise InvalidParameterError("confidence", confidence, "must be in (0, 1)")
+        if n < 0:
+            raise InvalidParameterError("n", n, "must be at least 0")
+        return cls(layout, int(n), raw, norm_sub(raw, 1.0), noise, float(confidence))
+
+    def cdf(self, processed: bool = True) -> np.ndarray:
+        """P(value <= edges[i + 1]) for each bucket ``i`` (the last is 1 when processed)."""
+        return np.cumsum(self.consistent if processed else self.raw)
+
+    def cdf_sd(self) -> np.ndarray:
+        """The standard deviation of each raw CDF value (the variance of its indicator functional)."""
+        k = self.layout.buckets
+        sd = np.empty(k)
+        for j in range(k):
+            w = (np.arange(k) <= j).astype(np.float64)
+            sd[j] = math.sqrt(self.noise.variance(self.consistent, w, self.n))
+        return sd
+
+    def cdf_interval(self) -> tuple[np.ndarray, np.ndarray]:
+        """Pointwise normal intervals of the CDF at each bucket's upper edge, clipped to [0, 1] and monotone."""
+        z = normal_z(self.confidence)
+        cdf, sd = self.cdf(), self.cdf_sd()
+        low = np.maximum.accumulate(np.clip(cdf - z * sd, 0.0, 1.0))
+        high = np.minimum.accumulate(np.clip(cdf + z * sd, 0.0, 1.0)[::-1])[::-1]
+        low[-1] = high[-1] = 1.0  # every value is at most ``upper`` after clipping
+        return low, high
+
+    def quantile(self, q: float) -> Interval:
+        """The ``q`` quantile (``0 < q < 1``) with an interval from the CDF's: where the upper band reaches ``q``
+        and where the lower band does."""
+        q = _finite("q", q)
+        if not 0.0 < q < 1.0:
+            raise InvalidParameterError("q", q, "must be in (0, 1)")
+        edges = self.layout.edges
+        low, high = self.cdf_interval()
+        return Interval(_quantile_from_cdf(edges, self.cdf(), q), _quantile_from_cdf(edges, high, q),
+                        _quantile_from_cdf(edges, low, q))
+
+    def mean(self) -> Interval:
+        """The mean of the bucketized, clipped values (each bucket at its midpoint), unbiased from ``raw``; the
+        interval is normal around it."""
+        points = self.layout.points
+        estimate = float(self.raw @ points)
+        half = normal_z(self.confidence) * math.sqrt(self.noise.variance(self.consistent, points, self.n))
+        return Interval(estimate, estimate - half, estimate + half)
+
+
+# ----------------------------------------------------------------------------- accuracy (benchmarks, tests)
+def rank_error(true_values, q: float, estimate: float) -> float:
+    """``|F(estimate) - q|``: how far, in rank, an estimated ``q`` quantile is from the truth (F the empirical CDF)."""
+    values = np.sort(np.asarray(true_values, dtype=np.float64))
+    return abs(np.searchsorted(values, estimate, side="right") / values.size - q)
+
+
+def wasserstein(true_values, histogram: Histogram) -> float:
+    """The 1-Wasserstein distance between the clipped true values and the processed histogram (values spread
+    uniformly inside each bucket), computed on the bucket edges and the true values."""
+    layout = histogram.layout
+    values = np.clip(np.sort(np.asarray(true_values, dtype=np.float64)), layout.lower, layout.upper)
+    edges = layout.edges
+    grid = np.unique(np.concatenate((edges, values)))
+    true_cdf = np.searchsorted(values, grid, side="right") / values.size
+    cdf_at_edges = np.concatenate(([0.0], histogram.cdf()))
+    est_cdf = np.interp(grid, edges, cdf_at_edges)
+    return float(np.sum(np.abs(true_cdf[:-1] - est_cdf[:-1]) * np.diff(grid)))

@@ -27,8 +27,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from cms_core.sketch import EstimateOptions
-from cms_core.version import build_info_labels
 from cms_core.values import value_to_json
+from cms_core.version import build_info_labels
 
 from .processor import REJECT_REASONS
 from .query import ANSWER_RECORDS_DROPPED, Window, select, top_indices

@@ -74,7 +74,7 @@ FORMATS: tuple[Format, ...] = (
     Format("ledger_python", "Privacy ledger (Python device)", "SQLite `meta.schema_version`", "1", "1",
            "producer/ledger.py", "the device's ledger file"),
     Format("ledger_js", "Privacy ledger (JS client)", '`"format"` of the JSON under `ocms-ledger`', "1", "1",
-           "producer/js/src/ledger.ts", "the browser's localStorage or the Node file", golden=False),
+           "producer/js/src/ledger.ts", "the browser's localStorage or the Node file"),
     Format("ledger_c", "Privacy ledger (C example)", "first line `ocms-c-ledger 1`", "1", "1",
            "producer/c/example/ledger_file.c", "the device's ledger file", golden=False),
 )

@@ -180,16 +180,29 @@ def read_ledger_python(data: bytes, path: Path) -> dict:
             return {"spent": str(ledger.spent_exact("golden")), "charges": ledger.charges("golden")}
 
 
+JS_LEDGER_TOOL = "test/tools/golden_ledger.mjs"  # in producer/js: writes and reads with the client's PrivacyLedger
+
+
+def read_ledger_js(data: bytes, path: Path) -> dict:
+    """The JS client's own ledger reads the document (node; producer/js built)."""
+    from producer.jsclient import ensure_built, node
+
+    ensure_built()
+    return json.loads(node(JS_LEDGER_TOOL, "read", path.resolve()).stdout)
+
+
 #: format key -> reader(bytes) or reader(bytes, path) (those that read a file by its path).
 READERS: dict[str, Callable] = {
     "wire": read_wire, "fingerprint": read_fingerprint, "table_value": read_table_value,
     "table_key": read_table_key, "idempotency_log": read_idempotency_log, "redo_record": read_redo_record,
     "capture": read_capture, "sketch": read_sketch, "registry": read_registry, "registry_lock": read_registry_lock,
-    "device_config": read_device_config, "ledger_python": read_ledger_python,
+    "device_config": read_device_config, "ledger_python": read_ledger_python, "ledger_js": read_ledger_js,
 }
 #: Members are read inside their table value (tests/golden/*/table_value.bin holds versions 1 and 2).
 READS_AS = {"table_member": "table_value"}
-PATH_READERS = {"capture", "registry", "registry_lock", "ledger_python"}
+PATH_READERS = {"capture", "registry", "registry_lock", "ledger_python", "ledger_js"}
+#: Formats whose reader runs node (tests mark those samples integration).
+NEEDS_NODE = {"ledger_js"}
 
 
 def read_sample(fmt: str, path: Path) -> dict:
@@ -321,13 +334,26 @@ def _ledger_sample(directory: Path) -> list[tuple[str, str, dict | None]]:
     return [("ledger_python", "ledger.sqlite", None)]
 
 
-#: Samples whose bytes are not a function of their content alone (SQLite pages): compared by their fields.
-NOT_BYTE_EXACT = {"ledger.sqlite"}
+def _ledger_js_sample(directory: Path) -> list[tuple[str, str, dict | None]]:
+    from producer.jsclient import ensure_built, node
+
+    ensure_built()
+    text = node(JS_LEDGER_TOOL, "write").stdout.decode()
+    (directory / "ledger_js.json").write_text(text)
+    (directory / "ledger_js_format2_refused.json").write_text(json.dumps({**json.loads(text), "format": 2}) + "\n")
+    return [("ledger_js", "ledger_js.json", None),
+            ("ledger_js", "ledger_js_format2_refused.json", {"error": "OCMSError", "match": "has format 2, not 1"})]
 
 
-def write_release(directory: Path, release: str) -> dict:
+#: Samples whose bytes are not a function of their content alone (SQLite pages, a random memo key): compared
+#: by their fields.
+NOT_BYTE_EXACT = {"ledger.sqlite", "ledger_js.json", "ledger_js_format2_refused.json"}
+
+
+def write_release(directory: Path, release: str, with_node: bool = True) -> dict:
     """Write this code's samples of every format and ``manifest.json`` into ``directory`` (replaced whole: written
-    beside it first, so a failed run leaves no half directory)."""
+    beside it first, so a failed run leaves no half directory). ``with_node=False`` leaves out the samples
+    that node writes (the JS ledger's)."""
     final, directory = directory, directory.with_name(directory.name + ".partial")
     if directory.exists():
         shutil.rmtree(directory)
@@ -338,6 +364,8 @@ def write_release(directory: Path, release: str) -> dict:
         entries.append((fmt, name, refused))
     entries += _registry_samples(directory)
     entries += _ledger_sample(directory)
+    if with_node:
+        entries += _ledger_js_sample(directory)
     samples = []
     for fmt, name, refused in entries:
         sample = {"format": fmt, "file": name}

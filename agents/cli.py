@@ -98,6 +98,9 @@ def cmd_run(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ocms", description="LDP frequency estimation with OCMS+RR")
+    from cms_core.version import __version__  # issue 39: one project version (cms_core/version.py)
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_producer_commands(sub)  # plan, simulate, estimate, broker: producer/cli.py
 

@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from cms_core.sketch import EstimateOptions
 from cms_core.values import value_to_json
+from cms_core.version import build_info_labels
 
 from .processor import REJECT_REASONS
 from .query import ANSWER_RECORDS_DROPPED, Window, select, top_indices
@@ -89,6 +90,8 @@ class PipelineMetrics:
             "ocms_shuffle_header_invalid", "frames whose ocms-shuffle-n header is not a batch size of at least their "
             "reports: counted, as not shuffled", registry=r)
         r.register(ANSWER_RECORDS_DROPPED)
+        Gauge("ocms_build_info", "1, labelled with this worker's release and wire format (cms_core/version.py)",
+              ["version", "wire_format"], registry=r).labels(**build_info_labels()).set(1)
         #: Scrape-time collectors (estimates, discovery) are added here, never registered bare.
         self.guard = ExpositionGuard(r)
 

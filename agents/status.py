@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from faust.types import TP
 
+from cms_core.version import __version__
+
 if TYPE_CHECKING:  # types only
     from .metrics import PipelineMetrics
     from .processor import PendingBatch
@@ -103,6 +105,7 @@ class WorkerStatus:
             status = "rebalancing" if not settled and worker.group.rebalances else "starting"
         return {
             "status": status,
+            "version": __version__,  # issue 39 (cms_core/version.py)
             "failed": self.failure,
             "group": group,
             "view_caught_up": caught_up,

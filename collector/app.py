@@ -37,6 +37,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from cms_core.version import __version__, build_info_labels
 from producer.gateway import StartStopContext
 from producer.kafka import KafkaUnavailableError
 
@@ -151,6 +152,8 @@ class CollectorMetrics:
                                    "Error answers outside the upload routes (routing, method, malformed requests, "
                                    "server errors, header timeouts), by reason", ["reason"], registry=r)
         self.connections = Gauge("ocms_collector_connections", "Open HTTP connections", registry=r)
+        Gauge("ocms_build_info", "1, labelled with this collector's release and wire format (cms_core/version.py)",
+              ["version", "wire_format"], registry=r).labels(**build_info_labels()).set(1)
         self.connections_refused = Counter("ocms_collector_connections_refused",
                                            "Connections answered 503 at the connection cap (none idle to close)",
                                            registry=r)
@@ -298,7 +301,7 @@ class Collector:
         shared = self._shared()
         healthy = self.outlet.available and (shared is None or shared.ready)
         doc = {"kafka": "available" if self.outlet.available else "unavailable", "queued_reports": self.outlet.queued,
-               "metrics": len(self.registry.metrics),
+               "metrics": len(self.registry.metrics), "version": __version__,  # issue 39 (cms_core/version.py)
                "idempotency": ("shared" if shared.ready else "reading") if shared is not None else "per-process"}
         if self.outlet.last_error:
             doc["error"] = self.outlet.last_error

@@ -43,7 +43,7 @@ import pytest
 from tests.support.waiting import poll_until
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_LANGUAGES = {"sh", "bash", "shell", "console"}
 KINDS = {"run", "output", "skip", "checked-by"}
 NEEDS = {"worker", "discovery-reports"}

@@ -264,6 +264,7 @@ def test_a_retried_upload_is_answered_once_and_produced_once(broker, collector, 
 def test_healthz_and_prometheus_metrics(collector):
     status, doc, _ = request(collector.url + "/healthz", method="GET")
     assert status == 200 and doc["kafka"] == "available"
+    assert doc["version"] == __import__("cms_core.version").version.__version__  # issue 39
     with __import__("urllib.request").request.urlopen(collector.url + "/metrics") as response:
         text = response.read().decode()
     from prometheus_client.parser import text_string_to_metric_families
@@ -275,7 +276,7 @@ def test_healthz_and_prometheus_metrics(collector):
     assert requests[("400", "truncated")] >= 1
     assert requests[("413", "too_many_reports")] >= 1
     for name in ("ocms_collector_request_seconds", "ocms_collector_frames_produced", "ocms_collector_reports_produced",
-                 "ocms_collector_queue_reports", "ocms_collector_kafka_available"):
+                 "ocms_collector_queue_reports", "ocms_collector_kafka_available", "ocms_build_info"):
         assert name in families, name
 
 

@@ -69,6 +69,8 @@ METRICS: tuple[Metric, ...] = (
        "series left out of /metrics so that the rest is written (agents.metrics.ExpositionGuard)"),
     _m("ocms_answer_records_dropped_total", "counter", "field,reason", "worker",
        "records left out of a JSON answer because they could not be written"),
+    # The release (issue 39; cms_core/version.py): 1, labelled with two bounded values. The collector exports it too.
+    _m("ocms_build_info", "gauge", "version,wire_format", "worker", "this process's release and wire format"),
     _m("ocms_shuffle_header_invalid_total", "counter", "", "worker",
        "frames whose ocms-shuffle-n header is not a batch size of at least their reports (counted as not shuffled)"),
     # Global estimates (same on every worker).

@@ -25,7 +25,17 @@
 extern "C" {
 #endif
 
-#define OCMS_CLIENT_VERSION "1.0.0"
+/* The release (the project's one version, semantic versioning: cms_core/version.py) and the ABI version, the
+ * shared object's soname (libocms_client.so.OCMS_ABI_VERSION; producer/c/Makefile reads both from here). The ABI
+ * version changes with any change that breaks a program linked against the previous library (a struct's layout,
+ * a function's signature or meaning), in 0.x releases too; docs/compatibility.md lists both. */
+#define OCMS_VERSION_MAJOR 0
+#define OCMS_VERSION_MINOR 2
+#define OCMS_VERSION_PATCH 0
+#define OCMS_VERSION_STRING "0.2.0"
+#define OCMS_ABI_VERSION 0
+/* The name of OCMS_VERSION_STRING before release 0.2.0 (it said "1.0.0", a number no release had). */
+#define OCMS_CLIENT_VERSION OCMS_VERSION_STRING
 
 /* Every public function is exported from the shared object; nothing else is. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -47,6 +57,10 @@ extern "C" {
 
 /* A short English description of an OCMS_* code (static storage). */
 OCMS_API const char *ocms_strerror(int code);
+
+/* The release of the library linked at run time, "MAJOR.MINOR.PATCH" (static storage): compare with
+ * OCMS_VERSION_STRING, the release of the header the program was compiled with (src/version.c). */
+OCMS_API const char *ocms_version(void);
 
 /* ------------------------------------------------------------------ sizes */
 #define OCMS_HEADER_BYTES 16

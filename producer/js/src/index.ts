@@ -20,6 +20,7 @@ export { decodeMessage, encodeRecords, frameOf, peekHeader, HEADER_SIZE, KIND_FR
 export type { Record3, Header } from "./wire.js";
 export { captureRecord, readCapture } from "./capture.js";
 export { hex, fromHex } from "./hash.js";
+export { VERSION } from "./version.js";
 export {
   DeliveryError, InvalidConfigError, InvalidParameterError, InvalidValueError, NoRandomnessError, OCMSError,
   PrivacyBudgetError, QueueFullError, StorageError, UnknownMetricError, WireFormatError,

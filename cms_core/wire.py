@@ -199,6 +199,19 @@ def encode_frame(params: OCMSParams, batch: ReportBatch) -> bytes:
     return encode_batch(params, batch, kind=KIND_FRAME)
 
 
+def _unsupported_version(version: int) -> str:
+    """What a device (or an operator reading a dead letter) needs to know about a wire version this build
+    cannot read: which one it reads, and which side to upgrade (docs/compatibility.md)."""
+    from .version import __version__
+
+    if version > VERSION:
+        return (f"unsupported wire version {version}: ocms {__version__} reads wire version {VERSION}; the device "
+                f"client is newer than this server: upgrade the collector and workers to a release that reads "
+                f"wire version {version} (docs/compatibility.md), or use a client that writes version {VERSION}")
+    return (f"unsupported wire version {version}: ocms {__version__} reads wire version {VERSION}; upgrade the "
+            f"device client to one that writes wire version {VERSION} (docs/compatibility.md)")
+
+
 def peek_header(data: bytes) -> tuple[int, bytes, int]:
     """(kind, fingerprint, count) after checking magic, version and kind."""
     if len(data) < HEADER_SIZE:
@@ -207,7 +220,7 @@ def peek_header(data: bytes) -> tuple[int, bytes, int]:
     if magic != MAGIC:
         raise BadMagicError(f"bad magic {magic.hex()} (expected {MAGIC.hex()})")
     if version != VERSION:
-        raise UnsupportedVersionError(f"unsupported wire version {version} (this build reads {VERSION})")
+        raise UnsupportedVersionError(_unsupported_version(version))
     if kind not in (KIND_REPORT, KIND_FRAME):
         raise UnknownKindError(f"unknown message kind {kind}")
     return kind, fingerprint, count

@@ -20,6 +20,7 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY cms_core ./cms_core
+COPY infra ./infra
 COPY producer ./producer
 COPY agents ./agents
 COPY registry ./registry

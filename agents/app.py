@@ -50,7 +50,7 @@ log = logging.getLogger("ocms.worker")
 
 def faust_settings(settings: WorkerSettings) -> dict:
     """faust.App keyword settings; what differs between brokers comes from the broker profile
-    (``producer.kafka``: sessions, one-record batches, topic declaration)."""
+    (``infra.kafka``: sessions, one-record batches, topic declaration)."""
     if settings.store.startswith("rocksdb://"):
         # rocksdb://PATH: Faust keeps one RocksDB per table partition under its data directory.
         store, datadir = "rocksdb://", settings.store[len("rocksdb://"):] or f"{settings.app_id}-data"
@@ -345,7 +345,7 @@ class OCMSWorker:
 async def prepare_topics(settings: WorkerSettings) -> None:
     """Create the source, dead-letter and changelog topics with the configured partitions (on a broker
     whose clients cannot create topics: check they exist with them)."""
-    from producer.kafka import create_topics
+    from infra.kafka import create_topics
 
     await create_topics(
         settings.bootstrap_servers,

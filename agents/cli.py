@@ -15,7 +15,7 @@ import sys
 
 from cms_core.errors import InvalidParameterError, OCMSError
 from producer.cli import add_producer_commands, finite_float, int_at_least, reach_kafka
-from producer.kafka import KafkaUnavailableError
+from infra.kafka import KafkaUnavailableError
 
 from registry.flags import BY_NAME, add_flags, add_metric_flags, resolve
 
@@ -64,7 +64,7 @@ def cmd_worker(args) -> int:
     import logging
 
     if args.parent_pid is not None:
-        from .process import watch_parent
+        from infra.process import watch_parent
 
         watch_parent(args.parent_pid)
     settings, metrics = worker_settings_from_args(args)  # bad flags fail before Faust is even imported
@@ -74,7 +74,7 @@ def cmd_worker(args) -> int:
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     worker = OCMSWorker(settings, metrics)  # builds the tracked sets: bad values fail before touching Kafka
-    from .run import check_port_free
+    from infra.process import check_port_free
 
     check_port_free(settings.web_port, settings.label("web_port"), settings.web_host)
     wait_for_kafka(settings.bootstrap_servers, lambda: prepare_topics(settings), logging.getLogger("ocms.worker"),
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     (Kafka, a port), 130 interrupted. Errors are one line naming what to fix."""
     import signal
 
-    from registry.output import utf8_stdout
+    from infra.output import utf8_stdout
 
     utf8_stdout()  # every command writes UTF-8 (docs/discovery.md "Values that are not whole characters")
     parser = build_parser()

@@ -42,7 +42,7 @@ def _discoverable(args, registry):
 
 
 def _capture_messages(paths: list[str], damage: list):
-    from producer.capture import CaptureReader
+    from infra.capture import CaptureReader
 
     for path in paths:
         reader = CaptureReader(path)
@@ -107,7 +107,7 @@ def cmd_discover(args) -> int:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
     else:
-        from registry.output import write_stdout
+        from infra.output import write_stdout
 
         write_stdout(text + "\n")  # `ocms discover ... | head` ends quietly
     for line in damage:

@@ -28,7 +28,6 @@ import json
 import secrets
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -41,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from cms_core.errors import OCMSError
+from infra.process import check_port_free
 from registry.flags import DEFAULT_SOURCE_TOPIC
 
 from .process import WorkerChild, WorkerNotHealthy
@@ -648,24 +648,8 @@ def companion_values(companion: Companion, truth, show: int = 3) -> list[str]:
     return [companion.dataset.label(int(i)) for i in np.argsort(-truth, kind="stable")[:show]]
 
 
-def check_port_free(port: int, flag: str = "--web-port", host: str = "127.0.0.1") -> None:
-    """One clear line instead of the worker's traceback when the port is taken."""
-    with socket.socket() as probe:
-        # as the web server binds: connections of a killed predecessor in TIME_WAIT do not count
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise PortInUseError(f"{flag} {port}: cannot listen on {host}:{port} ({exc.strerror}); "
-                                 f"choose another port or leave {flag} out for a free one") from None
-
-
 class ChildProcessGone(OCMSError, RuntimeError):
     """The collector or the worker exited while the fleet was running."""
-
-
-class PortInUseError(OCMSError, RuntimeError):
-    """A port the command must listen on is taken."""
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -676,9 +660,10 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 def run(args) -> int:
+    from infra.broker import EmbeddedBroker
+    from infra.kafka import EMBEDDED, KAFKA, create_topics
+    from infra.process import free_port
     from producer import simulator
-    from producer.broker import EmbeddedBroker, free_port
-    from producer.kafka import EMBEDDED, KAFKA, create_topics
     from producer.datasets import parse_dataset
     from registry.values_file import MAX_WHOLE_DICTIONARY
 

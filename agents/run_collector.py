@@ -9,7 +9,7 @@ upload of it got a 202 (acknowledged by Kafka). ``ocms run --direct-kafka`` keep
 
 Like the worker, the collector runs in its own session (the terminal's signals reach only
 ``ocms run``, which stops it in order, by process group) and receives SIGTERM if ``ocms run`` dies
-(the parent-death signal of ``producer.broker.spawn``).
+(the parent-death signal of ``infra.process.spawn``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import subprocess
 from pathlib import Path
 
 from cms_core.errors import OCMSError
-from producer.broker import spawn
+from infra.process import ChildProcess, spawn
 
-from .process import ROOT, ChildProcess
+from .process import ROOT
 
 #: Largest wire record of any parameter set (two 128-bit coefficients and z) plus slack: the body
 #: limit ``ocms run`` gives its collector so that one frame of --frame-size reports fits in one upload.

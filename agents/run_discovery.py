@@ -99,7 +99,7 @@ class DiscoveryFleet:
         result.counts = np.zeros(self.dataset.dictionary_size, np.int64)
         producer = None
         if transport is None:
-            from producer.kafka import make_producer
+            from infra.kafka import make_producer
 
             producer = make_producer(bootstrap_servers, acks=1, idempotent=False, linger_ms=5)
             await producer.start()

@@ -9,7 +9,7 @@ variable, which wins over the default; the README's table is :func:`readme_table
 checks that they agree; ``python -m agents.settings`` prints it).
 
 What the worker's Kafka clients do differently per broker (``--broker``) is its broker profile
-(``producer.kafka``).
+(``infra.kafka``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from cms_core.errors import InvalidParameterError
-from producer.kafka import EMBEDDED, KAFKA, PROFILES, BrokerProfile, broker_profile
+from infra.kafka import EMBEDDED, KAFKA, PROFILES, BrokerProfile, broker_profile
 from registry import Registry
 from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, METRIC_SETTINGS, REGISTRY, Setting, check_fields, choice,
                             integer, markdown_table, metrics_from_args, number, resolve, table_main, text, topic)

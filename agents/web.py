@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 
-from collector.http_server import ErrorAnswers, install_handle_error, json_errors
+from infra.http_edge import ErrorAnswers, install_handle_error, json_errors
 
 from .query import (INLINE_WORK, ApiError, Answer, Estimator, Read, check_query, count_dropped, finish_json,
                     start_answer_process, to_json)
@@ -145,7 +145,7 @@ def add_pages(app: faust.App, worker: ServedWorker) -> QueryRunner:
 
     # Every error answer is JSON with a reason name, counted by reason and logged in one line: the API's own
     # (bad_parameter, not_found, busy) and the web server's (no_such_route, method_not_allowed,
-    # malformed_request, internal_error: collector/http_server.py), never with a client address.
+    # malformed_request, internal_error: infra/http_edge.py), never with a client address.
     http_errors = Counter("ocms_http_errors", "Error answers of the worker's HTTP server, by reason", ["reason"],
                           registry=worker.metrics.registry)
     answers = ErrorAnswers(lambda status, reason: http_errors.labels(reason).inc(), logging.getLogger("ocms.web"),

@@ -43,7 +43,8 @@ from agents.app import OCMSWorker
 from agents.process import WorkerChild
 from benchmarks.bench_worker import Worker, machine_line, messages, produce
 from benchmarks.experiments.common import cpu_times, steal_fraction
-from producer.broker import EmbeddedBroker, free_port
+from infra.broker import EmbeddedBroker
+from infra.process import free_port
 
 PATHS = ("side", "agent-events", "agent-take")
 #: frame size -> (reports for the throughput run, reports/s for the latency run)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from producer.broker import free_port, stop_process_group
+from infra.process import free_port, stop_process_group
 
 CHART_READY = """
 var done = arguments[arguments.length - 1];

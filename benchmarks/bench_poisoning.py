@@ -46,7 +46,8 @@ from agents.run_collector import CollectorChild
 from cms_core import planning, theory, wire
 from cms_core.poisoning import maximal_gain_reports
 from cms_core.privatize import simulate_reports
-from producer.broker import EmbeddedBroker, free_port
+from infra.broker import EmbeddedBroker
+from infra.process import free_port
 from producer.reporter import HttpTransport
 from registry import load_registry
 

@@ -19,8 +19,8 @@ import numpy as np
 
 from cms_core import OCMSParams, privatize
 from cms_core.privatize import simulate_reports
+from infra.broker import EmbeddedBroker
 from producer import simulator
-from producer.broker import EmbeddedBroker
 from producer.datasets import parse_dataset
 
 

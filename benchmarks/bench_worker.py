@@ -45,9 +45,10 @@ from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction
 from cms_core import OCMSParams, wire
 from cms_core.errors import OCMSError
 from cms_core.privatize import simulate_reports
-from producer.broker import EmbeddedBroker, free_port
-from producer.kafka import EMBEDDED, make_producer
-from producer.mock_cluster import BROKER_KINDS, MockCluster, start_broker
+from infra.broker import EmbeddedBroker
+from infra.kafka import EMBEDDED, make_producer
+from infra.mock_cluster import BROKER_KINDS, MockCluster, start_broker
+from infra.process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

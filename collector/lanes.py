@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 from cms_core import wire
 from cms_core.reports import ReportBatch
+from infra.kafka import KafkaUnavailableError
 from producer.gateway import FrameBatcher
-from producer.kafka import KafkaUnavailableError
 
 from .shuffle import THREAD_MIN_REPORTS, shuffle_and_cut
 

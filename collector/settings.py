@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from cms_core.errors import InvalidParameterError
-from producer.kafka import KAFKA, PROFILES, BrokerProfile, broker_profile
+from infra.kafka import KAFKA, PROFILES, BrokerProfile, broker_profile
 from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, Setting, check_fields, choice, existing_file, integer,
                             markdown_table, number, resolve, switch, table_main, text, topic)
 

@@ -18,9 +18,9 @@ import math
 import sys
 
 from cms_core.errors import InvalidParameterError, OCMSError
+from infra.output import status, text_table, write_stdout
 from registry.flags import (DEFAULT_SOURCE_TOPIC, FLAGS_PATH, PARAMETER_SETTINGS, TRACKED_SETTINGS, add_metric_flags,
                             metrics_from_args, version_from_args)
-from registry.output import status, text_table, write_stdout
 from registry.values_file import MAX_WHOLE_DICTIONARY
 
 
@@ -232,7 +232,7 @@ def cmd_simulate(args) -> int:
 def check_outputs(args) -> None:
     """``--out`` and ``--truth`` of ``ocms simulate``: a directory that exists (``-`` is standard output, for one
     of them only), checked before any work."""
-    from producer.capture import is_stdio
+    from infra.capture import is_stdio
 
     if args.out is not None and args.truth is not None and is_stdio(args.out) and is_stdio(args.truth):
         raise OCMSError("--out - and --truth -: only one of them can be standard output")
@@ -248,8 +248,8 @@ def run_simulation(args, settings, metric: str | None = None):
     Returns the :class:`SimulationResult` and where the reports went, for the summary line."""
     import asyncio
 
+    from infra.capture import output_name
     from producer import simulator
-    from producer.capture import output_name
 
     if args.collector is not None:
         return _upload_simulation(args, settings, metric)
@@ -258,14 +258,14 @@ def run_simulation(args, settings, metric: str | None = None):
     if args.embedded_broker:
         if bootstrap:
             raise OCMSError("--embedded-broker and --bootstrap-servers are exclusive")
-        from producer.broker import EmbeddedBroker
+        from infra.broker import EmbeddedBroker
 
         broker = EmbeddedBroker().start()
         bootstrap = broker.bootstrap_servers
         print(f"embedded broker on {bootstrap}", file=sys.stderr)
     try:
         if bootstrap:
-            from producer.kafka import EMBEDDED, KAFKA, create_topics
+            from infra.kafka import EMBEDDED, KAFKA, create_topics
 
             profile = EMBEDDED if broker is not None else KAFKA
             reach_kafka(bootstrap, lambda: create_topics(bootstrap, {args.topic: args.partitions}, profile))
@@ -290,8 +290,8 @@ def _upload_simulation(args, settings, metric: str | None):
     means it is in Kafka); the collector produces to its own topic."""
     import asyncio
 
+    from infra.capture import output_name
     from producer import simulator
-    from producer.capture import output_name
     from producer.reporter import HttpTransport
 
     if metric is None:
@@ -362,7 +362,7 @@ def cmd_broker(args) -> int:
     import signal
     import threading
 
-    from producer.broker import EmbeddedBroker
+    from infra.broker import EmbeddedBroker
 
     topics = _topic_partitions(args.topic)
     broker = EmbeddedBroker(port=args.port).start()
@@ -392,7 +392,7 @@ def reach_kafka(bootstrap: str, make_coroutine, flag: str = "--bootstrap-servers
 
     from aiokafka.errors import KafkaConnectionError, KafkaError
 
-    from producer.kafka import KafkaUnavailableError
+    from infra.kafka import KafkaUnavailableError
 
     quiet = logging.getLogger("aiokafka")
     level, quiet.level = quiet.level, logging.CRITICAL  # its per-attempt ERROR lines would repeat ours

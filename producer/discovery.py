@@ -141,9 +141,9 @@ def simulate_discovery(args, version) -> int:
     from cms_core.values import value_to_json
     from registry.discovery import discovery_of
 
-    from registry.output import status
+    from infra.output import status
 
-    from .capture import CaptureWriter, output_name
+    from infra.capture import CaptureWriter, output_name
     from .datasets import parse_dataset
 
     spec = discovery_of(version)
@@ -199,7 +199,7 @@ def simulate_discovery(args, version) -> int:
 
 async def _send_frames(bootstrap: str, topic: str, partitions: int, frames: list[bytes]) -> None:
     """Create ``topic`` if needed and send every frame (acks=all), keyed round-robin like simulated gateways."""
-    from .kafka import create_topics, make_producer
+    from infra.kafka import create_topics, make_producer
 
     await create_topics(bootstrap, {topic: partitions})
     producer = make_producer(bootstrap, idempotent=False)  # any broker, the embedded one included

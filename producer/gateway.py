@@ -44,8 +44,8 @@ from cms_core.reports import Report, ReportBatch
 from cms_core.wire import (HEADER_SIZE, MAX_FRAME_RECORDS, UnknownFingerprintError, decode_message, encode_frame,
                            peek_header, record_size)
 
-from .kafka import KAFKA, BrokerProfile, aiokafka_producer
-from .kafka import producer_config as kafka_producer_config
+from infra.kafka import KAFKA, BrokerProfile, aiokafka_producer
+from infra.kafka import producer_config as kafka_producer_config
 
 #: Kafka's default max.message.bytes is 1 MiB (1048588 with overhead); stay below it.
 DEFAULT_MAX_FRAME_BYTES = 1_000_000
@@ -291,7 +291,7 @@ class KafkaFrameSink(StartStopContext):
     """Send frames to a Kafka topic with aiokafka (``acks="all"``); usable as a batcher's ``send``.
 
     ``key`` is None (frames spread over partitions) or a gateway id; never a
-    device key. ``profile``: the broker's (:mod:`producer.kafka`).
+    device key. ``profile``: the broker's (:mod:`infra.kafka`).
     ``producer_factory(**config)`` can replace AIOKafkaProducer.
     """
 

@@ -28,7 +28,7 @@ from cms_core.records import estimate_records, noise_fields
 from cms_core.sketch import EstimateOptions
 from cms_core.reports import ReportBatch
 
-from .capture import CaptureDamage, CaptureReader, read_capture
+from infra.capture import CaptureDamage, CaptureReader, read_capture
 
 #: Exit status of ``ocms estimate`` when the answer cannot be trusted (bad flags exit 2).
 EXIT_NOTHING_COUNTED = 1
@@ -265,8 +265,8 @@ def run_estimate(version, registry, paths: Iterable[str | Path], options: Estima
     messages were rejected or a capture was damaged, or ``strict`` and a
     capture was damaged (the JSON is still written, for inspection).
     """
+    from infra.output import write_stdout
     from registry.flags import FLAGS_PATH
-    from registry.output import write_stdout
 
     err = sys.stderr if err is None else err
     result = decode_captures(version.params, version.tracked_values(), paths)

@@ -69,8 +69,8 @@ from cms_core.privatize import privatize
 from cms_core.values import encode_value
 from cms_core.wire import encode_report
 
-from .kafka import KAFKA, BrokerProfile, aiokafka_producer
-from .kafka import producer_config as kafka_producer_config
+from infra.kafka import KAFKA, BrokerProfile, aiokafka_producer
+from infra.kafka import producer_config as kafka_producer_config
 from .ledger import PrivacyLedger
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,7 @@ class DeviceReporter:
         retry_backoff_s, max_backoff_s: exponential backoff base and cap (jittered).
         max_in_flight: sends awaiting acknowledgement at once.
         request_timeout_s: aiokafka's per-send timeout.
-        profile: the broker's profile (:mod:`producer.kafka`): the idempotent producer where it has one.
+        profile: the broker's profile (:mod:`infra.kafka`): the idempotent producer where it has one.
         producer_factory: ``factory(**config)`` returning an object with
             ``start()``, ``stop()`` and ``send_and_wait(topic, value, key=)``;
             defaults to :class:`aiokafka.AIOKafkaProducer` (tests inject fakes).

@@ -31,8 +31,8 @@ from cms_core.privatize import simulate_reports
 from cms_core.reports import ReportBatch
 from cms_core.values import elements_to_array, encode_value, limbs_for, value_to_json
 
-from .capture import CaptureWriter
-from .kafka import KAFKA, BrokerProfile, make_producer
+from infra.capture import CaptureWriter
+from infra.kafka import KAFKA, BrokerProfile, make_producer
 
 DEFAULT_CHUNK = 50_000
 #: Largest dataset whose values are sent as strings (one 128-bit fingerprint per value, precomputed).
@@ -227,7 +227,7 @@ async def run(
     ``transport`` (a started ``producer.reporter.HttpTransport``) every message is uploaded to an
     ``ocms collector`` on its own, ``upload_concurrency`` at a time, and a chunk counts as sent
     once all its uploads got a 202 (in Kafka); device and gateway keys are not sent (the
-    collector keys nothing by device). ``profile``: the broker's (producer.kafka).
+    collector keys nothing by device). ``profile``: the broker's (infra.kafka).
     """
     if bootstrap_servers is None and out is None and transport is None:
         raise InvalidParameterError("bootstrap_servers", None,

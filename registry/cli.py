@@ -12,7 +12,7 @@ import json
 
 from cms_core.errors import OCMSError
 
-from .output import text_table, write_stdout
+from infra.output import text_table, write_stdout
 
 
 def add_registry_commands(sub) -> None:

@@ -232,7 +232,7 @@ def doc_broker():
     """The embedded broker, its ocms-reports topic holding flight_tailnum discovery reports at each time in
     DISCOVERY_TIMES, sent first: a window is read from the first offset at or after its start on, and stops at
     the first later timestamp, as on a topic whose reports arrive in time order."""
-    from producer.broker import EmbeddedBroker
+    from infra.broker import EmbeddedBroker
 
     with EmbeddedBroker() as broker:
         broker.create_topics({"ocms-reports": 4})

@@ -23,8 +23,8 @@ from pathlib import Path
 from ruamel.yaml import YAML
 
 from agents.process import worker_topics
-from producer.broker import broker_binary
-from producer.kafka import EMBEDDED, MOCK, create_topics, wait_until_ready
+from infra.broker import broker_binary
+from infra.kafka import EMBEDDED, MOCK, create_topics, wait_until_ready
 
 from .hosts import Host, Network, Process
 
@@ -176,7 +176,7 @@ class Deployment:
                  "--storage-engine", "memory://tansu/"], self.workdir / "kafka.log")
             asyncio.run(wait_until_ready(self.controller_bootstrap, 30))
             return
-        from producer.mock_cluster import MockCluster
+        from infra.mock_cluster import MockCluster
 
         # The mock runs in this process's namespace: its brokers on this host's loopback; every host's relay
         # forwards its own loopback ports here (through the bridge, so a cut link cuts it off).

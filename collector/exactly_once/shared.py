@@ -136,7 +136,7 @@ class SharedIdempotency:
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        from producer.kafka import create_topics, make_producer
+        from infra.kafka import create_topics, make_producer
 
         s = self.settings
         profile = s.broker
@@ -278,7 +278,7 @@ class SharedIdempotency:
     async def _tail_loop(self) -> None:
         from aiokafka import TopicPartition
 
-        from producer.kafka import make_consumer
+        from infra.kafka import make_consumer
 
         s = self.settings
         consumer = make_consumer(s.bootstrap_servers, profile=s.broker, auto_offset_reset="earliest",
@@ -475,7 +475,7 @@ class SharedIdempotency:
     async def _fence_and_complete(self, listing: Listing) -> bool:
         """Another collector's listing: fence its producer with a producer of its transactional id, which then
         produces what :meth:`complete_batch` finds missing (a second settler's producer would fence this one)."""
-        from producer.kafka import make_producer
+        from infra.kafka import make_producer
 
         s = self.settings
         producer = make_producer(s.bootstrap_servers, s.broker, idempotent=True,
@@ -538,7 +538,7 @@ class SharedIdempotency:
         began (so after a fence), until ``match(message)`` says True; whether it did."""
         from aiokafka import TopicPartition
 
-        from producer.kafka import make_consumer
+        from infra.kafka import make_consumer
 
         s = self.settings
         consumer = make_consumer(s.bootstrap_servers, profile=s.broker, auto_offset_reset="earliest",
@@ -564,7 +564,7 @@ class SharedIdempotency:
         """Offsets at or below each partition's end (the embedded broker answers too low, never too high)."""
         from aiokafka import TopicPartition
 
-        from producer.kafka import make_consumer
+        from infra.kafka import make_consumer
 
         s = self.settings
         consumer = make_consumer(s.bootstrap_servers, profile=s.broker, client_id="ocms-collector-offsets")

@@ -5,8 +5,8 @@ A ``WorkerProcess`` is ``ocms worker ...`` started by ``agents.process.WorkerChi
 keys/timestamps through aiokafka; ``wait_healthy`` and ``wait_for_n`` poll the HTTP API
 (tests.support.waiting); tests.support.topics reads a topic back.
 
-The broker is a bootstrap address of the embedded broker, or a broker object (``producer.broker.EmbeddedBroker``,
-``producer.mock_cluster.MockCluster``) whose ``profile`` the worker (``--broker``) and the clients here use;
+The broker is a bootstrap address of the embedded broker, or a broker object (``infra.broker.EmbeddedBroker``,
+``infra.mock_cluster.MockCluster``) whose ``profile`` the worker (``--broker``) and the clients here use;
 on a broker whose clients cannot create topics (the mock) ``WorkerProcess`` creates the worker's topics first.
 """
 
@@ -30,8 +30,8 @@ import numpy as np
 from agents.process import WorkerChild
 from cms_core import OCMSParams, wire
 from cms_core.privatize import simulate_reports
-from producer.broker import free_port
-from producer.kafka import make_producer
+from infra.process import free_port
+from infra.kafka import make_producer
 from agents.process import worker_topics
 from tests.brokers import endpoint
 

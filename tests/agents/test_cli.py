@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agents.cli import main
-from producer.broker import free_port
+from infra.process import free_port
 
 from tests.support.waiting import poll_until
 

@@ -35,7 +35,8 @@ import pytest
 
 from agents.console import load_assets, read_truth, write_truth_atomically
 from cms_core import OCMSParams
-from producer.broker import EmbeddedBroker, free_port
+from infra.broker import EmbeddedBroker
+from infra.process import free_port
 from tests.agents.harness import Message, WorkerProcess, report_messages, send
 from tests.registry.helpers import screen_metric
 from tests.support.waiting import poll_until

@@ -8,7 +8,7 @@ import pytest
 
 from agents.cli import main
 from cms_core import discovery as D, wire
-from producer.capture import CaptureWriter
+from infra.capture import CaptureWriter
 from tests.registry.helpers import WORDS_AND_SCREENS
 from tests.support.waiting import poll_until
 
@@ -135,9 +135,9 @@ def test_periodic_discovery_reads_the_topic_window_and_exports_bounded_labels(wo
     from prometheus_client import CollectorRegistry, generate_latest
 
     from agents.discovery import DiscoveryCollector, DiscoveryService
-    from producer.broker import EmbeddedBroker
+    from infra.broker import EmbeddedBroker
+    from infra.kafka import EMBEDDED, make_producer
     from producer.discovery import simulate_discovery_messages
-    from producer.kafka import EMBEDDED, make_producer
     from registry import load_registry
     from registry.discovery import discovery_of
 
@@ -239,9 +239,10 @@ def test_discover_serve_publishes_the_latest_pass_over_http(workspace, tmp_path)
 
     import numpy as np
 
-    from producer.broker import EmbeddedBroker, free_port
+    from infra.broker import EmbeddedBroker
+    from infra.kafka import EMBEDDED, make_producer
+    from infra.process import free_port
     from producer.discovery import simulate_discovery_messages
-    from producer.kafka import EMBEDDED, make_producer
     from registry import load_registry
     from registry.discovery import discovery_of
 

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from agents.cli import main
-from producer.capture import CaptureWriter
+from infra.capture import CaptureWriter
 from producer.discovery import simulate_discovery_messages
 from registry import load_registry
 from registry.discovery import discovery_of
@@ -196,8 +196,8 @@ def check_exposition(base: str) -> dict:
 def broker(workspace):
     import asyncio
 
-    from producer.broker import EmbeddedBroker
-    from producer.kafka import EMBEDDED, make_producer
+    from infra.broker import EmbeddedBroker
+    from infra.kafka import EMBEDDED, make_producer
 
     _, _, _, frames = workspace
 
@@ -243,7 +243,7 @@ def test_worker_serves_cut_values_and_metrics_stay_up(workspace, broker, tmp_pat
 
 @pytest.mark.integration
 def test_discover_serve_answers_cut_values_and_metrics_stay_up(workspace, broker):
-    from producer.broker import free_port
+    from infra.process import free_port
 
     _, registry, _, _ = workspace
     port = free_port()

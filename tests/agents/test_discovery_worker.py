@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from cms_core import discovery as D, wire
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 from producer.discovery import simulate_discovery_messages
 
 from tests.registry.helpers import WORDFREQ_ALPHABET, WORDS_AND_SCREENS

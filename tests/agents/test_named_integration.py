@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from cms_core import OCMSParams
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 from producer.offline import sketch_from_messages
 from registry import load_registry
 

@@ -86,7 +86,7 @@ def test_the_demo_finds_frequent_words_within_two_minutes():
     frequent words, only real words, and every word whose frequency is above the detection threshold."""
     from agents.discovery_pass import discovery_pass
     from cms_core.discovery import detection_threshold
-    from producer.broker import EmbeddedBroker
+    from infra.broker import EmbeddedBroker
 
     named = run_metric(args(), DEST)
     fleet = discovery_fleet(named, args())

@@ -23,7 +23,7 @@ from agents.view import CountsView
 from cms_core import wire
 from cms_core.planning import shuffle_delta
 from cms_core.shuffle import central_epsilon
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 from producer.offline import sketch_from_messages
 from registry import load_registry
 

@@ -23,7 +23,7 @@ from agents.query import PARAMETERS
 from cms_core import OCMSParams, wire
 from cms_core.privatize import simulate_reports
 from cms_core.values import elements_to_array, encode_value, limbs_for
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 from registry.values_file import write_values_file
 
 from .harness import Message, WorkerProcess, report_messages, send

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, wire
-from producer.kafka import make_consumer
+from infra.kafka import make_consumer
 from producer.offline import sketch_from_messages
 
-from producer.mock_cluster import start_broker
+from infra.mock_cluster import start_broker
 from tests.brokers import BROKERS, MOCK_MARKS, MOCK_SESSION_ARGS, endpoint, on_brokers
 from tests.support.topics import consume
 from tests.support.waiting import poll_until

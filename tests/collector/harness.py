@@ -24,7 +24,7 @@ import numpy as np
 from cms_core import wire
 from cms_core.privatize import simulate_reports
 from collector.cli import collector_command
-from producer.broker import free_port
+from infra.process import free_port
 from tests.agents.harness import WorkerProcess
 from tests.brokers import MOCK_SESSION_ARGS, collector_topics, endpoint
 from tests.support.waiting import poll_until

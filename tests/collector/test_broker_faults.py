@@ -27,7 +27,7 @@ from collections import Counter
 
 import pytest
 
-from producer.mock_cluster import MockCluster
+from infra.mock_cluster import MockCluster
 from producer.offline import sketch_from_messages
 
 from tests.support.topics import consume

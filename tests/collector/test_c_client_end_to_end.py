@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from producer.broker import free_port
+from infra.process import free_port
 from tests.producer.c_client import CLI, line_of, make
 from tests.support.topics import consume
 

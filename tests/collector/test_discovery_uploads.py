@@ -11,7 +11,7 @@ import pytest
 
 from cms_core import discovery as D, wire
 from collector.uploads import UploadParser, UploadRejected
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 from producer.discovery import simulate_discovery_messages
 from registry import load_registry
 from registry.discovery import discovery_of

@@ -28,7 +28,7 @@ from cms_core import kernel
 from cms_core.audit import audit_batches
 from cms_core.privatize import keep_threshold
 from cms_core.values import elements_to_array, encode_value, limbs_for
-from producer.capture import read_report_batch
+from infra.capture import read_report_batch
 from registry.device import device_config
 from registry.loader import parse_registry
 

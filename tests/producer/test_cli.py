@@ -118,7 +118,7 @@ def test_broker_command_starts_creates_topics_and_stops_cleanly():
     import re
     import signal
 
-    from producer.kafka import wait_until_ready
+    from infra.kafka import wait_until_ready
 
     script = Path(sys.executable).parent / "ocms"
     proc = subprocess.Popen([str(script), "broker", "--topic", "cli-topic:2"], stdout=subprocess.PIPE, text=True)

@@ -196,8 +196,8 @@ def test_constructor_validation(kwargs, name):
 
 @pytest.mark.integration
 def test_frames_through_kafka_sink_to_the_embedded_broker():
-    from producer.broker import EmbeddedBroker
-    from producer.kafka import EMBEDDED
+    from infra.broker import EmbeddedBroker
+    from infra.kafka import EMBEDDED
 
     sent = [privatize(PARAMS, v % 1000) for v in range(250)]  # device path reports
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from cms_core import OCMSParams, TrackedValues
+from infra.capture import read_capture
 from producer import simulator
-from producer.capture import read_capture
 from producer.datasets import parse_dataset
 from producer.offline import sketch_from_messages
 from tests.brokers import module_broker

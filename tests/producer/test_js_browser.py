@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producer.broker import EmbeddedBroker, free_port
+from infra.broker import EmbeddedBroker
+from infra.process import free_port
 from producer.jsclient import BUNDLE, JS_DIR
 from tests.agents.test_console import browser_errors, chrome  # noqa: F401  (the Chromium fixture)
 from tests.collector.harness import CollectorProcess, records_of, serving_worker

@@ -31,7 +31,7 @@ import cms_core.audit as audit
 from cms_core import kernel, wire
 from cms_core.privatize import keep_threshold
 from cms_core.values import string_fingerprint
-from producer.capture import read_capture
+from infra.capture import read_capture
 from producer.jsclient import CLI, JS_DIR, audit_js_client, leaky_threshold_for, node, write_device_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 from agents.cli import main
 from cms_core import OCMSParams
 from cms_core.records import ESTIMATE_FIELDS
-from producer.capture import CaptureReader
+from infra.capture import CaptureReader
 from registry.values_file import write_values_file
 
 #: value -> relative weight in the simulated fleet

@@ -13,7 +13,7 @@ import pytest
 from cms_core.errors import InvalidParameterError, InvalidValueError
 from cms_core.wire import peek_header
 from producer.gateway import FrameBatcher
-from producer.kafka import EMBEDDED
+from infra.kafka import EMBEDDED
 from producer.ledger import PrivacyLedger
 from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport, new_device_key

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from producer.capture import CaptureDamage, CaptureReader
+from infra.capture import CaptureDamage, CaptureReader
 from tests.agents.harness import ROOT, ocms
 
 pytestmark = pytest.mark.integration  # starts `ocms` processes joined by pipes
@@ -87,7 +87,7 @@ def test_a_damaged_tail_on_a_pipe_counts_the_bytes_it_ignores():
 
 def test_reader_counts_a_pipes_tail_and_bounds_an_endless_one(monkeypatch):
     """In process: a pipe is read to its end to count the ignored bytes, up to MAX_COUNTED_TAIL_BYTES."""
-    import producer.capture as capture
+    import infra.capture as capture
 
     read_end, write_end = os.pipe()
     os.write(write_end, (10**9).to_bytes(4, "big") + b"y" * 5000)  # an impossible length, then 5,000 bytes

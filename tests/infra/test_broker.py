@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from producer.broker import EmbeddedBroker, free_port
-from producer.kafka import (EMBEDDED, KafkaUnavailableError, TopicMismatchError, make_admin, make_producer,
-                            wait_until_ready)
+from infra.broker import EmbeddedBroker
+from infra.kafka import EMBEDDED, KafkaUnavailableError, TopicMismatchError, make_admin, make_producer, wait_until_ready
+from infra.process import free_port
 from tests.support.topics import read_topic
 
 

@@ -1,4 +1,4 @@
-"""registry.output: command output to a pipe that closes early (`ocms estimate ... | head`)."""
+"""infra.output: command output to a pipe that closes early (`ocms estimate ... | head`)."""
 
 import subprocess
 import sys
@@ -10,7 +10,7 @@ pytestmark = pytest.mark.integration  # runs `ocms` into closed pipes
 
 ROOT = Path(__file__).resolve().parents[2]
 
-WRITER = "from registry.output import write_stdout\nfor i in range(100_000):\n    write_stdout(f'line {i}\\n')\n"
+WRITER = "from infra.output import write_stdout\nfor i in range(100_000):\n    write_stdout(f'line {i}\\n')\n"
 
 
 def test_a_reader_that_stops_early_ends_the_command_quietly():

@@ -481,9 +481,9 @@ class GuardedAppRunner(web.AppRunner):
 # ----------------------------------------------------------------- drift check
 def drift() -> list[str]:
     """What differs from the aiohttp this module was written against (empty when nothing does)."""
-    from .kafka_internals import version_drift
+    from .pinned import version_drift
 
-    problems = version_drift(PINNED_VERSIONS, "collector/http_server.py")
+    problems = version_drift(PINNED_VERSIONS, "infra/http_edge.py")
     make = getattr(web.AppRunner, "_make_server", None)
     if make is None or not inspect.iscoroutinefunction(make):
         problems.append("aiohttp's AppRunner._make_server is gone or no longer a coroutine")

@@ -1,4 +1,4 @@
-"""producer.kafka: the broker profiles, and what every Kafka client gets under each (no broker needed)."""
+"""infra.kafka: the broker profiles, and what every Kafka client gets under each (no broker needed)."""
 
 import asyncio
 import dataclasses
@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from collector.outlet import KafkaOutlet
-from collector.settings import CollectorSettings
 from cms_core.errors import OCMSError
 from cms_core.params import OCMSParams
+from collector.outlet import KafkaOutlet
+from collector.settings import CollectorSettings
+from infra.kafka import (EMBEDDED, KAFKA, MAX_REQUEST_BYTES, MOCK, PROFILES, broker_profile, consumer_config,
+                         producer_config, profiles_table, stop_client)
 from producer.gateway import KafkaFrameSink
-from producer.kafka import (EMBEDDED, KAFKA, MAX_REQUEST_BYTES, MOCK, PROFILES, broker_profile, consumer_config,
-                            producer_config, profiles_table, stop_client)
 from producer.reporter import DeviceReporter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def test_profiles_are_named_and_an_unknown_name_is_refused():
 def test_the_readme_operating_notes_hold_the_generated_profile_table():
     # the table sits in a bullet of the operating notes, indented by two spaces
     readme = "\n".join(line.removeprefix("  ") for line in (ROOT / "README.md").read_text().splitlines())
-    assert profiles_table() in readme, "regenerate: python -m producer.kafka (and paste it into README.md)"
+    assert profiles_table() in readme, "regenerate: python -m infra.kafka (and paste it into README.md)"
     for profile in (EMBEDDED, MOCK):
         for why in profile.differences.values():
             assert why in readme

@@ -1,10 +1,10 @@
-"""producer.mock_cluster: librdkafka's mock cluster in a child process, and its fault injection."""
+"""infra.mock_cluster: librdkafka's mock cluster in a child process, and its fault injection."""
 
 import asyncio
 
 import pytest
 
-from producer.mock_cluster import MockCluster, MockClusterError
+from infra.mock_cluster import MockCluster, MockClusterError
 from tests.support.waiting import poll_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_mock]
@@ -19,7 +19,7 @@ def cluster():
 def produce_and_count(bootstrap: str, topic: str, partitions: int, records: int) -> dict[int, int]:
     from aiokafka.structs import TopicPartition
 
-    from producer.kafka import MOCK, make_consumer, make_producer
+    from infra.kafka import MOCK, make_consumer, make_producer
 
     async def go():
         producer = make_producer(bootstrap, MOCK, linger_ms=5)  # idempotent, acks=all

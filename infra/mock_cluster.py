@@ -17,7 +17,7 @@ fault-injection API. This module runs one in a **child process** (ctypes on
         cluster.set_rtt(2, 500)
 
 What the mock cannot do, and what callers must do instead (docs: README "Operating notes";
-the client side is the ``mock`` broker profile, ``producer.kafka.MOCK``): no CreateTopics from
+the client side is the ``mock`` broker profile, ``infra.kafka.MOCK``): no CreateTopics from
 clients (it advertises no controller: topics are created here, through the mock API, before
 the worker and the collector start; Faust's topic declaration is off), fetches that find no
 data are held for their whole max wait (the profile's 100 ms), no log compaction (compacted
@@ -40,8 +40,8 @@ import sys
 import threading
 
 from cms_core.errors import OCMSError
-from producer.broker import EmbeddedBroker
-from producer.kafka import MOCK
+from infra.broker import EmbeddedBroker
+from infra.kafka import MOCK
 
 #: Kafka protocol API keys the fault-injection calls take by name.
 API_KEYS = {"Produce": 0, "Fetch": 1, "ListOffsets": 2, "Metadata": 3, "OffsetCommit": 8, "OffsetFetch": 9,
@@ -174,9 +174,9 @@ def serve(brokers: int) -> int:
 
 # ---------------------------------------------------------------------------------------- parent side
 class MockCluster:
-    """A librdkafka mock cluster in a child process (the same face as producer.broker.EmbeddedBroker)."""
+    """A librdkafka mock cluster in a child process (the same face as infra.broker.EmbeddedBroker)."""
 
-    #: What the clients do differently on it (producer.kafka.MOCK: topics are created here, not by clients).
+    #: What the clients do differently on it (infra.kafka.MOCK: topics are created here, not by clients).
     profile = MOCK
 
     def __init__(self, brokers: int = 3):
@@ -198,7 +198,7 @@ class MockCluster:
     def start(self) -> "MockCluster":
         library_path()  # a clear error before spawning
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "producer.mock_cluster", str(self.brokers)],
+            [sys.executable, "-m", "infra.mock_cluster", str(self.brokers)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         hello = self._read()
@@ -309,7 +309,7 @@ BROKER_KINDS = ("embedded", "mock")
 
 def start_broker(kind: str, brokers: int = 3):
     """An unstarted broker of ``kind`` (a context manager that starts and stops it): ``embedded``, the
-    Tansu broker (producer.broker); ``mock``, this cluster with ``brokers`` brokers."""
+    Tansu broker (infra.broker); ``mock``, this cluster with ``brokers`` brokers."""
     if kind == "mock":
         return MockCluster(brokers)
     if kind == "embedded":

@@ -14,10 +14,10 @@ import argparse
 import sys
 
 from cms_core.errors import InvalidParameterError, OCMSError
-from producer.cli import add_producer_commands, finite_float, int_at_least, reach_kafka
-from infra.kafka import KafkaUnavailableError
-
-from registry.flags import BY_NAME, add_flags, add_metric_flags, resolve
+from infra.kafka import wait_for_kafka
+from infra.settings import add_flags, finite_float, int_at_least, resolve
+from producer.cli import add_producer_commands
+from registry.flags import BY_NAME, add_metric_flags
 
 from .settings import SETTINGS
 
@@ -32,32 +32,6 @@ def worker_settings_from_args(args, environ=None):
     from .settings import worker_settings
 
     return worker_settings(vars(args), os.environ if environ is None else environ)
-
-
-#: Backoff between attempts to reach Kafka at worker start: doubling from the first to the last delay.
-KAFKA_RETRY_FIRST_S = 1.0
-KAFKA_RETRY_MAX_S = 30.0
-
-
-def wait_for_kafka(bootstrap: str, make_coroutine, log, first_delay: float = KAFKA_RETRY_FIRST_S,
-                   max_delay: float = KAFKA_RETRY_MAX_S, flag: str = "--bootstrap-servers") -> int:
-    """Run ``make_coroutine()`` until Kafka answers, one log line per failed attempt; returns the attempts.
-
-    A worker often starts before its Kafka (compose, Kubernetes): it waits, saying for what. Errors
-    that are not about reaching Kafka (a topic with other partitions) end it at once.
-    """
-    import time
-
-    delay, attempt = first_delay, 0
-    while True:
-        attempt += 1
-        try:
-            reach_kafka(bootstrap, make_coroutine, flag)
-            return attempt
-        except KafkaUnavailableError as exc:
-            log.warning("waiting for Kafka: attempt %d: %s; next attempt in %.0f s", attempt, exc, delay)
-        time.sleep(delay)
-        delay = min(delay * 2, max_delay)
 
 
 def cmd_worker(args) -> int:

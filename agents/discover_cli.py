@@ -20,8 +20,8 @@ from datetime import datetime, timezone
 from cms_core import discovery
 from cms_core.errors import OCMSError
 from cms_core.values import value_to_json
-from producer.cli import int_at_least
-from registry.flags import DEFAULT_SOURCE_TOPIC
+from infra.kafka import DEFAULT_SOURCE_TOPIC
+from infra.settings import int_at_least
 
 from .discovery import DEFAULT_EXPORTED_VALUES, DiscoveryCollector, DiscoveryService
 from .discovery_pass import discovery_document, group_by_level, read_topic_window

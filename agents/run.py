@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from cms_core.errors import OCMSError
+from infra.kafka import DEFAULT_SOURCE_TOPIC
 from infra.process import check_port_free
-from registry.flags import DEFAULT_SOURCE_TOPIC
 
 from .process import WorkerChild, WorkerNotHealthy
 from .run_collector import CollectorChild
@@ -707,7 +707,7 @@ def run(args) -> int:
             broker = EmbeddedBroker(log_path=logs / "broker.log").start()
             bootstrap = broker.bootstrap_servers
             say(f"embedded broker (Tansu, memory storage) on {bootstrap}")
-        from producer.cli import reach_kafka
+        from infra.kafka import reach_kafka
 
         profile = EMBEDDED if broker is not None else KAFKA
         reach_kafka(bootstrap, lambda: create_topics(bootstrap, {topic: args.partitions}, profile))

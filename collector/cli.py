@@ -13,7 +13,7 @@ import signal
 import sys
 
 from cms_core.errors import InvalidParameterError, OCMSError
-from registry.flags import add_flags
+from infra.settings import add_flags
 
 from .settings import BY_NAME, SETTINGS, CollectorSettings
 

@@ -38,6 +38,8 @@ from typing import Mapping
 
 from cms_core.errors import InvalidParameterError, OCMSError
 
+#: The topic devices' reports arrive on, unless a command is told otherwise.
+DEFAULT_SOURCE_TOPIC = "ocms-reports"
 #: Largest produce request (and so message) any of our producers sends: frames of up to
 #: 8 MiB (ocms discover's capture frames; the collector and gateways send at most 1 MiB).
 MAX_REQUEST_BYTES = 8 << 20
@@ -272,6 +274,58 @@ async def wait_until_ready(bootstrap: str, timeout: float = 30.0) -> None:
     finally:
         client_log.removeFilter(quiet)
     raise KafkaUnavailableError(f"Kafka at {bootstrap} did not answer within {timeout:.0f} s: {last}")
+
+
+# ------------------------------------------------------------------ reaching Kafka from a command
+def reach_kafka(bootstrap: str, make_coroutine, flag: str = "--bootstrap-servers"):
+    """Run ``make_coroutine()``; a Kafka that does not answer becomes one line naming the address and
+    ``flag``, the flag or variable that gave it."""
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+
+    quiet = logging.getLogger("aiokafka")
+    level, quiet.level = quiet.level, logging.CRITICAL  # its per-attempt ERROR lines would repeat ours
+    try:
+        return asyncio.run(make_coroutine())
+    except (KafkaError, OSError) as exc:
+        reason = "no broker answered" if isinstance(exc, KafkaConnectionError) else f"{type(exc).__name__}: {exc}"
+        raise KafkaUnavailableError(f"cannot reach Kafka at {bootstrap} ({flag}): {reason}") from None
+    finally:
+        quiet.level = level
+
+
+#: Backoff between attempts to reach Kafka at worker start: doubling from the first to the last delay.
+KAFKA_RETRY_FIRST_S = 1.0
+KAFKA_RETRY_MAX_S = 30.0
+
+
+def wait_for_kafka(bootstrap: str, make_coroutine, log, first_delay: float = KAFKA_RETRY_FIRST_S,
+                   max_delay: float = KAFKA_RETRY_MAX_S, flag: str = "--bootstrap-servers") -> int:
+    """Run ``make_coroutine()`` until Kafka answers, one log line per failed attempt; returns the attempts.
+
+    A worker often starts before its Kafka (compose, Kubernetes): it waits, saying for what. Errors
+    that are not about reaching Kafka (a topic with other partitions) end it at once.
+    """
+    delay, attempt = first_delay, 0
+    while True:
+        attempt += 1
+        try:
+            reach_kafka(bootstrap, make_coroutine, flag)
+            return attempt
+        except KafkaUnavailableError as exc:
+            log.warning("waiting for Kafka: attempt %d: %s; next attempt in %.0f s", attempt, exc, delay)
+        time.sleep(delay)
+        delay = min(delay * 2, max_delay)
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Transient Kafka errors: ``KafkaError.retriable``, timeouts and connection errors."""
+    try:
+        from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, NodeNotReadyError
+    except ImportError:  # pragma: no cover - aiokafka is a dependency
+        return False
+    if isinstance(exc, (KafkaTimeoutError, KafkaConnectionError, NodeNotReadyError)):
+        return True
+    return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))
 
 
 def profiles_table() -> str:

@@ -14,44 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 from cms_core.errors import InvalidParameterError, OCMSError
+from infra.kafka import DEFAULT_SOURCE_TOPIC, reach_kafka
 from infra.output import status, text_table, write_stdout
-from registry.flags import (DEFAULT_SOURCE_TOPIC, FLAGS_PATH, PARAMETER_SETTINGS, TRACKED_SETTINGS, add_metric_flags,
-                            metrics_from_args, version_from_args)
+from infra.settings import finite_float, int_at_least
+from registry.flags import (FLAGS_PATH, PARAMETER_SETTINGS, TRACKED_SETTINGS, add_metric_flags, metrics_from_args,
+                            version_from_args)
 from registry.values_file import MAX_WHOLE_DICTIONARY
-
-
-def finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not finite")
-    return value
-
-
-def int_at_least(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text.replace("_", ""))
-        except ValueError:
-            if "^" in text:  # allow 2^64 style
-                base, _, exp = text.partition("^")
-                try:
-                    value = int(base) ** int(exp)
-                except ValueError:
-                    raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-            else:
-                raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} must be >= {minimum}")
-        return value
-
-    return parse
 
 
 #: ``ocms plan`` predicts at this many reports unless --n says otherwise.
@@ -382,29 +353,6 @@ def cmd_broker(args) -> int:
     finally:
         broker.stop()
     return 0
-
-
-def reach_kafka(bootstrap: str, make_coroutine, flag: str = "--bootstrap-servers"):
-    """Run ``make_coroutine()``; a Kafka that does not answer becomes one line naming the address and
-    ``flag``, the flag or variable that gave it."""
-    import asyncio
-    import logging
-
-    from aiokafka.errors import KafkaConnectionError, KafkaError
-
-    from infra.kafka import KafkaUnavailableError
-
-    quiet = logging.getLogger("aiokafka")
-    level, quiet.level = quiet.level, logging.CRITICAL  # its per-attempt ERROR lines would repeat ours
-    try:
-        return asyncio.run(make_coroutine())
-    except (KafkaError, OSError) as exc:
-        reason = "no broker answered" if isinstance(exc, KafkaConnectionError) else f"{type(exc).__name__}: {exc}"
-        raise KafkaUnavailableError(f"cannot reach Kafka at {bootstrap} ({flag}): {reason}") from None
-    finally:
-        quiet.level = level
-
-
 
 
 def add_producer_commands(sub) -> None:

@@ -69,7 +69,7 @@ from cms_core.privatize import privatize
 from cms_core.values import encode_value
 from cms_core.wire import encode_report
 
-from infra.kafka import KAFKA, BrokerProfile, aiokafka_producer
+from infra.kafka import KAFKA, BrokerProfile, aiokafka_producer, is_retriable
 from infra.kafka import producer_config as kafka_producer_config
 from .ledger import PrivacyLedger
 
@@ -122,17 +122,6 @@ class ReportDelivery:
 def new_device_key() -> bytes:
     """A fresh random 16-byte device key (opaque: not derived from any hardware id)."""
     return secrets.token_bytes(16)
-
-
-def is_retriable(exc: BaseException) -> bool:
-    """Transient Kafka errors: ``KafkaError.retriable``, timeouts and connection errors."""
-    try:
-        from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, NodeNotReadyError
-    except ImportError:  # pragma: no cover - aiokafka is a dependency
-        return False
-    if isinstance(exc, (KafkaTimeoutError, KafkaConnectionError, NodeNotReadyError)):
-        return True
-    return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))
 
 
 def value_key(params: OCMSParams, element: int) -> bytes:
@@ -668,5 +657,5 @@ class HttpTransport:
             await asyncio.sleep(delay)
 
 
-__all__ = ["DeliveryError", "DeviceReporter", "HttpTransport", "ReportDelivery", "ReporterClosedError", "is_retriable",
+__all__ = ["DeliveryError", "DeviceReporter", "HttpTransport", "ReportDelivery", "ReporterClosedError",
            "new_device_key", "value_key"]

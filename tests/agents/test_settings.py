@@ -8,7 +8,7 @@ import pytest
 from agents.cli import build_parser
 from agents.settings import README_MARKER, SETTINGS, WORKER_ROWS, WorkerSettings, readme_table, worker_settings
 from cms_core import InvalidParameterError
-from registry.flags import generated_table
+from infra.settings import generated_table
 from registry.values_file import MAX_WHOLE_DICTIONARY
 
 ROOT = Path(__file__).resolve().parents[2]

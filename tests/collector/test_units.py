@@ -11,9 +11,8 @@ import pytest
 
 from cms_core import wire
 from cms_core.errors import InvalidParameterError
-from collector.guard import (
-    IdempotencyCache, KeyReusedError, RateLimiter, TokenBucket, TokensFileError, load_tokens, Authenticator, AuthError,
-)
+from collector.guard import (AuthError, Authenticator, IdempotencyCache, KeyReusedError, RateLimiter, TokenBucket,
+                             TokensFileError, load_tokens)
 from collector.settings import CollectorSettings
 from collector.uploads import UploadParser, UploadRejected
 from producer.reporter import DeliveryError, DeviceReporter, HttpTransport
@@ -150,7 +149,7 @@ def test_collector_settings_are_declared_once_and_documented_from_the_declaratio
 
     from collector.cli import add_collector_parser
     from collector.settings import DOCS_MARKER, SETTINGS, docs_table
-    from registry.flags import generated_table
+    from infra.settings import generated_table
 
     root = Path(__file__).resolve().parents[2]
     assert generated_table(root / "docs" / "collector.md", DOCS_MARKER) == docs_table(), \

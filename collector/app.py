@@ -37,9 +37,9 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from infra.framing import StartStopContext
 from infra.http_edge import ConnectionGuard, ErrorAnswers, GuardedAppRunner, json_errors, quiet_aiohttp_server_log
 from infra.kafka import KafkaUnavailableError
-from producer.gateway import StartStopContext
 
 from .cors import CorsPolicy
 from .guard import (

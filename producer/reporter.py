@@ -212,7 +212,7 @@ class DeviceReporter:
         elif metric is not None:
             raise InvalidParameterError("metric", metric, "is not taken with a registry: each report names its "
                                                           "metric (report(metric, value)); select with metrics=[...]")
-        self.registry, self._versions = params, _registry_versions(params, metrics)
+        self.registry, self._versions = params, params.reported_versions(metrics)
         if (not self.one_metric and transport is not None and transport.metric is not None
                 and set(self._versions) != {transport.metric}):
             raise InvalidParameterError("transport", transport.url, "posts to one metric's URL; a registry "
@@ -341,7 +341,7 @@ class DeviceReporter:
         metric, name = args
         version = self._versions.get(metric) if isinstance(metric, str) else None
         if version is None:
-            version = live_version(self.registry, metric, self._versions)
+            version = self.registry.live_version(metric, self._versions)
         return version.params, version.metric, version.value_from_name(name)
 
     async def submit(self, *args) -> asyncio.Future:
@@ -484,51 +484,6 @@ class DeviceReporter:
         finally:
             self._slots.release()
             self._queue.task_done()
-
-
-def _registry_versions(registry, metrics) -> dict:
-    """{metric name: its newest live version} for the selected metrics (all with a live version)."""
-    from registry import Problem, UnknownMetricError
-
-    if metrics is None:
-        return {m.name: m.latest for m in registry.metrics if m.live_versions}
-    if isinstance(metrics, str) or not all(isinstance(name, str) for name in metrics) or not metrics:
-        raise InvalidParameterError("metrics", metrics, "must be a non-empty list of metric names")
-    versions = {}
-    for name in metrics:
-        spec = registry.metric(name)  # UnknownMetricError naming the registry's metrics
-        if not spec.live_versions:
-            raise UnknownMetricError(Problem(registry.path, spec.line, "every version is retired: nothing of it is "
-                                             "counted any more", metric=name))
-        versions[name] = spec.latest
-    return versions
-
-
-def live_version(registry, metric: str, served: dict | None = None):
-    """The live version ``metric`` names: "name" (its newest live version) or "name@N",
-    among ``served`` ({name: newest live version}; default every metric with one)."""
-    from registry import Problem, UnknownMetricError
-
-    if not isinstance(metric, str) or not metric:
-        raise InvalidParameterError("metric", metric, "must be a metric name from the registry")
-    if served is None:
-        served = _registry_versions(registry, None)
-    name, at, number = metric.partition("@")
-    if name not in served:
-        known = ", ".join(served) or "none"
-        what = "no metric" if name not in {m.name for m in registry.metrics} else "no live version of"
-        raise UnknownMetricError(Problem(registry.path, None, f"{what} {name!r} to report here "
-                                         f"(its metrics: {known})"))
-    if not at:
-        return served[name]
-    if not number.isdigit():
-        raise InvalidParameterError("metric", metric, "must be NAME or NAME@VERSION (VERSION a whole number)")
-    version = registry.metric(name).version(int(number))  # UnknownMetricError listing the versions
-    if not version.live:
-        raise UnknownMetricError(Problem(registry.path, version.line, "is retired: its reports are no longer "
-                                         f"counted; report {name!r} (version {served[name].version})",
-                                         metric=name, version=version.version))
-    return version
 
 
 class HttpTransport:

@@ -10,9 +10,9 @@ from cms_core.errors import OCMSError
 from cms_core.params import OCMSParams
 from collector.outlet import KafkaOutlet
 from collector.settings import CollectorSettings
+from infra.framing import KafkaFrameSink
 from infra.kafka import (EMBEDDED, KAFKA, MAX_REQUEST_BYTES, MOCK, PROFILES, broker_profile, consumer_config,
                          producer_config, profiles_table, stop_client)
-from producer.gateway import KafkaFrameSink
 from producer.reporter import DeviceReporter
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from cms_core.params import OCMSParams
 from cms_core.privatize import privatize, simulate_reports
 from cms_core.reports import Report, ReportBatch
 from cms_core.wire import HEADER_SIZE, WireFormatError, decode_message, encode_report, record_size
-from producer.gateway import FrameBatcher, FrameSendError, KafkaFrameSink
+from infra.framing import FrameBatcher, FrameSendError, KafkaFrameSink
 from tests.support.topics import read_topic
 
 PARAMS = OCMSParams.build(epsilon=2.0, dictionary_size=1000)

@@ -175,7 +175,7 @@ def _probability(text: str) -> float:
 
 
 def add_discover_parser(sub) -> None:
-    """``ocms discover``: registered by agents/cli.py."""
+    """``ocms discover``: registered by ocms/cli.py."""
     p = sub.add_parser("discover", help="discover a metric's frequent unknown values from its discovery reports (JSON)",
                        description="Prefix-extension discovery (docs/discovery.md) over capture files or a time "
                                    "window of the reports topic. Output: discovered values with estimates and CIs, "

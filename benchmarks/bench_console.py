@@ -72,7 +72,7 @@ def healthy(url: str) -> bool:
 
 
 def start_run(port: int, log: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "agents.cli", "run", "--web-port", str(port), "--every", "1"]
+    command = [sys.executable, "-m", "ocms", "run", "--web-port", str(port), "--every", "1"]
     return subprocess.Popen(command, cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
 

@@ -80,9 +80,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from agents.discovery import DiscoveryService
+    from fleet.datasets import load_wordfreq
+    from fleet.discovery import simulate_discovery_messages
     from infra.broker import EmbeddedBroker
-    from producer.datasets import load_wordfreq
-    from producer.discovery import simulate_discovery_messages
     from registry import load_registry
     from registry.discovery import discovery_of
 

@@ -43,12 +43,12 @@ from pathlib import Path
 import numpy as np
 
 
-from agents.process import WorkerChild
 from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction
 from cms_core import OCMSParams, wire
 from cms_core.privatize import simulate_reports
 from infra.broker import EmbeddedBroker
 from infra.process import free_port
+from ocms.process import WorkerChild
 
 BUCKET_S = 10
 RETENTION_S = 600
@@ -67,7 +67,7 @@ class Worker:
                  batch_max_reports: int = BATCH_MAX_REPORTS):
         self.port = free_port()
         self.log_path = log_dir / f"{topic}.log"
-        self.child = WorkerChild(  # agents.process: own session, dies with the benchmark
+        self.child = WorkerChild(  # ocms.process: own session, dies with the benchmark
             topic, "-e", "2", "-d", str(tracked), "--tracked-range", f"0:{tracked}", "--partitions", str(partitions),
             "--bucket-seconds", str(BUCKET_S), "--retention-seconds", str(RETENTION_S),
             "--batch-max-reports", str(batch_max_reports), bootstrap=bootstrap, web_port=self.port,

@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 
 from agents.catalog import Catalog
-from agents.process import WorkerChild
 from agents.status import TABLE_BYTES_EVERY_S
 from agents.view import CountsView
 from benchmarks.capacity_model import view_bytes_of
@@ -40,6 +39,7 @@ from cms_core.privatize import simulate_reports
 from cms_core.values import elements_to_array, encode_value, limbs_for
 from infra.broker import EmbeddedBroker
 from infra.process import free_port
+from ocms.process import WorkerChild
 from registry import load_registry
 
 PARTITIONS = 4

@@ -1,7 +1,7 @@
 """``ocms registry check|lock|describe|device-config``: the commands on a registry file.
 
 Hooked into the ``ocms`` parser by :func:`add_registry_commands` (one call in
-agents/cli.py), so the command code lives with the registry. The commands that take
+ocms/cli.py), so the command code lives with the registry. The commands that take
 a metric (plan, simulate, estimate, worker ...) read ``--registry`` through
 registry.flags.metrics_from_args.
 """

@@ -216,7 +216,7 @@ def sandbox(directory: Path) -> dict:
     bin_dir = directory / ".bin"
     bin_dir.mkdir()
     shim = bin_dir / "ocms"
-    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m agents.cli "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m ocms "$@"\n')
     shim.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
     env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(ROOT))
@@ -278,8 +278,8 @@ def send_discovery_reports(bootstrap: str, at_iso: str, reports: int = 20_000) -
 
     import numpy as np
 
-    from producer.datasets import parse_dataset
-    from producer.discovery import simulate_discovery_messages
+    from fleet.datasets import parse_dataset
+    from fleet.discovery import simulate_discovery_messages
     from registry import load_registry
     from registry.discovery import discovery_of
     from tests.agents.harness import Message, send

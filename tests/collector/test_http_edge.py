@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from infra.http_edge import ErrorAnswers, drift, json_errors
 from collector.settings import CollectorSettings
 from infra.broker import EmbeddedBroker
+from infra.http_edge import ErrorAnswers, drift, json_errors
 
 from tests.support.waiting import poll_until
 

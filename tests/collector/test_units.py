@@ -190,7 +190,7 @@ def _running_loop_of(registry_path, *flags: str, env: dict | None = None) -> str
     import signal
     import subprocess
 
-    from collector.cli import collector_command
+    from ocms.run_collector import collector_command
 
     environ = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
     process = subprocess.Popen(collector_command(registry_path, "127.0.0.1:9", 0, "--log-level", "warning", *flags),

@@ -138,7 +138,7 @@ def _fleet(version, rng: np.random.Generator) -> list[str]:
 
 
 def _estimate(directory, metric: str, capture, confidence: float) -> dict:
-    done = subprocess.run([sys.executable, "-m", "agents.cli", "estimate", "--registry", str(directory / "registry.yaml"),
+    done = subprocess.run([sys.executable, "-m", "ocms", "estimate", "--registry", str(directory / "registry.yaml"),
                            "--metric", metric, "--confidence", str(confidence), str(capture)],
                           capture_output=True, text=True, cwd=str(C_DIR.parents[1]))
     assert done.returncode == 0, done.stderr

@@ -203,7 +203,7 @@ def test_reports_of_known_values_decode_within_their_intervals(js_client, regist
     cli(config, metric, values, "--out", capture)
     messages = list(read_capture(capture))
     assert len(messages) == STAT_REPORTS
-    done = subprocess.run([sys.executable, "-m", "agents.cli", "estimate", "--registry", str(registry_path), "--metric",
+    done = subprocess.run([sys.executable, "-m", "ocms", "estimate", "--registry", str(registry_path), "--metric",
                            metric, str(capture)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)

@@ -12,10 +12,10 @@ import pytest
 
 from cms_core.errors import InvalidParameterError, InvalidValueError
 from cms_core.wire import peek_header
+from fleet.offline import sketch_from_messages
 from infra.framing import FrameBatcher
 from infra.kafka import EMBEDDED
 from producer.ledger import PrivacyLedger
-from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport, new_device_key
 from registry import UnknownMetricError, load_registry
 

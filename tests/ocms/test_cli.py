@@ -1,4 +1,4 @@
-"""The worker-side commands and the entry point of `ocms` (agents/cli.py): worker, run, errors, exit statuses."""
+"""The entry point of `ocms` (ocms/cli.py) and the worker command (agents/cli.py): worker, run, errors, exit statuses."""
 
 import json
 import os
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from agents.cli import main
 from infra.process import free_port
+from ocms.cli import main
 
 from tests.support.waiting import poll_until
 
-from .harness import ocms, one_line
+from tests.agents.harness import ocms, one_line
 
 pytestmark = pytest.mark.integration  # runs `ocms` and worker processes
 
@@ -81,7 +81,7 @@ def test_worker_help_and_behaviour_agree_on_epsilon():
 def test_worker_waits_for_kafka_with_backoff_one_line_per_attempt(tmp_path):
     log = tmp_path / "worker.log"
     base = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
-    process = subprocess.Popen([sys.executable, "-m", "agents.cli", "worker", "-e", "2", "-d", "100",
+    process = subprocess.Popen([sys.executable, "-m", "ocms", "worker", "-e", "2", "-d", "100",
                                 "--web-port", str(free_port())],
                                stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                env={**base, "OCMS_BOOTSTRAP_SERVERS": "127.0.0.1:9"})

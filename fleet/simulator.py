@@ -42,7 +42,7 @@ MAX_STRING_DICTIONARY = 10_000_000
 @dataclass(frozen=True)
 class SimulationSettings:
     params: OCMSParams
-    dataset: object  # producer.datasets.Dataset
+    dataset: object  # fleet.datasets.Dataset
     reports: int | None = None
     duration_s: float | None = None
     rate: float | None = None

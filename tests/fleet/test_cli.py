@@ -1,6 +1,6 @@
-"""The producer-side commands of `ocms` (producer/cli.py): plan, simulate, estimate, broker.
+"""The producer-side commands of `ocms` (fleet/cli.py): plan, simulate, estimate, broker.
 
-Run through the one entry point (agents.cli:main) as a user would; errors are one line naming the flag.
+Run through the one entry point (ocms.cli:main) as a user would; errors are one line naming the flag.
 """
 
 import json
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.cli import main
+from ocms.cli import main
 from tests.agents.harness import ocms, one_line
 
 

@@ -50,7 +50,7 @@ class DiscoveryFleet:
     """The devices of one discoverable metric: its newest version, their dataset, the rate."""
 
     version: object  # registry.MetricVersion with a discovery block
-    dataset: object  # producer.datasets.Dataset of labels
+    dataset: object  # fleet.datasets.Dataset of labels
     rate: float
     spec: object = field(init=False, repr=False)  # registry.discovery.DiscoverySpec
     describable: np.ndarray = field(init=False, repr=False)  # per dataset code: can a device report it?
@@ -93,7 +93,7 @@ class DiscoveryFleet:
                   bootstrap_servers: str | None = None, topic: str | None = None) -> DiscoveryFleetResult:
         """Send discovery reports at ``rate`` until ``should_stop()`` (or ``duration_s``): through the
         collector (``transport``, a started HttpTransport of this metric) or to Kafka (``bootstrap_servers``)."""
-        from producer.discovery import simulate_discovery_messages
+        from fleet.discovery import simulate_discovery_messages
 
         rng = np.random.default_rng(seed)
         result.counts = np.zeros(self.dataset.dictionary_size, np.int64)
@@ -143,7 +143,7 @@ def discovery_fleet(named, args) -> DiscoveryFleet | None:
         return None
     if getattr(args, "no_companions", False):
         return None
-    from producer.datasets import parse_dataset
+    from fleet.datasets import parse_dataset
     from registry import load_registry
 
     name, spec, share = DISCOVERY_DEMO

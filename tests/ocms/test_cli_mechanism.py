@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agents.cli import main
+from ocms.cli import main
 
 
 def run_cli(capsys, *argv):

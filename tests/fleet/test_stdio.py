@@ -25,7 +25,7 @@ SIMULATE = ["simulate", "--dataset", "zipf:s=1.1,d=1000", "--reports", "3000", "
 
 
 def command(*argv: str) -> list[str]:
-    return [sys.executable, "-m", "agents.cli", *argv]
+    return [sys.executable, "-m", "ocms", *argv]
 
 
 def environment() -> dict:

@@ -9,7 +9,7 @@ import argparse
 
 import pytest
 
-from agents.cli import build_parser
+from ocms.cli import build_parser
 from tests.agents.harness import ROOT, ocms
 
 

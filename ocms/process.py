@@ -56,7 +56,7 @@ class WorkerChild(ChildProcess):
 
     @property
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "agents.cli", "worker", "--parent-pid", str(os.getpid()), *self.args]
+        return [sys.executable, "-m", "ocms", "worker", "--parent-pid", str(os.getpid()), *self.args]
 
     def start(self) -> "WorkerChild":
         out = open(self.log, "wb") if self.log is not None else None

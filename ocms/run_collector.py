@@ -15,6 +15,7 @@ Like the worker, the collector runs in its own session (the terminal's signals r
 from __future__ import annotations
 
 import os
+import sys
 import subprocess
 from pathlib import Path
 
@@ -32,6 +33,12 @@ DEFAULT_MAX_UPLOAD_REPORTS = 1000
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 
+def collector_command(registry: str, bootstrap_servers: str, port: int, *extra: str) -> list[str]:
+    """argv of a collector child process (``ocms run``, tests): ``subprocess.Popen(collector_command(...))``."""
+    return [sys.executable, "-m", "ocms", "collector", "--registry", str(registry), "--bootstrap-servers",
+            bootstrap_servers, "--port", str(port), *extra]
+
+
 class CollectorNotReady(OCMSError, RuntimeError):
     """The collector child exited or did not answer /healthz with 200 in time."""
 
@@ -47,13 +54,11 @@ class CollectorChild(ChildProcess):
     """``ocms collector`` for one registry, Kafka and topic, on ``port``, logging to ``log``.
 
     OCMS_* variables of this process are dropped, so the caller's environment cannot change the
-    collector's settings (as for ``agents.process.WorkerChild``). ``stop`` sends SIGTERM: uploads already
+    collector's settings (as for ``ocms.process.WorkerChild``). ``stop`` sends SIGTERM: uploads already
     taken are produced and answered first, then it exits."""
 
     def __init__(self, registry: str, bootstrap_servers: str, topic: str, port: int, *, log: Path,
                  frame_size: int = 1, extra: tuple[str, ...] = ()):
-        from collector.cli import collector_command
-
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log = Path(log)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from cms_core import OCMSParams, TrackedValues
+from fleet import simulator
+from fleet.datasets import parse_dataset
+from fleet.offline import sketch_from_messages
 from infra.capture import read_capture
-from producer import simulator
-from producer.datasets import parse_dataset
-from producer.offline import sketch_from_messages
 from tests.brokers import module_broker
 from tests.support.topics import consume
 

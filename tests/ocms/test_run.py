@@ -105,7 +105,7 @@ def test_make_run_shows_estimates_and_ctrl_c_leaves_nothing(tmp_path):
         before = text[text.index("embedded broker"):text.index("console      http://")].strip().splitlines()
         assert [line.split(" ", 1)[0] for line in before] == ["embedded", "worker", "collector"], before
         assert text.index("console      http://") < text.index("collector    http://")
-        # the discovery demo (agents/run_discovery.py): typed_words' console view and /discovered are printed
+        # the discovery demo (ocms/run_discovery.py): typed_words' console view and /discovered are printed
         assert re.search(r"^discovery    metric typed_words: .* http://127\.0\.0\.1:\d+/\?metric=typed_words ", text, re.M)
         collector_pid, collector_port = collector_of(text)
         seen |= descendants(process.pid)
@@ -127,7 +127,7 @@ def test_make_run_shows_estimates_and_ctrl_c_leaves_nothing(tmp_path):
 def start_ocms_run(log: Path) -> tuple[subprocess.Popen, set[int], int, Path, tuple[int, int]]:
     """`ocms run` in its own session (as a terminal's foreground job), once the worker answers."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "agents.cli", "run", "--rate", "500", "--every", "1", "--show", "2"], cwd=ROOT,
+        [sys.executable, "-m", "ocms", "run", "--rate", "500", "--every", "1", "--show", "2"], cwd=ROOT,
         stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
     )
 
@@ -206,7 +206,7 @@ def test_duration_run_counts_every_report_exactly(tmp_path, path):
     """`ocms run --duration`: the final table says every report sent was counted, no more, no fewer."""
     flags = ["--direct-kafka"] if path == "direct-kafka" else []
     done = subprocess.run(
-        [sys.executable, "-m", "agents.cli", "run", "--duration", "4", "--rate", "2000", "--every", "60", "--show", "2",
+        [sys.executable, "-m", "ocms", "run", "--duration", "4", "--rate", "2000", "--every", "60", "--show", "2",
          "--seed", "7", *flags], cwd=ROOT, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
     text = done.stdout + done.stderr
     assert done.returncode == 0 and "Traceback" not in text, text
@@ -240,7 +240,7 @@ def _killed_parent_leaves_no_child(tmp_path, child_code: str) -> None:
     parent_code = textwrap.dedent(f"""
         import os, subprocess, sys, time
         from pathlib import Path
-        from agents.process import spawn, watch_parent
+        from infra.process import spawn, watch_parent
         {child_code}
         Path({str(pid_file)!r}).write_text(str(child.pid))
         time.sleep(120)
@@ -268,7 +268,7 @@ def test_parent_death_signal_ends_any_program(tmp_path):
 def test_parent_watch_thread_ends_a_python_child(tmp_path):
     # the portable guard alone: a plain Popen (no parent-death signal) whose child watches its parent
     _killed_parent_leaves_no_child(tmp_path, (
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; from agents.process import watch_parent; "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; from infra.process import watch_parent; "
         "watch_parent(%d, poll_s=0.1); time.sleep(120)' % os.getpid()])"))
 
 
@@ -289,7 +289,7 @@ def test_closing_the_terminal_stops_the_whole_tree():
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "agents.cli", "run", "--rate", "500", "--every", "1", "--show", "2"], cwd=ROOT,
+        [sys.executable, "-m", "ocms", "run", "--rate", "500", "--every", "1", "--show", "2"], cwd=ROOT,
         stdin=slave, stdout=slave, stderr=slave, start_new_session=True, preexec_fn=controlling_terminal,
     )
     os.close(slave)
@@ -328,11 +328,11 @@ def test_collector_port_errors_name_the_flag():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        busy = subprocess.run([sys.executable, "-m", "agents.cli", "run", "--collector-port", str(port)], cwd=ROOT,
+        busy = subprocess.run([sys.executable, "-m", "ocms", "run", "--collector-port", str(port)], cwd=ROOT,
                               capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert busy.returncode != 0 and "Traceback" not in busy.stderr, busy.stderr
     assert f"--collector-port {port}: cannot listen on 127.0.0.1:{port}" in busy.stderr
-    direct = subprocess.run([sys.executable, "-m", "agents.cli", "run", "--direct-kafka", "--collector-port", "9999"],
+    direct = subprocess.run([sys.executable, "-m", "ocms", "run", "--direct-kafka", "--collector-port", "9999"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert direct.returncode == 2 and "no collector runs with --direct-kafka" in direct.stderr, direct.stderr
     assert "embedded broker" not in direct.stdout  # refused before anything started

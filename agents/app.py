@@ -88,7 +88,7 @@ class OCMSWorker:
     """Owns the Faust app and the worker's state; ``run()`` blocks until stopped.
 
     Source messages reach ``receive`` from the consumer (the side path, ``agents.intake``); the
-    README ("Why the intake side path") has the measurement that chose it over the agent's stream
+    docs/architecture.md ("Why the intake side path") has the measurement that chose it over the agent's stream
     (benchmarks/bench_agent_path.py subclasses this class to measure the agent paths)."""
 
     #: False leaves source messages on Faust's path to the agent's stream (``consume``).
@@ -146,6 +146,7 @@ class OCMSWorker:
         app.group_watch = self.group
         app.leave_group = s.broker.leave_group
         app.leader_sync_delay_ms = s.broker.leader_sync_delay_ms
+        app.late_batches = s.broker.late_batches
         raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.source = app.topic(s.source_topic, partitions=s.partitions, **raw)
         self.dead_letters = app.topic(s.dead_letter_topic, partitions=s.partitions, **raw)
@@ -242,6 +243,14 @@ class OCMSWorker:
             log.warning("partition %d went back to offset %d: %d pending messages are counted once, "
                         "from their new delivery", message.partition, message.offset, len(superseded))
         return self.pending.full
+
+    def late_records(self, partition: int, first: int, upto: int, given_up: bool) -> None:
+        """The consumer's word that offsets ``first``..``upto - 1`` of a source partition were not visible when
+        a later one was (``agents.faust_internals``, 10.): fetched again, or after its wait taken as a gap."""
+        if given_up:
+            self.metrics.source_offsets_skipped.inc(upto - first)
+        else:
+            self.metrics.source_late_batches.inc()
 
     def _shuffle_n(self, message, reports: int) -> int:
         """The shuffled batch a frame's reports came in (``ocms-shuffle-n``), 0 when not shuffled. A header

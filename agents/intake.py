@@ -27,7 +27,7 @@ again; the worker also drops a pending copy that such a seek re-delivers
 How: the consumer, its thread and the app hooks use private Faust and aiokafka
 names, so they live in :mod:`agents.faust_internals` (with a test that fails when
 an upgrade changes them); this module names the side path for the worker. The
-README's "Why the intake side path" section has the measurement against Faust's
+docs/architecture.md's "Why the intake side path" section has the measurement against Faust's
 agent path for frames of 1, 100 and 1,000 reports.
 """
 

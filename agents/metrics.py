@@ -69,6 +69,12 @@ class PipelineMetrics:
         self.stale_rewrites = Counter(
             "ocms_stale_rewrites", "table keys this worker wrote again because an older record of theirs was the "
             "changelog's latest (a worker that stalled past its session wrote after the new owner)", registry=r)
+        self.source_late_batches = Counter(
+            "ocms_source_late_batches", "times the broker delivered a source message before earlier offsets were "
+            "visible, and the worker fetched again from the first of them", registry=r)
+        self.source_offsets_skipped = Counter(
+            "ocms_source_offsets_skipped", "source offsets never delivered within the wait for late records, taken "
+            "as a gap (any reports there are lost)", registry=r)
         self.batch_reports = Histogram("ocms_batch_reports", "reports per micro-batch", buckets=BATCH_BUCKETS, registry=r)
         self.decode_seconds = Histogram("ocms_decode_duration_seconds", "kernel decode time per micro-batch",
                                         buckets=DECODE_BUCKETS, registry=r)

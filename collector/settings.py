@@ -61,7 +61,7 @@ SETTINGS: tuple[Setting, ...] = (
     _row("bootstrap_servers", "Kafka bootstrap address", text, metavar="HOST:PORT[,HOST:PORT]",
          default_text="required"),
     _row("source_topic", "topic the frames go to", topic, DEFAULT_SOURCE_TOPIC, metavar="TOPIC"),
-    _row("broker", "the broker's profile: what the Kafka clients do differently there (README, operating notes)",
+    _row("broker", "the broker's profile: what the Kafka clients do differently there (docs/operating.md)",
          broker_profile, KAFKA, default_text="kafka", choices=tuple(PROFILES)),
     _row("host", "listen address (0.0.0.0 in a container)", text, "127.0.0.1", metavar="HOST"),
     _row("port", "listen port; 0 = a free port, printed", integer(0, 65_535), 8080, metavar="PORT"),

@@ -238,8 +238,9 @@ def noise_line(doc: dict) -> str | None:
         return None
     floor, values = doc.get("noise_floor"), doc["noise_values"]
     if floor is None:
+        remedy = "use --interval normal or more reports" if doc["interval"] != "normal" else "it needs more reports"
         return (f"note: the {doc['interval']} bound gives no noise floor at n = {doc['n']:,}: no value can be told "
-                f"from zero among {values:,} (use --interval normal or more reports)")
+                f"from zero among {values:,} ({remedy})")
     under = sum(1 for record in doc["estimates"] if not record.get("above_noise"))
     if not under:
         return None

@@ -16,7 +16,7 @@ fault-injection API. This module runs one in a **child process** (ctypes on
         cluster.broker_down(1); cluster.broker_up(1)
         cluster.set_rtt(2, 500)
 
-What the mock cannot do, and what callers must do instead (docs: README "Operating notes";
+What the mock cannot do, and what callers must do instead (docs: docs/operating.md;
 the client side is the ``mock`` broker profile, ``infra.kafka.MOCK``): no CreateTopics from
 clients (it advertises no controller: topics are created here, through the mock API, before
 the worker and the collector start; Faust's topic declaration is off), fetches that find no

@@ -5,7 +5,7 @@ A :class:`Setting` holds a setting's name, flag (``--web-port``), environment va
 makes argparse options, :func:`resolve` reads the values (an explicit flag wins over the ``OCMS_*``
 variable, which wins over the default; a bad value raises
 :class:`cms_core.errors.InvalidParameterError` naming what the user wrote) and
-:func:`markdown_table` writes the documentation table (the worker's in README.md, the collector's in
+:func:`markdown_table` writes the documentation table (the worker's in docs/reference.md, the collector's in
 docs/collector.md; tests keep them equal). The worker (agents/settings.py), the collector
 (collector/settings.py) and the metric flags (registry/flags.py) declare their rows with it.
 """

@@ -472,6 +472,27 @@ class RunMetric:
         return replace(self, registry_path=str(path))
 
 
+def cors_flags(args) -> tuple[str, ...]:
+    """The collector's --cors-origins when ``ocms run --cors-origins`` was given (it checks them: a bad origin
+    stops the run with the collector's error naming the flag)."""
+    origins = getattr(args, "cors_origins", None)
+    return ("--cors-origins", origins) if origins else ()
+
+
+def fleet_dataset(args, dataset):
+    """What the fleet sends: ``dataset``, except for ``--registry FILE`` without ``--dataset``, when the default
+    flights do not fit the metric (a registry of your own): a Zipf distribution over the metric's values, as
+    ``ocms simulate --registry`` sends."""
+    if getattr(args, "registry", None) is None or args.dataset != DEFAULT_DATASET:
+        return dataset
+    from fleet.metric_datasets import dataset_for
+    from registry.flags import metrics_from_args
+
+    registry = metrics_from_args(args)
+    version = registry.metric(args.metric or registry.metrics[0].name).latest
+    return dataset if not _misfits(version, dataset, args.dataset) else dataset_for(version, None)
+
+
 def run_metric(args, dataset) -> RunMetric:
     """The registry metric the fleet reports as.
 
@@ -492,7 +513,8 @@ def run_metric(args, dataset) -> RunMetric:
             problems.append("it is not the registry's first metric (the one the worker's /estimates answers)")
         if problems:
             raise RunMetricError(f"--registry {args.registry} --metric {name}: " + "; ".join(problems))
-        return RunMetric(args.registry, version)
+        # absolute: the worker and the collector run in another directory
+        return RunMetric(str(Path(args.registry).resolve()), version)
     if args.metric is not None:
         raise RunMetricError("--metric needs --registry FILE")
     epsilon = args.epsilon if args.epsilon is not None else DEFAULT_EPSILON
@@ -669,7 +691,7 @@ def run(args) -> int:
     from infra.process import free_port
     from registry.values_file import MAX_WHOLE_DICTIONARY
 
-    dataset = parse_dataset(args.dataset)
+    dataset = fleet_dataset(args, parse_dataset(args.dataset))
     if dataset.dictionary_size > MAX_WHOLE_DICTIONARY:
         raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
                         f"(at most {MAX_WHOLE_DICTIONARY:,})")
@@ -721,7 +743,7 @@ def run(args) -> int:
         if not direct:  # same registry and topic as the worker; the fleet uploads through it
             collector = CollectorChild(named.registry_path, bootstrap, topic, collector_port or free_port(),
                                        log=logs / "collector.log", frame_size=args.frame_size,
-                                       extra=("--broker", profile.name)).start()
+                                       extra=("--broker", profile.name, *cors_flags(args))).start()
         try:
             worker.wait_healthy()
         except WorkerNotHealthy as exc:
@@ -826,6 +848,10 @@ def add_run_parser(sub) -> None:
                      help="the fleet produces to Kafka itself instead of uploading through an `ocms collector` "
                           "(to compare the two paths: benchmarks/bench_run_path.py)")
     run.add_argument("--collector-port", type=int_at_least(1), help="the collector's port (default: a free one)")
+    run.add_argument("--cors-origins", metavar="ORIGINS",
+                     help="web pages of these origins may upload to the collector from a browser: comma-separated "
+                          "http(s)://host[:port], or * (the collector's --cors-origins; "
+                          "docs/first-reports-from-a-browser.md)")
     run.add_argument("--upload-concurrency", type=int_at_least(1), default=32,
                      help="uploads the fleet keeps in flight to the collector, one frame each (default 32)")
     run.add_argument("--topic", help="source topic (default ocms-reports; a fresh one per run on an existing Kafka)")

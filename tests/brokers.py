@@ -26,7 +26,7 @@ MOCK_MARKS = (pytest.mark.kafka_mock, pytest.mark.integration)
 MOCK = pytest.param("mock", marks=MOCK_MARKS, id="mock")
 BROKERS = ["embedded", MOCK]
 #: Group sessions of the workers the mock tests SIGKILL or add: with the kafka profile's 30 s every kill
-#: holds the killed worker's partitions 30 s before the group moves them (as on Apache Kafka; README,
+#: holds the killed worker's partitions 30 s before the group moves them (as on Apache Kafka; docs/operating.md,
 #: operating notes); --session-timeout-seconds, not the mock, decides that. 3 s (the embedded broker's)
 #: left two workers starting together on the mock without partitions for a minute at load 11 on 2 cores.
 MOCK_SESSION_SECONDS = 6

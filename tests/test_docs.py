@@ -407,3 +407,43 @@ def test_markers_parse_and_refuse_nonsense(tmp_path):
     blocks = read_blocks(page)
     assert [(b.line, b.kind, b.is_command) for b in blocks] == [(2, "skip", True), (6, None, True)]
     assert stray_markers(page) == [9]
+
+
+# ------------------------------------------------------------------------------------------------ links
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped (not - or _), spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors_of(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            base = github_anchor(line.lstrip("#"))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def test_every_relative_link_of_the_docs_resolves():
+    """A newcomer follows the README's and docs' links (issue 36): each relative link names a file that exists,
+    and a link into a markdown file's section names a heading it has."""
+    broken = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for target in LINK.findall(text):
+            if re.match(r"^[a-z]+:", target) or target.startswith("<"):
+                continue  # http:, https:, mailto:
+            path, _, anchor = target.partition("#")
+            resolved = doc if not path else (doc.parent / path).resolve()
+            if not resolved.exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and resolved.suffix == ".md" and anchor not in anchors_of(resolved):
+                broken.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)

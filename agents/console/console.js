@@ -741,7 +741,7 @@
       (versionsOf(m).length > 1 ? "Version " + v.version + (isCombined() ? " (the newest; the combined estimates weigh every live version by its variance)" : "") + ". " : "") + report,
       "Privacy: ε = " + (eps != null ? eps : "?") + " per report (local differential privacy). For any two values, the chance of " +
         "sending any given report differs by at most a factor e^ε = " + (ratio != null ? ratio.toFixed(2) : "?") +
-        ". k reports from one device about the same value add up to k·ε.",
+        ". k reports from one device add up to k·ε, whatever values they are about.",
       shuffledWords(v, eps),
       "What the server sees besides the report: its timing and the device key used for partitioning. " +
         "Estimates are computed from reports only, so they cannot weaken the guarantee.",
@@ -1160,6 +1160,9 @@
     container.replaceChildren();
     chart = new uPlot({
       width: chartWidth(container), height: 300,
+      // room on the right for half of the last time label: uPlot centres each label on its tick, so the last one
+      // was cut at the chart's edge
+      padding: [null, 44, null, null],
       legend: { show: false },
       scales: { x: { time: true, range: function () { return state.trendSpan; } }, y: { auto: true } },
       axes: [{ label: "time (bucket start, " + TIME_ZONE + ")", values: timeTicks, space: 80 },

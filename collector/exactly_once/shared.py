@@ -49,6 +49,8 @@ import time
 
 from cms_core.errors import OCMSError
 
+from infra.kafka import LateBatchWait
+
 from .log import (FRAME_HEADER, ListingLog, Listing, encode_lease, encode_outcome, key_hash, parse_batch_frame_id,
                   parse_frame_id)
 
@@ -61,6 +63,31 @@ TAIL_FETCH_WAIT_MS = 5
 LEASE_RENEW_SECONDS = 1.0
 #: A listing dated this far ahead of the reader's clock is logged: that writer's clock shortens the window.
 CLOCK_AHEAD_WARNING_SECONDS = 60
+
+
+async def _until_late_batch(consumer, tp, records, expected: int, late: LateBatchWait, what: str) -> list:
+    """The records up to a late batch (``BrokerProfile.late_batches``): where ``records`` skip offsets from
+    ``expected`` on (a batch of another writer not readable yet), the ones before the skip, with the consumer
+    sought back to read the skipped ones again, until ``late`` has waited long enough (then all of them, and
+    an error: the skipped offsets are taken as never written). Read past, a listing of another replica
+    would be missing from this one's log for good (a retry there would be stored twice), and a settle's scan
+    would miss a stored frame."""
+    for i, message in enumerate(records):
+        if message.offset > expected:
+            verdict = late.verdict(tp, expected, message.offset)
+            if verdict == "gap":
+                log.error("%s partition %d: offsets %d-%d were not readable after %.0f s; taken as never written",
+                          what, tp.partition, expected, message.offset - 1, late.wait_s)
+                return list(records)
+            if verdict == "late":
+                log.info("%s partition %d: offsets %d-%d are not readable yet (the broker delivered %d first); "
+                         "reading again from %d", what, tp.partition, expected, message.offset - 1,
+                         message.offset, expected)
+            consumer.seek(tp, expected)
+            return list(records[:i])
+        expected = message.offset + 1
+        late.arrived(tp)
+    return list(records)
 
 
 class IdempotencyPending(OCMSError):
@@ -295,9 +322,13 @@ class SharedIdempotency:
                     await asyncio.sleep(s.retry_after_seconds)
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
+            late = LateBatchWait() if s.broker.late_batches else None
             while True:
                 got = await consumer.getmany(tp, timeout_ms=1000)
-                for message in got.get(tp, ()):
+                records = got.get(tp, ())
+                if late is not None and self._applied >= 0:
+                    records = await _until_late_batch(consumer, tp, records, self._applied + 1, late, self.topic)
+                for message in records:
                     if message.offset <= self._applied:
                         # the log starts over (a broker that lost its data): what it said is gone
                         log.warning("idempotency log %s went back from offset %d to %d; reading it afresh",
@@ -549,9 +580,15 @@ class SharedIdempotency:
         try:
             consumer.assign([tp])
             consumer.seek(tp, lower)
+            late = LateBatchWait() if s.broker.late_batches else None
+            expected = lower
             while True:
                 got = await consumer.getmany(tp, timeout_ms=500)
-                for message in got.get(tp, ()):
+                records = got.get(tp, ())
+                if late is not None:
+                    records = await _until_late_batch(consumer, tp, records, expected, late, topic)
+                for message in records:
+                    expected = message.offset + 1
                     if match(message):
                         return True
                 highwater = consumer.highwater(tp)

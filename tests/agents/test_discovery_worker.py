@@ -51,8 +51,11 @@ def test_worker_discovers_the_fleets_frequent_words_and_stays_healthy(tmp_path):
         worker.start()
         try:
             worker.wait_healthy()
+            # Nothing sent yet: 503 saying no pass has finished, or (a busy machine already ran the 1 s pass) a
+            # pass over no reports that found nothing (issue 36: the test expected the 503 only, and failed).
             status, doc = worker.get("/discovered", metric="typed_words")
-            assert status == 503 and doc["error"]  # nothing discovered yet: says so
+            assert (status == 503 and doc["error"]) or (status == 200 and doc["reports"] == 0 and not doc["discovered"]), \
+                (status, doc)
             assert worker.get("/discovered", metric="screens")[0] == 404  # no discovery block
             assert worker.get("/discovered")[0] == 400
             status, _, err = ocms("simulate", "--registry", str(registry), "--metric", "typed_words", "--discovery",

@@ -6,7 +6,7 @@ the four shards while reports arrive. After each step every worker must answer /
 workers' assignments must cover the four partitions once, and every worker must answer every metric
 200; at the end every worker answers every metric's exact count of reports. The waits are on those
 conditions, with room for a busy machine (``SETTLE_S``); the bound measured on this machine is in the
-README's operating notes (``benchmarks/bench_group_settle.py``).
+docs/operating.md (``benchmarks/bench_group_settle.py``).
 
 * The sequence that wedged the embedded broker: the group's leader stopped (SIGTERM) right after a
   newcomer's JoinGroup, while the group is forming (before the fix every later SyncGroup was answered
@@ -45,7 +45,7 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 4
 NAMES = [f"settle_{i}" for i in range(8)]
 CATEGORIES = ["a", "b", "c", "d"]
-#: How long a step may take to settle here: far above what it takes (seconds: README, operating notes),
+#: How long a step may take to settle here: far above what it takes (seconds: docs/operating.md),
 #: so that only a group that does not settle fails, not a busy machine.
 SETTLE_S = 120
 #: Reports per metric sent before and after the faults.
@@ -208,7 +208,7 @@ async def lead_and_leave(bootstrap: str, group_id: str) -> None:
 
 def test_workers_end_a_rebalance_the_broker_cannot_finish(embedded, tmp_path):
     """Tansu keeps the leader of a forming group that left it: no worker can lead, and no SyncGroup
-    succeeds until the group is re-read from the broker's storage (README, operating notes)."""
+    succeeds until the group is re-read from the broker's storage (docs/operating.md)."""
     group = Group(embedded, "it-settle-lost-leader", tmp_path)
     embedded.create_topics(worker_topics("it-settle-lost-leader", "it-settle-lost-leader", PARTITIONS))
     asyncio.run(lead_and_leave(embedded.bootstrap_servers, "it-settle-lost-leader"))

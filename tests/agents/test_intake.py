@@ -15,6 +15,7 @@ from faust.types import TP
 
 from agents import faust_internals
 from agents.intake import IntakeApp, IntakeConsumer, IntakeTransport
+from infra.kafka import LateBatchWait
 
 SOURCE = "reports"
 
@@ -254,3 +255,106 @@ def test_messages_dropped_while_the_flow_is_held_are_fetched_again_if_the_seek_m
 async def _aiter(messages):
     for m in messages:
         yield m.tp, m
+
+
+class LateRecords(RecordingIntake):
+    def __init__(self):
+        super().__init__()
+        self.late: list = []
+
+    def late_records(self, partition, first, upto, given_up):
+        self.late.append((partition, first, upto, given_up))
+
+
+def scripted_fetches(monkeypatch, consumer, fetches):
+    async def scripted_getmany(self, timeout):
+        records = fetches.pop(0)
+        self._fetched = {m.tp: [r for r in records if r.tp == m.tp] for m in records}
+        for m in records:
+            yield m.tp, m
+
+    monkeypatch.setattr(aiokafka_driver.Consumer, "getmany", scripted_getmany)
+    sought = []
+
+    async def seek(partition, offset):
+        sought.append((partition, offset))
+        consumer._read_offset[partition] = offset
+        consumer._expect(partition, offset)
+
+    consumer.seek = seek
+    return sought
+
+
+def test_offsets_the_broker_makes_visible_late_are_fetched_again_before_later_ones_are_taken(monkeypatch):
+    """Issue 35 (a fault schedule lost 36 reports): Tansu made a record batch readable before an earlier one
+    of another producer, the fetch from the earlier offset was answered with the later batch, and the intake
+    took the difference as a gap: the next checkpoint's per-key offsets passed the late batch for good. Where
+    the profile says batches may come late, the intake fetches again from the offset it expects."""
+    tp = TP(SOURCE, 2)
+    sink = LateRecords()
+    consumer = consumer_with(monkeypatch, [], sink, fresh_offsets())
+    consumer.app.late_batches = True
+    sought = scripted_fetches(monkeypatch, consumer, [
+        [message(SOURCE, 2, i) for i in range(350, 356)],
+        [message(SOURCE, 2, 361), message(SOURCE, 2, 362)],  # 356-360 not visible yet
+        [message(SOURCE, 2, 361), message(SOURCE, 2, 362)],  # still not
+        [message(SOURCE, 2, i) for i in range(356, 364)],  # there they are
+    ])
+    for _ in range(4):
+        drain(consumer)
+    assert [m.offset for m in sink.received] == list(range(350, 364))  # each once, in order
+    assert consumer.gaps == []
+    assert sought == [(tp, 356), (tp, 356)]
+    assert sink.late == [(2, 356, 361, False)]  # reported once per late run, not per fetch
+    assert not consumer._late
+
+
+def test_offsets_never_delivered_are_taken_as_a_gap_after_the_wait(monkeypatch):
+    tp = TP(SOURCE, 0)
+    sink = LateRecords()
+    consumer = consumer_with(monkeypatch, [], sink, fresh_offsets())
+    consumer.app.late_batches = True
+    consumer._late = LateBatchWait(wait_s=0.0)
+    sought = scripted_fetches(monkeypatch, consumer, [
+        [message(SOURCE, 0, 10)],
+        [message(SOURCE, 0, 14)],  # 11-13 missing: fetch again
+        [message(SOURCE, 0, 14), message(SOURCE, 0, 15)],  # still missing, the wait is over: a gap
+    ])
+    for _ in range(3):
+        drain(consumer)
+    assert [m.offset for m in sink.received] == [10, 14, 15]
+    assert sought == [(tp, 11)]
+    assert consumer.gaps == [(tp, 11, 14)]
+    assert sink.late == [(0, 11, 14, False), (0, 11, 14, True)]
+
+
+def test_without_late_batches_skipped_offsets_are_a_gap_at_once(monkeypatch):
+    """A Kafka topic written in transactions has offsets no message holds (the commit markers)."""
+    tp = TP(SOURCE, 0)
+    sink = LateRecords()
+    consumer = consumer_with(monkeypatch, [], sink, fresh_offsets())
+    sought = scripted_fetches(monkeypatch, consumer, [[message(SOURCE, 0, 10), message(SOURCE, 0, 12)]])
+    drain(consumer)
+    assert [m.offset for m in sink.received] == [10, 12] and sought == [] and sink.late == []
+    assert consumer.gaps == [(tp, 11, 12)]
+
+
+def test_the_seek_to_committed_offsets_sets_the_offset_expected_next(monkeypatch):
+    """After a rebalance the first message expected is the committed offset; with nothing committed, the
+    partition's first offset (a late batch at the very start would otherwise go unnoticed)."""
+    committed, fresh = TP(SOURCE, 0), TP(SOURCE, 1)
+    consumer = consumer_with(monkeypatch, [], RecordingIntake(), fresh_offsets())
+    consumer.app.late_batches = True
+
+    async def perform_seek(self):
+        self._read_offset.update({committed: 120, fresh: None, TP("changelog", 0): 7})
+
+    async def earliest_offsets(*partitions):
+        assert partitions == (fresh,)
+        return {fresh: 0}
+
+    monkeypatch.setattr(aiokafka_driver.Consumer, "perform_seek", perform_seek)
+    consumer.earliest_offsets = earliest_offsets
+    consumer._next_offset = {TP(SOURCE, 3): 99}  # a partition of the previous assignment
+    asyncio.run(consumer.perform_seek())
+    assert consumer._next_offset == {committed: 120, fresh: 0}

@@ -300,7 +300,7 @@ def test_a_clean_stop_flushes_the_pending_batch(broker, tmp_path_factory):
 # ------------------------------------------------------------------ test 3: two workers
 # Not on the mock: when a second member joins, librdkafka 2.0.2's mock answers the follower's SyncGroup
 # INVALID_REQUEST in a state where Kafka answers REBALANCE_IN_PROGRESS (2 of 3 tries, staggered starts too),
-# and aiokafka 0.14 then never rejoins (README, broker profiles).
+# and aiokafka 0.14 then never rejoins (docs/operating.md, broker profiles).
 @on_brokers("embedded")
 def test_3_two_workers_answer_like_one(broker, tmp_path_factory):
     a = start_worker(broker, tmp_path_factory, "it-two")

@@ -1,5 +1,5 @@
 """benchmarks/bench_group_settle: its registry spreads the metrics over every shard, and bad options exit 2
-naming them (the benchmark itself runs workers for minutes: README, "Evidence and benchmarks")."""
+naming them (the benchmark itself runs workers for minutes: docs/evidence.md)."""
 
 import pytest
 

@@ -52,3 +52,11 @@ def test_compare_mechanisms_prints_both_and_the_pick():
     # Direct parameters compare against the optimal OCMS+RR.
     direct = OCMSParams.build(0.5, 2, mechanism="direct")
     assert planning.compare_mechanisms(direct)["chosen"] == "direct"
+
+
+def test_percentages_and_epsilons_are_written_for_people():
+    """Issue 36: `ocms plan` printed "adds 1.57e+03%" and a central epsilon with no sense of scale."""
+    from cms_core.planning import _percent, likelihood_factor
+
+    assert [_percent(f) for f in (15.7, 0.123, 0.00457, 1.72e-8, 0.0)] == ["1,570%", "12.3%", "0.457%", "0.00000172%", "0%"]
+    assert likelihood_factor(0.05302) == "1.05x" and likelihood_factor(2.0) == "7.39x"

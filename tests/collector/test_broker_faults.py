@@ -11,7 +11,7 @@ over everything in the topic so far:
   answer the collector never got);
 * the worker's n and match counts equal an offline decode of exactly what is in the topic.
 
-What the pipeline does on each fault is in the README ("Operating notes", Kafka failures).
+What the pipeline does on each fault is in docs/operating.md (Kafka failures).
 
 The collectors run the default shared idempotency log (collector/exactly_once/: a transactional
 producer); the lost-answer test also runs keys per process (``--idempotency-topic off``). Every
@@ -250,7 +250,7 @@ def test_a_frame_whose_answer_is_lost_is_acknowledged_after_the_retry(cluster, r
     idempotency log (the default: a transactional producer) aiokafka re-sends it, the mock drops the copy
     by its sequence, and the upload gets its 202: stored once. With keys per process and the idempotent
     producer (the kafka profile) the upload gets its 202 too; Apache Kafka stores the re-sent batch once,
-    but librdkafka's mock checks sequences for transactional producers only and keeps both copies (README,
+    but librdkafka's mock checks sequences for transactional producers only and keeps both copies (docs/operating.md,
     broker profiles). Without the idempotent producer the upload gets 503 although the frame landed."""
     copies = {}
     for mode, flags in (("shared", ()), ("on", PER_PROCESS_KEYS), ("off", PER_PROCESS_KEYS)):

@@ -44,8 +44,8 @@ def test_profiles_are_named_and_an_unknown_name_is_refused():
 
 def test_the_readme_operating_notes_hold_the_generated_profile_table():
     # the table sits in a bullet of the operating notes, indented by two spaces
-    readme = "\n".join(line.removeprefix("  ") for line in (ROOT / "README.md").read_text().splitlines())
-    assert profiles_table() in readme, "regenerate: python -m infra.kafka (and paste it into README.md)"
+    readme = "\n".join(line.removeprefix("  ") for line in (ROOT / "docs" / "operating.md").read_text().splitlines())
+    assert profiles_table() in readme, "regenerate: python -m infra.kafka (and paste it into docs/operating.md)"
     for profile in (EMBEDDED, MOCK):
         for why in profile.differences.values():
             assert why in readme
@@ -157,3 +157,38 @@ def test_a_task_that_is_really_cancelled_stays_cancelled():
             await task
 
     asyncio.run(main())
+
+
+@pytest.mark.integration
+def test_a_tansu_broker_under_another_profile_is_named_in_a_warning(caplog):
+    """Issue 36: a worker or collector started against `ocms broker` without --broker embedded said nothing (and
+    a restarted worker waited out the kafka profile's 30 s session); the topic check now says which flag to give."""
+    import asyncio
+    import logging
+
+    from infra.broker import EmbeddedBroker
+    from infra.kafka import create_topics
+
+    with EmbeddedBroker() as broker, caplog.at_level(logging.WARNING, logger="ocms.kafka"):
+        asyncio.run(create_topics(broker.bootstrap_servers, {"profile-check": 1}, KAFKA))
+        assert any("give --broker embedded" in r.getMessage() for r in caplog.records), caplog.text
+        caplog.clear()
+        asyncio.run(create_topics(broker.bootstrap_servers, {"profile-check": 1}, EMBEDDED))
+        assert not [r for r in caplog.records if r.name == "ocms.kafka"]
+
+
+def test_a_late_batch_is_waited_for_then_taken_as_a_gap():
+    from infra.kafka import LateBatchWait
+
+    now = [100.0]
+    late = LateBatchWait(wait_s=10.0, clock=lambda: now[0])
+    assert late.verdict("p0", 356, 361) == "late"
+    now[0] += 9.9
+    assert late.verdict("p0", 356, 361) == "waiting"
+    assert late.verdict("p1", 7, 9) == "late"  # each reader key waits on its own
+    now[0] += 0.2
+    assert late.verdict("p0", 356, 361) == "gap"
+    assert late.verdict("p0", 356, 361) == "late"  # a new wait
+    late.arrived("p0")
+    late.arrived("p1")
+    assert not late

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -115,6 +116,26 @@ def test_a_run_of_another_dataset_goes_through_the_collector_too():
     assert sent == counted and int(sent.replace(",", "")) >= 2000, final
     assert re.search(r"fleet sent [\d,]+ reports in [\d,]+ messages .* through the collector", final), final
     assert f"/v1/metrics/{RUN_METRIC}/reports" in out and f"/metrics/{RUN_METRIC}/estimates/" in out
+
+
+@pytest.mark.integration
+def test_ocms_run_takes_a_registry_of_your_own_without_a_dataset(tmp_path):
+    """The README's first metric (issue 36): `ocms run --registry my-metrics.yaml` in the directory holding the
+    file, with no --dataset, runs a fleet of a Zipf distribution over the metric's own values (it refused: the
+    default flights were not its categories; and the worker, started elsewhere, could not find the relative path)."""
+    (tmp_path / "my-metrics.yaml").write_text(
+        "metrics:\n  - name: screen_opened\n    description: The screen a user opened\n    owner: you@example.com\n"
+        "    categories: [home, search, feed, settings, profile]\n    epsilon: 2\n", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "ocms", "run", "--registry", "my-metrics.yaml", "--rate", "2000", "--duration",
+         "3", "--every", "60", "--seed", "7"], cwd=tmp_path, capture_output=True, text=True, timeout=180,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    final = out[out.index("final, every report counted"):]
+    sent, counted = re.search(r"reports sent ([\d,]+); counted by the worker ([\d,]+)", final).groups()
+    assert sent == counted and int(sent.replace(",", "")) >= 2000, final
+    assert re.search(r"^\s+home\s+[\d,]+\s+[\d,]+\s+\[", final, re.M), final  # the metric's own values, by name
 
 
 def test_companions_only_beside_the_default_metric():

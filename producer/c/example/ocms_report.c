@@ -326,8 +326,9 @@ int main(int argc, char **argv) {
                 }
             }
         }
-        fprintf(stderr, PROG ": uploaded %zu reports of %s@%u to %s in %zu uploads\n", produced, metric->name,
-                (unsigned)metric->version, upload.url, uploads);
+        fprintf(stderr, PROG ": uploaded %zu report%s of %s@%u to %s in %zu upload%s\n", produced,
+                produced == 1 ? "" : "s", metric->name, (unsigned)metric->version, upload.url, uploads,
+                uploads == 1 ? "" : "s");
         free(seen);
         free(body);
         free((char *)upload.url);

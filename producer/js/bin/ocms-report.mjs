@@ -145,8 +145,9 @@ async function main() {
     uploader.close();
     for (const err of errors) process.stderr.write(`${PROG}: error: ${err.message}\n`);
     if (errors.length) return 1;
-    process.stderr.write(`${PROG}: uploaded ${messages.length} reports of ${version.label} to ${args.collector} `
-      + `(${uploader.stats.uploads} uploads, ${uploader.stats.retries} retries)\n`);
+    const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+    process.stderr.write(`${PROG}: uploaded ${plural(messages.length, "report")} of ${version.label} to ${args.collector} `
+      + `(${plural(uploader.stats.uploads, "upload")}, ${plural(uploader.stats.retries, "retry", "retries")})\n`);
   }
   return 0;
 

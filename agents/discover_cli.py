@@ -99,7 +99,7 @@ def cmd_discover(args) -> int:
         doc["damaged_captures"] = damage
     if args.promote:
         doc["promoted"] = promote(args.promote, version, doc)
-    from .query import json_answer
+    from .answers.encode import json_answer
 
     # UTF-8 with every value as text (cms_core.values.value_record); encoded before --out is opened.
     text = json_answer(doc, indent=2)[0].decode("utf-8")
@@ -244,7 +244,7 @@ async def serve(service: DiscoveryService, host: str, port: int, top: int = DEFA
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
     from .metrics import ExpositionGuard
-    from .query import ANSWER_RECORDS_DROPPED
+    from .answers.encode import ANSWER_RECORDS_DROPPED
 
     registry = CollectorRegistry()
     ExpositionGuard(registry).add("discovery", DiscoveryCollector(service, top))  # one bad series never fails /metrics

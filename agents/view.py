@@ -408,7 +408,7 @@ class ChangelogReader:
     bootstrap_servers: str
     topic: str
     partitions: int
-    #: agents.shards.Share, or None for the whole view (not imported: shards answers through agents.query,
+    #: agents.shards.Share, or None for the whole view (not imported: shards answers through agents.answers,
     #: which reads this module)
     share: object | None = None
     owned: Callable[[], set[int] | None] = lambda: None

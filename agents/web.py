@@ -1,4 +1,4 @@
-"""The worker's HTTP API: routes on the Faust web server, answers from agents.query.
+"""The worker's HTTP API: routes on the Faust web server, answers from agents.answers.
 
 The event loop that serves these routes also runs intake, the changelog view
 and /healthz, so no request may hold it for long. ``EstimateService.prepare``
@@ -34,8 +34,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 
 from infra.http_edge import ErrorAnswers, install_handle_error, json_errors
 
-from .query import (INLINE_WORK, ApiError, Answer, Estimator, Read, check_query, count_dropped, finish_json,
-                    start_answer_process, to_json)
+from .answers.encode import count_dropped, to_json
+from .answers.request import ApiError, check_query
+from .answers.service import INLINE_WORK, Answer, Estimator, Read, finish_json, start_answer_process
 
 from .metric_pages import add_metric_pages, wants_listing
 from .shards import FORWARDED_HEADER, Router
@@ -111,7 +112,7 @@ class QueryRunner:
                 except BrokenProcessPool:
                     self.process = None  # the answer process died (e.g. killed): a new one next time
                     raise QueryBusy("the answer process restarted; retry") from None
-                count_dropped(dropped)  # records the answer process left out (agents.query.json_answer)
+                count_dropped(dropped)  # records the answer process left out (agents.answers.encode.json_answer)
                 self.answered += 1
                 return body
         finally:

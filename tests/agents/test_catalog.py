@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agents.catalog import Catalog
 from agents.metrics import EstimatesCollector
-from agents.query import ApiError
+from agents.answers.request import ApiError
 from agents.state import BucketKey, PartialCounts
 from agents.view import CountsView
 from cms_core import OCMSParams, OCMSSketch, ReportBatch, kernel

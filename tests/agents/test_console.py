@@ -612,7 +612,7 @@ class StubApi:
             status, body = answer(request.query) if callable(answer) else answer
             if isinstance(body, str):
                 return web.Response(text=body, status=status, content_type="text/plain")
-            if isinstance(body, bytes):  # JSON text exactly as the worker writes it (agents.query.to_json)
+            if isinstance(body, bytes):  # JSON text exactly as the worker writes it (agents.answers.encode.to_json)
                 return web.Response(body=body, status=status, content_type="application/json")
             return web.json_response(body, status=status)
 
@@ -862,7 +862,7 @@ def test_non_ascii_values_show_as_the_api_writes_them(chrome, stub):
     """Issue 24: café, naïve, 東京, emoji and a value cut inside a character, in UTF-8 JSON as the worker
     writes it, show as sent; the cut value shows U+FFFD and keeps its exact bytes on hover; an axis label
     cut to 14 characters never splits an emoji (a lone UTF-16 surrogate)."""
-    from agents.query import to_json
+    from agents.answers.encode import to_json
 
     party = "🎉" * 15
     names = ["café", "naïve", "東京", party, "ab東京タワ\ufffd"]
@@ -1255,10 +1255,10 @@ def test_read_truth_refuses_what_is_not_a_truth_document(tmp_path):
 @pytest.mark.integration
 def test_the_central_epsilon_of_shuffled_reports_is_said_in_plain_words(chrome, stub):
     """A version whose every report was shuffled in batches of at least 50,000: one sentence beside the
-    parameters states the central (epsilon, delta) the worker answers (agents.query.central_privacy, the
+    parameters states the central (epsilon, delta) the worker answers (agents.answers.privacy.central_privacy, the
     figure of cms_core.shuffle), against whom, and the composition. Partly shuffled: it says so and claims
     nothing smaller. Not shuffled: no sentence."""
-    from agents.query import central_privacy
+    from agents.answers.privacy import central_privacy
 
     params = OCMSParams.build(1.5, 3)
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.query import PARAMETERS
+from agents.answers.request import PARAMETERS
 from cms_core import OCMSParams, wire
 from cms_core.privatize import simulate_reports
 from cms_core.values import elements_to_array, encode_value, limbs_for

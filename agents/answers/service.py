@@ -1,4 +1,4 @@
-"""Answers from the counts view: estimates, top-K, trends, parameters.
+"""The estimate service: answers from the counts view (estimates, top-K, trends, parameters), no HTTP.
 
 Every answer is computed in two steps. ``prepare`` runs on the event loop: it
 checks every parameter (unknown, duplicated, malformed, absurd or outside what
@@ -17,51 +17,35 @@ for. Estimates are computed by ``cms_core.OCMSSketch`` from summed integer
 counts, so a range is the exact sum of its buckets and gets an unbiased
 estimate with its own interval.
 
-Values travel as ``cms_core.values.value_to_json`` writes them (always a JSON
-string; integers as decimal digits) and are read back with ``value_from_json``.
+The Prometheus export (agents.metrics) reads a window through the same path as /estimates and
+/topk (:meth:`EstimateService.window_estimate`: the same snapshot, sums, estimate, top-K rule and noise
+floor); the privacy rules are :mod:`agents.answers.privacy`'s and the encoding :mod:`agents.answers.encode`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import json
 import math
 import os
-import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Mapping
 
 import numpy as np
-from prometheus_client import Counter as PrometheusCounter
 
-from cms_core import OCMSParams, OCMSSketch, TrackedValues, postprocess
-from cms_core.errors import InvalidValueError, OCMSError
+from cms_core import OCMSParams, OCMSSketch, TrackedValues
+from cms_core.errors import InvalidValueError
 from cms_core.records import noise_fields
-from cms_core.sketch import INTERVALS, EstimateOptions, Estimates
+from cms_core.sketch import EstimateOptions, Estimates
 from cms_core.values import value_to_json
 
-from .state import TOTAL_WIDTH, bucket_start
-from .view import CountsView, shuffle_of, sum_states, sum_states_at
+from ..state import TOTAL_WIDTH, bucket_start
+from ..view import CountsView, shuffle_of, sum_states, sum_states_at
+from .encode import Naming, json_answer, records
+from .privacy import POINT_CENTRAL_FIELDS, central_cost, central_privacy
+from .request import ApiError, check_query, iso, parse_duration, parse_int, parse_options, parse_time, show
 
 MAX_TREND_POINTS = 10_000
-_RELATIVE = re.compile(r"^(?:now)?-(\d+(?:\.\d+)?)([smhd])$")
-_DURATION = re.compile(r"^(\d+)([smhd]?)$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
-
-#: Parameters each endpoint takes; anything else is a 400 naming it.
-_ESTIMATE_PARAMETERS = ("params", "window", "from", "to", "confidence", "interval", "postprocess")
-PARAMETERS: dict[str, tuple[str, ...]] = {
-    "estimates": _ESTIMATE_PARAMETERS,
-    "estimate_value": _ESTIMATE_PARAMETERS,
-    "topk": _ESTIMATE_PARAMETERS + ("k",),
-    "trend": ("params", "value", "from", "to", "step", "confidence", "interval", "postprocess"),
-    "params": (),
-    "healthz": (),
-    "metrics": (),
-}
 
 #: Post-processing methods that act on each value alone (the others need all D estimates).
 ELEMENTWISE = ("none", "clip")
@@ -74,118 +58,11 @@ STATE_COST = 300  # one state read for one value (Python)
 POINT_COST = 100_000  # one single-value estimate (a one-value sketch)
 RECORD_COST = 20_000  # one record answered (dict, float reprs, JSON text)
 NOISE_COST = 100_000  # one noise floor (a binomial tail: 0.03-0.1 ms at n <= 10^6, cms_core.binomial.critical_count)
-CENTRAL_COST = 25_000_000  # one central epsilon not computed before (cms_core.shuffle: 5-25 ms; then cached)
+# (CENTRAL_COST, one central epsilon not computed before: agents.answers.privacy, where central_cost counts it)
 #: Answers up to this much work run inline on the event loop (~ a millisecond).
 INLINE_WORK = 1_000_000
 #: Answers over this much work (~ seconds of CPU) are refused before they start.
 MAX_WORK = 4_000_000_000
-
-#: Record fields that can be infinite (a bound the theorem cannot give): JSON null.
-_BOUND_FIELDS = ("ci_low", "ci_high", "count_ci_low", "count_ci_high", "processed_ci_low", "processed_ci_high",
-                 "processed_count_ci_low", "processed_count_ci_high")
-
-
-def show(raw: str, limit: int = 40) -> str:
-    """A parameter value as an error message quotes it: repr, at most ~``limit`` characters."""
-    text = repr(raw)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit - 12]}...' ({len(raw):,} characters)"
-
-
-def iso(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class ApiError(OCMSError):
-    """A bad HTTP parameter (status 400) or an unknown value (404)."""
-
-    def __init__(self, parameter: str, message: str, status: int = 400):
-        super().__init__(f"{parameter}: {message}")
-        self.parameter = parameter
-        self.message = message
-        self.status = status
-
-    def as_json(self) -> dict:
-        return {"error": self.message, "parameter": self.parameter, "status": self.status}
-
-
-def check_query(endpoint: str, pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """The query as a dict; an unknown or repeated parameter is a 400 naming it."""
-    allowed = PARAMETERS[endpoint]
-    query: dict[str, str] = {}
-    for name, raw in pairs:
-        if name not in allowed:
-            close = difflib.get_close_matches(name, allowed, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else (
-                f"this endpoint takes {', '.join(allowed)}" if allowed else "this endpoint takes no parameters")
-            raise ApiError(show(name)[1:-1] if len(name) <= 38 else show(name), f"unknown parameter; {hint}")
-        if name in query:
-            raise ApiError(name, "given more than once; give it once")
-        query[name] = raw
-    return query
-
-
-def parse_time(name: str, raw: str, now: float) -> float:
-    """Epoch seconds, ISO 8601 (naive = UTC), ``now`` or a relative ``-15m``/``now-2h``."""
-    text = raw.strip()
-    if text == "now":
-        return now
-    match = _RELATIVE.match(text)
-    if match:
-        value = now - float(match.group(1)) * _UNITS[match.group(2)]
-    else:
-        try:
-            value = float(text)
-        except ValueError:
-            try:
-                parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-                if parsed.tzinfo is None:
-                    parsed = parsed.replace(tzinfo=timezone.utc)
-                value = parsed.timestamp()
-            except (ValueError, OverflowError):
-                raise ApiError(name, f"{show(raw)} is not epoch seconds, ISO 8601, 'now' or a relative time "
-                                     "like -15m") from None
-    if not math.isfinite(value) or value < 0:
-        raise ApiError(name, f"{show(raw)} must be a finite, non-negative epoch time")
-    return value
-
-
-def parse_duration(name: str, raw: str) -> int:
-    match = _DURATION.match(raw.strip())
-    if not match or len(match.group(1)) > 18 or int(match.group(1)) <= 0:
-        raise ApiError(name, f"{show(raw)} is not a positive duration (seconds, or with a unit: 90s, 5m, 1h, 1d)")
-    return int(match.group(1)) * _UNITS[match.group(2)]
-
-
-def parse_int(name: str, raw: str, lo: int, hi: int) -> int:
-    text = raw.strip()
-    if not re.fullmatch(r"[+-]?\d{1,18}", text):
-        raise ApiError(name, f"{show(raw)} is not an integer in [{lo}, {hi}]")
-    value = int(text)
-    if not lo <= value <= hi:
-        raise ApiError(name, f"{value} must be in [{lo}, {hi}]")
-    return value
-
-
-def parse_options(query: Mapping[str, str]) -> EstimateOptions:
-    """The ``confidence``, ``interval`` and ``postprocess`` of a query; a bad one is a 400 naming it."""
-    confidence = EstimateOptions.confidence
-    if "confidence" in query:
-        raw = query["confidence"]
-        try:
-            confidence = float(raw)
-        except ValueError:
-            raise ApiError("confidence", f"{show(raw)} is not a number") from None
-        if not 0.0 < confidence < 1.0:  # NaN fails too
-            raise ApiError("confidence", f"{show(raw)} must be a number in (0, 1)")
-    interval = query.get("interval", EstimateOptions.interval)
-    if interval not in INTERVALS:
-        raise ApiError("interval", f"{show(interval)} is not one of {', '.join(INTERVALS)}")
-    method = query.get("postprocess", EstimateOptions.postprocess)
-    if method not in postprocess.METHODS:
-        raise ApiError("postprocess", f"{show(method)} is not one of {', '.join(postprocess.METHODS)}")
-    return EstimateOptions(confidence, interval, method)
 
 
 @dataclass(frozen=True)
@@ -205,6 +82,25 @@ class Window:
     def bounds(self) -> tuple[int, int]:
         """[start, stop) of the bucket starts this window reads (the cumulative key starts at 0)."""
         return (0, 1) if self.kind == "total" else (self.start, self.stop)
+
+
+@dataclass(frozen=True)
+class WindowEstimate:
+    """One window's estimates of every tracked value (:meth:`EstimateService.window_estimate`) and what it may
+    claim: ``withheld`` (fewer than ``min_reports`` reports: nothing to export, no top-K) and ``central`` (the
+    central epsilon fields, :func:`agents.answers.privacy.central_privacy`)."""
+
+    window: Window
+    n: int
+    estimates: Estimates
+    top: tuple[int, ...]  # the top-K's indices, largest first
+    withheld: bool
+    central: dict
+
+    @property
+    def noise_floor(self) -> float:
+        """The frequency an estimate must exceed to stand above the noise of every tracked value."""
+        return self.estimates.noise_floor
 
 
 @dataclass(frozen=True)
@@ -299,7 +195,7 @@ class Estimator:
             doc.update(noise_fields(est))
             doc["estimate"] = records(est, [count])[0]
             return doc
-        est = self.estimate(job.fp, job.n, job.counts, job.options)
+        est, top = self.window(job)
         doc.update(noise_fields(est))  # every value above or under the noise of all D tracked values
         if job.kind == "all":
             doc["estimates"] = records(est, job.counts)
@@ -307,9 +203,14 @@ class Estimator:
             doc["estimate"] = records(select(est, [job.index]), job.counts[[job.index]])[0]
         else:  # top
             doc["k"] = job.k
-            top = top_indices(est, job.k) if job.n else []
             doc["top"] = records(select(est, top), job.counts[top]) if top else []
         return doc
+
+    def window(self, job: Job) -> tuple[Estimates, list[int]]:
+        """A window job's estimates of every tracked value and, for a top-K job, the indices of the K largest
+        (largest first; none for an empty window): the one rule of /estimates, /topk and the Prometheus export."""
+        est = self.estimate(job.fp, job.n, job.counts, job.options)
+        return est, top_indices(est, job.k) if job.kind == "top" and job.n else []
 
     def _trend(self, job: Job, doc: dict) -> dict:
         label = value_to_json(self.sets[job.fp][1].label(job.index))
@@ -326,191 +227,6 @@ class Estimator:
         doc["n"] = sum(p["n"] for p in points)
         doc["points"] = points
         return doc
-
-
-#: Records left out of JSON answers because they could not be written, by (field, reason); the answer
-#: process's counts come back with each answer (``finish_json``). Exported by every /metrics that serves answers.
-ANSWER_RECORDS_DROPPED = PrometheusCounter(
-    "ocms_answer_records_dropped", "records left out of a JSON answer because they could not be written "
-    "(text that is not valid Unicode, a number that is not finite), by the answer's field and the reason",
-    ["field", "reason"], registry=None)
-
-
-def _dump(doc, indent: int | None = None) -> bytes:
-    separators = (",", ":") if indent is None else (",", ": ")
-    return json.dumps(doc, allow_nan=False, ensure_ascii=False, indent=indent, separators=separators).encode("utf-8")
-
-
-def _unwritable(record) -> str | None:
-    """Why ``record`` cannot be written as JSON (a reason name), or None."""
-    try:
-        _dump(record)
-    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 for it (checked before ValueError, its base)
-        return "text_not_unicode"
-    except ValueError:
-        return "number_not_finite"
-    except TypeError:
-        return "not_json_type"
-    return None
-
-
-def _without_bad_records(node, field: str | None, dropped: dict) -> object:
-    """``node`` without the records (dicts in a list, at any depth) that cannot be written; each left out
-    is counted under (the list's field, reason). A record keeps its good nested records."""
-    if isinstance(node, dict):
-        return {key: _without_bad_records(value, key, dropped) for key, value in node.items()}
-    if isinstance(node, list):
-        kept = []
-        for item in node:
-            if isinstance(item, dict):
-                item = _without_bad_records(item, field, dropped)
-                reason = _unwritable(item)
-                if reason is not None:
-                    dropped[(field, reason)] = dropped.get((field, reason), 0) + 1
-                    continue
-            kept.append(item)
-        return kept
-    return node
-
-
-def json_answer(doc: dict, indent: int | None = None) -> tuple[bytes, dict]:
-    """(UTF-8 JSON text of ``doc``, {(field, reason): records left out}).
-
-    One record that cannot be written (text with a lone surrogate, a NaN) never fails the whole
-    answer: it is left out, and the answer says so in ``dropped_records`` ({field: {reason: n}}).
-    """
-    try:
-        return _dump(doc, indent), {}
-    except (ValueError, TypeError):
-        pass
-    dropped: dict = {}
-    pruned = _without_bad_records(doc, None, dropped)
-    summary: dict = {}
-    for (field, reason), n in sorted(dropped.items(), key=lambda item: (str(item[0][0]), item[0][1])):
-        summary.setdefault(str(field), {})[reason] = n
-    pruned["dropped_records"] = summary
-    return _dump(pruned, indent), dropped
-
-
-def count_dropped(dropped: dict) -> None:
-    for (field, reason), n in dropped.items():
-        ANSWER_RECORDS_DROPPED.labels(str(field), reason).inc(n)
-
-
-def to_json(doc: dict) -> bytes:
-    """JSON text of an answer: UTF-8, no NaN/Infinity (records carry null for an unbounded end); a record
-    that cannot be written is left out and counted (:func:`json_answer`, ocms_answer_records_dropped_total)."""
-    body, dropped = json_answer(doc)
-    count_dropped(dropped)
-    return body
-
-
-_PROCESS_ESTIMATOR: Estimator | None = None
-
-
-def start_answer_process(sets: Mapping[str, tuple[OCMSParams, TrackedValues]], niceness: int) -> None:
-    """Initializer of the answer process: its Estimator, and a lower CPU priority than intake."""
-    global _PROCESS_ESTIMATOR
-    _PROCESS_ESTIMATOR = Estimator(sets)
-    try:
-        os.nice(niceness)
-    except OSError:
-        pass
-
-
-def finish_json(job: Job) -> tuple[bytes, dict]:
-    """In the answer process: the answer's JSON text and the records it left out (counted by the worker)."""
-    return json_answer(_PROCESS_ESTIMATOR.finish(job))
-
-
-def select(est: Estimates, indices) -> Estimates:
-    """The estimates of ``indices`` only (so records are built for what is returned)."""
-    idx = np.asarray(indices, dtype=np.int64)
-    return dataclasses.replace(
-        est, values=[est.values[i] for i in idx], frequency=est.frequency[idx], processed=est.processed[idx],
-        variance=est.variance[idx], std=est.std[idx], ci_low=est.ci_low[idx], ci_high=est.ci_high[idx],
-        processed_ci_low=est.processed_ci_low[idx], processed_ci_high=est.processed_ci_high[idx],
-        above_noise=est.above_noise[idx],
-    )
-
-
-def records(est: Estimates, counts) -> list[dict]:
-    """JSON records of every value of ``est`` with their match counts: the value as
-    ``value_to_json`` writes it, an unbounded interval end as null (JSON has no infinity)."""
-    counts = [int(c) for c in counts]
-    if est.n == 0:
-        return [{"value": value_to_json(v), "match_count": c} for v, c in zip(est.values, counts)]
-    out = est.as_records()
-    unbounded = not (np.isfinite(est.ci_low).all() and np.isfinite(est.ci_high).all())
-    for record, count in zip(out, counts):
-        record["value"] = value_to_json(record["value"])
-        record["match_count"] = count
-        if unbounded:
-            for field in _BOUND_FIELDS:
-                if not math.isfinite(record[field]):
-                    record[field] = None
-    return out
-
-
-@dataclass(frozen=True)
-class Naming:
-    """What turns a version's answer into a named one: metric, version, value names, min_reports.
-
-    Picklable (it travels with the answer's job to the answer process, agents.web), applied to the
-    finished answer by ``Estimator.finish``."""
-
-    metric: str
-    version: int
-    mechanism: str
-    min_reports: int
-    names: tuple[str, ...] | None  # category names by id; None: values are their own names
-
-    def name_of(self, label: str) -> str:
-        """The name of a value as ``value_to_json`` wrote it (a category id's digits -> its name)."""
-        return label if self.names is None else self.names[int(label)]
-
-    def withheld(self, n: int) -> bool:
-        return n < self.min_reports
-
-    def __call__(self, doc: dict) -> dict:
-        """An answer with the metric, version and value names, and withheld windows emptied."""
-        out = {"metric": self.metric, "version": self.version, "mechanism": self.mechanism,
-               "min_reports": self.min_reports}
-        out.update(doc)
-        withheld = self.withheld(doc.get("n", 0))
-        out["withheld"] = withheld
-        if "estimates" in doc:
-            out["estimates"] = [] if withheld else [self._record(r) for r in doc["estimates"]]
-        if "estimate" in doc:
-            out["estimate"] = None if withheld else self._record(doc["estimate"])
-        if "top" in doc:
-            out["top"] = [] if withheld else [self._record(r) for r in doc["top"]]
-        if "points" in doc:
-            out["value"] = self.name_of(doc["value"])
-            out["withheld"] = False  # a trend withholds point by point
-            out["points"] = [self._point(p) for p in doc["points"]]
-        return out
-
-    def _record(self, record: dict) -> dict:
-        return dict(record, value=self.name_of(record["value"]))
-
-    def _point(self, point: dict) -> dict:
-        point = self._record(point)
-        if self.withheld(point["n"]):
-            for name in WITHHELD_FIELDS:
-                point.pop(name, None)
-            point["withheld"] = True
-        else:
-            point["withheld"] = False
-        return point
-
-
-#: Record fields that exist only with an estimate: a withheld window answers without them.
-WITHHELD_FIELDS = (
-    "match_count", "frequency", "processed", "count", "processed_count", "std",
-    "ci_low", "ci_high", "count_ci_low", "count_ci_high", "processed_ci_low", "processed_ci_high",
-    "processed_count_ci_low", "processed_count_ci_high", "above_noise",
-)
 
 
 class EstimateService:
@@ -554,12 +270,6 @@ class EstimateService:
 
     def withheld(self, n: int) -> bool:
         return self.naming.withheld(n)
-
-    def central(self, window: Window, n: int) -> dict:
-        """The central epsilon fields of a window of ``n`` reports (:func:`central_privacy`): O(states)."""
-        start, stop = window.bounds()
-        snapshot = self.view.snapshot(self.fingerprint, window.width, start, stop)
-        return central_privacy(self.version.params, n, *shuffle_of(snapshot))
 
     def latest_bucket(self, now: float | None = None) -> Window:
         """The latest *complete* base bucket at ``now``."""
@@ -738,12 +448,27 @@ class EstimateService:
         if kind == "top":
             returned = k
 
-        def gather() -> Job:
-            n, counts = sum_states(snapshot, d)
-            return Job(kind, fp, header, options, n, counts, index=index if kind == "select" else 0,
-                       k=k if kind == "top" else 0, central=central_privacy(params, n, *shuffle_of(snapshot)))
+        return Answer(self._bounded(full + returned * RECORD_COST, parameter, what),
+                      lambda: self._window_job(snapshot, kind, fp, header, options, index, k))
 
-        return Answer(self._bounded(full + returned * RECORD_COST, parameter, what), gather)
+    def _window_job(self, snapshot, kind: str, fp: str, header: dict, options: EstimateOptions, index: int = 0,
+                    k: int = 0) -> Job:
+        """The summed counts of a window's snapshot and the central epsilon of its reports (any thread)."""
+        n, counts = sum_states(snapshot, self.d)
+        return Job(kind, fp, header, options, n, counts, index=index if kind == "select" else 0,
+                   k=k if kind == "top" else 0, central=central_privacy(self.version.params, n, *shuffle_of(snapshot)))
+
+    def window_estimate(self, window: Window, options: EstimateOptions = EstimateOptions(),
+                        top_k: int = 0) -> WindowEstimate:
+        """A window read as /estimates and /topk read it (one snapshot: its sums, the estimate of every value, the
+        top ``top_k`` and the central epsilon), in one step and without the work limit, with what the privacy
+        rules let it claim: what the Prometheus export asks (agents.metrics)."""
+        snapshot, _ = self._snapshot(self.fingerprint, window)
+        header = self._header(self.fingerprint, window, 0, options)
+        job = self._window_job(snapshot, "top", self.fingerprint, header, options, k=top_k)
+        est, top = self.estimator.window(job)
+        held = self.withheld(job.n)
+        return WindowEstimate(window, job.n, est, () if held else tuple(top), held, job.central)
 
     def _check_trend(self, fp: str, options: EstimateOptions, query: Mapping[str, str]) -> Read:
         if "value" not in query:
@@ -881,63 +606,33 @@ class EstimateService:
         }
 
 
-#: The central epsilon fields a trend point carries (the answer's header carries all of them, for the whole range).
-POINT_CENTRAL_FIELDS = ("central_epsilon", "central_delta", "shuffle_batch_min", "shuffled_reports")
-#: (smallest batch, epsilon0) -> cms_core.planning.shuffled_privacy of it (a few ms each to compute).
-_CENTRAL_CACHE: dict[tuple[int, float], dict] = {}
-_CENTRAL_CACHE_MAX = 4096
+_PROCESS_ESTIMATOR: Estimator | None = None
 
 
-def _shuffled_privacy(batch: int, epsilon0: float) -> dict:
-    from cms_core.planning import shuffled_privacy
-
-    key = (batch, epsilon0)
-    found = _CENTRAL_CACHE.get(key)
-    if found is None:
-        if len(_CENTRAL_CACHE) >= _CENTRAL_CACHE_MAX:
-            _CENTRAL_CACHE.clear()
-        found = _CENTRAL_CACHE[key] = shuffled_privacy(epsilon0, batch)
-    return found
+def start_answer_process(sets: Mapping[str, tuple[OCMSParams, TrackedValues]], niceness: int) -> None:
+    """Initializer of the answer process: its Estimator, and a lower CPU priority than intake."""
+    global _PROCESS_ESTIMATOR
+    _PROCESS_ESTIMATOR = Estimator(sets)
+    try:
+        os.nice(niceness)
+    except OSError:
+        pass
 
 
-def central_cost(snapshot, epsilon0: float) -> int:
-    """Work of the central epsilons an answer over ``snapshot`` may compute: one per smallest batch among
-    its states not computed before (CENTRAL_COST each; cached ones are free)."""
-    batches = {state.shuffle_min for _, states in snapshot for state in states if state.shuffle_min}
-    return CENTRAL_COST * sum((batch, epsilon0) not in _CENTRAL_CACHE for batch in batches)
+def finish_json(job: Job) -> tuple[bytes, dict]:
+    """In the answer process: the answer's JSON text and the records it left out (counted by the worker)."""
+    return json_answer(_PROCESS_ESTIMATOR.finish(job))
 
 
-def central_privacy(params: OCMSParams, n: int, shuffled: int, shuffle_min: int) -> dict:
-    """The central (epsilon, delta) of a window of ``n`` reports, ``shuffled`` of which came through a
-    shuffling collector in batches of at least ``shuffle_min`` reports (agents.state).
-
-    Why the smallest batch: each report of the window was shuffled in one batch of some n_b >= shuffle_min
-    reports, and its batch is (eps_c(n_b), delta)-DP towards whoever sees only the shuffled frames
-    (cms_core.shuffle, FMT21); eps_c falls as n grows, so eps_c(shuffle_min) bounds every batch. Batches are
-    disjoint, so a device with one report in the window is protected at that figure whatever the other
-    batches hold; a device with reports in k batches composes (k * eps_c, k * delta). A window holding
-    reports that were not shuffled gets null: the figure would not hold for them (only the local epsilon
-    does). The figure holds against readers of Kafka and the worker, not against the collector."""
-    epsilon0 = params.epsilon
-    out = {"central_epsilon": None, "central_delta": None, "central_bound": None,
-           "shuffle_batch_min": shuffle_min or None, "shuffled_reports": shuffled}
-    if n == 0:
-        out["central_note"] = "no reports in this window"
-    elif shuffled == 0:
-        out["central_note"] = (f"no report of this window came through a shuffling collector: each report is "
-                               f"{epsilon0:g}-DP (the local epsilon), against everyone")
-    elif shuffled < n:
-        out["central_note"] = (f"{n - shuffled:,} of the {n:,} reports of this window were not shuffled: only the local "
-                               f"epsilon {epsilon0:g} holds for them, so no central epsilon is claimed")
-    else:
-        central = _shuffled_privacy(shuffle_min, float(epsilon0))
-        out.update(central_epsilon=central["central_epsilon"], central_delta=central["delta"],
-                   central_bound=central["bound"])
-        out["central_note"] = (
-            f"every report of this window was shuffled in a batch of at least {shuffle_min:,} reports: to whoever "
-            f"reads Kafka or the worker (not the collector), each report is ({central['central_epsilon']:.3g}, "
-            f"{central['delta']:g})-DP, not only {epsilon0:g}-DP; a device with reports in k batches: k times that")
-    return out
+def select(est: Estimates, indices) -> Estimates:
+    """The estimates of ``indices`` only (so records are built for what is returned)."""
+    idx = np.asarray(indices, dtype=np.int64)
+    return dataclasses.replace(
+        est, values=[est.values[i] for i in idx], frequency=est.frequency[idx], processed=est.processed[idx],
+        variance=est.variance[idx], std=est.std[idx], ci_low=est.ci_low[idx], ci_high=est.ci_high[idx],
+        processed_ci_low=est.processed_ci_low[idx], processed_ci_high=est.processed_ci_high[idx],
+        above_noise=est.above_noise[idx],
+    )
 
 
 def top_indices(est: Estimates, k: int) -> list[int]:

@@ -20,8 +20,11 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY cms_core ./cms_core
+COPY infra ./infra
 COPY producer ./producer
+COPY fleet ./fleet
 COPY agents ./agents
+COPY ocms ./ocms
 COPY registry ./registry
 COPY collector ./collector
 RUN python -m pip install --upgrade pip setuptools wheel \

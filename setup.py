@@ -5,8 +5,8 @@ be compiled, cms_core falls back to its numpy implementation (slower, same
 results), and ``cms_core.kernel.BACKEND`` says which one is active.
 
 deploy/registry.yaml (with its lock, schema and tracked-value files) is the canonical example
-registry of a checkout; a built package (wheel) carries a copy as ``agents/example_registry/``, so
-``ocms run`` installed from a wheel finds it too (``agents.run.DEFAULT_REGISTRY``).
+registry of a checkout; a built package (wheel) carries a copy as ``ocms/example_registry/``, so
+``ocms run`` installed from a wheel finds it too (``ocms.run.DEFAULT_REGISTRY``).
 """
 
 import shutil
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent
 #: The example registry's files, relative to deploy/ (tracked files are named relative to the registry).
 EXAMPLE_REGISTRY_FILES = ("registry.yaml", "registry.lock", "registry.schema.json", "tracked/*.jsonl")
 #: Where a built package holds them, relative to the package root.
-EXAMPLE_REGISTRY_PACKAGE_DIR = Path("agents") / "example_registry"
+EXAMPLE_REGISTRY_PACKAGE_DIR = Path("ocms") / "example_registry"
 
 
 def example_registry_files() -> list[Path]:
@@ -28,7 +28,7 @@ def example_registry_files() -> list[Path]:
 
 
 class BuildWithExampleRegistry(build_py):
-    """build_py, plus deploy/'s example registry copied into the build as agents/example_registry/
+    """build_py, plus deploy/'s example registry copied into the build as ocms/example_registry/
     (an editable install reads deploy/ itself)."""
 
     def run(self):

@@ -27,7 +27,7 @@ import time
 import faust
 
 from cms_core import wire
-from producer.kafka import wait_for_late_batches
+from infra.kafka import wait_for_late_batches
 from registry import Registry
 
 from .catalog import Catalog
@@ -51,7 +51,7 @@ log = logging.getLogger("ocms.worker")
 
 def faust_settings(settings: WorkerSettings) -> dict:
     """faust.App keyword settings; what differs between brokers comes from the broker profile
-    (``producer.kafka``: sessions, one-record batches, topic declaration)."""
+    (``infra.kafka``: sessions, one-record batches, topic declaration)."""
     if settings.store.startswith("rocksdb://"):
         # rocksdb://PATH: Faust keeps one RocksDB per table partition under its data directory.
         store, datadir = "rocksdb://", settings.store[len("rocksdb://"):] or f"{settings.app_id}-data"
@@ -248,7 +248,7 @@ class OCMSWorker:
 
     def late_records(self, partition: int, first: int, upto: int, given_up: bool) -> None:
         """The consumer's word that offsets ``first``..``upto - 1`` of a source partition were not readable when a
-        later batch was (``producer.kafka.wait_for_late_batches``): fetched again, or after the wait passed."""
+        later batch was (``infra.kafka.wait_for_late_batches``): fetched again, or after the wait passed."""
         if given_up:
             self.metrics.source_offsets_skipped.inc(upto - first)
         else:
@@ -356,7 +356,7 @@ class OCMSWorker:
 async def prepare_topics(settings: WorkerSettings) -> None:
     """Create the source, dead-letter and changelog topics with the configured partitions (on a broker
     whose clients cannot create topics: check they exist with them)."""
-    from producer.kafka import create_topics
+    from infra.kafka import create_topics
 
     await create_topics(
         settings.bootstrap_servers,

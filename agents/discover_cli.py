@@ -20,8 +20,8 @@ from datetime import datetime, timezone
 from cms_core import discovery
 from cms_core.errors import OCMSError
 from cms_core.values import value_to_json
-from producer.cli import int_at_least
-from registry.flags import DEFAULT_SOURCE_TOPIC
+from infra.kafka import DEFAULT_SOURCE_TOPIC
+from infra.settings import int_at_least
 
 from .discovery import DEFAULT_EXPORTED_VALUES, DiscoveryCollector, DiscoveryService
 from .discovery_pass import discovery_document, group_by_level, read_topic_window
@@ -42,7 +42,7 @@ def _discoverable(args, registry):
 
 
 def _capture_messages(paths: list[str], damage: list):
-    from producer.capture import CaptureReader
+    from infra.capture import CaptureReader
 
     for path in paths:
         reader = CaptureReader(path)
@@ -99,7 +99,7 @@ def cmd_discover(args) -> int:
         doc["damaged_captures"] = damage
     if args.promote:
         doc["promoted"] = promote(args.promote, version, doc)
-    from .query import json_answer
+    from .answers.encode import json_answer
 
     # UTF-8 with every value as text (cms_core.values.value_record); encoded before --out is opened.
     text = json_answer(doc, indent=2)[0].decode("utf-8")
@@ -107,7 +107,7 @@ def cmd_discover(args) -> int:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
     else:
-        from registry.output import write_stdout
+        from infra.output import write_stdout
 
         write_stdout(text + "\n")  # `ocms discover ... | head` ends quietly
     for line in damage:
@@ -175,7 +175,7 @@ def _probability(text: str) -> float:
 
 
 def add_discover_parser(sub) -> None:
-    """``ocms discover``: registered by agents/cli.py."""
+    """``ocms discover``: registered by ocms/cli.py."""
     p = sub.add_parser("discover", help="discover a metric's frequent unknown values from its discovery reports (JSON)",
                        description="Prefix-extension discovery (docs/discovery.md) over capture files or a time "
                                    "window of the reports topic. Output: discovered values with estimates and CIs, "
@@ -244,7 +244,7 @@ async def serve(service: DiscoveryService, host: str, port: int, top: int = DEFA
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
     from .metrics import ExpositionGuard
-    from .query import ANSWER_RECORDS_DROPPED
+    from .answers.encode import ANSWER_RECORDS_DROPPED
 
     registry = CollectorRegistry()
     ExpositionGuard(registry).add("discovery", DiscoveryCollector(service, top))  # one bad series never fails /metrics

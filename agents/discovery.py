@@ -112,7 +112,7 @@ class DiscoveryService:
     def page(self, query: Mapping[str, str]) -> tuple[int, bytes]:
         """``GET /discovered?metric=NAME``: (HTTP status, JSON body). The one handler behind the worker's
         page and ``ocms discover --serve``'s."""
-        from .query import to_json
+        from .answers.encode import to_json
 
         extra = sorted(set(query) - {"metric"})
         if extra:

@@ -73,7 +73,7 @@ async def read_topic_window(bootstrap: str, topic: str, start: datetime, stop: d
     """Every message of ``topic`` with a timestamp in [start, stop): seek each partition by time, read to stop."""
     from aiokafka import TopicPartition
 
-    from producer.kafka import make_consumer
+    from infra.kafka import make_consumer
 
     consumer = make_consumer(bootstrap)
     try:

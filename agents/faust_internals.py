@@ -424,7 +424,7 @@ def watch_group(coordinator: GroupCoordinator, watch: GroupWatch, *, leave_group
     async def expire_instead_of_leaving():
         # A member that stops lets its session expire: Tansu removes an expired member correctly,
         # while a LeaveGroup from the leader of a forming group leaves the group without a leader for
-        # ever (docs/operating.md; producer.kafka.EMBEDDED's differences).
+        # ever (docs/operating.md; infra.kafka.EMBEDDED's differences).
         if coordinator.generation > 0:
             log.info("not sending LeaveGroup on this broker: member %s expires after the %.0f s session",
                      coordinator.member_id, watch.session_timeout_s)

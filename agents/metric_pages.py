@@ -10,7 +10,7 @@ of their name-less twins plus ``version`` (default: the newest live version) and
 
 from __future__ import annotations
 
-from .query import ApiError
+from .answers.request import ApiError
 
 
 def wants_listing(request) -> bool:

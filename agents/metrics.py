@@ -31,7 +31,8 @@ from cms_core.values import value_to_json
 from cms_core.version import build_info_labels
 
 from .processor import REJECT_REASONS
-from .query import ANSWER_RECORDS_DROPPED, Window, select, top_indices
+from .answers.encode import ANSWER_RECORDS_DROPPED
+from .answers.service import Window, select
 
 # ``*_created`` series double the scrape size and no dashboard or rule uses them.
 disable_created_metrics()
@@ -252,104 +253,63 @@ class EstimatesCollector:
         return families_without_samples(nothing.collect())
 
     def collect(self):
-        families = {
-            suffix: GaugeMetricFamily(f"ocms_estimate_{suffix}", text, labels=["metric", "version", "value", "window"])
-            for suffix, _, text in ESTIMATE_FIELDS
-        }
-        omitted = GaugeMetricFamily("ocms_estimate_values_omitted", "tracked values not exported (outside watch + top-K)",
-                                    labels=["metric", "version"])
-        withheld = GaugeMetricFamily("ocms_estimate_withheld",
-                                     "1 when the window holds fewer reports than min_reports (nothing exported)",
-                                     labels=["metric", "version", "window"])
-        reports = GaugeMetricFamily("ocms_params_reports", "reports counted per metric version and window",
-                                    labels=["metric", "version", "window"])
-        info = GaugeMetricFamily("ocms_params_info", "served metric versions and their privacy parameters",
-                                 labels=["metric", "version", "fingerprint", "mechanism", "epsilon", "hash_range",
-                                         "field", "mode"])
-        latest_start = GaugeMetricFamily("ocms_latest_bucket_start_timestamp_seconds",
-                                         "start of the latest complete bucket", labels=["metric", "version"])
-        # The noise test (cms_core.theory, "Above the noise"): a series per exported value (no label that
-        # flips, so an estimate's series never splits), and the floor per metric version and window.
-        above = GaugeMetricFamily("ocms_estimate_above_noise", "1 when the value's estimate stands above the noise "
-                                  "floor of all its version's tracked values (Bonferroni at 95%), else 0",
-                                  labels=["metric", "version", "value", "window"])
-        floor = GaugeMetricFamily("ocms_estimate_noise_floor_ratio", "the frequency an estimate must exceed to stand "
-                                  "above zero among all tracked values of the version (Bonferroni at 95%)",
-                                  labels=["metric", "version", "window"])
-        previous_upper = GaugeMetricFamily(
-            "ocms_estimate_previous_ci_upper_ratio", "upper confidence bound of the frequency in the bucket before "
-            "the latest complete one, for the values exported in the latest bucket (the OCMSValueSurge alert's baseline)",
-            labels=["metric", "version", "value"])
-        # The central (epsilon, delta) of windows whose every report came through a shuffling collector
-        # (agents.query.central_privacy); absent for other windows (their reports are only epsilon0-LDP).
-        central_epsilon = GaugeMetricFamily(
-            "ocms_central_epsilon", "central epsilon of the window's reports towards readers of Kafka and the worker "
-            "(not the collector): every report was shuffled in a batch of at least the smallest batch's size "
-            "(FMT21 bound); absent when some report was not shuffled", labels=["metric", "version", "window"])
-        central_delta = GaugeMetricFamily("ocms_central_delta", "the delta of ocms_central_epsilon",
-                                          labels=["metric", "version", "window"])
-        capped = GaugeMetricFamily("ocms_estimate_values_capped",
-                                   f"values of watch + top-K not exported because the scrape holds {self.max_values} "
-                                   "already (a global cap over every metric version)")
+        out = _EstimateFamilies(self.max_values)
         options = EstimateOptions()
         budget, over = self.max_values, 0
         for service in self.catalog.by_fingerprint.values():
-            if not self.serves(service.fingerprint):
-                continue
-            now = (self.clock or service.clock)()
-            fp, params, v = service.fingerprint, service.version.params, service.version
-            names = [v.metric, str(v.version)]
-            d = params.describe()
-            info.add_metric(names + [fp, v.mechanism, f"{params.epsilon:g}", str(params.hash_range), d["field"],
+            if self.serves(service.fingerprint):
+                budget, over = self._export_version(service, out, options, budget, over)
+        out.capped.add_metric([], float(over))
+        yield from out
+
+    def _export_version(self, service, out: "_EstimateFamilies", options: EstimateOptions, budget: int,
+                        over: int) -> tuple[int, int]:
+        """One metric version's series: its windows read as the API reads them
+        (``EstimateService.window_estimate``), the watch list then its top-K exported while the scrape's
+        budget lasts. Returns (budget left, values over the budget so far)."""
+        now = (self.clock or service.clock)()
+        fp, params, v = service.fingerprint, service.version.params, service.version
+        names = [v.metric, str(v.version)]
+        d = params.describe()
+        out.info.add_metric(names + [fp, v.mechanism, f"{params.epsilon:g}", str(params.hash_range), d["field"],
                                      params.mode], 1.0)
-            latest = service.latest_bucket(now)
-            latest_start.add_metric(names, float(latest.start))
-            total_n, total_counts = service.counts(Window("total"))
-            total_est = service.estimate(total_n, total_counts, options)
-            chosen = list(service.watch)
-            if total_n and v.top_k and not service.withheld(total_n):
-                chosen += [i for i in top_indices(total_est, v.top_k) if i not in chosen]
-            if total_n and not service.withheld(total_n):  # the global cap: watch first, then top-K
-                over += max(0, len(chosen) - budget)
-                chosen = chosen[:budget]
-                budget -= len(chosen)
-            latest_n, latest_counts = service.counts(latest)
-            latest_est = service.estimate(latest_n, latest_counts, options)
-            exported = 0
-            for window, n, est in (("total", total_n, total_est), ("latest_bucket", latest_n, latest_est)):
-                reports.add_metric(names + [window], float(n))
-                central = service.central(Window("total") if window == "total" else latest, n)
-                if central["central_epsilon"] is not None:
-                    central_epsilon.add_metric(names + [window], central["central_epsilon"])
-                    central_delta.add_metric(names + [window], central["central_delta"])
-                held = service.withheld(n)
-                withheld.add_metric(names + [window], 1.0 if held else 0.0)
-                if not n or held:
-                    continue
-                floor.add_metric(names + [window], est.noise_floor)  # +Inf: a bound that says nothing
-                if window == "total":
-                    exported = len(chosen)
-                for record in select(est, chosen).as_records():  # O(exported), not O(D)
-                    labels = names + [service.name_of(value_to_json(record["value"])), window]
-                    for suffix, field, _ in ESTIMATE_FIELDS:
-                        families[suffix].add_metric(labels, record[field])
-                    above.add_metric(labels, 1.0 if record["above_noise"] else 0.0)
-            omitted.add_metric(names, float(len(service.labels) - exported))
-            if latest_n and not service.withheld(latest_n):
-                self._previous_upper(service, latest, chosen, options, names, previous_upper)
-        yield info
-        yield reports
-        yield latest_start
-        yield omitted
-        capped.add_metric([], float(over))
-        yield withheld
-        yield capped
-        yield from families.values()
-        yield above
-        yield floor
-        yield previous_upper
-        yield central_epsilon
-        yield central_delta
+        latest = service.latest_bucket(now)
+        out.latest_start.add_metric(names, float(latest.start))
+        total = service.window_estimate(Window("total"), options, top_k=v.top_k)  # no top-K when withheld
+        chosen = list(service.watch)
+        chosen += [i for i in total.top if i not in chosen]
+        if total.n and not total.withheld:  # the global cap: watch first, then top-K
+            over += max(0, len(chosen) - budget)
+            chosen = chosen[:budget]
+            budget -= len(chosen)
+        newest = service.window_estimate(latest, options)
+        exported = self._export_window(service, out, names, "total", total, chosen)
+        self._export_window(service, out, names, "latest_bucket", newest, chosen)
+        out.omitted.add_metric(names, float(len(service.labels) - exported))
+        if newest.n and not newest.withheld:
+            self._previous_upper(service, latest, chosen, options, names, out.previous_upper)
+        return budget, over
+
+    @staticmethod
+    def _export_window(service, out: "_EstimateFamilies", names: list[str], window: str, read,
+                       chosen: list[int]) -> int:
+        """A window's series (``read``: its WindowEstimate): reports, central epsilon, withheld and, unless
+        withheld or empty, the noise floor and the ``chosen`` values' estimates. Returns the values exported."""
+        labels = names + [window]
+        out.reports.add_metric(labels, float(read.n))
+        if read.central["central_epsilon"] is not None:
+            out.central_epsilon.add_metric(labels, read.central["central_epsilon"])
+            out.central_delta.add_metric(labels, read.central["central_delta"])
+        out.withheld.add_metric(labels, 1.0 if read.withheld else 0.0)
+        if not read.n or read.withheld:
+            return 0
+        out.floor.add_metric(labels, read.noise_floor)  # +Inf: a bound that says nothing
+        for record in select(read.estimates, chosen).as_records():  # O(exported), not O(D)
+            value_labels = names + [service.name_of(value_to_json(record["value"])), window]
+            for suffix, field, _ in ESTIMATE_FIELDS:
+                out.estimates[suffix].add_metric(value_labels, record[field])
+            out.above.add_metric(value_labels, 1.0 if record["above_noise"] else 0.0)
+        return len(chosen)
 
     def _previous_upper(self, service, latest, chosen, options, names, family) -> None:
         """The upper bound of each exported value in the bucket before ``latest`` (none when that bucket is
@@ -370,6 +330,56 @@ class EstimatesCollector:
         upper = cached[1]
         for index in chosen:
             family.add_metric(names + [service.name_of(value_to_json(service.labels[index]))], float(upper[index]))
+
+
+class _EstimateFamilies:
+    """The families one scrape of :class:`EstimatesCollector` fills, yielded in this order."""
+
+    def __init__(self, max_values: int):
+        self.estimates = {
+            suffix: GaugeMetricFamily(f"ocms_estimate_{suffix}", text, labels=["metric", "version", "value", "window"])
+            for suffix, _, text in ESTIMATE_FIELDS
+        }
+        self.omitted = GaugeMetricFamily("ocms_estimate_values_omitted",
+                                         "tracked values not exported (outside watch + top-K)", labels=["metric", "version"])
+        self.withheld = GaugeMetricFamily("ocms_estimate_withheld",
+                                          "1 when the window holds fewer reports than min_reports (nothing exported)",
+                                          labels=["metric", "version", "window"])
+        self.reports = GaugeMetricFamily("ocms_params_reports", "reports counted per metric version and window",
+                                         labels=["metric", "version", "window"])
+        self.info = GaugeMetricFamily("ocms_params_info", "served metric versions and their privacy parameters",
+                                      labels=["metric", "version", "fingerprint", "mechanism", "epsilon", "hash_range",
+                                              "field", "mode"])
+        self.latest_start = GaugeMetricFamily("ocms_latest_bucket_start_timestamp_seconds",
+                                              "start of the latest complete bucket", labels=["metric", "version"])
+        # The noise test (cms_core.theory, "Above the noise"): a series per exported value (no label that
+        # flips, so an estimate's series never splits), and the floor per metric version and window.
+        self.above = GaugeMetricFamily("ocms_estimate_above_noise", "1 when the value's estimate stands above the "
+                                       "noise floor of all its version's tracked values (Bonferroni at 95%), else 0",
+                                       labels=["metric", "version", "value", "window"])
+        self.floor = GaugeMetricFamily("ocms_estimate_noise_floor_ratio", "the frequency an estimate must exceed to "
+                                       "stand above zero among all tracked values of the version (Bonferroni at 95%)",
+                                       labels=["metric", "version", "window"])
+        self.previous_upper = GaugeMetricFamily(
+            "ocms_estimate_previous_ci_upper_ratio", "upper confidence bound of the frequency in the bucket before "
+            "the latest complete one, for the values exported in the latest bucket (the OCMSValueSurge alert's baseline)",
+            labels=["metric", "version", "value"])
+        # The central (epsilon, delta) of windows whose every report came through a shuffling collector
+        # (agents.answers.privacy.central_privacy); absent for other windows (their reports are only epsilon0-LDP).
+        self.central_epsilon = GaugeMetricFamily(
+            "ocms_central_epsilon", "central epsilon of the window's reports towards readers of Kafka and the worker "
+            "(not the collector): every report was shuffled in a batch of at least the smallest batch's size "
+            "(FMT21 bound); absent when some report was not shuffled", labels=["metric", "version", "window"])
+        self.central_delta = GaugeMetricFamily("ocms_central_delta", "the delta of ocms_central_epsilon",
+                                               labels=["metric", "version", "window"])
+        self.capped = GaugeMetricFamily("ocms_estimate_values_capped",
+                                        f"values of watch + top-K not exported because the scrape holds {max_values} "
+                                        "already (a global cap over every metric version)")
+
+    def __iter__(self):
+        yield from (self.info, self.reports, self.latest_start, self.omitted, self.withheld, self.capped)
+        yield from self.estimates.values()
+        yield from (self.above, self.floor, self.previous_upper, self.central_epsilon, self.central_delta)
 
 
 class _NoVersions:

@@ -1,15 +1,15 @@
 """Every setting of ``ocms worker`` declared once; the CLI, the environment and docs/reference.md derive from it.
 
-The setting machinery (:class:`registry.flags.Setting`, ``resolve``, ``add_flags``,
-``markdown_table``) and the metric flags (``registry.flags.METRIC_SETTINGS``) live in
-registry/flags.py, shared with every command and the collector. Here: the worker-wide rows
+The setting machinery (:class:`infra.settings.Setting`, ``resolve``, ``add_flags``,
+``markdown_table``, shared with every command and the collector) lives in infra/settings.py, the
+metric flags (``registry.flags.METRIC_SETTINGS``) in registry/flags.py. Here: the worker-wide rows
 (Kafka, topics, micro-batches, serving, store, discovery, logging) and :class:`WorkerSettings`,
 their frozen, validated result. Every flag has an ``OCMS_*`` variable; a flag wins over its
 variable, which wins over the default; docs/reference.md's table is :func:`readme_table` (a test
 checks that they agree; ``python -m agents.settings`` prints it).
 
 What the worker's Kafka clients do differently per broker (``--broker``) is its broker profile
-(``producer.kafka``).
+(``infra.kafka``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from cms_core.errors import InvalidParameterError
-from producer.kafka import EMBEDDED, KAFKA, PROFILES, BrokerProfile, broker_profile
+from infra.kafka import DEFAULT_SOURCE_TOPIC, EMBEDDED, KAFKA, PROFILES, BrokerProfile, broker_profile
+from infra.settings import (LOG_LEVELS, Setting, check_fields, choice, integer, markdown_table, number, resolve,
+                            table_main, text, topic)
 from registry import Registry
-from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, METRIC_SETTINGS, REGISTRY, Setting, check_fields, choice,
-                            integer, markdown_table, metrics_from_args, number, resolve, table_main, text, topic)
+from registry.flags import METRIC_SETTINGS, REGISTRY, metrics_from_args
 
 TABLE_NAME = "ocms-counts"
 

@@ -228,7 +228,7 @@ class Router:
 
     @staticmethod
     def unavailable(web, why: str):
-        from .query import to_json
+        from .answers.encode import to_json
 
         return web.bytes(to_json({"error": why, "status": 503}), content_type="application/json", status=503,
                          headers={"Retry-After": RETRY_AFTER_S})

@@ -32,7 +32,7 @@ Shuffled reports (frames of a shuffling collector, header ``ocms-shuffle-n``; do
 are accounted beside the counts: ``shuffled`` (reports that came through a shuffle: a sum, exact
 under replay like n) and ``shuffle_min`` (the smallest shuffled batch any of them came in; 0 for
 none: a minimum, idempotent, so exact under replay too). A range's are the sum and the minimum
-over its states; its central epsilon is that of its smallest batch (agents.query).
+over its states; its central epsilon is that of its smallest batch (agents.answers.privacy).
 """
 
 from __future__ import annotations

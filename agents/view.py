@@ -54,7 +54,7 @@ import numpy as np
 
 from cms_core.errors import OCMSError
 
-from producer.kafka import KAFKA, BrokerProfile, make_consumer, stop_client
+from infra.kafka import KAFKA, BrokerProfile, make_consumer, stop_client
 
 from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, _I8, _U4, NO_OFFSET, TOTAL_WIDTH, BucketKey,
                     PartialCounts, StateKey, decode_bundle, read_codec, smallest_batch)
@@ -380,7 +380,7 @@ class ChangelogReader:
 
     ``partitions``: the changelog's partition count (the worker creates or checks the topic
     with it before it starts), so the reader assigns them without waiting for metadata; its
-    consumer is built with the broker ``profile`` (``producer.kafka``).
+    consumer is built with the broker ``profile`` (``infra.kafka``).
 
     With a sharded ``share`` (agents.shards) it keeps the view to the shards of the source
     partitions ``owned()`` returns, re-reading the changelog for shards it is given and dropping
@@ -408,7 +408,7 @@ class ChangelogReader:
     bootstrap_servers: str
     topic: str
     partitions: int
-    #: agents.shards.Share, or None for the whole view (not imported: shards answers through agents.query,
+    #: agents.shards.Share, or None for the whole view (not imported: shards answers through agents.answers,
     #: which reads this module)
     share: object | None = None
     owned: Callable[[], set[int] | None] = lambda: None

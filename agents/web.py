@@ -1,4 +1,4 @@
-"""The worker's HTTP API: routes on the Faust web server, answers from agents.query.
+"""The worker's HTTP API: routes on the Faust web server, answers from agents.answers.
 
 The event loop that serves these routes also runs intake, the changelog view
 and /healthz, so no request may hold it for long. ``EstimateService.prepare``
@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 
-from collector.http_server import ErrorAnswers, install_handle_error, json_errors
+from infra.http_edge import ErrorAnswers, install_handle_error, json_errors
 
-from .query import (INLINE_WORK, ApiError, Answer, Estimator, Read, check_query, count_dropped, finish_json,
-                    start_answer_process, to_json)
+from .answers.encode import count_dropped, to_json
+from .answers.request import ApiError, check_query
+from .answers.service import INLINE_WORK, Answer, Estimator, Read, finish_json, start_answer_process
 
 from .metric_pages import add_metric_pages, wants_listing
 from .shards import FORWARDED_HEADER, Router
@@ -111,7 +112,7 @@ class QueryRunner:
                 except BrokenProcessPool:
                     self.process = None  # the answer process died (e.g. killed): a new one next time
                     raise QueryBusy("the answer process restarted; retry") from None
-                count_dropped(dropped)  # records the answer process left out (agents.query.json_answer)
+                count_dropped(dropped)  # records the answer process left out (agents.answers.encode.json_answer)
                 self.answered += 1
                 return body
         finally:
@@ -132,62 +133,85 @@ def _timed(compute: Callable):
 def add_pages(app: faust.App, worker: ServedWorker) -> QueryRunner:
     """Install the worker's routes; returns the runner of their heavy answers. The runner and the router's
     forwarding client are closed when the web server stops (the worker's stop): only these routes use them."""
-    estimator = worker.catalog.estimator  # every served fingerprint (agents.catalog)
-    runner = QueryRunner(estimator)
+    # The estimator of every served fingerprint (agents.catalog) answers inline and in the runner.
+    answers = AnswerPages(worker, QueryRunner(worker.catalog.estimator), _install_error_edge(app, worker))
+    app.web.web_app.on_cleanup.append(answers.release)
+    _add_answer_pages(app, worker, answers)
+    add_metric_pages(app, worker, answers.answer, answers.error)
+    _add_metrics_page(app, worker, answers)
+    return answers.runner
 
-    async def release(web_app) -> None:
-        # aiohttp's on_cleanup: the server has stopped listening and its handlers have finished (Faust
-        # may send it twice; both closes are idempotent).
-        runner.close()
-        await worker.router.close()
 
-    app.web.web_app.on_cleanup.append(release)
-
-    # Every error answer is JSON with a reason name, counted by reason and logged in one line: the API's own
-    # (bad_parameter, not_found, busy) and the web server's (no_such_route, method_not_allowed,
-    # malformed_request, internal_error: collector/http_server.py), never with a client address.
+def _install_error_edge(app: faust.App, worker: ServedWorker) -> Counter:
+    """Every error answer is JSON with a reason name, counted by reason and logged in one line: the API's own
+    (bad_parameter, not_found, busy) and the web server's (no_such_route, method_not_allowed,
+    malformed_request, internal_error: infra/http_edge.py), never with a client address. Returns the counter."""
     http_errors = Counter("ocms_http_errors", "Error answers of the worker's HTTP server, by reason", ["reason"],
                           registry=worker.metrics.registry)
     answers = ErrorAnswers(lambda status, reason: http_errors.labels(reason).inc(), logging.getLogger("ocms.web"),
                            detail_field="error")
     app.web.web_app.middlewares.append(json_errors(answers))
     install_handle_error(answers)
+    return http_errors
 
-    def error(web, exc: ApiError):
+
+class AnswerPages:
+    """What every answer route does: check the request on whichever worker it reached, route it to the view
+    holding the metric (agents.shards), answer inline or in the runner, and write errors as JSON."""
+
+    def __init__(self, worker: ServedWorker, runner: QueryRunner, http_errors: Counter):
+        self.worker = worker
+        self.runner = runner
+        self.http_errors = http_errors  # ocms_http_errors (_install_error_edge)
+        self.estimator = worker.catalog.estimator
+        self.primary = worker.catalog.primary.name
+
+    async def release(self, web_app) -> None:
+        # aiohttp's on_cleanup: the server has stopped listening and its handlers have finished (Faust
+        # may send it twice; both closes are idempotent).
+        self.runner.close()
+        await self.worker.router.close()
+
+    def error(self, web, exc: ApiError):
         reason = "not_found" if exc.status == 404 else "bad_parameter"
-        http_errors.labels(reason).inc()
+        self.http_errors.labels(reason).inc()
         return web.bytes(to_json({**exc.as_json(), "reason": reason}), content_type=JSON_TYPE, status=exc.status)
 
-    primary = worker.catalog.primary.name
-
-    async def answer(web, request, endpoint: str, value: str | None = None, metric: str | None = None):
+    async def answer(self, web, request, endpoint: str, value: str | None = None, metric: str | None = None):
         # The request is checked here, on whichever worker it reached, before it is routed: a bad parameter
         # is a 400 naming it (an unknown metric, version or value a 404), also while the metric's share is
         # moving (a 503 would have the client retry a request that can never succeed).
+        catalog = self.worker.catalog
         try:
             if metric is None:  # /estimates ...: the first metric's (agents.catalog)
-                read = worker.catalog.check_primary(endpoint, request.query.items(), value)
+                read = catalog.check_primary(endpoint, request.query.items(), value)
             else:  # /metrics/NAME/...: one version of a named metric (agents.catalog)
-                read = worker.catalog.check(metric, endpoint, request.query.items(), value)
+                read = catalog.check(metric, endpoint, request.query.items(), value)
         except ApiError as exc:
-            return error(web, exc)
+            return self.error(web, exc)
         # Answered here when this view holds the metric, else by the worker that does (agents.shards).
-        return await worker.router.route(web, request, metric or primary, lambda: answer_here(web, read))
+        return await self.worker.router.route(web, request, metric or self.primary,
+                                              lambda: self.answer_here(web, read))
 
-    async def answer_here(web, read: Read):
+    async def answer_here(self, web, read: Read):
         try:
             prepared = read()  # reads the view's snapshot; a request over the work bound is a 400 here
             if prepared.work <= INLINE_WORK:
-                body = to_json(estimator.finish(prepared.gather()))
+                body = to_json(self.estimator.finish(prepared.gather()))
             else:
-                body = await runner.run(prepared)
+                body = await self.runner.run(prepared)
         except ApiError as exc:
-            return error(web, exc)
+            return self.error(web, exc)
         except QueryBusy as exc:
-            http_errors.labels("busy").inc()
+            self.http_errors.labels("busy").inc()
             doc = {"error": str(exc), "status": 503, "reason": "busy"}
             return web.bytes(to_json(doc), content_type=JSON_TYPE, status=503, headers={"Retry-After": "1"})
         return web.bytes(body, content_type=JSON_TYPE)
+
+
+def _add_answer_pages(app: faust.App, worker: ServedWorker, answers: AnswerPages) -> None:
+    """The first metric's answers (/estimates, /topk, /trend, /params) and /healthz."""
+    answer = answers.answer
 
     @app.page("/estimates")
     async def estimates(web, request):
@@ -214,14 +238,15 @@ def add_pages(app: faust.App, worker: ServedWorker) -> QueryRunner:
         try:
             check_query("healthz", request.query.items())
         except ApiError as exc:
-            return error(web, exc)
+            return answers.error(web, exc)
         doc = worker.health()
         if doc["status"] != "ok":
             doc["reason"] = doc["status"]  # a state, not a fault: not counted as an error answer
         return web.json(doc, status=200 if doc["status"] == "ok" else 503)
 
-    add_metric_pages(app, worker, answer, error)
 
+def _add_metrics_page(app: faust.App, worker: ServedWorker, answers: AnswerPages) -> None:
+    """/metrics: the Prometheus exposition, or the metric listing (JSON) for a client asking for JSON."""
     @app.page("/metrics")
     async def metrics(web, request):
         try:
@@ -230,10 +255,8 @@ def add_pages(app: faust.App, worker: ServedWorker) -> QueryRunner:
                 return web.bytes(to_json(doc), content_type=JSON_TYPE)
             check_query("metrics", request.query.items())
         except ApiError as exc:
-            return error(web, exc)
+            return answers.error(web, exc)
         worker.update_lag_metrics()
         # aiohttp takes the charset separately; the exposition format is UTF-8 text.
         content_type = CONTENT_TYPE_LATEST.split("; charset")[0]
         return web.bytes(generate_latest(worker.metrics.registry), content_type=content_type)
-
-    return runner

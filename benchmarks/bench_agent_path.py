@@ -40,10 +40,11 @@ import numpy as np
 
 
 from agents.app import OCMSWorker
-from agents.process import WorkerChild
 from benchmarks.bench_worker import Worker, machine_line, messages, produce
 from benchmarks.experiments.common import cpu_times, steal_fraction
-from producer.broker import EmbeddedBroker, free_port
+from infra.broker import EmbeddedBroker
+from infra.process import free_port
+from ocms.process import WorkerChild
 
 PATHS = ("side", "agent-events", "agent-take")
 #: frame size -> (reports for the throughput run, reports/s for the latency run)
@@ -77,7 +78,8 @@ class AgentPathWorker(OCMSWorker):
 
 def run_worker_on(path: str) -> int:
     """``ocms worker`` (argv) with the worker taking source messages on ``path``."""
-    from agents import app, cli
+    from agents import app
+    from ocms import cli
 
     AgentPathWorker.path = path
     app.OCMSWorker = AgentPathWorker  # cmd_worker imports the class when it runs
@@ -93,7 +95,7 @@ class PathChild(WorkerChild):
 
     @property
     def command(self) -> list[str]:
-        worker_and_flags = super().command[3:]  # after [python, -m, agents.cli]
+        worker_and_flags = super().command[3:]  # after [python, -m, ocms]
         return [sys.executable, "-c", BOOT, self.path, *worker_and_flags]
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from cms_core.audit import audit_batches
 from cms_core.privatize import keep_threshold
-from producer.capture import read_report_batch
+from infra.capture import read_report_batch
 from registry.device import device_config
 from registry.loader import parse_registry
 

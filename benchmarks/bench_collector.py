@@ -44,12 +44,13 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.process import WorkerChild
 from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction
 from cms_core import wire
 from cms_core.privatize import simulate_reports
-from collector.cli import collector_command
-from producer.broker import EmbeddedBroker, free_port, stop_process_group
+from infra.broker import EmbeddedBroker
+from infra.process import free_port, stop_process_group
+from ocms.process import WorkerChild
+from ocms.run_collector import collector_command
 
 ROOT = Path(__file__).resolve().parents[1]
 

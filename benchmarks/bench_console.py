@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from producer.broker import free_port, stop_process_group
+from infra.process import free_port, stop_process_group
 
 CHART_READY = """
 var done = arguments[arguments.length - 1];
@@ -72,7 +72,7 @@ def healthy(url: str) -> bool:
 
 
 def start_run(port: int, log: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "agents.cli", "run", "--web-port", str(port), "--every", "1"]
+    command = [sys.executable, "-m", "ocms", "run", "--web-port", str(port), "--every", "1"]
     return subprocess.Popen(command, cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
 

@@ -42,7 +42,7 @@ def _numerics():
 
 def words_workload(vocabulary: int):
     np, _ = _numerics()
-    from producer.datasets import load_wordfreq
+    from fleet.datasets import load_wordfreq
 
     words, probs = load_wordfreq("en", vocabulary)
     return list(words), np.asarray(probs)

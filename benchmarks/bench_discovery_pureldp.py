@@ -30,7 +30,7 @@ from cms_core import discovery as D
 
 
 def sample_words(vocabulary: int, max_length: int, n: int, seed: int):
-    from producer.datasets import load_wordfreq
+    from fleet.datasets import load_wordfreq
 
     words, probs = load_wordfreq("en", vocabulary)
     rng = np.random.default_rng(seed)

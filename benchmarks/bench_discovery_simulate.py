@@ -50,7 +50,7 @@ def drawn_distinct(truth: Path) -> int:
 
 
 def run_case(directory: Path, reports: int, lines: int, seed: int) -> None:
-    from agents.cli import main
+    from ocms.cli import main
 
     values = directory / f"values-{lines}.txt"
     write_values(values, lines, np.random.default_rng(seed))

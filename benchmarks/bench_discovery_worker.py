@@ -37,7 +37,7 @@ TOPIC = "bench-discovery"
 
 
 async def _produce(bootstrap: str, frames: list[bytes]) -> None:
-    from producer.kafka import EMBEDDED, make_producer
+    from infra.kafka import EMBEDDED, make_producer
 
     producer = make_producer(bootstrap, EMBEDDED)
     await producer.start()
@@ -80,9 +80,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from agents.discovery import DiscoveryService
-    from producer.broker import EmbeddedBroker
-    from producer.datasets import load_wordfreq
-    from producer.discovery import simulate_discovery_messages
+    from fleet.datasets import load_wordfreq
+    from fleet.discovery import simulate_discovery_messages
+    from infra.broker import EmbeddedBroker
     from registry import load_registry
     from registry.discovery import discovery_of
 

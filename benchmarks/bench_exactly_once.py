@@ -24,13 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.bench_collector import LUA as BENCH_COLLECTOR_LUA
 from benchmarks.bench_collector import METRIC, REGISTRY, VERSION, ms, spawn, stop, wait_http, wrk
+from benchmarks.bench_collector import LUA as BENCH_COLLECTOR_LUA
 from benchmarks.experiments.common import cpu_model
 from cms_core import wire
 from cms_core.privatize import simulate_reports
-from collector.cli import collector_command
-from producer.broker import EmbeddedBroker, free_port
+from infra.broker import EmbeddedBroker
+from infra.process import free_port
+from ocms.run_collector import collector_command
 
 TOPIC = "bench-exactly-once"
 

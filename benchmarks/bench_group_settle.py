@@ -45,12 +45,12 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.process import WorkerChild, worker_topics
 from cms_core import wire
 from cms_core.privatize import simulate_reports
-from producer.broker import free_port
-from producer.kafka import make_producer
-from producer.mock_cluster import start_broker
+from infra.kafka import make_producer
+from infra.mock_cluster import start_broker
+from infra.process import free_port
+from ocms.process import WorkerChild, worker_topics
 from registry import load_registry
 
 PARTITIONS = 4

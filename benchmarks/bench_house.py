@@ -1,9 +1,13 @@
-"""How the packages fit together (issue 26): import arrows between them, those that run back up, file circles.
+"""How the packages fit together (issues 26, 36): import arrows between them, those that run the wrong way,
+file circles.
 
     python -m benchmarks.bench_house
 
-The packages stack one way: cms_core <- registry <- producer <- collector <- agents. Every import of
-one of them is counted, at module level or inside a function (the review's grep,
+The packages stand on floors (docs/layout.md): cms_core <- infra <- registry <- (producer | fleet | collector |
+agents) <- ocms. A package imports only the floors below it (:data:`MAY_IMPORT`); on the floor of the four,
+only the fleet imports another (producer/, the device clients it simulates): the collector and the worker
+never import each other, producer/ or fleet/, and only ocms/, the composition root, imports everything.
+Every import of a product package is counted, at module level or inside a function (the review's grep,
 ``grep -rnE "^\\s*(from|import) (agents|collector|producer|registry)\\b"``, reads both), relative
 imports included. A file circle is a set of modules that import each other, directly or through
 others (Tarjan's strongly connected components); ``from . import x`` counts as importing ``pkg.x``,
@@ -19,8 +23,20 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Lowest floor first: a package may import only those below it.
-FLOORS = ("cms_core", "registry", "producer", "collector", "agents")
+#: Lowest floor first (the order the arrows are printed in).
+FLOORS = ("cms_core", "infra", "registry", "producer", "fleet", "collector", "agents", "ocms")
+#: Package -> the packages it may import: every arrow to any other runs the wrong way.
+_SHARED = {"cms_core", "infra", "registry"}
+MAY_IMPORT = {
+    "cms_core": set(),
+    "infra": {"cms_core"},
+    "registry": {"cms_core", "infra"},
+    "producer": _SHARED,
+    "fleet": _SHARED | {"producer"},  # a simulated device uses the device clients' transports
+    "collector": _SHARED,
+    "agents": _SHARED,
+    "ocms": set(FLOORS) - {"ocms"},
+}
 #: A compiled extension module's source or build (it imports no product module).
 COMPILED = (".c", *importlib.machinery.EXTENSION_SUFFIXES)
 
@@ -69,13 +85,19 @@ def package_arrows(root: Path = ROOT) -> Counter:
     return arrows
 
 
+def wrong_way(source: str, target: str) -> bool:
+    """Whether an import from package ``source`` of package ``target`` runs up the floors or sideways."""
+    return source != target and target not in MAY_IMPORT[source]
+
+
 def upward(root: Path = ROOT) -> list[str]:
-    """Every import that runs back up the floors, as FILE:LINE: module -> module."""
+    """Every import that runs the wrong way (back up the floors, or sideways between the collector, the
+    worker, the device clients and the fleet), as FILE:LINE: module -> module."""
     known = modules(root)
     out = []
     for name, path in known.items():
         for target, line in imports(name, path, known):
-            if FLOORS.index(target.split(".")[0]) > FLOORS.index(name.split(".")[0]):
+            if wrong_way(name.split(".")[0], target.split(".")[0]):
                 out.append(f"{path.relative_to(root)}:{line}: {name} -> {target}")
     return out
 
@@ -119,10 +141,10 @@ def main() -> None:
     print("package arrows (import statements, module level and inside functions):")
     for (source, target), count in sorted(arrows.items(), key=lambda item: (FLOORS.index(item[0][0]), item[0][1])):
         if source != target:
-            direction = "UP" if FLOORS.index(target) > FLOORS.index(source) else "down"
+            direction = "WRONG WAY" if wrong_way(source, target) else "down"
             print(f"  {source:>9} -> {target:<9} {count:3d}  {direction}")
     up = upward()
-    print(f"package pairs: {sum(1 for s, t in arrows if s != t)}; imports running back up: {len(up)}")
+    print(f"package pairs: {sum(1 for s, t in arrows if s != t)}; imports running the wrong way: {len(up)}")
     for line in up:
         print(f"  {line}")
     found = circles()

@@ -41,12 +41,13 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.process import WorkerChild
-from agents.run_collector import CollectorChild
 from cms_core import planning, theory, wire
 from cms_core.poisoning import maximal_gain_reports
 from cms_core.privatize import simulate_reports
-from producer.broker import EmbeddedBroker, free_port
+from infra.broker import EmbeddedBroker
+from infra.process import free_port
+from ocms.process import WorkerChild
+from ocms.run_collector import CollectorChild
 from producer.reporter import HttpTransport
 from registry import load_registry
 

@@ -19,9 +19,9 @@ import numpy as np
 
 from cms_core import OCMSParams, privatize
 from cms_core.privatize import simulate_reports
-from producer import simulator
-from producer.broker import EmbeddedBroker
-from producer.datasets import parse_dataset
+from fleet import simulator
+from fleet.datasets import parse_dataset
+from infra.broker import EmbeddedBroker
 
 
 def main() -> None:

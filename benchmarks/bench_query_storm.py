@@ -44,10 +44,11 @@ import numpy as np
 
 
 from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction
-from agents.process import WorkerChild
 from cms_core import OCMSParams, wire
 from cms_core.privatize import simulate_reports
-from producer.broker import EmbeddedBroker, free_port
+from infra.broker import EmbeddedBroker
+from infra.process import free_port
+from ocms.process import WorkerChild
 
 BUCKET_S = 10
 RETENTION_S = 600
@@ -66,7 +67,7 @@ class Worker:
                  batch_max_reports: int = BATCH_MAX_REPORTS):
         self.port = free_port()
         self.log_path = log_dir / f"{topic}.log"
-        self.child = WorkerChild(  # agents.process: own session, dies with the benchmark
+        self.child = WorkerChild(  # ocms.process: own session, dies with the benchmark
             topic, "-e", "2", "-d", str(tracked), "--tracked-range", f"0:{tracked}", "--partitions", str(partitions),
             "--bucket-seconds", str(BUCKET_S), "--retention-seconds", str(RETENTION_S),
             "--batch-max-reports", str(batch_max_reports), bootstrap=bootstrap, web_port=self.port,
@@ -108,7 +109,7 @@ def frames(params: OCMSParams, count: int, size: int, seed: int) -> list[bytes]:
 
 
 async def produce(bootstrap: str, topic: str, payloads: list[bytes], timestamps_ms: list[int | None]) -> None:
-    from producer.kafka import EMBEDDED, make_producer
+    from infra.kafka import EMBEDDED, make_producer
 
     producer = make_producer(bootstrap, EMBEDDED, acks=1, linger_ms=2, max_batch_size=1 << 21)
     await producer.start()
@@ -243,7 +244,7 @@ class PacedProducer:
         self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
 
     async def _run(self) -> None:
-        from producer.kafka import EMBEDDED, make_producer
+        from infra.kafka import EMBEDDED, make_producer
 
         producer = make_producer(self.bootstrap, EMBEDDED, acks=1, linger_ms=2)
         await producer.start()

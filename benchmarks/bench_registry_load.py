@@ -1,7 +1,7 @@
 """What hostile and very large registry files cost ``ocms registry check`` (issue 24, section 4).
 
 Each case writes a registry file (and, where the case needs one, a tracked file or a FIFO) in a
-temporary directory, runs ``python -m agents.cli registry check FILE`` in a child process and
+temporary directory, runs ``python -m ocms registry check FILE`` in a child process and
 prints its exit status, wall time, CPU time and peak memory (the child's ru_maxrss, from wait4),
 and the first line it printed. Goals: every hostile file refused with file:line and exit 2 within
 10 s; 10^6 categories checked in <= 10 s and <= 500 MB. Workers and collectors load a registry the
@@ -143,7 +143,7 @@ CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.start
 def run_check(path: Path, timeout: float) -> dict:
     """``registry check`` in a child; wall and CPU seconds and peak RSS from wait4 (this child only)."""
     started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", "agents.cli", "registry", "check", str(path)],
+    child = subprocess.Popen([sys.executable, "-m", "ocms", "registry", "check", str(path)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     output: dict = {}
     readers = [threading.Thread(target=lambda s=stream, k=key: output.__setitem__(k, s.read()))

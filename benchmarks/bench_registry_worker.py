@@ -42,7 +42,7 @@ from benchmarks import bench_worker
 from cms_core import wire
 from cms_core.privatize import simulate_reports
 from cms_core.values import elements_to_array, encode_value, limbs_for
-from producer.mock_cluster import MockCluster, start_broker
+from infra.mock_cluster import MockCluster, start_broker
 from registry import load_registry
 
 FRAME = 1000

@@ -31,7 +31,7 @@ COUNTED = re.compile(r"final, every report counted:\nreports sent ([\d,]+); coun
 
 
 def one(rate: int, frame: int, duration: float, direct: bool, concurrency: int | None) -> dict:
-    argv = [sys.executable, "-m", "agents.cli", "run", "--duration", str(duration), "--rate", str(rate),
+    argv = [sys.executable, "-m", "ocms", "run", "--duration", str(duration), "--rate", str(rate),
             "--frame-size", str(frame), "--every", "100000", "--show", "1", "--seed", "1"]
     if direct:
         argv.append("--direct-kafka")

@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.process import WorkerChild
 from agents.catalog import Catalog
 from agents.status import TABLE_BYTES_EVERY_S
 from agents.view import CountsView
@@ -38,7 +37,9 @@ from benchmarks.capacity_model import view_bytes_of
 from cms_core import wire
 from cms_core.privatize import simulate_reports
 from cms_core.values import elements_to_array, encode_value, limbs_for
-from producer.broker import EmbeddedBroker, free_port
+from infra.broker import EmbeddedBroker
+from infra.process import free_port
+from ocms.process import WorkerChild
 from registry import load_registry
 
 PARTITIONS = 4
@@ -85,7 +86,7 @@ def frames(versions, buckets: int, per_frame: int, now: float) -> list[tuple[int
 
 
 async def produce(bootstrap: str, topic: str, records) -> None:
-    from producer.kafka import EMBEDDED, make_producer
+    from infra.kafka import EMBEDDED, make_producer
 
     producer = make_producer(bootstrap, EMBEDDED, acks=1, linger_ms=2, max_batch_size=1 << 20)
     await producer.start()

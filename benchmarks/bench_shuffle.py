@@ -34,9 +34,10 @@ from benchmarks.bench_exactly_once import LUA
 from benchmarks.experiments.common import cpu_model
 from cms_core import wire
 from cms_core.privatize import simulate_reports
-from collector.cli import collector_command
 from collector.lanes import Unit
-from producer.broker import EmbeddedBroker, free_port
+from infra.broker import EmbeddedBroker
+from infra.process import free_port
+from ocms.run_collector import collector_command
 
 TOPIC = "bench-shuffle"
 SIZES = (0, 1_000, 10_000)  # --shuffle-min-reports (0: off)

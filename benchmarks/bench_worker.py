@@ -40,14 +40,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from agents.process import WorkerChild, worker_topics
 from benchmarks.experiments.common import cpu_model, cpu_times, steal_fraction
 from cms_core import OCMSParams, wire
 from cms_core.errors import OCMSError
 from cms_core.privatize import simulate_reports
-from producer.broker import EmbeddedBroker, free_port
-from producer.kafka import EMBEDDED, make_producer
-from producer.mock_cluster import BROKER_KINDS, MockCluster, start_broker
+from infra.broker import EmbeddedBroker
+from infra.kafka import EMBEDDED, make_producer
+from infra.mock_cluster import BROKER_KINDS, MockCluster, start_broker
+from infra.process import free_port
+from ocms.process import WorkerChild, worker_topics
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +79,7 @@ class CountMismatch(OCMSError, RuntimeError):
 
 
 class Worker:
-    """One ``ocms worker`` (agents.process.WorkerChild: own session, dies with the benchmark).
+    """One ``ocms worker`` (ocms.process.WorkerChild: own session, dies with the benchmark).
 
     ``metric`` gives the flags of what it counts (default: the single metric, eps 2, d = 10,000,
     ``tracked`` values tracked); on the mock (``cluster``) its topics are created first (the mock's
@@ -332,7 +333,7 @@ def memory_run(bootstrap: str, log_dir: Path, minutes: float, rate: float, track
         worker.wait_healthy()
         series.append({"t_s": 0.0, "rss_mib": worker.rss_mib(), "counted": worker.counted()})
         fleet = subprocess.Popen(
-            [sys.executable, "-m", "agents.cli", "simulate", "-e", "2", "--dataset", "zipf:s=1.1,d=10000",
+            [sys.executable, "-m", "ocms", "simulate", "-e", "2", "--dataset", "zipf:s=1.1,d=10000",
              "--duration", str(minutes * 60), "--rate", str(rate), "--frame-size", "100",
              "--bootstrap-servers", bootstrap, "--topic", topic, "--no-progress"],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,

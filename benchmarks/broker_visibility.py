@@ -4,7 +4,7 @@ Several producers write bursts of records to one partition at once while a consu
 second consumer reads the partition again from the start. Every record the second read has and the tail
 skipped (at offsets below ones the tail had already read) was made readable late: a reader that takes the
 skipped offsets loses those records for good. This is the evidence for ``BrokerProfile.late_batches``
-(docs/operating.md); ``--hole-check`` tails with ``producer.kafka.wait_for_late_batches`` on (what the worker
+(docs/operating.md); ``--hole-check`` tails with ``infra.kafka.wait_for_late_batches`` on (what the worker
 and the collector do on such a broker), which should skip none.
 
     python -m benchmarks.broker_visibility [--broker embedded|mock] [--runs 4] [--producers 6] [--records 4000]
@@ -23,7 +23,7 @@ import random
 
 from aiokafka import TopicPartition
 
-from producer.kafka import PROFILES, make_consumer, make_producer
+from infra.kafka import PROFILES, make_consumer, make_producer
 
 TOPIC = "visibility"
 
@@ -85,20 +85,20 @@ def main(argv=None) -> int:
     parser.add_argument("--producers", type=int, default=6)
     parser.add_argument("--records", type=int, default=4000)
     parser.add_argument("--hole-check", action="store_true",
-                        help="tail with producer.kafka.wait_for_late_batches (the worker's and collector's reading)")
+                        help="tail with infra.kafka.wait_for_late_batches (the worker's and collector's reading)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     holes: list = []
     if args.hole_check:
-        from producer.kafka import wait_for_late_batches
+        from infra.kafka import wait_for_late_batches
 
         wait_for_late_batches(TOPIC, on_late=lambda *hole: holes.append(hole))
     results = []
     for run in range(args.runs):
         if args.broker == "embedded":
-            from producer.broker import EmbeddedBroker as Broker
+            from infra.broker import EmbeddedBroker as Broker
         else:
-            from producer.mock_cluster import MockCluster as Broker
+            from infra.mock_cluster import MockCluster as Broker
         with Broker() as broker:
             profile = PROFILES[args.broker]
             broker.create_topics({TOPIC: 1})

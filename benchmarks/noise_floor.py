@@ -18,8 +18,7 @@ import time
 
 import numpy as np
 
-from cms_core import OCMSParams, OCMSSketch, TrackedValues, theory
-from cms_core import binomial
+from cms_core import OCMSParams, OCMSSketch, TrackedValues, binomial, theory
 from cms_core.privatize import simulate_reports
 from cms_core.values import elements_to_array, encode_value, limbs_for
 
@@ -66,7 +65,7 @@ def false_runs(params: OCMSParams, *, n: int, tracked_count: int, rounds: int, s
 def replay_tailnum(ns: list[int], seed: int) -> None:
     from pathlib import Path
 
-    from producer.datasets import load_nycflights13
+    from fleet.datasets import load_nycflights13
     from registry import load_registry
 
     version = load_registry(Path(__file__).resolve().parents[1] / "deploy" / "registry.yaml").metric("flight_tailnum").latest

@@ -60,7 +60,7 @@ FORMATS: tuple[Format, ...] = (
     Format("capture", "Capture file", "no version of its own (kcat's `%R%s`: a 4-byte big-endian length per "
            "message); each message carries its wire version; a later framing starts with a magic read as a "
            "length over 64 MiB, which this release refuses", "length-prefixed wire 1",
-           "length-prefixed wire 1", "producer/capture.py; producer/js/src/capture.ts",
+           "length-prefixed wire 1", "infra/capture.py; producer/js/src/capture.ts",
            "files of `ocms simulate --out`, `ocms-report --out`, kcat dumps"),
     Format("sketch", "Serialized sketch (library)", "magic `OCMS`, version byte, CRC-32", "1", "1",
            "cms_core/sketch.py (`OCMSSketch.serialize`)", "wherever a library user keeps it"),

@@ -38,8 +38,9 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from cms_core.version import __version__, build_info_labels
-from producer.gateway import StartStopContext
-from producer.kafka import KafkaUnavailableError
+from infra.framing import StartStopContext
+from infra.http_edge import ConnectionGuard, ErrorAnswers, GuardedAppRunner, json_errors, quiet_aiohttp_server_log
+from infra.kafka import KafkaUnavailableError
 
 from .cors import CorsPolicy
 from .guard import (
@@ -47,7 +48,6 @@ from .guard import (
 )
 from .exactly_once.commit import KeyHeld
 from .exactly_once.shared import IdempotencyPending, SharedIdempotency
-from .http_server import ConnectionGuard, ErrorAnswers, GuardedAppRunner, json_errors, quiet_aiohttp_server_log
 from .lanes import Lane, ShuffleLane
 from .outlet import KafkaOutlet
 from .uploads import BINARY_CONTENT_TYPES, JSON_CONTENT_TYPE, UploadParser, UploadRejected

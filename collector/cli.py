@@ -1,6 +1,6 @@
 """``ocms collector``: flags (each also an environment variable) -> CollectorSettings -> the server.
 
-agents/cli.py registers the subcommand with :func:`add_collector_parser`.
+ocms/cli.py registers the subcommand with :func:`add_collector_parser`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import signal
 import sys
 
 from cms_core.errors import InvalidParameterError, OCMSError
-from registry.flags import add_flags
+from infra.settings import add_flags
 
 from .settings import BY_NAME, SETTINGS, CollectorSettings
 
@@ -74,12 +74,6 @@ async def _serve(settings, registry) -> int:
               f"(metrics: {names}; event loop: {running_loop_name()})", flush=True)
         await stop.wait()
     return 0
-
-
-def collector_command(registry: str, bootstrap_servers: str, port: int, *extra: str) -> list[str]:
-    """argv of a collector child process (``ocms run``, tests): ``subprocess.Popen(collector_command(...))``."""
-    return [sys.executable, "-m", "agents.cli", "collector", "--registry", str(registry), "--bootstrap-servers",
-            bootstrap_servers, "--port", str(port), *extra]
 
 
 def main(argv: list[str] | None = None) -> int:  # python -m collector

@@ -20,12 +20,13 @@ module, then update ``PINNED_VERSIONS``.
 from __future__ import annotations
 
 import inspect
-from importlib import metadata
 
 from aiokafka.producer import sender as aiokafka_sender
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
+
+from infra.pinned import version_drift
 
 #: The version this module was checked against (the test compares the installed one).
 PINNED_VERSIONS = {"aiokafka": "0.14.0"}
@@ -79,20 +80,6 @@ def install() -> None:
 
 
 # ----------------------------------------------------------------- drift check
-def version_drift(pinned: dict[str, str], module: str) -> list[str]:
-    """Installed versions other than those ``module`` (a path, for the message) was checked against."""
-    installed = {package: _installed(package) for package in pinned}
-    return [f"{package} {installed[package]} is installed; {module} was checked against {version}"
-            for package, version in pinned.items() if installed[package] != version]
-
-
-def _installed(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def drift() -> list[str]:
     """What differs from the aiokafka this module was written against (empty when nothing does)."""
     problems = version_drift(PINNED_VERSIONS, "collector/kafka_internals.py")

@@ -1,7 +1,7 @@
 """From accepted uploads to units: what the outlet sends and answers together.
 
 One :class:`Lane` per metric version (parameter fingerprint) batches uploads into frames with
-:class:`producer.gateway.FrameBatcher`; each frame it builds becomes a :class:`Unit` of one frame
+:class:`infra.framing.FrameBatcher`; each frame it builds becomes a :class:`Unit` of one frame
 and goes to the outlet (``outlet.send(unit)``) without waiting, so many units can be in flight. A
 :class:`ShuffleLane` holds uploads until its batch is full or old enough; the batch is a
 :class:`Unit` too, whose reports are permuted and cut into frames when it is sent. A plain frame is
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 from cms_core import wire
 from cms_core.reports import ReportBatch
-from producer.gateway import FrameBatcher
-from producer.kafka import KafkaUnavailableError
+from infra.framing import FrameBatcher
+from infra.kafka import KafkaUnavailableError
 
 from .shuffle import THREAD_MIN_REPORTS, shuffle_and_cut
 

@@ -15,8 +15,7 @@ import asyncio
 import logging
 import time
 
-from producer.kafka import KafkaUnavailableError, aiokafka_producer, producer_config
-from producer.reporter import is_retriable
+from infra.kafka import KafkaUnavailableError, aiokafka_producer, is_retriable, producer_config
 
 from .exactly_once.commit import Committer
 from .lanes import Unit

@@ -1,7 +1,7 @@
-"""Every setting of ``ocms collector`` declared once, as ``registry.flags.Setting`` rows like the worker's.
+"""Every setting of ``ocms collector`` declared once, as ``infra.settings.Setting`` rows like the worker's.
 
-From the one tuple :data:`SETTINGS` come the flags (:func:`registry.flags.add_flags`), the values
-(:func:`registry.flags.resolve`: a flag wins over its environment variable, which wins over the
+From the one tuple :data:`SETTINGS` come the flags (:func:`infra.settings.add_flags`), the values
+(:func:`infra.settings.resolve`: a flag wins over its environment variable, which wins over the
 default; a bad value raises :class:`InvalidParameterError` naming the flag or variable the user
 gave) and docs/collector.md's configuration table (:func:`docs_table`; a test keeps them equal,
 ``python -m collector.settings --update-docs`` rewrites it). Shared names keep the worker's
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from cms_core.errors import InvalidParameterError
-from producer.kafka import KAFKA, PROFILES, BrokerProfile, broker_profile
-from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, Setting, check_fields, choice, existing_file, integer,
-                            markdown_table, number, resolve, switch, table_main, text, topic)
+from infra.kafka import DEFAULT_SOURCE_TOPIC, KAFKA, PROFILES, BrokerProfile, broker_profile
+from infra.settings import (LOG_LEVELS, Setting, check_fields, choice, existing_file, integer, markdown_table, number,
+                            resolve, switch, table_main, text, topic)
 
 #: The event loop ``ocms collector`` runs on: uvloop (libuv) unless turned off.
 EVENT_LOOPS = ("uvloop", "asyncio")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from cms_core import wire
 from cms_core.reports import ReportBatch
-from producer.gateway import DEFAULT_MAX_FRAME_BYTES
+from infra.framing import DEFAULT_MAX_FRAME_BYTES
 
 WIRE_CONTENT_TYPE = "application/vnd.ocms.wire-v1"
 #: Also accepted for the binary form (generic HTTP clients).

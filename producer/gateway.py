@@ -1,32 +1,12 @@
-"""Gateway batcher: pack reports from many devices into wire-format frames.
+"""A gateway in front of many devices: their wire messages, of any live metric version, batched into frames.
 
-A frame (:func:`cms_core.wire.encode_frame`) amortises the 16-byte header and,
-far more, the per-message broker and consumer overhead. The batcher buffers
-reports and sends a frame when
-
-* ``max_records`` reports are buffered (also capped so a frame stays under
-  ``max_frame_bytes``, Kafka's default message limit being 1 MiB), or
-* ``max_latency_s`` has passed since the first report of the current frame was
-  buffered (a background timer), or
-* :meth:`FrameBatcher.flush` is called, or the ``async with`` block ends.
-
-Reports keep their arrival order across frames. ``add`` awaits the send of any
-frame it fills (back-pressure). A failed send raises :class:`FrameSendError`
-carrying the encoded frame, so the caller can retry it; a failure in the
-timer's send is raised by the next ``add``/``flush``/``close``. Nothing is
-dropped silently.
+:class:`RegistryGateway` takes the wire messages of devices reporting any live metric version of a
+registry and keeps one :class:`infra.framing.FrameBatcher` per version (a frame carries one
+fingerprint: versions never mix)::
 
     async with KafkaFrameSink(servers, "ocms-reports") as sink:
-        async with FrameBatcher(params, send=sink, max_records=1000, max_latency_s=0.05) as batcher:
-            await batcher.add(report)            # Report, ReportBatch, [Report...] or a wire message
-
-Named metrics: ``FrameBatcher.for_metric(registry, "flight_dest", send=sink)`` batches one
-registry metric (its newest live version, or "name@N"); :class:`RegistryGateway` takes the
-wire messages of devices reporting any live metric version of a registry and keeps one
-batcher per version (a frame carries one fingerprint: versions never mix)::
-
-    async with RegistryGateway(load_registry("deploy/registry.yaml"), send=sink) as gateway:
-        version = await gateway.add(message_from_device)   # -> the MetricVersion it counts for
+        async with RegistryGateway(load_registry("deploy/registry.yaml"), send=sink) as gateway:
+            version = await gateway.add(message_from_device)   # -> the MetricVersion it counts for
 
 The gateway sees no values, only privatized reports; it must not attach device
 identifiers to frames (the frame key is None or a gateway id). See docs/device.md.
@@ -34,305 +14,11 @@ identifiers to frames (the frame key is None or a gateway id). See docs/device.m
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import Any, Awaitable, Callable, Iterable, Self
+from typing import Any, Awaitable, Callable
 
-from cms_core.errors import InvalidParameterError, InvalidReportError, OCMSError
-from cms_core.params import OCMSParams
-from cms_core.reports import Report, ReportBatch
-from cms_core.wire import (HEADER_SIZE, MAX_FRAME_RECORDS, UnknownFingerprintError, decode_message, encode_frame,
-                           peek_header, record_size)
-
-from .kafka import KAFKA, BrokerProfile, aiokafka_producer
-from .kafka import producer_config as kafka_producer_config
-
-#: Kafka's default max.message.bytes is 1 MiB (1048588 with overhead); stay below it.
-DEFAULT_MAX_FRAME_BYTES = 1_000_000
-
-
-class FrameSendError(OCMSError, RuntimeError):
-    """Sending a frame failed; ``frame`` holds the encoded frame and ``records`` its report count."""
-
-    def __init__(self, message: str, *, frame: bytes, records: int):
-        super().__init__(message)
-        self.frame = frame
-        self.records = records
-
-
-class FrameBatcher:
-    """Buffer reports and send them as frames bounded in size and latency.
-
-    Args:
-        params: the parameters every report must fit (validated on ``add``).
-        send: ``async send(frame_bytes)``, e.g. a :class:`KafkaFrameSink`.
-        max_records: most reports per frame.
-        max_latency_s: longest a buffered report waits before its frame is sent.
-        max_frame_bytes: most bytes per frame (caps ``max_records`` further).
-        clock: monotonic seconds (tests may inject one).
-    """
-
-    #: The registry metric this batcher serves ("name" / "name@N"; set by ``for_metric``).
-    metric: str | None = None
-
-    def __init__(
-        self,
-        params: OCMSParams,
-        *,
-        send: Callable[[bytes], Awaitable[Any]],
-        max_records: int = 1000,
-        max_latency_s: float = 0.05,
-        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        if not isinstance(params, OCMSParams):
-            raise InvalidParameterError("params", type(params).__name__, "must be an OCMSParams")
-        if not callable(send):
-            raise InvalidParameterError("send", send, "must be an async callable taking the frame bytes")
-        if isinstance(max_records, bool) or not isinstance(max_records, int) or not 1 <= max_records <= MAX_FRAME_RECORDS:
-            raise InvalidParameterError("max_records", max_records, f"must be an integer in [1, {MAX_FRAME_RECORDS}]")
-        if (isinstance(max_latency_s, bool) or not isinstance(max_latency_s, (int, float))
-                or not 0 < max_latency_s < float("inf")):
-            raise InvalidParameterError("max_latency_s", max_latency_s, "must be a finite number > 0")
-        size = record_size(params)
-        if isinstance(max_frame_bytes, bool) or not isinstance(max_frame_bytes, int) or max_frame_bytes < HEADER_SIZE + size:
-            raise InvalidParameterError("max_frame_bytes", max_frame_bytes,
-                                        f"must be an integer >= {HEADER_SIZE + size} (one record)")
-        self.params = params
-        self.send = send
-        self.max_records = min(max_records, (max_frame_bytes - HEADER_SIZE) // size)
-        self.max_latency_s = float(max_latency_s)
-        self.max_frame_bytes = max_frame_bytes
-        self.clock = clock
-        self._registry = {params.fingerprint: params}
-        self._chunks: list[ReportBatch] = []
-        self._count = 0
-        self._first_at: float | None = None
-        self._lock = asyncio.Lock()
-        self._pending = asyncio.Event()
-        self._timer: asyncio.Task | None = None
-        self._error: BaseException | None = None
-        self._no_error = asyncio.Event()
-        self._no_error.set()
-        self._last_add_at: float | None = None
-        self._closed = False
-        self.frames_sent = 0
-        self.records_sent = 0
-
-    # -------------------------------------------------------------- lifecycle
-    async def start(self) -> "FrameBatcher":
-        if self._timer is None:
-            self._timer = asyncio.create_task(self._timer_loop(), name="ocms-frame-batcher-timer")
-        return self
-
-    async def close(self) -> None:
-        """Send what is buffered, stop the timer, raise a pending send error."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            await self.flush()
-        finally:
-            timer, self._timer = self._timer, None
-            if timer is not None:
-                timer.cancel()
-                await asyncio.gather(timer, return_exceptions=True)
-
-    async def __aenter__(self) -> "FrameBatcher":
-        return await self.start()
-
-    async def __aexit__(self, *exc) -> None:
-        await self.close()
-
-    @property
-    def buffered(self) -> int:
-        return self._count
-
-    @classmethod
-    def for_metric(cls, registry, metric: str, **kwargs) -> "FrameBatcher":
-        """A batcher of one registry metric: "name" (its newest live version) or "name@N".
-
-        UnknownMetricError names an unknown metric or version (and a retired one)."""
-        from .reporter import live_version
-
-        batcher = cls(live_version(registry, metric).params, **kwargs)
-        batcher.metric = metric
-        return batcher
-
-    # ---------------------------------------------------------------- adding
-    def _as_batch(self, item) -> ReportBatch:
-        if isinstance(item, ReportBatch):
-            return item.validate(self.params)
-        if isinstance(item, Report):
-            item = [item]
-        if isinstance(item, (bytes, bytearray, memoryview)):
-            return decode_message(bytes(item), self._registry)[1]  # WireFormatError if invalid
-        if isinstance(item, Iterable) and not isinstance(item, str):
-            reports = list(item)
-            if not all(isinstance(r, Report) for r in reports):
-                raise InvalidReportError("expected Report objects")
-            try:
-                batch = ReportBatch.from_reports(self.params, reports)
-            except (OverflowError, TypeError, ValueError) as exc:
-                if isinstance(exc, OCMSError):
-                    raise
-                raise InvalidReportError(f"report fields do not fit the field {self.params.field}: {exc}") from exc
-            return batch.validate(self.params)
-        raise InvalidReportError(f"cannot batch a {type(item).__name__}: expected a Report, ReportBatch or wire message")
-
-    def _raise_pending_error(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
-            self._no_error.set()
-            raise error
-
-    async def add(self, item) -> None:
-        """Buffer a Report, a ReportBatch, a list of Reports or a wire message; send full frames.
-
-        Invalid input raises (InvalidReportError, WireFormatError) before anything is
-        buffered; otherwise the item is accepted, and a FrameSendError (this call's
-        send, or an earlier timer send) means the frame in ``error.frame`` was not sent.
-        """
-        if self._closed:
-            raise OCMSError("the frame batcher is closed")
-        batch = self._as_batch(item)
-        if len(batch):
-            if self._timer is None:
-                await self.start()
-            async with self._lock:
-                now = self._last_add_at = self.clock()
-                if self._count == 0:
-                    self._first_at = now
-                    self._pending.set()
-                self._chunks.append(batch)
-                self._count += len(batch)
-                if self._count >= self.max_records:
-                    await self._send_buffered(full_only=True)
-        self._raise_pending_error()
-
-    async def flush(self) -> int:
-        """Send everything buffered now; returns the number of frames sent."""
-        async with self._lock:
-            frames = await self._send_buffered(full_only=False)
-        self._raise_pending_error()
-        return frames
-
-    # --------------------------------------------------------------- sending
-    async def _send_buffered(self, *, full_only: bool) -> int:
-        """Send frames from the buffer (lock held). Leftovers (full_only) stay buffered."""
-        if self._count == 0:
-            return 0
-        everything = self._chunks[0] if len(self._chunks) == 1 else ReportBatch.concat(self._chunks)
-        total, start, frames = len(everything), 0, 0
-        self._chunks, self._count = [everything], total
-        try:
-            while total - start >= self.max_records or (not full_only and start < total):
-                stop = min(start + self.max_records, total)
-                frame = encode_frame(self.params, everything.slice(start, stop))
-                try:
-                    await self.send(frame)
-                except Exception as exc:
-                    start = stop  # the frame travels with the error; never sent twice from here
-                    raise FrameSendError(
-                        f"sending a frame of {len(frame)} bytes failed: {type(exc).__name__}: {exc}",
-                        frame=frame, records=frame_len(frame, self.params),
-                    ) from exc
-                frames += 1
-                self.frames_sent += 1
-                self.records_sent += stop - start
-                start = stop
-        finally:
-            rest = everything.slice(start, total) if start else everything
-            self._chunks = [rest] if len(rest) else []
-            if start and len(rest):
-                # Leftovers of a size flush all came with the add that filled the frame.
-                self._first_at = self._last_add_at if self._last_add_at is not None else self.clock()
-            self._count = len(rest)
-            if self._count == 0:
-                self._first_at = None
-                self._pending.clear()
-        return frames
-
-    async def _timer_loop(self) -> None:
-        while True:
-            await self._no_error.wait()  # one undelivered frame error at a time
-            await self._pending.wait()
-            first = self._first_at
-            if first is None:
-                self._pending.clear()
-                continue
-            delay = first + self.max_latency_s - self.clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            async with self._lock:
-                if self._first_at is not None and self.clock() >= self._first_at + self.max_latency_s:
-                    try:
-                        await self._send_buffered(full_only=False)
-                    except Exception as exc:
-                        self._error = exc
-                        self._no_error.clear()
-
-
-def frame_len(frame: bytes, params: OCMSParams) -> int:
-    return (len(frame) - HEADER_SIZE) // record_size(params)
-
-
-class StartStopContext:
-    """``async with`` for a class whose ``async start()`` returns it started and ``async stop()`` stops it."""
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(self, *exc) -> None:
-        await self.stop()
-
-
-class KafkaFrameSink(StartStopContext):
-    """Send frames to a Kafka topic with aiokafka (``acks="all"``); usable as a batcher's ``send``.
-
-    ``key`` is None (frames spread over partitions) or a gateway id; never a
-    device key. ``profile``: the broker's (:mod:`producer.kafka`).
-    ``producer_factory(**config)`` can replace AIOKafkaProducer.
-    """
-
-    def __init__(
-        self,
-        bootstrap_servers: str,
-        topic: str,
-        *,
-        key: bytes | None = None,
-        profile: BrokerProfile = KAFKA,
-        producer_factory: Callable[..., Any] | None = None,
-        producer_config: dict | None = None,
-    ):
-        if not isinstance(bootstrap_servers, str) or not bootstrap_servers:
-            raise InvalidParameterError("bootstrap_servers", bootstrap_servers, "must be a non-empty string")
-        if not isinstance(topic, str) or not topic:
-            raise InvalidParameterError("topic", topic, "must be a non-empty string")
-        if key is not None and not isinstance(key, (bytes, bytearray)):
-            raise InvalidParameterError("key", type(key).__name__, "must be bytes or None")
-        self.topic = topic
-        self.key = bytes(key) if key is not None else None
-        self._config = kafka_producer_config(bootstrap_servers, profile, linger_ms=0, **(producer_config or {}))
-        self._factory = producer_factory or aiokafka_producer
-        self._producer = None
-
-    async def start(self) -> "KafkaFrameSink":
-        if self._producer is None:
-            producer = self._factory(**self._config)
-            await producer.start()
-            self._producer = producer
-        return self
-
-    async def stop(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            await producer.stop()
-
-    async def __call__(self, frame: bytes):
-        if self._producer is None:
-            raise OCMSError("the frame sink is not started; use 'async with KafkaFrameSink(...)'")
-        return await self._producer.send_and_wait(self.topic, frame, key=self.key)
+from cms_core.errors import InvalidReportError
+from cms_core.wire import UnknownFingerprintError, peek_header
+from infra.framing import FrameBatcher
 
 
 class RegistryGateway:
@@ -347,9 +33,7 @@ class RegistryGateway:
 
     def __init__(self, registry, *, send: Callable[[bytes], Awaitable[Any]], metrics: list[str] | None = None,
                  **batcher_kwargs):
-        from .reporter import _registry_versions
-
-        selected = set(_registry_versions(registry, metrics))  # UnknownMetricError for an unknown name
+        selected = set(registry.reported_versions(metrics))  # UnknownMetricError for an unknown name
         self.registry = registry
         self.versions = {v.fingerprint: v for v in registry.live_versions() if v.metric in selected}
         self.batchers = {fp: FrameBatcher(v.params, send=send, **batcher_kwargs) for fp, v in self.versions.items()}
@@ -401,4 +85,4 @@ class RegistryGateway:
         return sum(b.frames_sent for b in self.batchers.values())
 
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameBatcher", "FrameSendError", "KafkaFrameSink", "RegistryGateway"]
+__all__ = ["RegistryGateway"]

@@ -69,8 +69,8 @@ from cms_core.privatize import privatize
 from cms_core.values import encode_value
 from cms_core.wire import encode_report
 
-from .kafka import KAFKA, BrokerProfile, aiokafka_producer
-from .kafka import producer_config as kafka_producer_config
+from infra.kafka import KAFKA, BrokerProfile, aiokafka_producer, is_retriable
+from infra.kafka import producer_config as kafka_producer_config
 from .ledger import PrivacyLedger
 
 log = logging.getLogger(__name__)
@@ -124,17 +124,6 @@ def new_device_key() -> bytes:
     return secrets.token_bytes(16)
 
 
-def is_retriable(exc: BaseException) -> bool:
-    """Transient Kafka errors: ``KafkaError.retriable``, timeouts and connection errors."""
-    try:
-        from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, NodeNotReadyError
-    except ImportError:  # pragma: no cover - aiokafka is a dependency
-        return False
-    if isinstance(exc, (KafkaTimeoutError, KafkaConnectionError, NodeNotReadyError)):
-        return True
-    return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))
-
-
 def value_key(params: OCMSParams, element: int) -> bytes:
     """Memoization key of an encoded value: parameter fingerprint | fixed-width field element."""
     return params.fingerprint + element.to_bytes(params.coefficient_bytes, "big")
@@ -175,7 +164,7 @@ class DeviceReporter:
         retry_backoff_s, max_backoff_s: exponential backoff base and cap (jittered).
         max_in_flight: sends awaiting acknowledgement at once.
         request_timeout_s: aiokafka's per-send timeout.
-        profile: the broker's profile (:mod:`producer.kafka`): the idempotent producer where it has one.
+        profile: the broker's profile (:mod:`infra.kafka`): the idempotent producer where it has one.
         producer_factory: ``factory(**config)`` returning an object with
             ``start()``, ``stop()`` and ``send_and_wait(topic, value, key=)``;
             defaults to :class:`aiokafka.AIOKafkaProducer` (tests inject fakes).
@@ -223,7 +212,7 @@ class DeviceReporter:
         elif metric is not None:
             raise InvalidParameterError("metric", metric, "is not taken with a registry: each report names its "
                                                           "metric (report(metric, value)); select with metrics=[...]")
-        self.registry, self._versions = params, _registry_versions(params, metrics)
+        self.registry, self._versions = params, params.reported_versions(metrics)
         if (not self.one_metric and transport is not None and transport.metric is not None
                 and set(self._versions) != {transport.metric}):
             raise InvalidParameterError("transport", transport.url, "posts to one metric's URL; a registry "
@@ -352,7 +341,7 @@ class DeviceReporter:
         metric, name = args
         version = self._versions.get(metric) if isinstance(metric, str) else None
         if version is None:
-            version = live_version(self.registry, metric, self._versions)
+            version = self.registry.live_version(metric, self._versions)
         return version.params, version.metric, version.value_from_name(name)
 
     async def submit(self, *args) -> asyncio.Future:
@@ -497,51 +486,6 @@ class DeviceReporter:
             self._queue.task_done()
 
 
-def _registry_versions(registry, metrics) -> dict:
-    """{metric name: its newest live version} for the selected metrics (all with a live version)."""
-    from registry import Problem, UnknownMetricError
-
-    if metrics is None:
-        return {m.name: m.latest for m in registry.metrics if m.live_versions}
-    if isinstance(metrics, str) or not all(isinstance(name, str) for name in metrics) or not metrics:
-        raise InvalidParameterError("metrics", metrics, "must be a non-empty list of metric names")
-    versions = {}
-    for name in metrics:
-        spec = registry.metric(name)  # UnknownMetricError naming the registry's metrics
-        if not spec.live_versions:
-            raise UnknownMetricError(Problem(registry.path, spec.line, "every version is retired: nothing of it is "
-                                             "counted any more", metric=name))
-        versions[name] = spec.latest
-    return versions
-
-
-def live_version(registry, metric: str, served: dict | None = None):
-    """The live version ``metric`` names: "name" (its newest live version) or "name@N",
-    among ``served`` ({name: newest live version}; default every metric with one)."""
-    from registry import Problem, UnknownMetricError
-
-    if not isinstance(metric, str) or not metric:
-        raise InvalidParameterError("metric", metric, "must be a metric name from the registry")
-    if served is None:
-        served = _registry_versions(registry, None)
-    name, at, number = metric.partition("@")
-    if name not in served:
-        known = ", ".join(served) or "none"
-        what = "no metric" if name not in {m.name for m in registry.metrics} else "no live version of"
-        raise UnknownMetricError(Problem(registry.path, None, f"{what} {name!r} to report here "
-                                         f"(its metrics: {known})"))
-    if not at:
-        return served[name]
-    if not number.isdigit():
-        raise InvalidParameterError("metric", metric, "must be NAME or NAME@VERSION (VERSION a whole number)")
-    version = registry.metric(name).version(int(number))  # UnknownMetricError listing the versions
-    if not version.live:
-        raise UnknownMetricError(Problem(registry.path, version.line, "is retired: its reports are no longer "
-                                         f"counted; report {name!r} (version {served[name].version})",
-                                         metric=name, version=version.version))
-    return version
-
-
 class HttpTransport:
     """Deliver reports through an ``ocms collector`` over HTTP(S) instead of Kafka.
 
@@ -668,5 +612,5 @@ class HttpTransport:
             await asyncio.sleep(delay)
 
 
-__all__ = ["DeliveryError", "DeviceReporter", "HttpTransport", "ReportDelivery", "ReporterClosedError", "is_retriable",
+__all__ = ["DeliveryError", "DeviceReporter", "HttpTransport", "ReportDelivery", "ReporterClosedError",
            "new_device_key", "value_key"]

@@ -1,7 +1,7 @@
 """``ocms registry check|lock|describe|device-config``: the commands on a registry file.
 
 Hooked into the ``ocms`` parser by :func:`add_registry_commands` (one call in
-agents/cli.py), so the command code lives with the registry. The commands that take
+ocms/cli.py), so the command code lives with the registry. The commands that take
 a metric (plan, simulate, estimate, worker ...) read ``--registry`` through
 registry.flags.metrics_from_args.
 """
@@ -12,7 +12,7 @@ import json
 
 from cms_core.errors import OCMSError
 
-from .output import text_table, write_stdout
+from infra.output import text_table, write_stdout
 
 
 def add_registry_commands(sub) -> None:

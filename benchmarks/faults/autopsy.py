@@ -27,7 +27,7 @@ from cms_core import wire
 async def _read_all(bootstrap: str, topic: str, profile) -> dict[int, list]:
     from aiokafka import TopicPartition
 
-    from producer.kafka import make_consumer
+    from infra.kafka import make_consumer
 
     consumer = make_consumer(bootstrap, profile=profile, auto_offset_reset="earliest")
     await consumer.start()
@@ -123,6 +123,6 @@ def examine(bootstrap: str, profile, source: str = "ocms-reports",
 
 
 if __name__ == "__main__":  # pragma: no cover - a debugging aid
-    from producer.kafka import EMBEDDED
+    from infra.kafka import EMBEDDED
 
     print("\n".join(examine(sys.argv[1], EMBEDDED)))

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from agents.process import worker_topics
-from producer.broker import broker_binary
-from producer.kafka import EMBEDDED, MOCK, create_topics, wait_until_ready
+from infra.broker import broker_binary
+from infra.kafka import EMBEDDED, MOCK, create_topics, wait_until_ready
+from ocms.process import worker_topics
 
 from .hosts import Host, Network, Process
 
@@ -148,7 +148,7 @@ class Deployment:
             store = self.workdir / name / "store"
             store.mkdir(parents=True, exist_ok=True)
             argv = _substituted(worker_command, {**replacements, "rocksdb:///var/lib/ocms": f"rocksdb://{store}"})
-            argv = [sys.executable, "-m", "agents.cli", *argv, "--broker", self.broker_kind, *self.worker_args]
+            argv = [sys.executable, "-m", "ocms", *argv, "--broker", self.broker_kind, *self.worker_args]
             if self.broker_kind == "mock":
                 # The mock's address on every host is its relay's 127.0.0.1: the address a worker reaches the
                 # broker from is no address the others reach it at.
@@ -158,7 +158,7 @@ class Deployment:
         for i in range(1, self.collectors + 1):
             name = f"collector{i}"
             host = self.network.add_host(name)
-            argv = [sys.executable, "-m", "agents.cli", *_substituted(collector_command, replacements),
+            argv = [sys.executable, "-m", "ocms", *_substituted(collector_command, replacements),
                     "--broker", self.broker_kind, *self.collector_args]
             self.roles[name] = Role("collector", host, argv, {**base_env, **collector_env},
                                     self.workdir / f"{name}.log")
@@ -176,7 +176,7 @@ class Deployment:
                  "--storage-engine", "memory://tansu/"], self.workdir / "kafka.log")
             asyncio.run(wait_until_ready(self.controller_bootstrap, 30))
             return
-        from producer.mock_cluster import MockCluster
+        from infra.mock_cluster import MockCluster
 
         # The mock runs in this process's namespace: its brokers on this host's loopback; every host's relay
         # forwards its own loopback ports here (through the bridge, so a cut link cuts it off).

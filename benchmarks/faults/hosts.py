@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from producer.broker import parent_death_preexec
+from infra.process import parent_death_preexec
 
 PREFIX = "ocms-f"
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from producer.broker import parent_death_preexec
+from infra.process import parent_death_preexec
 
 CHUNK = 1 << 16
 

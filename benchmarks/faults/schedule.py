@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from producer.offline import sketch_from_messages
+from fleet.offline import sketch_from_messages
 from registry import load_registry
 
 from .checker import Findings, check

@@ -52,7 +52,7 @@ import secrets
 import time
 
 from cms_core.errors import OCMSError
-from producer.kafka import KafkaUnavailableError
+from infra.kafka import KafkaUnavailableError
 
 from ..lanes import Member, Unit
 from .log import FRAME_HEADER, NONCE_BYTES, batch_frame_id, encode_batch_listing, encode_listing

@@ -136,13 +136,13 @@ class SharedIdempotency:
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        from producer.kafka import create_topics, make_producer, wait_for_late_batches
+        from infra.kafka import create_topics, make_producer, wait_for_late_batches
 
         s = self.settings
         profile = s.broker
         if profile.late_batches:
             # Read past, a late listing of another replica would be missing here for good (a retry of its key
-            # stored twice), and a settle's scan would miss a stored frame (producer.kafka, late batches).
+            # stored twice), and a settle's scan would miss a stored frame (infra.kafka, late batches).
             for topic in (self.topic, self.redo_topic, s.source_topic):
                 wait_for_late_batches(topic, on_late=self._late_batch)
         retention_ms = max(1, 2 * s.idempotency_window_seconds) * 1000
@@ -287,7 +287,7 @@ class SharedIdempotency:
     async def _tail_loop(self) -> None:
         from aiokafka import TopicPartition
 
-        from producer.kafka import make_consumer
+        from infra.kafka import make_consumer
 
         s = self.settings
         consumer = make_consumer(s.bootstrap_servers, profile=s.broker, auto_offset_reset="earliest",
@@ -484,7 +484,7 @@ class SharedIdempotency:
     async def _fence_and_complete(self, listing: Listing) -> bool:
         """Another collector's listing: fence its producer with a producer of its transactional id, which then
         produces what :meth:`complete_batch` finds missing (a second settler's producer would fence this one)."""
-        from producer.kafka import make_producer
+        from infra.kafka import make_producer
 
         s = self.settings
         producer = make_producer(s.bootstrap_servers, s.broker, idempotent=True,
@@ -547,7 +547,7 @@ class SharedIdempotency:
         began (so after a fence), until ``match(message)`` says True; whether it did."""
         from aiokafka import TopicPartition
 
-        from producer.kafka import make_consumer
+        from infra.kafka import make_consumer
 
         s = self.settings
         consumer = make_consumer(s.bootstrap_servers, profile=s.broker, auto_offset_reset="earliest",
@@ -573,7 +573,7 @@ class SharedIdempotency:
         """Offsets at or below each partition's end (the embedded broker answers too low, never too high)."""
         from aiokafka import TopicPartition
 
-        from producer.kafka import make_consumer
+        from infra.kafka import make_consumer
 
         s = self.settings
         consumer = make_consumer(s.bootstrap_servers, profile=s.broker, client_id="ocms-collector-offsets")

@@ -1,12 +1,12 @@
 """Real worker processes against a broker, for the integration tests.
 
-A ``WorkerProcess`` is ``ocms worker ...`` started by ``agents.process.WorkerChild``
+A ``WorkerProcess`` is ``ocms worker ...`` started by ``ocms.process.WorkerChild``
 (own session, so SIGKILL takes exactly it; it dies with the test run); ``send`` produces wire messages with explicit
 keys/timestamps through aiokafka; ``wait_healthy`` and ``wait_for_n`` poll the HTTP API
 (tests.support.waiting); tests.support.topics reads a topic back.
 
-The broker is a bootstrap address of the embedded broker, or a broker object (``producer.broker.EmbeddedBroker``,
-``producer.mock_cluster.MockCluster``) whose ``profile`` the worker (``--broker``) and the clients here use;
+The broker is a bootstrap address of the embedded broker, or a broker object (``infra.broker.EmbeddedBroker``,
+``infra.mock_cluster.MockCluster``) whose ``profile`` the worker (``--broker``) and the clients here use;
 on a broker whose clients cannot create topics (the mock) ``WorkerProcess`` creates the worker's topics first.
 """
 
@@ -27,12 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.process import WorkerChild
 from cms_core import OCMSParams, wire
 from cms_core.privatize import simulate_reports
-from producer.broker import free_port
-from producer.kafka import make_producer
-from agents.process import worker_topics
+from infra.kafka import make_producer
+from infra.process import free_port
+from ocms.process import WorkerChild, worker_topics
 from tests.brokers import endpoint
 
 from tests.support.waiting import poll_until
@@ -49,7 +48,7 @@ class Message:
 
 
 class WorkerProcess:
-    """One ``ocms worker`` of a test (agents.process.WorkerChild: own session, dies with the test run)."""
+    """One ``ocms worker`` of a test (ocms.process.WorkerChild: own session, dies with the test run)."""
 
     def __init__(self, broker, app_id: str, topic: str, log_dir: Path, *args: str, web_port: int | None = None):
         self.broker = broker
@@ -184,9 +183,9 @@ class Scrape:
 # ---------------------------------------------------------------- the ocms command as a user runs it
 
 def ocms(*argv: str, timeout: float = 60, env: dict | None = None) -> tuple[int, str, str]:
-    """`python -m agents.cli ARGV` as a user runs it, without the caller's OCMS_* variables: (status, stdout, stderr)."""
+    """`python -m ocms ARGV` as a user runs it, without the caller's OCMS_* variables: (status, stdout, stderr)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
-    done = subprocess.run([sys.executable, "-m", "agents.cli", *argv], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "ocms", *argv], capture_output=True, text=True,
                           timeout=timeout, env={**base, **(env or {})}, stdin=subprocess.DEVNULL)
     return done.returncode, done.stdout, done.stderr
 

@@ -452,7 +452,7 @@ def test_the_web_server_s_stop_closes_the_forwarding_client_and_the_query_runner
     ("Unclosed client session")."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from producer.broker import free_port
+    from infra.process import free_port
 
     settings = WorkerSettings.build(broker="embedded", app_id="unit-stop", source_topic=SOURCE, view="share",
                                     web_host="127.0.0.1", web_port=free_port())

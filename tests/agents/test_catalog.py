@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agents.catalog import Catalog
 from agents.metrics import EstimatesCollector
-from agents.query import ApiError
+from agents.answers.request import ApiError
 from agents.state import BucketKey, PartialCounts
 from agents.view import CountsView
 from cms_core import OCMSParams, OCMSSketch, ReportBatch, kernel
@@ -300,7 +300,8 @@ def test_single_metric_flags_are_a_one_metric_catalog():
 def test_worker_flags_cannot_go_with_a_registry_and_the_registry_is_read_once(tmp_path, monkeypatch):
     import registry.loader
 
-    from agents.cli import build_parser, worker_settings_from_args
+    from agents.cli import worker_settings_from_args
+    from ocms.cli import build_parser
     from registry.flags import MetricFlagError
 
     path = tmp_path / "r.yaml"

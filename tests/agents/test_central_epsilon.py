@@ -1,4 +1,4 @@
-"""The central epsilon of shuffled windows in the worker's answers (agents.query.central_privacy).
+"""The central epsilon of shuffled windows in the worker's answers (agents.answers.privacy.central_privacy).
 
 A view whose buckets hold reports a shuffling collector produced (PartialCounts.shuffled and
 shuffle_min, agents.state), others not, applied as the changelog carries them (bundles of the
@@ -13,9 +13,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.catalog import Catalog, combined_central
+from agents.answers.combined import combined_central
+from agents.catalog import Catalog
 from agents.metrics import EstimatesCollector
-from agents.query import CENTRAL_COST, central_cost, central_privacy
+from agents.answers.privacy import CENTRAL_COST, central_cost, central_privacy
 from agents.state import BucketKey, PartialCounts, encode_bundle
 from agents.view import CountsView
 from cms_core import OCMSParams, TrackedValues, kernel

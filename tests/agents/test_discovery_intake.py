@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from agents.processor import (DiscoveryMessage, MessageValidator, PendingBatch, RejectedMessage,
-                              plan_batch)
-from cms_core import discovery as D, wire
-from producer.discovery import simulate_discovery_messages
+from agents.processor import DiscoveryMessage, MessageValidator, PendingBatch, RejectedMessage, plan_batch
+from cms_core import wire
+from cms_core import discovery as D
+from fleet.discovery import simulate_discovery_messages
 from registry import load_registry
 from registry.discovery import discovery_levels, discovery_of
 from tests.registry.helpers import DISCOVERY_METRICS

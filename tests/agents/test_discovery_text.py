@@ -23,9 +23,9 @@ import urllib.request
 import numpy as np
 import pytest
 
-from agents.cli import main
-from producer.capture import CaptureWriter
-from producer.discovery import simulate_discovery_messages
+from fleet.discovery import simulate_discovery_messages
+from infra.capture import CaptureWriter
+from ocms.cli import main
 from registry import load_registry
 from registry.discovery import discovery_of
 from tests.support.waiting import poll_until
@@ -120,7 +120,7 @@ def test_discover_stdout_is_the_same_utf8_under_every_locale(workspace, locale):
     out = root / f"reference-{len(locale)}.json"
     assert main(["discover", "--registry", str(registry), "--metric", "words", str(capture), "--out", str(out)]) == 0
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OCMS_", "LC_", "LANG", "PYTHONIOENCODING"))}
-    done = subprocess.run([sys.executable, "-m", "agents.cli", "discover", "--registry", str(registry),
+    done = subprocess.run([sys.executable, "-m", "ocms", "discover", "--registry", str(registry),
                            "--metric", "words", str(capture)], capture_output=True, timeout=120,
                           env={**env, **locale}, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
@@ -196,8 +196,8 @@ def check_exposition(base: str) -> dict:
 def broker(workspace):
     import asyncio
 
-    from producer.broker import EmbeddedBroker
-    from producer.kafka import EMBEDDED, make_producer
+    from infra.broker import EmbeddedBroker
+    from infra.kafka import EMBEDDED, make_producer
 
     _, _, _, frames = workspace
 
@@ -243,13 +243,13 @@ def test_worker_serves_cut_values_and_metrics_stay_up(workspace, broker, tmp_pat
 
 @pytest.mark.integration
 def test_discover_serve_answers_cut_values_and_metrics_stay_up(workspace, broker):
-    from producer.broker import free_port
+    from infra.process import free_port
 
     _, registry, _, _ = workspace
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "agents.cli", "discover", "--serve", "--registry", str(registry),
+        [sys.executable, "-m", "ocms", "discover", "--serve", "--registry", str(registry),
          "--bootstrap-servers", broker.bootstrap_servers, "--topic", TOPIC, "--interval", "2",
          "--web-port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

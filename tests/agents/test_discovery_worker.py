@@ -14,9 +14,10 @@ import json
 import numpy as np
 import pytest
 
-from cms_core import discovery as D, wire
-from producer.broker import EmbeddedBroker
-from producer.discovery import simulate_discovery_messages
+from cms_core import wire
+from cms_core import discovery as D
+from fleet.discovery import simulate_discovery_messages
+from infra.broker import EmbeddedBroker
 
 from tests.registry.helpers import WORDFREQ_ALPHABET, WORDS_AND_SCREENS
 from tests.support.topics import consume

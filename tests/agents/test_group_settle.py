@@ -31,9 +31,9 @@ import pytest
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
-from agents.process import worker_topics
-from producer.broker import EmbeddedBroker
-from producer.mock_cluster import MockCluster
+from infra.broker import EmbeddedBroker
+from infra.mock_cluster import MockCluster
+from ocms.process import worker_topics
 from registry import load_registry
 from tests.brokers import MOCK_MARKS, MOCK_SESSION_ARGS
 from tests.support.waiting import poll_until

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from cms_core import OCMSParams
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 
 from tests.support.waiting import poll_until
 

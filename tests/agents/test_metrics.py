@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agents.answers.service import Window
 from agents.metrics import ESTIMATE_FIELDS, EstimatesCollector, PipelineMetrics
 from agents.processor import REJECT_REASONS
 from agents.state import BucketKey, PartialCounts
@@ -151,6 +152,48 @@ def test_values_equal_the_service_answers(service, families, fp, window):
     assert checked == len(ESTIMATE_FIELDS) * len(expected_chosen(service, fp, 5))
     (reports,) = samples(families["ocms_params_reports"], params=fp, window=window)
     assert reports.value == doc["n"] > 0
+
+
+@pytest.mark.parametrize("fp", [FP1, FP2])
+def test_the_export_asks_what_the_api_answers(service, families, fp):
+    """One read path (agents.answers.service.EstimateService.window_estimate): the values exported beyond the
+    watch list are /topk's top-K in its order, and each window's noise floor, withheld state and central epsilon
+    fields are what /estimates answers for that window."""
+    top = [r["value"] for r in service.topk({"params": fp, "k": "5"})["top"]]
+    exported = [s.labels["value"] for s in samples(families["ocms_estimate_ratio"], params=fp, window="total")]
+    assert [v for v in exported if v not in WATCH] == [v for v in top if v not in WATCH]
+    for window in ("total", "latest_bucket"):
+        doc = service.estimates({"params": fp, "window": window})
+        (floor,) = samples(families["ocms_estimate_noise_floor_ratio"], params=fp, window=window)
+        (held,) = samples(families["ocms_estimate_withheld"], params=fp, window=window)
+        assert (floor.value, held.value) == (doc["noise_floor"], float(doc["withheld"]))
+        assert doc["central_epsilon"] is None  # these reports were not shuffled: no central epsilon anywhere
+        assert samples(families["ocms_central_epsilon"], params=fp, window=window) == []
+    answers = service.catalog.by_fingerprint[fp]
+    read = answers.window_estimate(answers.latest_bucket(NOW), top_k=5)
+    assert read.central == {k: v for k, v in service.estimates({"params": fp, "window": "latest_bucket"}).items()
+                            if k in read.central}
+    assert [answers.name_of(str(i)) for i in read.top] == [r["value"] for r in service.topk(
+        {"params": fp, "k": "5", "window": "latest_bucket"})["top"]]
+
+
+def test_a_withheld_window_exports_no_top_k_and_no_estimate():
+    """min_reports over every window's n: withheld everywhere, as the API says; nothing of the top-K exported."""
+    import dataclasses
+
+    withheld = routes()
+    for answers in withheld.catalog.by_fingerprint.values():  # the API and the export read the same rule
+        answers.naming = dataclasses.replace(answers.naming, min_reports=10**9)
+    families = scrape(withheld)
+    for fp in (FP1, FP2):
+        assert withheld.topk({"params": fp, "k": "5"})["withheld"] is True
+        for window in ("total", "latest_bucket"):
+            (held,) = samples(families["ocms_estimate_withheld"], params=fp, window=window)
+            assert held.value == 1.0
+        assert samples(families["ocms_estimate_ratio"], params=fp) == []
+        assert samples(families["ocms_estimate_noise_floor_ratio"], params=fp) == []
+        service = withheld.catalog.by_fingerprint[fp]
+        assert service.window_estimate(Window("total"), top_k=5).top == ()
 
 
 @pytest.mark.parametrize("fp", [FP1, FP2])

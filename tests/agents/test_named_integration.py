@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from cms_core import OCMSParams
-from producer.broker import EmbeddedBroker
-from producer.offline import sketch_from_messages
+from fleet.offline import sketch_from_messages
+from infra.broker import EmbeddedBroker
 from registry import load_registry
 
 from tests.registry.helpers import screen_metric

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.run import UNDER_NOISE, companion_line, companions, run_metric, table, value_id
 from cms_core import OCMSSketch
-from producer.datasets import parse_dataset
+from fleet.datasets import parse_dataset
+from ocms.run import UNDER_NOISE, companion_line, companions, run_metric, table, value_id
 
-from ..producer.test_offline_estimate import ocms
+from tests.fleet.test_offline_estimate import ocms
 from .harness import ROOT
 from .test_catalog import answer, catalog, fed, registry, scrape  # noqa: F401 (fixtures)
 from .test_query import BUCKETS, CUR, D, FP1, P1, SERVICE, TRACKED, expected_counts
@@ -68,8 +68,8 @@ def test_a_top_list_of_noise_is_called_noise():
     """The winner's curse: the largest estimates of values nobody holds top the list, under the floor."""
     from agents.state import BucketKey, PartialCounts
     from agents.view import CountsView
-    from cms_core.privatize import simulate_reports
     from cms_core import kernel
+    from cms_core.privatize import simulate_reports
 
     from .test_query import routes
 

@@ -1,4 +1,4 @@
-"""agents.query.EstimateService on a CountsView filled from real simulated reports.
+"""agents.answers.service.EstimateService on a CountsView filled from real simulated reports.
 
 Expected answers are computed independently: kernel match counts of the
 concatenated reports of exactly the buckets a window covers, then
@@ -10,7 +10,8 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from agents.query import ESTIMATE_COST, MAX_TREND_POINTS, ApiError, Window, parse_options, parse_time, top_indices
+from agents.answers.request import ApiError, parse_options, parse_time
+from agents.answers.service import ESTIMATE_COST, MAX_TREND_POINTS, Window, top_indices
 from agents.state import BucketKey, PartialCounts, bucket_start
 from agents.view import CountsView
 from cms_core import OCMSParams, OCMSSketch, ReportBatch, TrackedValues, kernel
@@ -113,7 +114,7 @@ def expected_records(fp, n, counts, **options) -> list[dict]:
     return records
 
 
-#: A trend point of reports that were not shuffled: no central epsilon (agents.query.central_privacy).
+#: A trend point of reports that were not shuffled: no central epsilon (agents.answers.privacy.central_privacy).
 UNSHUFFLED_POINT = {"central_epsilon": None, "central_delta": None, "shuffle_batch_min": None, "shuffled_reports": 0}
 
 
@@ -517,7 +518,7 @@ class Counting:
     """Counts calls of a function and the tracked-set sizes of the sketches built."""
 
     def __init__(self, monkeypatch):
-        import agents.query as query
+        import agents.answers.service as query
 
         self.sums = 0
         self.sketch_sizes: list[int] = []
@@ -571,7 +572,7 @@ def test_estimate_of_one_value_reads_one_count(monkeypatch):
 
 
 def test_answers_over_the_work_limit_are_refused_before_any_work(monkeypatch):
-    import agents.query as query
+    import agents.answers.service as query
 
     monkeypatch.setattr(query, "MAX_WORK", 10_000)
     counting = Counting(monkeypatch)
@@ -591,7 +592,8 @@ def test_heavy_answers_finish_identically_in_another_process():
     import pickle
     from concurrent.futures import ProcessPoolExecutor
 
-    from agents.query import finish_json, start_answer_process, to_json
+    from agents.answers.encode import to_json
+    from agents.answers.service import finish_json, start_answer_process
 
     answers = [SERVICE.prepare("estimates", {"from": str(BUCKETS[0])}),
                SERVICE.prepare("topk", {"k": "7", "postprocess": "simplex"}),
@@ -613,7 +615,7 @@ def json_loads(body: bytes):
 
 def test_unbounded_interval_ends_are_json_null():
     """Chernoff intervals beyond the theorem's range are infinite; JSON has no Infinity."""
-    from agents.query import to_json
+    from agents.answers.encode import to_json
 
     view = CountsView()
     view.apply_state(BucketKey.total(FP1, 0), PartialCounts(3, np.ones(D, np.int64), 1).to_bytes())
@@ -639,7 +641,7 @@ def test_top_indices_equals_a_full_sort(seed):
 
 # ------------------------------------------------------- request checking
 def test_unknown_and_repeated_parameters_are_named():
-    from agents.query import check_query
+    from agents.answers.request import check_query
 
     with pytest.raises(ApiError) as info:
         check_query("estimates", [("postprocesss", "clip")])
@@ -694,7 +696,7 @@ def test_a_record_that_cannot_be_written_is_left_out_of_the_answer_and_counted()
     """Issue 24: one bad record (a lone surrogate, a NaN) never fails a whole JSON answer."""
     import json
 
-    from agents.query import ANSWER_RECORDS_DROPPED, to_json
+    from agents.answers.encode import ANSWER_RECORDS_DROPPED, to_json
 
     def dropped(field, reason):
         return ANSWER_RECORDS_DROPPED.labels(field, reason)._value.get()

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.cli import build_parser
 from agents.settings import README_MARKER, SETTINGS, WORKER_ROWS, WorkerSettings, readme_table, worker_settings
 from cms_core import InvalidParameterError
-from registry.flags import generated_table
+from infra.settings import generated_table
+from ocms.cli import build_parser
 from registry.values_file import MAX_WHOLE_DICTIONARY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ def test_readme_settings_table_is_the_generated_one():
 
 
 def test_one_tracked_set_limit_everywhere(capsys):
-    from agents.cli import main
+    from ocms.cli import main
 
     text = readme_table()
     assert f"d <= {MAX_WHOLE_DICTIONARY:,}" in text

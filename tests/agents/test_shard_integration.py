@@ -23,8 +23,8 @@ from agents.view import CountsView
 from cms_core import wire
 from cms_core.planning import shuffle_delta
 from cms_core.shuffle import central_epsilon
-from producer.broker import EmbeddedBroker
-from producer.offline import sketch_from_messages
+from fleet.offline import sketch_from_messages
+from infra.broker import EmbeddedBroker
 from registry import load_registry
 
 from .harness import Scrape, WorkerProcess, report_messages, send

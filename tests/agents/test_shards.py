@@ -14,7 +14,7 @@ from agents.settings import WorkerSettings
 from agents.shards import Share
 from agents.state import BucketKey, PartialCounts, StateLayout, encode_bundle, group_count, pack_groups
 from agents.view import ChangelogReader, CountsView
-from producer.broker import free_port
+from infra.process import free_port
 from registry.flags import metrics_from_flags
 
 PARTITIONS = 4

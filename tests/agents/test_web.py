@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.query import PARAMETERS
+from agents.answers.request import PARAMETERS
 from cms_core import OCMSParams, wire
 from cms_core.privatize import simulate_reports
 from cms_core.values import elements_to_array, encode_value, limbs_for
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 from registry.values_file import write_values_file
 
 from .harness import Message, WorkerProcess, report_messages, send

@@ -3,7 +3,7 @@ matter on a real Kafka (exact counts, SIGKILL, a second worker, retention), on l
 cluster with the production ``kafka`` path (tests/brokers.py; issue 29).
 
 Every expectation is an offline cms_core decode of exactly the messages sent
-(``producer.offline``), compared to the integer: match counts and n, and the
+(``fleet.offline``), compared to the integer: match counts and n, and the
 estimates computed from them.
 """
 
@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from cms_core import OCMSParams, OCMSSketch, TrackedValues, wire
-from producer.kafka import make_consumer
-from producer.offline import sketch_from_messages
+from fleet.offline import sketch_from_messages
+from infra.kafka import make_consumer
 
-from producer.mock_cluster import start_broker
+from infra.mock_cluster import start_broker
 from tests.brokers import BROKERS, MOCK_MARKS, MOCK_SESSION_ARGS, endpoint, on_brokers
 from tests.support.topics import consume
 from tests.support.waiting import poll_until

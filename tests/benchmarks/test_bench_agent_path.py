@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.bench_agent_path import PATHS, PathWorker
 from benchmarks.bench_worker import messages, produce
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 from tests.support.waiting import poll_until
 
 pytestmark = pytest.mark.integration  # a broker and workers

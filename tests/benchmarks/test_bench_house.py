@@ -1,10 +1,14 @@
-"""benchmarks/bench_house.py counts how the packages fit together (issue 26): on the tree no import runs
-back up the floors and no files import each other in a circle, and on a tiny synthetic tree in tmp_path it finds the upward import and the file
-circle planted there (negative control: a chain that does not close is no circle)."""
+"""benchmarks/bench_house.py counts how the packages fit together (issues 26, 36): on the tree no import runs
+the wrong way (back up the floors, or sideways between the collector, the worker, the device clients and the
+fleet) and no files import each other in a circle, and on a tiny synthetic tree in tmp_path it finds the
+wrong-way imports and the file circle planted there (negative control: a chain that does not close is no
+circle; the arrows the floors allow are not reported)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from benchmarks import bench_house
 
@@ -13,7 +17,47 @@ def test_no_import_runs_back_up_the_floors_and_no_file_circle_on_the_tree():
     assert bench_house.upward() == []
     assert bench_house.circles() == []
     arrows = bench_house.package_arrows()
-    assert arrows[("agents", "cms_core")] > 0  # it does read the tree
+    assert arrows[("agents", "cms_core")] > 0 and arrows[("ocms", "agents")] > 0  # it does read the tree
+    assert arrows[("agents", "infra")] > 0 and arrows[("collector", "infra")] > 0
+
+
+def test_only_the_composition_root_imports_everything():
+    floors = bench_house.MAY_IMPORT
+    assert set(floors) == set(bench_house.FLOORS)
+    assert floors["ocms"] == set(bench_house.FLOORS) - {"ocms"}
+    for package in ("collector", "agents"):
+        assert floors[package] == {"cms_core", "infra", "registry"}, package
+    assert floors["infra"] == {"cms_core"} and floors["cms_core"] == set()
+    assert all("ocms" not in allowed for allowed in floors.values())
+
+
+@pytest.mark.parametrize("source, target", [
+    ("agents", "collector"), ("collector", "agents"), ("agents", "producer"), ("collector", "fleet"),
+    ("producer", "fleet"), ("infra", "registry"), ("registry", "producer"), ("fleet", "ocms"), ("agents", "ocms"),
+])
+def test_a_planted_sideways_or_upward_import_is_found(tmp_path, source, target):
+    _write(tmp_path, {
+        f"{source}/__init__.py": "",
+        f"{source}/a.py": f"def f():\n    from {target}.b import thing\n",
+        f"{target}/__init__.py": "",
+        f"{target}/b.py": "thing = 1\n",
+    })
+    assert bench_house.upward(tmp_path) == [f"{source}/a.py:2: {source}.a -> {target}.b"]
+
+
+@pytest.mark.parametrize("source, target", [
+    ("ocms", "agents"), ("ocms", "collector"), ("ocms", "fleet"), ("fleet", "producer"), ("agents", "infra"),
+    ("collector", "registry"), ("infra", "cms_core"),
+])
+def test_an_arrow_the_floors_allow_is_not_reported(tmp_path, source, target):
+    _write(tmp_path, {
+        f"{source}/__init__.py": "",
+        f"{source}/a.py": f"from {target}.b import thing\n",
+        f"{target}/__init__.py": "",
+        f"{target}/b.py": "thing = 1\n",
+    })
+    assert bench_house.upward(tmp_path) == []
+    assert bench_house.package_arrows(tmp_path)[(source, target)] == 1
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

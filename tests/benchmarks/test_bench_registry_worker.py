@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from benchmarks import bench_registry_worker, bench_worker
-from producer.mock_cluster import MockCluster
+from infra.mock_cluster import MockCluster
 
 pytestmark = pytest.mark.timeout(120)
 

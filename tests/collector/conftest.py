@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 from registry import load_registry
 
 from .harness import serving_worker, write_registry

@@ -1,6 +1,6 @@
 """Real collector (and worker) processes against a broker, for the collector tests.
 
-``CollectorProcess`` is ``python -m agents.cli collector ...`` in its own session
+``CollectorProcess`` is ``python -m ocms collector ...`` in its own session
 (SIGKILL takes exactly it). ``serving_worker`` is ``ocms worker --registry`` on the
 same registry (tests.agents.harness.WorkerProcess), because the collector only accepts
 registry-bound fingerprints. The broker is a bootstrap address of the embedded broker or a
@@ -23,8 +23,8 @@ import numpy as np
 
 from cms_core import wire
 from cms_core.privatize import simulate_reports
-from collector.cli import collector_command
-from producer.broker import free_port
+from infra.process import free_port
+from ocms.run_collector import collector_command
 from tests.agents.harness import WorkerProcess
 from tests.brokers import MOCK_SESSION_ARGS, collector_topics, endpoint
 from tests.support.waiting import poll_until

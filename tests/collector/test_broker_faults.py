@@ -27,8 +27,8 @@ from collections import Counter
 
 import pytest
 
-from producer.mock_cluster import MockCluster
-from producer.offline import sketch_from_messages
+from fleet.offline import sketch_from_messages
+from infra.mock_cluster import MockCluster
 
 from tests.support.topics import consume
 from tests.support.waiting import poll_until

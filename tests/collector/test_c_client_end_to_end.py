@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from producer.broker import free_port
+from infra.process import free_port
 from tests.producer.c_client import CLI, line_of, make
 from tests.support.topics import consume
 
@@ -33,7 +33,7 @@ TOPIC = "col-c-client"
 def device_config(registry_path, tmp_path_factory):
     make("all")
     path = tmp_path_factory.mktemp("c-client") / "device-config.json"
-    done = subprocess.run([sys.executable, "-m", "agents.cli", "registry", "device-config", str(registry_path)],
+    done = subprocess.run([sys.executable, "-m", "ocms", "registry", "device-config", str(registry_path)],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     path.write_text(done.stdout)
@@ -50,7 +50,7 @@ def _estimate_of_topic(broker, registry_path, tmp_path) -> dict:
     with open(capture, "wb") as f:
         for record in consume(broker.bootstrap_servers, TOPIC):
             f.write(len(record.value).to_bytes(4, "big") + record.value)
-    done = subprocess.run([sys.executable, "-m", "agents.cli", "estimate", "--registry", str(registry_path),
+    done = subprocess.run([sys.executable, "-m", "ocms", "estimate", "--registry", str(registry_path),
                            "--metric", "dest", str(capture)], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)

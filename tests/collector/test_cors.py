@@ -8,7 +8,7 @@ import pytest
 
 from cms_core.errors import InvalidParameterError
 from collector.settings import CollectorSettings
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 from registry.device import device_config
 
 from .harness import CollectorProcess, request, single_messages

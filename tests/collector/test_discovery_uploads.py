@@ -9,10 +9,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from cms_core import discovery as D, wire
+from cms_core import wire
+from cms_core import discovery as D
 from collector.uploads import UploadParser, UploadRejected
-from producer.broker import EmbeddedBroker
-from producer.discovery import simulate_discovery_messages
+from fleet.discovery import simulate_discovery_messages
+from infra.broker import EmbeddedBroker
 from registry import load_registry
 from registry.discovery import discovery_of
 from tests.registry.helpers import DISCOVERY_METRICS

@@ -15,11 +15,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from fleet.offline import sketch_from_messages
+from infra.mock_cluster import start_broker
 from producer.ledger import PrivacyLedger
-from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport
 from tests.agents.harness import ocms
-from producer.mock_cluster import start_broker
 from tests.brokers import BROKERS
 from tests.support.topics import consume
 

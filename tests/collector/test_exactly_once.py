@@ -19,12 +19,10 @@ import numpy as np
 import pytest
 
 from cms_core import wire
-from collector.exactly_once.log import (
-    FAILED, FRAME_HEADER, STORED, ListingLog, batch_frame_id, encode_batch_listing, encode_lease, encode_listing,
-    encode_outcome, key_hash,
-)
+from collector.exactly_once.log import (FAILED, FRAME_HEADER, STORED, ListingLog, batch_frame_id, encode_batch_listing,
+                                        encode_lease, encode_listing, encode_outcome, key_hash)
 from collector.kafka_internals import drift
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 from registry import load_registry
 from tests.support.topics import consume
 from tests.support.waiting import poll_until
@@ -173,7 +171,7 @@ def broker():
 
 def produce(bootstrap: str, records: list[tuple[str, int, bytes, list]]) -> None:
     """(topic, partition, value, headers) appended by a plain producer (a 'dead collector')."""
-    from producer.kafka import EMBEDDED, make_producer
+    from infra.kafka import EMBEDDED, make_producer
 
     async def run():
         producer = make_producer(bootstrap, EMBEDDED)
@@ -274,7 +272,7 @@ def test_a_live_collectors_open_transaction_is_never_fenced_by_a_settle_and_a_ki
     from aiokafka.producer import sender as aiokafka_sender
 
     from collector import kafka_internals
-    from producer.kafka import EMBEDDED, make_producer
+    from infra.kafka import EMBEDDED, make_producer
 
     # the owner's transactional producer needs InitProducerId v3 on the embedded broker, as the collector's
     monkeypatch.setattr(aiokafka_sender, "InitProducerIdRequest", kafka_internals.InitProducerIdRequest)

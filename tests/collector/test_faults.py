@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from cms_core import wire
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 
 from tests.support.topics import consume
 from tests.support.waiting import poll_until

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from cms_core import wire
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 
 from tests.support.topics import consume
 from tests.support.waiting import poll_until
@@ -366,7 +366,7 @@ def test_bad_settings_exit_2_naming_the_variable(registry_path, tmp_path):
          "applications[0].token_sha256"),
     ]
     for args, name in cases:
-        done = subprocess.run([sys.executable, "-m", "agents.cli", "collector", *args], cwd=ROOT, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "ocms", "collector", *args], cwd=ROOT, capture_output=True,
                               text=True, timeout=60)
         assert done.returncode == 2, (args, done.stderr)
         assert name in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -1,4 +1,4 @@
-"""The HTTP edge of the collector and the worker (collector/http_server.py): every error answer is
+"""The HTTP edge of the collector and the worker (infra/http_edge.py): every error answer is
 JSON with a reason, counted by reason and logged in one line (no header bytes, no client address
 unless asked); connections that never finish are closed; a connection cap keeps idle connections
 from starving valid uploads and /healthz, also at a low open-files limit."""
@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from collector.http_server import ErrorAnswers, drift, json_errors
 from collector.settings import CollectorSettings
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
+from infra.http_edge import ErrorAnswers, drift, json_errors
 
 from tests.support.waiting import poll_until
 

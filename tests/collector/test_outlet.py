@@ -12,7 +12,7 @@ from collector.exactly_once.shared import SharedIdempotency
 from collector.lanes import Member, Unit
 from collector.outlet import KafkaOutlet
 from collector.settings import CollectorSettings
-from producer.kafka import KafkaUnavailableError
+from infra.kafka import KafkaUnavailableError
 
 from .harness import reports
 
@@ -172,7 +172,7 @@ def test_settling_another_collectors_batch_stops_its_fencing_producer_when_the_s
     """_fence_and_complete starts a producer of the batch owner's transactional id; when that start fails
     (InitProducerId timed out, the settle's own timeout cancelled it) the producer, its connections and
     metadata task must be released, as fence() does."""
-    import producer.kafka
+    import infra.kafka
     from collector.exactly_once.log import Listing
 
     made: list[ScriptedProducer] = []
@@ -185,7 +185,7 @@ def test_settling_another_collectors_batch_stops_its_fencing_producer_when_the_s
         made.append(FailingStart())
         return made[-1]
 
-    monkeypatch.setattr(producer.kafka, "make_producer", make_producer)
+    monkeypatch.setattr(infra.kafka, "make_producer", make_producer)
     shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
     listing = Listing(b"n" * 16, "ocms-collector-other", b"i" * 8, 0, 0, 0, (), 0, 0.0, batch=True)
     with pytest.raises(KafkaUnavailableError):

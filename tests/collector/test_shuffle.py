@@ -25,7 +25,7 @@ from cms_core import wire
 from cms_core.planning import shuffle_delta
 from cms_core.shuffle import central_epsilon
 from collector.exactly_once.log import BATCH_LISTING, FRAME_HEADER, decode_listing, parse_batch_frame_id
-from producer.broker import EmbeddedBroker
+from infra.broker import EmbeddedBroker
 
 from tests.support.topics import consume
 from tests.support.waiting import poll_until

@@ -11,9 +11,8 @@ import pytest
 
 from cms_core import wire
 from cms_core.errors import InvalidParameterError
-from collector.guard import (
-    IdempotencyCache, KeyReusedError, RateLimiter, TokenBucket, TokensFileError, load_tokens, Authenticator, AuthError,
-)
+from collector.guard import (AuthError, Authenticator, IdempotencyCache, KeyReusedError, RateLimiter, TokenBucket,
+                             TokensFileError, load_tokens)
 from collector.settings import CollectorSettings
 from collector.uploads import UploadParser, UploadRejected
 from producer.reporter import DeliveryError, DeviceReporter, HttpTransport
@@ -150,7 +149,7 @@ def test_collector_settings_are_declared_once_and_documented_from_the_declaratio
 
     from collector.cli import add_collector_parser
     from collector.settings import DOCS_MARKER, SETTINGS, docs_table
-    from registry.flags import generated_table
+    from infra.settings import generated_table
 
     root = Path(__file__).resolve().parents[2]
     assert generated_table(root / "docs" / "collector.md", DOCS_MARKER) == docs_table(), \
@@ -191,7 +190,7 @@ def _running_loop_of(registry_path, *flags: str, env: dict | None = None) -> str
     import signal
     import subprocess
 
-    from collector.cli import collector_command
+    from ocms.run_collector import collector_command
 
     environ = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
     process = subprocess.Popen(collector_command(registry_path, "127.0.0.1:9", 0, "--log-level", "warning", *flags),

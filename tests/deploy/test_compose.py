@@ -311,7 +311,7 @@ def test_published_host_ports_are_unique(compose):
 
 def test_compose_command_lines_parse_with_the_ocms_cli(compose):
     """The compose file's simulator and worker command lines are valid `ocms` invocations."""
-    from agents.cli import build_parser
+    from ocms.cli import build_parser
 
     parser = build_parser()
     args = parser.parse_args(_command(compose["services"]["simulator"]))

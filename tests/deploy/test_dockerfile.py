@@ -163,4 +163,4 @@ def test_build_context_builds_the_wheel_with_the_kernel(tmp_path):
         assert f"{package.replace('.', '/')}/__init__.py" in names
     assert any(re.fullmatch(r"cms_core/_kernel\..*\.so", n) for n in names), "decode kernel not compiled"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "ocms = agents.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "ocms = ocms.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -23,9 +23,10 @@ import pytest
 
 from cms_core import OCMSParams, TrackedValues
 from cms_core.wire import SHUFFLE_HEADER
-from producer.broker import EmbeddedBroker, free_port
-from producer.offline import sketch_from_messages
-from producer.discovery import simulate_discovery_messages
+from fleet.discovery import simulate_discovery_messages
+from fleet.offline import sketch_from_messages
+from infra.broker import EmbeddedBroker
+from infra.process import free_port
 from registry.discovery import discovery_of
 from tests.agents.harness import Message, WorkerProcess, report_messages, send
 from tests.support.waiting import poll_until

@@ -22,8 +22,8 @@ from tests.agents.harness import ROOT
 pytestmark = pytest.mark.integration  # runs pip (compiles the kernel) and Python processes
 
 #: What a wheel is built from: pyproject's packages and build files.
-SOURCES = ("cms_core", "producer", "agents", "registry", "collector", "deploy", "setup.py", "pyproject.toml",
-           "README.md", "MANIFEST.in")
+SOURCES = ("cms_core", "infra", "registry", "producer", "fleet", "collector", "agents", "ocms", "deploy", "setup.py",
+           "pyproject.toml", "README.md", "MANIFEST.in")
 REGISTRY_FILES = ("registry.yaml", "registry.lock", "registry.schema.json", "tracked/tailnum.jsonl",
                   "tracked/crash_signatures.jsonl")
 
@@ -31,8 +31,8 @@ FIND = """
 import sys
 from argparse import Namespace
 import agents
-from agents.run import DEFAULT_REGISTRY, run_metric
-from producer.datasets import parse_dataset
+from ocms.run import DEFAULT_REGISTRY, run_metric
+from fleet.datasets import parse_dataset
 print(agents.__file__)
 named = run_metric(Namespace(dataset="nycflights13:dest", epsilon=2.0, registry=None, metric=None),
                    parse_dataset("nycflights13:dest"))
@@ -64,7 +64,7 @@ def unpacked(tmp_path_factory) -> Path:
 
 def test_the_wheel_holds_the_example_registry_byte_for_byte(unpacked):
     for name in REGISTRY_FILES:
-        shipped = unpacked / "agents" / "example_registry" / name
+        shipped = unpacked / "ocms" / "example_registry" / name
         assert shipped.is_file(), f"the wheel lacks {name}"
         assert shipped.read_bytes() == (ROOT / "deploy" / name).read_bytes(), name
 
@@ -81,7 +81,7 @@ def test_ocms_run_finds_the_shipped_registry_outside_a_checkout(unpacked, tmp_pa
     assert done.returncode == 0, done.stderr
     package, registry = done.stdout.split()
     assert Path(package).is_relative_to(unpacked)  # the wheel's code, not the checkout's
-    assert Path(registry) == unpacked / "agents" / "example_registry" / "registry.yaml"
+    assert Path(registry) == unpacked / "ocms" / "example_registry" / "registry.yaml"
     assert "note:" not in done.stderr
 
 
@@ -89,7 +89,7 @@ def test_without_the_registry_ocms_run_says_so(unpacked, tmp_path):
     """Negative control: a package without the registry files falls back, and now says so on stderr."""
     bare = tmp_path / "site"
     shutil.copytree(unpacked, bare)
-    shutil.rmtree(bare / "agents" / "example_registry")
+    shutil.rmtree(bare / "ocms" / "example_registry")
     done = run_from(bare, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[1] == "None"

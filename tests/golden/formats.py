@@ -130,7 +130,7 @@ def read_redo_record(data: bytes) -> dict:
 
 
 def read_capture(data: bytes, path: Path) -> dict:
-    from producer.capture import read_capture as read
+    from infra.capture import read_capture as read
 
     return {"messages": [read_wire(message) for message in read(path)]}
 

@@ -22,7 +22,7 @@ import pytest
 from cms_core import OCMSParams, audit, wire
 from cms_core.fields import PRIME_64, BinaryField, PrimeField
 from cms_core.privatize import keep_threshold
-from producer.capture import CaptureReader, read_report_batch
+from infra.capture import CaptureReader, read_report_batch
 from registry.loader import parse_registry
 from tests.vectors.make_privatize_vectors import REGISTRY
 

@@ -63,7 +63,7 @@ def test_the_c_example_compiles_and_sends_a_valid_report(workdir):
     params, batch = wire.decode_message(message, {carrier.params.fingerprint: carrier.params})
     assert len(batch) == 1 and wire.peek_header(message)[0] == wire.KIND_REPORT
     # the numbers in the example are the device config's
-    config = next(m for m in json.loads(subprocess.run([sys.executable, "-m", "agents.cli", "registry", "device-config",
+    config = next(m for m in json.loads(subprocess.run([sys.executable, "-m", "ocms", "registry", "device-config",
                                                          str(ROOT / "deploy" / "registry.yaml")], capture_output=True,
                                                         text=True, check=True, cwd=ROOT).stdout)["metrics"]
                   if m["name"] == "carrier")

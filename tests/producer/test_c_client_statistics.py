@@ -28,7 +28,7 @@ from cms_core import kernel
 from cms_core.audit import audit_batches
 from cms_core.privatize import keep_threshold
 from cms_core.values import elements_to_array, encode_value, limbs_for
-from producer.capture import read_report_batch
+from infra.capture import read_report_batch
 from registry.device import device_config
 from registry.loader import parse_registry
 
@@ -138,7 +138,7 @@ def _fleet(version, rng: np.random.Generator) -> list[str]:
 
 
 def _estimate(directory, metric: str, capture, confidence: float) -> dict:
-    done = subprocess.run([sys.executable, "-m", "agents.cli", "estimate", "--registry", str(directory / "registry.yaml"),
+    done = subprocess.run([sys.executable, "-m", "ocms", "estimate", "--registry", str(directory / "registry.yaml"),
                            "--metric", metric, "--confidence", str(confidence), str(capture)],
                           capture_output=True, text=True, cwd=str(C_DIR.parents[1]))
     assert done.returncode == 0, done.stderr

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cms_core import discovery as D, wire
+from cms_core import wire
+from cms_core import discovery as D
 from cms_core.errors import InvalidValueError, PrivacyBudgetError
-from producer.discovery import DiscoveryDevice, simulate_discovery_messages
+from fleet.discovery import simulate_discovery_messages
+from producer.discovery import DiscoveryDevice
 from producer.ledger import PrivacyLedger
 
 from ..cms_core.stats_helpers import chi2_critical, chi2_statistic

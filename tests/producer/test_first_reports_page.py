@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from producer.broker import free_port
+from infra.broker import free_port
 from producer.jsclient import BUNDLE
 from tests.agents.harness import ROOT
 from tests.agents.test_console import chrome  # noqa: F401  (the Chromium fixture)
@@ -64,7 +64,7 @@ def test_the_first_reports_page_reports_through_ocms_run(chrome, js_client, tmp_
     argv = command.split()[2:]  # the doc's flags, on this test's free ports
     argv = [a.replace("8080", str(collector_port)).replace("6066", str(web_port))
             .replace("http://127.0.0.1:8000", origin) for a in argv]
-    run = subprocess.Popen([sys.executable, "-m", "agents.cli", "run", *argv, "--rate", "200", "--duration", "600"],
+    run = subprocess.Popen([sys.executable, "-m", "ocms", "run", *argv, "--rate", "200", "--duration", "600"],
                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, start_new_session=True)
     try:

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producer.broker import EmbeddedBroker, free_port
+from infra.broker import EmbeddedBroker
+from infra.process import free_port
 from producer.jsclient import BUNDLE, JS_DIR
 from tests.agents.test_console import browser_errors, chrome  # noqa: F401  (the Chromium fixture)
 from tests.collector.harness import CollectorProcess, records_of, serving_worker
@@ -162,7 +163,7 @@ def test_browser_reports_arrive_once_through_reloads_and_a_collector_outage(chro
     assert doc["n"] == REPORTS
     capture = tmp_path / "page.capture"
     capture.write_bytes(b"".join(len(m).to_bytes(4, "big") + m for m in made))
-    done = subprocess.run([sys.executable, "-m", "agents.cli", "estimate", "--registry", str(registry), "--metric",
+    done = subprocess.run([sys.executable, "-m", "ocms", "estimate", "--registry", str(registry), "--metric",
                            METRIC, str(capture)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     offline = json.loads(done.stdout)
@@ -192,7 +193,7 @@ def run_doc_command(line: str, cwd: Path, replace: dict[str, str]) -> subprocess
     if "<" in words:
         at = words.index("<")
         stdin, words = (cwd / words[at + 1]).read_bytes(), words[:at] + words[at + 2:]
-    program = {"ocms": [sys.executable, "-m", "agents.cli"], "node": [node_binary()]}[words[0]]
+    program = {"ocms": [sys.executable, "-m", "ocms"], "node": [node_binary()]}[words[0]]
     return subprocess.run(program + words[1:], cwd=cwd, input=stdin, capture_output=True, timeout=300,
                           env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
 

@@ -31,7 +31,7 @@ import cms_core.audit as audit
 from cms_core import kernel, wire
 from cms_core.privatize import keep_threshold
 from cms_core.values import string_fingerprint
-from producer.capture import read_capture
+from infra.capture import read_capture
 from producer.jsclient import CLI, JS_DIR, audit_js_client, leaky_threshold_for, node, write_device_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,7 +203,7 @@ def test_reports_of_known_values_decode_within_their_intervals(js_client, regist
     cli(config, metric, values, "--out", capture)
     messages = list(read_capture(capture))
     assert len(messages) == STAT_REPORTS
-    done = subprocess.run([sys.executable, "-m", "agents.cli", "estimate", "--registry", str(registry_path), "--metric",
+    done = subprocess.run([sys.executable, "-m", "ocms", "estimate", "--registry", str(registry_path), "--metric",
                            metric, str(capture)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)

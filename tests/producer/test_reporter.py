@@ -10,15 +10,9 @@ from aiokafka.errors import KafkaConnectionError, RequestTimedOutError, TopicAut
 from cms_core.errors import InvalidParameterError, InvalidValueError, PrivacyBudgetError
 from cms_core.params import OCMSParams
 from cms_core.wire import decode_message
-from producer.kafka import EMBEDDED
+from infra.kafka import EMBEDDED, is_retriable
 from producer.ledger import PrivacyLedger
-from producer.reporter import (
-    DeliveryError,
-    DeviceReporter,
-    ReporterClosedError,
-    is_retriable,
-    new_device_key,
-)
+from producer.reporter import DeliveryError, DeviceReporter, ReporterClosedError, new_device_key
 from tests.brokers import module_broker
 from tests.support.topics import read_topic
 

@@ -12,10 +12,10 @@ import pytest
 
 from cms_core.errors import InvalidParameterError, InvalidValueError
 from cms_core.wire import peek_header
-from producer.gateway import FrameBatcher
-from producer.kafka import EMBEDDED
+from fleet.offline import sketch_from_messages
+from infra.framing import FrameBatcher
+from infra.kafka import EMBEDDED
 from producer.ledger import PrivacyLedger
-from producer.offline import sketch_from_messages
 from producer.reporter import DeviceReporter, HttpTransport, new_device_key
 from registry import UnknownMetricError, load_registry
 
@@ -131,11 +131,10 @@ def test_selection_argument_shape_and_transport_errors(tmp_path):
 def device_messages(binding_counts):
     from cms_core.privatize import privatize
     from cms_core.wire import encode_report
-    from producer.reporter import live_version
 
     out = []
     for (metric, value), n in binding_counts.items():
-        version = live_version(REGISTRY, metric)
+        version = REGISTRY.live_version(metric)
         out += [encode_report(version.params, privatize(version.params, version.value_from_name(value)))] * n
     return out
 

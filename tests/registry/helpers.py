@@ -46,7 +46,7 @@ def single_problem(tmp_path: Path, text: str, error=RegistryError):
 
 def run(capsys, *argv):
     """``ocms ARGV`` in this process through the real entry point: (exit status, stdout, stderr)."""
-    from agents.cli import main
+    from ocms.cli import main
 
     try:
         code = main(list(argv))

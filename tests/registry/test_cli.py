@@ -149,7 +149,7 @@ def test_plan_registry(tmp_path, capsys):
 @pytest.mark.integration
 def test_shipped_registry_checks_clean_with_the_installed_command():
     ocms = shutil.which("ocms", path=str(Path(sys.executable).parent))
-    command = [ocms] if ocms else [sys.executable, "-m", "agents.cli"]
+    command = [ocms] if ocms else [sys.executable, "-m", "ocms"]
     done = subprocess.run([*command, "registry", "check", "deploy/registry.yaml", "--require-locked"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -161,7 +161,7 @@ def test_describe_into_a_closed_pipe_is_quiet(tmp_path):
     # ~1 MB of JSON: far beyond a pipe's buffer, so the writer really meets a closed pipe.
     names = ", ".join(f"screen_{i}" for i in range(60_000))
     path = write(tmp_path, TEXT.replace("[home, search, settings]", f"[{names}]"))
-    done = subprocess.run(f"{sys.executable} -m agents.cli registry describe {path} --json | head -c 10",
+    done = subprocess.run(f"{sys.executable} -m ocms registry describe {path} --json | head -c 10",
                           shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.stdout == '{\n "regist'
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

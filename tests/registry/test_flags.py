@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.cli import main
 from cms_core import OCMSParams
 from cms_core.errors import InvalidParameterError
+from ocms.cli import main
 from registry import load_registry
 from registry.flags import (FLAGS_METRIC, FLAGS_PATH, METRIC_SETTINGS, MetricFlagError, add_metric_flags,
                             metrics_from_args, version_from_args)

@@ -7,15 +7,9 @@ import pytest
 
 from cms_core import OCMSParams
 from cms_core.errors import InvalidParameterError
-from producer.datasets import parse_dataset
-from registry.values_file import (
-    ValuesFileError,
-    count_values,
-    read_raw_values,
-    read_values_file,
-    tracked_from_file,
-    write_values_file,
-)
+from fleet.datasets import parse_dataset
+from registry.values_file import (ValuesFileError, count_values, read_raw_values, read_values_file, tracked_from_file,
+                                  write_values_file)
 
 STRINGS = OCMSParams.build(2.0, value_domain="string")
 INTEGERS = OCMSParams.build(2.0, 2**64)

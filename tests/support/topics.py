@@ -13,7 +13,7 @@ async def read_topic(broker, topic: str, expected: int = 0, *, idle_s: float = 1
     ``broker`` is a bootstrap address (the embedded broker) or a broker object (``EmbeddedBroker``,
     ``MockCluster``) whose profile the consumer uses (tests.brokers.endpoint).
     """
-    from producer.kafka import make_consumer
+    from infra.kafka import make_consumer
     from tests.brokers import endpoint
 
     bootstrap, profile = endpoint(broker)

@@ -1,0 +1,312 @@
+"""Fleet simulator: synthetic devices privatize dataset values and send reports.
+
+Uses the *simulation* privatization path (seeded numpy, vectorized): it is a
+load generator with known ground truth, not a device. For a given seed and
+``--reports`` count the values, device ids and reports are deterministic
+(chunk by chunk), so ground truth and captures can be regenerated exactly.
+
+Messages: with ``frame_size == 1`` one single-report message per report, keyed
+by the device key (``dev-<id>``), as devices send them; with ``frame_size > 1``
+frames of up to ``frame_size`` reports, keyed by a gateway key, as gateways
+send them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from cms_core import OCMSParams, wire
+from cms_core.errors import InvalidParameterError
+from cms_core.privatize import simulate_reports
+from cms_core.reports import ReportBatch
+from cms_core.values import elements_to_array, encode_value, limbs_for, value_to_json
+
+from infra.capture import CaptureWriter
+from infra.kafka import KAFKA, BrokerProfile, make_producer
+
+DEFAULT_CHUNK = 50_000
+#: Largest dataset whose values are sent as strings (one 128-bit fingerprint per value, precomputed).
+MAX_STRING_DICTIONARY = 10_000_000
+
+
+@dataclass(frozen=True)
+class SimulationSettings:
+    params: OCMSParams
+    dataset: object  # fleet.datasets.Dataset
+    reports: int | None = None
+    duration_s: float | None = None
+    rate: float | None = None
+    devices: int = 10_000
+    frame_size: int = 1000
+    seed: int = 0
+    gateways: int = 16
+
+    def __post_init__(self):
+        if (self.reports is None) == (self.duration_s is None):
+            raise InvalidParameterError("reports", self.reports, "give exactly one of reports or duration")
+        if self.reports is not None and (not isinstance(self.reports, int) or self.reports < 1):
+            raise InvalidParameterError("reports", self.reports, "must be an integer >= 1")
+        if self.duration_s is not None and not (math.isfinite(self.duration_s) and self.duration_s > 0):
+            raise InvalidParameterError("duration", self.duration_s, "must be a finite number of seconds > 0")
+        if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
+            raise InvalidParameterError("rate", self.rate, "must be a finite number of reports/s > 0")
+        if not isinstance(self.devices, int) or self.devices < 1:
+            raise InvalidParameterError("devices", self.devices, "must be an integer >= 1")
+        if not isinstance(self.frame_size, int) or not 1 <= self.frame_size <= wire.MAX_FRAME_RECORDS:
+            raise InvalidParameterError("frame_size", self.frame_size, f"must be in 1..{wire.MAX_FRAME_RECORDS}")
+        self._device_values  # raises when the parameters cannot carry the dataset's values
+
+    @cached_property
+    def _device_values(self) -> list | None:
+        return device_values(self.params, self.dataset)
+
+    @cached_property
+    def element_table(self) -> np.ndarray | None:
+        """Field element of each dataset code, or None when the code is the element itself."""
+        values = self._device_values
+        if values is None:
+            return None
+        return elements_to_array([encode_value(self.params, v) for v in values], limbs_for(self.params))
+
+    def device_value(self, code: int):
+        """The dictionary value a device holding dataset value ``code`` reports."""
+        values = self._device_values
+        return int(code) if values is None else values[int(code)]
+
+    @property
+    def chunk(self) -> int:
+        size = DEFAULT_CHUNK
+        if self.rate is not None:  # keep bursts short at low rates
+            size = max(1, min(size, int(self.rate / 10)))
+        if self.frame_size > 1:
+            size = max(self.frame_size, size - size % self.frame_size)
+        return size
+
+
+def integer_labels(dataset) -> list[int] | None:
+    """The integers a dataset's labels spell (a file of integers beyond 2^32), else None."""
+    labels = dataset.labels
+    if labels is None or not all(label.isascii() and label.isdigit() for label in labels):
+        return None
+    return [int(label) for label in labels]
+
+
+def default_dictionary_size(dataset) -> int:
+    """The integer dictionary ``ocms simulate`` uses when no -d is given."""
+    spelled = integer_labels(dataset)
+    return dataset.dictionary_size if spelled is None else max(spelled) + 1
+
+
+def device_values(params: OCMSParams, dataset) -> list | None:
+    """The value devices report for each dataset code, or None when it is the code itself.
+
+    String domain: the code's label (``str(code)`` for unlabelled datasets), so
+    estimates and truth speak the dataset's own strings. Integer domain: the
+    integer a label spells (files of integers beyond 2^32), else the code, for
+    parameters built for exactly the dataset's dictionary.
+    """
+    if params.value_domain == "string":
+        if dataset.dictionary_size > MAX_STRING_DICTIONARY:
+            raise InvalidParameterError("strings", True, f"the dataset's {dataset.dictionary_size:,} values are too many "
+                                        f"to send as strings (at most {MAX_STRING_DICTIONARY:,})")
+        return [dataset.label(code) for code in range(dataset.dictionary_size)]
+    spelled = integer_labels(dataset)
+    if spelled is not None:
+        top = max(spelled)
+        if top >= params.dictionary_size:
+            raise InvalidParameterError("dictionary_size", params.dictionary_size,
+                                        f"the dataset holds the value {top}; the dictionary must exceed it")
+        return spelled
+    if params.dictionary_size != dataset.dictionary_size:
+        raise InvalidParameterError(
+            "dictionary_size", params.dictionary_size,
+            f"parameters must be built for the dataset's integer dictionary d={dataset.dictionary_size}",
+        )
+    return None
+
+
+@dataclass
+class SimulationResult:
+    reports: int = 0
+    messages: int = 0
+    seconds: float = 0.0
+    counts: np.ndarray | None = None
+
+    @property
+    def reports_per_second(self) -> float:
+        return self.reports / self.seconds if self.seconds > 0 else math.inf
+
+
+def generate(settings: SimulationSettings) -> Iterator[tuple[np.ndarray, np.ndarray, ReportBatch]]:
+    """Chunks of (values, device ids, reports); endless in duration mode."""
+    rng = np.random.default_rng(settings.seed)
+    remaining = settings.reports
+    while remaining is None or remaining > 0:
+        k = settings.chunk if remaining is None else min(settings.chunk, remaining)
+        values = settings.dataset.sample(k, rng).astype(np.uint64)
+        devices = rng.integers(0, settings.devices, k)
+        table = settings.element_table
+        elements = values if table is None else table[values.astype(np.int64)]
+        yield values, devices, simulate_reports(settings.params, elements, rng)
+        if remaining is not None:
+            remaining -= k
+
+
+def messages_for(settings: SimulationSettings, batch: ReportBatch, devices: np.ndarray, first_frame: int) -> list[tuple[bytes, bytes]]:
+    """(key, value) pairs for one chunk."""
+    params = settings.params
+    if settings.frame_size == 1:
+        return [(b"dev-%d" % d, m) for d, m in zip(devices.tolist(), wire.encode_reports(params, batch))]
+    out = []
+    for i, start in enumerate(range(0, len(batch), settings.frame_size)):
+        frame = wire.encode_frame(params, batch.slice(start, start + settings.frame_size))
+        out.append((b"gw-%d" % ((first_frame + i) % settings.gateways), frame))
+    return out
+
+
+class Progress:
+    """A one-line progress display on stderr (only when it is a terminal)."""
+
+    def __init__(self, total: int | None, enabled: bool | None = None):
+        self.total = total
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.start = time.monotonic()
+        self.last = 0.0
+
+    def update(self, done: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self.last < 0.5):
+            return
+        self.last = now
+        rate = done / max(now - self.start, 1e-9)
+        if self.total:
+            width = 30
+            filled = int(width * done / self.total)
+            bar = "#" * filled + "-" * (width - filled)
+            sys.stderr.write(f"\r[{bar}] {done:,}/{self.total:,} reports {rate:,.0f}/s")
+        else:
+            sys.stderr.write(f"\r{done:,} reports {rate:,.0f}/s")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+#: Uploads a fleet keeps in flight to a collector (each one a message of ``frame_size`` reports):
+#: enough to hide the collector's frame latency and Kafka's ack (benchmarks/bench_run_path.py).
+UPLOAD_CONCURRENCY = 32
+
+
+async def run(
+    settings: SimulationSettings,
+    *,
+    bootstrap_servers: str | None = None,
+    topic: str | None = None,
+    out: str | Path | None = None,
+    progress: bool | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    result: SimulationResult | None = None,
+    transport=None,
+    upload_concurrency: int = UPLOAD_CONCURRENCY,
+    profile: BrokerProfile = KAFKA,
+) -> SimulationResult:
+    """Generate, then send to Kafka, to a collector and/or write a capture file. Returns counts.
+
+    Pass ``result`` to watch the ground truth grow while it runs (``ocms run`` does). With
+    ``transport`` (a started ``producer.reporter.HttpTransport``) every message is uploaded to an
+    ``ocms collector`` on its own, ``upload_concurrency`` at a time, and a chunk counts as sent
+    once all its uploads got a 202 (in Kafka); device and gateway keys are not sent (the
+    collector keys nothing by device). ``profile``: the broker's (infra.kafka).
+    """
+    if bootstrap_servers is None and out is None and transport is None:
+        raise InvalidParameterError("bootstrap_servers", None,
+                                    "give a Kafka bootstrap address, an --out file or both (or, from Python, a collector transport)")
+    if bootstrap_servers is not None and not topic:
+        raise InvalidParameterError("topic", topic, "a topic is required to send to Kafka")
+    producer = None
+    if bootstrap_servers is not None:
+        # Throughput first (a simulated fleet): leader-only acks, batches of up to 1 MiB.
+        producer = make_producer(bootstrap_servers, profile, acks=1, idempotent=False, linger_ms=5,
+                                 max_batch_size=1 << 20, request_timeout_ms=30_000)
+        await producer.start()
+    writer = CaptureWriter(out) if out is not None else None
+    if result is None:
+        result = SimulationResult()
+    result.counts = np.zeros(settings.dataset.dictionary_size, np.int64)
+    bar = Progress(settings.reports, progress)
+    start = time.monotonic()
+    frames = 0
+    try:
+        for values, devices, batch in generate(settings):
+            if settings.duration_s is not None and time.monotonic() - start >= settings.duration_s:
+                break
+            if should_stop is not None and should_stop():
+                break
+            messages = messages_for(settings, batch, devices, frames)
+            frames += len(messages)
+            if writer is not None:
+                writer.write_all(m for _, m in messages)
+            if producer is not None:
+                futures = [await producer.send(topic, value, key=key) for key, value in messages]
+                await asyncio.gather(*futures)  # delivered before the chunk counts as sent
+            if transport is not None:  # 202 = acknowledged by Kafka, before the chunk counts as sent
+                await transport.upload_each([m for _, m in messages], concurrency=upload_concurrency)
+            result.counts += np.bincount(values.astype(np.int64), minlength=settings.dataset.dictionary_size)
+            result.reports += len(batch)
+            result.messages += len(messages)
+            bar.update(result.reports)
+            if settings.rate is not None:
+                ahead = result.reports / settings.rate - (time.monotonic() - start)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+    finally:
+        result.seconds = time.monotonic() - start
+        bar.update(result.reports, force=True)
+        bar.close()
+        if writer is not None:
+            writer.close()
+        if producer is not None:
+            await producer.stop()
+    return result
+
+
+def write_truth(path: str | Path, settings: SimulationSettings, result: SimulationResult) -> None:
+    """Ground truth JSON (:func:`truth_document`) written to ``path`` ("-": standard output)."""
+    text = json.dumps(truth_document(settings, result), indent=1, ensure_ascii=False) + "\n"
+    if str(path) == "-":  # standard output (ocms simulate --truth -)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        Path(path).write_text(text, encoding="utf-8")
+
+
+def truth_document(settings: SimulationSettings, result: SimulationResult) -> dict:
+    """Ground truth: the true count of every value that occurred.
+
+    ``value`` is the value devices reported, as every value travels in JSON
+    (``cms_core.values.value_to_json``: a string; integers as decimal digits),
+    so it matches ``ocms estimate``'s records; ``label`` is the dataset's name for it.
+    """
+    nonzero = np.nonzero(result.counts)[0]
+    dataset = settings.dataset
+    return {
+        "dataset": dataset.name,
+        "dictionary_size": str(dataset.dictionary_size),
+        "value_domain": settings.params.value_domain,
+        "fingerprint": settings.params.fingerprint.hex(),
+        "seed": settings.seed,
+        "reports": result.reports,
+        "counts": [{"value": value_to_json(settings.device_value(int(v))), "label": dataset.label(int(v)),
+                    "count": int(result.counts[v])} for v in nonzero],
+    }

@@ -68,6 +68,8 @@ class MetricVersion:
     #: Set when mechanism "auto" picked a mechanism more than twice as exposed to poisoning as the other
     #: (cms_core.params.MechanismComparison.poisoning_note); `ocms registry check` and `ocms plan` print it.
     mechanism_note: str | None = None
+    #: cms_core.longitudinal.LongitudinalParams when the version declares lifetime_epsilon (issue 38), else None.
+    longitudinal: object = None
     _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------ identity
@@ -219,6 +221,7 @@ class MetricVersion:
             "top_k": self.top_k,
             "params": self.params.describe(),
             **({"discovery": self.discovery.describe()} if self.discovery is not None else {}),
+            **({"longitudinal": self.longitudinal.describe()} if self.longitudinal is not None else {}),
         }
 
 

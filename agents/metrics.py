@@ -296,7 +296,7 @@ class EstimatesCollector:
             latest = service.latest_bucket(now)
             latest_start.add_metric(names, float(latest.start))
             total_n, total_counts = service.counts(Window("total"))
-            total_est = service.estimate(total_n, total_counts, options)
+            total_est = service.estimate(total_n, total_counts, options, Window("total"))
             chosen = list(service.watch)
             if total_n and v.top_k and not service.withheld(total_n):
                 chosen += [i for i in top_indices(total_est, v.top_k) if i not in chosen]
@@ -305,7 +305,7 @@ class EstimatesCollector:
                 chosen = chosen[:budget]
                 budget -= len(chosen)
             latest_n, latest_counts = service.counts(latest)
-            latest_est = service.estimate(latest_n, latest_counts, options)
+            latest_est = service.estimate(latest_n, latest_counts, options, latest)
             exported = 0
             for window, n, est in (("total", total_n, total_est), ("latest_bucket", latest_n, latest_est)):
                 reports.add_metric(names + [window], float(n))

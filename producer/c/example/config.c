@@ -353,6 +353,7 @@ static int parse_metric(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     m->metric.params = &m->params;
     m->metric.discovery = m->has_discovery ? &m->discovery : NULL;
     m->metric.memoize = 0;
+    m->longitudinal = member(obj, "longitudinal") != NULL;
     return 0;
 }
 

@@ -23,6 +23,7 @@ typedef struct {
     ocms_params *levels;
     uint32_t *alphabet;
     ocms_metric metric; /* points into this struct: do not copy a loaded metric */
+    int longitudinal;   /* issue 38: the config gives a longitudinal mode (ocms_longitudinal_*; not in ocms-report-c) */
 } ocms_cfg_metric;
 
 typedef struct {

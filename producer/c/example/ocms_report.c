@@ -207,6 +207,9 @@ int main(int argc, char **argv) {
             o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", k ? ", " : "", cfg.metrics[k].name);
         die(EXIT_USAGE, "--metric %s: not in %s (it has: %s)", metric_name, config_path, cfg.count ? names : "no metrics");
     }
+    if (metric->longitudinal)  /* one-shot reports would charge eps per report and bound no lifetime */
+        die(EXIT_USAGE, "--metric %s: longitudinal (memoized two-round reports, ocms_longitudinal_privatize); "
+            "ocms-report-c does not make them yet", metric_name);
     device_metric = metric->metric;
     device_metric.memoize = memoize;
 

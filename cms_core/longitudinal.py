@@ -230,7 +230,8 @@ class LongitudinalParams:
     @property
     def memo(self) -> OCMSParams:
         """The first round's parameters: randomized response over the same [g] at eps_inf (never on the wire)."""
-        return self.report.cached("longitudinal_memo", lambda: dataclasses.replace(
+        # keyed by eps_inf: two modes may share one report parameter set (tests, audits' leaky controls)
+        return self.report.cached(("longitudinal_memo", self.lifetime_epsilon), lambda: dataclasses.replace(
             self.report, epsilon=self.lifetime_epsilon, mode="fixed", f_star=None, tracked_count=None))
 
     @property

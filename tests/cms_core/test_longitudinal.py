@@ -249,3 +249,13 @@ def test_black_box_audit_of_one_report_and_of_the_memoized_response():
 def test_lifetime_spend_is_capped_by_g():
     lp = L.LongitudinalParams.build(2.0, 1.0, 1000)
     assert lp.lifetime_spend(1) == 2.0 and lp.lifetime_spend(10**6) == lp.max_lifetime_epsilon == lp.g * 2.0
+
+
+def test_two_lifetime_budgets_over_one_report_parameter_set_do_not_share_derived_values():
+    report = OCMSParams.build(1.0, 1000)
+    low, high = L.LongitudinalParams(2.0, report), L.LongitudinalParams(3.0, report)
+    assert low.memo.epsilon == 2.0 and high.memo.epsilon == 3.0
+    assert L.memo_threshold(low) < L.memo_threshold(high)
+    assert L.report_threshold(low) != L.report_threshold(high)
+    for lp in (low, high):
+        assert float(L.realised_report_ratio(lp)) == pytest.approx(math.e, rel=1e-12)

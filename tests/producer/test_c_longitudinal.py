@@ -54,12 +54,53 @@ def test_a_report_threshold_that_weakens_privacy_is_refused(driver):
     assert ask(driver, case, memo_threshold=str(t1 // 2))["check"] != "ok"
 
 
-def test_the_c_cli_refuses_a_longitudinal_metric_rather_than_report_it_one_shot(tmp_path):
+def _capture(path):
+    data, out = path.read_bytes(), []
+    while data:
+        n = int.from_bytes(data[:4], "big")
+        out.append(data[4:4 + n])
+        data = data[4 + n:]
+    return out
+
+
+def test_the_c_cli_reports_a_longitudinal_metric_with_its_ledger(tmp_path):
+    """ocms-report-c --ledger: hash and memoized response from the ledger's secret (the Python device path agrees),
+    eps_inf charged once per hashed value, nothing for repeats; without --ledger it refuses (nothing produced)."""
+    from cms_core import longitudinal as L
+    from cms_core.wire import decode_message
+    from registry.loader import parse_registry
+    from tests.vectors.make_longitudinal_vectors import REGISTRY
+
     from .c_client import run_cli
 
     make("all")
     config = tmp_path / "device-config.json"
     config.write_text(json.dumps(DOC["device_config"], ensure_ascii=False), encoding="utf-8")
-    done = run_cli(["--config", config, "--metric", "cat_small", "--out", tmp_path / "out"], ['"home"'])
-    assert done.returncode == 2 and b"longitudinal" in done.stderr
-    assert not (tmp_path / "out").exists() or (tmp_path / "out").stat().st_size == 0
+    done = run_cli(["--config", config, "--metric", "cat_small", "--out", tmp_path / "none"], ['"home"'])
+    assert done.returncode == 2 and b"--ledger" in done.stderr and not (tmp_path / "none").exists()
+
+    ledger = tmp_path / "ledger.txt"
+    base = ["--config", config, "--metric", "cat_small", "--ledger", ledger, "--budget", "10"]
+    done = run_cli(base + ["--out", tmp_path / "a"], ['"home"'] * 20)
+    assert done.returncode == 0, done.stderr
+    text = ledger.read_text()
+    secret = bytes.fromhex(next(line.split()[1] for line in text.splitlines() if line.startswith("secret ")))
+    assert sum(line.startswith("seen ") for line in text.splitlines()) == 1
+    spend = [line.split() for line in text.splitlines() if line.startswith("spend ")]
+    assert [int(row[3]) for row in spend] == [2_000_000_000]  # eps_inf = 2, once
+
+    lp = parse_registry(REGISTRY).metric("cat_small").latest.longitudinal
+    reports = [decode_message(m, {lp.report.fingerprint: lp.report})[1].to_reports()[0] for m in _capture(tmp_path / "a")]
+    assert len(reports) == 20 and {(r.a0, r.a1) for r in reports} == {L.device_hash(lp, secret)}
+    y1 = L.memoized_response(lp, secret, L.hashed_value(lp, secret, 0))
+    assert max(sum(r.z == z for r in reports) for z in range(lp.g)) < 20 or all(r.z == y1 for r in reports)
+
+    # a second run: the same secret and hash, "home" is free; every category at most g hashed values in all
+    done = run_cli(base + ["--out", tmp_path / "b"], ['"home"', '"café"', '"maps"', '"search"'] * 3)
+    assert done.returncode == 0, done.stderr
+    text = ledger.read_text()
+    seen = sum(line.startswith("seen ") for line in text.splitlines())
+    expected = {L.hashed_value(lp, secret, v) for v in (0, 1, 2, 11)}
+    assert seen == len(expected) <= lp.g
+    spent = sum(int(row.split()[3]) for row in text.splitlines() if row.startswith("spend "))
+    assert spent == 2_000_000_000 * len(expected)

@@ -119,3 +119,31 @@ def test_a_hashed_longitudinal_metric_claims_no_central_epsilon():
     direct = {"longitudinal": {"mechanism": "direct"}, "central_epsilon": 0.3}
     assert withhold_central(direct)["central_epsilon"] == 0.3  # no hash travels: a batch's figure holds per report
     assert math.isfinite(0.3)
+
+
+def test_trend_points_and_post_processed_answers_are_widened_per_point(world):
+    catalog, lp, truth = world
+    query = {"value": "light", "from": str(int(DAYS[0])), "to": str(int(DAYS[-1] + DAY))}
+    for step, k in ((DAY, 1), (5 * DAY, 5)):
+        for post in ("none", "norm_sub"):
+            doc = catalog.estimator.finish(catalog.prepare("app_theme", "trend", dict(
+                query, step=str(step), postprocess=post).items()).gather())
+            points = [p for p in doc["points"] if p["n"]]
+            assert points and all(p["n"] == N_DEVICES * k for p in points)
+            for p in points:
+                expected = math.sqrt(lp.window_variance(min(max(p["frequency"], 0), 1), p["n"], k))
+                assert p["std"] == pytest.approx(expected, rel=1e-9)
+    doc = answer(catalog, {"window": "total", "postprocess": "norm_sub"})
+    assert abs(sum(r["processed"] for r in doc["estimates"]) - 1) < 1e-9
+    assert all(r["processed_ci_low"] <= r["processed"] <= r["processed_ci_high"] for r in doc["estimates"])
+    assert doc["noise_floor"] > 0
+
+
+def test_plan_figures_name_loloha_s_cost():
+    from registry.longitudinal import plan_fields
+
+    lp = L.LongitudinalParams.build(2.0, 1.0, 1000)
+    fields = plan_fields(lp, 100_000)
+    assert fields["single_day_variance_ratio"] == 1.0 and fields["max_lifetime_epsilon"] == 2.0 * lp.g
+    assert fields["loloha_published_hash_range"] == 3 and fields["loloha_published_variance_ratio"] > 1.05
+    assert fields["window_30_days_worst_case_mse"] > fields["memoized_floor_mse"] > 0

@@ -119,7 +119,14 @@ CENTRAL_FIELDS = ("central_epsilon", "central_delta", "central_bound")
 def withhold_central(doc: dict) -> dict:
     """No central (shuffled) epsilon for a longitudinal OCMS+RR metric: the fixed hash links a device's reports."""
     info = doc.get("longitudinal")
-    if info is None or info.get("mechanism") != "ocms":
+    if info is None:
+        return doc
+    if info.get("mechanism") != "ocms":  # direct RR: no hash travels; the batch's figure holds for one report
+        if doc.get("central_epsilon") is not None:
+            doc["central_note"] = (doc.get("central_note", "") + f"; longitudinal metric: a device's reports in "
+                                   f"several batches share its memoized response, so they do not compose to k times "
+                                   f"this figure: what bounds them all is the local {info['lifetime_epsilon']:g} per "
+                                   f"memoized value")
         return doc
     note = (f"longitudinal metric: each device's reports carry its hash for life, a pseudonym that finds them in "
             f"any shuffled batch, so no central epsilon is claimed; each report is {info['epsilon_per_report']:g}-DP "

@@ -116,8 +116,11 @@ def test_a_hashed_longitudinal_metric_claims_no_central_epsilon():
     out = withhold_central(doc)
     assert out["central_epsilon"] is None and out["points"][0]["central_epsilon"] is None
     assert "pseudonym" in out["central_note"]
-    direct = {"longitudinal": {"mechanism": "direct"}, "central_epsilon": 0.3}
-    assert withhold_central(direct)["central_epsilon"] == 0.3  # no hash travels: a batch's figure holds per report
+    direct = {"longitudinal": {"mechanism": "direct", "lifetime_epsilon": 3.0}, "central_epsilon": 0.3,
+              "central_note": "every report of this window was shuffled ..."}
+    out = withhold_central(direct)
+    assert out["central_epsilon"] == 0.3  # no hash travels: a batch's figure holds per report
+    assert "do not compose to k times" in out["central_note"] and "3 per memoized value" in out["central_note"]
     assert math.isfinite(0.3)
 
 

@@ -112,7 +112,8 @@ def cmd_plan(args) -> int:
 
 
 def _flags_plan_document(record: dict, targets: dict) -> dict:
-    doc = {key: record[key] for key in ("params", "mechanisms", "prediction", "poisoning", "shuffled") if key in record}
+    doc = {key: record[key] for key in ("params", "mechanisms", "prediction", "poisoning", "shuffled", "longitudinal")
+           if key in record}
     if targets:
         doc.update(reports_needed=record["reports_needed"], target=targets)
     return doc

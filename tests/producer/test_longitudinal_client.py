@@ -150,3 +150,15 @@ def test_plan_prints_both_budgets_and_the_single_day_variance(tmp_path, capsys):
     record = [m for m in json.loads(out)["metrics"] if m["metric"] == "os_version"][0]
     assert record["longitudinal"]["lifetime_epsilon"] == 2.0 and record["longitudinal"]["epsilon_per_report"] == 1.0
     assert record["longitudinal"]["max_lifetime_epsilon"] == 2.0 * record["params"]["hash_range"]
+
+
+def test_the_single_metric_flags_take_a_lifetime_epsilon(capsys):
+    from registry.flags import metrics_from_flags
+
+    version = metrics_from_flags(epsilon=1, dictionary_size=100, lifetime_epsilon=2, extra_epsilon=(2,)).metrics[0]
+    assert version.latest.longitudinal.lifetime_epsilon == 2.0 and version.versions[0].longitudinal is None
+    with pytest.raises(InvalidParameterError) as err:
+        metrics_from_flags(epsilon=1, dictionary_size=100, lifetime_epsilon=1)
+    assert err.value.name == "--lifetime-epsilon"
+    status, out, _ = run(capsys, "plan", "-e", "1", "-d", "1000", "--lifetime-epsilon", "2", "--json")
+    assert status == 0 and json.loads(out)["longitudinal"]["lifetime_epsilon"] == 2.0

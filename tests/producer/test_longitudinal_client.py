@@ -162,3 +162,19 @@ def test_the_single_metric_flags_take_a_lifetime_epsilon(capsys):
     assert err.value.name == "--lifetime-epsilon"
     status, out, _ = run(capsys, "plan", "-e", "1", "-d", "1000", "--lifetime-epsilon", "2", "--json")
     assert status == 0 and json.loads(out)["longitudinal"]["lifetime_epsilon"] == 2.0
+
+
+def test_a_discoverable_metric_cannot_be_longitudinal(tmp_path):
+    text = """
+metrics:
+  - name: words
+    description: discoverable strings
+    owner: a@example.com
+    strings: true
+    tracked: [the]
+    epsilon: 2
+    lifetime_epsilon: 4
+    discovery: {alphabet: "abcdefghijklmnopqrstuvwxyz", max_length: 4}
+"""
+    found = problems(tmp_path, text)
+    assert len(found) == 1 and "lifetime_epsilon" in found[0] and "discovery" in found[0]

@@ -38,6 +38,10 @@ def plan_record(version, args, targets: dict) -> dict:
     record.update(planning.privacy_figures(params, n=n, confidence=confidence, tracked_count=tracked or whole,
                                            shuffled=args.shuffled, delta=args.delta))
     record["poisoning"]["note"] = version.mechanism_note  # a pinned mechanism was not auto's pick
+    if getattr(version, "longitudinal", None) is not None:  # issue 38: both budgets, a day's and 30 days' variance
+        from registry.longitudinal import plan_fields
+
+        record["longitudinal"] = plan_fields(version.longitudinal, n, confidence)
     if targets:
         record["reports_needed"] = planning.reports_needed(params, confidence=confidence, tracked_count=tracked,
                                                            **targets)
@@ -69,7 +73,8 @@ def cmd_plan(args) -> int:
 
 
 def _flags_plan_document(record: dict, targets: dict) -> dict:
-    doc = {key: record[key] for key in ("params", "mechanisms", "prediction", "poisoning", "shuffled") if key in record}
+    doc = {key: record[key] for key in ("params", "mechanisms", "prediction", "poisoning", "shuffled", "longitudinal")
+           if key in record}
     if targets:
         doc.update(reports_needed=record["reports_needed"], target=targets)
     return doc
@@ -96,6 +101,10 @@ def _plan_detail(record: dict, targets: dict) -> str:
         lines.append(f"  l2 over D={pr['tracked_count']}  {pr['l2_loss']:.4g}; l1 <= {pr['l1_bound']:.4g}")
     lines += planning.comparison_lines(record["mechanisms"])
     lines += planning.privacy_lines(record["poisoning"], record.get("shuffled"))
+    if "longitudinal" in record:
+        from registry.longitudinal import plan_lines
+
+        lines += plan_lines(record["longitudinal"])
     if targets:
         (name, value), = targets.items()
         lines.append(f"reports needed for {name.replace('target_', '')} <= {value:g}: {record['reports_needed']}")
@@ -114,7 +123,8 @@ def _plan_table(path: str, records: list[dict], args, targets: dict) -> str:
     rows = [header]
     for r in records:
         p, pr = r["params"], r["prediction"]
-        row = [r["metric"], str(r["version"]) + ("" if r["live"] else " (retired)"), f"{p['epsilon']:g}",
+        eps = f"{p['epsilon']:g}" + (f" (life {r['longitudinal']['lifetime_epsilon']:g})" if "longitudinal" in r else "")
+        row = [r["metric"], str(r["version"]) + ("" if r["live"] else " (retired)"), eps,
                p["mechanism"], f"{p['hash_range']:,}", p["field"] if p["mechanism"] == "ocms" else "-",
                str(p["report_bytes"]), f"{pr['ci_half_width']:.4g}", f"{pr['ci_half_width_count']:,.0f}",
                _objectives(r["mechanisms"])]
@@ -126,6 +136,11 @@ def _plan_table(path: str, records: list[dict], args, targets: dict) -> str:
     target_text += "; objective: worst-case MSE (l2 loss in mode l2) of each mechanism, * the lower"
     notes = [f"note: {r['metric']} version {r['version']}: {r['poisoning']['note']}" for r in records
              if r["poisoning"]["note"]]
+    if any("longitudinal" in r for r in records):
+        from registry.longitudinal import plan_lines
+
+        notes += [f"{r['metric']} version {r['version']}: " + "\n  ".join(plan_lines(r["longitudinal"]))
+                  for r in records if "longitudinal" in r]
     return (f"{path}: predictions at n={n:,} reports per version{target_text}\n"
             + text_table(rows, right=set(range(1, len(header))) - {3, 5}) + "\n"
             + planning.privacy_legend(n, confidence, args.shuffled, args.delta) + "\n"

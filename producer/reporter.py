@@ -172,6 +172,9 @@ class DeviceReporter:
         transport: an :class:`HttpTransport` to upload through an ``ocms collector``
             instead of Kafka; ``bootstrap_servers``, ``topic`` and ``device_key`` are then
             not needed (nothing identifying the device is sent).
+        device_secret: the secret a longitudinal metric's hash and memoized responses derive from
+            (producer/longitudinal.py, issue 38); default: the ledger's. A longitudinal report charges
+            ``lifetime_epsilon`` once per hashed value and nothing for repeats.
     """
 
     def __init__(
@@ -195,6 +198,7 @@ class DeviceReporter:
         producer_factory: Callable[..., Any] | None = None,
         producer_config: dict | None = None,
         transport: "HttpTransport | None" = None,
+        device_secret: bytes | None = None,
     ):
         from registry import Registry, single_metric_registry
 
@@ -246,6 +250,9 @@ class DeviceReporter:
         self.device_key = bytes(device_key)
         self.ledger = ledger
         self.memoize = bool(memoize) and ledger is not None
+        # Longitudinal metrics (issue 38, producer/longitudinal.py): the secret their memoized responses derive
+        # from; None takes the ledger's.
+        self.device_secret = device_secret
         self.queue_size = queue_size
         self.max_retries = max_retries
         self.retry_backoff_s = float(retry_backoff_s)
@@ -356,14 +363,22 @@ class DeviceReporter:
             raise ReporterClosedError("the reporter is not running; use 'async with DeviceReporter(...)' or start()")
         params, account, value = self.resolve(*args)
         element = encode_value(params, value)  # InvalidValueError before any charge
-        message = encode_report(params, privatize(params, value))
+        version = self.registry.by_fingerprint(params.fingerprint)
         memoized, epsilon = False, 0.0
-        if self.ledger is not None:
+        if version is not None and version.longitudinal is not None:  # memoized two-round report (issue 38)
+            from .longitudinal import prepare_report
+
+            message, epsilon = await asyncio.to_thread(prepare_report, version.longitudinal, value, account=account,
+                                                       ledger=self.ledger, secret=self.device_secret)
+            memoized = epsilon == 0.0
+        elif self.ledger is not None:
+            message = encode_report(params, privatize(params, value))
             key = value_key(params, element) if self.memoize else None
             outcome = await asyncio.to_thread(self.ledger.charge_or_reuse, account, params.epsilon, key, message)
             message, memoized = outcome.report, outcome.memoized
             epsilon = 0.0 if memoized else params.epsilon
         else:
+            message = encode_report(params, privatize(params, value))
             epsilon = params.epsilon
         if not self._running:
             raise ReporterClosedError("the reporter closed while this report was being prepared (epsilon stays charged)")

@@ -45,6 +45,12 @@ def version_config(version: MetricVersion) -> dict:
         out["categories"] = list(version.value_names)
     elif version.domain == "integers":
         out["dictionary_size"] = value_to_json(version.params.dictionary_size)
+    if version.longitudinal is not None:  # issue 38: memoized two-round reports (cms_core.longitudinal)
+        from cms_core.longitudinal import memo_threshold, report_threshold
+
+        lp = version.longitudinal
+        out["longitudinal"] = {"lifetime_epsilon": lp.lifetime_epsilon, "memo_threshold": str(memo_threshold(lp)),
+                               "report_threshold": str(report_threshold(lp))}
     if version.discovery is not None:  # issue 15: the levels a device reports prefixes with (docs/discovery.md)
         from .discovery import discovery_of
 

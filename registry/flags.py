@@ -43,6 +43,8 @@ PARAMETER_SETTINGS: tuple[Setting, ...] = (
             metavar="M", default_text="the optimum"),
     Setting("mechanism", "ocms (OCMS+RR), direct (randomized response over d, m = d) or auto (the lower exact "
             "error)", choice("ocms", "direct", "auto"), default="ocms", choices=("ocms", "direct", "auto")),
+    Setting("lifetime_epsilon", "longitudinal mode: the LDP budget of all reports of one memoized value together, "
+            "above --epsilon (docs/privacy.md)", number(), metavar="EPSILON", default_text="off (one-shot reports)"),
 )
 #: The tracked set of a command that counts (estimate, worker): without them the whole dictionary.
 TRACKED_SETTINGS: tuple[Setting, ...] = (
@@ -260,10 +262,18 @@ def compile_flags(values: Mapping[str, object], labels: Labels, *, counts: bool)
                 if values.get(name) is not None}
     if values.get("rollup_seconds"):
         exposure["rollup_retention_seconds"] = values["rollup_retention_seconds"]
+    longitudinal = None
+    if values.get("lifetime_epsilon") is not None:  # issue 38: the primary version's longitudinal mode
+        from cms_core.longitudinal import LongitudinalParams
+
+        try:
+            longitudinal = LongitudinalParams(values["lifetime_epsilon"], params)
+        except InvalidParameterError as exc:
+            raise InvalidParameterError(labels["lifetime_epsilon"], values["lifetime_epsilon"], exc.reason) from None
     try:
         return single_metric_registry(sets, [tracked_set(p) for p in sets], name=FLAGS_METRIC,
                                       description="the metric of the single-metric flags", path=FLAGS_PATH,
-                                      watch=tuple(values.get("watch") or ()), **exposure)
+                                      watch=tuple(values.get("watch") or ()), longitudinal=longitudinal, **exposure)
     except InvalidValueError as exc:
         raise InvalidParameterError(labels["watch"], ",".join(values["watch"]), str(exc)) from None
 

@@ -73,7 +73,7 @@ DEFAULT_MIN_REPORTS = 0
 #: Prometheus metric/label name syntax without ':' (reserved for recording rules); '__' is reserved.
 NAME_PATTERN = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
-PRIVACY_KEYS = ("epsilon", "mode", "f_star", "tracked_count", "hash_range", "mechanism")
+PRIVACY_KEYS = ("epsilon", "mode", "f_star", "tracked_count", "hash_range", "mechanism", "lifetime_epsilon")
 DOMAIN_KEYS = ("categories", "integers", "strings")
 METRIC_KEYS = ("name", "description", "owner", "unit", *DOMAIN_KEYS, "tracked", "bucket", "retention", "rollup",
                "watch", "top_k", "min_reports", "versions", "discovery", *PRIVACY_KEYS)
@@ -307,6 +307,11 @@ class _Loader:
             params = self.params(entry, vmap, kind, d, tracked, label, vnum, vline)
             if params is None or exposure is None:
                 continue
+            from . import longitudinal  # issue 38: 'lifetime_epsilon' makes the version longitudinal
+
+            memoized = longitudinal.parse(self, entry, vmap, params, label, vnum, vline, discoverable)
+            if memoized is False:
+                continue
             retired = self.flag(vmap, "retired", label, vnum) if vmap is not None else False
             note = self.text(vmap, "note", label, required=False, version=vnum) if vmap is not None else None
             if discoverable is not None:
@@ -322,7 +327,7 @@ class _Loader:
                 metric=label, version=vnum, params=params, domain=kind,
                 value_names=tuple(names) if kind == "categories" else None, tracked=tracked,
                 watch=(), retired=bool(retired), note=note, line=vline, discovery=discoverable,
-                mechanism_note=self.mechanism_notes.get((label, vnum)), **exposure))
+                mechanism_note=self.mechanism_notes.get((label, vnum)), longitudinal=memoized, **exposure))
         if self.problem_count > before or exposure is None or name is None:
             return None  # a bad name was reported; the rest of the metric was still checked under "#N"
         versions = self.apply_watch(entry, versions, label)

@@ -49,6 +49,7 @@ def lock_entries(registry: Registry) -> dict[str, dict]:
             "hash_range": v.params.hash_range,
             "domain": v.domain,
             "domain_size": value_to_json(v.params.dictionary_size),
+            **({"lifetime_epsilon": v.longitudinal.lifetime_epsilon} if v.longitudinal is not None else {}),
         }
     return out
 
@@ -124,6 +125,8 @@ def compare(registry: Registry, locked: dict[str, dict], against: str = "the loc
                         + _difference(old, entry))
         if old["definition_sha256"] != entry["definition_sha256"]:
             what.append("its category names changed (renamed, reordered or removed)")
+        if old.get("lifetime_epsilon") != entry.get("lifetime_epsilon"):  # issue 38: what devices are charged
+            what.append(f"lifetime_epsilon {old.get('lifetime_epsilon')} in {against}, {entry.get('lifetime_epsilon')} now")
         if what:
             result.changed.append(Problem(
                 registry.path, version.line,

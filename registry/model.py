@@ -68,6 +68,8 @@ class MetricVersion:
     #: Set when mechanism "auto" picked a mechanism more than twice as exposed to poisoning as the other
     #: (cms_core.params.MechanismComparison.poisoning_note); `ocms registry check` and `ocms plan` print it.
     mechanism_note: str | None = None
+    #: cms_core.longitudinal.LongitudinalParams when the version declares lifetime_epsilon (issue 38), else None.
+    longitudinal: object = None
     _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------ identity
@@ -219,6 +221,7 @@ class MetricVersion:
             "top_k": self.top_k,
             "params": self.params.describe(),
             **({"discovery": self.discovery.describe()} if self.discovery is not None else {}),
+            **({"longitudinal": self.longitudinal.describe()} if self.longitudinal is not None else {}),
         }
 
 
@@ -335,7 +338,8 @@ def single_metric_registry(params_sets, tracked_sets, *, name: str = "default", 
                            owner: str = "", unit: str | None = None, bucket_seconds: int = 60,
                            retention_seconds: int = 86_400, rollup_seconds: int | None = None,
                            rollup_retention_seconds: int | None = None, min_reports: int = 0,
-                           watch: tuple[str, ...] = (), top_k: int = 20, path: str = "<flags>") -> Registry:
+                           watch: tuple[str, ...] = (), top_k: int = 20, path: str = "<flags>",
+                           longitudinal=None) -> Registry:
     """A one-metric registry described by the single-metric flags (``ocms worker --epsilon ...``).
 
     ``params_sets[i]`` (registry.flags: each ``--extra-epsilon``, then the primary) becomes version
@@ -343,6 +347,7 @@ def single_metric_registry(params_sets, tracked_sets, *, name: str = "default", 
     The parameters are used as given:
     unbound parameters keep their wire-v1 fingerprint, so devices built before the registry
     keep being counted. Values have no names beyond their decimal digits or strings.
+    ``longitudinal`` (a cms_core.longitudinal.LongitudinalParams of the last set): the newest version's mode.
     """
     from cms_core.errors import ParameterMismatchError
 
@@ -368,7 +373,8 @@ def single_metric_registry(params_sets, tracked_sets, *, name: str = "default", 
         missing = [w for w in watch if w not in known]
         if missing:
             raise InvalidValueError(f"watch: {', '.join(map(repr, missing))} is not a tracked value")
-        versions.append(dataclasses.replace(version, watch=tuple(watch)))
+        versions.append(dataclasses.replace(version, watch=tuple(watch),
+                                            longitudinal=longitudinal if number == len(params_sets) else None))
         if tracked is not None:
             versions[-1]._cache["tracked"] = tracked  # the caller's set, not a rebuilt copy
     spec = MetricSpec(name=name, description=description, owner=owner, unit=unit, domain=versions[0].domain,

@@ -39,6 +39,7 @@ from cms_core.records import noise_fields
 from cms_core.sketch import EstimateOptions, Estimates
 from cms_core.values import value_to_json
 
+from .. import longitudinal
 from ..state import TOTAL_WIDTH, bucket_start
 from ..view import CountsView, shuffle_of, sum_states, sum_states_at
 from .encode import Naming, json_answer, records
@@ -160,24 +161,27 @@ class Estimator:
         self.sets = dict(sets)
         self._one: dict[tuple[str, int], TrackedValues] = {}
 
-    def estimate(self, fp: str, n: int, counts, options: EstimateOptions) -> Estimates:
+    def estimate(self, fp: str, n: int, counts, options: EstimateOptions, memo: dict | None = None) -> Estimates:
+        """``memo``: the header's ``longitudinal`` (agents.longitudinal.widen), None for one-shot metrics."""
         params, tracked = self.sets[fp]
-        return OCMSSketch(params, tracked, counts, n).estimate(
-            confidence=options.confidence, interval=options.interval, postprocess_method=options.postprocess)
+        return longitudinal.widen(OCMSSketch(params, tracked, counts, n).estimate(
+            confidence=options.confidence, interval=options.interval, postprocess_method=options.postprocess),
+            params, memo)
 
-    def estimate_one(self, fp: str, index: int, n: int, count: int, options: EstimateOptions) -> Estimates:
+    def estimate_one(self, fp: str, index: int, n: int, count: int, options: EstimateOptions,
+                     memo: dict | None = None) -> Estimates:
         """The estimate of one value from its count alone (elementwise post-processing only): O(1).
         Its noise test is the tracked set's (D values), as in the answers over all of them."""
         params, tracked = self.sets[fp]
         one = self._one.get((fp, index))
         if one is None:
             one = self._one[(fp, index)] = TrackedValues.of(params, [tracked.label(index)])
-        return OCMSSketch(params, one, [count], n).estimate(
+        return longitudinal.widen(OCMSSketch(params, one, [count], n).estimate(
             confidence=options.confidence, interval=options.interval, postprocess_method=options.postprocess,
-            noise_values=len(tracked))
+            noise_values=len(tracked)), params, memo)
 
     def finish(self, job: Job) -> dict:
-        doc = self._finish(job)
+        doc = longitudinal.withhold_central(self._finish(job))
         return doc if job.rename is None else job.rename(doc)
 
     def _finish(self, job: Job) -> dict:
@@ -191,7 +195,7 @@ class Estimator:
         doc["n"] = job.n
         if job.kind == "one":
             count = int(job.counts[0])
-            est = self.estimate_one(job.fp, job.index, job.n, count, job.options)
+            est = self.estimate_one(job.fp, job.index, job.n, count, job.options, doc.get("longitudinal"))
             doc.update(noise_fields(est))
             doc["estimate"] = records(est, [count])[0]
             return doc
@@ -209,7 +213,7 @@ class Estimator:
     def window(self, job: Job) -> tuple[Estimates, list[int]]:
         """A window job's estimates of every tracked value and, for a top-K job, the indices of the K largest
         (largest first; none for an empty window): the one rule of /estimates, /topk and the Prometheus export."""
-        est = self.estimate(job.fp, job.n, job.counts, job.options)
+        est = self.estimate(job.fp, job.n, job.counts, job.options, job.header.get("longitudinal"))
         return est, top_indices(est, job.k) if job.kind == "top" and job.n else []
 
     def _trend(self, job: Job, doc: dict) -> dict:
@@ -219,7 +223,8 @@ class Estimator:
             if n == 0:
                 record = {"value": label, "match_count": 0}
             else:
-                est = self.estimate_one(job.fp, job.index, n, count, job.options)
+                est = self.estimate_one(job.fp, job.index, n, count, job.options,
+                                        longitudinal.for_span(doc.get("longitudinal"), lo, hi))
                 record = records(est, [count])[0]
                 record["noise_floor"] = noise_fields(est)["noise_floor"]  # each point has its own n
             record.update({"from": lo, "to": hi, "n": n}, **central)
@@ -270,6 +275,16 @@ class EstimateService:
 
     def withheld(self, n: int) -> bool:
         return self.naming.withheld(n)
+
+    def _central(self, n: int, snapshot) -> dict:
+        """A window's central epsilon fields (:func:`central_privacy`), none for a longitudinal OCMS+RR metric
+        (agents.longitudinal.withhold_central: its fixed hash is a pseudonym)."""
+        fields = central_privacy(self.version.params, n, *shuffle_of(snapshot))
+        version = longitudinal.version_fields(self.version)
+        if not version:
+            return fields
+        held = longitudinal.withhold_central(dict(fields, **version))
+        return {key: held[key] for key in held if key not in version}
 
     def latest_bucket(self, now: float | None = None) -> Window:
         """The latest *complete* base bucket at ``now``."""
@@ -348,8 +363,10 @@ class EstimateService:
             return self.latest_bucket(now)
         return Window("total")
 
-    def estimate(self, n: int, counts: np.ndarray, options: EstimateOptions) -> Estimates:
-        return self.estimator.estimate(self.fingerprint, n, counts, options)
+    def estimate(self, n: int, counts: np.ndarray, options: EstimateOptions, window: Window | None = None) -> Estimates:
+        """``window``: the counts' window, for a longitudinal metric's correlated reports (agents.longitudinal)."""
+        memo = longitudinal.header_fields(self, window).get("longitudinal") if window is not None else None
+        return self.estimator.estimate(self.fingerprint, n, counts, options, memo)
 
     def value_index(self, raw: str, parameter: str = "value") -> int:
         """Index in the tracked set of a value given by name (a category, an integer's digits, a string)."""
@@ -378,6 +395,7 @@ class EstimateService:
         return {
             "params": fp, "window": window.as_json(), "n": n, "confidence": options.confidence,
             "interval": options.interval, "postprocess": options.postprocess,
+            **longitudinal.header_fields(self, window),  # issue 38: both budgets; correlated reports widen
         }
 
     def _snapshot(self, fp: str, window: Window):
@@ -456,7 +474,7 @@ class EstimateService:
         """The summed counts of a window's snapshot and the central epsilon of its reports (any thread)."""
         n, counts = sum_states(snapshot, self.d)
         return Job(kind, fp, header, options, n, counts, index=index if kind == "select" else 0,
-                   k=k if kind == "top" else 0, central=central_privacy(self.version.params, n, *shuffle_of(snapshot)))
+                   k=k if kind == "top" else 0, central=self._central(n, snapshot))
 
     def window_estimate(self, window: Window, options: EstimateOptions = EstimateOptions(),
                         top_k: int = 0) -> WindowEstimate:
@@ -531,7 +549,8 @@ class EstimateService:
                 if n == 0:
                     record = {"value": header["value"], "match_count": 0}
                 else:
-                    est = select(self.estimate(n, counts, options), [index])
+                    est = select(self.estimator.estimate(fp, n, counts, options, longitudinal.for_span(
+                        header.get("longitudinal"), lo, hi)), [index])
                     record = records(est, counts[[index]])[0]
                     record["noise_floor"] = noise_fields(est)["noise_floor"]
                 record.update({"from": lo, "to": hi, "n": n}, **point_central(buckets, n))
@@ -557,7 +576,7 @@ class EstimateService:
             "metric": v.metric, "version": v.version,
             "parameter_sets": [{"fingerprint": self.fingerprint, "primary": True, "reports": self.reports(),
                                 "tracked_values": self.d, "metric": v.metric, "version": v.version,
-                                **v.params.describe()}],
+                                **v.params.describe(), **longitudinal.version_fields(v)}],
             "bucket_seconds": v.bucket_seconds, "retention_seconds": v.retention_seconds,
             "levels": [{"bucket_seconds": w, "retention_seconds": r} for w, r in v.levels],
             "watch": list(v.watch), "min_reports": v.min_reports, "top_k": v.top_k,
@@ -603,6 +622,8 @@ class EstimateService:
             "watch": list(v.watch), "top_k": v.top_k, "note": v.note,
             # Its values can be discovered (docs/discovery.md): the worker answers /discovered?metric=NAME.
             "discoverable": getattr(v, "discovery", None) is not None,
+            "reporting": "longitudinal" if getattr(v, "longitudinal", None) is not None else "one_shot",
+            **longitudinal.version_fields(v),
         }
 
 

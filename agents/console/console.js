@@ -236,6 +236,15 @@
 
   var SHORT_MECHANISMS = { ocms: "OCMS+RR", direct: "direct RR" };
 
+  /** Issue 38: a longitudinal metric's two budgets (memoized two-round reports). */
+  function longitudinalWords(l) {
+    return ". Longitudinal reporting: a device randomizes its (hashed) value once and keeps that memoized answer for " +
+      "life, re-randomizing it for each report, so all its reports of one value together reveal at most ε∞ = " +
+      num(l.lifetime_epsilon) + " (at most " + num(l.max_lifetime_epsilon) + " per device whatever its values do), " +
+      "while one report reveals ε = " + num(l.epsilon_per_report) + ". Its reports stay linkable to each other" +
+      (str(l.mechanism) === "ocms" ? " by their fixed hash" : "") + ", and a change of value shows in them.";
+  }
+
   function mechanism(v, short) {
     var name = v.mechanism == null ? "ocms" : str(v.mechanism);
     var text = (short ? SHORT_MECHANISMS : MECHANISMS)[name] || name;
@@ -741,7 +750,8 @@
       (versionsOf(m).length > 1 ? "Version " + v.version + (isCombined() ? " (the newest; the combined estimates weigh every live version by its variance)" : "") + ". " : "") + report,
       "Privacy: ε = " + (eps != null ? eps : "?") + " per report (local differential privacy). For any two values, the chance of " +
         "sending any given report differs by at most a factor e^ε = " + (ratio != null ? ratio.toFixed(2) : "?") +
-        ". k reports from one device add up to k·ε, whatever values they are about.",
+        (v.longitudinal ? longitudinalWords(v.longitudinal)
+          : ". k reports from one device add up to k·ε, whatever values they are about."),
       shuffledWords(v, eps),
       "What the server sees besides the report: its timing and the device key used for partitioning. " +
         "Estimates are computed from reports only, so they cannot weaken the guarantee.",

@@ -23,6 +23,7 @@ REGISTRY = str(ROOT / "deploy" / "registry.yaml")
 GIVEN = {"epsilon": ["--epsilon", "2"], "mode": ["--mode", "l2"], "f_star": ["--f-star", "0.5"],
          "dictionary_size": ["--dictionary-size", "100"], "strings": ["--strings"], "tracked": ["--tracked", "5"],
          "hash_range": ["--hash-range", "7"], "mechanism": ["--mechanism", "direct"],
+         "lifetime_epsilon": ["--lifetime-epsilon", "3"],
          "tracked_range": ["--tracked-range", "0:5"], "tracked_file": ["--tracked-file", "t.jsonl"],
          "extra_epsilon": ["--extra-epsilon", "1"], "bucket_seconds": ["--bucket-seconds", "30"],
          "retention_seconds": ["--retention-seconds", "600"], "rollup_seconds": ["--rollup-seconds", "600"],
@@ -30,18 +31,19 @@ GIVEN = {"epsilon": ["--epsilon", "2"], "mode": ["--mode", "l2"], "f_star": ["--
          "top_k": ["--top-k", "3"]}
 #: Each command, the metric flags it takes, and what else its command line needs to get that far.
 COMMANDS = {
-    "plan": (("epsilon", "mode", "f_star", "dictionary_size", "strings", "tracked", "hash_range", "mechanism"), []),
-    "simulate": (("epsilon", "mode", "f_star", "dictionary_size", "strings", "tracked", "hash_range", "mechanism"),
-                 ["--metric", "flight_dest", "--reports", "10", "--out", "x.cap"]),
+    "plan": (("epsilon", "mode", "f_star", "dictionary_size", "strings", "tracked", "hash_range", "mechanism",
+              "lifetime_epsilon"), []),
+    "simulate": (("epsilon", "mode", "f_star", "dictionary_size", "strings", "tracked", "hash_range", "mechanism",
+                  "lifetime_epsilon"), ["--metric", "flight_dest", "--reports", "10", "--out", "x.cap"]),
     "estimate": (("epsilon", "mode", "f_star", "dictionary_size", "strings", "tracked", "hash_range", "mechanism",
-                  "tracked_range", "tracked_file"), ["x.cap", "--metric", "flight_dest"]),
+                  "lifetime_epsilon", "tracked_range", "tracked_file"), ["x.cap", "--metric", "flight_dest"]),
     "worker": (tuple(GIVEN), ["--bootstrap-servers", "127.0.0.1:9"]),
 }
 
 
 def test_the_one_list_names_every_metric_flag_once():
     assert [s.name for s in METRIC_SETTINGS] == list(GIVEN)
-    assert len({s.flag for s in METRIC_SETTINGS}) == len(METRIC_SETTINGS) == 17
+    assert len({s.flag for s in METRIC_SETTINGS}) == len(METRIC_SETTINGS) == 18
 
 
 @pytest.mark.parametrize("command, name", [(c, n) for c, (names, _) in COMMANDS.items() for n in names])

@@ -176,6 +176,36 @@ static int parse_params(ctx_t *c, const cJSON *obj, ocms_params *p, const char *
     return 0;
 }
 
+/* Issue 38: a longitudinal metric's lifetime epsilon and thresholds. T1 is checked as every keep threshold (it
+ * belongs to lifetime_epsilon and m), T2 by the library (with T1 it gives one report the ratio of epsilon). */
+static int parse_longitudinal(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
+    const cJSON *l = member(obj, "longitudinal"), *life;
+    const char *t1, *t2, *rule = NULL;
+    ocms_params memo;
+    ocms_longitudinal *lp = &m->longitudinal_params;
+    if (!cJSON_IsObject(l)) return ocms_cfg_problem(c->err, c->errlen, "%s.longitudinal: expected an object", c->path);
+    if (m->has_discovery)
+        return ocms_cfg_problem(c->err, c->errlen, "%s: a discoverable metric is reported one-shot, not longitudinal", c->path);
+    life = member(l, "lifetime_epsilon");
+    if (!cJSON_IsNumber(life) || !(life->valuedouble > m->params.epsilon) || life->valuedouble > 100)
+        return ocms_cfg_problem(c->err, c->errlen, "%s.longitudinal.lifetime_epsilon: must be a number above epsilon "
+                                "and at most 100", c->path);
+    if (get_string(c, l, "memo_threshold", &t1) || get_string(c, l, "report_threshold", &t2)) return -1;
+    memset(lp, 0, sizeof *lp);
+    lp->params = &m->params;
+    lp->lifetime_epsilon = life->valuedouble;
+    if (ocms_parse_u64(t1, strlen(t1), &lp->memo_threshold) != 0 || ocms_parse_u64(t2, strlen(t2), &lp->report_threshold) != 0)
+        return ocms_cfg_problem(c->err, c->errlen, "%s.longitudinal: thresholds must be decimal digits below 2^64", c->path);
+    memo = m->params;
+    memo.epsilon = lp->lifetime_epsilon;
+    memo.keep_threshold = lp->memo_threshold;
+    if (check_threshold(c, "longitudinal.memo_threshold", &memo)) return -1;
+    if (ocms_longitudinal_check(lp, &rule) != OCMS_OK)
+        return ocms_cfg_problem(c->err, c->errlen, "%s.longitudinal: %s", c->path, rule);
+    m->longitudinal = 1;
+    return 0;
+}
+
 /* UTF-8 text to code points (strict); the count, or -1. out may be NULL to count. */
 static long utf8_code_points(const char *text, uint32_t *out) {
     const unsigned char *s = (const unsigned char *)text;
@@ -353,6 +383,7 @@ static int parse_metric(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     m->metric.params = &m->params;
     m->metric.discovery = m->has_discovery ? &m->discovery : NULL;
     m->metric.memoize = 0;
+    if (member(obj, "longitudinal") != NULL && parse_longitudinal(c, obj, m)) return -1;
     return 0;
 }
 

@@ -23,6 +23,8 @@ typedef struct {
     ocms_params *levels;
     uint32_t *alphabet;
     ocms_metric metric; /* points into this struct: do not copy a loaded metric */
+    int longitudinal;   /* issue 38: the config gives a longitudinal mode: memoized two-round reports */
+    ocms_longitudinal longitudinal_params; /* its parameters (params points at this struct's params) */
 } ocms_cfg_metric;
 
 typedef struct {

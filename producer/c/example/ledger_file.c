@@ -4,6 +4,8 @@
  *   memo_key HEX64
  *   spend METRIC_HEX PERIOD SPENT_NANO CHARGES
  *   memo METRIC_HEX PERIOD DIGEST_HEX REPORT_HEX
+ *   secret HEX64                     (issue 38: longitudinal metrics' device secret, once used)
+ *   seen METRIC_HEX DIGEST_HEX       (a hashed value of a longitudinal metric version already charged)
  * Metric names are written in hex so that any name round-trips. */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
@@ -37,6 +39,11 @@ typedef struct {
     size_t report_len;
 } memo_row;
 
+typedef struct {
+    char *metric;
+    uint8_t digest[32];
+} seen_row;
+
 struct ledger_file {
     char *path;
     int lock_fd;
@@ -47,6 +54,10 @@ struct ledger_file {
     size_t nspends, capspends;
     memo_row *memos;
     size_t nmemos, capmemos;
+    uint8_t secret[32];
+    int have_secret;
+    seen_row *seens;
+    size_t nseens, capseens;
 };
 
 uint64_t ledger_budget_nano(double budget) {
@@ -167,6 +178,22 @@ static int load(ledger_file *l, FILE *f, char *err, size_t errlen) {
             if (row->metric == NULL || from_hex(b, row->digest, 32, &n) || n != 32 ||
                 from_hex(c, row->report, sizeof row->report, &row->report_len))
                 return ocms_cfg_problem(err, errlen, "line %d: bad memo", lineno);
+        } else if (sscanf(line, "secret %511s", a) == 1) {
+            size_t n;
+            if (from_hex(a, l->secret, 32, &n) || n != 32) return ocms_cfg_problem(err, errlen, "line %d: bad secret", lineno);
+            l->have_secret = 1;
+        } else if (sscanf(line, "seen %511s %511s", a, b) == 2) {
+            uint8_t name[256];
+            size_t n;
+            seen_row *grown = room_for_one_more(l->seens, &l->capseens, l->nseens, sizeof *grown);
+            if (grown == NULL) return ocms_cfg_problem(err, errlen, "out of memory");
+            l->seens = grown;
+            if (from_hex(a, name, sizeof name - 1, &n)) return ocms_cfg_problem(err, errlen, "line %d: bad metric", lineno);
+            name[n] = '\0';
+            l->seens[l->nseens].metric = strdup((const char *)name);
+            if (l->seens[l->nseens].metric == NULL || from_hex(b, l->seens[l->nseens].digest, 32, &n) || n != 32)
+                return ocms_cfg_problem(err, errlen, "line %d: bad seen", lineno);
+            l->nseens++;
         } else {
             return ocms_cfg_problem(err, errlen, "line %d: unreadable", lineno);
         }
@@ -277,6 +304,43 @@ static int charge(void *ctx, const char *metric, uint64_t epsilon_nano, const ui
     return OCMS_OK;
 }
 
+int ledger_file_secret(ledger_file *l, uint8_t out[32]) {
+    if (!l->have_secret) {
+        if (ocms_os_random(NULL, l->secret, sizeof l->secret) != 0) return -1;
+        l->have_secret = 1;
+    }
+    memcpy(out, l->secret, 32);
+    return 0;
+}
+
+int ledger_file_charge_lifetime(ledger_file *l, const char *metric, uint64_t epsilon_nano, const uint8_t *seen_key,
+                                size_t key_len) {
+    ocms_blake2b_state s;
+    uint8_t person[16] = "ocms-seen-v1", digest[32];
+    spend_row *row;
+    seen_row *grown;
+    size_t i;
+    if (ocms_blake2b_init(&s, 32, l->memo_key, 32, person) != OCMS_OK) return OCMS_E_LEDGER;
+    ocms_blake2b_update(&s, seen_key, key_len);
+    ocms_blake2b_final(&s, digest);
+    for (i = 0; i < l->nseens; i++) {
+        if (strcmp(l->seens[i].metric, metric) == 0 && memcmp(l->seens[i].digest, digest, 32) == 0) return OCMS_MEMOIZED;
+    }
+    row = find_spend(l, metric, ledger_file_period(l), 1);
+    if (row == NULL) return OCMS_E_LEDGER;
+    if (epsilon_nano > l->budget || row->spent > l->budget - epsilon_nano) return OCMS_E_BUDGET;
+    grown = room_for_one_more(l->seens, &l->capseens, l->nseens, sizeof *grown);
+    if (grown == NULL) return OCMS_E_LEDGER;
+    l->seens = grown;
+    l->seens[l->nseens].metric = strdup(metric);
+    if (l->seens[l->nseens].metric == NULL) return OCMS_E_LEDGER;
+    memcpy(l->seens[l->nseens].digest, digest, 32);
+    l->nseens++;
+    row->spent += epsilon_nano;
+    row->charges++;
+    return OCMS_OK;
+}
+
 ocms_ledger ledger_file_interface(ledger_file *l) {
     ocms_ledger out;
     out.charge = charge;
@@ -326,6 +390,17 @@ int ledger_file_commit(ledger_file *l, char *err, size_t errlen) {
         to_hex(hex, r->report, r->report_len);
         ok &= fprintf(f, "memo %s %lld %s %s\n", hexname, (long long)r->period, digest, hex) > 0;
     }
+    if (l->have_secret) {
+        to_hex(hex, l->secret, 32);
+        ok &= fprintf(f, "secret %s\n", hex) > 0;
+    }
+    for (i = 0; i < l->nseens; i++) { /* lifetime charges: never pruned */
+        char digest[65];
+        const seen_row *r = &l->seens[i];
+        to_hex(hexname, (const uint8_t *)r->metric, strlen(r->metric) < 255 ? strlen(r->metric) : 255);
+        to_hex(digest, r->digest, 32);
+        ok &= fprintf(f, "seen %s %s\n", hexname, digest) > 0;
+    }
     ok &= fflush(f) == 0;
     ok &= fsync(fileno(f)) == 0;
     ok &= fclose(f) == 0;
@@ -357,8 +432,11 @@ void ledger_file_close(ledger_file *l) {
     if (l == NULL) return;
     for (i = 0; i < l->nspends; i++) free(l->spends[i].metric);
     for (i = 0; i < l->nmemos; i++) free(l->memos[i].metric);
+    for (i = 0; i < l->nseens; i++) free(l->seens[i].metric);
     free(l->spends);
     free(l->memos);
+    free(l->seens);
+    memset(l->secret, 0, sizeof l->secret);
     if (l->lock_fd >= 0) close(l->lock_fd); /* releases the lock */
     free(l->path);
     memset(l->memo_key, 0, sizeof l->memo_key);

@@ -30,6 +30,16 @@ uint64_t ledger_file_spent(const ledger_file *ledger, const char *metric);
 int64_t ledger_file_period(const ledger_file *ledger);
 void ledger_file_close(ledger_file *ledger);
 
+/* Issue 38, longitudinal metrics: the device secret their hashes and memoized responses derive from (32 bytes
+ * from the OS CSPRNG, created on first use and kept in the file with the next commit); 0, or -1 without
+ * randomness. */
+int ledger_file_secret(ledger_file *ledger, uint8_t out[32]);
+/* Charge epsilon_nano to metric in the current period the first time seen_key (ocms_longitudinal_seen_key) is
+ * given, nothing later: OCMS_OK (charged), OCMS_MEMOIZED (seen before, nothing charged), OCMS_E_BUDGET or
+ * OCMS_E_LEDGER. The file keeps a keyed BLAKE2b-256 digest of each seen key (never pruned), not the key. */
+int ledger_file_charge_lifetime(ledger_file *ledger, const char *metric, uint64_t epsilon_nano, const uint8_t *seen_key,
+                                size_t key_len);
+
 /* The budget in 10^-9 units, rounded down (exact for <= 9 decimals); 0 for a non-positive budget. */
 uint64_t ledger_budget_nano(double budget);
 

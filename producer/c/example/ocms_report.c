@@ -53,6 +53,8 @@ static const char HELP[] =
     "  --budget EPSILON      the most epsilon one metric may spend per period (with --ledger)\n"
     "  --period-seconds N    ledger period length, fixed per file (default 86400)\n"
     "  --memoize             re-send this period's report of a repeated value, free (with --ledger)\n"
+    "                        (a longitudinal metric needs --ledger: it keeps the device secret, and charges\n"
+    "                        lifetime_epsilon once per hashed value, nothing for repeats)\n"
     "  --token TOKEN         bearer token of the collector (Authorization header)\n"
     "  --max-upload-reports N  reports per upload (default 1000, the collector's default limit)\n"
     "  --retries N           at most N retries of one upload (default 1000: --timeout decides)\n"
@@ -114,6 +116,37 @@ static char *endpoint(const char *url) {
         strcat(out, "/v1/reports");
     }
     return out;
+}
+
+/* Issue 38: one longitudinal report (hash and memoized response from the ledger's secret, second round from rng),
+ * charged lifetime_epsilon the first time its hashed value is reported and nothing later. */
+static int longitudinal_report(const ocms_cfg_metric *m, const entry *e, const uint8_t *arena, ocms_rng *rng,
+                               ledger_file *ledger, uint8_t *out, size_t *length) {
+    uint8_t secret[32], seen[OCMS_SEEN_KEY_BYTES];
+    ocms_u128 element;
+    ocms_report r;
+    uint32_t hashed = 0;
+    int rc;
+    if (e->is_string) {
+        ocms_string_fingerprint(arena + e->offset, e->len, &element);
+    } else if ((rc = ocms_element_integer(&m->params, e->integer, &element)) != OCMS_OK) {
+        return rc;
+    }
+    if (ledger_file_secret(ledger, secret) != 0) return OCMS_E_RANDOM;
+    rc = ocms_longitudinal_privatize(&m->longitudinal_params, secret, sizeof secret, &element, rng, &r, &hashed);
+    memset(secret, 0, sizeof secret);
+    memset(&element, 0, sizeof element);
+    if (rc == OCMS_OK) rc = ocms_encode_report(&r, out, OCMS_MAX_REPORT_MESSAGE, length);
+    if (rc == OCMS_OK) {
+        ocms_longitudinal_seen_key(&m->longitudinal_params, hashed, seen);
+        rc = ledger_file_charge_lifetime(ledger, m->name, ocms_epsilon_nano(m->longitudinal_params.lifetime_epsilon),
+                                         seen, sizeof seen);
+        if (rc == OCMS_MEMOIZED) rc = OCMS_OK; /* a hashed value already paid for: free */
+    }
+    memset(&r, 0, sizeof r);
+    hashed = 0;
+    if (rc != OCMS_OK) memset(out, 0, OCMS_MAX_REPORT_MESSAGE);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -207,6 +240,10 @@ int main(int argc, char **argv) {
             o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", k ? ", " : "", cfg.metrics[k].name);
         die(EXIT_USAGE, "--metric %s: not in %s (it has: %s)", metric_name, config_path, cfg.count ? names : "no metrics");
     }
+    if (metric->longitudinal && ledger_path == NULL) /* the secret and the lifetime charges live in the ledger */
+        die(EXIT_USAGE, "--metric %s: longitudinal (memoized two-round reports): give --ledger FILE --budget EPSILON "
+            "(it keeps the device secret and charges lifetime_epsilon once per hashed value)", metric_name);
+    if (metric->longitudinal && memoize) die(EXIT_USAGE, "--memoize: not with a longitudinal metric (it memoizes itself)");
     device_metric = metric->metric;
     device_metric.memoize = memoize;
 
@@ -247,7 +284,8 @@ int main(int argc, char **argv) {
         const entry *e = &entries[produced];
         uint8_t *out = messages + produced * OCMS_MAX_REPORT_MESSAGE;
         ocms_sent sent;
-        int rc = e->is_string
+        int rc = metric->longitudinal ? longitudinal_report(metric, e, arena, &rng, ledger, out, &sent.length)
+                 : e->is_string
                      ? ocms_report_string(&device_metric, arena + e->offset, e->len, &rng, ledger ? &ledger_if : NULL,
                                           out, OCMS_MAX_REPORT_MESSAGE, &sent)
                      : ocms_report_integer(&device_metric, e->integer, &rng, ledger ? &ledger_if : NULL, out,
@@ -340,7 +378,8 @@ int main(int argc, char **argv) {
         uint64_t spent = ledger_file_spent(ledger, metric->name);
         fprintf(stderr, PROG ": error: line %ld: privacy budget exhausted for metric %s in period %lld: spent %.9g, "
                 "requested %.9g, budget %.9g; the %zu reports before this line were produced\n", budget_line,
-                metric->name, (long long)ledger_file_period(ledger), (double)spent / 1e9, metric->params.epsilon,
+                metric->name, (long long)ledger_file_period(ledger), (double)spent / 1e9,
+                metric->longitudinal ? metric->longitudinal_params.lifetime_epsilon : metric->params.epsilon,
                 budget, produced);
     }
     ledger_file_close(ledger);

@@ -250,6 +250,29 @@ OCMS_API int ocms_report_integer(const ocms_metric *metric, uint64_t value, ocms
 OCMS_API int ocms_report_string(const ocms_metric *metric, const void *value, size_t len, ocms_rng *rng,
                        const ocms_ledger *ledger, uint8_t *out, size_t capacity, ocms_sent *sent);
 
+/* ------------------------------------------------------------------ longitudinal reports (issue 38) */
+/* A metric version's longitudinal mode (device config "longitudinal"; src/longitudinal.c, docs/device.md):
+ * the hash of (device, metric version) and the memoized first round are derived from a device secret
+ * (keyed BLAKE2b), the second round drawn from rng. One report is epsilon-LDP (eps_1); all reports of one
+ * hashed value together lifetime_epsilon-LDP (eps_inf). The caller's ledger charges lifetime_epsilon the
+ * first time a seen key (ocms_longitudinal_seen_key) is reported, and nothing for later reports of it. */
+typedef struct {
+    const ocms_params *params; /* the report parameters: epsilon = eps_1, m = g */
+    double lifetime_epsilon;   /* eps_inf */
+    uint64_t memo_threshold;   /* T1: from the device config (longitudinal.memo_threshold) */
+    uint64_t report_threshold; /* T2: from the device config (longitudinal.report_threshold) */
+} ocms_longitudinal;
+
+#define OCMS_SEEN_KEY_BYTES 37 /* "ocms-longitudinal-v1/seen" | fingerprint (8) | hashed value (4, big-endian) */
+
+/* OCMS_OK, or OCMS_E_PARAMS with *rule: T1 must belong to (eps_inf, m), T2 with T1 to (eps_1, m). */
+OCMS_API int ocms_longitudinal_check(const ocms_longitudinal *l, const char **rule);
+/* One report of a field element (ocms_element_integer / ocms_string_fingerprint); *hashed is y, the
+ * ledger's key (never sent). secret: 16 to 64 bytes, the same for the device's life. */
+OCMS_API int ocms_longitudinal_privatize(const ocms_longitudinal *l, const uint8_t *secret, size_t secret_len,
+                                         const ocms_u128 *element, ocms_rng *rng, ocms_report *report, uint32_t *hashed);
+OCMS_API void ocms_longitudinal_seen_key(const ocms_longitudinal *l, uint32_t hashed, uint8_t out[OCMS_SEEN_KEY_BYTES]);
+
 /* ------------------------------------------------------------------ BLAKE2b (RFC 7693) */
 typedef struct {
     uint64_t h[8], t[2];

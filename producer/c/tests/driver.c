@@ -274,6 +274,67 @@ static void cmd_report(const cJSON *cmd, cJSON *reply) {
     free(buf);
 }
 
+/* Issue 38: one longitudinal report of a loaded metric with the command's T1, T2, eps_inf and secret, its second
+ * round from the recorded bytes (tests/vectors/longitudinal_v1.json). */
+static void cmd_longitudinal(const cJSON *cmd, cJSON *reply) {
+    const ocms_cfg_metric *m = find_metric(cmd, reply);
+    const char *line = str(cmd, "line"), *rule = NULL;
+    size_t n = 0, secret_len = 0, len = 0;
+    uint8_t *bytes, *secret, *buf, message[OCMS_MAX_REPORT_MESSAGE], seen[OCMS_SEEN_KEY_BYTES];
+    u128 t1 = 0, t2 = 0;
+    recorded_t rec;
+    ocms_cfg_value v;
+    ocms_longitudinal l;
+    ocms_u128 element;
+    ocms_report r;
+    uint32_t hashed = 0;
+    int rc;
+    char *hex;
+    if (m == NULL) return;
+    buf = malloc(line ? strlen(line) + 1 : 1);
+    if (value_of_line(m, line, buf, &v, reply) != 0) {
+        free(buf);
+        return;
+    }
+    parse_u128(str(cmd, "memo_threshold"), &t1);
+    parse_u128(str(cmd, "report_threshold"), &t2);
+    l.params = &m->params;
+    l.lifetime_epsilon = num(cmd, "lifetime_epsilon", 0);
+    l.memo_threshold = (uint64_t)t1;
+    l.report_threshold = (uint64_t)t2;
+    rc = ocms_longitudinal_check(&l, &rule);
+    cJSON_AddStringToObject(reply, "check", rc == OCMS_OK ? "ok" : rule);
+    if (v.is_string) {
+        ocms_string_fingerprint(v.bytes, v.len, &element);
+    } else if (ocms_element_integer(&m->params, v.integer, &element) != OCMS_OK) {
+        cJSON_AddStringToObject(reply, "error", "value");
+        free(buf);
+        return;
+    }
+    secret = from_hex(str(cmd, "secret_hex"), &secret_len);
+    bytes = from_hex(str(cmd, "random_hex"), &n);
+    recorded_init(&rec, bytes, n, 0);
+    rc = ocms_longitudinal_privatize(&l, secret, secret_len, &element, &rec.rng, &r, &hashed);
+    cJSON_AddNumberToObject(reply, "used", (double)recorded_used(&rec));
+    if (rc != OCMS_OK) {
+        cJSON_AddStringToObject(reply, "error", ocms_strerror(rc));
+    } else {
+        ocms_encode_report(&r, message, sizeof message, &len);
+        add_report(reply, &r);
+        cJSON_AddNumberToObject(reply, "hashed", hashed);
+        hex = to_hex(message, len);
+        cJSON_AddStringToObject(reply, "message_hex", hex);
+        free(hex);
+        ocms_longitudinal_seen_key(&l, hashed, seen);
+        hex = to_hex(seen, sizeof seen);
+        cJSON_AddStringToObject(reply, "seen_key_hex", hex);
+        free(hex);
+    }
+    free(secret);
+    free(bytes);
+    free(buf);
+}
+
 static void cmd_frame(const cJSON *cmd, cJSON *reply) {
     const ocms_cfg_metric *m = find_metric(cmd, reply);
     const cJSON *lines = cJSON_GetObjectItemCaseSensitive(cmd, "lines"), *line;
@@ -531,6 +592,7 @@ int main(void) {
             }
         } else if (strcmp(op, "report") == 0) cmd_report(cmd, reply);
         else if (strcmp(op, "frame") == 0) cmd_frame(cmd, reply);
+        else if (strcmp(op, "longitudinal") == 0) cmd_longitudinal(cmd, reply);
         else if (strcmp(op, "fingerprint") == 0) cmd_fingerprint(cmd, reply);
         else if (strcmp(op, "encode") == 0) cmd_encode(cmd, reply);
         else if (strcmp(op, "check") == 0) cmd_check(cmd, reply);

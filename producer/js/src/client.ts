@@ -19,6 +19,7 @@ import { DeviceConfig, MetricVersion, ReportValue } from "./config.js";
 import { InvalidParameterError } from "./errors.js";
 import { uintBytes, concat } from "./fields.js";
 import { PrivacyLedger } from "./ledger.js";
+import { chargeLifetime, deviceSecret, longitudinalReport } from "./longitudinal.js";
 import { PrivateReport, privatizeEncoded } from "./privatize.js";
 import { ByteStream, CryptoStream } from "./random.js";
 import { LocalStorage, MemoryStorage, ProcessLocks, Storage } from "./storage.js";
@@ -91,10 +92,12 @@ export class OcmsClient {
   readonly uploader: Uploader | null;
   readonly memoize: boolean;
   private readonly order = new ProcessLocks();
+  private readonly storage: Storage;
 
   constructor(readonly config: DeviceConfig, options: ClientOptions) {
     if (!(config instanceof DeviceConfig)) throw new InvalidParameterError("config: a DeviceConfig (use OcmsClient.create to parse one)");
     const storage = options.storage ?? defaultStorage();
+    this.storage = storage;
     this.ledger = new PrivacyLedger(storage, { budget: options.budget, periodSeconds: options.periodSeconds, clock: options.clock });
     this.memoize = Boolean(options.memoize);
     this.uploader = options.collector ? new Uploader({ ...options.upload, collector: options.collector, token: options.token, storage }) : null;
@@ -125,6 +128,15 @@ export class OcmsClient {
       const key = this.memoize ? valueKey(version, value) : null;
       await this.uploader?.ensureRoom();
       const override = testOverrides.get(this); // set only by the internal test entry point
+      if (version.longitudinal !== null) { // issue 38: eps_inf once per hashed value, nothing for repeats
+        const secret = await deviceSecret(this.storage);
+        const made = longitudinalReport(override?.stream ?? cryptoStream(), secret, version, encoded);
+        const lifetime = await chargeLifetime(this.storage, this.ledger, version, secret, made.hashed);
+        await this.uploader?.enqueue(version.params.fingerprintHex, made.message);
+        return { metric: version.name, version: version.version, level: null, fingerprint: version.params.fingerprintHex,
+                 message: made.message, memoized: lifetime.charged === 0, epsilonCharged: lifetime.charged,
+                 spent: lifetime.spent };
+      }
       const fresh = privatizeEncoded(override?.stream ?? cryptoStream(), version, encoded, override?.keepThresholds);
       const charge = await this.ledger.chargeOrReuse(version.name, version.epsilon, key, fresh.message);
       let result: PrivateReport = fresh;

@@ -23,6 +23,7 @@ import { DiscoveryDomain, STRING_PREFIX_BITS, isWellFormed } from "./discovery.j
 import { Element, Field, binaryField, concat, primeField, uintBytes } from "./fields.js";
 import { blake2b, fromHex, hex, utf8 } from "./hash.js";
 import { SmallBelow, bitLength } from "./random.js";
+import { Longitudinal } from "./longitudinal.js";
 
 export const DEVICE_CONFIG_FORMAT = 1;
 const TWO64 = 1n << 64n;
@@ -205,6 +206,8 @@ export class MetricVersion {
   readonly levels: readonly ReportParams[];
   /** below(levels) of the discovery level draw. */
   readonly levelDraw: SmallBelow | null;
+  /** Memoized two-round reports (issue 38, longitudinal.ts), or null for one-shot reports. */
+  readonly longitudinal: Longitudinal | null;
   private readonly categoryIndex: Map<string, number> | null;
 
   constructor(entry: unknown, index: number) {
@@ -258,6 +261,11 @@ export class MetricVersion {
     this.discovery = null;
     this.levels = [];
     this.levelDraw = null;
+    this.longitudinal = entry.longitudinal === undefined ? null
+      : new Longitudinal(entry.longitudinal, this.params, `${where}.longitudinal`, checkKeepThreshold);
+    if (this.longitudinal !== null && entry.discovery !== undefined) {
+      throw new InvalidConfigError(`${where}: a discoverable metric is reported one-shot, not longitudinal`);
+    }
     if (entry.discovery !== undefined) {
       if (!isObject(entry.discovery) || this.domain === "categories") {
         throw new InvalidConfigError(`${where}.discovery: only string and integer metrics are discoverable`);

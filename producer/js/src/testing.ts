@@ -18,6 +18,7 @@ export { CryptoStream, RecordedStream, SmallBelow, drawBelowBig, drawBits64, kee
 export { privatizeWith, privatizeEncoded, reportOf, randomizedResponse } from "./privatize.js";
 export { checkKeepThreshold, keepThresholdFor, parameterFingerprint, ReportParams } from "./config.js";
 export { primeField, binaryField, isPrime } from "./fields.js";
+export { PrfStream, longitudinalReport, seenKey } from "./longitudinal.js";
 
 /** Make `client` draw from `stream` and/or keep with other thresholds (by parameter fingerprint). */
 export function overrideRandomness(client: OcmsClient, override: { stream?: ByteStream; keepThresholds?: ReadonlyMap<string, bigint> }): void {

@@ -42,6 +42,7 @@ from .retention import Retention, expiry_interval
 from .shards import Router, Share
 from .settings import TABLE_NAME, WorkerSettings
 from .status import WorkerStatus, owned_partitions
+from .trust import ClaimCheck
 from .view import ChangelogReader, CountsView
 from .web import add_pages
 
@@ -122,6 +123,7 @@ class OCMSWorker:
                                       settled=lambda: not self.app.rebalancing, profile=settings.broker)
         self.status = WorkerStatus(self)
         self._shuffle_warned = False  # an invalid ocms-shuffle-n header is logged once
+        self.claims = ClaimCheck(settings, self.metrics)  # which shuffle claims are believed (cms_core.claims)
         self.app = self._build_app()
         self.group.recovering = lambda: self.app.rebalancing
         self.router = Router(self.app, self.share, settings.changelog_topic, self.reader.current)
@@ -247,7 +249,7 @@ class OCMSWorker:
         """The shuffled batch a frame's reports came in (``ocms-shuffle-n``), 0 when not shuffled. A header
         that is not a batch size of at least the frame's reports is counted and taken as not shuffled: the
         reports still count, only the claim about them is the weaker (local) one."""
-        size = wire.shuffled_batch_size(getattr(message, "headers", None), reports)
+        size = self.claims.size(message, reports)
         if size is None:
             self.metrics.shuffle_header_invalid.inc()
             if not self._shuffle_warned:

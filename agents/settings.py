@@ -19,6 +19,7 @@ from argparse import Namespace
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from cms_core import claims
 from cms_core.errors import InvalidParameterError
 from producer.kafka import EMBEDDED, KAFKA, PROFILES, BrokerProfile, broker_profile
 from registry import Registry
@@ -92,6 +93,10 @@ WORKER_ROWS: tuple[Setting, ...] = (
             default=3600, metavar="SECONDS"),
     Setting("discovery_interval_seconds", "with --registry: seconds between discovery passes (0: none on this "
             "worker, e.g. all but one of a group)", number(0.0, inclusive=True), default=300.0, metavar="SECONDS"),
+    # trust (docs/privacy.md, Who may claim a shuffle)
+    Setting("shuffle_claim_key_file", "file of the key the shuffling collectors sign their batch claims with "
+            "(their --shuffle-claim-key-file): a central epsilon is stated only for frames whose claim verifies",
+            claims.key_file, metavar="FILE", default_text="off: no central epsilon is stated"),
     Setting("log_level", "log level", choice(*LOG_LEVELS), default="info", choices=LOG_LEVELS),
     Setting("truth_file", "ground-truth JSON of a simulated fleet (ocms simulate --truth), shown by the console "
             "beside the estimates", text, metavar="PATH", option="--truth"),
@@ -128,6 +133,8 @@ class WorkerSettings:
     view: str
     discovery_window_seconds: int
     discovery_interval_seconds: float
+    #: The shuffle claim key (cms_core.claims); None: no claim is believed.
+    shuffle_claim_key_file: str | None
     log_level: str
     truth_file: str | None  # ground truth of a simulated fleet, for the console (ocms run)
     #: What set each setting (flag, variable, or both names for a default): errors name it.

@@ -49,6 +49,7 @@ from .exactly_once.shared import IdempotencyPending, SharedIdempotency
 from .http_server import ConnectionGuard, ErrorAnswers, GuardedAppRunner, json_errors, quiet_aiohttp_server_log
 from .lanes import Lane, ShuffleLane
 from .outlet import KafkaOutlet
+from .shuffle import shuffle_claim_key
 from .uploads import BINARY_CONTENT_TYPES, JSON_CONTENT_TYPE, UploadParser, UploadRejected
 
 log = logging.getLogger(__name__)
@@ -219,6 +220,7 @@ class Collector:
         self.shared = SharedIdempotency(settings, self.metrics) \
             if settings.idempotency_topic and self.idempotency.enabled and producer_factory is None else None
         self.outlet = KafkaOutlet(settings, self.metrics, producer_factory, log=self.shared)
+        self.claim_key = shuffle_claim_key(settings)  # signs shuffled batches' claims (cms_core.claims)
         self.lanes: dict[bytes, Lane] = {}
         self.retry_after = str(settings.retry_after_seconds)
         self.closing = False
@@ -526,7 +528,8 @@ class Collector:
         s = self.settings
         args = (version, self.outlet, s.frame_max_reports, s.frame_max_latency_ms / 1000,
                 int(getattr(version, "bucket_seconds", 60) or 60))
-        lane = ShuffleLane(*args, min_reports=s.shuffle_min_reports, max_seconds=s.shuffle_max_seconds) \
+        lane = ShuffleLane(*args, min_reports=s.shuffle_min_reports, max_seconds=s.shuffle_max_seconds,
+                           claim_key=self.claim_key) \
             if s.shuffle_min_reports else Lane(*args)
         lane.clock = self.clock
         return lane

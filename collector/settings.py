@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from cms_core import claims
 from cms_core.errors import InvalidParameterError
 from producer.kafka import KAFKA, PROFILES, BrokerProfile, broker_profile
 from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, Setting, check_fields, choice, existing_file, integer,
@@ -128,6 +129,10 @@ SETTINGS: tuple[Setting, ...] = (
          integer(0, MAX_SHUFFLE_REPORTS), 0, metavar="N", default_text="0 (off)"),
     _row("shuffle_max_seconds", "shuffle: produce a batch after this many seconds even if it holds fewer reports "
          "(its frames say how many)", number(), 60.0, metavar="SECONDS"),
+    _row("shuffle_claim_key_file", "shuffle: file of a key (at least 32 bytes, e.g. openssl rand -hex 32) shared with "
+         "the workers: every shuffled frame carries a MAC of its batch claim, and workers state a central epsilon "
+         "only for frames whose MAC verifies (docs/privacy.md, Who may claim a shuffle)", claims.key_file,
+         metavar="FILE", default_text="off: no worker believes the claims"),
 )
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
@@ -177,6 +182,8 @@ class CollectorSettings:
     shuffle_min_reports: int
     #: ... or until this many seconds passed since the first held report (the batch is then what it holds).
     shuffle_max_seconds: float
+    #: ... and the key its batch claims are signed with (cms_core.claims; None: unsigned, so not believed).
+    shuffle_claim_key_file: str | None
     #: What set each setting (flag, variable, or both names for a default): errors name it.
     labels: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -219,6 +226,9 @@ def _check_shuffle(settings: CollectorSettings, labels) -> None:
                                     "a batch of one report hides nothing: give 0 (off) or at least 2 (e.g. 10000)")
     if "shuffle_max_seconds" in labels.given and not n:
         raise InvalidParameterError(labels["shuffle_max_seconds"], settings.shuffle_max_seconds,
+                                    "applies to shuffling: give --shuffle-min-reports N too")
+    if settings.shuffle_claim_key_file and not n:
+        raise InvalidParameterError(labels["shuffle_claim_key_file"], settings.shuffle_claim_key_file,
                                     "applies to shuffling: give --shuffle-min-reports N too")
     if settings.shuffle_max_seconds > MAX_SHUFFLE_SECONDS:
         raise InvalidParameterError(labels["shuffle_max_seconds"], settings.shuffle_max_seconds,

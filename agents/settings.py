@@ -83,6 +83,14 @@ WORKER_ROWS: tuple[Setting, ...] = (
             "its view holds are forwarded there); default: --web-host, or when that is 0.0.0.0 or ::, the address "
             "this host reaches the broker from (never 0.0.0.0: every worker would advertise the same address)",
             text, metavar="HOST", default_text="see help"),
+    Setting("web_header_timeout_seconds", "a request's header must arrive within this of its first byte; else 408 "
+            "and the connection is closed (as the collector's --header-timeout-seconds)", number(), default=10.0,
+            metavar="SECONDS"),
+    Setting("web_idle_timeout_seconds", "a connection of the HTTP API without a request for this long is closed",
+            number(), default=30.0, metavar="SECONDS"),
+    Setting("web_max_connections", "open HTTP connections at most, lowered to fit the open-files limit; beyond it "
+            "the longest-idle one is closed, or the new one answered 503", integer(1, 1 << 20), default=10_000,
+            metavar="N"),
     Setting("store", "table store: memory:// or rocksdb://PATH (production; extra rocksdb)", store,
             default="memory://", metavar="URL"),
     Setting("view", "counts this worker's view holds: share (the metrics of its assigned partitions; queries for "
@@ -128,6 +136,10 @@ class WorkerSettings:
     web_port: int
     #: None: derived (``advertised_web_host``)
     web_advertise_host: str | None
+    #: The HTTP server's bounds (agents.web_edge), as the collector's.
+    web_header_timeout_seconds: float
+    web_idle_timeout_seconds: float
+    web_max_connections: int
     store: str
     #: "all": the view holds every metric; "share": the metrics of the assigned partitions (agents.shards).
     view: str

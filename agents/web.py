@@ -39,6 +39,7 @@ from .query import (INLINE_WORK, ApiError, Answer, Estimator, Read, check_query,
 
 from .metric_pages import add_metric_pages, wants_listing
 from .shards import FORWARDED_HEADER, Router
+from .web_edge import guard_web_server
 
 if TYPE_CHECKING:
     from .catalog import Catalog
@@ -58,6 +59,7 @@ class ServedWorker(Protocol):
     class: app.py installs these routes, so this module imports nothing of it."""
 
     catalog: Catalog  # every served metric version, by name and fingerprint (the first: the name-less routes')
+    settings: object  # agents.settings.WorkerSettings: the HTTP server's bounds
     metrics: PipelineMetrics  # what /metrics exposes
     router: Router  # answers here, or forwards to the worker whose view holds the metric (--view share)
 
@@ -152,6 +154,7 @@ def add_pages(app: faust.App, worker: ServedWorker) -> QueryRunner:
                            detail_field="error")
     app.web.web_app.middlewares.append(json_errors(answers))
     install_handle_error(answers)
+    guard_web_server(app, worker.settings, worker.metrics.registry, answers)  # timeouts and a cap (agents.web_edge)
 
     def error(web, exc: ApiError):
         reason = "not_found" if exc.status == 404 else "bad_parameter"

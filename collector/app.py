@@ -46,7 +46,8 @@ from .guard import (
 )
 from .exactly_once.commit import KeyHeld
 from .exactly_once.shared import IdempotencyPending, SharedIdempotency
-from .http_server import ConnectionGuard, ErrorAnswers, GuardedAppRunner, json_errors, quiet_aiohttp_server_log
+from .http_server import (ConnectionGuard, ConnectionMetrics, ErrorAnswers, GuardedAppRunner, close_after, json_errors,
+                          quiet_aiohttp_server_log)
 from .lanes import Lane, ShuffleLane
 from .outlet import KafkaOutlet
 from .shuffle import shuffle_claim_key
@@ -148,15 +149,9 @@ class CollectorMetrics:
         self.http_errors = Counter("ocms_collector_http_errors",
                                    "Error answers outside the upload routes (routing, method, malformed requests, "
                                    "server errors, header timeouts), by reason", ["reason"], registry=r)
-        self.connections = Gauge("ocms_collector_connections", "Open HTTP connections", registry=r)
-        self.connections_refused = Counter("ocms_collector_connections_refused",
-                                           "Connections answered 503 at the connection cap (none idle to close)",
-                                           registry=r)
-        self.connections_closed = Counter("ocms_collector_connections_closed",
-                                          "Connections the collector closed: evicted_idle (to make room at the cap), "
-                                          "header_timeout", ["reason"], registry=r)
-        for reason in ("evicted_idle", "header_timeout"):
-            self.connections_closed.labels(reason)
+        edge = ConnectionMetrics("ocms_collector", "the collector", r, "--max-connections")
+        self.connections, self.connections_refused, self.connections_closed = (
+            edge.connections, edge.connections_refused, edge.connections_closed)
         self.idempotency_settled = Counter("ocms_collector_idempotency_settled",
                                            "In-doubt earlier attempts settled by fencing their collector, by outcome",
                                            ["outcome"], registry=r)
@@ -411,8 +406,9 @@ class Collector:
             return _answer(400, "bad_idempotency_key", "Idempotency-Key: 16-128 characters of [A-Za-z0-9_-], "
                            "random per upload")
         body = await self._read_body(request)
-        if body is None:
-            return _answer(408, "body_timeout", f"the body did not arrive within {self.settings.body_timeout_seconds:g} s")
+        if body is None:  # closed with the answer: aiohttp would linger reading the rest for up to 10 s more
+            return close_after(request, _answer(408, "body_timeout",
+                                                f"the body did not arrive within {self.settings.body_timeout_seconds:g} s"))
         if len(body) > self.settings.max_body_bytes:
             return _answer(413, "body_too_large", f"more than {self.settings.max_body_bytes} bytes per upload")
         cache_key = shared_key = None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from cms_core import claims
+from collector.guard import tokens_file
 from cms_core.errors import InvalidParameterError
 from producer.kafka import EMBEDDED, KAFKA, PROFILES, BrokerProfile, broker_profile
 from registry import Registry
@@ -101,7 +102,10 @@ WORKER_ROWS: tuple[Setting, ...] = (
             default=3600, metavar="SECONDS"),
     Setting("discovery_interval_seconds", "with --registry: seconds between discovery passes (0: none on this "
             "worker, e.g. all but one of a group)", number(0.0, inclusive=True), default=300.0, metavar="SECONDS"),
-    # trust (docs/privacy.md, Who may claim a shuffle)
+    # trust (docs/reference.md, Who may read; docs/privacy.md, Who may claim a shuffle)
+    Setting("api_tokens_file", "JSON of applications and token SHA-256 hashes (the collector's --tokens-file "
+            "format): the API, /metrics, /discovered and the console's data need a bearer token, \"metrics\" "
+            "limiting what a token may read", tokens_file, metavar="FILE", default_text="off: reads are open"),
     Setting("shuffle_claim_key_file", "file of the key the shuffling collectors sign their batch claims with "
             "(their --shuffle-claim-key-file): a central epsilon is stated only for frames whose claim verifies",
             claims.key_file, metavar="FILE", default_text="off: no central epsilon is stated"),
@@ -145,6 +149,8 @@ class WorkerSettings:
     view: str
     discovery_window_seconds: int
     discovery_interval_seconds: float
+    #: Read tokens (agents.trust.ReadAccess); None: reads are open.
+    api_tokens_file: str | None
     #: The shuffle claim key (cms_core.claims); None: no claim is believed.
     shuffle_claim_key_file: str | None
     log_level: str

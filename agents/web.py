@@ -39,6 +39,7 @@ from .query import (INLINE_WORK, ApiError, Answer, Estimator, Read, check_query,
 
 from .metric_pages import add_metric_pages, wants_listing
 from .shards import FORWARDED_HEADER, Router
+from .trust import ReadAccess, read_tokens_middleware
 from .web_edge import guard_web_server
 
 if TYPE_CHECKING:
@@ -155,6 +156,9 @@ def add_pages(app: faust.App, worker: ServedWorker) -> QueryRunner:
     app.web.web_app.middlewares.append(json_errors(answers))
     install_handle_error(answers)
     guard_web_server(app, worker.settings, worker.metrics.registry, answers)  # timeouts and a cap (agents.web_edge)
+    access = ReadAccess(worker.settings.api_tokens_file, worker.catalog.primary.name, answers)
+    if access.enabled:  # bearer tokens for every read of counts (agents.trust)
+        app.web.web_app.middlewares.append(read_tokens_middleware(access))
 
     def error(web, exc: ApiError):
         reason = "not_found" if exc.status == 404 else "bad_parameter"
@@ -229,7 +233,8 @@ def add_pages(app: faust.App, worker: ServedWorker) -> QueryRunner:
     async def metrics(web, request):
         try:
             if wants_listing(request):  # the metric listing (JSON); Prometheus gets the exposition
-                doc = await worker.router.listing(worker.catalog.describe(), bool(request.headers.get(FORWARDED_HEADER)))
+                doc = await worker.router.listing(worker.catalog.describe(), bool(request.headers.get(FORWARDED_HEADER)),
+                                                  request.headers.get("Authorization"))
                 return web.bytes(to_json(doc), content_type=JSON_TYPE)
             check_query("metrics", request.query.items())
         except ApiError as exc:

@@ -37,9 +37,11 @@ BATCH_ID_BYTES = 16
 REJECT_REASONS = ("invalid_size", "no_key", "missing_mac", "bad_mac")
 
 
-def read_key(path: str, label: str) -> bytes:
-    """The claim key in ``path`` (its bytes without surrounding whitespace), checked: at least
-    :data:`MIN_KEY_BYTES`. A bad file raises InvalidParameterError naming ``label`` and the path."""
+def read_key(path: str, label: str, minimum: int = MIN_KEY_BYTES,
+             shared: str = "the same file for every shuffling collector and every worker") -> bytes:
+    """The key in ``path`` (its bytes without surrounding whitespace), checked: at least ``minimum`` bytes
+    (the claim key's :data:`MIN_KEY_BYTES`). A bad file raises InvalidParameterError naming ``label`` and
+    the path; ``shared`` says who must hold the same file."""
     try:
         with open(path, "rb") as f:
             key = f.read(MAX_KEY_BYTES + 1).strip()
@@ -47,10 +49,9 @@ def read_key(path: str, label: str) -> bytes:
         raise InvalidParameterError(label, path, f"cannot be read: {exc.strerror or exc}") from None
     if len(key) > MAX_KEY_BYTES:
         raise InvalidParameterError(label, path, f"holds more than {MAX_KEY_BYTES} bytes: not a key file")
-    if len(key) < MIN_KEY_BYTES:
-        raise InvalidParameterError(label, path, f"holds {len(key)} bytes; a claim key needs at least {MIN_KEY_BYTES} "
-                                                 "(e.g. openssl rand -hex 32 > FILE), the same file for every "
-                                                 "shuffling collector and every worker")
+    if len(key) < minimum:
+        raise InvalidParameterError(label, path, f"holds {len(key)} bytes; a key needs at least {minimum} "
+                                                 f"(e.g. openssl rand -hex 32 > FILE), {shared}")
     return key
 
 

@@ -91,11 +91,24 @@ def load_tokens(path: str | Path) -> dict[bytes, Application]:
     return out
 
 
+def tokens_file(raw, label: str) -> str:
+    """A flag's parser (registry.flags.Setting): the path of a tokens file that loads (:func:`load_tokens`)."""
+    from cms_core.errors import InvalidParameterError
+
+    path = str(raw)
+    try:
+        load_tokens(path)
+    except TokensFileError as exc:
+        raise InvalidParameterError(label, raw, str(exc)) from None
+    return path
+
+
 class Authenticator:
     """``Authorization: Bearer <token>`` against the token hashes (None = open collector)."""
 
-    def __init__(self, applications: dict[bytes, Application] | None):
+    def __init__(self, applications: dict[bytes, Application] | None, server: str = "collector"):
         self.applications = applications
+        self.server = server  # named in the answers: "this collector needs ..."
 
     @property
     def enabled(self) -> bool:
@@ -106,7 +119,7 @@ class Authenticator:
         if self.applications is None:
             return None
         if not header:
-            raise AuthError("missing_token", "this collector needs 'Authorization: Bearer <token>'")
+            raise AuthError("missing_token", f"this {self.server} needs 'Authorization: Bearer <token>'")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthError("missing_token", "expected 'Authorization: Bearer <token>'")
@@ -115,7 +128,7 @@ class Authenticator:
         app = self.applications.get(digest)
         # The dict lookup is by hash; compare again in constant time to keep the check honest.
         if app is None or not hmac.compare_digest(app.token_sha256, digest):
-            raise AuthError("unknown_token", "the bearer token is not known to this collector")
+            raise AuthError("unknown_token", f"the bearer token is not known to this {self.server}")
         return app
 
 

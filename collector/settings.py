@@ -39,6 +39,15 @@ def _idempotency_topic(raw, label: str) -> str | None:
     return None if str(raw).strip().lower() == "off" else topic(raw, label)
 
 
+#: Fewest bytes of an --idempotency-secret-file (BLAKE2b takes keys of up to 64; longer ones are cut there).
+MIN_SECRET_BYTES = 16
+
+
+def _secret_file(raw, label: str) -> str:
+    claims.read_key(str(raw), label, MIN_SECRET_BYTES, "the same file for every collector replica")
+    return str(raw)
+
+
 def _instance_id(raw, label: str) -> str:
     value = str(raw).strip()
     if not re.fullmatch(r"[A-Za-z0-9._:-]{1,200}", value):
@@ -111,8 +120,10 @@ SETTINGS: tuple[Setting, ...] = (
     _row("idempotency_topic", "collector-only topic the replicas share retries through, so a retried upload counts "
          "once across restarts and replicas; off = per process (collector/exactly_once/)", _idempotency_topic,
          metavar="TOPIC", default_text="<source topic>-idempotency"),
-    _row("idempotency_secret_file", "file holding a secret shared by the replicas: keys the hash of each "
-         "Idempotency-Key in that topic", existing_file, metavar="FILE", default_text="off"),
+    _row("idempotency_secret_file", "file holding a secret (at least 16 bytes, e.g. openssl rand -hex 32) shared by "
+         "the replicas: keys the hash of each Idempotency-Key in that topic; without it the hashes are unkeyed "
+         "(said at start: docs/collector.md, Retries)", _secret_file, metavar="FILE",
+         default_text="off: unkeyed hashes"),
     _row("instance_id", "this collector's identity across restarts (its transactional id), unique among live "
          "collectors", _instance_id, metavar="ID", default_text="host:port"),
     _row("access_log_client_addresses", "log client addresses and user agents (off by default: privacy at the edge)",

@@ -43,7 +43,7 @@ def test_a_claim_that_does_not_verify_is_not_believed_and_says_why(headers, key,
 def test_the_key_file_is_checked_once_with_a_message_naming_it(tmp_path):
     short = tmp_path / "short"
     short.write_text("abc\n")
-    with pytest.raises(InvalidParameterError, match="--shuffle-claim-key-file.*holds 3 bytes.*at least 32"):
+    with pytest.raises(InvalidParameterError, match="--shuffle-claim-key-file.*holds 3 bytes.*at least 32.*every worker"):
         claims.key_file(str(short), "--shuffle-claim-key-file")
     with pytest.raises(InvalidParameterError, match="cannot be read"):
         claims.key_file(str(tmp_path / "missing"), "--shuffle-claim-key-file")

@@ -189,14 +189,16 @@ def records_of(message: bytes, version) -> list[bytes]:
 
 
 @contextlib.contextmanager
-def serving_worker(registry: Path, broker, topic: str, log_dir: Path, *extra: str):
+def serving_worker(registry: Path, broker, topic: str, log_dir: Path, *extra: str, token: str | None = None):
     """``ocms worker --registry REGISTRY`` reading ``topic``, serving its API (n = 0 answered); stopped on
     the way out. It counts every version of the registry's metrics; its name-less /estimates answers
     the first metric's ("dest" version 1). On the mock its group session is MOCK_SESSION_SECONDS
     (tests/brokers.py: the fault tests stop and restart it)."""
     session = MOCK_SESSION_ARGS if endpoint(broker)[1].name == "mock" else ()
     worker = WorkerProcess(broker, f"{topic}-worker", topic, log_dir, "--registry", str(registry),
-                           "--batch-max-seconds", "0.1", *session, *extra).start()
+                           "--batch-max-seconds", "0.1", *session, *extra)
+    worker.token = token  # a read token, when --api-tokens-file is among extra
+    worker.start()
     try:
         worker.wait_for_n(0, timeout=90)
         yield worker

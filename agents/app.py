@@ -27,6 +27,7 @@ import time
 import faust
 
 from cms_core import wire
+from collector.http_server import server_tls_context
 from registry import Registry
 
 from .catalog import Catalog
@@ -45,6 +46,7 @@ from .status import WorkerStatus, owned_partitions
 from .trust import ClaimCheck
 from .view import ChangelogReader, CountsView
 from .web import add_pages
+from .web_edge import peer_tls
 
 log = logging.getLogger("ocms.worker")
 
@@ -82,6 +84,9 @@ def faust_settings(settings: WorkerSettings) -> dict:
     )
     if profile.one_record_batches:
         conf["producer_max_batch_size"] = 1  # any record exceeds 1 byte: one record per batch
+    if settings.tls_cert:  # HTTPS, and the other workers forward to https:// (agents.web_edge)
+        conf["web_ssl_context"] = server_tls_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+        conf["canonical_url"] = f"https://{settings.advertised_web_host}:{settings.web_port}"
     return conf
 
 
@@ -126,7 +131,7 @@ class OCMSWorker:
         self.claims = ClaimCheck(settings, self.metrics)  # which shuffle claims are believed (cms_core.claims)
         self.app = self._build_app()
         self.group.recovering = lambda: self.app.rebalancing
-        self.router = Router(self.app, self.share, settings.changelog_topic, self.reader.current)
+        self.router = Router(self.app, self.share, settings.changelog_topic, self.reader.current, ssl=peer_tls(settings))
         writer = TableWriter(self.table, settings.source_topic)
         self.retention = Retention(self.app, writer, self.owned_partitions)
         self.checkpoint = Checkpoint(

@@ -21,11 +21,13 @@ from typing import Mapping
 
 from cms_core import claims
 from collector.guard import tokens_file
+from collector.http_server import check_tls
 from cms_core.errors import InvalidParameterError
 from producer.kafka import EMBEDDED, KAFKA, PROFILES, BrokerProfile, broker_profile
 from registry import Registry
 from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, METRIC_SETTINGS, REGISTRY, Setting, check_fields, choice,
-                            integer, markdown_table, metrics_from_args, number, resolve, table_main, text, topic)
+                            existing_file, integer, markdown_table, metrics_from_args, number, resolve, table_main,
+                            text, topic)
 
 TABLE_NAME = "ocms-counts"
 
@@ -84,6 +86,12 @@ WORKER_ROWS: tuple[Setting, ...] = (
             "its view holds are forwarded there); default: --web-host, or when that is 0.0.0.0 or ::, the address "
             "this host reaches the broker from (never 0.0.0.0: every worker would advertise the same address)",
             text, metavar="HOST", default_text="see help"),
+    Setting("tls_cert", "PEM certificate chain: serve the HTTP API over HTTPS (the other workers are then reached "
+            "at https://)", existing_file, metavar="FILE", default_text="off"),
+    Setting("tls_key", "PEM private key of --tls-cert", existing_file, metavar="FILE", default_text="off"),
+    Setting("tls_client_ca", "PEM certificate authority: with TLS, every client must present a certificate it signed "
+            "(mutual TLS); the workers present theirs (--tls-cert) to each other and verify each other against it",
+            existing_file, metavar="FILE", default_text="off"),
     Setting("web_header_timeout_seconds", "a request's header must arrive within this of its first byte; else 408 "
             "and the connection is closed (as the collector's --header-timeout-seconds)", number(), default=10.0,
             metavar="SECONDS"),
@@ -140,6 +148,10 @@ class WorkerSettings:
     web_port: int
     #: None: derived (``advertised_web_host``)
     web_advertise_host: str | None
+    #: HTTPS (collector.http_server.server_tls_context); None: plain HTTP.
+    tls_cert: str | None
+    tls_key: str | None
+    tls_client_ca: str | None
     #: The HTTP server's bounds (agents.web_edge), as the collector's.
     web_header_timeout_seconds: float
     web_idle_timeout_seconds: float
@@ -175,6 +187,10 @@ class WorkerSettings:
         return self.labels.get(name) or f"{BY_NAME[name].flag} (or {BY_NAME[name].env})"
 
     @property
+    def web_scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
+
+    @property
     def session_timeout_s(self) -> float:
         return self.session_timeout_seconds or self.broker.session_timeout_s
 
@@ -190,6 +206,7 @@ class WorkerSettings:
             raise InvalidParameterError(labels["bootstrap_servers"], None,
                                         "give a Kafka bootstrap address or use the embedded broker")
         values["bootstrap_servers"] = values["bootstrap_servers"] or ""
+        check_tls(values, labels)
         if values["source_topic"] == values["dead_letter_topic"]:
             raise InvalidParameterError(labels["dead_letter_topic"], values["dead_letter_topic"],
                                         "must differ from the source topic")

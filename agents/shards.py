@@ -114,6 +114,8 @@ class Router:
     #: record written before the call, raises ViewBehind when it cannot tell in time
     current: Callable[[], Awaitable[None]]
     timeout: float = FORWARD_TIMEOUT_S
+    #: the TLS context of requests to the other workers (agents.web_edge.peer_tls); None: plain HTTP
+    ssl: object = None
     forwarded: int = field(init=False, default=0)
     _session: object = field(init=False, default=None)
 
@@ -199,7 +201,8 @@ class Router:
         import aiohttp
 
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+            connector = aiohttp.TCPConnector(ssl=self.ssl) if self.ssl is not None else None
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout), connector=connector)
         return self._session
 
     async def _get_json(self, url: str, authorization: str | None = None) -> dict | None:

@@ -14,15 +14,18 @@ console and ``/metrics`` get the same bounds, each a setting (agents/settings.py
 * a body nobody reads (the API takes none) is read and dropped for at most aiohttp's lingering time (10 s)
   after the answer, then the connection is closed.
 
-``ocms_http_connections`` is the number open. With ``--tls-cert-file``/``--tls-key-file`` the server speaks
-HTTPS (:func:`server_tls_context`, shared with the collector).
+``ocms_http_connections`` is the number open. With ``--tls-cert``/``--tls-key`` the server speaks HTTPS
+(:func:`collector.http_server.server_tls_context`, shared with the collector), and the other workers are
+reached at https:// (:func:`peer_tls`); with ``--tls-client-ca`` every client must present a certificate
+that authority signed, and the workers present theirs to each other.
 """
 
 from __future__ import annotations
 
 import logging
 
-from collector.http_server import ConnectionGuard, ConnectionMetrics, ErrorAnswers, GuardedAppRunner
+from collector.http_server import (ConnectionGuard, ConnectionMetrics, ErrorAnswers, GuardedAppRunner,
+                                   client_tls_context)
 
 
 def guard_web_server(app, settings, registry, answers: ErrorAnswers) -> ConnectionGuard:
@@ -37,3 +40,11 @@ def guard_web_server(app, settings, registry, answers: ErrorAnswers) -> Connecti
     web._runner = GuardedAppRunner(web.web_app, guard=guard, answers=answers, access_log=None,
                                    keepalive_timeout=settings.web_idle_timeout_seconds)
     return guard
+
+
+def peer_tls(settings):
+    """The TLS context this worker forwards queries to the others with (None without TLS): they are verified
+    against ``--tls-client-ca`` (else the system's authorities), and it presents its own certificate."""
+    if not settings.tls_cert:
+        return None
+    return client_tls_context(settings.tls_client_ca, settings.tls_cert, settings.tls_key)

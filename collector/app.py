@@ -47,7 +47,7 @@ from .guard import (
 from .exactly_once.commit import KeyHeld
 from .exactly_once.shared import IdempotencyPending, SharedIdempotency
 from .http_server import (ConnectionGuard, ConnectionMetrics, ErrorAnswers, GuardedAppRunner, close_after, json_errors,
-                          quiet_aiohttp_server_log)
+                          quiet_aiohttp_server_log, server_tls_context)
 from .lanes import Lane, ShuffleLane
 from .outlet import KafkaOutlet
 from .shuffle import shuffle_claim_key
@@ -361,15 +361,17 @@ class Collector:
         after CLOSE_AFTER_FAULTS: a closed-loop reject storm slows itself down instead of crowding
         valid uploads out of the event loop (a timer costs no CPU). An accepted upload resets it.
         """
-        transport = request.transport
+        # The connection's handler, not its transport: a TLS transport (asyncio's _SSLProtocolTransport) takes
+        # no weak reference, and every client fault over TLS was a 500.
+        connection = request.protocol if request.transport is not None else None
         if response.status not in TARPIT_STATUSES:
-            if transport is not None and self.strikes:
-                self.strikes.pop(transport, None)
+            if connection is not None and self.strikes:
+                self.strikes.pop(connection, None)
             return
         strikes = 1
-        if transport is not None:
-            strikes = self.strikes.get(transport, 0) + 1
-            self.strikes[transport] = strikes
+        if connection is not None:
+            strikes = self.strikes.get(connection, 0) + 1
+            self.strikes[connection] = strikes
         if strikes >= CLOSE_AFTER_FAULTS:
             response.force_close()
         await asyncio.sleep(min(MAX_REJECT_DELAY_S, self.reject_delay * 2 ** min(strikes - 1, 20)))
@@ -590,12 +592,8 @@ class CollectorServer(StartStopContext):
         await self.runner.setup()
         server = self.runner.server
         server.request_handler = collector.fast_uploads(server.inner_request_handler)  # before any connection
-        ssl_context = None
-        if settings.tls_cert:
-            import ssl
-
-            ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ssl_context.load_cert_chain(settings.tls_cert, settings.tls_key)
+        ssl_context = server_tls_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca) \
+            if settings.tls_cert else None
         site = web.TCPSite(self.runner, settings.host, settings.port, ssl_context=ssl_context, backlog=1024)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]

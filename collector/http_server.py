@@ -260,6 +260,53 @@ def _one_line_filter(record: logging.LogRecord) -> bool:
     return True
 
 
+# ------------------------------------------------------------------------------- TLS
+def server_tls_context(cert: str, key: str, client_ca: str | None = None):
+    """The TLS context of a server (the collector's, the worker's): ``cert`` (PEM chain) and ``key``; with
+    ``client_ca`` every client must present a certificate that CA signed (mutual TLS). TLS 1.2 at least."""
+    import ssl
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    if client_ca:
+        context.load_verify_locations(client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def client_tls_context(ca: str | None = None, cert: str | None = None, key: str | None = None):
+    """The TLS context of a client (a worker forwarding to another): servers verified against ``ca`` (the system's
+    authorities when None), and with ``cert``/``key`` this process's certificate presented (mutual TLS)."""
+    import ssl
+
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert and key:
+        context.load_cert_chain(cert, key)
+    return context
+
+
+def check_tls(values: dict, labels, cert: str = "tls_cert", key: str = "tls_key", ca: str = "tls_client_ca") -> None:
+    """The TLS settings of a server, once at start: both files or neither, and they load (an error names the flag
+    and the file, never a traceback)."""
+    import ssl
+
+    from cms_core.errors import InvalidParameterError
+
+    if (values[cert] is None) != (values[key] is None):
+        raise InvalidParameterError(labels[key], values[key], f"{labels[cert]} and {labels[key]} go together")
+    if values[ca] and not values[cert]:
+        raise InvalidParameterError(labels[ca], values[ca], f"applies to TLS: give {labels[cert]} and {labels[key]}")
+    if values[cert]:
+        try:
+            server_tls_context(values[cert], values[key], values[ca])
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise InvalidParameterError(labels[cert], values[cert], f"does not load with {labels[key]} "
+                                        f"{values[key]}{' and ' + labels[ca] + ' ' + values[ca] if values[ca] else ''}: "
+                                        f"{exc}") from None
+
+
 # ------------------------------------------------------------------------------- connections
 def open_files_limit() -> int | None:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)

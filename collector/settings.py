@@ -19,6 +19,7 @@ from typing import Mapping
 
 from cms_core import claims
 from cms_core.errors import InvalidParameterError
+from collector.http_server import check_tls
 from producer.kafka import KAFKA, PROFILES, BrokerProfile, broker_profile
 from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, Setting, check_fields, choice, existing_file, integer,
                             markdown_table, number, resolve, switch, table_main, text, topic)
@@ -78,6 +79,8 @@ SETTINGS: tuple[Setting, ...] = (
     _row("tls_cert", "PEM certificate chain: serve HTTPS (or terminate TLS in a reverse proxy)", existing_file,
          metavar="FILE", default_text="off"),
     _row("tls_key", "PEM private key of --tls-cert", existing_file, metavar="FILE", default_text="off"),
+    _row("tls_client_ca", "PEM certificate authority: with TLS, every client must present a certificate it signed "
+         "(mutual TLS; devices then need one)", existing_file, metavar="FILE", default_text="off"),
     _row("max_body_bytes", "largest upload body, checked before it is read; larger: 413", integer(64, 1 << 30),
          1_048_576, metavar="BYTES"),
     _row("max_upload_reports", "most reports per upload (also bounds a frame: an upload never spans two); "
@@ -160,6 +163,7 @@ class CollectorSettings:
     port: int
     tls_cert: str | None
     tls_key: str | None
+    tls_client_ca: str | None
     max_body_bytes: int
     max_upload_reports: int
     max_queued_reports: int
@@ -215,9 +219,8 @@ class CollectorSettings:
                                             f"required: give {BY_NAME[name].flag} or {BY_NAME[name].env}")
         if "idempotency_topic" not in labels.given:
             values["idempotency_topic"] = values["source_topic"] + "-idempotency"
+        check_tls(values, labels)
         settings = cls(labels=labels, **values)
-        if (settings.tls_cert is None) != (settings.tls_key is None):
-            raise InvalidParameterError(labels["tls_key"], settings.tls_key, "--tls-cert and --tls-key go together")
         if settings.max_upload_reports > settings.frame_max_reports:
             raise InvalidParameterError(labels["max_upload_reports"], settings.max_upload_reports,
                                         f"must be <= the frame bound {settings.frame_max_reports} (an upload never "

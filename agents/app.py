@@ -28,6 +28,8 @@ import faust
 
 from cms_core import wire
 from infra.kafka import wait_for_late_batches
+from infra import kafka_security
+from infra.http_edge import server_tls_context
 from registry import Registry
 
 from .catalog import Catalog
@@ -43,8 +45,10 @@ from .retention import Retention, expiry_interval
 from .shards import Router, Share
 from .settings import TABLE_NAME, WorkerSettings
 from .status import WorkerStatus, owned_partitions
+from .trust import ClaimCheck
 from .view import ChangelogReader, CountsView
 from .web import add_pages
+from .web_edge import peer_tls
 
 log = logging.getLogger("ocms.worker")
 
@@ -82,6 +86,13 @@ def faust_settings(settings: WorkerSettings) -> dict:
     )
     if profile.one_record_batches:
         conf["producer_max_batch_size"] = 1  # any record exceeds 1 byte: one record per batch
+    security = kafka_security.load(settings.kafka_config_file, settings.label("kafka_config_file")) \
+        if settings.kafka_config_file else None
+    if security is not None and security.faust_credentials() is not None:  # SASL and TLS (infra.kafka_security)
+        conf["broker_credentials"] = security.faust_credentials()
+    if settings.tls_cert:  # HTTPS, and the other workers forward to https:// (agents.web_edge)
+        conf["web_ssl_context"] = server_tls_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+        conf["canonical_url"] = f"https://{settings.advertised_web_host}:{settings.web_port}"
     return conf
 
 
@@ -97,6 +108,7 @@ class OCMSWorker:
 
     def __init__(self, settings: WorkerSettings, metrics: Registry):
         self.settings = settings
+        kafka_security.use(settings.kafka_config_file)  # SASL and TLS of every Kafka client of this process
         self.source_topic = settings.source_topic  # read by agents.intake
         self.view = CountsView()
         # Every metric version served, by name and fingerprint (a registry, or the single-metric flags').
@@ -123,9 +135,10 @@ class OCMSWorker:
                                       settled=lambda: not self.app.rebalancing, profile=settings.broker)
         self.status = WorkerStatus(self)
         self._shuffle_warned = False  # an invalid ocms-shuffle-n header is logged once
+        self.claims = ClaimCheck(settings, self.metrics)  # which shuffle claims are believed (cms_core.claims)
         self.app = self._build_app()
         self.group.recovering = lambda: self.app.rebalancing
-        self.router = Router(self.app, self.share, settings.changelog_topic, self.reader.current)
+        self.router = Router(self.app, self.share, settings.changelog_topic, self.reader.current, ssl=peer_tls(settings))
         writer = TableWriter(self.table, settings.source_topic)
         self.retention = Retention(self.app, writer, self.owned_partitions)
         self.checkpoint = Checkpoint(
@@ -258,7 +271,7 @@ class OCMSWorker:
         """The shuffled batch a frame's reports came in (``ocms-shuffle-n``), 0 when not shuffled. A header
         that is not a batch size of at least the frame's reports is counted and taken as not shuffled: the
         reports still count, only the claim about them is the weaker (local) one."""
-        size = wire.shuffled_batch_size(getattr(message, "headers", None), reports)
+        size = self.claims.size(message, reports)
         if size is None:
             self.metrics.shuffle_header_invalid.inc()
             if not self._shuffle_warned:
@@ -358,6 +371,7 @@ async def prepare_topics(settings: WorkerSettings) -> None:
     whose clients cannot create topics: check they exist with them)."""
     from infra.kafka import create_topics
 
+    kafka_security.use(settings.kafka_config_file)
     await create_topics(
         settings.bootstrap_servers,
         {settings.source_topic: settings.partitions, settings.dead_letter_topic: settings.partitions,

@@ -76,6 +76,8 @@ from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TP, Message
 
+from infra import kafka_security
+
 from .rebalance import GroupWatch
 
 log = logging.getLogger("ocms.worker")
@@ -482,7 +484,8 @@ async def nudge_group(coordinator: GroupCoordinator, connections: int = NUDGE_CO
     conns = []
     try:
         for _ in range(connections):
-            conns.append(await create_conn(broker.host, broker.port, client_id="ocms-group-nudge"))
+            conns.append(await create_conn(broker.host, broker.port, client_id="ocms-group-nudge",
+                                           **kafka_security.client_options()))
         for _ in range(rounds):
             await asyncio.gather(*(conn.send(request) for conn in conns), return_exceptions=True)
     except (KafkaError, OSError) as exc:

@@ -90,6 +90,10 @@ class PipelineMetrics:
         self.shuffle_header_invalid = Counter(
             "ocms_shuffle_header_invalid", "frames whose ocms-shuffle-n header is not a batch size of at least their "
             "reports: counted, as not shuffled", registry=r)
+        self.shuffle_claims_rejected = Counter(
+            "ocms_shuffle_claims_rejected", "frames with an ocms-shuffle-n claim this worker did not believe, by why "
+            "(cms_core.claims: no_key, missing_mac, bad_mac, invalid_size): their reports count as not shuffled",
+            ["reason"], registry=r)
         r.register(ANSWER_RECORDS_DROPPED)
         Gauge("ocms_build_info", "1, labelled with this worker's release and wire format (cms_core/version.py)",
               ["version", "wire_format"], registry=r).labels(**build_info_labels()).set(1)

@@ -241,7 +241,7 @@ def plan_additions(
     levels: Sequence[tuple[int, int]] | Mapping[str, Sequence[tuple[int, int]]],
 ) -> tuple[BatchPlan, dict[BucketKey, list]]:
     """What a micro-batch adds to each member key, exact under replay: ``(plan, added)``, ``added``
-    mapping a key to ``[n, counts, highest offset, shuffled reports, smallest shuffled batch]``
+    mapping a key to ``[n, counts, highest offset, shuffled reports, smallest shuffled batch, largest]``
     (``plan`` without writes: ``plan_batch`` and ``encoded_plan`` fold ``added`` each their way).
 
     ``last_offset(key)`` is the highest source offset a key's stored state holds (NO_OFFSET for
@@ -303,16 +303,17 @@ def plan_additions(
             for segment in segments[cuts.index(threshold):]:
                 if segment is None:
                     continue
-                n, counts, last, shuffled, shuffle_min = segment
+                n, counts, last, shuffled, shuffle_min, shuffle_max = segment
                 slot = added.get(key)
                 if slot is None:  # counts shared with the group's other keys: never added to in place
-                    added[key] = [n, counts, last, shuffled, shuffle_min]
+                    added[key] = [n, counts, last, shuffled, shuffle_min, shuffle_max]
                 else:  # (4-byte counts: a key's sum over one batch is at most the batch's reports, < 2^32)
                     slot[0] += n
                     slot[1] = slot[1] + counts
                     slot[2] = max(slot[2], last)
                     slot[3] += shuffled
                     slot[4] = smallest_batch(slot[4], shuffle_min)
+                    slot[5] = max(slot[5], shuffle_max)
     plan.decode_seconds = time.perf_counter() - started
     for key, slot in added.items():
         if key.is_total:
@@ -343,17 +344,18 @@ def plan_batch(
         return NO_OFFSET if state is None else state.last_offset
 
     plan, added = plan_additions(messages, last_offset, params_by_fp, tracked_by_fp, levels)
-    for key, (n, counts, last, shuffled, shuffle_min) in added.items():
-        plan.writes.append((key, fold(states[key], counts, n, last, shuffled, shuffle_min)))
+    for key, (n, counts, last, shuffled, shuffle_min, shuffle_max) in added.items():
+        plan.writes.append((key, fold(states[key], counts, n, last, shuffled, shuffle_min, shuffle_max)))
     plan.writes.extend((key, states[key]) for key in plan.reasserted)
     return plan
 
 
 def new_segment(messages: Sequence[AcceptedMessage], batch: ReportBatch, last: int) -> list:
     """``[n, counts (decode_segments fills them), last offset, shuffled reports, smallest shuffled
-    batch]`` of consecutive events of one group, ``batch`` their reports."""
-    shuffled = [m for m in messages if m.shuffle_n]
-    return [len(batch), None, last, sum(len(m.batch) for m in shuffled), min((m.shuffle_n for m in shuffled), default=0)]
+    batch, largest]`` of consecutive events of one group, ``batch`` their reports."""
+    shuffled = [m.shuffle_n for m in messages if m.shuffle_n]
+    return [len(batch), None, last, sum(len(m.batch) for m in messages if m.shuffle_n), min(shuffled, default=0),
+            max(shuffled, default=0)]
 
 
 def decode_segments(jobs: list) -> None:
@@ -427,9 +429,9 @@ def encoded_plan(
 
     plan, added = plan_additions(messages, last_offset, params_by_fp, tracked_by_fp, levels)
     touched: dict[StateKey, None] = {}
-    for key, (n, counts, last, shuffled, shuffle_min) in added.items():
+    for key, (n, counts, last, shuffled, shuffle_min, shuffle_max) in added.items():
         table_key = key_of(key)
-        bundles[table_key].fold(key.fingerprint, counts, n, last, shuffled, shuffle_min)
+        bundles[table_key].fold(key.fingerprint, counts, n, last, shuffled, shuffle_min, shuffle_max)
         touched[table_key] = None
     for key in plan.reasserted:  # written again unchanged (plan_additions says why)
         touched[key_of(key)] = None

@@ -19,9 +19,13 @@ from argparse import Namespace
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from cms_core import claims
+from infra.tokens import tokens_file
+from infra.http_edge import check_tls
 from cms_core.errors import InvalidParameterError
+from infra import kafka_security
 from infra.kafka import DEFAULT_SOURCE_TOPIC, EMBEDDED, KAFKA, PROFILES, BrokerProfile, broker_profile
-from infra.settings import (LOG_LEVELS, Setting, check_fields, choice, integer, markdown_table, number, resolve,
+from infra.settings import (LOG_LEVELS, Setting, check_fields, choice, existing_file, integer, markdown_table, number, resolve,
                             table_main, text, topic)
 from registry import Registry
 from registry.flags import METRIC_SETTINGS, REGISTRY, metrics_from_args
@@ -59,6 +63,10 @@ WORKER_ROWS: tuple[Setting, ...] = (
             "Tansu broker (3 s sessions, one-record producer batches, 100 ms fetch wait); mock = librdkafka's mock "
             "cluster (topics created beforehand)", broker_profile,
             default=KAFKA, default_text="kafka", choices=tuple(PROFILES)),
+    Setting("kafka_config_file", "JSON of the Kafka clients' SASL and TLS settings (security_protocol, sasl_mechanism, "
+            "sasl_username, sasl_password_file, ssl_cafile, ssl_certfile, ssl_keyfile; infra/kafka_security.py): "
+            "every Kafka client of the worker uses them", kafka_security.config_file, metavar="FILE",
+            default_text="off: plaintext"),
     Setting("session_timeout_seconds", "consumer group session: a worker that stops heartbeating (killed, "
             "partitioned) keeps its partitions this long before the group moves them", number(1.0, inclusive=True),
             metavar="SECONDS", default_text="the broker profile's: kafka, mock 30; embedded 3"),
@@ -83,6 +91,20 @@ WORKER_ROWS: tuple[Setting, ...] = (
             "its view holds are forwarded there); default: --web-host, or when that is 0.0.0.0 or ::, the address "
             "this host reaches the broker from (never 0.0.0.0: every worker would advertise the same address)",
             text, metavar="HOST", default_text="see help"),
+    Setting("tls_cert", "PEM certificate chain: serve the HTTP API over HTTPS (the other workers are then reached "
+            "at https://)", existing_file, metavar="FILE", default_text="off"),
+    Setting("tls_key", "PEM private key of --tls-cert", existing_file, metavar="FILE", default_text="off"),
+    Setting("tls_client_ca", "PEM certificate authority: with TLS, every client must present a certificate it signed "
+            "(mutual TLS); the workers present theirs (--tls-cert) to each other and verify each other against it",
+            existing_file, metavar="FILE", default_text="off"),
+    Setting("web_header_timeout_seconds", "a request's header must arrive within this of its first byte; else 408 "
+            "and the connection is closed (as the collector's --header-timeout-seconds)", number(), default=10.0,
+            metavar="SECONDS"),
+    Setting("web_idle_timeout_seconds", "a connection of the HTTP API without a request for this long is closed",
+            number(), default=30.0, metavar="SECONDS"),
+    Setting("web_max_connections", "open HTTP connections at most, lowered to fit the open-files limit; beyond it "
+            "the longest-idle one is closed, or the new one answered 503", integer(1, 1 << 20), default=10_000,
+            metavar="N"),
     Setting("store", "table store: memory:// or rocksdb://PATH (production; extra rocksdb)", store,
             default="memory://", metavar="URL"),
     Setting("view", "counts this worker's view holds: share (the metrics of its assigned partitions; queries for "
@@ -93,6 +115,13 @@ WORKER_ROWS: tuple[Setting, ...] = (
             default=3600, metavar="SECONDS"),
     Setting("discovery_interval_seconds", "with --registry: seconds between discovery passes (0: none on this "
             "worker, e.g. all but one of a group)", number(0.0, inclusive=True), default=300.0, metavar="SECONDS"),
+    # trust (docs/reference.md, Who may read; docs/privacy.md, Who may claim a shuffle)
+    Setting("api_tokens_file", "JSON of applications and token SHA-256 hashes (the collector's --tokens-file "
+            "format): the API, /metrics, /discovered and the console's data need a bearer token, \"metrics\" "
+            "limiting what a token may read", tokens_file, metavar="FILE", default_text="off: reads are open"),
+    Setting("shuffle_claim_key_file", "file of the key the shuffling collectors sign their batch claims with "
+            "(their --shuffle-claim-key-file): a central epsilon is stated only for frames whose claim verifies",
+            claims.key_file, metavar="FILE", default_text="off: no central epsilon is stated"),
     Setting("log_level", "log level", choice(*LOG_LEVELS), default="info", choices=LOG_LEVELS),
     Setting("truth_file", "ground-truth JSON of a simulated fleet (ocms simulate --truth), shown by the console "
             "beside the estimates", text, metavar="PATH", option="--truth"),
@@ -111,6 +140,8 @@ class WorkerSettings:
 
     bootstrap_servers: str
     broker: BrokerProfile
+    #: SASL and TLS of every Kafka client (infra.kafka_security); None: plaintext.
+    kafka_config_file: str | None
     #: The consumer group session (None: the broker profile's).
     session_timeout_seconds: float | None
     app_id: str
@@ -124,11 +155,23 @@ class WorkerSettings:
     web_port: int
     #: None: derived (``advertised_web_host``)
     web_advertise_host: str | None
+    #: HTTPS (infra.http_edge.server_tls_context); None: plain HTTP.
+    tls_cert: str | None
+    tls_key: str | None
+    tls_client_ca: str | None
+    #: The HTTP server's bounds (agents.web_edge), as the collector's.
+    web_header_timeout_seconds: float
+    web_idle_timeout_seconds: float
+    web_max_connections: int
     store: str
     #: "all": the view holds every metric; "share": the metrics of the assigned partitions (agents.shards).
     view: str
     discovery_window_seconds: int
     discovery_interval_seconds: float
+    #: Read tokens (agents.trust.ReadAccess); None: reads are open.
+    api_tokens_file: str | None
+    #: The shuffle claim key (cms_core.claims); None: no claim is believed.
+    shuffle_claim_key_file: str | None
     log_level: str
     truth_file: str | None  # ground truth of a simulated fleet, for the console (ocms run)
     #: What set each setting (flag, variable, or both names for a default): errors name it.
@@ -151,6 +194,10 @@ class WorkerSettings:
         return self.labels.get(name) or f"{BY_NAME[name].flag} (or {BY_NAME[name].env})"
 
     @property
+    def web_scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
+
+    @property
     def session_timeout_s(self) -> float:
         return self.session_timeout_seconds or self.broker.session_timeout_s
 
@@ -166,6 +213,7 @@ class WorkerSettings:
             raise InvalidParameterError(labels["bootstrap_servers"], None,
                                         "give a Kafka bootstrap address or use the embedded broker")
         values["bootstrap_servers"] = values["bootstrap_servers"] or ""
+        check_tls(values, labels)
         if values["source_topic"] == values["dead_letter_topic"]:
             raise InvalidParameterError(labels["dead_letter_topic"], values["dead_letter_topic"],
                                         "must differ from the source topic")

@@ -114,6 +114,8 @@ class Router:
     #: record written before the call, raises ViewBehind when it cannot tell in time
     current: Callable[[], Awaitable[None]]
     timeout: float = FORWARD_TIMEOUT_S
+    #: the TLS context of requests to the other workers (agents.web_edge.peer_tls); None: plain HTTP
+    ssl: object = None
     forwarded: int = field(init=False, default=0)
     _session: object = field(init=False, default=None)
 
@@ -150,11 +152,12 @@ class Router:
                                          "retry shortly")
         return await self.forward(web, request, owner, metric)
 
-    async def listing(self, doc: dict, forwarded: bool) -> dict:
+    async def listing(self, doc: dict, forwarded: bool, authorization: str | None = None) -> dict:
         """The JSON metric listing (``doc``: this worker's): with ``--view share`` the entries of metrics
         held elsewhere come from their holders (one request per holder, concurrently); an entry no holder
         gave says ``"unavailable"`` and why. A forwarded listing request gets this worker's own, its entries
-        of metrics this view does not hold complete saying ``"unavailable"`` (their counts here are partial)."""
+        of metrics this view does not hold complete saying ``"unavailable"`` (their counts here are partial).
+        ``authorization``: the client's header, sent on to the holders (they check the same tokens)."""
         share = self.share
         if not share.sharded:
             return doc
@@ -173,10 +176,11 @@ class Router:
                 missing[entry["name"]] = "its counts are moving between workers; retry shortly"
             else:
                 wanted.setdefault(owner, []).append(entry["name"])
-        answers = await asyncio.gather(*(self._get_json(owner + "/metrics?format=json") for owner in wanted))
+        answers = await asyncio.gather(*(self._get_json(owner + "/metrics?format=json", authorization)
+                                         for owner in wanted))
         theirs = {}
         for (owner, names), answer in zip(wanted.items(), answers):
-            entries = {e["name"]: e for e in (answer or {}).get("metrics", ())}
+            entries = listing_entries(answer)
             for name in names:
                 if name in entries:
                     theirs[name] = entries[name]
@@ -197,14 +201,15 @@ class Router:
         import aiohttp
 
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+            connector = aiohttp.TCPConnector(ssl=self.ssl) if self.ssl is not None else None
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout), connector=connector)
         return self._session
 
-    async def _get_json(self, url: str) -> dict | None:
+    async def _get_json(self, url: str, authorization: str | None = None) -> dict | None:
         import aiohttp
 
         try:
-            async with self._client().get(url, headers={FORWARDED_HEADER: self.url}) as response:
+            async with self._client().get(url, headers=peer_headers(self.url, authorization)) as response:
                 return await response.json() if response.status == 200 else None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
             log.warning("reading the metric listing of %s failed: %s", url, exc or type(exc).__name__)
@@ -215,11 +220,16 @@ class Router:
 
         url = owner + request.path_qs
         try:
-            async with self._client().get(url, headers={FORWARDED_HEADER: self.url, "Accept":
-                                                        request.headers.get("Accept", "*/*")}) as response:
+            async with self._client().get(url, headers={**peer_headers(self.url, request.headers.get("Authorization")),
+                                                        "Accept": request.headers.get("Accept", "*/*")}) as response:
                 body = await response.read()
                 headers = {k: response.headers[k] for k in ("Retry-After", ANSWERED_BY_HEADER) if k in response.headers}
                 self.forwarded += 1
+                if not answer_fits(response.status, response.content_type, body):
+                    log.warning("forwarding %s to %s: its %d answer is not a JSON object (%d bytes)", request.path_qs,
+                                owner, response.status, len(body))
+                    return bad_gateway(web, f"the worker holding metric {metric!r} ({owner}) answered {response.status} "
+                                            "with something that is not a JSON object; retry, or see its log")
                 return web.bytes(body, content_type=response.content_type, status=response.status, headers=headers)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             log.warning("forwarding %s to %s failed: %s", request.path_qs, owner, exc or type(exc).__name__)
@@ -232,3 +242,36 @@ class Router:
 
         return web.bytes(to_json({"error": why, "status": 503}), content_type="application/json", status=503,
                          headers={"Retry-After": RETRY_AFTER_S})
+
+
+def peer_headers(url: str, authorization: str | None) -> dict:
+    """What a request to another worker carries: who forwards it, and the client's credential (every worker
+    checks the same --api-tokens-file, so the holder decides as this worker would)."""
+    headers = {FORWARDED_HEADER: url}
+    if authorization:
+        headers["Authorization"] = authorization
+    return headers
+
+
+def answer_fits(status: int, content_type: str, body: bytes) -> bool:
+    """Whether a peer's answer may be passed on: anything but a 200 JSON answer that is not an object (every JSON
+    answer of the API is one; a 200 list or string is a broken or foreign peer)."""
+    if status != 200 or content_type != "application/json":
+        return True
+    return body.lstrip()[:1] == b"{"
+
+
+def listing_entries(answer) -> dict:
+    """A peer's metric listing's entries by name; {} for an answer that is not a listing (its metrics are then
+    reported unavailable, never a 500)."""
+    metrics = answer.get("metrics") if isinstance(answer, dict) else None
+    if not isinstance(metrics, list):
+        return {}
+    return {e["name"]: e for e in metrics if isinstance(e, dict) and isinstance(e.get("name"), str)}
+
+
+def bad_gateway(web, why: str):
+    from .query import to_json
+
+    return web.bytes(to_json({"error": why, "status": 502, "reason": "bad_gateway"}), content_type="application/json",
+                     status=502)

@@ -30,9 +30,12 @@ over partitions of a bucket is the bucket's count for the whole topic.
 
 Shuffled reports (frames of a shuffling collector, header ``ocms-shuffle-n``; docs/collector.md)
 are accounted beside the counts: ``shuffled`` (reports that came through a shuffle: a sum, exact
-under replay like n) and ``shuffle_min`` (the smallest shuffled batch any of them came in; 0 for
-none: a minimum, idempotent, so exact under replay too). A range's are the sum and the minimum
-over its states; its central epsilon is that of its smallest batch (agents.answers.privacy).
+under replay like n), ``shuffle_min`` and ``shuffle_max`` (the smallest and the largest shuffled batch
+any of them came in; 0 for none: a minimum and a maximum, idempotent, so exact under replay too). A
+range's are the sum, the minimum and the maximum over its states; its central epsilon is that of its
+smallest batch at a delta below 1/N of its largest (agents.answers.privacy). Only claims the worker verified
+count (agents.trust): values written before claims were signed (codec version 2) are read as holding
+no shuffled report.
 """
 
 from __future__ import annotations
@@ -293,9 +296,17 @@ _U4, _I8 = np.dtype("<u4"), np.dtype("<i8")  # stored count widths
 _CODEC = struct.Struct("<2sBBqqI")  # magic, version, count width (4/8), n, last_offset, D
 _CODEC_MAGIC = b"PC"
 _CODEC_VERSION = 1
-#: Version 2 (written only when some report came through a shuffle): the v1 header, then shuffled, shuffle_min.
-_CODEC_SHUFFLED = struct.Struct("<qq")
-_CODEC_VERSION_SHUFFLED = 2
+#: Version 3 (written only when some report came through a shuffle whose claim verified): the v1 header, then
+#: shuffled, shuffle_min, shuffle_max.
+_CODEC_SHUFFLED = struct.Struct("<qqq")
+_CODEC_VERSION_SHUFFLED = 3
+#: Version 2 (before shuffle claims were signed: issue 37): the v1 header, then shuffled, shuffle_min (16 bytes),
+#: read, never written; its claims were not verified, so its reports count as not shuffled.
+_CODEC_VERSION_UNSIGNED = 2
+_UNSIGNED_SIZE = 16
+#: Header bytes per codec version.
+_HEAD_SIZE = {_CODEC_VERSION: _CODEC.size, _CODEC_VERSION_UNSIGNED: _CODEC.size + _UNSIGNED_SIZE,
+              _CODEC_VERSION_SHUFFLED: _CODEC.size + _CODEC_SHUFFLED.size}
 
 
 def smallest_batch(a: int, b: int) -> int:
@@ -306,9 +317,10 @@ def smallest_batch(a: int, b: int) -> int:
 class PartialCounts:
     """Integer state of one (parameter set, partition, bucket): immutable."""
 
-    __slots__ = ("n", "counts", "last_offset", "shuffled", "shuffle_min")
+    __slots__ = ("n", "counts", "last_offset", "shuffled", "shuffle_min", "shuffle_max")
 
-    def __init__(self, n: int, counts, last_offset: int = NO_OFFSET, shuffled: int = 0, shuffle_min: int = 0):
+    def __init__(self, n: int, counts, last_offset: int = NO_OFFSET, shuffled: int = 0, shuffle_min: int = 0,
+                 shuffle_max: int | None = None):
         array = np.array(counts, dtype=np.int64)  # a private copy, then frozen
         array.flags.writeable = False
         self.n = int(n)
@@ -316,6 +328,7 @@ class PartialCounts:
         self.last_offset = int(last_offset)
         self.shuffled = int(shuffled)  # reports that came through a shuffling collector
         self.shuffle_min = int(shuffle_min)  # the smallest shuffled batch among them (0: none)
+        self.shuffle_max = int(shuffle_min if shuffle_max is None else shuffle_max)  # ... the largest
 
     @classmethod
     def empty(cls, tracked_count: int) -> "PartialCounts":
@@ -327,76 +340,78 @@ class PartialCounts:
     def __eq__(self, other) -> bool:
         return (
             isinstance(other, PartialCounts)
-            and (self.n, self.last_offset, self.shuffled, self.shuffle_min)
-            == (other.n, other.last_offset, other.shuffled, other.shuffle_min)
+            and (self.n, self.last_offset, self.shuffled, self.shuffle_min, self.shuffle_max)
+            == (other.n, other.last_offset, other.shuffled, other.shuffle_min, other.shuffle_max)
             and np.array_equal(self.counts, other.counts)
         )
 
     __hash__ = None
 
     def __repr__(self) -> str:
-        shuffled = f", shuffled={self.shuffled} (min batch {self.shuffle_min})" if self.shuffled else ""
+        shuffled = f", shuffled={self.shuffled} (batches {self.shuffle_min}..{self.shuffle_max})" if self.shuffled else ""
         return f"PartialCounts(n={self.n}, D={self.counts.shape[0]}, last_offset={self.last_offset}{shuffled})"
 
     def to_bytes(self) -> bytes:
-        """Compact table value: 24-byte header (+ 16 bytes of shuffle accounting when some report was
-        shuffled: version 2) + counts (uint32 while n < 2^32)."""
+        """Compact table value: 24-byte header (+ 24 bytes of shuffle accounting when some report was
+        shuffled: version 3) + counts (uint32 while n < 2^32)."""
         width = 4 if self.n < 2**32 else 8
         version = _CODEC_VERSION_SHUFFLED if self.shuffled else _CODEC_VERSION
         header = _CODEC.pack(_CODEC_MAGIC, version, width, self.n, self.last_offset, self.counts.shape[0])
         if self.shuffled:
-            header += _CODEC_SHUFFLED.pack(self.shuffled, self.shuffle_min)
+            header += _CODEC_SHUFFLED.pack(self.shuffled, self.shuffle_min, self.shuffle_max)
         return header + self.counts.astype("<u4" if width == 4 else "<i8").tobytes()
 
     @classmethod
     def from_bytes(cls, data: bytes, *, copy: bool = True) -> "PartialCounts":
         """The state a table value holds; ``copy=False`` leaves the counts a read-only view of ``data``
         (as stored: uint32 while n < 2^32), for a reader that only adds them up (agents.view)."""
-        n, counts, last_offset, shuffled, shuffle_min = read_codec(data)
+        _, width, n, last_offset, d, shuffled, shuffle_min, shuffle_max, head = _codec_header(data, 0, len(data))
+        counts = np.frombuffer(data, _U4 if width == 4 else _I8, d, head)
         if copy:
-            return cls(n, counts, last_offset, shuffled, shuffle_min)
+            return cls(n, counts, last_offset, shuffled, shuffle_min, shuffle_max)
         state = cls.__new__(cls)
         state.n, state.counts, state.last_offset = int(n), counts, int(last_offset)
-        state.shuffled, state.shuffle_min = int(shuffled), int(shuffle_min)
+        state.shuffled, state.shuffle_min, state.shuffle_max = int(shuffled), int(shuffle_min), int(shuffle_max)
         return state
 
     def to_json(self) -> dict:
         return {"n": self.n, "counts": self.counts.tolist(), "last_offset": self.last_offset,
-                "shuffled": self.shuffled, "shuffle_min": self.shuffle_min}
+                "shuffled": self.shuffled, "shuffle_min": self.shuffle_min, "shuffle_max": self.shuffle_max}
 
     @classmethod
     def from_json(cls, doc: dict) -> "PartialCounts":
         return cls(int(doc["n"]), [int(c) for c in doc["counts"]], int(doc["last_offset"]),
-                   int(doc.get("shuffled", 0)), int(doc.get("shuffle_min", 0)))
+                   int(doc.get("shuffled", 0)), int(doc.get("shuffle_min", 0)),
+                   int(doc.get("shuffle_max", doc.get("shuffle_min", 0))))
 
 
 def read_codec(data: bytes) -> tuple[int, np.ndarray, int, int, int]:
     """(n, counts as a read-only view of ``data``, last_offset, shuffled, shuffle_min) of a table value, checked."""
-    _, width, n, last_offset, d, shuffled, shuffle_min, head = _codec_header(data, 0, len(data))
+    _, width, n, last_offset, d, shuffled, shuffle_min, _, head = _codec_header(data, 0, len(data))
     counts = np.frombuffer(data, _U4 if width == 4 else _I8, d, head)  # positional: twice as fast as keywords
     return n, counts, last_offset, shuffled, shuffle_min
 
 
-def _codec_header(data, start: int, length: int) -> tuple[int, int, int, int, int, int, int, int]:
-    """(version, count width, n, last_offset, D, shuffled, shuffle_min, where the counts start) of the
-    PartialCounts bytes ``data[start:start + length]``, checked (their length included)."""
+def _codec_header(data, start: int, length: int) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """(version, count width, n, last_offset, D, shuffled, shuffle_min, shuffle_max, where the counts start) of
+    the PartialCounts bytes ``data[start:start + length]``, checked (their length included). A version 2 value
+    (claims not verified) holds no shuffled report."""
     if length < _CODEC.size:
         raise SerializationError(f"table value of {length} bytes is shorter than its header")
     magic, version, width, n, last_offset, d = _CODEC.unpack_from(data, start)
-    if magic != _CODEC_MAGIC or version not in (_CODEC_VERSION, _CODEC_VERSION_SHUFFLED) or width not in (4, 8):
-        raise SerializationError("not a PartialCounts v1/v2 table value")
-    head, shuffled, shuffle_min = _CODEC.size, 0, 0
+    if magic != _CODEC_MAGIC or version not in _HEAD_SIZE or width not in (4, 8):
+        raise SerializationError("not a PartialCounts v1/v2/v3 table value")
+    head, shuffled, shuffle_min, shuffle_max = _HEAD_SIZE[version], 0, 0, 0
+    if length < head:
+        raise SerializationError(f"table value of {length} bytes is shorter than its v{version} header")
     if version == _CODEC_VERSION_SHUFFLED:
-        if length < head + _CODEC_SHUFFLED.size:
-            raise SerializationError(f"table value of {length} bytes is shorter than its v2 header")
-        shuffled, shuffle_min = _CODEC_SHUFFLED.unpack_from(data, start + head)
-        head += _CODEC_SHUFFLED.size
-        if not 0 < shuffled <= n or shuffle_min < 1:
-            raise SerializationError(f"table value says {shuffled} of {n} reports shuffled in batches of at least "
-                                     f"{shuffle_min}")
+        shuffled, shuffle_min, shuffle_max = _CODEC_SHUFFLED.unpack_from(data, start + _CODEC.size)
+        if not 0 < shuffled <= n or not 1 <= shuffle_min <= shuffle_max:
+            raise SerializationError(f"table value says {shuffled} of {n} reports shuffled in batches of "
+                                     f"{shuffle_min} to {shuffle_max}")
     if length != head + d * width:
         raise SerializationError(f"table value has {length} bytes, expected {head + d * width}")
-    return version, width, n, last_offset, d, shuffled, shuffle_min, start + head
+    return version, width, n, last_offset, d, shuffled, shuffle_min, shuffle_max, start + head
 
 
 def bucket_start(timestamp_s: float, width_s: int) -> int:
@@ -410,14 +425,15 @@ def already_counted(state: PartialCounts | None, offset: int) -> bool:
 
 
 def fold(state: PartialCounts | None, counts: np.ndarray, n: int, last_offset: int, shuffled: int = 0,
-         shuffle_min: int = 0) -> PartialCounts:
+         shuffle_min: int = 0, shuffle_max: int | None = None) -> PartialCounts:
     """New state after adding a micro-batch's match counts for one key.
 
     ``last_offset`` is the highest source offset among the batch's events for
     this key; it must move forward (a smaller one means the caller replayed
     events it should have skipped). ``shuffled`` of the ``n`` reports came through
-    a shuffle, in batches of at least ``shuffle_min`` reports.
+    a shuffle, in batches of ``shuffle_min`` to ``shuffle_max`` reports.
     """
+    shuffle_max = shuffle_min if shuffle_max is None else shuffle_max
     counts = np.asarray(counts, dtype=np.int64)
     if state is None:
         state = PartialCounts.empty(counts.shape[0])
@@ -427,10 +443,11 @@ def fold(state: PartialCounts | None, counts: np.ndarray, n: int, last_offset: i
         raise InvalidParameterError("last_offset", last_offset, f"must exceed the stored offset {state.last_offset}")
     if n < 0 or (counts.size and (counts.min() < 0 or counts.max() > n)):
         raise InvalidParameterError("counts", "...", "match counts must lie in [0, n]")
-    if not 0 <= shuffled <= n or (shuffled and shuffle_min < 1):
-        raise InvalidParameterError("shuffled", shuffled, f"must lie in [0, n={n}], with a batch size >= 1")
+    if not 0 <= shuffled <= n or (shuffled and not 1 <= shuffle_min <= shuffle_max):
+        raise InvalidParameterError("shuffled", shuffled, f"must lie in [0, n={n}], with batch sizes 1 <= min <= max")
     return PartialCounts(state.n + int(n), state.counts + counts, int(last_offset), state.shuffled + int(shuffled),
-                         smallest_batch(state.shuffle_min, int(shuffle_min) if shuffled else 0))
+                         smallest_batch(state.shuffle_min, int(shuffle_min) if shuffled else 0),
+                         max(state.shuffle_max, int(shuffle_max) if shuffled else 0))
 
 
 def total(states: Iterable[PartialCounts], tracked_count: int) -> tuple[int, np.ndarray]:
@@ -450,7 +467,7 @@ class OpenBundle:
     Why: with hundreds of metrics a checkpoint folds thousands of member states, and decoding each
     into a PartialCounts, folding it and encoding it again was most of the checkpoint's Python (so
     GIL-holding) time. The bytes are those of ``encode_bundle`` over the ``fold``ed members:
-    a member whose size changes (a new one, the first shuffled reports: codec v2, or n reaching 2^32:
+    a member whose size changes (a new one, the first shuffled reports: codec v3, or n reaching 2^32:
     8-byte counts) is folded and encoded by ``fold`` itself; tests/agents/test_processor.py checks
     every written bundle against the reference fold (``plan_batch``).
     """
@@ -465,7 +482,7 @@ class OpenBundle:
             self._members = _bundle_places(raw)
 
     def _header(self, fingerprint: str) -> tuple[int, ...] | None:
-        """(start, then ``_codec_header``'s fields: version, width, n, last_offset, D, shuffled, shuffle_min,
+        """(start, then ``_codec_header``'s fields: version, width, n, last_offset, D, shuffled, shuffle_min, shuffle_max,
         where the counts start) of a stored member, checked; None when the bundle has no such member."""
         place = self._members.get(fingerprint)
         return None if place is None else (place[0], *_codec_header(self._buffer, *place))
@@ -488,27 +505,30 @@ class OpenBundle:
         return NO_OFFSET if header is None else header[4]
 
     def fold(self, fingerprint: str, counts: np.ndarray, n: int, last_offset: int, shuffled: int = 0,
-             shuffle_min: int = 0) -> None:
+             shuffle_min: int = 0, shuffle_max: int | None = None) -> None:
         """``fold`` one batch's counts into a member (same checks, same bytes). ``counts`` must lie
         in [0, n]: the caller's check (agents.processor.decode_segments checks each kernel result once,
         not once per key it is added to)."""
+        shuffle_max = shuffle_min if shuffle_max is None else shuffle_max
         header = None if fingerprint in self._replaced else self._header(fingerprint)
         if header is not None:
-            start, version, width, stored_n, stored_offset, d, stored_shuffled, stored_min, counts_at = header
+            start, version, width, stored_n, stored_offset, d, stored_shuffled, stored_min, stored_max, counts_at = header
             new_n, new_shuffled = stored_n + int(n), stored_shuffled + int(shuffled)
-            same_size = (width == 4) == (new_n < 2**32) and (version == _CODEC_VERSION_SHUFFLED) == bool(new_shuffled)
+            same_size = (width == 4) == (new_n < 2**32) and (
+                version == (_CODEC_VERSION_SHUFFLED if new_shuffled else _CODEC_VERSION))
             if same_size and d == counts.shape[0] and last_offset > stored_offset and n >= 0 and (
-                    0 <= shuffled <= n and (shuffle_min >= 1 or not shuffled)):
+                    0 <= shuffled <= n and (1 <= shuffle_min <= shuffle_max or not shuffled)):
                 _CODEC.pack_into(self._buffer, start, _CODEC_MAGIC, version, width, new_n, int(last_offset), d)
                 if new_shuffled:
                     _CODEC_SHUFFLED.pack_into(self._buffer, start + _CODEC.size, new_shuffled,
-                                              smallest_batch(stored_min, int(shuffle_min) if shuffled else 0))
+                                              smallest_batch(stored_min, int(shuffle_min) if shuffled else 0),
+                                              max(stored_max, int(shuffle_max) if shuffled else 0))
                 stored = np.frombuffer(self._buffer, _U4 if width == 4 else _I8, d, counts_at)  # positional: 2x faster
                 np.add(stored, counts, out=stored, casting="unsafe")  # fits: each count <= new_n, < 2^32 at width 4
                 return
         # A new member, or one whose size changes (or a bad argument: fold raises, naming it).
         self._replaced[fingerprint] = fold(self.state(fingerprint), counts, n, last_offset, shuffled,
-                                           shuffle_min).to_bytes()
+                                           shuffle_min, shuffle_max).to_bytes()
 
     def encode(self) -> bytes:
         """The table value: the stored bytes as folded in place, or re-encoded when a member was added or resized."""

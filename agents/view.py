@@ -56,7 +56,7 @@ from cms_core.errors import OCMSError
 
 from infra.kafka import KAFKA, BrokerProfile, make_consumer, stop_client
 
-from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, _I8, _U4, NO_OFFSET, TOTAL_WIDTH, BucketKey,
+from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, _HEAD_SIZE, _I8, _U4, NO_OFFSET, TOTAL_WIDTH, BucketKey,
                     PartialCounts, StateKey, decode_bundle, read_codec, smallest_batch)
 
 
@@ -91,23 +91,24 @@ class BucketSum:
 
     @property
     def total(self) -> PartialCounts:
-        """The partitions' states summed: (n, counts, shuffled reports, their smallest batch)."""
+        """The partitions' states summed: (n, counts, shuffled reports, their smallest and largest batch)."""
         return self.summed or self.sum()
 
     def sum(self) -> PartialCounts:
         """Sum the partitions' states (each validated by read_codec when it arrived) into a new
         immutable PartialCounts (one fresh int64 array), kept until a partition's state changes."""
         states = list(self.partitions.values())
-        n = shuffled = shuffle_min = 0
+        n = shuffled = shuffle_min = shuffle_max = 0
         first = None
         uniform = True  # one header size and count width in every state
         for raw in states:
             header = _CODEC.unpack_from(raw)  # magic, version, count width, n, last_offset, D
             n += header[3]
             if header[1] == _CODEC_VERSION_SHUFFLED:
-                state_shuffled, state_min = _CODEC_SHUFFLED.unpack_from(raw, _CODEC.size)
+                state_shuffled, state_min, state_max = _CODEC_SHUFFLED.unpack_from(raw, _CODEC.size)
                 shuffled += state_shuffled
                 shuffle_min = smallest_batch(shuffle_min, state_min)  # a minimum: taken over the partitions
+                shuffle_max = max(shuffle_max, state_max)
             if first is None:
                 first = header
             elif header[1] != first[1] or header[2] != first[2]:
@@ -118,7 +119,7 @@ class BucketSum:
             # The states side by side are one 2-D array (a row each, header included), summed down
             # its columns in one call into a fresh int64 array.
             width = first[2]
-            head = _SHUFFLED_HEAD if first[1] == _CODEC_VERSION_SHUFFLED else _CODEC.size
+            head = _HEAD_SIZE[first[1]]
             rows = np.frombuffer(b"".join(states), _U4 if width == 4 else _I8).reshape(len(states), -1)
             counts = np.add.reduce(rows[:, head // width:], 0, _I8)
         else:
@@ -127,19 +128,15 @@ class BucketSum:
                 np.add(counts, _stored_counts(raw), counts)
         counts.flags.writeable = False
         state = self.summed = PartialCounts.__new__(PartialCounts)
-        state.n, state.counts, state.last_offset, state.shuffled, state.shuffle_min = (
-            n, counts, NO_OFFSET, shuffled, shuffle_min)
+        state.n, state.counts, state.last_offset, state.shuffled, state.shuffle_min, state.shuffle_max = (
+            n, counts, NO_OFFSET, shuffled, shuffle_min, shuffle_max)
         return state
 
 
 def _stored_counts(raw: bytes) -> np.ndarray:
     """The counts of a changelog value already validated by read_codec (a view of its bytes)."""
     _, version, width, _, _, d = _CODEC.unpack_from(raw)
-    head = _SHUFFLED_HEAD if version == _CODEC_VERSION_SHUFFLED else _CODEC.size
-    return np.frombuffer(raw, _U4 if width == 4 else _I8, d, head)
-
-
-_SHUFFLED_HEAD = _CODEC.size + _CODEC_SHUFFLED.size  # where a version-2 value's counts begin
+    return np.frombuffer(raw, _U4 if width == 4 else _I8, d, _HEAD_SIZE[version])
 
 
 class CountsView:
@@ -627,15 +624,16 @@ class ChangelogReader:
         self._barriers = []
 
 
-def shuffle_of(snapshot) -> tuple[int, int]:
-    """(reports that came through a shuffle, the smallest shuffled batch among them: 0 for none) over a
-    snapshot: O(states)."""
-    shuffled = shuffle_min = 0
+def shuffle_of(snapshot) -> tuple[int, int, int]:
+    """(reports that came through a shuffle, the smallest and the largest shuffled batch among them: 0 for
+    none) over a snapshot: O(states)."""
+    shuffled = shuffle_min = shuffle_max = 0
     for _, states in snapshot:
         for state in states:
             shuffled += state.shuffled
             shuffle_min = smallest_batch(shuffle_min, state.shuffle_min)
-    return shuffled, shuffle_min
+            shuffle_max = max(shuffle_max, state.shuffle_max)
+    return shuffled, shuffle_min, shuffle_max
 
 
 def sum_states(snapshot, tracked_count: int) -> tuple[int, np.ndarray]:

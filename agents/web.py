@@ -40,6 +40,8 @@ from .answers.service import INLINE_WORK, Answer, Estimator, Read, finish_json, 
 
 from .metric_pages import add_metric_pages, wants_listing
 from .shards import FORWARDED_HEADER, Router
+from .trust import ReadAccess, read_tokens_middleware
+from .web_edge import guard_web_server
 
 if TYPE_CHECKING:
     from .catalog import Catalog
@@ -59,6 +61,7 @@ class ServedWorker(Protocol):
     class: app.py installs these routes, so this module imports nothing of it."""
 
     catalog: Catalog  # every served metric version, by name and fingerprint (the first: the name-less routes')
+    settings: object  # agents.settings.WorkerSettings: the HTTP server's bounds
     metrics: PipelineMetrics  # what /metrics exposes
     router: Router  # answers here, or forwards to the worker whose view holds the metric (--view share)
 
@@ -152,6 +155,10 @@ def _install_error_edge(app: faust.App, worker: ServedWorker) -> Counter:
                            detail_field="error")
     app.web.web_app.middlewares.append(json_errors(answers))
     install_handle_error(answers)
+    guard_web_server(app, worker.settings, worker.metrics.registry, answers)  # timeouts and a cap (agents.web_edge)
+    access = ReadAccess(worker.settings.api_tokens_file, worker.catalog.primary.name, answers)
+    if access.enabled:  # bearer tokens for every read of counts (agents.trust)
+        app.web.web_app.middlewares.append(read_tokens_middleware(access))
     return http_errors
 
 
@@ -251,7 +258,8 @@ def _add_metrics_page(app: faust.App, worker: ServedWorker, answers: AnswerPages
     async def metrics(web, request):
         try:
             if wants_listing(request):  # the metric listing (JSON); Prometheus gets the exposition
-                doc = await worker.router.listing(worker.catalog.describe(), bool(request.headers.get(FORWARDED_HEADER)))
+                doc = await worker.router.listing(worker.catalog.describe(), bool(request.headers.get(FORWARDED_HEADER)),
+                                                  request.headers.get("Authorization"))
                 return web.bytes(to_json(doc), content_type=JSON_TYPE)
             check_query("metrics", request.query.items())
         except ApiError as exc:

@@ -42,7 +42,8 @@ FORMATS: tuple[Format, ...] = (
     Format("table_value", "Table value (changelog record): counts bundle", "magic `SB`, version byte", "1", "1",
            "agents/state.py (`encode_bundle`)", "the worker's changelog topic and table store"),
     Format("table_member", "Member counts inside a bundle", "magic `PC`, version byte",
-           "1 (no shuffled report), 2 (some report shuffled)", "1, 2", "agents/state.py (`PartialCounts`)",
+           "1 (no shuffled report), 3 (some report shuffled under a verified claim)",
+           "1, 2 (its shuffle claims unverified: read as not shuffled), 3", "agents/state.py (`PartialCounts`)",
            "inside each table value"),
     Format("table_key", "Table key (changelog record key)",
            "no version: text `GROUP:PARTITION:WIDTH:RETENTION:BUCKET_START`, group `g<N>[-FINGERPRINT]`; a new "

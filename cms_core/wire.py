@@ -281,27 +281,40 @@ def decode_message(data: bytes, registry: Mapping[bytes, OCMSParams]) -> tuple[O
 SHUFFLE_HEADER = "ocms-shuffle-n"
 
 
+#: What :func:`header_value` returns for a header given more than once.
+TWICE = object()
+
+
+def header_value(headers, name: str):
+    """The value of Kafka header ``name`` in ``headers`` ((name, value) pairs or a mapping; None for none): None
+    when absent, :data:`TWICE` when given more than once (neither value is believed)."""
+    if not headers:
+        return None
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    found = None
+    for pair in pairs:
+        try:
+            key, value = pair
+        except (TypeError, ValueError):
+            continue
+        if key == name or key == name.encode():
+            if found is not None:
+                return TWICE
+            found = value
+    return found
+
+
 def shuffled_batch_size(headers, records: int) -> int | None:
     """The shuffled batch size a frame's Kafka headers state: 0 without :data:`SHUFFLE_HEADER` (not
     shuffled), None for a header that is not a count of at least the frame's ``records`` (a batch of
     n reports cannot hold a frame of more than n; the caller treats such a frame as not shuffled).
 
     ``headers``: what a Kafka client gives, (name, bytes) pairs or a mapping; None for none."""
-    if not headers:
-        return 0
-    pairs = headers.items() if isinstance(headers, Mapping) else headers
-    found = None
-    for pair in pairs:
-        try:
-            name, value = pair
-        except (TypeError, ValueError):
-            continue
-        if name == SHUFFLE_HEADER or name == SHUFFLE_HEADER.encode():
-            if found is not None:
-                return None  # two batch sizes: neither is believed
-            found = value
+    found = header_value(headers, SHUFFLE_HEADER)
     if found is None:
         return 0
+    if found is TWICE:
+        return None  # two batch sizes: neither is believed
     if isinstance(found, str):
         found = found.encode("ascii", "replace")
     if not isinstance(found, (bytes, bytearray)) or not 1 <= len(found) <= 10 or not found.isdigit():

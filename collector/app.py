@@ -38,8 +38,10 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from cms_core.version import __version__, build_info_labels
+from infra import kafka_security
 from infra.framing import StartStopContext
-from infra.http_edge import ConnectionGuard, ErrorAnswers, GuardedAppRunner, json_errors, quiet_aiohttp_server_log
+from infra.http_edge import (ConnectionGuard, ConnectionMetrics, ErrorAnswers, GuardedAppRunner, close_after,
+                             json_errors, quiet_aiohttp_server_log, server_tls_context)
 from infra.kafka import KafkaUnavailableError
 
 from .cors import CorsPolicy
@@ -50,6 +52,7 @@ from .exactly_once.commit import KeyHeld
 from .exactly_once.shared import IdempotencyPending, SharedIdempotency
 from .lanes import Lane, ShuffleLane
 from .outlet import KafkaOutlet
+from .shuffle import shuffle_claim_key
 from .uploads import BINARY_CONTENT_TYPES, JSON_CONTENT_TYPE, UploadParser, UploadRejected
 
 log = logging.getLogger(__name__)
@@ -151,17 +154,11 @@ class CollectorMetrics:
         self.http_errors = Counter("ocms_collector_http_errors",
                                    "Error answers outside the upload routes (routing, method, malformed requests, "
                                    "server errors, header timeouts), by reason", ["reason"], registry=r)
-        self.connections = Gauge("ocms_collector_connections", "Open HTTP connections", registry=r)
+        edge = ConnectionMetrics("ocms_collector", "the collector", r, "--max-connections")
+        self.connections, self.connections_refused, self.connections_closed = (
+            edge.connections, edge.connections_refused, edge.connections_closed)
         Gauge("ocms_build_info", "1, labelled with this collector's release and wire format (cms_core/version.py)",
               ["version", "wire_format"], registry=r).labels(**build_info_labels()).set(1)
-        self.connections_refused = Counter("ocms_collector_connections_refused",
-                                           "Connections answered 503 at the connection cap (none idle to close)",
-                                           registry=r)
-        self.connections_closed = Counter("ocms_collector_connections_closed",
-                                          "Connections the collector closed: evicted_idle (to make room at the cap), "
-                                          "header_timeout", ["reason"], registry=r)
-        for reason in ("evicted_idle", "header_timeout"):
-            self.connections_closed.labels(reason)
         self.idempotency_settled = Counter("ocms_collector_idempotency_settled",
                                            "In-doubt earlier attempts settled by fencing their collector, by outcome",
                                            ["outcome"], registry=r)
@@ -215,6 +212,7 @@ class Collector:
         self.settings = settings
         self.registry = registry
         self.clock = clock
+        kafka_security.use(settings.kafka_config_file)  # SASL and TLS of every Kafka client of this process
         self.metrics = CollectorMetrics()
         self.parser = UploadParser(registry, settings.max_upload_reports)
         self.auth = Authenticator(load_tokens(settings.tokens_file) if settings.tokens_file else None)
@@ -225,6 +223,7 @@ class Collector:
         self.shared = SharedIdempotency(settings, self.metrics) \
             if settings.idempotency_topic and self.idempotency.enabled and producer_factory is None else None
         self.outlet = KafkaOutlet(settings, self.metrics, producer_factory, log=self.shared)
+        self.claim_key = shuffle_claim_key(settings)  # signs shuffled batches' claims (cms_core.claims)
         self.lanes: dict[bytes, Lane] = {}
         self.retry_after = str(settings.retry_after_seconds)
         self.closing = False
@@ -370,15 +369,17 @@ class Collector:
         after CLOSE_AFTER_FAULTS: a closed-loop reject storm slows itself down instead of crowding
         valid uploads out of the event loop (a timer costs no CPU). An accepted upload resets it.
         """
-        transport = request.transport
+        # The connection's handler, not its transport: a TLS transport (asyncio's _SSLProtocolTransport) takes
+        # no weak reference, and every client fault over TLS was a 500.
+        connection = request.protocol if request.transport is not None else None
         if response.status not in TARPIT_STATUSES:
-            if transport is not None and self.strikes:
-                self.strikes.pop(transport, None)
+            if connection is not None and self.strikes:
+                self.strikes.pop(connection, None)
             return
         strikes = 1
-        if transport is not None:
-            strikes = self.strikes.get(transport, 0) + 1
-            self.strikes[transport] = strikes
+        if connection is not None:
+            strikes = self.strikes.get(connection, 0) + 1
+            self.strikes[connection] = strikes
         if strikes >= CLOSE_AFTER_FAULTS:
             response.force_close()
         await asyncio.sleep(min(MAX_REJECT_DELAY_S, self.reject_delay * 2 ** min(strikes - 1, 20)))
@@ -415,8 +416,9 @@ class Collector:
             return _answer(400, "bad_idempotency_key", "Idempotency-Key: 16-128 characters of [A-Za-z0-9_-], "
                            "random per upload")
         body = await self._read_body(request)
-        if body is None:
-            return _answer(408, "body_timeout", f"the body did not arrive within {self.settings.body_timeout_seconds:g} s")
+        if body is None:  # closed with the answer: aiohttp would linger reading the rest for up to 10 s more
+            return close_after(request, _answer(408, "body_timeout",
+                                                f"the body did not arrive within {self.settings.body_timeout_seconds:g} s"))
         if len(body) > self.settings.max_body_bytes:
             return _answer(413, "body_too_large", f"more than {self.settings.max_body_bytes} bytes per upload")
         cache_key = shared_key = None
@@ -532,7 +534,8 @@ class Collector:
         s = self.settings
         args = (version, self.outlet, s.frame_max_reports, s.frame_max_latency_ms / 1000,
                 int(getattr(version, "bucket_seconds", 60) or 60))
-        lane = ShuffleLane(*args, min_reports=s.shuffle_min_reports, max_seconds=s.shuffle_max_seconds) \
+        lane = ShuffleLane(*args, min_reports=s.shuffle_min_reports, max_seconds=s.shuffle_max_seconds,
+                           claim_key=self.claim_key) \
             if s.shuffle_min_reports else Lane(*args)
         lane.clock = self.clock
         return lane
@@ -597,12 +600,8 @@ class CollectorServer(StartStopContext):
         await self.runner.setup()
         server = self.runner.server
         server.request_handler = collector.fast_uploads(server.inner_request_handler)  # before any connection
-        ssl_context = None
-        if settings.tls_cert:
-            import ssl
-
-            ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ssl_context.load_cert_chain(settings.tls_cert, settings.tls_key)
+        ssl_context = server_tls_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca) \
+            if settings.tls_cert else None
         site = web.TCPSite(self.runner, settings.host, settings.port, ssl_context=ssl_context, backlog=1024)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]

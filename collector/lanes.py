@@ -32,7 +32,7 @@ import collections
 import time
 from dataclasses import dataclass, field
 
-from cms_core import wire
+from cms_core import claims, wire
 from cms_core.reports import ReportBatch
 from infra.framing import FrameBatcher
 from infra.kafka import KafkaUnavailableError
@@ -80,7 +80,9 @@ class Unit:
     nonce: bytes = b""
     lower: int = 0
     listing: object = None
+    claim_key: bytes = b""  # a shuffled batch's claim key (cms_core.claims; b"": its frames carry no MAC)
     frames: int = field(default=0, init=False)  # frames of it acknowledged
+    batch_id: bytes = field(default=b"", init=False)
     answered: bool = field(default=False, init=False)
 
     @classmethod
@@ -134,9 +136,14 @@ class Unit:
             return await asyncio.to_thread(self.shuffled_frames)
         return self.shuffled_frames()
 
-    def headers(self) -> list[tuple[str, bytes]]:
-        """The headers every frame of the unit carries: a shuffled batch's size (none for a plain frame)."""
-        return [(wire.SHUFFLE_HEADER, str(self.reports).encode("ascii"))] if self.shuffled else []
+    def headers(self, frame: bytes) -> list[tuple[str, bytes]]:
+        """The headers ``frame`` carries: a shuffled batch's claim (its size; with a claim key its id and the
+        frame's MAC: cms_core.claims), none for a plain frame."""
+        if not self.shuffled:
+            return []
+        if self.claim_key and not self.batch_id:
+            self.batch_id = claims.new_batch_id()
+        return claims.claim_headers(self.claim_key, self.reports, self.batch_id, frame)
 
     def answer(self, error: BaseException | None) -> None:
         """Resolve the members' futures: acknowledged (None), or failed with KafkaUnavailableError."""
@@ -310,6 +317,7 @@ class ShuffleLane(Lane):
 
     min_reports: int = 1
     max_seconds: float = 60.0
+    claim_key: bytes = b""  # --shuffle-claim-key-file's key: every frame's claim signed (cms_core.claims)
     keeps_records = True
 
     def __post_init__(self):
@@ -349,7 +357,7 @@ class ShuffleLane(Lane):
             return
         bucket_ms = int(self.clock() // self.bucket_seconds) * self.bucket_seconds * 1000
         unit = Unit(self.version, b"".join(self._parts), self._members, bucket_ms, self.record_size, self.held,
-                    self.max_records, shuffled=True)
+                    self.max_records, shuffled=True, claim_key=self.claim_key)
         self._parts, self._members, self.held = [], [], 0
         self.outlet.send(unit)
 

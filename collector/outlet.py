@@ -188,7 +188,7 @@ class KafkaOutlet:
             if self.producer is None:
                 raise KafkaUnavailableError("not connected to Kafka")
             acks = [await self.producer.send(self.settings.source_topic, frame, key=None,
-                                             timestamp_ms=unit.timestamp_ms, headers=unit.headers() or None)
+                                             timestamp_ms=unit.timestamp_ms, headers=unit.headers(frame) or None)
                     for frame in frames]
             bound_ms = ACK_TIMEOUTS * self.settings.kafka_timeout_ms
             try:

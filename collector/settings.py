@@ -17,7 +17,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from cms_core import claims
 from cms_core.errors import InvalidParameterError
+from infra import kafka_security
+from infra.http_edge import check_tls
 from infra.kafka import DEFAULT_SOURCE_TOPIC, KAFKA, PROFILES, BrokerProfile, broker_profile
 from infra.settings import (LOG_LEVELS, Setting, check_fields, choice, existing_file, integer, markdown_table, number,
                             resolve, switch, table_main, text, topic)
@@ -25,7 +28,7 @@ from infra.settings import (LOG_LEVELS, Setting, check_fields, choice, existing_
 #: The event loop ``ocms collector`` runs on: uvloop (libuv) unless turned off.
 EVENT_LOOPS = ("uvloop", "asyncio")
 #: Settings whose variable is the worker's (the same value for both processes).
-SHARED = ("registry", "bootstrap_servers", "broker", "source_topic", "log_level")
+SHARED = ("registry", "bootstrap_servers", "broker", "source_topic", "log_level", "kafka_config_file")
 
 
 def _origins(raw, label: str) -> tuple[str, ...]:
@@ -36,6 +39,15 @@ def _origins(raw, label: str) -> tuple[str, ...]:
 
 def _idempotency_topic(raw, label: str) -> str | None:
     return None if str(raw).strip().lower() == "off" else topic(raw, label)
+
+
+#: Fewest bytes of an --idempotency-secret-file (BLAKE2b takes keys of up to 64; longer ones are cut there).
+MIN_SECRET_BYTES = 16
+
+
+def _secret_file(raw, label: str) -> str:
+    claims.read_key(str(raw), label, MIN_SECRET_BYTES, "the same file for every collector replica")
+    return str(raw)
 
 
 def _instance_id(raw, label: str) -> str:
@@ -63,11 +75,16 @@ SETTINGS: tuple[Setting, ...] = (
     _row("source_topic", "topic the frames go to", topic, DEFAULT_SOURCE_TOPIC, metavar="TOPIC"),
     _row("broker", "the broker's profile: what the Kafka clients do differently there (docs/operating.md)",
          broker_profile, KAFKA, default_text="kafka", choices=tuple(PROFILES)),
+    _row("kafka_config_file", "JSON of the Kafka clients' SASL and TLS settings (as the worker's; "
+         "infra/kafka_security.py): every Kafka client of the collector uses them", kafka_security.config_file,
+         metavar="FILE", default_text="off: plaintext"),
     _row("host", "listen address (0.0.0.0 in a container)", text, "127.0.0.1", metavar="HOST"),
     _row("port", "listen port; 0 = a free port, printed", integer(0, 65_535), 8080, metavar="PORT"),
     _row("tls_cert", "PEM certificate chain: serve HTTPS (or terminate TLS in a reverse proxy)", existing_file,
          metavar="FILE", default_text="off"),
     _row("tls_key", "PEM private key of --tls-cert", existing_file, metavar="FILE", default_text="off"),
+    _row("tls_client_ca", "PEM certificate authority: with TLS, every client must present a certificate it signed "
+         "(mutual TLS; devices then need one)", existing_file, metavar="FILE", default_text="off"),
     _row("max_body_bytes", "largest upload body, checked before it is read; larger: 413", integer(64, 1 << 30),
          1_048_576, metavar="BYTES"),
     _row("max_upload_reports", "most reports per upload (also bounds a frame: an upload never spans two); "
@@ -110,8 +127,10 @@ SETTINGS: tuple[Setting, ...] = (
     _row("idempotency_topic", "collector-only topic the replicas share retries through, so a retried upload counts "
          "once across restarts and replicas; off = per process (collector/exactly_once/)", _idempotency_topic,
          metavar="TOPIC", default_text="<source topic>-idempotency"),
-    _row("idempotency_secret_file", "file holding a secret shared by the replicas: keys the hash of each "
-         "Idempotency-Key in that topic", existing_file, metavar="FILE", default_text="off"),
+    _row("idempotency_secret_file", "file holding a secret (at least 16 bytes, e.g. openssl rand -hex 32) shared by "
+         "the replicas: keys the hash of each Idempotency-Key in that topic; without it the hashes are unkeyed "
+         "(said at start: docs/collector.md, Retries)", _secret_file, metavar="FILE",
+         default_text="off: unkeyed hashes"),
     _row("instance_id", "this collector's identity across restarts (its transactional id), unique among live "
          "collectors", _instance_id, metavar="ID", default_text="host:port"),
     _row("access_log_client_addresses", "log client addresses and user agents (off by default: privacy at the edge)",
@@ -128,6 +147,10 @@ SETTINGS: tuple[Setting, ...] = (
          integer(0, MAX_SHUFFLE_REPORTS), 0, metavar="N", default_text="0 (off)"),
     _row("shuffle_max_seconds", "shuffle: produce a batch after this many seconds even if it holds fewer reports "
          "(its frames say how many)", number(), 60.0, metavar="SECONDS"),
+    _row("shuffle_claim_key_file", "shuffle: file of a key (at least 32 bytes, e.g. openssl rand -hex 32) shared with "
+         "the workers: every shuffled frame carries a MAC of its batch claim, and workers state a central epsilon "
+         "only for frames whose MAC verifies (docs/privacy.md, Who may claim a shuffle)", claims.key_file,
+         metavar="FILE", default_text="off: no worker believes the claims"),
 )
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
@@ -140,10 +163,12 @@ class CollectorSettings:
     bootstrap_servers: str
     source_topic: str
     broker: BrokerProfile
+    kafka_config_file: str | None
     host: str
     port: int
     tls_cert: str | None
     tls_key: str | None
+    tls_client_ca: str | None
     max_body_bytes: int
     max_upload_reports: int
     max_queued_reports: int
@@ -177,6 +202,8 @@ class CollectorSettings:
     shuffle_min_reports: int
     #: ... or until this many seconds passed since the first held report (the batch is then what it holds).
     shuffle_max_seconds: float
+    #: ... and the key its batch claims are signed with (cms_core.claims; None: unsigned, so not believed).
+    shuffle_claim_key_file: str | None
     #: What set each setting (flag, variable, or both names for a default): errors name it.
     labels: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -197,9 +224,8 @@ class CollectorSettings:
                                             f"required: give {BY_NAME[name].flag} or {BY_NAME[name].env}")
         if "idempotency_topic" not in labels.given:
             values["idempotency_topic"] = values["source_topic"] + "-idempotency"
+        check_tls(values, labels)
         settings = cls(labels=labels, **values)
-        if (settings.tls_cert is None) != (settings.tls_key is None):
-            raise InvalidParameterError(labels["tls_key"], settings.tls_key, "--tls-cert and --tls-key go together")
         if settings.max_upload_reports > settings.frame_max_reports:
             raise InvalidParameterError(labels["max_upload_reports"], settings.max_upload_reports,
                                         f"must be <= the frame bound {settings.frame_max_reports} (an upload never "
@@ -219,6 +245,9 @@ def _check_shuffle(settings: CollectorSettings, labels) -> None:
                                     "a batch of one report hides nothing: give 0 (off) or at least 2 (e.g. 10000)")
     if "shuffle_max_seconds" in labels.given and not n:
         raise InvalidParameterError(labels["shuffle_max_seconds"], settings.shuffle_max_seconds,
+                                    "applies to shuffling: give --shuffle-min-reports N too")
+    if settings.shuffle_claim_key_file and not n:
+        raise InvalidParameterError(labels["shuffle_claim_key_file"], settings.shuffle_claim_key_file,
                                     "applies to shuffling: give --shuffle-min-reports N too")
     if settings.shuffle_max_seconds > MAX_SHUFFLE_SECONDS:
         raise InvalidParameterError(labels["shuffle_max_seconds"], settings.shuffle_max_seconds,

@@ -18,11 +18,12 @@ lists the keys of a whole batch together, so a key maps to its batch, never to a
 
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
 
-from cms_core import wire
+from cms_core import claims, wire
 
 #: Batches of more reports than this are permuted on a thread (about 1 µs a report in Python), so the
 #: event loop keeps answering meanwhile.
@@ -86,3 +87,15 @@ def shuffle_and_cut(records: bytes | memoryview, record_size: int, fingerprint: 
         start += count
     return frames
 
+
+
+def shuffle_claim_key(settings) -> bytes:
+    """The key shuffled batches' claims are signed with (``--shuffle-claim-key-file``; cms_core.claims), b"" for
+    none: a shuffling collector without one says once that no worker will state a central epsilon for its batches."""
+    if settings.shuffle_claim_key_file:
+        return claims.read_key(settings.shuffle_claim_key_file, settings.label("shuffle_claim_key_file"))
+    if settings.shuffle_min_reports:
+        logging.getLogger("ocms.collector").warning(
+            "shuffling without --shuffle-claim-key-file: the batches' claims are not signed, so no worker states a "
+            "central epsilon for them (docs/privacy.md, Who may claim a shuffle); the reports are shuffled all the same")
+    return b""

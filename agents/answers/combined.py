@@ -134,13 +134,16 @@ def combined_central(docs: list[tuple[EstimateService, dict]]) -> dict:
     shuffled = sum(doc["shuffled_reports"] for _, doc in docs)
     batches = [doc["shuffle_batch_min"] for _, doc in docs if doc["shuffle_batch_min"]]
     out = {"central_epsilon": None, "central_delta": None, "central_bound": None,
-           "shuffle_batch_min": min(batches) if batches else None, "shuffled_reports": shuffled}
+           "shuffle_batch_min": min(batches) if batches else None, "shuffled_reports": shuffled,
+           "central_reason": None}
     if counted and all(doc["central_epsilon"] is not None for _, doc in counted):
         out.update(central_epsilon=max(doc["central_epsilon"] for _, doc in counted),
                    central_delta=max(doc["central_delta"] for _, doc in counted), central_bound=counted[0][1]["central_bound"],
                    central_note="the largest central epsilon of the versions combined (each version's reports "
                                 "were shuffled among that version's)")
     else:
+        reasons = [doc.get("central_reason") for _, doc in counted if doc["central_epsilon"] is None]
+        out["central_reason"] = next((r for r in reasons if r), "partly_shuffled") if counted else "no_reports"
         out["central_note"] = "; ".join(f"version {s.version.version}: {doc['central_note']}" for s, doc in counted
                                         if doc["central_epsilon"] is None) if counted else "no reports in this window"
     return out

@@ -31,33 +31,55 @@ WITHHELD_FIELDS = (
 
 #: The central epsilon fields a trend point carries (the answer's header carries all of them, for the whole range).
 POINT_CENTRAL_FIELDS = ("central_epsilon", "central_delta", "shuffle_batch_min", "shuffled_reports")
-#: (smallest batch, epsilon0) -> cms_core.planning.shuffled_privacy of it (a few ms each to compute).
-_CENTRAL_CACHE: dict[tuple[int, float], dict] = {}
+#: (smallest batch, epsilon0, delta) -> cms_core.planning.shuffled_privacy of it (a few ms each to compute).
+_CENTRAL_CACHE: dict[tuple[int, float, float], dict] = {}
 _CENTRAL_CACHE_MAX = 4096
 
 
-def _shuffled_privacy(batch: int, epsilon0: float) -> dict:
+def _central_key(shuffle_min: int, shuffle_max: int, epsilon0: float) -> tuple[int, float, float]:
+    """(smallest batch, epsilon0, the delta of the largest batch: below 1/N for every batch of the window)."""
+    from cms_core.planning import shuffle_delta
+
+    return shuffle_min, epsilon0, shuffle_delta(max(shuffle_min, shuffle_max))
+
+
+def _shuffled_privacy(key: tuple[int, float, float]) -> dict:
     from cms_core.planning import shuffled_privacy
 
-    key = (batch, epsilon0)
     found = _CENTRAL_CACHE.get(key)
     if found is None:
         if len(_CENTRAL_CACHE) >= _CENTRAL_CACHE_MAX:
             _CENTRAL_CACHE.clear()
-        found = _CENTRAL_CACHE[key] = shuffled_privacy(epsilon0, batch)
+        batch, epsilon0, delta = key
+        found = _CENTRAL_CACHE[key] = shuffled_privacy(epsilon0, batch, delta)
     return found
 
 
 def central_cost(snapshot, epsilon0: float) -> int:
-    """Work of the central epsilons an answer over ``snapshot`` may compute: one per smallest batch among
-    its states not computed before (CENTRAL_COST each; cached ones are free)."""
-    batches = {state.shuffle_min for _, states in snapshot for state in states if state.shuffle_min}
-    return CENTRAL_COST * sum((batch, epsilon0) not in _CENTRAL_CACHE for batch in batches)
+    """Work of the central epsilons an answer over ``snapshot`` may compute: at most one per (smallest batch,
+    delta) among its states and the whole (CENTRAL_COST each; cached ones are free)."""
+    from ..view import shuffle_of
+
+    keys = {_central_key(state.shuffle_min, state.shuffle_max, epsilon0)
+            for _, states in snapshot for state in states if state.shuffle_min}
+    _, low, high = shuffle_of(snapshot)
+    if low:
+        keys.add(_central_key(low, high, epsilon0))
+    return CENTRAL_COST * sum(key not in _CENTRAL_CACHE for key in keys)
 
 
-def central_privacy(params: OCMSParams, n: int, shuffled: int, shuffle_min: int) -> dict:
+#: Why a window states no central epsilon (``central_reason``; null when it states one).
+CENTRAL_REASONS = ("no_reports", "no_claim_key", "not_shuffled", "partly_shuffled")
+
+
+def central_privacy(params: OCMSParams, n: int, shuffled: int, shuffle_min: int, shuffle_max: int = 0) -> dict:
     """The central (epsilon, delta) of a window of ``n`` reports, ``shuffled`` of which came through a
-    shuffling collector in batches of at least ``shuffle_min`` reports (agents.state).
+    shuffling collector in batches of ``shuffle_min`` to ``shuffle_max`` reports (agents.state), each batch's
+    claim verified (agents.trust).
+
+    Why delta of the largest batch: delta must stay below 1/N for every batch (cms_core.planning.shuffle_delta:
+    a delta of 1/N allows publishing one report of N in the clear), and eps_c at that smaller delta of the
+    smallest batch bounds every batch's at it.
 
     Why the smallest batch: each report of the window was shuffled in one batch of some n_b >= shuffle_min
     reports, and its batch is (eps_c(n_b), delta)-DP towards whoever sees only the shuffled frames
@@ -66,19 +88,26 @@ def central_privacy(params: OCMSParams, n: int, shuffled: int, shuffle_min: int)
     batches hold; a device with reports in k batches composes (k * eps_c, k * delta). A window holding
     reports that were not shuffled gets null: the figure would not hold for them (only the local epsilon
     does). The figure holds against readers of Kafka and the worker, not against the collector."""
+    from ..trust import unverified_note, verifying
+
     epsilon0 = params.epsilon
+
     out = {"central_epsilon": None, "central_delta": None, "central_bound": None,
-           "shuffle_batch_min": shuffle_min or None, "shuffled_reports": shuffled}
+           "shuffle_batch_min": shuffle_min or None, "shuffled_reports": shuffled, "central_reason": None}
     if n == 0:
+        out["central_reason"] = "no_reports"
         out["central_note"] = "no reports in this window"
     elif shuffled == 0:
-        out["central_note"] = (f"no report of this window came through a shuffling collector: each report is "
-                               f"{epsilon0:g}-DP (the local epsilon), against everyone")
+        out["central_reason"] = "not_shuffled" if verifying() else "no_claim_key"
+        out["central_note"] = (f"no report of this window came in a frame with a verified shuffle claim: each report "
+                               f"is {epsilon0:g}-DP (the local epsilon), against everyone" + unverified_note())
     elif shuffled < n:
-        out["central_note"] = (f"{n - shuffled:,} of the {n:,} reports of this window were not shuffled: only the local "
-                               f"epsilon {epsilon0:g} holds for them, so no central epsilon is claimed")
+        out["central_reason"] = "partly_shuffled"
+        out["central_note"] = (f"{n - shuffled:,} of the {n:,} reports of this window were not shuffled (or their "
+                               f"shuffle claim did not verify): only the local epsilon {epsilon0:g} holds for them, so "
+                               f"no central epsilon is claimed")
     else:
-        central = _shuffled_privacy(shuffle_min, float(epsilon0))
+        central = _shuffled_privacy(_central_key(shuffle_min, shuffle_max, float(epsilon0)))
         out.update(central_epsilon=central["central_epsilon"], central_delta=central["delta"],
                    central_bound=central["bound"])
         out["central_note"] = (

@@ -122,12 +122,30 @@
     return t != null ? t : Date.now() / 1000;
   }
 
+  /** A worker with --api-tokens-file answers 401 without a read token: asked once per page, kept for the tab. */
+  var TOKEN_KEY = "ocms-read-token", tokenAsked = false;
+  function readHeaders() {
+    var headers = { Accept: "application/json" }, token = null;
+    try { token = window.sessionStorage.getItem(TOKEN_KEY); } catch (e) { token = null; }
+    if (token) headers.Authorization = "Bearer " + token;
+    return headers;
+  }
+
   /** GET a JSON answer: {status, doc} or {status: 0, error} when unreachable. Never throws. */
   function api(path) {
     var controller = new AbortController();
     var timeout = setTimeout(function () { controller.abort(); }, 8000);
-    return fetch(path, { signal: controller.signal, headers: { Accept: "application/json" }, cache: "no-store" })
+    return fetch(path, { signal: controller.signal, headers: readHeaders(), cache: "no-store" })
       .then(function (response) {
+        if (response.status === 401 && !tokenAsked && typeof window.prompt === "function") {
+          tokenAsked = true;
+          var token = window.prompt("This worker needs a read token (its --api-tokens-file):");
+          if (token) {
+            try { window.sessionStorage.setItem(TOKEN_KEY, token.trim()); } catch (e) { /* private mode */ }
+            clearTimeout(timeout);
+            return api(path);
+          }
+        }
         return response.text().then(function (text) {
           var doc = null;
           try { doc = text ? JSON.parse(text) : null; } catch (e) { doc = null; }
@@ -708,7 +726,7 @@
     return Math.abs(exponent - Math.round(exponent)) < 1e-9 ? "10^" + Math.round(exponent) : delta.toExponential(1);
   }
 
-  /** The sentence on shuffling of the version's total window (agents.query.central_privacy): the central (ε, δ)
+  /** The sentence on shuffling of the version's total window (agents.answers.privacy.central_privacy): the central (ε, δ)
    *  when every report came through a shuffling collector, what was not shuffled when some did; "" otherwise. */
   function shuffledWords(v, eps) {
     var w = (v.windows || {}).total || {};

@@ -295,11 +295,10 @@ class Committer:
         """Each frame with its headers: a plain frame's nonce, or a listed batch's nonce, index and frame count."""
         if not unit.shuffled:  # a plain frame carries its nonce, listed or not (as it always has)
             return [(frame, [(FRAME_HEADER, unit.nonce)], unit.timestamp_ms) for frame in frames]
-        common = unit.headers()
         if unit.listing is None:
-            return [(frame, common, unit.timestamp_ms) for frame in frames]
-        return [(frame, common + [(FRAME_HEADER, batch_frame_id(unit.nonce, i, len(frames)))], unit.timestamp_ms)
-                for i, frame in enumerate(frames)]
+            return [(frame, unit.headers(frame), unit.timestamp_ms) for frame in frames]
+        return [(frame, unit.headers(frame) + [(FRAME_HEADER, batch_frame_id(unit.nonce, i, len(frames)))],
+                 unit.timestamp_ms) for i, frame in enumerate(frames)]
 
     async def _outcome(self, producer, incarnation: bytes, sent: list[tuple[Unit, list, int, BaseException | None]]
                        ) -> None:

@@ -89,11 +89,7 @@ class SharedIdempotency:
         instance = settings.instance_id or default_instance_id(settings.port) or os.urandom(8).hex()
         #: the transactional id of this collector's frame producer (the same across its restarts)
         self.owner = f"ocms-collector-{instance}"
-        secret = b""
-        if settings.idempotency_secret_file:
-            with open(settings.idempotency_secret_file, "rb") as f:
-                secret = f.read().strip()
-        self._secret = secret[:64]
+        self._secret = idempotency_secret(settings, self.topic)
         self.lease_s = 2 * settings.kafka_timeout_ms / 1000 + 2.0
         self.clock = clock
         self.wall_clock = wall_clock
@@ -583,3 +579,18 @@ class SharedIdempotency:
             return {tp.partition: offset for tp, offset in ends.items()}
         finally:
             await consumer.stop()
+
+
+def idempotency_secret(settings, topic: str) -> bytes:
+    """The key of the Idempotency-Key hashes in ``topic`` (``--idempotency-secret-file``, cut to BLAKE2b's 64
+    bytes); b"" without one, said once: unkeyed hashes let whoever reads the topic match a key seen elsewhere
+    (a proxy log) to its upload's listing."""
+    from cms_core.claims import read_key
+
+    if settings.idempotency_secret_file:
+        return read_key(settings.idempotency_secret_file, settings.label("idempotency_secret_file"), 16,
+                        "the same file for every collector replica")[:64]
+    log.warning("the Idempotency-Key hashes in %s are not keyed (no --idempotency-secret-file): whoever reads that "
+                "topic can match a key seen elsewhere to its upload's listing; give every replica the same secret "
+                "file (openssl rand -hex 32 > FILE)", topic)
+    return b""

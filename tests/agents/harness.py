@@ -60,6 +60,7 @@ class WorkerProcess:
         self.log_dir = log_dir
         self.child: WorkerChild | None = None
         self.starts = 0
+        self.token: str | None = None  # a read token (--api-tokens-file) sent with get() and text()
 
     @property
     def process(self):
@@ -97,14 +98,18 @@ class WorkerProcess:
     def get(self, path: str, **params) -> tuple[int, dict]:
         url = self.base_url + path + ("?" + urllib.parse.urlencode(params) if params else "")
         try:
-            with urllib.request.urlopen(url, timeout=10) as response:
+            with urllib.request.urlopen(self._request(url), timeout=10) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read())
 
     def text(self, path: str) -> str:
-        with urllib.request.urlopen(self.base_url + path, timeout=10) as response:
+        with urllib.request.urlopen(self._request(self.base_url + path), timeout=10) as response:
             return response.read().decode()
+
+    def _request(self, url: str) -> urllib.request.Request:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        return urllib.request.Request(url, headers=headers)
 
     def wait_for_n(self, n: int, timeout: float = 90.0, **params) -> dict:
         def estimates() -> tuple[int, dict]:

@@ -97,17 +97,28 @@ def test_pending_messages_of_a_partition_no_longer_owned_are_dropped_not_written
     assert pending(worker)[-1] == (1, 0) and worker.untracked == lost
 
 
-def test_a_frame_s_shuffle_header_is_read_and_a_bad_one_counts_as_not_shuffled(worker):
-    """``ocms-shuffle-n`` (a shuffling collector's batch size) travels with the accepted message; a header
-    that cannot be a batch size of the frame (fewer than its 10 reports, not digits) is counted and the
-    frame taken as not shuffled: its reports still count."""
-    messages = deliveries(0, range(4))
-    headers = [[("ocms-shuffle-n", b"5000")], [("ocms-shuffle-n", b"9")], [("ocms-shuffle-n", b"x1")], None]
+def test_a_frame_s_shuffle_header_is_read_and_a_bad_one_counts_as_not_shuffled(worker, tmp_path):
+    """``ocms-shuffle-n`` (a shuffling collector's batch size) travels with the accepted message when its MAC
+    verifies (cms_core.claims); a header that cannot be a batch size of the frame (fewer than its 10 reports,
+    not digits) is counted and the frame taken as not shuffled: its reports still count. So is a claim
+    without a MAC, and every claim of a worker without a claim key (issue 37)."""
+    from agents.trust import ClaimCheck
+    from cms_core import claims
+
+    key = b"k" * 32
+    (tmp_path / "key").write_bytes(key)
+    worker.claims = ClaimCheck(SimpleNamespace(shuffle_claim_key_file=str(tmp_path / "key"), label=str),
+                               worker.metrics)
+    messages = deliveries(0, range(5))
+    signed = claims.claim_headers(key, 5000, claims.new_batch_id(), messages[0].value)
+    headers = [signed, [("ocms-shuffle-n", b"9")], [("ocms-shuffle-n", b"x1")], None, [("ocms-shuffle-n", b"5000")]]
     for m, h in zip(messages, headers):
         worker.receive(SimpleNamespace(**vars(m), headers=h))
-    assert [a.shuffle_n for a in worker.pending.accepted] == [5000, 0, 0, 0]
-    assert worker.pending.reports == 4 * FRAME
+    assert [a.shuffle_n for a in worker.pending.accepted] == [5000, 0, 0, 0, 0]
+    assert worker.pending.reports == 5 * FRAME
     assert worker.metrics.shuffle_header_invalid._value.get() == 2
+    rejected = worker.metrics.shuffle_claims_rejected
+    assert [rejected.labels(r)._value.get() for r in ("invalid_size", "missing_mac")] == [2, 1]
 
 
 async def settle(worker) -> None:

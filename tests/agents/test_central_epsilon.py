@@ -108,9 +108,22 @@ def test_a_window_with_reports_that_were_not_shuffled_says_null_and_why(service)
     assert (doc["central_epsilon"], doc["central_delta"], doc["central_bound"]) == (None, None, None)
     assert doc["shuffle_batch_min"] == 3_000
     assert doc["central_note"].startswith("100 of the 1,500 reports of this window were not shuffled")
+    assert doc["central_reason"] == "partly_shuffled"
     unshuffled = Routes(fill({(B[0], 0): (50, 0, 0)}), lambda: NOW, **FLAGS).estimates({})
     assert unshuffled["central_epsilon"] is None and unshuffled["shuffled_reports"] == 0
-    assert "no report of this window came through a shuffling collector" in unshuffled["central_note"]
+    assert "no report of this window came in a frame with a verified shuffle claim" in unshuffled["central_note"]
+    assert unshuffled["central_reason"] in ("no_claim_key", "not_shuffled")
+
+
+def test_delta_is_below_one_over_n_for_every_batch_of_the_window_not_only_the_smallest():
+    """Issue 37: batches of 500 and 2,000,000 reports in one window. The delta must be below 1/N for the
+    large batch (1e-7, not the small batch's 1e-6); epsilon is the small batch's at that delta."""
+    got = central_privacy(P, 2_000_500, 2_000_500, 500, 2_000_000)
+    assert got["central_delta"] == shuffle_delta(2_000_000) == 1e-7
+    assert got["central_delta"] * 2_000_000 < 1
+    assert got["central_epsilon"] == central_epsilon(500, P.epsilon, 1e-7)
+    assert got["central_epsilon"] > central_epsilon(500, P.epsilon, 1e-6)  # the smaller delta costs epsilon
+    assert central_privacy(P, 500, 500, 500, 500)["central_delta"] == 1e-6
 
 
 @pytest.mark.parametrize("postprocess", ["none", "norm_sub"])

@@ -234,8 +234,9 @@ def model_plan(events, stored: dict) -> dict:
         base = stored.get(key) or PartialCounts.empty(len(tracked))
         shuffled = [m for m in ms if m.shuffle_n]
         smallest = min([m.shuffle_n for m in shuffled] + ([base.shuffle_min] if base.shuffle_min else []), default=0)
+        largest = max([m.shuffle_n for m in shuffled] + [base.shuffle_max])
         out[key] = PartialCounts(base.n + len(batch), base.counts + counts, max(m.offset for m in ms),
-                                 base.shuffled + sum(len(m.batch) for m in shuffled), smallest)
+                                 base.shuffled + sum(len(m.batch) for m in shuffled), smallest, largest)
     return out
 
 
@@ -330,6 +331,7 @@ def test_plan_counts_equal_kernel_counts_per_key():
                 assert sum(s.n for s in parts) == total.n
                 assert sum(s.shuffled for s in parts) == total.shuffled  # shuffled reports: in every level
                 assert min((s.shuffle_min for s in parts if s.shuffle_min), default=0) == total.shuffle_min
+                assert max((s.shuffle_max for s in parts), default=0) == total.shuffle_max
                 np.testing.assert_array_equal(np.sum([s.counts for s in parts], axis=0), total.counts)
     assert plan.reports == sum(len(m.batch) for m in events)
     assert dict(plan.counted) == {

@@ -20,7 +20,7 @@ import pytest
 
 from agents.catalog import Catalog
 from agents.view import CountsView
-from cms_core import wire
+from cms_core import claims
 from cms_core.planning import shuffle_delta
 from cms_core.shuffle import central_epsilon
 from fleet.offline import sketch_from_messages
@@ -65,9 +65,12 @@ def fed(tmp_path_factory):
     layout = Catalog(registry, CountsView()).state_layout(PARTITIONS)
     shards = {name: layout.shard_of_metric(name) for name in NAMES}
     assert set(shards.values()) == set(range(PARTITIONS))  # precondition: every shard serves a metric
+    key = b"shard-test-claim-key-" * 2
+    (folder / "claim.key").write_bytes(key)
     with EmbeddedBroker() as broker:
         workers = [WorkerProcess(broker.bootstrap_servers, "it-shards", "it-shards", folder, "--registry", str(path),
-                                 "--view", "share") for _ in range(2)]
+                                 "--view", "share", "--shuffle-claim-key-file", str(folder / "claim.key"))
+                   for _ in range(2)]
         try:
             for w in workers:
                 w.start()
@@ -80,9 +83,10 @@ def fed(tmp_path_factory):
                 values = np.random.default_rng(seed).choice(len(CATEGORIES), REPORTS, p=[0.4, 0.3, 0.2, 0.1])
                 sent[name] = report_messages(params, values, 250, seed=50 + seed,
                                              timestamps_ms=[now_ms - 10_000] * (REPORTS // 250))
-                if name in SHUFFLED:
+                if name in SHUFFLED:  # one batch of REPORTS, its claim signed (cms_core.claims)
+                    batch_id = claims.new_batch_id()
                     for m in sent[name]:
-                        m.headers = [(wire.SHUFFLE_HEADER, str(REPORTS).encode())]
+                        m.headers = claims.claim_headers(key, REPORTS, batch_id, m.value)
                 messages += sent[name]
             send(broker.bootstrap_servers, workers[0].topic, messages)
             expected, central = {}, {}

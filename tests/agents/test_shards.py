@@ -347,3 +347,34 @@ def test_the_read_barrier_waits_for_what_was_written_before_the_query():
         raise AssertionError("a barrier the view cannot reach returned")
 
     assert "behind" in asyncio.run(run())
+
+
+def test_a_peer_answer_that_is_not_a_listing_marks_its_metrics_unavailable_and_sends_the_token_on(monkeypatch):
+    """Issue 37: a peer's 200 that is a JSON list or string made the listing fail with 500. Its metrics are
+    now "unavailable", saying which worker did not answer; the client's Authorization goes to the peer."""
+    from agents import shards
+    from agents.shards import Router
+
+    layout = layout_of(8)
+    share = Share(layout, sharded=True)
+    names = sorted(layout.metric_of.values())
+    elsewhere = next(n for n in names if share.shard_of_metric(n) != 0)
+    share.held, share.ready, share.rebuilding = {0}, {0}, set()
+    app = SimpleNamespace(rebalancing=False, conf=SimpleNamespace(canonical_url="http://b:6066"))
+    monkeypatch.setattr(shards, "owner_url", lambda *a: "http://c:6066")
+    asked = []
+    for bad in ([1, 2], "a string", {"metrics": "x"}, {"metrics": [1, None, {"name": 3}]}, None):
+        router = Router(app, share, "changelog", _current)
+
+        async def get_json(url, authorization=None, bad=bad):
+            asked.append(authorization)
+            return bad
+
+        router._get_json = get_json
+        doc = asyncio.run(router.listing({"metrics": [{"name": elsewhere, "reports": 0}]}, False, "Bearer t"))
+        assert "did not answer" in doc["metrics"][0]["unavailable"], bad
+    assert asked == ["Bearer t"] * 5
+    assert shards.peer_headers("http://b", "Bearer t")["Authorization"] == "Bearer t"
+    assert "Authorization" not in shards.peer_headers("http://b", None)
+    assert not shards.answer_fits(200, "application/json", b' ["x"]')
+    assert shards.answer_fits(200, "application/json", b'\n{"n": 1}') and shards.answer_fits(503, "text/plain", b"[")

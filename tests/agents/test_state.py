@@ -75,21 +75,40 @@ def test_linear_sum_over_partitions_and_json():
     assert PartialCounts.from_bytes(big.to_bytes()) == big
 
 
-def test_shuffle_accounting_folds_a_sum_and_a_minimum_and_keeps_the_v1_codec_without_it():
+def test_shuffle_accounting_folds_a_sum_a_minimum_and_a_maximum_and_keeps_the_v1_codec_without_it():
     a = fold(None, np.array([1, 2]), 5, 3, shuffled=5, shuffle_min=900)
     b = fold(a, np.array([0, 1]), 4, 7, shuffled=3, shuffle_min=200)
     c = fold(b, np.array([1, 0]), 2, 9)  # not shuffled
-    assert (c.n, c.shuffled, c.shuffle_min) == (11, 8, 200)
-    assert fold(c, np.array([0, 0]), 1, 10, shuffled=1, shuffle_min=5000).shuffle_min == 200
+    assert (c.n, c.shuffled, c.shuffle_min, c.shuffle_max) == (11, 8, 200, 900)
+    d = fold(c, np.array([0, 0]), 1, 10, shuffled=1, shuffle_min=5000)
+    assert (d.shuffle_min, d.shuffle_max) == (200, 5000)
     for state in (a, b, c):
         assert PartialCounts.from_bytes(state.to_bytes()) == state == PartialCounts.from_json(state.to_json())
     plain = fold(None, np.array([1, 2]), 5, 3)
     assert plain.to_bytes()[2] == 1 and len(plain.to_bytes()) == 24 + 2 * 4, "unshuffled states keep the v1 codec"
-    assert c.to_bytes()[2] == 2 and len(c.to_bytes()) == 24 + 16 + 2 * 4
+    assert c.to_bytes()[2] == 3 and len(c.to_bytes()) == 24 + 24 + 2 * 4
     with pytest.raises(InvalidParameterError):
         fold(None, np.array([1, 2]), 5, 3, shuffled=6, shuffle_min=10)  # more shuffled than reports
     with pytest.raises(InvalidParameterError):
         fold(None, np.array([1, 2]), 5, 3, shuffled=2, shuffle_min=0)
+
+
+def test_a_value_written_before_claims_were_signed_holds_no_shuffled_report():
+    """Codec version 2 (issue 37: its ocms-shuffle-n claims were never verified) is read, its counts kept, its
+    shuffle accounting not believed; a fold rewrites it without (v1) or with only verified claims (v3)."""
+    from agents.state import OpenBundle, encode_bundle
+
+    counts = np.array([1, 2], np.uint32)
+    legacy = struct.pack("<2sBBqqI", b"PC", 2, 4, 5, 3, 2) + struct.pack("<qq", 5, 1_000_000) + counts.tobytes()
+    state = PartialCounts.from_bytes(legacy)
+    assert (state.n, state.counts.tolist(), state.shuffled, state.shuffle_min) == (5, [1, 2], 0, 0)
+    bundle = OpenBundle(encode_bundle({FPS[0]: legacy, FPS[1]: legacy}))
+    bundle.fold(FPS[0], np.array([0, 1]), 2, 4)
+    bundle.fold(FPS[1], np.array([1, 1]), 2, 4, shuffled=2, shuffle_min=50, shuffle_max=70)
+    from agents.state import decode_bundle
+    members = {fp: PartialCounts.from_bytes(raw) for fp, raw in decode_bundle(bundle.encode()).items()}
+    assert members[FPS[0]] == PartialCounts(7, [1, 3], 4) and members[FPS[0]].to_bytes()[2] == 1
+    assert members[FPS[1]] == PartialCounts(7, [2, 3], 4, 2, 50, 70) and members[FPS[1]].to_bytes()[2] == 3
 
 
 def test_partial_counts_codec_refuses_garbage():
@@ -97,7 +116,7 @@ def test_partial_counts_codec_refuses_garbage():
 
     good = fold(None, np.array([1, 2]), 5, 3).to_bytes()
     shuffled = fold(None, np.array([1, 2]), 5, 3, shuffled=5, shuffle_min=9).to_bytes()
-    lying = shuffled[:24] + struct.pack("<qq", 6, 9) + shuffled[40:]  # 6 of 5 reports shuffled
+    lying = shuffled[:24] + struct.pack("<qqq", 6, 9, 9) + shuffled[48:]  # 6 of 5 reports shuffled
     for bad in (b"", b"xx" + good[2:], good[:-1], good + b"\0", shuffled[:30], lying):
         with pytest.raises(SerializationError):
             PartialCounts.from_bytes(bad)

@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -188,14 +189,16 @@ def records_of(message: bytes, version) -> list[bytes]:
 
 
 @contextlib.contextmanager
-def serving_worker(registry: Path, broker, topic: str, log_dir: Path):
+def serving_worker(registry: Path, broker, topic: str, log_dir: Path, *extra: str, token: str | None = None):
     """``ocms worker --registry REGISTRY`` reading ``topic``, serving its API (n = 0 answered); stopped on
     the way out. It counts every version of the registry's metrics; its name-less /estimates answers
     the first metric's ("dest" version 1). On the mock its group session is MOCK_SESSION_SECONDS
     (tests/brokers.py: the fault tests stop and restart it)."""
     session = MOCK_SESSION_ARGS if endpoint(broker)[1].name == "mock" else ()
     worker = WorkerProcess(broker, f"{topic}-worker", topic, log_dir, "--registry", str(registry),
-                           "--batch-max-seconds", "0.1", *session).start()
+                           "--batch-max-seconds", "0.1", *session, *extra)
+    worker.token = token  # a read token, when --api-tokens-file is among extra
+    worker.start()
     try:
         worker.wait_for_n(0, timeout=90)
         yield worker
@@ -272,3 +275,48 @@ def parse_answer(answer: bytes) -> tuple[int | None, dict, bytes]:
     except ValueError:
         doc = {"not json": body[:200].decode("latin-1")}
     return status, doc, answer
+
+
+def trickle(port: int, head: bytes, body: bytes, every: float, limit: float = 30.0) -> tuple[float, bytes]:
+    """Send ``head`` at once, then ``body`` a byte every ``every`` s; (seconds until the first answer byte, all
+    that came back until the server closed or ``limit`` passed)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=limit)
+    started, answer = time.monotonic(), b""
+    try:
+        sock.sendall(head)
+        for byte in body:
+            sock.setblocking(False)
+            try:
+                answer += sock.recv(65536)
+            except BlockingIOError:
+                pass
+            finally:
+                sock.setblocking(True)
+            if answer or time.monotonic() - started > limit:
+                break
+            sock.sendall(bytes([byte]))
+            time.sleep(every)
+        first = time.monotonic() - started
+        sock.settimeout(max(1.0, limit - first))
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        first = time.monotonic() - started
+    finally:
+        sock.close()
+    return first, answer
+
+
+def closed_after(sock: socket.socket, limit: float = 20.0) -> float:
+    """Seconds until the server closes ``sock`` (reading and dropping what it sends)."""
+    started = time.monotonic()
+    sock.settimeout(limit)
+    try:
+        while sock.recv(65536):
+            pass
+    except (ConnectionResetError, socket.timeout):
+        pass
+    return time.monotonic() - started

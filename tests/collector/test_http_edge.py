@@ -23,7 +23,7 @@ from infra.http_edge import ErrorAnswers, drift, json_errors
 from tests.support.waiting import poll_until
 
 from .harness import (WIRE, CollectorProcess, parse_answer, raw_exchange, read_answer, request, serving_worker,
-                      single_messages)
+                      single_messages, trickle)
 
 TOPIC = "edge-http"
 
@@ -176,28 +176,7 @@ def test_a_trickled_header_is_cut_and_idle_connections_are_closed(edge_collector
     port = edge_collector.port
     before = metric_value(edge_collector.url, "ocms_collector_connections_closed_total", 'reason="header_timeout"')
     # a header trickled a byte every 0.3 s: cut after --header-timeout-seconds 1 with a JSON 408
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    started, answer = time.monotonic(), b""
-    try:
-        for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"s" * 200:
-            sock.sendall(bytes([byte]))
-            time.sleep(0.3)
-            sock.setblocking(False)
-            try:
-                answer += sock.recv(65536)
-            except BlockingIOError:
-                pass
-            finally:
-                sock.setblocking(True)
-            if answer or time.monotonic() - started > 20:
-                break
-        sock.settimeout(5)
-        answer += read_answer(sock)
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-    finally:
-        sock.close()
-    cut_after = time.monotonic() - started
+    cut_after, answer = trickle(port, b"", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"s" * 200, 0.3, limit=20)
     status, doc, _ = parse_answer(answer)
     assert (status, doc.get("reason")) == (408, "header_timeout"), answer[:300]
     assert cut_after < 6, f"cut after {cut_after:.1f} s"

@@ -21,7 +21,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from cms_core import wire
+from cms_core import claims, wire
 from cms_core.planning import shuffle_delta
 from cms_core.shuffle import central_epsilon
 from collector.exactly_once.log import BATCH_LISTING, FRAME_HEADER, decode_listing, parse_batch_frame_id
@@ -33,6 +33,7 @@ from tests.support.waiting import poll_until
 from .harness import CollectorProcess, collector_metric, records_of, request, serving_worker
 
 SHUFFLED, PLAIN, SHORT, COUNTED = "shuf-batches", "shuf-plain", "shuf-short", "shuf-counted"
+CLAIM_KEY = secrets.token_hex(32).encode()
 N = 200  # reports per shuffled batch
 
 
@@ -206,10 +207,14 @@ def produced_batches(broker, topic) -> list[list]:
 
 @pytest.fixture(scope="module")
 def shuffling(broker, registry_path, tmp_path_factory):
-    """Batches of 200 reports cut into frames of at most 64 (max seconds long: batches close by size)."""
-    with CollectorProcess(registry_path, broker.bootstrap_servers, SHUFFLED, tmp_path_factory.mktemp("shuffling"),
+    """Batches of 200 reports cut into frames of at most 64 (max seconds long: batches close by size), their
+    claims signed with CLAIM_KEY."""
+    folder = tmp_path_factory.mktemp("shuffling")
+    (folder / "claim.key").write_bytes(CLAIM_KEY)
+    with CollectorProcess(registry_path, broker.bootstrap_servers, SHUFFLED, folder,
                           "--shuffle-min-reports", str(N), "--shuffle-max-seconds", "600", "--frame-max-reports", "64",
-                          "--max-upload-reports", "64", "--reject-delay-ms", "0") as c:
+                          "--max-upload-reports", "64", "--reject-delay-ms", "0",
+                          "--shuffle-claim-key-file", str(folder / "claim.key")) as c:
         yield c
 
 
@@ -242,7 +247,8 @@ def test_a_batch_reaches_kafka_in_an_order_independent_of_arrival(broker, shuffl
 @pytest.mark.integration
 def test_a_batch_has_one_timestamp_equal_frames_and_no_per_upload_header_or_key(broker, shuffling, dest):
     """Every frame of a batch: no key, the batch's one timestamp (a bucket start), the same
-    ocms-shuffle-n, and an ocms-frame header that differs between frames only by the frame's index;
+    ocms-shuffle-n and ocms-shuffle-batch, a MAC of its own bytes that verifies under the claim key
+    (cms_core.claims), and an ocms-frame header that differs between frames only by the frame's index;
     frames are cut at sizes set by n alone. The idempotency log lists the batch's 200 keys in one
     listing (a key maps to its batch, never to a frame); the redo topic holds the batch's frames."""
     statuses = upload_in_order(shuffling, [indexed_report(dest, i) for i in range(N)])
@@ -251,15 +257,18 @@ def test_a_batch_has_one_timestamp_equal_frames_and_no_per_upload_header_or_key(
     assert [len(records_of(r.value, dest)) for r in batch] == [50, 50, 50, 50], "4 frames of 200 / 4"
     assert {r.key for r in batch} == {None}
     assert len({r.timestamp for r in batch}) == 1 and batch[0].timestamp % 60_000 == 0
-    nonces = set()
+    nonces, batch_ids = set(), set()
     for index, record in enumerate(batch):
         headers = dict(record.headers)
-        assert set(headers) == {wire.SHUFFLE_HEADER, FRAME_HEADER}, record.headers
+        assert set(headers) == {wire.SHUFFLE_HEADER, FRAME_HEADER, claims.BATCH_HEADER, claims.MAC_HEADER}, \
+            record.headers
         assert headers[wire.SHUFFLE_HEADER] == str(N).encode()
+        assert claims.verify(CLAIM_KEY, record.headers, record.value, 50) == (N, None)
+        batch_ids.add(headers[claims.BATCH_HEADER])
         nonce, position, count = parse_batch_frame_id(headers[FRAME_HEADER])
         assert (position, count) == (index, 4)
         nonces.add(nonce)
-    assert len(nonces) == 1
+    assert len(nonces) == 1 and len(batch_ids) == 1
     log = consume(broker.bootstrap_servers, SHUFFLED + "-idempotency")
     listings = [decode_listing(r.value, r.offset, 0.0) for r in log if r.value[:1] == BATCH_LISTING]
     mine = [x for x in listings if x.nonce in nonces]
@@ -311,17 +320,30 @@ def test_the_worker_states_the_central_epsilon_of_the_smallest_batch_and_null_on
         broker, registry_path, dest, tmp_path):
     """Two shuffled batches (50 reports, closed by size; 20, closed after --shuffle-max-seconds) reach
     the worker: every answer over them (name-less and named routes, trend points, the metric listing,
-    Prometheus) carries cms_core.shuffle's central epsilon for n = 20 at its delta. Then a collector
-    that does not shuffle adds 5 reports: the total window's central epsilon is null, and says why."""
-    expected = central_epsilon(20, dest.params.epsilon, shuffle_delta(20))
-    with serving_worker(registry_path, broker.bootstrap_servers, COUNTED, tmp_path) as worker:
+    Prometheus) carries cms_core.shuffle's central epsilon for n = 20 at its delta of the larger batch
+    (both below a million: 1e-6). Both hold the claim key (--shuffle-claim-key-file).
+
+    Issue 37's forgery: a 5-report frame written straight to the topic with ``ocms-shuffle-n: 1000000``
+    (no MAC, then a MAC under another key) is counted but believed shuffled by nobody: the total window's
+    central epsilon becomes null ("partly_shuffled"), shuffled_reports stays 70, and
+    ocms_shuffle_claims_rejected_total counts the two frames. Then a collector that does not shuffle adds 5
+    reports: still null, and says why."""
+    from cms_core import claims
+
+    from tests.agents.harness import Message, send
+
+    expected = central_epsilon(20, dest.params.epsilon, shuffle_delta(50))
+    key_file = tmp_path / "claim.key"
+    key_file.write_text(secrets.token_hex(32) + "\n")
+    key_flag = ("--shuffle-claim-key-file", str(key_file))
+    with serving_worker(registry_path, broker.bootstrap_servers, COUNTED, tmp_path, *key_flag) as worker:
         with CollectorProcess(registry_path, broker.bootstrap_servers, COUNTED, tmp_path, "--shuffle-min-reports",
-                              "50", "--shuffle-max-seconds", "0.5") as c:
+                              "50", "--shuffle-max-seconds", "0.5", *key_flag) as c:
             assert upload_in_order(c, [indexed_report(dest, i) for i in range(50)]) == [202] * 50
             assert request(c.url + "/v1/reports", b"".join(indexed_report(dest, 50 + i) for i in range(20)))[0] == 202
         doc = worker.wait_for_n(70)
-        want = {"central_epsilon": expected, "central_delta": shuffle_delta(20), "shuffle_batch_min": 20,
-                "shuffled_reports": 70}
+        want = {"central_epsilon": expected, "central_delta": shuffle_delta(50), "shuffle_batch_min": 20,
+                "shuffled_reports": 70, "central_reason": None}
         assert {k: doc[k] for k in want} == want and doc["central_bound"].startswith("FMT21")
         for path, params in (("/metrics/dest/estimates", {}), ("/metrics/dest/topk", {"k": "3"}),
                              ("/metrics/dest/estimates/7", {}), ("/estimates", {"window": "total"})):
@@ -335,10 +357,24 @@ def test_the_worker_states_the_central_epsilon_of_the_smallest_batch_and_null_on
                  if line.startswith('ocms_central_epsilon{metric="dest",version="1",window="total"}')]
         assert [float(line.split()[-1]) for line in gauge] == [expected]
 
+        frame = wire.HEADER.pack(wire.MAGIC, wire.VERSION, wire.KIND_FRAME, dest.fingerprint, 5) + b"".join(
+            indexed_report(dest, 100 + i)[wire.HEADER_SIZE:] for i in range(5))
+        other_key = secrets.token_hex(32).encode()
+        forged = [Message(frame, b"", None, [(wire.SHUFFLE_HEADER, b"1000000")]),
+                  Message(frame, b"", None, claims.claim_headers(other_key, 1_000_000, claims.new_batch_id(), frame))]
+        send(broker.bootstrap_servers, COUNTED, forged)
+        doc = worker.wait_for_n(80)
+        assert doc["central_epsilon"] is None and doc["central_delta"] is None and doc["shuffled_reports"] == 70
+        assert doc["central_reason"] == "partly_shuffled" and doc["central_note"].startswith("10 of the 80 reports")
+        rejected = {line.split()[0]: float(line.split()[1]) for line in worker.text("/metrics").splitlines()
+                    if line.startswith("ocms_shuffle_claims_rejected_total{")}
+        assert rejected == {'ocms_shuffle_claims_rejected_total{reason="missing_mac"}': 1.0,
+                            'ocms_shuffle_claims_rejected_total{reason="bad_mac"}': 1.0}
+
         with CollectorProcess(registry_path, broker.bootstrap_servers, COUNTED, tmp_path) as plain:
             assert request(plain.url + "/v1/reports", b"".join(indexed_report(dest, 80 + i) for i in range(5)))[0] == 202
-        doc = worker.wait_for_n(75)
+        doc = worker.wait_for_n(85)
         assert doc["central_epsilon"] is None and doc["shuffled_reports"] == 70
-        assert doc["central_note"].startswith("5 of the 75 reports of this window were not shuffled")
+        assert doc["central_note"].startswith("15 of the 85 reports of this window were not shuffled")
         assert not [line for line in worker.text("/metrics").splitlines()
                     if line.startswith('ocms_central_epsilon{metric="dest",version="1",window="total"}')]

@@ -73,6 +73,13 @@ METRICS: tuple[Metric, ...] = (
     _m("ocms_build_info", "gauge", "version,wire_format", "worker", "this process's release and wire format"),
     _m("ocms_shuffle_header_invalid_total", "counter", "", "worker",
        "frames whose ocms-shuffle-n header is not a batch size of at least their reports (counted as not shuffled)"),
+    _m("ocms_http_connections", "gauge", "", "worker", "open connections of the worker's HTTP server"),
+    _m("ocms_http_connections_refused_total", "counter", "", "worker",
+       "connections answered 503 at --web-max-connections"),
+    _m("ocms_http_connections_closed_total", "counter", "reason", "worker",
+       "connections closed by the worker's HTTP server: evicted_idle, header_timeout"),
+    _m("ocms_shuffle_claims_rejected_total", "counter", "reason", "worker",
+       "frames whose shuffle claim was not believed (no claim key, no MAC, a MAC that does not verify)"),
     # Global estimates (same on every worker).
     *_gauges("global", ESTIMATE_LABELS, {
         "ocms_estimate_ratio": "estimated frequency",

@@ -256,9 +256,9 @@ def _samples() -> list[tuple[str, str, bytes, dict | None]]:
     member = members[ocms.fingerprint.hex()]
     out.append(("table_value", "table_value_version2_refused.bin", bundle[:2] + b"\x02" + bundle[3:],
                 {"error": "SerializationError", "match": "not a counts bundle v1"}))
-    bad_member = state.encode_bundle({ocms.fingerprint.hex(): member[:2] + b"\x03" + member[3:]})
-    out.append(("table_member", "table_member_version3_refused.bin", bad_member,
-                {"error": "SerializationError", "match": "not a PartialCounts v1/v2"}))
+    bad_member = state.encode_bundle({ocms.fingerprint.hex(): member[:2] + b"\x04" + member[3:]})
+    out.append(("table_member", "table_member_version4_refused.bin", bad_member,
+                {"error": "SerializationError", "match": "not a PartialCounts v1/v2/v3"}))
     keys = [state.StateKey(f"g3-{ocms.fingerprint.hex()}", 2, 60, 3600, 1_700_000_040),
             state.StateKey("g1", 0, state.TOTAL_WIDTH, 0, 0)]
     out.append(("table_key", "table_key.txt", b"".join(k.encode() + b"\n" for k in keys), None))

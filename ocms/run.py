@@ -271,144 +271,191 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
     process that exited: the fleet is cancelled at once (its uploads would only retry against a
     closed port) and ChildProcessGone raised. The truth file (the console's true-frequency markers)
     holds every fleet's truth, one document per metric."""
-    from fleet import simulator
-    from producer.reporter import HttpTransport
-
-    from agents.console import write_truth_atomically
-
     stop = asyncio.Event()
     stopper.attach(asyncio.get_running_loop(), stop)
-    live = simulator.SimulationResult()
-    transport = None
-    if collector_url is not None:
-        transport = HttpTransport(collector_url, metric=metric)
-        await transport.start()
-        via = f"through the collector {collector_url}"
-        send = dict(transport=transport, upload_concurrency=upload_concurrency(args))
-    else:
-        via = "straight to Kafka"
-        send = dict(bootstrap_servers=bootstrap, topic=topic)
-    task = asyncio.create_task(simulator.run(settings, progress=False, should_stop=stop.is_set, result=live, **send))
-    # Companion metrics (COMPANIONS): more fleets on the same path, each its own metric.
-    extra = []
-    for companion in others or ():
-        result = simulator.SimulationResult()
-        own = dict(send)
-        if transport is not None:
-            own["transport"] = HttpTransport(collector_url, metric=companion.name)
-            await own["transport"].start()
-        extra.append((companion, result, own.get("transport"), asyncio.create_task(simulator.run(
-            companion.settings(settings), progress=False, should_stop=stop.is_set, result=result, **own))))
-    # The discovery fleet (ocms/run_discovery.py): discovery reports of its metric, on the same path.
-    found = None
-    if finder is not None:
-        found_result = DiscoveryFleetResult()
-        if transport is not None:
-            found_transport = HttpTransport(collector_url, metric=finder.name)
-            await found_transport.start()
-            way = dict(transport=found_transport, upload_concurrency=upload_concurrency(args))
-        else:
-            found_transport = None
-            way = dict(bootstrap_servers=bootstrap, topic=topic)
-        found = (found_result, found_transport, asyncio.create_task(finder.run(
-            found_result, seed=settings.seed + 1 + len(extra), should_stop=stop.is_set, duration_s=settings.duration_s,
-            frame_size=settings.frame_size, **way)))
-
-    def write_truths() -> None:
-        doc = fleet_truths(settings, live, metric, [(companion, result) for companion, result, _, _ in extra],
-                           (finder, found[0]) if found is not None else None)
-        write_truth_atomically(truth_path, lambda tmp: Path(tmp).write_text(
-            json.dumps(doc, ensure_ascii=False) + "\n", encoding="utf-8"))
-
-    async def discovery_lines() -> str:
-        if found is None:
-            return ""
-        try:
-            status, doc = await asyncio.to_thread(
-                _get_status, f"{base}/discovered?metric={urllib.parse.quote(finder.name, safe='')}")
-        except OSError:
-            return ""
-        return discovery_line(finder, found[0], status, doc) + "\n"
-
-    async def companion_lines(final: bool = False) -> str:
-        if final:  # as for the main metric: wait (bounded) until the worker counted every companion report
-            deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-            for companion, result, _, _ in extra:
-                url = f"{base}/metrics/{companion.name}"
-                while time.monotonic() < deadline:
-                    try:
-                        listing = await asyncio.to_thread(_get, url)
-                    except OSError:
-                        listing = {}
-                    if listing.get("reports", 0) >= result.reports:
-                        break
-                    await asyncio.sleep(0.2)
-        lines = []
-        for companion, result, _, _ in extra:
-            names = companion_values(companion, result.counts)
-            try:
-                docs = {name: await asyncio.to_thread(
-                    _get, f"{base}/metrics/{companion.name}/estimates/{urllib.parse.quote(name, safe='')}")
-                    for name in names}
-            except OSError:
-                continue
-            if docs:
-                lines.append(companion_line(companion, result.counts, result.reports, docs))
-        return "".join(line + "\n" for line in lines)
+    fleets = await Fleets.start(args, settings, bootstrap, topic, stop, collector_url, metric, others, finder)
     try:
-        while not task.done():
-            done, _ = await asyncio.wait({task, asyncio.ensure_future(stop.wait())}, timeout=args.every,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            gone = child_gone() if child_gone is not None else None
-            if gone:
-                task.cancel()
-                raise ChildProcessGone(gone)
-            if task in done or stop.is_set() or live.counts is None:
-                continue
-            if truth_path is not None:  # the console's true-frequency markers (worker --truth)
-                write_truths()
-            try:
-                doc = await _estimates(base)
-            except OSError as exc:
-                say(f"(worker API not answering: {exc})")
-                continue
-            say(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n" + await companion_lines()
-                + await discovery_lines())
-        await task
-        await asyncio.gather(*(t for *_, t in extra))
-        if found is not None:
-            await found[2]
-        if not stop.is_set() and live.counts is not None:  # --duration ended: a last table once all is counted
-            doc = await _caught_up(base, live.reports, CATCH_UP_TIMEOUT_S)
-            if doc is None:
-                say(f"(the worker did not count all {live.reports:,} reports within {CATCH_UP_TIMEOUT_S:.0f} s)")
-            else:
-                say("final, every report counted:\n"
-                    + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n"
-                    + await companion_lines(final=True))
-            say(fleet_line(live, via, [(companion.name, result) for companion, result, _, _ in extra]))
-            if found is not None:
-                say(f"discovery fleet sent {found[0].reports:,} {finder.name} discovery reports in "
-                    f"{found[0].messages:,} messages {via}")
+        await _tables(args, settings, base, fleets, truth_path, metric, child_gone)
+        await fleets.finished()
+        if not stop.is_set() and fleets.live.counts is not None:  # --duration ended: a last table once all is counted
+            await _final_table(args, settings, base, fleets)
     finally:
         stop.set()
         stopper.detach()
+        await fleets.close()
+
+
+class Fleets:
+    """The fleets of one run, on one path (the collector's uploads, or Kafka with --direct-kafka): the main
+    metric's, each companion's (COMPANIONS: (Companion, its result, its transport, its task)) and the discovery
+    fleet's (ocms/run_discovery.py: ``found`` is (its result, its transport, its task), or None)."""
+
+    def __init__(self, stop: asyncio.Event, live, task: asyncio.Task, transport, via: str, extra: list, finder,
+                 found: tuple | None):
+        self.stop, self.live, self.task, self.transport, self.via = stop, live, task, transport, via
+        self.extra, self.finder, self.found = extra, finder, found
+
+    @classmethod
+    async def start(cls, args, settings, bootstrap: str, topic: str, stop: asyncio.Event, collector_url: str | None,
+                    metric: str | None, others, finder) -> "Fleets":
+        from fleet import simulator
+        from producer.reporter import HttpTransport
+
+        live = simulator.SimulationResult()
+        transport = None
+        if collector_url is not None:
+            transport = HttpTransport(collector_url, metric=metric)
+            await transport.start()
+            via = f"through the collector {collector_url}"
+            send = dict(transport=transport, upload_concurrency=upload_concurrency(args))
+        else:
+            via = "straight to Kafka"
+            send = dict(bootstrap_servers=bootstrap, topic=topic)
+        task = asyncio.create_task(simulator.run(settings, progress=False, should_stop=stop.is_set, result=live,
+                                                 **send))
+        # Companion metrics (COMPANIONS): more fleets on the same path, each its own metric.
+        extra = []
+        for companion in others or ():
+            result = simulator.SimulationResult()
+            own = dict(send)
+            if transport is not None:
+                own["transport"] = HttpTransport(collector_url, metric=companion.name)
+                await own["transport"].start()
+            extra.append((companion, result, own.get("transport"), asyncio.create_task(simulator.run(
+                companion.settings(settings), progress=False, should_stop=stop.is_set, result=result, **own))))
+        # The discovery fleet (ocms/run_discovery.py): discovery reports of its metric, on the same path.
+        found = None
+        if finder is not None:
+            found_result = DiscoveryFleetResult()
+            if transport is not None:
+                found_transport = HttpTransport(collector_url, metric=finder.name)
+                await found_transport.start()
+                way = dict(transport=found_transport, upload_concurrency=upload_concurrency(args))
+            else:
+                found_transport = None
+                way = dict(bootstrap_servers=bootstrap, topic=topic)
+            found = (found_result, found_transport, asyncio.create_task(finder.run(
+                found_result, seed=settings.seed + 1 + len(extra), should_stop=stop.is_set,
+                duration_s=settings.duration_s, frame_size=settings.frame_size, **way)))
+        return cls(stop, live, task, transport, via, extra, finder, found)
+
+    def write_truths(self, path: Path, settings, metric: str | None) -> None:
+        """The truth file the console's true-frequency markers read (worker --truth): every fleet's truth."""
+        from agents.console import write_truth_atomically
+
+        doc = fleet_truths(settings, self.live, metric, [(companion, result) for companion, result, _, _ in self.extra],
+                           (self.finder, self.found[0]) if self.found is not None else None)
+        write_truth_atomically(path, lambda tmp: Path(tmp).write_text(
+            json.dumps(doc, ensure_ascii=False) + "\n", encoding="utf-8"))
+
+    async def finished(self) -> None:
+        """Once every fleet has sent all it sends (--duration)."""
+        await self.task
+        await asyncio.gather(*(t for *_, t in self.extra))
+        if self.found is not None:
+            await self.found[2]
+
+    async def close(self) -> None:
+        """Wait for every fleet to stop (the stop event is set), then close their transports."""
         try:
-            if not task.done():
-                await task
-            await asyncio.gather(*(t for *_, t in extra), *([found[2]] if found is not None else []),
+            if not self.task.done():
+                await self.task
+            await asyncio.gather(*(t for *_, t in self.extra), *([self.found[2]] if self.found is not None else []),
                                  return_exceptions=True)
         except asyncio.CancelledError:
-            if not task.cancelled():  # we are cancelled, not only the fleet
+            if not self.task.cancelled():  # we are cancelled, not only the fleet
                 raise
         finally:
-            if transport is not None:
-                await transport.stop()
-            for *_, own_transport, _ in extra:
+            if self.transport is not None:
+                await self.transport.stop()
+            for *_, own_transport, _ in self.extra:
                 if own_transport is not None:
                     await own_transport.stop()
-            if found is not None and found[1] is not None:
-                await found[1].stop()
+            if self.found is not None and self.found[1] is not None:
+                await self.found[1].stop()
+
+
+async def _tables(args, settings, base: str, fleets: Fleets, truth_path: Path | None, metric: str | None,
+                  child_gone) -> None:
+    """A table every ``args.every`` seconds while the main fleet sends (and the truth file rewritten); a child
+    process gone cancels the fleet and raises ChildProcessGone."""
+    task, live, stop = fleets.task, fleets.live, fleets.stop
+    while not task.done():
+        done, _ = await asyncio.wait({task, asyncio.ensure_future(stop.wait())}, timeout=args.every,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        gone = child_gone() if child_gone is not None else None
+        if gone:
+            task.cancel()
+            raise ChildProcessGone(gone)
+        if task in done or stop.is_set() or live.counts is None:
+            continue
+        if truth_path is not None:  # the console's true-frequency markers (worker --truth)
+            fleets.write_truths(truth_path, settings, metric)
+        try:
+            doc = await _estimates(base)
+        except OSError as exc:
+            say(f"(worker API not answering: {exc})")
+            continue
+        say(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n"
+            + await companion_lines(base, fleets.extra) + await discovery_lines(base, fleets))
+
+
+async def _final_table(args, settings, base: str, fleets: Fleets) -> None:
+    """The last table, once the worker counted every report (bounded wait), and what each fleet sent."""
+    live, via = fleets.live, fleets.via
+    doc = await _caught_up(base, live.reports, CATCH_UP_TIMEOUT_S)
+    if doc is None:
+        say(f"(the worker did not count all {live.reports:,} reports within {CATCH_UP_TIMEOUT_S:.0f} s)")
+    else:
+        say("final, every report counted:\n"
+            + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n"
+            + await companion_lines(base, fleets.extra, final=True))
+    say(fleet_line(live, via, [(companion.name, result) for companion, result, _, _ in fleets.extra]))
+    if fleets.found is not None:
+        say(f"discovery fleet sent {fleets.found[0].reports:,} {fleets.finder.name} discovery reports in "
+            f"{fleets.found[0].messages:,} messages {via}")
+
+
+async def discovery_lines(base: str, fleets: Fleets) -> str:
+    """The discovery fleet's line under a table (what the worker's last pass found), or nothing."""
+    if fleets.found is None:
+        return ""
+    finder = fleets.finder
+    try:
+        status, doc = await asyncio.to_thread(
+            _get_status, f"{base}/discovered?metric={urllib.parse.quote(finder.name, safe='')}")
+    except OSError:
+        return ""
+    return discovery_line(finder, fleets.found[0], status, doc) + "\n"
+
+
+async def companion_lines(base: str, extra: list, final: bool = False) -> str:
+    """A line per companion metric under a table (:func:`companion_line`); ``final``: once the worker counted
+    every companion report (a bounded wait, as for the main metric)."""
+    if final:
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        for companion, result, _, _ in extra:
+            url = f"{base}/metrics/{companion.name}"
+            while time.monotonic() < deadline:
+                try:
+                    listing = await asyncio.to_thread(_get, url)
+                except OSError:
+                    listing = {}
+                if listing.get("reports", 0) >= result.reports:
+                    break
+                await asyncio.sleep(0.2)
+    lines = []
+    for companion, result, _, _ in extra:
+        names = companion_values(companion, result.counts)
+        try:
+            docs = {name: await asyncio.to_thread(
+                _get, f"{base}/metrics/{companion.name}/estimates/{urllib.parse.quote(name, safe='')}")
+                for name in names}
+        except OSError:
+            continue
+        if docs:
+            lines.append(companion_line(companion, result.counts, result.reports, docs))
+    return "".join(line + "\n" for line in lines)
 
 
 # ------------------------------------------------------------------ the metric the fleet reports
@@ -685,30 +732,12 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 def run(args) -> int:
     from fleet import simulator
-    from fleet.datasets import parse_dataset
     from infra.broker import EmbeddedBroker
     from infra.kafka import EMBEDDED, KAFKA, create_topics
     from infra.process import free_port
-    from registry.values_file import MAX_WHOLE_DICTIONARY
 
-    dataset = fleet_dataset(args, parse_dataset(args.dataset))
-    if dataset.dictionary_size > MAX_WHOLE_DICTIONARY:
-        raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
-                        f"(at most {MAX_WHOLE_DICTIONARY:,})")
-    named = run_metric(args, dataset)  # deploy/registry.yaml's flight_dest for the default run, else the run's own
-    others = companions(named, args)  # and its carrier and tail-number metrics beside it
-    finder = discovery_fleet(named, args)  # and typed_words' discovery reports (ocms/run_discovery.py)
-    if args.web_port is not None:
-        check_port_free(args.web_port)
-    # The fleet always uploads through the collector; --direct-kafka keeps the fleet-to-Kafka path that
-    # test_run and benchmarks/bench_run_path.py compare it with.
-    direct = bool(getattr(args, "direct_kafka", False))
-    collector_port = getattr(args, "collector_port", None)
-    if collector_port is not None:
-        if direct:
-            raise OCMSError(f"--collector-port {collector_port}: no collector runs with --direct-kafka; leave "
-                            "--collector-port out")
-        check_port_free(collector_port, "--collector-port")
+    dataset, named, others, finder = what_runs(args)
+    direct, collector_port = _checked_ports(args)
     seed = args.seed if args.seed is not None else secrets.randbelow(1 << 31)
     run_id = time.strftime("%Y%m%d-%H%M%S")
     topic = args.topic or (DEFAULT_SOURCE_TOPIC if not args.bootstrap_servers else f"ocms-run-{run_id}")
@@ -751,21 +780,91 @@ def run(args) -> int:
         if collector is not None:
             collector.wait_ready()
             say(f"collector pid {collector.pid} on {collector.url} (log {logs / 'collector.log'})")
+        say(addresses(args, named, dataset, others, finder, base, collector, seed, logs))
+        try:
+            asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
+                                 collector_url=collector.url if collector is not None else None,
+                                 metric=named.name, others=others,
+                                 child_gone=lambda: child_gone(collector, worker, logs), finder=finder))
+        except asyncio.CancelledError:  # a second signal cancelled the pipeline (Stopper)
+            if not stopper.requested:
+                raise
+        failed = False
+    except StopRequested:
+        failed = False
+    finally:
+        _stop_all(stopper, collector, worker, broker, logs, failed)
+    say("stopped.")
+    return 0
+
+
+def what_runs(args) -> tuple:
+    """(the fleet's dataset, the metric it reports as, the companion metrics, the discovery fleet or None)."""
+    from fleet.datasets import parse_dataset
+    from registry.values_file import MAX_WHOLE_DICTIONARY
+
+    dataset = fleet_dataset(args, parse_dataset(args.dataset))
+    if dataset.dictionary_size > MAX_WHOLE_DICTIONARY:
+        raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
+                        f"(at most {MAX_WHOLE_DICTIONARY:,})")
+    named = run_metric(args, dataset)  # deploy/registry.yaml's flight_dest for the default run, else the run's own
+    others = companions(named, args)  # and its carrier and tail-number metrics beside it
+    finder = discovery_fleet(named, args)  # and typed_words' discovery reports (ocms/run_discovery.py)
+    return dataset, named, others, finder
+
+
+def _stop_all(stopper: Stopper, collector, worker, broker, logs: Path, failed: bool) -> None:
+    """Stop the collector (after the fleet: asyncio.run returned), then the worker, then the broker, signals
+    shielded meanwhile; the logs are removed unless they explain a failure."""
+    stopper.shield()
+    if stopper.requested:
+        say(f"\n{signal.Signals(stopper.signum).name}: stopping fleet, collector, worker, broker ...")
+    try:
         if collector is not None:
-            fleet_path = (f"uploaded through the collector ({upload_concurrency(args)} uploads in flight; "
-                          f"--direct-kafka: straight to Kafka)")
-        else:
-            fleet_path = "straight to Kafka (--direct-kafka)"
-        collector_lines = (f"collector    {collector.url}/v1/metrics/{named.name}/reports   (devices upload here; "
-                           f"{collector.url}/healthz   {collector.url}/metrics)\n") if collector is not None else ""
-        also_lines = "".join(f"also         metric {c.name}: {c.dataset.description}, eps={c.version.params.epsilon:g}, "
-                             f"{c.rate:,.0f} reports/s\n" for c in others)
-        if finder is not None:
-            also_lines += (f"discovery    metric {finder.name}: {finder.dataset.description}, eps={finder.version.params.epsilon:g}, "
-                           f"{finder.rate:,.0f} discovery reports/s; values found (a pass every "
-                           f"{finder.worker_flags()[1]} s): {base}/?metric={finder.name}   "
-                           f"{base}/discovered?metric={finder.name}\n")
-        say(f"""
+            collector.stop()
+        if worker is not None:
+            worker.stop()
+        if broker is not None:
+            broker.stop()
+    finally:
+        stopper.restore()
+        if not failed or not any(f.stat().st_size for f in logs.iterdir()):  # keep logs that explain a failure
+            shutil.rmtree(logs, ignore_errors=True)
+
+
+def _checked_ports(args) -> tuple[bool, int | None]:
+    """(--direct-kafka, --collector-port), the ports asked for checked free before anything starts. The fleet
+    always uploads through the collector; --direct-kafka keeps the fleet-to-Kafka path that test_run and
+    benchmarks/bench_run_path.py compare it with."""
+    if args.web_port is not None:
+        check_port_free(args.web_port)
+    direct = bool(getattr(args, "direct_kafka", False))
+    collector_port = getattr(args, "collector_port", None)
+    if collector_port is not None:
+        if direct:
+            raise OCMSError(f"--collector-port {collector_port}: no collector runs with --direct-kafka; leave "
+                            "--collector-port out")
+        check_port_free(collector_port, "--collector-port")
+    return direct, collector_port
+
+
+def addresses(args, named: RunMetric, dataset, others, finder, base: str, collector, seed: int, logs: Path) -> str:
+    """What ``ocms run`` prints once everything answers: where to look, what the fleets send, seed and logs."""
+    if collector is not None:
+        fleet_path = (f"uploaded through the collector ({upload_concurrency(args)} uploads in flight; "
+                      f"--direct-kafka: straight to Kafka)")
+    else:
+        fleet_path = "straight to Kafka (--direct-kafka)"
+    collector_lines = (f"collector    {collector.url}/v1/metrics/{named.name}/reports   (devices upload here; "
+                       f"{collector.url}/healthz   {collector.url}/metrics)\n") if collector is not None else ""
+    also_lines = "".join(f"also         metric {c.name}: {c.dataset.description}, eps={c.version.params.epsilon:g}, "
+                         f"{c.rate:,.0f} reports/s\n" for c in others)
+    if finder is not None:
+        also_lines += (f"discovery    metric {finder.name}: {finder.dataset.description}, eps={finder.version.params.epsilon:g}, "
+                       f"{finder.rate:,.0f} discovery reports/s; values found (a pass every "
+                       f"{finder.worker_flags()[1]} s): {base}/?metric={finder.name}   "
+                       f"{base}/discovered?metric={finder.name}\n")
+    return f"""
 console      {base}/   (open in a browser: live estimates beside the fleet's true frequencies)
 worker API   {base}/estimates   {base}/topk?k=10   {base}/params   {base}/healthz
 {collector_lines}metrics      {base}/metrics   (JSON listing: curl -s -H 'Accept: application/json' {base}/metrics)
@@ -774,43 +873,16 @@ fleet        {dataset.description}: eps={named.version.params.epsilon:g}, {args.
 {also_lines}seed         {seed} (ocms run --seed {seed} sends the same values again)
 logs         {logs} (removed after a clean stop)
 Ctrl-C stops everything.
-""")
-        def child_gone() -> str | None:
-            for name, child, log in (("collector", collector, logs / "collector.log"),
-                                     ("worker", worker, logs / "worker.log")):
-                if child is not None and not child.alive():
-                    return (f"the {name} (pid {child.pid}) exited with status {child.process.poll()} while the fleet "
-                            f"was sending; last lines of {log}:\n{_tail(log)}")
-            return None
+"""
 
-        try:
-            asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
-                                 collector_url=collector.url if collector is not None else None,
-                                 metric=named.name, others=others,
-                                 child_gone=child_gone, finder=finder))
-        except asyncio.CancelledError:  # a second signal cancelled the pipeline (Stopper)
-            if not stopper.requested:
-                raise
-        failed = False
-    except StopRequested:
-        failed = False
-    finally:
-        stopper.shield()
-        if stopper.requested:
-            say(f"\n{signal.Signals(stopper.signum).name}: stopping fleet, collector, worker, broker ...")
-        try:
-            if collector is not None:  # after the fleet (asyncio.run returned), before the worker
-                collector.stop()
-            if worker is not None:
-                worker.stop()
-            if broker is not None:
-                broker.stop()
-        finally:
-            stopper.restore()
-            if not failed or not any(f.stat().st_size for f in logs.iterdir()):  # keep logs that explain a failure
-                shutil.rmtree(logs, ignore_errors=True)
-    say("stopped.")
-    return 0
+
+def child_gone(collector, worker, logs: Path) -> str | None:
+    """Why the run must end when the collector or the worker exited while the fleet was sending, else None."""
+    for name, child, log in (("collector", collector, logs / "collector.log"), ("worker", worker, logs / "worker.log")):
+        if child is not None and not child.alive():
+            return (f"the {name} (pid {child.pid}) exited with status {child.process.poll()} while the fleet "
+                    f"was sending; last lines of {log}:\n{_tail(log)}")
+    return None
 
 
 # ------------------------------------------------------------------ the command

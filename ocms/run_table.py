@@ -1,0 +1,126 @@
+"""What ``ocms run`` prints: the truth beside the worker's estimates, the companion metrics' lines and what the
+fleet sent. An estimate the worker says is under the noise floor is marked :data:`UNDER_NOISE`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .run_metric import Companion
+
+def coverage(truth: np.ndarray, records: list[dict], scale: float, dataset=None) -> tuple[int, int]:
+    """(values whose scaled true count lies inside the count CI, values with an estimate)."""
+    inside = total = 0
+    for rec in records:
+        if rec.get("count_ci_low") is None:  # n = 0: null estimates
+            continue
+        true_count = truth[value_id(dataset, rec["value"]) if dataset is not None else int(rec["value"])] * scale
+        total += 1
+        inside += rec["count_ci_low"] <= true_count <= rec["count_ci_high"]
+    return inside, total
+
+
+#: Marks an estimate under the noise floor in the table and the companion lines.
+UNDER_NOISE = "~"
+
+
+def noise_mark(record: dict) -> str:
+    """``UNDER_NOISE`` for a record the worker says is not above the noise floor, else a space."""
+    return UNDER_NOISE if record.get("above_noise") is False else " "
+
+
+def noise_legend(doc: dict, confidence: float = 0.95) -> str | None:
+    """The line explaining ``UNDER_NOISE`` with the answer's floor (None before there is one)."""
+    floor, count, n = doc.get("noise_floor"), doc.get("noise_floor_count"), doc.get("n", 0)
+    if floor is None or count is None or not n:
+        return None
+    return (f"  {UNDER_NOISE} under the noise floor ({count:,.0f} of {n:,} reports, {floor:.2%}): cannot be told "
+            f"from zero among the {doc.get('noise_values', 0):,} tracked values at {confidence:.0%}")
+
+
+def table(dataset, truth: np.ndarray, sent: int, doc: dict, show: int, confidence: float = 0.95) -> str:
+    """Truth next to the estimates for the ``show`` most frequent values, and the coverage line.
+
+    The true count is the fleet's count scaled to the reports the worker counted so far (x counted /
+    sent): like with like while the worker catches up. Estimates the worker calls under the noise
+    floor are marked ``UNDER_NOISE``, explained by a legend line."""
+    records = doc.get("estimates", [])
+    counted = doc.get("n", 0)
+    order = np.argsort(-truth, kind="stable")[:show]
+    scale = counted / sent if sent else 0.0  # compare like with like while the worker catches up
+    lines = [f"reports sent {sent:,}; counted by the worker {counted:,} (true counts scaled to the {counted:,} counted)",
+             f"  {'value':>12} {'true, scaled':>13} {'estimate':>10}    {confidence:.0%} CI of the count"]
+    by_value = {value_id(dataset, rec["value"]): rec for rec in records if "value" in rec}  # names or digits
+    for value in order:
+        label = dataset.label(int(value))
+        rec = by_value.get(int(value), {})
+        if rec.get("count") is not None:  # records of n = 0 hold null estimates (cms_core.records)
+            lines.append(f"  {label:>12} {truth[value] * scale:>13,.0f} {rec['count']:>10,.0f}{noise_mark(rec)}   "
+                         f"[{rec['count_ci_low']:,.0f}, {rec['count_ci_high']:,.0f}]")
+        else:
+            lines.append(f"  {label:>12} {truth[value] * scale:>13,.0f} {'-':>10}")
+    legend = noise_legend(doc, confidence)
+    if legend:
+        lines.append(legend)
+    inside, total = coverage(truth, records, scale, dataset)
+    if total:
+        lines.append(f"  {inside:,} of {total:,} values inside their {confidence:.0%} CI "
+                     f"(about {confidence:.0%} expected: one in {1 / (1 - confidence):.0f} outside is normal)")
+    return "\n".join(lines)
+
+
+def fleet_line(live, via: str, companions=()) -> str:
+    """What the fleet actually reached: reports, seconds and reports/s, and the path it took;
+    ``companions``: (metric name, its fleet's result) of the companion metrics, sent beside it."""
+    line = (f"fleet sent {live.reports:,} reports in {live.messages:,} messages in {live.seconds:.1f} s "
+            f"({live.reports_per_second:,.0f} reports/s) {via}")
+    if not companions:
+        return line
+    reports = live.reports + sum(result.reports for _, result in companions)
+    seconds = max([live.seconds] + [result.seconds for _, result in companions])
+    each = ", ".join(f"{name} {result.reports:,}" for name, result in companions)
+    rate = f"{reports / seconds:,.0f}" if seconds > 0 else "n/a"
+    return f"{line}; with the companion metrics ({each}): {reports:,} reports in all ({rate} reports/s)"
+
+
+def companion_line(companion: Companion, truth, sent: int, docs: dict, show: int = 3) -> str:
+    """One line per companion metric: reports, the noise floor, and its ``show`` truly most frequent
+    values, by name, with their estimates (95% CI) beside the true counts (scaled to the reports
+    counted, as in the table); an estimate under the noise floor is marked as in the table.
+    ``docs``: value name -> the worker's /metrics/NAME/estimates/VALUE answer."""
+    any_doc = next(iter(docs.values()), {})
+    counted = any_doc.get("n", 0)
+    head = f"{companion.name:<15} eps={companion.version.params.epsilon:g}  sent {sent:,}  counted {counted:,}"
+    if any_doc.get("withheld"):
+        return f"{head}  withheld (fewer than {any_doc.get('min_reports', 0):,} reports)"
+    if any_doc.get("noise_floor_count") is not None:
+        head += f"  noise floor {any_doc['noise_floor_count']:,.0f}"
+    scale = counted / sent if sent else 0.0
+    parts = []
+    for name, doc in docs.items():
+        rec = doc.get("estimate") or {}
+        true = truth[value_id(companion.dataset, name)] * scale
+        if rec.get("count") is None:
+            parts.append(f"{name} - (true {true:,.0f})")
+        else:
+            parts.append(f"{name} {rec['count']:,.0f}{noise_mark(rec).strip()} [{rec['count_ci_low']:,.0f}, "
+                         f"{rec['count_ci_high']:,.0f}] (true {true:,.0f})")
+    return f"{head}  " + ", ".join(parts)
+
+
+def companion_values(companion: Companion, truth, show: int = 3) -> list[str]:
+    """The names of the ``show`` most frequent values sent so far (what companion_line shows)."""
+    if truth is None:
+        return []
+    return [companion.dataset.label(int(i)) for i in np.argsort(-truth, kind="stable")[:show]]
+
+
+def value_id(dataset, name: str) -> int:
+    """The dataset's value id of a record's value (a category name, or decimal digits)."""
+    index = getattr(dataset, "_label_index", None)
+    if index is None and dataset.labels is not None:
+        index = {label: i for i, label in enumerate(dataset.labels)}
+        object.__setattr__(dataset, "_label_index", index)
+    if index is not None and name in index:
+        return index[name]
+    return int(name)

@@ -271,7 +271,7 @@ def listing_entries(answer) -> dict:
 
 
 def bad_gateway(web, why: str):
-    from .query import to_json
+    from .answers.encode import to_json
 
     return web.bytes(to_json({"error": why, "status": 502, "reason": "bad_gateway"}), content_type="application/json",
                      status=502)

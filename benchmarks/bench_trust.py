@@ -26,13 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.process import WorkerChild
+from ocms.process import WorkerChild
 from benchmarks.bench_collector import LUA, METRIC, REGISTRY, spawn, stop, wrk
 from benchmarks.experiments.common import cpu_model
 from cms_core import wire
 from cms_core.privatize import simulate_reports
 from collector.cli import collector_command
-from producer.broker import EmbeddedBroker, free_port
+from infra.broker import EmbeddedBroker, free_port
 from registry import load_registry
 from tests.support.tls import make_pki
 

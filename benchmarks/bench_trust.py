@@ -31,7 +31,7 @@ from benchmarks.bench_collector import LUA, METRIC, REGISTRY, spawn, stop, wrk
 from benchmarks.experiments.common import cpu_model
 from cms_core import wire
 from cms_core.privatize import simulate_reports
-from collector.cli import collector_command
+from ocms.run_collector import collector_command
 from infra.broker import EmbeddedBroker, free_port
 from registry import load_registry
 from tests.support.tls import make_pki

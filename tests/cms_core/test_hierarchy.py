@@ -1,5 +1,5 @@
-"""cms_core.hierarchy: the hierarchical histogram over numeric buckets, its consistent tree, its variance and its
-privacy (issue 40).
+"""cms_core.hierarchy: the hierarchical histogram over numeric buckets, its consistent tree, its variance, its
+privacy, and the planner's choice between it and direct RR (issue 40).
 
 Statistical tests use fixed seeds; tolerances come from the sampling distribution of what is compared (a sample
 variance's relative standard error sqrt(2 / (T - 1)), a sample mean's sd / sqrt(T)), at 4.5 standard deviations,
@@ -17,6 +17,7 @@ from cms_core.audit import output_distribution as level_distribution
 from cms_core.errors import InvalidParameterError, OCMSError
 from cms_core.hierarchy import ConsistentTree, HierarchyNoise, HierarchyParams
 from cms_core.numeric import BucketLayout, Histogram, direct_rr_functional_variance
+from cms_core.planning import choose_numeric_mechanism
 from cms_core.reports import ReportBatch
 
 LATENCY = BucketLayout.explicit([5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000], lower=0, upper=20000)
@@ -193,3 +194,31 @@ def test_black_box_audit_of_the_device_path_finds_no_leak_and_most_of_the_budget
     batches = [ReportBatch.from_reports(leaf, kept[b]) for b in (0, 7)]
     result = audit_batches(leaf, 0, 7, *batches, alpha=0.01, claimed_epsilon=2.0)
     assert not result.leaks and result.fraction_of_claim > 0.75, result
+
+
+# ----------------------------------------------------------------------------- the planner
+def test_the_planner_picks_direct_rr_for_few_buckets_at_high_epsilon_and_a_tree_for_many():
+    few = choose_numeric_mechanism(12, 4.0, 100_000)
+    assert few["chosen"] == "direct-rr" and few["branching"] == 12
+    many = choose_numeric_mechanism(40, 1.0, 100_000)
+    assert many["chosen"].startswith("hierarchy-B") and 2 <= many["branching"] <= 16
+    assert many["best_hierarchy"] == many["chosen"]
+    variances = {name: c["mean_cdf_variance"] for name, c in many["candidates"].items()}
+    assert variances[many["chosen"]] == min(variances.values())
+    assert variances["direct-rr"] > 2 * variances[many["chosen"]]
+    # the predicted variance scales as 1 / n
+    tenfold = choose_numeric_mechanism(40, 1.0, 1_000_000)
+    assert tenfold["chosen"] == many["chosen"]
+    assert tenfold["candidates"][many["chosen"]]["mean_cdf_variance"] == pytest.approx(
+        variances[many["chosen"]] / 10, rel=1e-3)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(buckets=1, epsilon=1.0, n=10), "buckets"),
+    (dict(buckets=12, epsilon=1.0, n=0), "n"),
+    (dict(buckets=12, epsilon=0.0, n=10), "epsilon"),
+])
+def test_the_planner_validates_its_inputs(kwargs, name):
+    with pytest.raises(InvalidParameterError) as err:
+        choose_numeric_mechanism(**kwargs)
+    assert err.value.name == name

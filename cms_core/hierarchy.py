@@ -280,7 +280,8 @@ class ConsistentTree:
     def of(cls, params: HierarchyParams, reports: Sequence[int]) -> "ConsistentTree":
         """Weighted least squares with the total fixed at 1: minimise ``sum_l |A_l x - y_l|^2 / s_l`` over
         ``sum x = 1``, ``s_l`` = the per-node variance of level ``l`` (:func:`per_report_node_variance` / n_l);
-        levels without reports are left out."""
+        levels without reports are left out (with the leaves unheard, the buckets inside a node of the finest level
+        heard are spread evenly: biased there, which the stated variances do not include)."""
         reports = tuple(int(r) for r in reports)
         if len(reports) != params.height or min(reports) < 0:
             raise InvalidParameterError("reports", reports, f"needs a count >= 0 per level ({params.height})")

@@ -64,14 +64,18 @@ def output_distribution(params: OCMSParams, value: int) -> dict[tuple[int, int, 
 def exact_privacy_loss(params: OCMSParams, values=None) -> Fraction:
     """max over outputs and input pairs of P(out | x) / P(out | x'): the realised e^ε, exactly."""
     values = list(range(params.dictionary_size)) if values is None else list(values)
-    distributions = [output_distribution(params, x) for x in values]
+    return worst_probability_ratio([output_distribution(params, x) for x in values], params.mechanism)
+
+
+def worst_probability_ratio(distributions: list[dict], mechanism: str) -> Fraction:
+    """max over outputs and pairs of the output ``distributions`` (one per input) of P(out | x) / P(out | x')."""
     worst = Fraction(0)
     for i, first in enumerate(distributions):
         for j, second in enumerate(distributions):
             if i == j:
                 continue
             if first.keys() != second.keys():
-                raise InvalidParameterError("params", params.mechanism, "outputs with zero probability under one input")
+                raise InvalidParameterError("params", mechanism, "outputs with zero probability under one input")
             worst = max(worst, max(first[o] / second[o] for o in first))
     return worst
 

@@ -34,7 +34,8 @@ processed histogram its differences. Both are kept (``raw`` and ``consistent``).
 **Limitations.** Quantiles interpolate linearly inside a bucket (as Prometheus' ``histogram_quantile`` does), so
 their error includes up to a bucket's width; the mean is of the bucketized distribution (at most half the widest
 bucket away from the clipped values' mean). Direct RR over many buckets (hundreds) is noisy; fine resolution
-needs a hierarchical method (issue 40, not yet here).
+takes the hierarchical histogram of :mod:`cms_core.hierarchy` (its noise, :class:`cms_core.hierarchy.HierarchyNoise`,
+is exact after consistency), which :func:`cms_core.planning.choose_numeric_mechanism` picks where it is more accurate.
 """
 
 from __future__ import annotations
@@ -277,8 +278,11 @@ class Histogram:
         return np.cumsum(self.consistent if processed else self.raw)
 
     def cdf_sd(self) -> np.ndarray:
-        """The standard deviation of each raw CDF value (the variance of its indicator functional)."""
+        """The standard deviation of each raw CDF value (the variance of its indicator functional; a noise with a
+        ``cdf_variances(f, n)`` method gives them all at once)."""
         k = self.layout.buckets
+        if hasattr(self.noise, "cdf_variances"):  # a noise with its own (vectorized) CDF variances
+            return np.sqrt(np.maximum(self.noise.cdf_variances(self.consistent, self.n), 0.0))
         sd = np.empty(k)
         for j in range(k):
             w = (np.arange(k) <= j).astype(np.float64)

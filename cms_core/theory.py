@@ -359,3 +359,55 @@ def hoeffding_half_width(coefficient_a: float, confidence: float, n):
 def reports_needed(variance_per_report: float, target_variance: float) -> int:
     """Smallest n with variance_per_report / n <= target_variance (variances scale as 1/n)."""
     return max(1, math.ceil(variance_per_report / target_variance))
+
+
+# --- Linear functionals of one level's frequency oracle, i.i.d. devices (cms_core.hierarchy) ---
+#
+# A level of the hierarchical histogram (Cormode, Kulkarni, Srivastava, "Answering range queries under local
+# differential privacy", PVLDB 2019) hears n_l devices, each a fresh draw from the node distribution f. Its
+# node estimates f_hat are unbiased; a linear functional g . f_hat (a range of nodes) then has the variance
+# (v - (g . u)^2) / n_l, v = sum_j g_j^2 d_j, with the per-report terms (d, u) below: the
+# covariance of one report's node estimates is diag(d) - u u^T. Against the devices' own values (not a
+# fresh draw) the devices' spread comes out (cms_core.hierarchy's Utility; numeric.direct_rr_functional_variance's
+# population term).
+
+def grr_level_terms(keep: float, other: float, f):
+    """(d, u) of direct RR over the level's nodes (keep probability p, any other node q): exact.
+
+    A report is one node Y with P(Y = j) = pi_j = f_j (p - q) + q; the estimate is (1[Y = j] - q) / (p - q),
+    whose covariance is (diag(pi) - pi pi^T) / (p - q)^2: d = pi / (p - q)^2, u = pi / (p - q).
+    (Eq. var_rr's k-RR variance is the case g = one indicator, with the devices' spread f (1 - f) added.)"""
+    f = np.asarray(f, dtype=np.float64)
+    gap = keep - other
+    pi = f * gap + other
+    return pi / gap**2, pi / gap
+
+
+def ocms_level_terms(coefficients: tuple[float, float], f):
+    """(d, u) of OCMS+RR over the level's nodes, g = A M/n + B (Theorem g_x_def): d = A^2 mu (1 - mu) + f^2,
+    u = f, with mu = (f - B) / A the match probability of a node.
+
+    The match indicators of two nodes u != v have covariance -(f_u f_v) / A^2 when the hash values of distinct
+    values are independent (each report's fresh hash; the linear family H_api is pairwise, not 3-wise,
+    independent, so this is the fully random hash's figure, checked by simulation in
+    tests/cms_core/test_hierarchy.py): E[1_u 1_v] = (f_u + f_v) a b + (1 - f_u - f_v) b^2 with a = P(match | own
+    value), b = P(match | another), and a - b = 1 / A."""
+    a, b = coefficients
+    f = np.asarray(f, dtype=np.float64)
+    mu = (f - b) / a
+    return a * a * mu * (1.0 - mu) + f * f, f
+
+
+def range_node_counts(buckets: int, branching: int) -> np.ndarray:
+    """How many nodes of each level (root excluded, leaves last) the B-adic decomposition of the prefix [0, j]
+    uses, for every j in [0, k): at most B - 1 per level (Cormode et al. 2019, Section 4: a range query is
+    answered by at most 2 (B - 1) nodes per level, a prefix by at most B - 1). Row j, column level - 1."""
+    height = 1
+    while branching**height < buckets:
+        height += 1
+    j = np.arange(buckets) + 1  # the prefix [0, j) has j leaves
+    counts = np.empty((buckets, height), dtype=np.int64)
+    for level in range(1, height + 1):
+        span = branching ** (height - level)
+        counts[:, level - 1] = (j // span) % branching
+    return counts

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from cms_core import OCMSParams, TrackedValues
+from cms_core import claims
 from cms_core.wire import SHUFFLE_HEADER
 from fleet.discovery import simulate_discovery_messages
 from fleet.offline import sketch_from_messages
@@ -159,8 +160,11 @@ def test_real_prometheus_scrapes_a_three_metric_worker_rules_and_panels_return_d
     folder = tmp_path_factory.mktemp("live-prom")
     (folder / "registry.yaml").write_text(LIVE_REGISTRY, encoding="utf-8")
     registry = load_registry(folder / "registry.yaml")
+    claim_key = b"live-prom-claim-key-0123456789abcdef"  # the shuffling collectors' and the worker's (issue 37)
+    (folder / "claim.key").write_bytes(claim_key)
     worker = WorkerProcess(broker.bootstrap_servers, "live-prom", "live-prom", folder,
-                           "--registry", str(folder / "registry.yaml"), "--discovery-interval-seconds", "2")
+                           "--registry", str(folder / "registry.yaml"), "--discovery-interval-seconds", "2",
+                           "--shuffle-claim-key-file", str(folder / "claim.key"))
     worker.start().wait_healthy()
     port = free_port()
     config = tmp_path / "prometheus.yml"
@@ -195,7 +199,9 @@ scrape_configs:
             batch = report_messages(version.params, (rng.zipf(1.2, n) - 1) % d, 100, seed=8 + seed,
                                     timestamps_ms=spread)
             if name == "carrier":  # as a shuffling collector sends them: the central-epsilon series and rules
-                batch = [Message(m.value, m.key, m.timestamp_ms, [(SHUFFLE_HEADER, str(n).encode())]) for m in batch]
+                batch_id = claims.new_batch_id()
+                batch = [Message(m.value, m.key, m.timestamp_ms, claims.claim_headers(claim_key, n, batch_id, m.value))
+                         for m in batch]
             messages += batch
         words = discovery_of(registry.metric("words").latest)
         messages += [Message(frame, b"gw-words") for frame in simulate_discovery_messages(

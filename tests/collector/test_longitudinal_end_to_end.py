@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
+import secrets
+
 import numpy as np
 import pytest
 
@@ -77,17 +79,27 @@ def registry_path(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def worker(broker, registry_path, tmp_path_factory):
-    with serving_worker(registry_path, broker, TOPIC, tmp_path_factory.mktemp("worker")) as w:
+def claim_key(tmp_path_factory):
+    """The key the shuffling collector signs its batch claims with and the worker checks them by (issue 37):
+    without it no shuffled report counts as shuffled."""
+    path = tmp_path_factory.mktemp("claim") / "claim.key"
+    path.write_bytes(secrets.token_hex(32).encode())
+    return path
+
+
+@pytest.fixture(scope="module")
+def worker(broker, registry_path, claim_key, tmp_path_factory):
+    with serving_worker(registry_path, broker, TOPIC, tmp_path_factory.mktemp("worker"),
+                        "--shuffle-claim-key-file", str(claim_key)) as w:
         yield w
 
 
 @pytest.fixture(scope="module")
-def collectors(broker, registry_path, worker, tmp_path_factory):
+def collectors(broker, registry_path, worker, claim_key, tmp_path_factory):
     with CollectorProcess(registry_path, broker, TOPIC, tmp_path_factory.mktemp("plain"), "--reject-delay-ms", "0") as plain, \
             CollectorProcess(registry_path, broker, TOPIC, tmp_path_factory.mktemp("shuffling"),
                              "--shuffle-min-reports", "60", "--shuffle-max-seconds", "20",
-                             "--reject-delay-ms", "0") as shuffling:
+                             "--reject-delay-ms", "0", "--shuffle-claim-key-file", str(claim_key)) as shuffling:
         yield plain, shuffling
 
 

@@ -1,29 +1,13 @@
-"""Abuse controls and retries: bearer tokens, rate limits, idempotency keys.
-
-Tokens file (JSON; only SHA-256 hashes of tokens, never tokens)::
-
-    {"applications": [
-        {"name": "ios-app", "token_sha256": "<64 hex>", "rate_limit": 500, "rate_burst": 1000,
-         "metrics": ["app_launch"]}
-    ]}
-
-``rate_limit`` (uploads/s) and ``rate_burst`` default to the collector's
-``--app-rate-limit``; ``metrics`` (optional) restricts what the token may upload
-(anything else answers 403). Hash a token with ``printf %s TOKEN | sha256sum``.
-"""
+"""Abuse controls and retries: rate limits and idempotency keys; bearer tokens and the tokens file are in
+infra/tokens.py (the worker's read tokens use the same file format), re-exported here for the collector."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
-import json
-import math
 import re
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from cms_core.errors import OCMSError

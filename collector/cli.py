@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -38,8 +39,30 @@ def cmd_collector(args) -> int:
     settings = settings_from_args(args)
     registry = load_registry(settings.registry)  # errors name metric, field and line
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tune_garbage_collector()
     with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
         return runner.run(_serve(settings, registry))
+
+
+#: Allocations of container objects (net) between two young collections: CPython's default is 700.
+YOUNG_COLLECTION_THRESHOLD = 20_000
+
+
+def tune_garbage_collector() -> None:
+    """Fewer, larger collections for a server with hundreds of requests in flight.
+
+    With CPython's default (a young collection every 700 net allocations) the objects of requests in
+    flight outlive young collections and are promoted, so full collections come often and walk the whole
+    heap: under 256 connections of keyed uploads collections took 16-18% of the collector's CPU, full
+    ones paused it for up to 70 ms (py-spy --native; gc.callbacks). At 20,000 most of a request's objects
+    are freed by reference counting before a collection sees them: collections took 2% and the collector's
+    CPU per keyed upload fell from 74 to 64 us (p99 127 -> 41 ms; benchmarks/bench_exactly_once.py). What
+    was built before serving (modules, the registry, settings) lives as long as the process: frozen, full
+    collections no longer walk it. Reference cycles are still collected, only in larger steps.
+    """
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, middle, old)
 
 
 def loop_factory(name: str):

@@ -1,31 +1,47 @@
 """What exactly-once retries cost the collector: keyed uploads with the shared log and without it.
 
-    .venv/bin/python -m benchmarks.bench_exactly_once [--duration S] [--connections C] [--rate R]
+    .venv/bin/python -m benchmarks.bench_exactly_once [--duration S] [--rounds R] [--connections C] [--json]
 
-One embedded broker (Tansu, memory) and two `ocms collector` processes on it (metric
-flight_dest of deploy/registry.yaml): one with the shared idempotency log (the default:
-retries counted once across restarts and replicas, collector/exactly_once/) and one with
-``--idempotency-topic off`` (the per-process cache of before). wrk posts single-report uploads,
-each with a fresh ``Idempotency-Key`` (as devices send them), and uploads without a key:
+One embedded broker (Tansu, memory) and these servers on it (metric flight_dest of deploy/registry.yaml):
 
-1. as fast as wrk can with ``--connections`` keep-alive connections (capacity);
-2. paced at ``--rate`` uploads/s (latency at a fixed load, the same for both).
+* ``bare``: an aiohttp handler that reads the body and answers 202 (no parsing, no Kafka): the limit;
+* ``shared``: an ``ocms collector`` with the shared idempotency log (the default: retries counted once
+  across restarts and replicas, collector/exactly_once/);
+* ``process``: one with ``--idempotency-topic off`` (the per-process cache: at-least-once across
+  processes);
+* ``shuffled``: one with the shared log and ``--shuffle-min-reports 10000``.
 
-This is a benchmark, not a test: it prints numbers and never fails on speed.
+wrk posts single-report uploads on ``--connections`` keep-alive connections as fast as it can, each with a
+fresh ``Idempotency-Key`` (``*_keyed``, as devices send them) or without one (``*_unkeyed``); then
+100-report keyed uploads on 2,048 connections to the shared collector without and with shuffling
+(``unshuffled_100``, ``shuffled_100``). Every configuration runs once per round, the order rotating
+between rounds, and the median of the rounds is printed: the machine's other load moves single runs by
++-30%, which moves all configurations of a round alike less than it moves one configuration.
+
+Goals (issue 41): ``shared_keyed`` at least 85% of ``process_unkeyed``; ``process_unkeyed`` at least 75%
+of ``bare``; ``shuffled_100`` at least 80% of ``unshuffled_100``.
+
+``--json`` prints one object: per configuration ``max_uploads_per_s``, ``p50_ms``, ``p99_ms``,
+``server_cpu_us_per_upload`` (the server process's CPU per upload: what the load moves least),
+``non_2xx`` and each round's rate; ``bare`` (the bare handler's max uploads/s); ``ratios`` and
+``goals_met``. This is a benchmark, not a test: it prints numbers and never fails on speed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import statistics
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.bench_collector import METRIC, REGISTRY, VERSION, ms, spawn, stop, wait_http, wrk
 from benchmarks.bench_collector import LUA as BENCH_COLLECTOR_LUA
+from benchmarks.bench_collector import METRIC, REGISTRY, VERSION, spawn, stop, wait_http, wrk
 from benchmarks.experiments.common import cpu_model
 from cms_core import wire
 from cms_core.privatize import simulate_reports
@@ -34,11 +50,13 @@ from infra.process import free_port
 from ocms.run_collector import collector_command
 
 TOPIC = "bench-exactly-once"
+SHUFFLE_N = 10_000
+SHUFFLE_CONNECTIONS = 2_048
 
 #: bench_collector's script plus a fresh Idempotency-Key per request when OCMS_BENCH_KEYS=1.
 LUA = BENCH_COLLECTOR_LUA + r"""
 local keyed = os.getenv("OCMS_BENCH_KEYS") == "1"
-local prefix = string.format("bench%d", os.time())
+local prefix = string.format("bench%d%04d", os.time(), math.random(0, 9999))
 local counter = 0
 function request()
   if keyed then
@@ -49,64 +67,152 @@ function request()
 end
 """
 
+#: configuration -> (server, keyed, body, connections: None = --connections)
+CONFIGURATIONS = {
+    "bare": ("bare", False, "one", None),
+    "process_unkeyed": ("process", False, "one", None),
+    "process_keyed": ("process", True, "one", None),
+    "shared_unkeyed": ("shared", False, "one", None),
+    "shared_keyed": ("shared", True, "one", None),
+    "unshuffled_100": ("shared", True, "hundred", SHUFFLE_CONNECTIONS),
+    "shuffled_100": ("shuffled", True, "hundred", SHUFFLE_CONNECTIONS),
+}
+#: (name, numerator, denominator, goal)
+GOALS = (("shared_keyed / process_unkeyed", "shared_keyed", "process_unkeyed", 0.85),
+         ("process_unkeyed / bare", "process_unkeyed", "bare", 0.75),
+         ("shuffled_100 / unshuffled_100", "shuffled_100", "unshuffled_100", 0.80))
+
+
+def servers(broker, tmp: Path) -> tuple[dict[str, tuple[str, int]], list]:
+    """Start the four servers; their upload URLs and pids, and the processes (to stop)."""
+    common = ("--source-topic", TOPIC, "--access-log", "false", "--log-level", "warning", "--max-connections", "4096",
+              "--max-upload-reports", "100")
+    extra = {"shared": (), "process": ("--idempotency-topic", "off"),
+             "shuffled": ("--shuffle-min-reports", str(SHUFFLE_N), "--shuffle-max-seconds", "2")}
+    urls, processes = {}, {}
+    port = free_port()
+    processes["bare"] = spawn([sys.executable, "-m", "benchmarks.bench_collector", "--bare-server", str(port),
+                               "--event-loop", "uvloop"], tmp / "bare.log")
+    urls["bare"] = f"http://127.0.0.1:{port}"
+    for name, flags in extra.items():
+        port = free_port()
+        processes[name] = spawn(collector_command(REGISTRY, broker.bootstrap_servers, port, *common, *flags),
+                                tmp / f"collector-{name}.log")
+        urls[name] = f"http://127.0.0.1:{port}"
+    for url in urls.values():
+        wait_http(url + "/healthz")
+    return ({name: (url + "/v1/reports", processes[name].pid) for name, url in urls.items()},
+            list(processes.values()))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(url: str, pid: int, body: Path, lua: Path, keyed: bool, duration: float, connections: int) -> dict:
+    """One wrk run; with the server's CPU per upload (less moved by the machine's other load than the rate)."""
+    os.environ["OCMS_BENCH_KEYS"] = "1" if keyed else "0"
+    try:
+        before = cpu_seconds(pid)
+        result = wrk(url, body, lua, duration=duration, connections=connections)
+        result["cpu_us"] = (cpu_seconds(pid) - before) / max(1, result["requests"]) * 1e6
+        return result
+    finally:
+        os.environ.pop("OCMS_BENCH_KEYS", None)
+
+
+def summarize(runs: list[dict]) -> dict:
+    return {"max_uploads_per_s": round(statistics.median(r["rate"] for r in runs), 1),
+            "p50_ms": round(statistics.median(r["p50_us"] for r in runs) / 1000, 2),
+            "p99_ms": round(statistics.median(r["p99_us"] for r in runs) / 1000, 2),
+            "server_cpu_us_per_upload": round(statistics.median(r["cpu_us"] for r in runs), 1),
+            "non_2xx": sum(r["non2xx"] + r["socket_errors"] for r in runs),
+            "rounds": [round(r["rate"], 1) for r in runs]}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run (default 10)")
-    parser.add_argument("--connections", type=int, default=256, help="keep-alive connections of the capacity runs")
-    parser.add_argument("--rate", type=float, default=1000.0, help="uploads/s of the paced runs (default 1000)")
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds per wrk run (default 8)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every configuration (default 3; the median "
+                                                              "is printed)")
+    parser.add_argument("--connections", type=int, default=256, help="keep-alive connections of the single-report "
+                                                                     "runs (default 256)")
+    parser.add_argument("--only", default="", help="comma-separated configurations to run (default all: "
+                                                   + ", ".join(CONFIGURATIONS) + ")")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    chosen = [c.strip() for c in args.only.split(",") if c.strip()] or list(CONFIGURATIONS)
+    unknown = [c for c in chosen if c not in CONFIGURATIONS]
+    if unknown:
+        raise SystemExit(f"--only {','.join(unknown)}: not a configuration; choose from {', '.join(CONFIGURATIONS)}")
+    if args.rounds < 1 or args.duration <= 0 or args.connections < 1:
+        raise SystemExit("--rounds, --duration and --connections must be positive")
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk (scripts/ensure_system_packages.sh does it)")
     from registry import load_registry
 
     version = load_registry(REGISTRY).metric(METRIC).version(VERSION)
+    rng = np.random.default_rng(0)
     tmp = Path(tempfile.mkdtemp(prefix="ocms-bench-exactly-once-"))
-    one = tmp / "one.bin"
-    one.write_bytes(wire.encode_reports(version.params, simulate_reports(
-        version.params, np.array([7], np.uint64), np.random.default_rng(0)))[0])
+    bodies = {"one": tmp / "one.bin", "hundred": tmp / "hundred.bin"}
+    bodies["one"].write_bytes(wire.encode_reports(version.params, simulate_reports(
+        version.params, np.array([7], np.uint64), rng))[0])
+    bodies["hundred"].write_bytes(wire.encode_frame(version.params, simulate_reports(
+        version.params, (rng.zipf(1.3, 100) % 105).astype(np.uint64), rng)))
     lua = tmp / "post.lua"
     lua.write_text(LUA)
-    # paced: 20 connections, each waiting delay() after its answer: rate = connections / (delay + latency)
-    paced_connections = 20
-    delay_ms = max(1.0, paced_connections * 1000 / args.rate - 5)
-    results, processes = {}, []
+    runs: dict[str, list[dict]] = {name: [] for name in chosen}
+    processes = []
     with EmbeddedBroker(log_path=tmp / "broker.log") as broker:
         broker.create_topics({TOPIC: 4})
         try:
-            urls = {}
-            for mode, extra in (("shared log", ()), ("per process", ("--idempotency-topic", "off"))):
-                port = free_port()
-                processes.append(spawn(collector_command(REGISTRY, broker.bootstrap_servers, port, "--source-topic",
-                                                         TOPIC, "--access-log", "false", "--log-level", "warning",
-                                                         *extra), tmp / f"collector-{port}.log"))
-                urls[mode] = f"http://127.0.0.1:{port}/v1/reports"
-                wait_http(f"http://127.0.0.1:{port}/healthz")
-            for mode, url in urls.items():
-                os.environ["OCMS_BENCH_KEYS"] = "1"
-                wrk(url, one, lua, duration=2, connections=args.connections)  # warm-up
-                for keyed in ("1", "0"):
-                    os.environ["OCMS_BENCH_KEYS"] = keyed
-                    name = f"{mode}, {'a fresh key per upload' if keyed == '1' else 'no key'}"
-                    results[(name, "max")] = wrk(url, one, lua, duration=args.duration, connections=args.connections)
-                    results[(name, "paced")] = wrk(url, one, lua, duration=args.duration, connections=paced_connections,
-                                                   delay_ms=delay_ms)
+            urls, processes = servers(broker, tmp)
+            for name in chosen:  # warm-up: first calls, allocations, the idempotency log read
+                server, keyed, body, connections = CONFIGURATIONS[name]
+                run(*urls[server], bodies[body], lua, keyed, 2, connections or args.connections)
+            for round_index in range(args.rounds):
+                shift = round_index % len(chosen)
+                for name in chosen[shift:] + chosen[:shift]:
+                    server, keyed, body, connections = CONFIGURATIONS[name]
+                    runs[name].append(run(*urls[server], bodies[body], lua, keyed, args.duration,
+                                          connections or args.connections))
         finally:
             for process in reversed(processes):
                 stop(process)
-            os.environ.pop("OCMS_BENCH_KEYS", None)
-    print(f"bench_exactly_once on {cpu_model()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the "
-          f"end; embedded broker; wrk 1 thread, {args.duration:g} s per run; metric {METRIC}, single-report uploads")
-    print(f"{'collector':<42} {'max uploads/s':>14} {'p50':>9} {'p99':>9}   {'paced uploads/s':>16} {'p50':>9} {'p99':>9} "
-          f"{'non-2xx':>8}")
-    for name in dict.fromkeys(n for n, _ in results):
-        top, paced = results[(name, "max")], results[(name, "paced")]
-        bad = top["non2xx"] + top["socket_errors"] + paced["non2xx"] + paced["socket_errors"]
-        print(f"{name:<42} {top['rate']:>14,.0f} {ms(top['p50_us']):>9} {ms(top['p99_us']):>9}   "
-              f"{paced['rate']:>16,.0f} {ms(paced['p50_us']):>9} {ms(paced['p99_us']):>9} {bad:>8}")
-    print(f"(max: {args.connections} connections; paced: {paced_connections} connections with {delay_ms:.0f} ms between "
-          f"an answer and the next upload, about {args.rate:,.0f} uploads/s)")
     shutil.rmtree(tmp, ignore_errors=True)
+    results = {name: summarize(r) for name, r in runs.items()}
+    ratios, met = {}, {}
+    for label, top, bottom, goal in GOALS:
+        if top in results and bottom in results:
+            ratios[label] = round(results[top]["max_uploads_per_s"] / results[bottom]["max_uploads_per_s"], 3)
+            met[label] = ratios[label] >= goal
+    machine = {"cpu": cpu_model(), "cpus": os.cpu_count(), "load_average_at_end": round(os.getloadavg()[0], 2),
+               "duration_s": args.duration, "rounds": args.rounds, "connections": args.connections,
+               "shuffle_connections": SHUFFLE_CONNECTIONS, "shuffle_min_reports": SHUFFLE_N}
+    if args.json:
+        doc = {**results, "ratios": ratios, "goals_met": met, "machine": machine}
+        if "bare" in results:
+            doc["bare_config"] = doc.pop("bare")
+            doc["bare"] = doc["bare_config"]["max_uploads_per_s"]
+        print(json.dumps(doc, indent=2))
+        return
+    print(f"bench_exactly_once on {machine['cpu']}, {machine['cpus']} CPUs, load average "
+          f"{machine['load_average_at_end']:.1f} at the end; embedded broker; wrk 1 thread; median of {args.rounds} "
+          f"rounds of {args.duration:g} s; metric {METRIC}")
+    print(f"{'configuration':<18} {'uploads':<18} {'conn.':>6} {'max uploads/s':>14} {'p50':>9} {'p99':>9} "
+          f"{'CPU/upload':>11} {'non-2xx':>8}   rounds")
+    for name, r in results.items():
+        _, keyed, body, connections = CONFIGURATIONS[name]
+        kind = ("100 reports" if body == "hundred" else "1 report") + (", keyed" if keyed else "")
+        print(f"{name:<18} {kind:<18} {connections or args.connections:>6} {r['max_uploads_per_s']:>14,.0f} "
+              f"{r['p50_ms']:>7.1f}ms {r['p99_ms']:>7.1f}ms {r['server_cpu_us_per_upload']:>9.1f}us {r['non_2xx']:>8}   "
+              + " ".join(f"{x:,.0f}" for x in r["rounds"]))
+    for label, top, bottom, goal in GOALS:
+        if label in ratios:
+            print(f"{label:<34} {ratios[label]:6.1%}  (goal {goal:.0%}: {'met' if met[label] else 'not met'})")
 
 
 if __name__ == "__main__":

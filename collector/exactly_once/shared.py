@@ -100,7 +100,9 @@ class SharedIdempotency:
         self.local: dict[bytes, asyncio.Future] = {}  # nonce -> stored? (listings of this process)
         self._awaiting: dict[bytes, asyncio.Future] = {}  # nonce -> its Listing once applied
         self._unwritten: dict[bytes, bool] = {}  # outcomes known here whose append failed: written again
-        self._applied = -1
+        self._applied = -1  # the log is applied up to here (by the tail, or from this collector's own appends)
+        self._fetched = -1  # the greatest offset the tail read from Kafka
+        self._own: dict[int, bytes] = {}  # offset -> a record this collector appended there, not applied yet
         self._highwater = 0  # the log's end as the tail last saw it
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._settling: dict[bytes, asyncio.Task] = {}
@@ -187,12 +189,54 @@ class SharedIdempotency:
 
     # ------------------------------------------------------------------ log
     async def append(self, values: list[bytes]) -> list[int]:
-        """Append records (acks=all); their offsets."""
+        """Append records (acks=all); their offsets. Each is applied here without waiting for the tail to read
+        it back when the log is applied up to the offset before it (:meth:`_apply_own`)."""
         producer = self._producer
         if producer is None:
             raise ConnectionError("the idempotency log is closed")
         futures = [await producer.send(self.topic, value, partition=0) for value in values]
-        return [(await f).offset for f in futures]
+        offsets = [(await f).offset for f in futures]
+        self._apply_own(offsets, values)
+        return offsets
+
+    def _apply_own(self, offsets: list[int], values: list[bytes]) -> None:
+        """Apply records this collector appended, in log order, from the bytes it sent: the read-back of step 2
+        without a round trip to Kafka.
+
+        Exact because the log is one partition whose offsets only this order gives: Kafka acknowledged each
+        record at its offset, so what the tail would read there is these bytes, and a record is applied only
+        once every offset before it is applied (by the tail, which reads what other collectors appended, or
+        from here). Records whose predecessors are not applied yet wait here (or for the tail, whichever comes
+        first): a listing is never applied before another collector's earlier one."""
+        if not self.ready:
+            return  # the tail is still reading the log from its start
+        for offset, value in zip(offsets, values):
+            if offset > self._applied:
+                self._own[offset] = value
+        self._advance()
+
+    def _advance(self) -> None:
+        """Apply this collector's own records that follow the applied log without a gap; release waiters."""
+        own = self._own
+        while own:
+            value = own.pop(self._applied + 1, None)
+            if value is None:
+                break
+            self.apply(self._applied + 1, value)
+        if len(own) > 10_000:  # acknowledged records the tail applied first: never needed again
+            self._own = {offset: value for offset, value in own.items() if offset > self._applied}
+        self._release_waiters()
+
+    def _release_waiters(self) -> None:
+        if self._waiters:
+            waiting = []
+            for offset, future in self._waiters:
+                if offset <= self._applied:
+                    if not future.done():
+                        future.set_result(None)
+                else:
+                    waiting.append((offset, future))
+            self._waiters = waiting
 
     async def write_listings(self, listings: list[tuple[bytes, bytes]]) -> list[Listing]:
         """Append listings ((nonce, record) each) and read the log back up to them: each one's :class:`Listing`
@@ -303,35 +347,28 @@ class SharedIdempotency:
             while True:
                 got = await consumer.getmany(tp, timeout_ms=1000)
                 for message in got.get(tp, ()):
-                    if message.offset <= self._applied:
+                    if message.offset <= self._fetched:
                         # the log starts over (a broker that lost its data): what it said is gone
                         log.warning("idempotency log %s went back from offset %d to %d; reading it afresh",
-                                    self.topic, self._applied, message.offset)
-                        self.state = self._fresh_state()
-                    self.apply(message.offset, message.value)
+                                    self.topic, self._fetched, message.offset)
+                        self._start_afresh()
+                    self._fetched = message.offset
+                    if message.offset > self._applied:  # else applied from this collector's own append
+                        self.apply(message.offset, message.value)
                 highwater = consumer.highwater(tp)
-                if highwater is not None and highwater <= self._applied:
+                if highwater is not None and highwater <= self._fetched:
                     # shorter than what was read: a broker that lost its data (the embedded one keeps it in
                     # memory); the embedded broker answers a fetch past the end with nothing, not an error
                     log.warning("idempotency log %s ends at %d, before offset %d read earlier; reading it afresh",
-                                self.topic, highwater, self._applied)
-                    self.state = self._fresh_state()
-                    self._applied = -1
+                                self.topic, highwater, self._fetched)
+                    self._start_afresh()
                     await consumer.seek_to_beginning(tp)
                     continue
                 if highwater is not None:
                     self._highwater = highwater
                 if len(self.local) > 2 * len(self.state.frames) + 1000:  # outcomes never written back
                     self.local = {n: f for n, f in self.local.items() if n in self.state.frames or not f.done()}
-                if self._waiters:
-                    waiting = []
-                    for offset, future in self._waiters:
-                        if offset <= self._applied:
-                            if not future.done():
-                                future.set_result(None)
-                        else:
-                            waiting.append((offset, future))
-                    self._waiters = waiting
+                self._advance()  # own records after what the tail applied; waiters
                 if not self.ready:
                     if highwater is not None and await consumer.position(tp) >= highwater:
                         self.ready = True
@@ -339,6 +376,11 @@ class SharedIdempotency:
                 self.metrics.idempotency_keys.set(len(self.state))
         finally:
             await consumer.stop()
+
+    def _start_afresh(self) -> None:
+        self.state = self._fresh_state()
+        self._applied = self._fetched = -1
+        self._own.clear()
 
     # ---------------------------------------------------------------- lease
     async def _lease_loop(self) -> None:

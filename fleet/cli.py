@@ -144,7 +144,7 @@ def _upload_simulation(args, settings, metric: str | None):
         raise OCMSError(f"--collector {args.collector}: expected the collector's http:// or https:// URL")
 
     async def upload() -> simulator.SimulationResult:
-        transport = HttpTransport(args.collector, metric=metric)
+        transport = HttpTransport(args.collector, metric=metric, connections=args.upload_concurrency)
         await transport.start()
         try:
             return await simulator.run(settings, transport=transport, upload_concurrency=args.upload_concurrency,

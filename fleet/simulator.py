@@ -228,6 +228,12 @@ async def run(
     ``ocms collector`` on its own, ``upload_concurrency`` at a time, and a chunk counts as sent
     once all its uploads got a 202 (in Kafka); device and gateway keys are not sent (the
     collector keys nothing by device). ``profile``: the broker's (infra.kafka).
+
+    With ``settings.rate``, chunks are generated on the rate's schedule and their uploads run side by
+    side (at most ``upload_concurrency`` in flight, a chunk's uploads starting while earlier ones wait for
+    their 202), so a collector that holds uploads (a shuffled batch fills, Kafka acknowledges) does not
+    slow the fleet below its rate; only a collector slower than the rate does, by backpressure once
+    twice ``upload_concurrency`` uploads are waiting.
     """
     if bootstrap_servers is None and out is None and transport is None:
         raise InvalidParameterError("bootstrap_servers", None,
@@ -247,6 +253,8 @@ async def run(
     bar = Progress(settings.reports, progress)
     start = time.monotonic()
     frames = 0
+    uploads = _Uploads(transport, upload_concurrency, result, settings, bar) if transport is not None else None
+    generated = 0  # reports generated (the rate's schedule), sent or on their way
     try:
         for values, devices, batch in generate(settings):
             if settings.duration_s is not None and time.monotonic() - start >= settings.duration_s:
@@ -260,17 +268,21 @@ async def run(
             if producer is not None:
                 futures = [await producer.send(topic, value, key=key) for key, value in messages]
                 await asyncio.gather(*futures)  # delivered before the chunk counts as sent
-            if transport is not None:  # 202 = acknowledged by Kafka, before the chunk counts as sent
-                await transport.upload_each([m for _, m in messages], concurrency=upload_concurrency)
-            result.counts += np.bincount(values.astype(np.int64), minlength=settings.dataset.dictionary_size)
-            result.reports += len(batch)
-            result.messages += len(messages)
-            bar.update(result.reports)
+            generated += len(batch)
+            if uploads is not None:  # 202 = acknowledged by Kafka, before the chunk counts as sent
+                await uploads.send([m for _, m in messages], values, len(batch))
+            else:
+                _count(result, settings, values, len(batch), len(messages))
+                bar.update(result.reports)
             if settings.rate is not None:
-                ahead = result.reports / settings.rate - (time.monotonic() - start)
+                ahead = generated / settings.rate - (time.monotonic() - start)
                 if ahead > 0:
                     await asyncio.sleep(ahead)
+        if uploads is not None:
+            await uploads.finish()
     finally:
+        if uploads is not None:
+            await uploads.cancel()
         result.seconds = time.monotonic() - start
         bar.update(result.reports, force=True)
         bar.close()
@@ -279,6 +291,60 @@ async def run(
         if producer is not None:
             await producer.stop()
     return result
+
+
+def _count(result: SimulationResult, settings: SimulationSettings, values: np.ndarray, reports: int,
+           messages: int) -> None:
+    """A chunk was sent: its values join the ground truth."""
+    result.counts += np.bincount(values.astype(np.int64), minlength=settings.dataset.dictionary_size)
+    result.reports += reports
+    result.messages += messages
+
+
+class _Uploads:
+    """Chunks uploaded side by side: at most ``concurrency`` uploads in flight across chunks, a chunk counted
+    in the ground truth once every upload of it got its 202; ``send`` waits only while more than twice
+    ``concurrency`` uploads are waiting (backpressure), never for a chunk's answers."""
+
+    def __init__(self, transport, concurrency: int, result: SimulationResult, settings: SimulationSettings, bar):
+        self.transport = transport
+        self.concurrency = concurrency
+        self.slots = asyncio.Semaphore(concurrency)
+        self.result, self.settings, self.bar = result, settings, bar
+        self.tasks: set[asyncio.Task] = set()
+        self.waiting = 0  # uploads of chunks not yet answered
+
+    async def send(self, messages: list[bytes], values: np.ndarray, reports: int) -> None:
+        while self.waiting + len(messages) > 2 * self.concurrency and self.tasks:
+            await self._first_done()
+        self.waiting += len(messages)
+        task = asyncio.create_task(self._chunk(messages, values, reports))
+        self.tasks.add(task)
+
+    async def _chunk(self, messages: list[bytes], values: np.ndarray, reports: int) -> None:
+        try:
+            await self.transport.upload_each(messages, concurrency=self.concurrency, slots=self.slots)
+        finally:
+            self.waiting -= len(messages)
+        _count(self.result, self.settings, values, reports, len(messages))
+        self.bar.update(self.result.reports)
+
+    async def _first_done(self) -> None:
+        done, _ = await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            self.tasks.discard(task)
+            task.result()  # a DeliveryError stops the run (the chunks still in flight are cancelled)
+
+    async def finish(self) -> None:
+        """Wait for every chunk's answers (raises the first DeliveryError)."""
+        while self.tasks:
+            await self._first_done()
+
+    async def cancel(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks.clear()
 
 
 def write_truth(path: str | Path, settings: SimulationSettings, result: SimulationResult) -> None:

@@ -515,19 +515,22 @@ class HttpTransport:
         max_backoff_s: longest wait between retries (Retry-After is honoured up to it).
         timeout_s: per-request timeout (:data:`DEFAULT_HTTP_TIMEOUT_S`); above the collector's longest answer:
             ``--shuffle-max-seconds`` plus twice ``--kafka-timeout-ms`` when it shuffles.
+        connections: most connections to the collector at once (uploads beyond wait for one).
     """
 
     RETRIABLE = (408, 429, 500, 502, 503, 504)
 
     def __init__(self, url: str, *, metric: str | None = None, token: str | None = None, max_reports: int = 100,
                  max_latency_s: float = 0.005, max_retries: int = 8, max_backoff_s: float = 30.0,
-                 timeout_s: float = DEFAULT_HTTP_TIMEOUT_S):
+                 timeout_s: float = DEFAULT_HTTP_TIMEOUT_S, connections: int = 100):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise InvalidParameterError("url", url, "must be an http:// or https:// URL of an ocms collector")
         if isinstance(max_reports, bool) or not isinstance(max_reports, int) or max_reports < 1:
             raise InvalidParameterError("max_reports", max_reports, "must be an integer >= 1")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise InvalidParameterError("max_retries", max_retries, "must be an integer >= 0")
+        if isinstance(connections, bool) or not isinstance(connections, int) or connections < 1:
+            raise InvalidParameterError("connections", connections, "must be an integer >= 1")
         for name, value in (("max_latency_s", max_latency_s), ("max_backoff_s", max_backoff_s), ("timeout_s", timeout_s)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
                 raise InvalidParameterError(name, value, "must be a finite number >= 0")
@@ -545,6 +548,7 @@ class HttpTransport:
         self.max_retries = max_retries
         self.max_backoff_s = float(max_backoff_s)
         self.timeout_s = float(timeout_s)
+        self.connections = connections
         self._session = None
         self.uploads = 0
         self.retries = 0
@@ -553,7 +557,8 @@ class HttpTransport:
         import aiohttp
 
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                                                  connector=aiohttp.TCPConnector(limit=self.connections))
 
     async def stop(self) -> None:
         session, self._session = self._session, None
@@ -570,15 +575,18 @@ class HttpTransport:
         return min(self.max_backoff_s, max(0.0, wait) * (1.0 + 0.25 * random.random()))
 
     async def upload_each(self, messages: list[bytes], *, concurrency: int = 8,
-                          backoff: Callable[[int], float] | None = None) -> int:
+                          backoff: Callable[[int], float] | None = None,
+                          slots: asyncio.Semaphore | None = None) -> int:
         """Upload every message (e.g. a simulated fleet's frames) as its own upload, ``concurrency``
-        at a time; returns when all were accepted (202), else raises the first DeliveryError."""
+        at a time (or as many as ``slots``, a semaphore shared by calls running side by side, lets);
+        returns when all were accepted (202), else raises the first DeliveryError."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidParameterError("concurrency", concurrency, "must be an integer >= 1")
         if backoff is None:
             def backoff(attempt: int) -> float:
                 return min(self.max_backoff_s, 0.1 * 2 ** (attempt - 1)) * (0.5 + 0.5 * random.random())
-        slots = asyncio.Semaphore(concurrency)
+        if slots is None:
+            slots = asyncio.Semaphore(concurrency)
 
         async def one(message: bytes) -> None:
             async with slots:

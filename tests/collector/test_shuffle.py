@@ -32,7 +32,7 @@ from tests.support.waiting import poll_until
 
 from .harness import CollectorProcess, collector_metric, records_of, request, serving_worker
 
-SHUFFLED, PLAIN, SHORT, COUNTED = "shuf-batches", "shuf-plain", "shuf-short", "shuf-counted"
+SHUFFLED, PLAIN, SHORT, COUNTED, FLEET = "shuf-batches", "shuf-plain", "shuf-short", "shuf-counted", "shuf-fleet"
 CLAIM_KEY = secrets.token_hex(32).encode()
 N = 200  # reports per shuffled batch
 
@@ -40,7 +40,7 @@ N = 200  # reports per shuffled batch
 @pytest.fixture(scope="module")
 def broker():
     with EmbeddedBroker() as b:
-        b.create_topics({SHUFFLED: 1, PLAIN: 1, SHORT: 1, COUNTED: 4})
+        b.create_topics({SHUFFLED: 1, PLAIN: 1, SHORT: 1, COUNTED: 4, FLEET: 2})
         yield b
 
 
@@ -312,6 +312,25 @@ def test_uploads_wait_for_their_batch_and_a_short_batch_closes_after_max_seconds
     assert dict(last.headers)[wire.SHUFFLE_HEADER] == b"3"
     assert sorted(records_of(last.value, dest)) == sorted(records_of(indexed_report(dest, 100 + i), dest)[0]
                                                           for i in range(3))
+
+
+@pytest.mark.integration
+def test_ocms_simulate_keeps_uploads_in_flight_so_batches_fill_at_its_rate(broker, registry_path, tmp_path):
+    """`ocms simulate --rate R --collector`: a chunk's uploads wait for their shuffled batch, so a fleet that
+    waited for each chunk before sending the next (R/10 reports: 20 uploads of 5, fewer than a batch of 200)
+    sent nothing more until --shuffle-max-seconds closed the batch (600 s here, past the timeout). Uploads of
+    later chunks go out while earlier ones wait: every batch fills (200 reports, closed by size)."""
+    from tests.agents.harness import ocms
+
+    with CollectorProcess(registry_path, broker.bootstrap_servers, FLEET, tmp_path, "--shuffle-min-reports",
+                          str(N), "--shuffle-max-seconds", "600", "--reject-delay-ms", "0") as c:
+        code, _, err = ocms("simulate", "--registry", str(registry_path), "--metric", "dest", "--collector", c.url,
+                            "--rate", "1000", "--reports", "2000", "--frame-size", "5", "--upload-concurrency", "48",
+                            timeout=240)
+        assert code == 0, err
+        assert f"sent 2,000 reports in 400 messages to the collector {c.url} (metric dest)" in err
+    sizes = Counter(dict(r.headers)[wire.SHUFFLE_HEADER] for r in consume(broker.bootstrap_servers, FLEET))
+    assert set(sizes) == {str(N).encode()}, f"every batch closed by size, none by time: {sizes}"
 
 
 # ------------------------------------------------------------------ the worker's accounting

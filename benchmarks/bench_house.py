@@ -145,9 +145,6 @@ LIMITS = {"function": 80, "class": 400, "module": 700}
 #: Units over the limits that are not split yet: "FILE" (a module) or "FILE:QUALIFIED.NAME" -> why.
 NOT_YET_SPLIT = {
     "collector/exactly_once/shared.py:SharedIdempotency": "collector/exactly_once is being reworked (next-layout.md)",
-    "registry/loader.py": "issue 36: to split by role",
-    "registry/loader.py:_Loader": "issue 36: to split by role",
-    "registry/loader.py:_Loader.params": "issue 36: to split by role",
     "cms_core/baselines.py": "issue 36: to split by role",
     "cms_core/discovery.py": "issue 36: to split by role",
     "cms_core/discovery.py:discover": "issue 36: to split by role",

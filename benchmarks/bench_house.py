@@ -145,7 +145,6 @@ LIMITS = {"function": 80, "class": 400, "module": 700}
 #: Units over the limits that are not split yet: "FILE" (a module) or "FILE:QUALIFIED.NAME" -> why.
 NOT_YET_SPLIT = {
     "collector/exactly_once/shared.py:SharedIdempotency": "collector/exactly_once is being reworked (next-layout.md)",
-    "agents/faust_internals.py:watch_group": "issue 36: to split by role",
 }
 
 

@@ -144,9 +144,12 @@ class _Loader:
         names_by_version = self.versions.category_versions(kind, base_names, versions_raw, label)
         exposure = read_exposure(self.check, entry, label)
         tracked_raw = Field(entry.get("tracked"), key_line(entry, "tracked"), "tracked" in entry)
-        versions = [version for (vnum, vmap, vline), names in zip(versions_raw, names_by_version)
-                    if (version := self.version(entry, vnum, vmap, vline, kind, names, size, tracked_raw, exposure,
-                                                discoverable, label)) is not None]
+        versions: list[MetricVersion] = []
+        for (vnum, vmap, vline), names in zip(versions_raw, names_by_version):
+            version = self.version(entry, vnum, vmap, vline, kind, names, size, tracked_raw, exposure, discoverable,
+                                   label)
+            if version is not None:
+                versions.append(version)
         if self.check.problem_count > before or exposure is None or name is None:
             return None  # a bad name was reported; the rest of the metric was still checked under "#N"
         versions = self.tracked.apply_watch(entry, versions, label)

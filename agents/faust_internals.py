@@ -375,86 +375,101 @@ def watch_group(coordinator: GroupCoordinator, watch: GroupWatch, *, leave_group
     """Hook the worker's aiokafka group coordinator (one instance, not the class): each group request
     and its answer, the revocation and assignment callbacks, each join attempt (where an overdue
     rebalance is ended), the LeaveGroup of a stopping member and the errors aiokafka keeps for a caller."""
-    send_req = coordinator._send_req
-    on_join_prepare = coordinator._on_join_prepare
-    on_join_complete = coordinator._on_join_complete
-    do_rejoin_group = coordinator._do_rejoin_group
-    send_leave_group = coordinator._maybe_leave_group
-    backoff = {"next": COORDINATOR_ERROR_BACKOFF_S[0]}
+    hooks = _CoordinatorHooks(coordinator, watch, leave_group, leader_sync_delay_s)
+    coordinator._send_req = hooks.observed_send_req
+    coordinator._on_join_prepare = hooks.observed_on_join_prepare
+    coordinator._on_join_complete = hooks.observed_on_join_complete
+    coordinator._do_rejoin_group = hooks.watched_do_rejoin_group
+    coordinator._push_error_to_user = hooks.push_error_to_user
+    if not leave_group:
+        coordinator._maybe_leave_group = hooks.expire_instead_of_leaving
 
-    async def observed_send_req(request):
+
+class _CoordinatorHooks:
+    """What :func:`watch_group` puts in place of one coordinator's methods: each calls the coordinator's own
+    (kept here) and tells ``watch`` what happened."""
+
+    def __init__(self, coordinator: GroupCoordinator, watch: GroupWatch, leave_group: bool,
+                 leader_sync_delay_s: float):
+        self.coordinator, self.watch = coordinator, watch
+        self.leave_group, self.leader_sync_delay_s = leave_group, leader_sync_delay_s
+        self.send_req = coordinator._send_req
+        self.on_join_prepare = coordinator._on_join_prepare
+        self.on_join_complete = coordinator._on_join_complete
+        self.do_rejoin_group = coordinator._do_rejoin_group
+        self.send_leave_group = coordinator._maybe_leave_group
+        self.backoff_s = COORDINATOR_ERROR_BACKOFF_S[0]  # the next coordinator error's wait
+
+    async def observed_send_req(self, request):
+        watch = self.watch
         kind = type(request).__name__.removesuffix("Request")
         if kind == "JoinGroup":
             watch.joining()
-        elif kind == "SyncGroup" and watch.leader and leader_sync_delay_s:
-            await asyncio.sleep(leader_sync_delay_s)  # the broker profile's leader_sync_delay_ms says why
-        response = await send_req(request)
+        elif kind == "SyncGroup" and watch.leader and self.leader_sync_delay_s:
+            await asyncio.sleep(self.leader_sync_delay_s)  # the broker profile's leader_sync_delay_ms says why
+        response = await self.send_req(request)
         error = getattr(response, "error_code", 0) if kind in _GROUP_REQUESTS else 0
         if error:
             watch.answered(kind, kafka_errors.for_code(error).message)
         elif kind == "JoinGroup":
             watch.joined(response.generation_id, response.member_id, response.leader_id == response.member_id)
         elif kind == "SyncGroup":
-            watch.synced(coordinator.generation)
-            backoff["next"] = COORDINATOR_ERROR_BACKOFF_S[0]
+            watch.synced(self.coordinator.generation)
+            self.backoff_s = COORDINATOR_ERROR_BACKOFF_S[0]
         return response
 
-    async def observed_on_join_prepare(previous_assignment):
-        watch.revoking()
-        await on_join_prepare(previous_assignment)
+    async def observed_on_join_prepare(self, previous_assignment):
+        self.watch.revoking()
+        await self.on_join_prepare(previous_assignment)
 
-    async def observed_on_join_complete(*args, **kwargs):
-        await on_join_complete(*args, **kwargs)
-        watch.assigned()
+    async def observed_on_join_complete(self, *args, **kwargs):
+        await self.on_join_complete(*args, **kwargs)
+        self.watch.assigned()
 
-    async def watched_do_rejoin_group(subscription):
+    async def watched_do_rejoin_group(self, subscription):
+        watch, coordinator = self.watch, self.coordinator
         if watch.overdue():
             waited = watch.reason()
             log.warning("the consumer group did not settle within %.0f s (%s): rejoining as a new member%s",
-                        watch.overdue_after_s, waited, "" if leave_group else " (its old member id expires after "
-                        "the session timeout: this broker mishandles LeaveGroup)")
+                        watch.overdue_after_s, waited, "" if self.leave_group else " (its old member id expires "
+                        "after the session timeout: this broker mishandles LeaveGroup)")
             # Either way the member id becomes "": the broker gives a new one at the next JoinGroup.
-            if leave_group:
-                await send_leave_group()  # LeaveGroup with the old member id, then resets the generation
+            if self.leave_group:
+                await self.send_leave_group()  # LeaveGroup with the old member id, then resets the generation
             else:
                 await nudge_group(coordinator)
                 coordinator.reset_generation()
             watch.rejoined("rebalance_overdue", f"rejoined as a new member after {watch.overdue_after_s:.0f} s",
                           new_member=True)
-        return await do_rejoin_group(subscription)
+        return await self.do_rejoin_group(subscription)
 
-    async def expire_instead_of_leaving():
+    async def expire_instead_of_leaving(self):
         # A member that stops lets its session expire: Tansu removes an expired member correctly,
         # while a LeaveGroup from the leader of a forming group leaves the group without a leader for
         # ever (docs/operating.md; infra.kafka.EMBEDDED's differences).
+        coordinator = self.coordinator
         if coordinator.generation > 0:
             log.info("not sending LeaveGroup on this broker: member %s expires after the %.0f s session",
-                     coordinator.member_id, watch.session_timeout_s)
+                     coordinator.member_id, self.watch.session_timeout_s)
         coordinator.reset_generation()
 
-    def push_error_to_user(error):
+    def push_error_to_user(self, error):
         # aiokafka stops coordinating until its caller reads the error (check_errors, from getone and
         # getmany); Faust never calls them, so the member would stay without partitions for ever.
         # Rejoin instead, after a backoff, and clear a finished task that carries the error: the
         # coordination loop would take it up again at once.
+        coordinator = self.coordinator
         for name in ("_heartbeat_task", "_commit_refresh_task"):
             task = getattr(coordinator, name)
             if task is not None and task.done():
                 setattr(coordinator, name, None)
         coordinator.request_rejoin()
-        delay = backoff["next"]
-        backoff["next"] = min(delay * 2, COORDINATOR_ERROR_BACKOFF_S[1])
+        delay = self.backoff_s
+        self.backoff_s = min(delay * 2, COORDINATOR_ERROR_BACKOFF_S[1])
         log.warning("the consumer group coordinator stopped on %s: rejoining in %.1f s", error, delay)
-        watch.rejoined("coordinator_error", f"rejoining after the coordinator stopped on {error}", new_member=False)
+        self.watch.rejoined("coordinator_error", f"rejoining after the coordinator stopped on {error}",
+                            new_member=False)
         return asyncio.sleep(delay)
-
-    coordinator._send_req = observed_send_req
-    coordinator._on_join_prepare = observed_on_join_prepare
-    coordinator._on_join_complete = observed_on_join_complete
-    coordinator._do_rejoin_group = watched_do_rejoin_group
-    coordinator._push_error_to_user = push_error_to_user
-    if not leave_group:
-        coordinator._maybe_leave_group = expire_instead_of_leaving
 
 
 def request_rejoin(app: faust.App) -> bool:

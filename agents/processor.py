@@ -252,13 +252,8 @@ def plan_additions(
     parameter set, bucket).
     """
     plan = BatchPlan()
-    groups: dict[tuple[str, int, int], list[AcceptedMessage]] = defaultdict(list)
-    for message in messages:
-        base = levels_of(levels, message.fingerprint)[0][0]
-        groups[(message.fingerprint, message.partition, bucket_start(message.timestamp, base))].append(message)
-        plan.reports += len(message.batch)
+    groups = _base_bucket_groups(messages, levels, plan)
     offsets: dict[BucketKey, int] = {}
-    replayed_keys: set[BucketKey] = set()
     started = time.perf_counter()
     planned = []  # (thresholds, first offset, cuts, segments) per group; segments decoded below
     jobs = []  # (params, batch, tracked, segment): every kernel call of the batch, made together
@@ -271,31 +266,64 @@ def plan_additions(
             if threshold is None:
                 threshold = offsets[key] = last_offset(key)
             thresholds[key] = threshold
-        first = group[0].offset
         cuts = sorted(set(thresholds.values()))
-        # Segment i holds the events with cuts[i] < offset <= cuts[i + 1].
-        if cuts[-1] < first:  # no replay (the normal case): the whole group is the last segment
-            batch = ReportBatch.concat([m.batch for m in group])
-            segment = new_segment(group, batch, group[-1].offset)
-            jobs.append((params, batch, tracked, segment))
-            planned.append((thresholds, first, cuts, [None] * (len(cuts) - 1) + [segment]))
-            continue
-        segments = []
-        group_offsets = np.fromiter((m.offset for m in group), np.int64, len(group))
-        for i, low in enumerate(cuts):
-            high = cuts[i + 1] if i + 1 < len(cuts) else None
-            lo = int(np.searchsorted(group_offsets, low, side="right"))
-            hi = len(group) if high is None else int(np.searchsorted(group_offsets, high, side="right"))
-            if lo >= hi:
-                segments.append(None)
-                continue
-            batch = ReportBatch.concat([m.batch for m in group[lo:hi]])
-            segment = new_segment(group[lo:hi], batch, int(group_offsets[hi - 1]))
-            jobs.append((params, batch, tracked, segment))
-            segments.append(segment)
-        planned.append((thresholds, first, cuts, segments))
+        segments = _segments(group, cuts, params, tracked, jobs)
+        planned.append((thresholds, group[0].offset, cuts, segments))
     decode_segments(jobs)
     added: dict[BucketKey, list] = {}
+    replayed_keys = _add_segments(planned, added)
+    plan.decode_seconds = time.perf_counter() - started
+    for key, slot in added.items():
+        if key.is_total:
+            plan.counted[key.fingerprint] += slot[0]
+    # A key that skipped replayed events and got nothing new is written again unchanged: with a
+    # local store (RocksDB) its value may have reached the store but not the changelog before a
+    # crash, and the changelog (which every worker's view reads) must converge to it.
+    plan.reasserted = sorted(replayed_keys - added.keys())
+    plan.replayed = plan.reports - sum(plan.counted.values())
+    return plan, added
+
+
+def _base_bucket_groups(messages: Sequence[AcceptedMessage], levels, plan: BatchPlan) -> dict[tuple, list]:
+    """The micro-batch's events by (fingerprint, partition, base bucket): events of a group share all their
+    keys. Counts the batch's reports into ``plan``."""
+    groups: dict[tuple[str, int, int], list[AcceptedMessage]] = defaultdict(list)
+    for message in messages:
+        base = levels_of(levels, message.fingerprint)[0][0]
+        groups[(message.fingerprint, message.partition, bucket_start(message.timestamp, base))].append(message)
+        plan.reports += len(message.batch)
+    return groups
+
+
+def _segments(group: list[AcceptedMessage], cuts: list[int], params: OCMSParams, tracked: TrackedValues,
+              jobs: list) -> list:
+    """A group (sorted by offset) cut at its keys' stored offsets: segment i holds the events with
+    cuts[i] < offset <= cuts[i + 1] (None when empty); each segment's decode is queued on ``jobs``."""
+    if cuts[-1] < group[0].offset:  # no replay (the normal case): the whole group is the last segment
+        batch = ReportBatch.concat([m.batch for m in group])
+        segment = new_segment(group, batch, group[-1].offset)
+        jobs.append((params, batch, tracked, segment))
+        return [None] * (len(cuts) - 1) + [segment]
+    segments = []
+    group_offsets = np.fromiter((m.offset for m in group), np.int64, len(group))
+    for i, low in enumerate(cuts):
+        high = cuts[i + 1] if i + 1 < len(cuts) else None
+        lo = int(np.searchsorted(group_offsets, low, side="right"))
+        hi = len(group) if high is None else int(np.searchsorted(group_offsets, high, side="right"))
+        if lo >= hi:
+            segments.append(None)
+            continue
+        batch = ReportBatch.concat([m.batch for m in group[lo:hi]])
+        segment = new_segment(group[lo:hi], batch, int(group_offsets[hi - 1]))
+        jobs.append((params, batch, tracked, segment))
+        segments.append(segment)
+    return segments
+
+
+def _add_segments(planned: list, added: dict[BucketKey, list]) -> set[BucketKey]:
+    """Sum into ``added`` each key's decoded segments above its stored offset; the keys that skip a
+    replayed event."""
+    replayed_keys: set[BucketKey] = set()
     for thresholds, first, cuts, segments in planned:
         for key, threshold in thresholds.items():
             if first <= threshold:  # this key skips at least one (replayed) event
@@ -314,16 +342,7 @@ def plan_additions(
                     slot[3] += shuffled
                     slot[4] = smallest_batch(slot[4], shuffle_min)
                     slot[5] = max(slot[5], shuffle_max)
-    plan.decode_seconds = time.perf_counter() - started
-    for key, slot in added.items():
-        if key.is_total:
-            plan.counted[key.fingerprint] += slot[0]
-    # A key that skipped replayed events and got nothing new is written again unchanged: with a
-    # local store (RocksDB) its value may have reached the store but not the changelog before a
-    # crash, and the changelog (which every worker's view reads) must converge to it.
-    plan.reasserted = sorted(replayed_keys - added.keys())
-    plan.replayed = plan.reports - sum(plan.counted.values())
-    return plan, added
+    return replayed_keys
 
 
 def plan_batch(

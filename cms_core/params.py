@@ -128,6 +128,33 @@ def _direct_hash_range_and_field(dictionary_size, mode, tracked_count, hash_rang
     return dictionary_size, field if field is not None else choose_field(dictionary_size, 2)
 
 
+def _checked_dictionary(dictionary_size, value_domain) -> int:
+    """d for the value domain: given for integers, 2^128 (fingerprints) for strings."""
+    if value_domain not in VALUE_DOMAINS:
+        raise InvalidParameterError("value_domain", value_domain, f"expected one of {VALUE_DOMAINS}")
+    if value_domain == "string":
+        if dictionary_size not in (None, STRING_DICTIONARY_SIZE):
+            raise InvalidParameterError("dictionary_size", dictionary_size, "is fixed to 2^128 for strings; omit it")
+        dictionary_size = STRING_DICTIONARY_SIZE
+    elif dictionary_size is None:
+        raise InvalidParameterError("dictionary_size", None, "is required for integer values")
+    return _check_int("dictionary_size", dictionary_size, 1, STRING_DICTIONARY_SIZE)
+
+
+def _ocms_hash_range(epsilon, mode, f_star, tracked_count, hash_range) -> tuple[int, str]:
+    """OCMS+RR's (m, mode used): the m given ("fixed"), else the m that minimises the mode's objective."""
+    if hash_range is not None:
+        return _check_int("hash_range", hash_range, 2, MAX_HASH_RANGE), "fixed"
+    if mode == "l2" and tracked_count is None:
+        raise InvalidParameterError("tracked_count", None, "mode 'l2' needs the number of tracked values")
+    continuous = theory.continuous_optimal_hash_range(epsilon, mode, f_star, tracked_count)
+    if continuous > MAX_HASH_RANGE:
+        raise InvalidParameterError(
+            "epsilon", epsilon, f"needs a hash range m~{continuous:.3g} above the maximum {MAX_HASH_RANGE}"
+        )
+    return theory.optimal_hash_range(epsilon, mode, f_star, tracked_count), mode
+
+
 @dataclass(frozen=True)
 class OCMSParams:
     """Parameters fixed for the life of a sketch, a topic and every report in it.
@@ -259,15 +286,7 @@ class OCMSParams:
             )
             return candidates.chosen
         epsilon = check_epsilon(epsilon)
-        if value_domain not in VALUE_DOMAINS:
-            raise InvalidParameterError("value_domain", value_domain, f"expected one of {VALUE_DOMAINS}")
-        if value_domain == "string":
-            if dictionary_size not in (None, STRING_DICTIONARY_SIZE):
-                raise InvalidParameterError("dictionary_size", dictionary_size, "is fixed to 2^128 for strings; omit it")
-            dictionary_size = STRING_DICTIONARY_SIZE
-        elif dictionary_size is None:
-            raise InvalidParameterError("dictionary_size", None, "is required for integer values")
-        dictionary_size = _check_int("dictionary_size", dictionary_size, 1, STRING_DICTIONARY_SIZE)
+        dictionary_size = _checked_dictionary(dictionary_size, value_domain)
         if mode not in ("mse", "l2"):
             raise InvalidParameterError("mode", mode, "expected 'mse' or 'l2'")
         f_star = _check_f_star(f_star)
@@ -277,19 +296,8 @@ class OCMSParams:
             hash_range, field = _direct_hash_range_and_field(dictionary_size, mode, tracked_count, hash_range,
                                                              value_domain, field)
             mode_used = mode
-        elif hash_range is not None:
-            hash_range = _check_int("hash_range", hash_range, 2, MAX_HASH_RANGE)
-            mode_used = "fixed"
         else:
-            if mode == "l2" and tracked_count is None:
-                raise InvalidParameterError("tracked_count", None, "mode 'l2' needs the number of tracked values")
-            continuous = theory.continuous_optimal_hash_range(epsilon, mode, f_star, tracked_count)
-            if continuous > MAX_HASH_RANGE:
-                raise InvalidParameterError(
-                    "epsilon", epsilon, f"needs a hash range m~{continuous:.3g} above the maximum {MAX_HASH_RANGE}"
-                )
-            hash_range = theory.optimal_hash_range(epsilon, mode, f_star, tracked_count)
-            mode_used = mode
+            hash_range, mode_used = _ocms_hash_range(epsilon, mode, f_star, tracked_count, hash_range)
         if field is None:
             field = choose_field(dictionary_size, hash_range)
         return cls(

@@ -137,6 +137,63 @@ class _Item:
     epsilon: float
 
 
+def _reporter_registry(params, metric, metrics):
+    """Always a registry: a bare OCMSParams is a one-metric registry whose metric is the ledger account
+    (its parameters used as given), reported with ``report(value)``."""
+    from registry import Registry, single_metric_registry
+
+    if isinstance(params, OCMSParams):
+        if metrics is not None:
+            raise InvalidParameterError("metrics", metrics, "is only taken with a registry (params is an OCMSParams)")
+        if not isinstance(metric, str) or not metric:
+            raise InvalidParameterError("metric", metric, "must be a non-empty string (the ledger account)")
+        return single_metric_registry([params], [None], name=metric, path="<reporter>")
+    if not isinstance(params, Registry):
+        raise InvalidParameterError("params", type(params).__name__, "must be an OCMSParams or a registry.Registry")
+    if metric is not None:
+        raise InvalidParameterError("metric", metric, "is not taken with a registry: each report names its "
+                                                      "metric (report(metric, value)); select with metrics=[...]")
+    return params
+
+
+def _delivery_target(transport, one_metric: bool, versions, bootstrap_servers, topic, device_key):
+    """(bootstrap servers, topic, device key), checked: Kafka's, or placeholders when uploading over HTTP."""
+    if (not one_metric and transport is not None and transport.metric is not None
+            and set(versions) != {transport.metric}):
+        raise InvalidParameterError("transport", transport.url, "posts to one metric's URL; a registry "
+                                    "reporter of several metrics needs HttpTransport(url) without metric=")
+    if transport is not None and not isinstance(transport, HttpTransport):
+        raise InvalidParameterError("transport", type(transport).__name__, "must be an HttpTransport or None (Kafka)")
+    if transport is not None:
+        bootstrap_servers = bootstrap_servers or "-"
+        topic = topic or transport.url
+        device_key = device_key or b"-"  # never sent over HTTP
+    if not isinstance(bootstrap_servers, str) or not bootstrap_servers:
+        raise InvalidParameterError("bootstrap_servers", bootstrap_servers, "must be a non-empty string")
+    if not isinstance(topic, str) or not topic:
+        raise InvalidParameterError("topic", topic, "must be a non-empty string")
+    if not isinstance(device_key, (bytes, bytearray)) or not device_key:
+        raise InvalidParameterError("device_key", type(device_key).__name__, "must be non-empty bytes")
+    return bootstrap_servers, topic, device_key
+
+
+def _check_delivery_settings(ledger, *, queue_size, max_retries, max_in_flight, retry_backoff_s, max_backoff_s,
+                             request_timeout_s) -> None:
+    """The ledger's type, the queue, retry and in-flight bounds, the backoffs and the send timeout."""
+    if ledger is not None and not isinstance(ledger, PrivacyLedger):
+        raise InvalidParameterError("ledger", type(ledger).__name__, "must be a PrivacyLedger or None")
+    for name, value, minimum in (("queue_size", queue_size, 1), ("max_retries", max_retries, 0),
+                                 ("max_in_flight", max_in_flight, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise InvalidParameterError(name, value, f"must be an integer >= {minimum}")
+    for name, value in (("retry_backoff_s", retry_backoff_s), ("max_backoff_s", max_backoff_s),
+                        ("request_timeout_s", request_timeout_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+            raise InvalidParameterError(name, value, "must be a finite number >= 0")
+    if request_timeout_s <= 0:
+        raise InvalidParameterError("request_timeout_s", request_timeout_s, "must be > 0")
+
+
 class DeviceReporter:
     """Privatize values and deliver them to ``topic`` keyed by ``device_key``.
 
@@ -200,51 +257,14 @@ class DeviceReporter:
         transport: "HttpTransport | None" = None,
         device_secret: bytes | None = None,
     ):
-        from registry import Registry, single_metric_registry
-
-        # Always a registry: a bare OCMSParams is a one-metric registry whose metric is the ledger account
-        # (its parameters used as given), reported with ``report(value)``.
         self.one_metric = isinstance(params, OCMSParams)
-        if self.one_metric:
-            if metrics is not None:
-                raise InvalidParameterError("metrics", metrics, "is only taken with a registry (params is an OCMSParams)")
-            if not isinstance(metric, str) or not metric:
-                raise InvalidParameterError("metric", metric, "must be a non-empty string (the ledger account)")
-            params = single_metric_registry([params], [None], name=metric, path="<reporter>")
-        elif not isinstance(params, Registry):
-            raise InvalidParameterError("params", type(params).__name__, "must be an OCMSParams or a registry.Registry")
-        elif metric is not None:
-            raise InvalidParameterError("metric", metric, "is not taken with a registry: each report names its "
-                                                          "metric (report(metric, value)); select with metrics=[...]")
-        self.registry, self._versions = params, params.reported_versions(metrics)
-        if (not self.one_metric and transport is not None and transport.metric is not None
-                and set(self._versions) != {transport.metric}):
-            raise InvalidParameterError("transport", transport.url, "posts to one metric's URL; a registry "
-                                        "reporter of several metrics needs HttpTransport(url) without metric=")
-        if transport is not None and not isinstance(transport, HttpTransport):
-            raise InvalidParameterError("transport", type(transport).__name__, "must be an HttpTransport or None (Kafka)")
-        if transport is not None:
-            bootstrap_servers = bootstrap_servers or "-"
-            topic = topic or transport.url
-            device_key = device_key or b"-"  # never sent over HTTP
-        if not isinstance(bootstrap_servers, str) or not bootstrap_servers:
-            raise InvalidParameterError("bootstrap_servers", bootstrap_servers, "must be a non-empty string")
-        if not isinstance(topic, str) or not topic:
-            raise InvalidParameterError("topic", topic, "must be a non-empty string")
-        if not isinstance(device_key, (bytes, bytearray)) or not device_key:
-            raise InvalidParameterError("device_key", type(device_key).__name__, "must be non-empty bytes")
-        if ledger is not None and not isinstance(ledger, PrivacyLedger):
-            raise InvalidParameterError("ledger", type(ledger).__name__, "must be a PrivacyLedger or None")
-        for name, value, minimum in (("queue_size", queue_size, 1), ("max_retries", max_retries, 0),
-                                     ("max_in_flight", max_in_flight, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise InvalidParameterError(name, value, f"must be an integer >= {minimum}")
-        for name, value in (("retry_backoff_s", retry_backoff_s), ("max_backoff_s", max_backoff_s),
-                            ("request_timeout_s", request_timeout_s)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
-                raise InvalidParameterError(name, value, "must be a finite number >= 0")
-        if request_timeout_s <= 0:
-            raise InvalidParameterError("request_timeout_s", request_timeout_s, "must be > 0")
+        registry = _reporter_registry(params, metric, metrics)
+        self.registry, self._versions = registry, registry.reported_versions(metrics)
+        bootstrap_servers, topic, device_key = _delivery_target(transport, self.one_metric, self._versions,
+                                                                bootstrap_servers, topic, device_key)
+        _check_delivery_settings(ledger, queue_size=queue_size, max_retries=max_retries, max_in_flight=max_in_flight,
+                                 retry_backoff_s=retry_backoff_s, max_backoff_s=max_backoff_s,
+                                 request_timeout_s=request_timeout_s)
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.device_key = bytes(device_key)

@@ -199,65 +199,16 @@ def compile_flags(values: Mapping[str, object], labels: Labels, *, counts: bool)
     metric without tracked flags states no tracked values.
     """
     from .model import single_metric_registry
-    from .values_file import ValuesFileError, decode_values, read_raw_values
 
     values = dict(values)
     _check_exposure(values, labels)
-    raw_file = None
-    if values.get("tracked_file") is not None:
-        if values.get("tracked_range") is not None:
-            raise InvalidParameterError(labels["tracked_file"], values["tracked_file"],
-                                        f"exclusive with {labels['tracked_range']}")
-        try:
-            raw_file = read_raw_values(values["tracked_file"])
-        except ValuesFileError as exc:
-            raise InvalidParameterError(labels["tracked_file"], values["tracked_file"], exc.detail) from None
+    raw_file = _tracked_file(values, labels)
     whole = counts and not values.get("strings") and values.get("dictionary_size") is not None \
         and values["dictionary_size"] <= MAX_WHOLE_DICTIONARY
     if values.get("mode") == "l2" and values.get("tracked") is None:  # D: the tracked set's size unless given
-        if values.get("tracked_range") is not None:
-            values["tracked"] = values["tracked_range"][1] - values["tracked_range"][0]
-        elif raw_file is not None:
-            values["tracked"] = len(raw_file)
-        elif whole:
-            values["tracked"] = values["dictionary_size"]
-        else:
-            hint = ", or a tracked set to count (--tracked-range / --tracked-file)" if counts else ""
-            raise OCMSError(f"{labels['mode']} l2 needs --tracked N (tracked_count D, the number of tracked "
-                            f"values){hint}")
+        values["tracked"] = _tracked_count(values, labels, raw_file, whole, counts)
     params = build_params(values, labels)
-    sets = [params]
-    for eps in values.get("extra_epsilon") or ():
-        try:
-            extra = OCMSParams.build(eps, params.dictionary_size if params.value_domain == "integer" else None,
-                                     mode=params.mode if params.mode != "fixed" else "mse",
-                                     f_star=values["f_star"], tracked_count=params.tracked_count,
-                                     value_domain=params.value_domain, mechanism=values["mechanism"])
-        except InvalidParameterError as exc:
-            raise InvalidParameterError(labels["extra_epsilon"], eps, exc.reason) from None
-        if extra.fingerprint in {p.fingerprint for p in sets}:
-            raise InvalidParameterError(labels["extra_epsilon"], eps, "repeats a parameter set already accepted")
-        sets.insert(len(sets) - 1, extra)
-
-    def tracked_set(p: OCMSParams) -> TrackedValues | None:
-        if values.get("tracked_range") is not None:
-            start, stop = values["tracked_range"]
-            try:
-                return TrackedValues.range(p, start, stop)
-            except InvalidValueError as exc:
-                raise InvalidParameterError(labels["tracked_range"], f"{start}:{stop}", str(exc)) from None
-        if raw_file is not None:
-            try:
-                return TrackedValues.of(p, decode_values(p, raw_file))
-            except ValuesFileError as exc:
-                raise InvalidParameterError(labels["tracked_file"], values["tracked_file"], exc.detail) from None
-        if whole:
-            return TrackedValues.range(p, 0, p.dictionary_size)
-        if counts:
-            raise InvalidParameterError(labels["tracked_range"], None, "give a tracked range or file (the "
-                                        f"dictionary is larger than {MAX_WHOLE_DICTIONARY:,}, too large to track whole)")
-        return None
-
+    sets = _parameter_sets(values, labels, params)
     exposure = {name: values[name] for name in ("bucket_seconds", "retention_seconds", "rollup_seconds", "top_k")
                 if values.get(name) is not None}
     if values.get("rollup_seconds"):
@@ -271,11 +222,81 @@ def compile_flags(values: Mapping[str, object], labels: Labels, *, counts: bool)
         except InvalidParameterError as exc:
             raise InvalidParameterError(labels["lifetime_epsilon"], values["lifetime_epsilon"], exc.reason) from None
     try:
-        return single_metric_registry(sets, [tracked_set(p) for p in sets], name=FLAGS_METRIC,
+        tracked = [_tracked_set(p, values, labels, raw_file, whole, counts) for p in sets]
+        return single_metric_registry(sets, tracked, name=FLAGS_METRIC,
                                       description="the metric of the single-metric flags", path=FLAGS_PATH,
                                       watch=tuple(values.get("watch") or ()), longitudinal=longitudinal, **exposure)
     except InvalidValueError as exc:
         raise InvalidParameterError(labels["watch"], ",".join(values["watch"]), str(exc)) from None
+
+
+def _tracked_file(values: Mapping[str, object], labels: Labels):
+    """The values of ``--tracked-file`` as read (decoded per parameter set later), or None."""
+    from .values_file import ValuesFileError, read_raw_values
+
+    if values.get("tracked_file") is None:
+        return None
+    if values.get("tracked_range") is not None:
+        raise InvalidParameterError(labels["tracked_file"], values["tracked_file"],
+                                    f"exclusive with {labels['tracked_range']}")
+    try:
+        return read_raw_values(values["tracked_file"])
+    except ValuesFileError as exc:
+        raise InvalidParameterError(labels["tracked_file"], values["tracked_file"], exc.detail) from None
+
+
+def _tracked_count(values: Mapping[str, object], labels: Labels, raw_file, whole: bool, counts: bool) -> int:
+    """Mode l2's D when ``--tracked`` is not given: the size of the tracked set the other flags give."""
+    if values.get("tracked_range") is not None:
+        return values["tracked_range"][1] - values["tracked_range"][0]
+    if raw_file is not None:
+        return len(raw_file)
+    if whole:
+        return values["dictionary_size"]
+    hint = ", or a tracked set to count (--tracked-range / --tracked-file)" if counts else ""
+    raise OCMSError(f"{labels['mode']} l2 needs --tracked N (tracked_count D, the number of tracked "
+                    f"values){hint}")
+
+
+def _parameter_sets(values: Mapping[str, object], labels: Labels, params: OCMSParams) -> list[OCMSParams]:
+    """Each ``--extra-epsilon``'s parameter set, oldest first, then the primary ``params``."""
+    sets = [params]
+    for eps in values.get("extra_epsilon") or ():
+        try:
+            extra = OCMSParams.build(eps, params.dictionary_size if params.value_domain == "integer" else None,
+                                     mode=params.mode if params.mode != "fixed" else "mse",
+                                     f_star=values["f_star"], tracked_count=params.tracked_count,
+                                     value_domain=params.value_domain, mechanism=values["mechanism"])
+        except InvalidParameterError as exc:
+            raise InvalidParameterError(labels["extra_epsilon"], eps, exc.reason) from None
+        if extra.fingerprint in {p.fingerprint for p in sets}:
+            raise InvalidParameterError(labels["extra_epsilon"], eps, "repeats a parameter set already accepted")
+        sets.insert(len(sets) - 1, extra)
+    return sets
+
+
+def _tracked_set(p: OCMSParams, values: Mapping[str, object], labels: Labels, raw_file, whole: bool,
+                 counts: bool) -> TrackedValues | None:
+    """The tracked values of parameter set ``p``: the range, the file, the whole dictionary, or none."""
+    from .values_file import ValuesFileError, decode_values
+
+    if values.get("tracked_range") is not None:
+        start, stop = values["tracked_range"]
+        try:
+            return TrackedValues.range(p, start, stop)
+        except InvalidValueError as exc:
+            raise InvalidParameterError(labels["tracked_range"], f"{start}:{stop}", str(exc)) from None
+    if raw_file is not None:
+        try:
+            return TrackedValues.of(p, decode_values(p, raw_file))
+        except ValuesFileError as exc:
+            raise InvalidParameterError(labels["tracked_file"], values["tracked_file"], exc.detail) from None
+    if whole:
+        return TrackedValues.range(p, 0, p.dictionary_size)
+    if counts:
+        raise InvalidParameterError(labels["tracked_range"], None, "give a tracked range or file (the "
+                                    f"dictionary is larger than {MAX_WHOLE_DICTIONARY:,}, too large to track whole)")
+    return None
 
 
 def _check_exposure(values: Mapping[str, object], labels: Labels) -> None:

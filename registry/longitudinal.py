@@ -26,30 +26,33 @@ from cms_core.errors import InvalidParameterError
 from cms_core.longitudinal import (LongitudinalParams, loloha_hash_range, loloha_second_round_probabilities,
                                    first_round_probabilities, long_pure_variance)
 
+from .load_checks import version_or_metric
+
 KEY = "lifetime_epsilon"
 #: ``ocms plan``'s multi-day figure: the window of this many daily reports per device.
 PLAN_DAYS = 30
 
 
-def parse(loader, entry, vmap, params, metric, version, vline, discoverable) -> LongitudinalParams | None | bool:
-    """The version's LongitudinalParams, None when it is one-shot, False after reporting a problem."""
-    raw = loader.privacy(entry, vmap, KEY, version)
+def parse(check, entry, vmap, params, metric, version, vline, discoverable) -> LongitudinalParams | None | bool:
+    """The version's LongitudinalParams, None when it is one-shot, False after reporting a problem to ``check``
+    (the loader's :class:`~registry.load_checks.Checker`)."""
+    raw = version_or_metric(entry, vmap, KEY, version)
     if not raw.present:
         return None
     value = raw.value
     where = raw.version if raw.present else version
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        loader.problem(raw.line, f"must be a number (the lifetime epsilon of one memoized value), got {value!r}",
-                       metric, KEY, where)
+        check.problem(raw.line, f"must be a number (the lifetime epsilon of one memoized value), got {value!r}",
+                      metric, KEY, where)
         return False
     if discoverable is not None:
-        loader.problem(raw.line, "a discoverable metric's levels are reported one-shot; drop 'discovery' or "
-                                 f"'{KEY}'", metric, KEY, where)
+        check.problem(raw.line, "a discoverable metric's levels are reported one-shot; drop 'discovery' or "
+                                f"'{KEY}'", metric, KEY, where)
         return False
     try:
         return LongitudinalParams(value, params)
     except InvalidParameterError as exc:
-        loader.problem(raw.line, f"{exc.reason}, got {value!r}", metric, KEY, where)
+        check.problem(raw.line, f"{exc.reason}, got {value!r}", metric, KEY, where)
         return False
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 import registry.files as files
+import registry.load_tracked as load_tracked
+import registry.load_versions as load_versions
 import registry.loader as loader
 from registry.values_file import ValuesFileError, read_raw_values
 from registry import RegistryError, RegistryFileError, RegistryValidationError, load_registry
@@ -195,7 +197,7 @@ def test_a_file_of_millions_of_mistakes_lists_the_first_and_counts_the_rest(tmp_
 
 
 def test_tracked_files_are_read_with_bounds(tmp_path, monkeypatch):
-    monkeypatch.setattr(loader, "MAX_TRACKED", 10)  # and so at most 20 lines (registry.values_file)
+    monkeypatch.setattr(load_tracked, "MAX_TRACKED", 10)  # and so at most 20 lines (registry.values_file)
     text = HEAD + "    strings: true\n    epsilon: 2\n    tracked: {file: values.jsonl}\n"
     path = write(tmp_path, text)
     for content, fragment in (("".join(f'"v{i}"\n' for i in range(20)), "values.jsonl line 11: more than 10 values"),
@@ -225,7 +227,7 @@ def test_versions_share_their_category_list_and_tracked_set(tmp_path):
 
 
 def test_versions_adding_categories_are_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(loader, "MAX_VERSIONED_NAMES", 1_000)
+    monkeypatch.setattr(load_versions, "MAX_VERSIONED_NAMES", 1_000)
     names = ", ".join(f"c{i}" for i in range(300))
     versions = "".join(f"      - version: {v}\n        add_categories: [n{v}]\n" for v in range(2, 6))
     text = HEAD + f"    epsilon: 2\n    categories: [{names}]\n    versions:\n      - version: 1\n{versions}"

@@ -12,7 +12,11 @@ def test_quick_run_prints_the_issue_fields_and_meets_its_goals(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert (doc["epsilon_per_report"], doc["lifetime_epsilon"]) == (1.0, 2.0)
     one, lo = doc["one_shot"], doc["longitudinal"]
-    assert one["attacker_accuracy"] > 0.9  # 40 linked one-shot reports at eps 1 pin a value of 16 down
+    # 40 linked one-shot reports at eps 1 pin a value of 16 down: about 0.925 of 400 devices (sd 0.013; the
+    # device path draws from the CSPRNG, so this varies between runs). 0.9 failed about one run in six: 0.85
+    # is 5.8 sd below, and still twice what one report at eps_inf allows (bound_accuracy ~0.47).
+    assert one["attacker_accuracy"] > 0.85
+    assert one["attacker_accuracy"] > lo["bound_accuracy"] + 0.3
     # the longitudinal attacker is no better than one report at eps_inf (sampling error of 400 devices: ~2.5%)
     assert lo["attacker_accuracy"] <= lo["bound_accuracy"] + 0.08
     assert lo["memoized_accuracy"] <= lo["bound_accuracy"] + 0.01

@@ -240,12 +240,7 @@ async def run(
                                     "give a Kafka bootstrap address, an --out file or both (or, from Python, a collector transport)")
     if bootstrap_servers is not None and not topic:
         raise InvalidParameterError("topic", topic, "a topic is required to send to Kafka")
-    producer = None
-    if bootstrap_servers is not None:
-        # Throughput first (a simulated fleet): leader-only acks, batches of up to 1 MiB.
-        producer = make_producer(bootstrap_servers, profile, acks=1, idempotent=False, linger_ms=5,
-                                 max_batch_size=1 << 20, request_timeout_ms=30_000)
-        await producer.start()
+    producer = await _fleet_producer(bootstrap_servers, profile) if bootstrap_servers is not None else None
     writer = CaptureWriter(out) if out is not None else None
     if result is None:
         result = SimulationResult()
@@ -291,6 +286,14 @@ async def run(
         if producer is not None:
             await producer.stop()
     return result
+
+
+async def _fleet_producer(bootstrap_servers: str, profile: BrokerProfile):
+    """A started producer for a simulated fleet: throughput first (leader-only acks, batches of up to 1 MiB)."""
+    producer = make_producer(bootstrap_servers, profile, acks=1, idempotent=False, linger_ms=5,
+                             max_batch_size=1 << 20, request_timeout_ms=30_000)
+    await producer.start()
+    return producer
 
 
 def _count(result: SimulationResult, settings: SimulationSettings, values: np.ndarray, reports: int,

@@ -11,8 +11,9 @@ collector-only topic, ``--idempotency-topic``, default ``<source topic>-idempote
 * :mod:`.log`: the log's records and what every collector computes from them in log order; listing
   times are the collectors' clocks, never event time.
 * :mod:`.shared`: one collector's I/O on the log: the tail, the lease, and the settling of what a
-  kill left in doubt (fence, read the partition, repair a batch cut short), never fencing a live
-  collector.
+  kill left in doubt, never fencing a live collector.
+* :mod:`.repair`: how a settle learns what is final: fence, read the partition, and complete a batch
+  cut short from its redo copy.
 
 The worker is unchanged: it reads every appended frame (``read_uncommitted``), so "appended" is
 "counted", on Apache Kafka and on the embedded Tansu broker alike (whose ``read_committed`` shows

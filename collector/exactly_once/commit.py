@@ -113,7 +113,7 @@ class Committer:
     async def prepare(self, partitions) -> None:
         """Before a new producer is used: the partitions, and offsets at or below their ends (new frames land after)."""
         self.partitions = sorted(partitions)
-        self.lower = dict(await self.log.end_offsets(self.settings.source_topic, self.partitions))
+        self.lower = dict(await self.log.repair.end_offsets(self.settings.source_topic, self.partitions))
 
     def connected(self) -> None:
         """A new transactional producer is up: a new incarnation (its start fenced every earlier producer of

@@ -1,4 +1,4 @@
-"""The idempotency log's I/O for one collector: append, tail, lease, settle, fence, repair.
+"""The idempotency log's I/O for one collector: append, tail, lease, settle (fence and repair: :mod:`.repair`).
 
 :mod:`collector.exactly_once.commit` lists keys here and reads the log back; this module keeps the
 log applied (:class:`collector.exactly_once.log.ListingLog`) and settles listings left in doubt.
@@ -49,8 +49,8 @@ import time
 
 from cms_core.errors import OCMSError
 
-from .log import (FRAME_HEADER, ListingLog, Listing, encode_lease, encode_outcome, key_hash, parse_batch_frame_id,
-                  parse_frame_id)
+from .log import ListingLog, Listing, encode_lease, encode_outcome, key_hash
+from .repair import BatchRepair
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,7 @@ class SharedIdempotency:
         #: the copies of listed shuffled batches of several frames, written before their frames
         self.redo_topic = f"{self.topic}-redo"
         self.redo_end = 0  # an offset of the redo topic at or below the next batch's copy
+        self.repair = BatchRepair(settings, metrics, self.redo_topic)  # fence-then-read, complete a batch cut short
         instance = settings.instance_id or default_instance_id(settings.port) or os.urandom(8).hex()
         #: the transactional id of this collector's frame producer (the same across its restarts)
         self.owner = f"ocms-collector-{instance}"
@@ -106,7 +107,6 @@ class SharedIdempotency:
         self._highwater = 0  # the log's end as the tail last saw it
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._settling: dict[bytes, asyncio.Task] = {}
-        self._repairs: dict[bytes, asyncio.Task] = {}  # nonce -> the repair of a batch cut short, while it runs
         self._tasks: set[asyncio.Task] = set()
         self._producer = None
         self._tail: asyncio.Task | None = None
@@ -164,7 +164,7 @@ class SharedIdempotency:
         try:  # a failed start is retried by the caller: nothing of this attempt stays open
             await producer.start()
             if s.shuffle_min_reports:
-                self.redo_end = (await self.end_offsets(self.redo_topic, [0])).get(0, 0)
+                self.redo_end = (await self.repair.end_offsets(self.redo_topic, [0])).get(0, 0)
         except BaseException:
             await producer.stop()
             raise
@@ -174,7 +174,7 @@ class SharedIdempotency:
 
     async def close(self) -> None:
         tasks = [t for t in [self._tail, self._lease, self._predecessors, *self._settling.values(),
-                             *self._repairs.values(), *self._tasks] if t is not None]
+                             *self.repair.running(), *self._tasks] if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -449,13 +449,13 @@ class SharedIdempotency:
             # 2. an earlier producer of this collector: the current producer's start fenced it
             if committer is None or not committer.ready:
                 raise IdempotencyPending("this collector's producer is not ready", self.settings.retry_after_seconds)
-            stored = await asyncio.wait_for(self.complete_batch(listing, committer.repair), timeout * 12)
+            stored = await asyncio.wait_for(self.repair.complete_batch(listing, committer.repair), timeout * 12)
         else:
             # 3. another collector's, once its lease lapsed (read the log to its end, then look again)
             self._check_lapsed(listing)
             await asyncio.wait_for(self.applied(self._highwater - 1), timeout)
             self._check_lapsed(listing)
-            stored = await asyncio.wait_for(self._fence_and_complete(listing), timeout * 12)
+            stored = await asyncio.wait_for(self.repair.fence_and_complete(listing), timeout * 12)
         await self.append([encode_outcome(listing.nonce, stored)])  # before a new listing of the key
         self._resolve(listing.nonce, stored)
         self.metrics.idempotency_settled.labels("stored" if stored else "failed").inc()
@@ -486,141 +486,6 @@ class SharedIdempotency:
                     await self.settle(listing)
                 except Exception as exc:  # a retry, or the next lease renewal, settles it
                     log.info("a predecessor's frame not settled yet: %s: %s", type(exc).__name__, exc)
-
-    # --------------------------------------------------------- fence, repair
-    async def complete_batch(self, listing: Listing, produce) -> bool:
-        """Whether a listed frame or batch is stored, after a fence: none of its frames in the partition ->
-        False; all -> True; some (a batch) -> the missing ones are produced from the redo copy (``await
-        produce(records, partition)``, by a producer that fenced the batch's owner) and it is True: whole, once."""
-        earlier = self._repairs.get(listing.nonce)
-        if earlier is not None:  # a repair a timed-out settle left queued: what it produces is scanned below
-            await asyncio.gather(asyncio.shield(earlier), return_exceptions=True)
-        found, count = await self.scan_batch(listing.partition, listing.lower, listing.nonce)
-        if not found:
-            return False
-        if len(found) == count:
-            return True
-        missing = [i for i in range(count) if i not in found]
-        copies = await self.read_redo(listing.redo_lower, listing.nonce)
-        absent = [i for i in missing if i not in copies]
-        if absent:  # cannot happen: the copy is acknowledged before the first frame is sent
-            log.error("shuffled batch %s of %s: frames %s are neither in partition %d nor in %s; its retries are "
-                      "answered as stored", listing.nonce.hex(), listing.owner, absent, listing.partition,
-                      self.redo_topic)
-        # A task, waited for shielded: a settle's timeout must not leave it queued unknown to the next
-        # settle, which would produce the missing frames again.
-        repair = self._repairs[listing.nonce] = asyncio.ensure_future(
-            produce([copies[i] for i in missing if i in copies], listing.partition))
-        repair.add_done_callback(lambda task, n=listing.nonce: self._repairs.pop(n, None)
-                                 if self._repairs.get(n) is task else None)
-        await asyncio.shield(repair)
-        self.metrics.batches_completed.inc()
-        log.info("completed a shuffled batch of %s cut short: %d of its %d frames produced from %s", listing.owner,
-                 len(missing) - len(absent), count, self.redo_topic)
-        return True
-
-    async def _fence_and_complete(self, listing: Listing) -> bool:
-        """Another collector's listing: fence its producer with a producer of its transactional id, which then
-        produces what :meth:`complete_batch` finds missing (a second settler's producer would fence this one)."""
-        from infra.kafka import make_producer
-
-        s = self.settings
-        producer = make_producer(s.bootstrap_servers, s.broker, idempotent=True,
-                                 transactional_id=listing.owner, client_id="ocms-collector-fence",
-                                 request_timeout_ms=s.kafka_timeout_ms, max_batch_size=1_048_576)  # as the outlet's
-
-        async def produce(records: list, partition: int) -> None:
-            if not records:
-                return
-            await producer.begin_transaction()
-            futures = [await producer.send(s.source_topic, value, key=None, partition=partition, timestamp_ms=timestamp,
-                                           headers=headers) for value, headers, timestamp in records]
-            for future in futures:
-                await future
-            await producer.commit_transaction()
-
-        try:
-            await producer.start()  # in the try: a start that fails or is cancelled leaves nothing open
-            return await self.complete_batch(listing, produce)
-        finally:
-            await producer.stop()
-
-    async def scan_batch(self, partition: int, lower: int, nonce: bytes) -> tuple[set[int], int]:
-        """(indices found, frame count) of the frames listed with ``nonce`` in ``partition`` at or after ``lower``
-        (a plain frame is frame 0 of 1). Reads up to the partition's end as seen after the call began (so
-        after a fence), or until every frame is found."""
-        found: set[int] = set()
-        count = 0
-
-        def match(message) -> bool:
-            nonlocal count
-            for name, value in message.headers or ():
-                if name == FRAME_HEADER:
-                    parsed = parse_frame_id(value)
-                    if parsed is not None and parsed[0] == nonce:
-                        found.add(parsed[1])
-                        count = parsed[2]
-            return bool(found) and len(found) == count
-
-        await self._read(self.settings.source_topic, partition, lower, match)
-        return found, count
-
-    async def read_redo(self, lower: int, nonce: bytes) -> dict[int, tuple[bytes, list, int]]:
-        """The redo copies of a shuffled batch's frames: index -> (frame, headers, timestamp_ms)."""
-        copies: dict[int, tuple[bytes, list, int]] = {}
-
-        def match(message) -> bool:
-            for name, value in message.headers or ():
-                if name == FRAME_HEADER:
-                    parsed = parse_batch_frame_id(value)
-                    if parsed is not None and parsed[0] == nonce:
-                        copies[parsed[1]] = (message.value, list(message.headers), message.timestamp)
-            return False
-
-        await self._read(self.redo_topic, 0, lower, match)
-        return copies
-
-    async def _read(self, topic: str, partition: int, lower: int, match) -> bool:
-        """Read ``topic``'s ``partition`` from ``lower`` up to its high watermark as seen after the call
-        began (so after a fence), until ``match(message)`` says True; whether it did."""
-        from aiokafka import TopicPartition
-
-        from infra.kafka import make_consumer
-
-        s = self.settings
-        consumer = make_consumer(s.bootstrap_servers, profile=s.broker, auto_offset_reset="earliest",
-                                 fetch_max_wait_ms=50, client_id="ocms-collector-scan",
-                                 isolation_level="read_uncommitted", max_partition_fetch_bytes=4 << 20)
-        tp = TopicPartition(topic, partition)
-        await consumer.start()
-        try:
-            consumer.assign([tp])
-            consumer.seek(tp, lower)
-            while True:
-                got = await consumer.getmany(tp, timeout_ms=500)
-                for message in got.get(tp, ()):
-                    if match(message):
-                        return True
-                highwater = consumer.highwater(tp)
-                if highwater is not None and await consumer.position(tp) >= highwater:
-                    return False
-        finally:
-            await consumer.stop()
-
-    async def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
-        """Offsets at or below each partition's end (the embedded broker answers too low, never too high)."""
-        from aiokafka import TopicPartition
-
-        from infra.kafka import make_consumer
-
-        s = self.settings
-        consumer = make_consumer(s.bootstrap_servers, profile=s.broker, client_id="ocms-collector-offsets")
-        await consumer.start()
-        try:
-            ends = await consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
-            return {tp.partition: offset for tp, offset in ends.items()}
-        finally:
-            await consumer.stop()
 
 
 def idempotency_secret(settings, topic: str) -> bytes:

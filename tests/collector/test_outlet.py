@@ -125,6 +125,10 @@ class FlakyStartLog(LogStandIn):
     async def end_offsets(self, topic, partitions):
         return {p: 0 for p in partitions}
 
+    @property
+    def repair(self):  # SharedIdempotency.repair: the partition scans (end_offsets here)
+        return self
+
     async def settle_predecessors(self, incarnation):
         pass
 
@@ -169,7 +173,7 @@ def test_the_collector_connects_after_its_idempotency_log_failed_to_start_once(r
 
 def test_settling_another_collectors_batch_stops_its_fencing_producer_when_the_start_fails(registry_path,
                                                                                          monkeypatch):
-    """_fence_and_complete starts a producer of the batch owner's transactional id; when that start fails
+    """BatchRepair.fence_and_complete starts a producer of the batch owner's transactional id; when that start fails
     (InitProducerId timed out, the settle's own timeout cancelled it) the producer, its connections and
     metadata task must be released, as fence() does."""
     import infra.kafka
@@ -189,7 +193,7 @@ def test_settling_another_collectors_batch_stops_its_fencing_producer_when_the_s
     shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
     listing = Listing(b"n" * 16, "ocms-collector-other", b"i" * 8, 0, 0, 0, (), 0, 0.0, batch=True)
     with pytest.raises(KafkaUnavailableError):
-        asyncio.run(shared._fence_and_complete(listing))
+        asyncio.run(shared.repair.fence_and_complete(listing))
     assert len(made) == 1 and made[0].stopped
 
 
@@ -213,8 +217,8 @@ def test_a_settle_that_timed_out_during_a_repair_does_not_let_the_next_one_produ
         async def read_redo(lower, nonce):
             return {0: (b"frame0", [], 0), 1: (b"frame1", [], 0)}
 
-        monkeypatch.setattr(shared, "scan_batch", scan_batch)
-        monkeypatch.setattr(shared, "read_redo", read_redo)
+        monkeypatch.setattr(shared.repair, "scan_batch", scan_batch)
+        monkeypatch.setattr(shared.repair, "read_redo", read_redo)
 
         async def committer(records, done):  # the outlet's queue: what was enqueued is produced, waited for or not
             await queue_moves.wait()
@@ -232,8 +236,8 @@ def test_a_settle_that_timed_out_during_a_repair_does_not_let_the_next_one_produ
 
         listing = Listing(b"n" * 16, "ocms-collector-me", b"i" * 8, 0, 0, 0, (), 0, 0.0, batch=True)
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(shared.complete_batch(listing, repair), 0.05)
-        second = asyncio.ensure_future(shared.complete_batch(listing, repair))
+            await asyncio.wait_for(shared.repair.complete_batch(listing, repair), 0.05)
+        second = asyncio.ensure_future(shared.repair.complete_batch(listing, repair))
         await asyncio.sleep(0.05)
         queue_moves.set()
         stored = await asyncio.wait_for(second, 5)
@@ -334,7 +338,7 @@ def test_a_settle_never_fences_a_live_owner_whose_transaction_stays_open_past_th
             fenced.append(listing.owner)
             return True
 
-        monkeypatch.setattr(shared, "_fence_and_complete", fence_and_complete)
+        monkeypatch.setattr(shared.repair, "fence_and_complete", fence_and_complete)
         await log.append([encode_listing(b"n" * 16, owner, b"a-incarn", 0, 0, 10_000, [b"k" * 16])])
         listing = shared.holder(b"k" * 16)
         pending = 0

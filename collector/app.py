@@ -425,7 +425,11 @@ class Collector:
         if key is not None and self.idempotency.enabled:
             shared = self._shared()
             if shared is not None:
-                shared_key = shared.key_hash(app.name if app is not None else "", key)
+                try:
+                    shared_key = shared.key_hash(app.name if app is not None else "", key)
+                except IdempotencyPending as exc:
+                    status, doc, headers = self._pending(str(exc), exc.retry_after)
+                    return _json(status, doc, headers)
             cache_key = (app.name if app is not None else "", key)
             digest = body_digest(body)
             try:

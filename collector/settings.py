@@ -128,9 +128,9 @@ SETTINGS: tuple[Setting, ...] = (
          "once across restarts and replicas; off = per process (collector/exactly_once/)", _idempotency_topic,
          metavar="TOPIC", default_text="<source topic>-idempotency"),
     _row("idempotency_secret_file", "file holding a secret (at least 16 bytes, e.g. openssl rand -hex 32) shared by "
-         "the replicas: keys the hash of each Idempotency-Key in that topic; without it the hashes are unkeyed "
-         "(said at start: docs/collector.md, Retries)", _secret_file, metavar="FILE",
-         default_text="off: unkeyed hashes"),
+         "the replicas: keys the hash of each Idempotency-Key in that topic; without it, the key kept in Kafka "
+         "(docs/collector.md, Retries)", _secret_file, metavar="FILE",
+         default_text="off: a key generated and kept in <idempotency topic>-key"),
     _row("instance_id", "this collector's identity across restarts (its transactional id), unique among live "
          "collectors", _instance_id, metavar="ID", default_text="host:port"),
     _row("access_log_client_addresses", "log client addresses and user agents (off by default: privacy at the edge)",

@@ -50,6 +50,7 @@ import time
 from cms_core.errors import OCMSError
 
 from .log import ListingLog, Listing, encode_lease, encode_outcome, key_hash
+from .key import key_topic, kept_key
 from .repair import BatchRepair
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,8 @@ class SharedIdempotency:
     # ----------------------------------------------------------------- keys
     def key_hash(self, application: str, key: str) -> bytes:
         """The keyed hash of an upload's key (what the log holds; never the key)."""
+        if self._secret is None:
+            raise IdempotencyPending("the idempotency log's key is not read yet", self.settings.retry_after_seconds)
         return key_hash(self._secret, application, key)
 
     def holder(self, key: bytes) -> Listing | None:
@@ -141,7 +144,7 @@ class SharedIdempotency:
         if profile.late_batches:
             # Read past, a late listing of another replica would be missing here for good (a retry of its key
             # stored twice), and a settle's scan would miss a stored frame (infra.kafka, late batches).
-            for topic in (self.topic, self.redo_topic, s.source_topic):
+            for topic in (self.topic, self.redo_topic, s.source_topic, key_topic(self.topic)):
                 wait_for_late_batches(topic, on_late=self._late_batch)
         retention_ms = max(1, 2 * s.idempotency_window_seconds) * 1000
         while True:
@@ -159,6 +162,8 @@ class SharedIdempotency:
                     break
                 log.info("idempotency topic %s not created yet: %s: %s", self.topic, type(exc).__name__, exc)
                 await asyncio.sleep(s.retry_after_seconds)
+        if self._secret is None:  # no --idempotency-secret-file: the key kept in Kafka (before any listing)
+            self._secret = await kept_key(s, self.topic)
         producer = make_producer(s.bootstrap_servers, profile, idempotent=False, linger_ms=0,
                                  client_id="ocms-collector-log", request_timeout_ms=s.kafka_timeout_ms)
         try:  # a failed start is retried by the caller: nothing of this attempt stays open
@@ -488,16 +493,12 @@ class SharedIdempotency:
                     log.info("a predecessor's frame not settled yet: %s: %s", type(exc).__name__, exc)
 
 
-def idempotency_secret(settings, topic: str) -> bytes:
-    """The key of the Idempotency-Key hashes in ``topic`` (``--idempotency-secret-file``, cut to BLAKE2b's 64
-    bytes); b"" without one, said once: unkeyed hashes let whoever reads the topic match a key seen elsewhere
-    (a proxy log) to its upload's listing."""
+def idempotency_secret(settings, topic: str) -> bytes | None:
+    """The key of the Idempotency-Key hashes in ``topic`` from ``--idempotency-secret-file`` (cut to BLAKE2b's
+    64 bytes), or None without one: then the key kept in Kafka (:mod:`.key`) is read at start."""
     from cms_core.claims import read_key
 
     if settings.idempotency_secret_file:
         return read_key(settings.idempotency_secret_file, settings.label("idempotency_secret_file"), 16,
                         "the same file for every collector replica")[:64]
-    log.warning("the Idempotency-Key hashes in %s are not keyed (no --idempotency-secret-file): whoever reads that "
-                "topic can match a key seen elsewhere to its upload's listing; give every replica the same secret "
-                "file (openssl rand -hex 32 > FILE)", topic)
-    return b""
+    return None

@@ -24,7 +24,7 @@ from collector.exactly_once.log import (FAILED, FRAME_HEADER, STORED, ListingLog
 from collector.kafka_internals import drift
 from infra.broker import EmbeddedBroker
 from registry import load_registry
-from tests.support.topics import consume
+from tests.support.topics import consume, produce
 from tests.support.waiting import poll_until
 
 from .harness import REGISTRY_YAML, CollectorProcess, records_of, request, serving_worker, single_messages
@@ -169,24 +169,17 @@ def broker():
         yield b
 
 
-def produce(bootstrap: str, records: list[tuple[str, int, bytes, list]]) -> None:
-    """(topic, partition, value, headers) appended by a plain producer (a 'dead collector')."""
-    from infra.kafka import EMBEDDED, make_producer
-
-    async def run():
-        producer = make_producer(bootstrap, EMBEDDED)
-        await producer.start()
-        try:
-            for topic, partition, value, headers in records:
-                await producer.send_and_wait(topic, value, partition=partition, headers=headers)
-        finally:
-            await producer.stop()
-
-    asyncio.run(run())
-
-
 def topic_counter(broker, topic, version) -> Counter:
     return Counter(r for record in consume(broker.bootstrap_servers, topic) for r in records_of(record.value, version))
+
+
+def deployment_key(broker, log_topic: str) -> bytes:
+    """The key the collectors of ``log_topic`` hash Idempotency-Keys with (collector/exactly_once/key.py): the
+    first key record of its key topic (b"" when none: unkeyed)."""
+    from collector.exactly_once.key import key_topic, parse_key_record
+
+    keys = [parse_key_record(r.value) for r in consume(broker.bootstrap_servers, key_topic(log_topic))]
+    return next((k for k in keys if k is not None), b"")
 
 
 def log_outcomes(broker, topic) -> list[bytes]:
@@ -292,8 +285,10 @@ def test_a_live_collectors_open_transaction_is_never_fenced_by_a_settle_and_a_ki
         await log.start()
         await transactional.start()
         try:
+            # a collector of the same deployment: it hashes with the key the deployment keeps in Kafka
+            secret = await asyncio.to_thread(deployment_key, broker, topic + "-idempotency")
             await log.send_and_wait(topic + "-idempotency", encode_listing(
-                nonce, owner, incarnation, 1, 0, int(time.time()), [key_hash(b"", "", upload_key)]), partition=0)
+                nonce, owner, incarnation, 1, 0, int(time.time()), [key_hash(secret, "", upload_key)]), partition=0)
             await transactional.begin_transaction()
             await (await transactional.send(topic, frame, partition=1, headers=[(FRAME_HEADER, nonce)]))
             alive = asyncio.Event()

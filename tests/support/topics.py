@@ -38,3 +38,19 @@ async def read_topic(broker, topic: str, expected: int = 0, *, idle_s: float = 1
 def consume(broker, topic: str, expected: int = 0, *, idle_s: float = 1.5, timeout: float = 60.0) -> list:
     """``read_topic`` outside an event loop."""
     return asyncio.run(read_topic(broker, topic, expected, idle_s=idle_s, timeout=timeout))
+
+
+def produce(bootstrap: str, records: list[tuple[str, int, bytes, list]]) -> None:
+    """(topic, partition, value, headers) appended by a plain producer (a 'dead collector')."""
+    from infra.kafka import EMBEDDED, make_producer
+
+    async def run():
+        producer = make_producer(bootstrap, EMBEDDED)
+        await producer.start()
+        try:
+            for topic, partition, value, headers in records:
+                await producer.send_and_wait(topic, value, partition=partition, headers=headers)
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())

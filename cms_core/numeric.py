@@ -143,6 +143,14 @@ class BucketLayout:
     def widest(self) -> float:
         return float(np.max(np.diff(self.edges)))
 
+    def bucket(self, value) -> int:
+        """The device's step: one number, clipped into ``[lower, upper]``, to its bucket index (a value equal to a
+        bound is in the bucket that bound closes). A bool, a non-number or NaN is refused naming ``value``;
+        +-inf is clipped like any value outside the bounds. The shared vectors: tests/vectors/numeric_v1.json."""
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise InvalidParameterError("value", value, "a numeric report needs a number")
+        return int(self.index([float(value)])[0])
+
     def index(self, values) -> np.ndarray:
         """The bucket index of each value (clipped into ``[lower, upper]``); NaN is refused."""
         x = np.asarray(values, dtype=np.float64)
@@ -205,6 +213,15 @@ class BoundedNoise:
 
     def variance(self, f: np.ndarray, w: np.ndarray, n: int) -> float:
         return float((np.abs(np.asarray(w, dtype=np.float64)) @ self.per_bucket_sd) ** 2)
+
+
+def oracle_noise(epsilon: float, k: int, direct: bool, per_bucket_sd) -> FunctionalNoise:
+    """The noise of a flat frequency oracle over the ``k`` bucket indices: direct RR's exact functional
+    variance, or for OCMS+RR the Cauchy-Schwarz bound over its per-bucket standard deviations (module
+    docstring, Utility)."""
+    if direct:
+        return DirectRRNoise(float(epsilon), int(k))
+    return BoundedNoise(np.asarray(per_bucket_sd, dtype=np.float64))
 
 
 # ----------------------------------------------------------------------------- the estimates
@@ -316,6 +333,39 @@ class Histogram:
         estimate = float(self.raw @ points)
         half = normal_z(self.confidence) * math.sqrt(self.noise.variance(self.consistent, points, self.n))
         return Interval(estimate, estimate - half, estimate + half)
+
+
+#: The quantiles every numeric answer holds (more can be asked for).
+DEFAULT_QUANTILES = (0.5, 0.9, 0.99)
+
+
+def _number(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def summary(histogram: Histogram, quantiles: Sequence[float] = DEFAULT_QUANTILES) -> dict:
+    """A histogram as a JSON-ready answer: per bucket its edges and raw / consistent frequency; the raw and the
+    monotone CDF at each bucket's upper edge (``le``) with the monotone one's pointwise interval; each quantile
+    and the mean with their intervals (:meth:`Histogram.quantile`, :meth:`Histogram.mean`)."""
+    edges = histogram.layout.edges
+    raw_cdf, cdf = histogram.cdf(processed=False), histogram.cdf()
+    low, high = histogram.cdf_interval()
+    mean = histogram.mean()
+    out = {
+        "buckets": [{"lower": float(edges[i]), "le": float(edges[i + 1]), "raw": float(histogram.raw[i]),
+                     "consistent": float(histogram.consistent[i])} for i in range(histogram.layout.buckets)],
+        "cdf": [{"le": float(edges[i + 1]), "raw": float(raw_cdf[i]), "monotone": float(cdf[i]),
+                 "ci_low": float(low[i]), "ci_high": float(high[i])} for i in range(histogram.layout.buckets)],
+        "quantiles": [],
+        "mean": {"estimate": _number(mean.estimate), "ci_low": _number(mean.low), "ci_high": _number(mean.high)},
+        "confidence": histogram.confidence,
+        "clipped_to": [histogram.layout.lower, histogram.layout.upper],
+    }
+    for q in sorted(set(float(q) for q in quantiles)):
+        interval = histogram.quantile(q)
+        out["quantiles"].append({"q": q, "estimate": interval.estimate, "ci_low": interval.low,
+                                 "ci_high": interval.high})
+    return out
 
 
 # ----------------------------------------------------------------------------- accuracy (benchmarks, tests)

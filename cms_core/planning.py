@@ -364,11 +364,11 @@ def _numeric_choice_uniform(buckets: int, epsilon: float, n: int) -> dict:
     return _numeric_choice(buckets, epsilon, n, None)
 
 
-def _numeric_choice(buckets: int, epsilon: float, n: int, f) -> dict:
+def _numeric_choice(buckets: int, epsilon: float, n: int, f, flat_only: bool = False) -> dict:
     from .hierarchy import MAX_BRANCHING, MIN_BRANCHING, HierarchyParams, predicted_cdf_variances
 
     candidates = {}
-    options = [(b, "auto") for b in range(MIN_BRANCHING, min(MAX_BRANCHING, buckets - 1) + 1)]
+    options = [] if flat_only else [(b, "auto") for b in range(MIN_BRANCHING, min(MAX_BRANCHING, buckets - 1) + 1)]
     for branching, mechanism in options + [(buckets, "direct"), (buckets, "ocms")]:
         params = HierarchyParams.build(buckets, epsilon, branching, mechanism=mechanism)
         variances = predicted_cdf_variances(params, n, f)
@@ -380,3 +380,20 @@ def _numeric_choice(buckets: int, epsilon: float, n: int, f) -> dict:
     best_tree = min(trees, key=lambda name: candidates[name]["mean_cdf_variance"]) if trees else None
     return {"buckets": buckets, "epsilon": float(epsilon), "n": n, "chosen": chosen,
             "branching": candidates[chosen]["branching"], "candidates": candidates, "best_hierarchy": best_tree}
+
+
+#: The flat oracles over a numeric metric's bucket index, as :func:`choose_numeric_mechanism` names them.
+FLAT_NUMERIC_MECHANISMS = {"direct-rr": "direct", "ocms-rr": "ocms"}
+
+
+@functools.lru_cache(maxsize=256)
+def choose_numeric_oracle(buckets: int, epsilon: float) -> str:
+    """``mechanism: auto`` of a numeric metric in the pipeline: ``"direct"`` or ``"ocms"``, the flat frequency
+    oracle over the ``buckets`` bucket indices with the smaller mean CDF variance (the objective of
+    :func:`choose_numeric_mechanism`, restricted to one-level trees; both variances scale as 1/n, so the pick
+    does not depend on n). Its parameters: ``OCMSParams.build(epsilon, buckets, mode="l2",
+    tracked_count=buckets, mechanism=...)`` (:func:`cms_core.hierarchy.level_oracle`'s)."""
+    if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 2:
+        raise InvalidParameterError("buckets", buckets, "must be an integer >= 2")
+    choice = _numeric_choice(buckets, check_epsilon(epsilon), 1_000_000, None, flat_only=True)
+    return FLAT_NUMERIC_MECHANISMS[choice["chosen"]]

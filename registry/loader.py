@@ -38,6 +38,7 @@ from cms_core.params import MAX_HASH_RANGE, MECHANISM_CHOICES, OCMSParams, check
 
 from .errors import FileRefusedError, Problem, RegistryFileError, RegistryValidationError
 from .files import MAX_INTEGER_DIGITS, YamlMap, YamlSeq, compose, read_regular_file
+from . import numeric
 from .model import MetricSpec, MetricVersion, Registry, TrackedSpec
 from .values_file import MAX_VALUES, MAX_WHOLE_DICTIONARY, ValuesFileError, read_raw_values
 
@@ -74,7 +75,7 @@ DEFAULT_MIN_REPORTS = 0
 NAME_PATTERN = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 PRIVACY_KEYS = ("epsilon", "mode", "f_star", "tracked_count", "hash_range", "mechanism", "lifetime_epsilon")
-DOMAIN_KEYS = ("categories", "integers", "strings")
+DOMAIN_KEYS = ("categories", "integers", "strings", numeric.KEY)
 METRIC_KEYS = ("name", "description", "owner", "unit", *DOMAIN_KEYS, "tracked", "bucket", "retention", "rollup",
                "watch", "top_k", "min_reports", "versions", "discovery", *PRIVACY_KEYS)
 VERSION_KEYS = ("version", *PRIVACY_KEYS, "add_categories", "retired", "note")
@@ -327,7 +328,8 @@ class _Loader:
                 metric=label, version=vnum, params=params, domain=kind,
                 value_names=tuple(names) if kind == "categories" else None, tracked=tracked,
                 watch=(), retired=bool(retired), note=note, line=vline, discovery=discoverable,
-                mechanism_note=self.mechanism_notes.get((label, vnum)), longitudinal=memoized, **exposure))
+                mechanism_note=self.mechanism_notes.get((label, vnum)), longitudinal=memoized,
+                numeric=numeric.spec_for(self, label), **exposure))
         if self.problem_count > before or exposure is None or name is None:
             return None  # a bad name was reported; the rest of the metric was still checked under "#N"
         versions = self.apply_watch(entry, versions, label)
@@ -390,6 +392,8 @@ class _Loader:
             return None
         kind = given[0]
         value, vline = entry[kind], _key_line(entry, kind)
+        if kind == numeric.KEY:  # issue 40: an integer metric over the bucket indices (registry/numeric.py)
+            return numeric.parse(self, entry, metric, vline)
         if kind == "categories":
             names = self.names(entry, "categories", metric, None, set())
             if names is None:
@@ -816,6 +820,8 @@ class _Loader:
         if self.problem_count > before:
             return None
         try:
+            if mechanism == "auto" and numeric.spec_for(self, metric) is not None:  # issue 40: by CDF accuracy
+                return numeric.auto_params(self, metric, epsilon, d, f"{metric}@{version}")
             if mechanism == "auto":  # no hash_range here (checked above)
                 # The comparison auto picks with also says when the pick is much more exposed to poisoning.
                 comparison = compare_mechanisms(

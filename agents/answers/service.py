@@ -34,6 +34,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from cms_core import OCMSParams, OCMSSketch, TrackedValues
+from cms_core import numeric as numeric_core
 from cms_core.errors import InvalidValueError
 from cms_core.records import noise_fields
 from cms_core.sketch import EstimateOptions, Estimates
@@ -44,7 +45,8 @@ from ..state import TOTAL_WIDTH, bucket_start
 from ..view import CountsView, shuffle_of, sum_states, sum_states_at
 from .encode import Naming, json_answer, records
 from .privacy import POINT_CENTRAL_FIELDS, central_cost, central_privacy
-from .request import ApiError, check_query, iso, parse_duration, parse_int, parse_options, parse_time, show
+from .request import (ApiError, check_query, iso, parse_duration, parse_int, parse_options, parse_quantiles, parse_time,
+                      show)
 
 MAX_TREND_POINTS = 10_000
 
@@ -97,6 +99,8 @@ class WindowEstimate:
     top: tuple[int, ...]  # the top-K's indices, largest first
     withheld: bool
     central: dict
+    #: A numeric metric's histogram, CDFs, quantiles and mean (:func:`numeric_answer`); None otherwise or withheld.
+    histogram: dict | None = None
 
     @property
     def noise_floor(self) -> float:
@@ -152,6 +156,9 @@ class Job:
     rename: Callable[[dict], dict] | None = None
     #: The window's central epsilon fields (:func:`central_privacy`); a trend's points carry their own.
     central: dict | None = None
+    #: kind "histogram" (a numeric metric, issue 40): its registry.numeric.NumericSpec and the quantiles asked.
+    numeric: object = None
+    quantiles: tuple = ()
 
 
 class Estimator:
@@ -201,7 +208,9 @@ class Estimator:
             return doc
         est, top = self.window(job)
         doc.update(noise_fields(est))  # every value above or under the noise of all D tracked values
-        if job.kind == "all":
+        if job.kind == "histogram":
+            doc["histogram"] = numeric_answer(job.numeric, self.sets[job.fp][0], est, job.counts, job.quantiles)
+        elif job.kind == "all":
             doc["estimates"] = records(est, job.counts)
         elif job.kind == "select":
             doc["estimate"] = records(select(est, [job.index]), job.counts[[job.index]])[0]
@@ -257,6 +266,7 @@ class EstimateService:
         self.naming = Naming(version.metric, version.version, version.mechanism, version.min_reports,
                              version.value_names)
         self.estimator = Estimator({self.fingerprint: (version.params, self.tracked)})
+        self.numeric = getattr(version, "numeric", None)  # registry.numeric.NumericSpec (issue 40), or None
 
     # -------------------------------------------------------------- pieces
     def resolve_params(self, query: Mapping[str, str]) -> str:
@@ -442,10 +452,20 @@ class EstimateService:
             index = self.value_index(value if value is not None else "")
         elif endpoint == "topk":
             k = parse_int("k", query.get("k", "10"), 1, self.d)
+        quantiles = self._quantiles(query) if endpoint == "histogram" else ()
         window = self.window_from_query(query)
-        return lambda: self._read(endpoint, fp, options, window, index, k)
+        return lambda: self._read(endpoint, fp, options, window, index, k, quantiles)
 
-    def _read(self, endpoint: str, fp: str, options: EstimateOptions, window: Window, index: int, k: int) -> Answer:
+    def _quantiles(self, query: Mapping[str, str]) -> tuple[float, ...]:
+        """The quantiles a histogram answer holds: the metric's and the request's ``q``."""
+        if self.numeric is None:
+            v = self.version
+            raise ApiError("histogram", f"metric {v.metric!r} version {v.version} is not numeric (its values are "
+                                        f"{v.domain}): ask /estimates", status=404)
+        return tuple(sorted(set(self.numeric.quantiles) | set(parse_quantiles(query.get("q")))))
+
+    def _read(self, endpoint: str, fp: str, options: EstimateOptions, window: Window, index: int, k: int,
+              quantiles: tuple = ()) -> Answer:
         d = self.d
         snapshot, states = self._snapshot(fp, window)
         what = "this range" if window.kind == "range" else "this window"
@@ -462,6 +482,11 @@ class EstimateService:
             return Answer(self._bounded(states * STATE_COST + POINT_COST + NOISE_COST + central_work, parameter, what),
                           gather_one)
         full = states * d * SUM_COST + d * ESTIMATE_COST + NOISE_COST + central_work
+        if endpoint == "histogram":  # the CDF's k variances of O(k) each, a record per bucket and quantile
+            work = full + d * d * SUM_COST + (2 * d + len(quantiles)) * RECORD_COST
+            return Answer(self._bounded(work, parameter, what), lambda: dataclasses.replace(
+                self._window_job(snapshot, "histogram", fp, header, options), numeric=self.numeric,
+                quantiles=quantiles))
         kind, returned = {"estimates": ("all", d), "estimate_value": ("select", 1), "topk": ("top", 0)}[endpoint]
         if kind == "top":
             returned = k
@@ -486,7 +511,9 @@ class EstimateService:
         job = self._window_job(snapshot, "top", self.fingerprint, header, options, k=top_k)
         est, top = self.estimator.window(job)
         held = self.withheld(job.n)
-        return WindowEstimate(window, job.n, est, () if held else tuple(top), held, job.central)
+        histogram = None if held or self.numeric is None else numeric_answer(
+            self.numeric, self.version.params, est, job.counts, self.numeric.quantiles)
+        return WindowEstimate(window, job.n, est, () if held else tuple(top), held, job.central, histogram)
 
     def _check_trend(self, fp: str, options: EstimateOptions, query: Mapping[str, str]) -> Read:
         if "value" not in query:
@@ -643,6 +670,22 @@ def start_answer_process(sets: Mapping[str, tuple[OCMSParams, TrackedValues]], n
 def finish_json(job: Job) -> tuple[bytes, dict]:
     """In the answer process: the answer's JSON text and the records it left out (counted by the worker)."""
     return json_answer(_PROCESS_ESTIMATOR.finish(job))
+
+
+def numeric_answer(spec, params: OCMSParams, est: Estimates, counts, quantiles) -> dict | None:
+    """A numeric metric's window (issue 40) from its bucket estimates (the frequency answer of the bucket
+    indices, so the noise floor and each bucket's interval are the frequencies'): the histogram, the raw and the
+    monotone CDF, the quantiles and the mean with their intervals (:func:`cms_core.numeric.summary`); None
+    without reports. Each bucket's record also holds its frequency estimate, as /estimates gives it."""
+    if est.n == 0:
+        return None
+    noise = numeric_core.oracle_noise(params.epsilon, spec.buckets, params.is_direct, est.std)
+    histogram = numeric_core.Histogram.of(spec.layout, est.frequency, est.n, noise, est.confidence)
+    doc = numeric_core.summary(histogram, quantiles)
+    for bucket, record in zip(doc["buckets"], records(est, counts)):
+        bucket.update(record, bucket=int(record.pop("value")))
+    doc["layout"] = spec.describe()
+    return doc
 
 
 def select(est: Estimates, indices) -> Estimates:

@@ -153,3 +153,36 @@ def test_a_withheld_window_has_no_histogram(world, tmp_path):
     doc = other.estimator.finish(other.prepare("latency_ocms", "histogram", {}.items()).gather())
     assert doc["withheld"] is True and doc["histogram"] is None
     assert other.metric("latency_ocms").default.window_estimate(Window("total")).histogram is None
+
+
+def test_prometheus_exports_gauges_of_the_monotone_cdf_quantiles_and_mean(world):
+    """The scrape (agents.metrics + agents.numeric_export): gauges only; le from the layout, quantile from the
+    registry; every value the /histogram answer's."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from agents.metrics import EstimatesCollector
+
+    catalog, registry, _ = world
+    prometheus = CollectorRegistry()
+    prometheus.register(EstimatesCollector(catalog, clock=lambda: NOW))
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(prometheus).decode())}
+    numeric_families = [f for name, f in families.items() if name.startswith("ocms_numeric_")]
+    assert {f.type for f in numeric_families} == {"gauge"} and len(numeric_families) == 7
+    for name in ("latency_direct", "latency_ocms"):
+        h = histogram(catalog, name)["histogram"]
+        cdf = {s.labels["le"]: s.value for s in families["ocms_numeric_cdf_ratio"].samples
+               if s.labels["metric"] == name and s.labels["window"] == "total"}
+        assert list(cdf) == ["5.0", "10.0", "25.0", "50.0", "100.0", "250.0", "500.0", "1000.0", "2500.0",
+                             "5000.0", "10000.0", "+Inf"]
+        assert list(cdf.values()) == [row["monotone"] for row in h["cdf"]] + [1.0]
+        assert list(cdf.values()) == sorted(cdf.values())  # cumulative, never decreasing
+        quantiles = {s.labels["quantile"]: s.value for s in families["ocms_numeric_quantile"].samples
+                     if s.labels["metric"] == name and s.labels["window"] == "total"}
+        assert quantiles == {str(row["q"]): row["estimate"] for row in h["quantiles"]}
+        (mean,) = [s.value for s in families["ocms_numeric_mean"].samples
+                   if s.labels["metric"] == name and s.labels["window"] == "total"]
+        assert mean == h["mean"]["estimate"]
+    # the frequency metric has none, and the latest bucket (empty here) exports no numeric series
+    assert not any(s.labels["metric"] == "screen" or s.labels["window"] != "total"
+                   for f in numeric_families for s in f.samples)

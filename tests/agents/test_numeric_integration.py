@@ -14,14 +14,12 @@ import numpy as np
 import pytest
 
 from cms_core.numeric import _quantile_from_cdf
-from infra.broker import EmbeddedBroker
 from infra.kafka import EMBEDDED
 from producer.reporter import DeviceReporter, new_device_key
-from registry import load_registry
 
 from tests.support.waiting import poll_until
 
-from .harness import Scrape, WorkerProcess, report_messages, send
+from .harness import Scrape, registry_worker, report_messages, send
 
 pytestmark = pytest.mark.integration  # a broker and a worker
 
@@ -47,41 +45,31 @@ def latencies(rng, n, scale=1.0):
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("numeric")
-    path = folder / "registry.yaml"
-    path.write_text(REGISTRY, encoding="utf-8")
-    registry = load_registry(path)
-    version = registry.metric("latency_ms").latest
     rng = np.random.default_rng(40)
     simulated, device = latencies(rng, SIMULATED), latencies(rng, FROM_CLIENT)
-    with EmbeddedBroker() as broker:
-        worker = WorkerProcess(broker.bootstrap_servers, "it-numeric", "it-numeric", folder, "--registry", str(path))
-        worker.start()
-        try:
-            worker.wait_healthy()
-            now_ms = int(time.time() * 1000)
-            send(broker.bootstrap_servers, worker.topic, report_messages(
-                version.params, version.numeric.layout.index(simulated), 500, seed=41,
-                timestamps_ms=[now_ms - 30_000] * (SIMULATED // 500)))
+    with registry_worker(tmp_path_factory.mktemp("numeric"), REGISTRY, "it-numeric") as (registry, broker, worker):
+        version = registry.metric("latency_ms").latest
+        now_ms = int(time.time() * 1000)
+        send(broker.bootstrap_servers, worker.topic, report_messages(
+            version.params, version.numeric.layout.index(simulated), 500, seed=41,
+            timestamps_ms=[now_ms - 30_000] * (SIMULATED // 500)))
 
-            async def from_devices():  # the Python client: a number per report, clipped and bucketized there
-                async with DeviceReporter(registry, bootstrap_servers=broker.bootstrap_servers, topic=worker.topic,
-                                          device_key=new_device_key(), profile=EMBEDDED) as reporter:
-                    futures = [await reporter.submit("latency_ms", float(x)) for x in device]
-                    await asyncio.gather(*futures)
+        async def from_devices():  # the Python client: a number per report, clipped and bucketized there
+            async with DeviceReporter(registry, bootstrap_servers=broker.bootstrap_servers, topic=worker.topic,
+                                      device_key=new_device_key(), profile=EMBEDDED) as reporter:
+                futures = [await reporter.submit("latency_ms", float(x)) for x in device]
+                await asyncio.gather(*futures)
 
-            asyncio.run(from_devices())
-            total = SIMULATED + FROM_CLIENT
+        asyncio.run(from_devices())
+        total = SIMULATED + FROM_CLIENT
 
-            def caught_up():
-                status, doc = worker.get("/metrics/latency_ms/histogram", q="0.75")
-                return doc if status == 200 and doc["n"] >= total else None
+        def caught_up():
+            status, doc = worker.get("/metrics/latency_ms/histogram", q="0.75")
+            return doc if status == 200 and doc["n"] >= total else None
 
-            doc = poll_until(caught_up, 90, "every report counted")
-            values = np.concatenate([simulated, device])
-            yield version, worker, doc, values
-        finally:
-            worker.stop()
+        doc = poll_until(caught_up, 90, "every report counted")
+        values = np.concatenate([simulated, device])
+        yield version, worker, doc, values
 
 
 def test_quantiles_and_mean_are_inside_their_intervals(fed):

@@ -1,0 +1,89 @@
+"""cms_core.numeric's pieces of the pipeline's numeric answer (issue 40): the device's bucket (BucketLayout.bucket),
+the flat oracle's noise (oracle_noise), the JSON summary, and planning.choose_numeric_oracle.
+
+Coverage of the mean's and the median's intervals under direct RR is checked over 400 seeded windows drawn from
+the exact distribution of the reported buckets (multinomial of pi = f (p - q) + q): at 95% the count of misses is
+Binomial(400, 0.05) = 20 +- 4.4, accepted in [6, 38] (4 sd); the negative control asks for 50% intervals under the
+same name and must miss far more often (about 200).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from cms_core.errors import InvalidParameterError
+from cms_core.numeric import (BoundedNoise, BucketLayout, DirectRRNoise, Histogram, _quantile_from_cdf, oracle_noise,
+                              summary)
+from cms_core.planning import choose_numeric_mechanism, choose_numeric_oracle
+from cms_core.theory import rr_keep_probability
+
+LAYOUT = BucketLayout.explicit([5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000], 0, 10_000)
+F = np.array([0.01, 0.02, 0.05, 0.12, 0.2, 0.25, 0.15, 0.1, 0.06, 0.03, 0.01])
+
+
+def windows(epsilon: float, n: int, trials: int, confidence: float, seed: int):
+    k = LAYOUT.buckets
+    p = rr_keep_probability(epsilon, k)
+    q = (1 - p) / (k - 1)
+    rng = np.random.default_rng(seed)
+    for _ in range(trials):
+        counts = rng.multinomial(n, F * (p - q) + q)
+        raw = (counts / n - q) / (p - q)
+        yield Histogram.of(LAYOUT, raw, n, oracle_noise(epsilon, k, True, None), confidence)
+
+
+@pytest.mark.parametrize("confidence, lo, hi", [(0.95, 6, 38), (0.5, 150, 260)])  # the second: negative control
+def test_mean_and_median_intervals_cover_at_their_confidence(confidence, lo, hi):
+    true_mean = float(F @ LAYOUT.points)
+    true_median = _quantile_from_cdf(LAYOUT.edges, np.cumsum(F), 0.5)
+    mean_miss = median_miss = 0
+    for h in windows(1.0, 20_000, 400, confidence, seed=4040):
+        m = h.mean()
+        mean_miss += not m.low <= true_mean <= m.high
+        med = h.quantile(0.5)
+        median_miss += not med.low <= true_median <= med.high
+    assert lo <= mean_miss <= hi, mean_miss
+    if confidence == 0.95:  # the median's band is pointwise through the CDF: conservative, never too narrow
+        assert median_miss <= hi, median_miss
+
+
+def test_oracle_noise_is_exact_for_direct_rr_and_a_bound_for_ocms():
+    assert oracle_noise(1.0, 11, True, None) == DirectRRNoise(1.0, 11)
+    noise = oracle_noise(1.0, 11, False, np.full(11, 0.01))
+    assert isinstance(noise, BoundedNoise)
+    w = np.arange(11.0)
+    assert noise.variance(F, w, 100) == pytest.approx((w.sum() * 0.01) ** 2)
+
+
+def test_summary_holds_buckets_cdfs_quantiles_and_mean():
+    h = next(windows(2.0, 50_000, 1, 0.95, seed=1))
+    doc = summary(h, (0.9, 0.5, 0.99, 0.5))
+    assert [row["q"] for row in doc["quantiles"]] == [0.5, 0.9, 0.99]
+    assert [row["le"] for row in doc["cdf"]] == list(LAYOUT.edges[1:])
+    monotone = [row["monotone"] for row in doc["cdf"]]
+    assert monotone == sorted(monotone) and monotone[-1] == 1.0
+    assert all(row["ci_low"] <= row["monotone"] <= row["ci_high"] for row in doc["cdf"])
+    assert doc["mean"]["ci_low"] < doc["mean"]["estimate"] < doc["mean"]["ci_high"]
+    assert doc["clipped_to"] == [0.0, 10_000.0]
+
+
+def test_bucket_clips_and_refuses_what_is_not_a_number():
+    assert [LAYOUT.bucket(x) for x in (-1e300, 0, 5, 5.000001, 10_000, math.inf, np.float32(7))] == [0, 0, 0, 1, 10,
+                                                                                                      10, 1]
+    for bad in (math.nan, "5", None, False):
+        with pytest.raises(InvalidParameterError) as info:
+            LAYOUT.bucket(bad)
+        assert info.value.name == "value"
+
+
+def test_choose_numeric_oracle_is_the_better_flat_candidate_of_choose_numeric_mechanism():
+    for k, epsilon in ((11, 0.5), (11, 4.0), (40, 2.0), (200, 8.0)):
+        candidates = choose_numeric_mechanism(k, epsilon, 1000)["candidates"]
+        best = min(("direct-rr", "ocms-rr"), key=lambda name: candidates[name]["mean_cdf_variance"])
+        assert choose_numeric_oracle(k, epsilon) == {"direct-rr": "direct", "ocms-rr": "ocms"}[best]
+    assert {choose_numeric_oracle(11, e) for e in (0.5, 4.0)} == {"direct", "ocms"}  # it does choose
+    with pytest.raises(InvalidParameterError):
+        choose_numeric_oracle(1, 1.0)

@@ -103,7 +103,8 @@ class MetricVersion:
 
     @property
     def definition_digest(self) -> str:
-        """SHA-256 of what a report's meaning depends on beyond the fingerprint: the category names.
+        """SHA-256 of what a report's meaning depends on beyond the fingerprint: the category names (a numeric
+        metric: its bucket bounds).
 
         The fingerprint covers the dictionary size but not the names of the ids; renaming or
         reordering categories in place would silently relabel published counts, so the lock
@@ -113,7 +114,10 @@ class MetricVersion:
         digest = cache.get("definition_digest")
         if digest is None:
             names = list(self.value_names) if self.value_names is not None else None
-            text = json.dumps({"domain": self.domain, "categories": names}, separators=(",", ":"), ensure_ascii=False)
+            definition = {"domain": self.domain, "categories": names}
+            if self.numeric is not None:  # issue 40: the bounds give the bucket indices their meaning
+                definition["numeric"] = self.numeric.layout.to_config()
+            text = json.dumps(definition, separators=(",", ":"), ensure_ascii=False)
             digest = cache.setdefault("definition_digest", hashlib.sha256(text.encode("utf-8")).hexdigest())
         return digest
 

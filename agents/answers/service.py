@@ -607,7 +607,13 @@ class EstimateService:
             "bucket_seconds": v.bucket_seconds, "retention_seconds": v.retention_seconds,
             "levels": [{"bucket_seconds": w, "retention_seconds": r} for w, r in v.levels],
             "watch": list(v.watch), "min_reports": v.min_reports, "top_k": v.top_k,
+            **self._numeric_fields(),
         }
+
+    def _numeric_fields(self) -> dict:
+        """A numeric metric's layout (issue 40: its buckets' bounds, clipping, quantiles), for /params and the
+        listing; nothing for a frequency metric."""
+        return {} if self.numeric is None else {"numeric": self.numeric.describe()}
 
     def newest_bucket(self) -> int | None:
         """Start of the newest base bucket holding counts (freshness), None before the first report."""
@@ -650,7 +656,7 @@ class EstimateService:
             # Its values can be discovered (docs/discovery.md): the worker answers /discovered?metric=NAME.
             "discoverable": getattr(v, "discovery", None) is not None,
             "reporting": "longitudinal" if getattr(v, "longitudinal", None) is not None else "one_shot",
-            **longitudinal.version_fields(v),
+            **longitudinal.version_fields(v), **self._numeric_fields(),
         }
 
 

@@ -186,3 +186,12 @@ def test_prometheus_exports_gauges_of_the_monotone_cdf_quantiles_and_mean(world)
     # the frequency metric has none, and the latest bucket (empty here) exports no numeric series
     assert not any(s.labels["metric"] == "screen" or s.labels["window"] != "total"
                    for f in numeric_families for s in f.samples)
+
+
+def test_params_and_the_listing_describe_the_layout(world):
+    catalog, _, _ = world
+    params = catalog.estimator.finish(catalog.prepare("latency_direct", "params", {}.items()).gather())
+    assert params["numeric"]["bounds"][:3] == [5.0, 10.0, 25.0] and params["numeric"]["quantiles"] == [0.5, 0.9, 0.99]
+    listing = {m["name"]: m for m in catalog.describe()["metrics"]}
+    assert listing["latency_ocms"]["versions"][0]["numeric"]["buckets"] == 11
+    assert "numeric" not in listing["screen"]["versions"][0]

@@ -117,3 +117,17 @@ def test_ocms_plan_shows_the_choice_and_its_predicted_error(tmp_path, capsys):
     record = json.loads(out)["metrics"][0]["numeric"]
     own = record["candidates"][record["mechanism"]]
     assert record["predicted_median_rank_error_ci"] == pytest.approx(1.959964 * own["median_cdf_sd"], rel=1e-5)
+
+
+def test_the_lock_catches_bounds_edited_in_place(tmp_path):
+    """Moving a bound keeps k (and the fingerprint) but changes what each bucket index means."""
+    from registry.lock import compare, default_lock_path, read_lock, write_lock
+
+    path = write(tmp_path, numeric(*EXPLICIT))
+    write_lock(load(tmp_path, numeric(*EXPLICIT)), default_lock_path(path))
+    path.write_text(numeric(*EXPLICIT).replace("[5, 10,", "[5, 12,"))
+    registry = load(tmp_path, numeric(*EXPLICIT).replace("[5, 10,", "[5, 12,"))
+    result = compare(registry, read_lock(default_lock_path(path)))
+    assert [p.metric for p in result.changed] == ["latency_ms"]
+    assert "bucket bounds changed" in result.changed[0].message
+    assert compare(load(tmp_path, numeric(*EXPLICIT)), read_lock(default_lock_path(path))).changed == []

@@ -685,7 +685,7 @@ def numeric_answer(spec, params: OCMSParams, est: Estimates, counts, quantiles) 
     without reports. Each bucket's record also holds its frequency estimate, as /estimates gives it."""
     if est.n == 0:
         return None
-    noise = numeric_core.oracle_noise(params.epsilon, spec.buckets, params.is_direct, est.std)
+    noise = numeric_core.oracle_noise(params)
     histogram = numeric_core.Histogram.of(spec.layout, est.frequency, est.n, noise, est.confidence)
     doc = numeric_core.summary(histogram, quantiles)
     for bucket, record in zip(doc["buckets"], records(est, counts)):

@@ -821,7 +821,7 @@ class _Loader:
             return None
         try:
             if mechanism == "auto" and numeric.spec_for(self, metric) is not None:  # issue 40: by CDF accuracy
-                return numeric.auto_params(self, metric, epsilon, d, f"{metric}@{version}")
+                return numeric.auto_params(epsilon, d, f"{metric}@{version}")
             if mechanism == "auto":  # no hash_range here (checked above)
                 # The comparison auto picks with also says when the pick is much more exposed to poisoning.
                 comparison = compare_mechanisms(

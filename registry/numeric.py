@@ -37,8 +37,9 @@ from cms_core.params import OCMSParams
 KEY = "numeric"
 KEYS = ("lower", "upper", "buckets", "exponential", "answers", "quantiles")
 ANSWERS = ("histogram", "quantiles", "mean")
-#: Keys of an integer metric that a numeric one sets itself (every bucket is tracked).
-REFUSED_METRIC_KEYS = ("tracked", "watch", "discovery")
+#: Keys of an integer metric that a numeric one sets itself (every bucket is tracked) or does not carry yet
+#: (longitudinal mode: the histogram's intervals are those of one-shot reports).
+REFUSED_METRIC_KEYS = ("tracked", "watch", "discovery", "lifetime_epsilon")
 MAX_QUANTILES = 32
 
 
@@ -88,13 +89,19 @@ def _number(value) -> bool:
 
 def parse(loader, entry, metric, line):
     """The hook of the loader's value domain: ``("integers", None, k)`` for a valid ``numeric:`` mapping (its
-    :class:`NumericSpec` kept for :func:`spec_for`), None after reporting every problem."""
+    :class:`NumericSpec` kept for :func:`spec_for`), None after reporting every problem. The specs live on the
+    loader object under ``numeric_specs``, set here, so the loader itself needs no change beyond its hooks."""
     specs = loader.__dict__.setdefault("numeric_specs", {})
     value, vline = entry[KEY], _line(entry, KEY)
     before = loader.problem_count
     for key in REFUSED_METRIC_KEYS:
-        if key in entry:
-            loader.problem(_line(entry, key), f"a numeric metric tracks every bucket; drop {key!r}", metric, key)
+        places = [(entry, None)] + [(v, v.get("version")) for v in entry.get("versions") or () if isinstance(v, dict)]
+        for mapping, version in places:
+            if key in mapping:
+                why = ("reports a numeric metric one-shot" if key == "lifetime_epsilon"
+                       else "tracks every bucket of a numeric metric")
+                loader.problem(_line(mapping, key), f"the pipeline {why}; drop {key!r}", metric, key,
+                               version if isinstance(version, int) else None)
     if not isinstance(value, dict):
         loader.problem(vline, "must be a mapping with lower, upper and buckets (or exponential)", metric, KEY)
         return None
@@ -167,7 +174,7 @@ def spec_for(loader, metric) -> NumericSpec | None:
     return loader.__dict__.get("numeric_specs", {}).get(metric)
 
 
-def auto_params(loader, metric, epsilon: float, k: int, binding: str) -> OCMSParams:
+def auto_params(epsilon: float, k: int, binding: str) -> OCMSParams:
     """``mechanism: auto`` of a numeric version: the flat oracle over its ``k`` buckets with the smaller
     predicted CDF variance (:func:`cms_core.planning.choose_numeric_oracle`)."""
     mechanism = planning.choose_numeric_oracle(k, epsilon)

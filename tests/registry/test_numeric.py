@@ -95,6 +95,10 @@ def test_every_numeric_error_names_the_field_and_line(tmp_path, case):
 def test_a_numeric_metric_refuses_tracked_and_a_second_domain(tmp_path):
     problem = single_problem(tmp_path, numeric(*EXPLICIT, extra=("tracked: all",)), RegistryValidationError)
     assert problem.field == "tracked" and "every bucket" in problem.message
+    text = numeric(*EXPLICIT, extra=("versions:", "  - version: 1", "    lifetime_epsilon: 2"))
+    problem = single_problem(tmp_path, text, RegistryValidationError)
+    assert (problem.field, problem.version, problem.line) == ("lifetime_epsilon", 1, line_of(text, "lifetime_epsilon"))
+    assert "one-shot" in problem.message
     problem = single_problem(tmp_path, numeric(*EXPLICIT, extra=("integers: 10",)), RegistryValidationError)
     assert problem.field == "numeric" and "one value domain" in problem.message
 

@@ -820,7 +820,7 @@ class _Loader:
         if self.problem_count > before:
             return None
         try:
-            if mechanism == "auto" and numeric.spec_for(self, metric) is not None:  # issue 40: by CDF accuracy
+            if mechanism == "auto" and numeric.KEY in entry:  # issue 40: by CDF accuracy (registry/numeric.py)
                 return numeric.auto_params(epsilon, d, f"{metric}@{version}")
             if mechanism == "auto":  # no hash_range here (checked above)
                 # The comparison auto picks with also says when the pick is much more exposed to poisoning.

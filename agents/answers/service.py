@@ -460,8 +460,8 @@ class EstimateService:
         """The quantiles a histogram answer holds: the metric's and the request's ``q``."""
         if self.numeric is None:
             v = self.version
-            raise ApiError("histogram", f"metric {v.metric!r} version {v.version} is not numeric (its values are "
-                                        f"{v.domain}): ask /estimates", status=404)
+            raise ApiError("metric", f"{v.metric!r} version {v.version} is not numeric (its values are {v.domain}): "
+                                     "ask /estimates", status=404)
         return tuple(sorted(set(self.numeric.quantiles) | set(parse_quantiles(query.get("q")))))
 
     def _read(self, endpoint: str, fp: str, options: EstimateOptions, window: Window, index: int, k: int,

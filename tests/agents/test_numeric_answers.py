@@ -135,7 +135,7 @@ def test_the_request_adds_quantiles_and_bad_parameters_name_themselves(world):
     assert info.value.parameter == "k" and info.value.status == 400
     with pytest.raises(ApiError) as info:
         catalog.prepare("screen", "histogram", {}.items())
-    assert info.value.status == 404 and "not numeric" in info.value.message
+    assert (info.value.parameter, info.value.status) == ("metric", 404) and "not numeric" in info.value.message
 
 
 def test_prometheus_reads_the_same_histogram_through_window_estimate(world):

@@ -398,6 +398,15 @@ def summary(histogram: Histogram, quantiles: Sequence[float] = DEFAULT_QUANTILES
     return out
 
 
+def true_summary(layout: BucketLayout, counts, quantiles: Sequence[float]) -> dict:
+    """What a numeric answer estimates, computed from known bucket counts (a simulated fleet's truth): each
+    quantile as :meth:`Histogram.quantile` reads it (linear inside a bucket) and the bucketized mean."""
+    f = np.asarray(counts, dtype=np.float64)
+    f = f / f.sum() if f.sum() > 0 else f
+    return {"quantiles": {float(q): _quantile_from_cdf(layout.edges, np.cumsum(f), float(q)) for q in quantiles},
+            "mean": float(f @ layout.points)}
+
+
 # ----------------------------------------------------------------------------- accuracy (benchmarks, tests)
 def rank_error(true_values, q: float, estimate: float) -> float:
     """``|F(estimate) - q|``: how far, in rank, an estimated ``q`` quantile is from the truth (F the empirical CDF)."""

@@ -398,6 +398,16 @@ def summary(histogram: Histogram, quantiles: Sequence[float] = DEFAULT_QUANTILES
     return out
 
 
+def window_summary(layout: BucketLayout, params, frequency, n: int, confidence: float,
+                   quantiles: Sequence[float] = DEFAULT_QUANTILES) -> dict | None:
+    """A numeric metric's answer for one window (the worker's /histogram, ``ocms estimate``): the :func:`summary` of
+    the histogram of the ``k`` unbiased bucket ``frequency`` estimates of ``n`` reports of the flat oracle
+    ``params`` (:func:`oracle_noise`); None without reports."""
+    if n == 0:
+        return None
+    return summary(Histogram.of(layout, frequency, n, oracle_noise(params), confidence), quantiles)
+
+
 def true_summary(layout: BucketLayout, counts, quantiles: Sequence[float]) -> dict:
     """What a numeric answer estimates, computed from known bucket counts (a simulated fleet's truth): each
     quantile as :meth:`Histogram.quantile` reads it (linear inside a bucket) and the bucketized mean."""

@@ -683,11 +683,9 @@ def numeric_answer(spec, params: OCMSParams, est: Estimates, counts, quantiles) 
     indices, so the noise floor and each bucket's interval are the frequencies'): the histogram, the raw and the
     monotone CDF, the quantiles and the mean with their intervals (:func:`cms_core.numeric.summary`); None
     without reports. Each bucket's record also holds its frequency estimate, as /estimates gives it."""
-    if est.n == 0:
+    doc = numeric_core.window_summary(spec.layout, params, est.frequency, est.n, est.confidence, quantiles)
+    if doc is None:
         return None
-    noise = numeric_core.oracle_noise(params)
-    histogram = numeric_core.Histogram.of(spec.layout, est.frequency, est.n, noise, est.confidence)
-    doc = numeric_core.summary(histogram, quantiles)
     for bucket, record in zip(doc["buckets"], records(est, counts)):
         bucket.update(record, bucket=int(record.pop("value")))
     doc["layout"] = spec.describe()

@@ -324,7 +324,7 @@ def privacy_legend(n: int, confidence: float, shuffled: int | None, delta: float
 
 # --- Numeric metrics (issue 40): direct RR over the buckets, or a hierarchical histogram ---
 
-def choose_numeric_mechanism(buckets: int, epsilon: float, n: int, f=None) -> dict:
+def choose_numeric_mechanism(buckets: int, epsilon: float, n: int, f=None, flat_only: bool = False) -> dict:
     """The numeric mechanism with the smallest predicted CDF variance for ``buckets`` (k) buckets at ``epsilon``
     per report and ``n`` reports: a flat oracle over the buckets (direct RR, or OCMS+RR) or the hierarchical histogram
     of :mod:`cms_core.hierarchy` at each branching B in 2..16 (B < k).
@@ -345,7 +345,8 @@ def choose_numeric_mechanism(buckets: int, epsilon: float, n: int, f=None) -> di
     {"branching", "height", "mean_cdf_variance", "median_cdf_sd"}}, "best_hierarchy": the best tree's name}``
     (names: ``direct-rr``, ``ocms-rr``, ``hierarchy-B<B>``).
     Runtime: 17 trees of a k x k solve each: milliseconds at k = 40, about 15 s at k = 1,024 (cached per
-    (k, epsilon, n) when ``f`` is omitted).
+    (k, epsilon, n) when ``f`` is omitted); the flat oracles alone (``flat_only``) take O(k)
+    (:func:`cms_core.hierarchy.flat_cdf_variances`).
     """
     from .hierarchy import MAX_HIERARCHY_BUCKETS
 
@@ -355,13 +356,13 @@ def choose_numeric_mechanism(buckets: int, epsilon: float, n: int, f=None) -> di
         raise InvalidParameterError("n", n, "must be an integer >= 1")
     epsilon = check_epsilon(epsilon)
     if f is None:
-        return copy.deepcopy(_numeric_choice_uniform(buckets, epsilon, n))
-    return _numeric_choice(buckets, epsilon, n, f)
+        return copy.deepcopy(_numeric_choice_uniform(buckets, epsilon, n, bool(flat_only)))
+    return _numeric_choice(buckets, epsilon, n, f, bool(flat_only))
 
 
 @functools.lru_cache(maxsize=64)
-def _numeric_choice_uniform(buckets: int, epsilon: float, n: int) -> dict:
-    return _numeric_choice(buckets, epsilon, n, None)
+def _numeric_choice_uniform(buckets: int, epsilon: float, n: int, flat_only: bool = False) -> dict:
+    return _numeric_choice(buckets, epsilon, n, None, flat_only)
 
 
 def _numeric_choice(buckets: int, epsilon: float, n: int, f, flat_only: bool = False) -> dict:

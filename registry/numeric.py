@@ -41,6 +41,9 @@ ANSWERS = ("histogram", "quantiles", "mean")
 #: (longitudinal mode: the histogram's intervals are those of one-shot reports).
 REFUSED_METRIC_KEYS = ("tracked", "watch", "discovery", "lifetime_epsilon")
 MAX_QUANTILES = 32
+#: ``ocms plan`` weighs hierarchical histograms up to this many buckets (their k x k solve: 15 s at 1,024 buckets,
+#: growing as k^3); above, the flat oracles alone, and the plan says so.
+MAX_PLANNED_HIERARCHY_BUCKETS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +191,8 @@ def plan_fields(version, n: int, confidence: float = 0.95) -> dict:
     from cms_core.theory import normal_z
 
     spec = of(version)
-    choice = planning.choose_numeric_mechanism(spec.buckets, version.params.epsilon, n)
+    flat_only = spec.buckets > MAX_PLANNED_HIERARCHY_BUCKETS
+    choice = planning.choose_numeric_mechanism(spec.buckets, version.params.epsilon, n, flat_only=flat_only)
     own = "direct-rr" if version.params.is_direct else "ocms-rr"
     z = normal_z(confidence)
     rows = {name: {"median_cdf_sd": c["median_cdf_sd"], "mean_cdf_variance": c["mean_cdf_variance"],
@@ -196,7 +200,7 @@ def plan_fields(version, n: int, confidence: float = 0.95) -> dict:
                    "height": c["height"]} for name, c in choice["candidates"].items()}
     best_tree = choice["best_hierarchy"]
     return {"buckets": spec.buckets, "n": n, "confidence": confidence, "mechanism": own, "candidates": rows,
-            "most_accurate": choice["chosen"], "best_hierarchy": best_tree,
+            "most_accurate": choice["chosen"], "best_hierarchy": best_tree, "hierarchies_weighed": not flat_only,
             "predicted_median_rank_error_ci": rows[own]["median_rank_error_ci"]}
 
 
@@ -212,7 +216,10 @@ def plan_lines(fields: dict) -> list[str]:
         row = fields["candidates"][name]
         lines.append(f"  {name:<15} +-{row['median_rank_error_ci']:.3%}")
     best = fields["most_accurate"]
-    if best not in ("direct-rr", "ocms-rr"):
+    if not fields["hierarchies_weighed"]:
+        lines.append(f"  hierarchical histograms not weighed above {MAX_PLANNED_HIERARCHY_BUCKETS:,} buckets "
+                     "(their k x k solve grows as k^3)")
+    elif best not in ("direct-rr", "ocms-rr"):
         lines.append(f"  {best} would be more accurate at this resolution; the pipeline reports flat oracles only "
                      "(cms_core.hierarchy: benchmarks/bench_numeric.py)")
     return lines

@@ -135,3 +135,12 @@ def test_the_lock_catches_bounds_edited_in_place(tmp_path):
     assert [p.metric for p in result.changed] == ["latency_ms"]
     assert "bucket bounds changed" in result.changed[0].message
     assert compare(load(tmp_path, numeric(*EXPLICIT)), read_lock(default_lock_path(path))).changed == []
+
+
+def test_ocms_plan_of_a_very_fine_layout_weighs_the_flat_oracles_only(tmp_path, capsys):
+    """4,096 buckets would take minutes of k x k solves per tree; the plan says it left them out."""
+    path = write(tmp_path, numeric("lower: 1", "upper: 1000000", "exponential: {scale: 7}"))
+    version = load(tmp_path, numeric("lower: 1", "upper: 1000000", "exponential: {scale: 7}")).metric("latency_ms").latest
+    assert version.numeric.buckets > 1024
+    code, out, _ = run(capsys, "plan", "--registry", str(path), "--n", "100000")
+    assert code == 0 and "hierarchical histograms not weighed above 1,024 buckets" in out

@@ -39,6 +39,10 @@ def add_metric_pages(app, worker, answer, error) -> None:
     async def metric_topk(web, request, name):
         return await answer(web, request, "topk", metric=name)
 
+    @app.page("/metrics/{name}/histogram")  # a numeric metric's (issue 40)
+    async def metric_histogram(web, request, name):
+        return await answer(web, request, "histogram", metric=name)
+
     @app.page("/metrics/{name}/trend")
     async def metric_trend(web, request, name):
         return await answer(web, request, "trend", metric=name)

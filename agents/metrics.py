@@ -33,6 +33,7 @@ from cms_core.version import build_info_labels
 from .processor import REJECT_REASONS
 from .answers.encode import ANSWER_RECORDS_DROPPED
 from .answers.service import Window, select
+from .numeric_export import NumericFamilies
 
 # ``*_created`` series double the scrape size and no dashboard or rule uses them.
 disable_created_metrics()
@@ -308,6 +309,8 @@ class EstimatesCollector:
         if not read.n or read.withheld:
             return 0
         out.floor.add_metric(labels, read.noise_floor)  # +Inf: a bound that says nothing
+        if read.histogram is not None:  # a numeric metric (issue 40): its CDF, quantiles and mean as gauges
+            out.numeric.add(labels, read.histogram)
         for record in select(read.estimates, chosen).as_records():  # O(exported), not O(D)
             value_labels = names + [service.name_of(value_to_json(record["value"])), window]
             for suffix, field, _ in ESTIMATE_FIELDS:
@@ -376,6 +379,7 @@ class _EstimateFamilies:
             "(FMT21 bound); absent when some report was not shuffled", labels=["metric", "version", "window"])
         self.central_delta = GaugeMetricFamily("ocms_central_delta", "the delta of ocms_central_epsilon",
                                                labels=["metric", "version", "window"])
+        self.numeric = NumericFamilies()
         self.capped = GaugeMetricFamily("ocms_estimate_values_capped",
                                         f"values of watch + top-K not exported because the scrape holds {max_values} "
                                         "already (a global cap over every metric version)")
@@ -384,6 +388,7 @@ class _EstimateFamilies:
         yield from (self.info, self.reports, self.latest_start, self.omitted, self.withheld, self.capped)
         yield from self.estimates.values()
         yield from (self.above, self.floor, self.previous_upper, self.central_epsilon, self.central_delta)
+        yield from self.numeric
 
 
 class _NoVersions:

@@ -232,6 +232,10 @@ def _add_answer_pages(app: faust.App, worker: ServedWorker, answers: AnswerPages
     async def topk(web, request):
         return await answer(web, request, "topk")
 
+    @app.page("/histogram")  # a numeric metric's (issue 40)
+    async def histogram(web, request):
+        return await answer(web, request, "histogram")
+
     @app.page("/trend")
     async def trend(web, request):
         return await answer(web, request, "trend")

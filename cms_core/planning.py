@@ -324,7 +324,7 @@ def privacy_legend(n: int, confidence: float, shuffled: int | None, delta: float
 
 # --- Numeric metrics (issue 40): direct RR over the buckets, or a hierarchical histogram ---
 
-def choose_numeric_mechanism(buckets: int, epsilon: float, n: int, f=None) -> dict:
+def choose_numeric_mechanism(buckets: int, epsilon: float, n: int, f=None, flat_only: bool = False) -> dict:
     """The numeric mechanism with the smallest predicted CDF variance for ``buckets`` (k) buckets at ``epsilon``
     per report and ``n`` reports: a flat oracle over the buckets (direct RR, or OCMS+RR) or the hierarchical histogram
     of :mod:`cms_core.hierarchy` at each branching B in 2..16 (B < k).
@@ -345,7 +345,8 @@ def choose_numeric_mechanism(buckets: int, epsilon: float, n: int, f=None) -> di
     {"branching", "height", "mean_cdf_variance", "median_cdf_sd"}}, "best_hierarchy": the best tree's name}``
     (names: ``direct-rr``, ``ocms-rr``, ``hierarchy-B<B>``).
     Runtime: 17 trees of a k x k solve each: milliseconds at k = 40, about 15 s at k = 1,024 (cached per
-    (k, epsilon, n) when ``f`` is omitted).
+    (k, epsilon, n) when ``f`` is omitted); the flat oracles alone (``flat_only``) take O(k)
+    (:func:`cms_core.hierarchy.flat_cdf_variances`).
     """
     from .hierarchy import MAX_HIERARCHY_BUCKETS
 
@@ -355,20 +356,20 @@ def choose_numeric_mechanism(buckets: int, epsilon: float, n: int, f=None) -> di
         raise InvalidParameterError("n", n, "must be an integer >= 1")
     epsilon = check_epsilon(epsilon)
     if f is None:
-        return copy.deepcopy(_numeric_choice_uniform(buckets, epsilon, n))
-    return _numeric_choice(buckets, epsilon, n, f)
+        return copy.deepcopy(_numeric_choice_uniform(buckets, epsilon, n, bool(flat_only)))
+    return _numeric_choice(buckets, epsilon, n, f, bool(flat_only))
 
 
 @functools.lru_cache(maxsize=64)
-def _numeric_choice_uniform(buckets: int, epsilon: float, n: int) -> dict:
-    return _numeric_choice(buckets, epsilon, n, None)
+def _numeric_choice_uniform(buckets: int, epsilon: float, n: int, flat_only: bool = False) -> dict:
+    return _numeric_choice(buckets, epsilon, n, None, flat_only)
 
 
-def _numeric_choice(buckets: int, epsilon: float, n: int, f) -> dict:
+def _numeric_choice(buckets: int, epsilon: float, n: int, f, flat_only: bool = False) -> dict:
     from .hierarchy import MAX_BRANCHING, MIN_BRANCHING, HierarchyParams, predicted_cdf_variances
 
     candidates = {}
-    options = [(b, "auto") for b in range(MIN_BRANCHING, min(MAX_BRANCHING, buckets - 1) + 1)]
+    options = [] if flat_only else [(b, "auto") for b in range(MIN_BRANCHING, min(MAX_BRANCHING, buckets - 1) + 1)]
     for branching, mechanism in options + [(buckets, "direct"), (buckets, "ocms")]:
         params = HierarchyParams.build(buckets, epsilon, branching, mechanism=mechanism)
         variances = predicted_cdf_variances(params, n, f)
@@ -380,3 +381,20 @@ def _numeric_choice(buckets: int, epsilon: float, n: int, f) -> dict:
     best_tree = min(trees, key=lambda name: candidates[name]["mean_cdf_variance"]) if trees else None
     return {"buckets": buckets, "epsilon": float(epsilon), "n": n, "chosen": chosen,
             "branching": candidates[chosen]["branching"], "candidates": candidates, "best_hierarchy": best_tree}
+
+
+#: The flat oracles over a numeric metric's bucket index, as :func:`choose_numeric_mechanism` names them.
+FLAT_NUMERIC_MECHANISMS = {"direct-rr": "direct", "ocms-rr": "ocms"}
+
+
+@functools.lru_cache(maxsize=256)
+def choose_numeric_oracle(buckets: int, epsilon: float) -> str:
+    """``mechanism: auto`` of a numeric metric in the pipeline: ``"direct"`` or ``"ocms"``, the flat frequency
+    oracle over the ``buckets`` bucket indices with the smaller mean CDF variance (the objective of
+    :func:`choose_numeric_mechanism`, restricted to one-level trees; both variances scale as 1/n, so the pick
+    does not depend on n). Its parameters: ``OCMSParams.build(epsilon, buckets, mode="l2",
+    tracked_count=buckets, mechanism=...)`` (:func:`cms_core.hierarchy.level_oracle`'s)."""
+    if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 2:
+        raise InvalidParameterError("buckets", buckets, "must be an integer >= 2")
+    choice = _numeric_choice(buckets, check_epsilon(epsilon), 1_000_000, None, flat_only=True)
+    return FLAT_NUMERIC_MECHANISMS[choice["chosen"]]

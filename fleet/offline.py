@@ -272,6 +272,15 @@ def run_estimate(version, registry, paths: Iterable[str | Path], options: Estima
     err = sys.stderr if err is None else err
     result = decode_captures(version.params, version.tracked_values(), paths)
     doc = named_document(version, estimate_document(version.params, result, options))
+    if getattr(version, "numeric", None) is not None:  # issue 40: the quantiles and the mean, as /histogram
+        from cms_core.numeric import window_summary
+
+        spec = version.numeric
+        estimates = result.sketch.estimate(confidence=options.confidence)
+        doc["histogram"] = window_summary(spec.layout, version.params, estimates.frequency, estimates.n,
+                                          options.confidence, spec.quantiles)
+        if doc["histogram"] is not None:
+            doc["histogram"]["layout"] = spec.describe()
     write_stdout(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     flags = registry.path == FLAGS_PATH
     for line in diagnose(version, registry, result, flags=flags) + [noise_line(doc)]:

@@ -42,6 +42,10 @@ def plan_record(version, args, targets: dict) -> dict:
         from registry.longitudinal import plan_fields
 
         record["longitudinal"] = plan_fields(version.longitudinal, n, confidence)
+    if getattr(version, "numeric", None) is not None:  # issue 40: the CDF's predicted error, the mechanisms'
+        from registry.numeric import plan_fields as numeric_fields
+
+        record["numeric"] = numeric_fields(version, n, confidence)
     if targets:
         record["reports_needed"] = planning.reports_needed(params, confidence=confidence, tracked_count=tracked,
                                                            **targets)
@@ -73,7 +77,8 @@ def cmd_plan(args) -> int:
 
 
 def _flags_plan_document(record: dict, targets: dict) -> dict:
-    doc = {key: record[key] for key in ("params", "mechanisms", "prediction", "poisoning", "shuffled", "longitudinal")
+    doc = {key: record[key] for key in ("params", "mechanisms", "prediction", "poisoning", "shuffled", "longitudinal",
+                                        "numeric")
            if key in record}
     if targets:
         doc.update(reports_needed=record["reports_needed"], target=targets)
@@ -141,6 +146,11 @@ def _plan_table(path: str, records: list[dict], args, targets: dict) -> str:
 
         notes += [f"{r['metric']} version {r['version']}: " + "\n  ".join(plan_lines(r["longitudinal"]))
                   for r in records if "longitudinal" in r]
+    if any("numeric" in r for r in records):
+        from registry.numeric import plan_lines as numeric_lines
+
+        notes += [f"{r['metric']} version {r['version']}: " + "\n  ".join(numeric_lines(r["numeric"]))
+                  for r in records if "numeric" in r]
     return (f"{path}: predictions at n={n:,} reports per version{target_text}\n"
             + text_table(rows, right=set(range(1, len(header))) - {3, 5}) + "\n"
             + planning.privacy_legend(n, confidence, args.shuffled, args.delta) + "\n"

@@ -45,7 +45,7 @@ from .process import WorkerChild, WorkerNotHealthy
 from .run_collector import CollectorChild
 from .run_discovery import DiscoveryFleetResult, discovery_fleet, discovery_line
 from .run_metric import RunMetric, companions, fleet_dataset, run_metric
-from .run_table import companion_line, companion_values, fleet_line, table
+from .run_table import companion_line, companion_values, fleet_line, numeric_line, table
 
 #: Signals that stop ``ocms run`` the way Ctrl-C does.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -319,7 +319,7 @@ async def _tables(args, settings, base: str, fleets: Fleets, truth_path: Path | 
         except OSError as exc:
             say(f"(worker API not answering: {exc})")
             continue
-        say(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n"
+        say(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n" + await main_numeric_line(base, live)
             + await companion_lines(base, fleets.extra) + await discovery_lines(base, fleets))
 
 
@@ -331,7 +331,7 @@ async def _final_table(args, settings, base: str, fleets: Fleets) -> None:
         say(f"(the worker did not count all {live.reports:,} reports within {CATCH_UP_TIMEOUT_S:.0f} s)")
     else:
         say("final, every report counted:\n"
-            + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n"
+            + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n" + await main_numeric_line(base, live)
             + await companion_lines(base, fleets.extra, final=True))
     say(fleet_line(live, via, [(companion.name, result) for companion, result, _, _ in fleets.extra]))
     if fleets.found is not None:
@@ -350,6 +350,23 @@ async def discovery_lines(base: str, fleets: Fleets) -> str:
     except OSError:
         return ""
     return discovery_line(finder, fleets.found[0], status, doc) + "\n"
+
+
+async def main_numeric_line(base: str, live) -> str:
+    """The main metric's quantiles and mean beside the truth when it is numeric (its /params say so), else
+    nothing (:func:`numeric_line`)."""
+    from cms_core.numeric import BucketLayout
+
+    try:
+        params = await asyncio.to_thread(_get, f"{base}/params")
+        if "numeric" not in params or live.counts is None:
+            return ""
+        doc = await asyncio.to_thread(_get, f"{base}/histogram")
+    except OSError:
+        return ""
+    n = params["numeric"]
+    return numeric_line(params["metric"], BucketLayout.explicit(n["bounds"], n["lower"], n["upper"]), live.counts,
+                        doc) + "\n"
 
 
 async def companion_lines(base: str, extra: list, final: bool = False) -> str:

@@ -108,6 +108,26 @@ def companion_line(companion: Companion, truth, sent: int, docs: dict, show: int
     return f"{head}  " + ", ".join(parts)
 
 
+def numeric_line(name: str, layout, truth, doc: dict) -> str:
+    """A numeric metric's line under a table (issue 40): its quantiles and mean with their intervals (the worker's
+    /histogram answer ``doc``) beside the fleet's truth (``truth``: reports per bucket index)."""
+    from cms_core.numeric import true_summary
+
+    head = f"{name:<15} numeric  counted {doc.get('n', 0):,}"
+    h = doc.get("histogram")
+    if h is None:
+        return f"{head}  " + ("withheld (fewer than {:,} reports)".format(doc.get("min_reports", 0))
+                              if doc.get("withheld") else "no reports yet")
+    true = true_summary(layout, truth, [row["q"] for row in h["quantiles"]])
+    parts = [f"p{row['q'] * 100:g} {row['estimate']:,.4g} [{row['ci_low']:,.4g}, {row['ci_high']:,.4g}] "
+             f"(true {true['quantiles'][row['q']]:,.4g})" for row in h["quantiles"]]
+    mean = h["mean"]
+    if mean["estimate"] is not None:
+        parts.append(f"mean {mean['estimate']:,.4g} [{mean['ci_low']:,.4g}, {mean['ci_high']:,.4g}] "
+                     f"(true {true['mean']:,.4g})")
+    return f"{head}  " + ", ".join(parts)
+
+
 def companion_values(companion: Companion, truth, show: int = 3) -> list[str]:
     """The names of the ``show`` most frequent values sent so far (what companion_line shows)."""
     if truth is None:

@@ -16,7 +16,9 @@ every metric of the registry, each report naming its metric and its value::
         await reporter.report("carrier@1", "UA")     # a given live version (during a rotation)
 
 A registry reporter looks the metric up (UnknownMetricError), maps the value name with
-:meth:`registry.MetricVersion.value_from_name` (InvalidValueError naming the metric),
+:meth:`registry.MetricVersion.value_from_name` (InvalidValueError naming the metric; a numeric
+metric's number is clipped and mapped to its bucket's index, ``reporter.report("latency_ms", 12.5)``:
+registry/numeric.py, an InvalidParameterError naming ``value`` for NaN or a non-number),
 and charges the metric's name in the ledger: every version of one metric shares one
 budget, and distinct metrics are accounted apart -- both before anything is charged.
 
@@ -369,6 +371,8 @@ class DeviceReporter:
         version = self._versions.get(metric) if isinstance(metric, str) else None
         if version is None:
             version = self.registry.live_version(metric, self._versions)
+        if version.numeric is not None:  # issue 40: the number, clipped, as its bucket's index (cms_core.numeric)
+            return version.params, version.metric, version.numeric.bucket(name)
         return version.params, version.metric, version.value_from_name(name)
 
     async def submit(self, *args) -> asyncio.Future:

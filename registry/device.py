@@ -45,6 +45,8 @@ def version_config(version: MetricVersion) -> dict:
         out["categories"] = list(version.value_names)
     elif version.domain == "integers":
         out["dictionary_size"] = value_to_json(version.params.dictionary_size)
+    if version.numeric is not None:  # issue 40: the device clips its number and reports the bucket index
+        out["numeric"] = version.numeric.device_config()
     if version.longitudinal is not None:  # issue 38: memoized two-round reports (cms_core.longitudinal)
         from cms_core.longitudinal import memo_threshold, report_threshold
 

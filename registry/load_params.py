@@ -10,6 +10,7 @@ import math
 from cms_core.errors import InvalidParameterError
 from cms_core.params import MAX_HASH_RANGE, MECHANISM_CHOICES, OCMSParams, check_epsilon, compare_mechanisms
 
+from . import numeric
 from .load_checks import Checker, Field, is_int, is_number, show, version_or_metric
 from .load_schema import PRIVACY_KEYS
 from .model import TrackedSpec
@@ -36,6 +37,8 @@ class ParamsReader:
         shared = {"mode": mode, "f_star": f_star, "tracked_count": tracked_count,
                   "value_domain": "string" if kind == "strings" else "integer", "binding": f"{metric}@{version}"}
         try:
+            if mechanism == "auto" and numeric.KEY in entry:  # issue 40: by CDF accuracy (registry/numeric.py)
+                return numeric.auto_params(epsilon, d, f"{metric}@{version}")
             if mechanism == "auto":  # no hash_range here (checked above)
                 # The comparison auto picks with also says when the pick is much more exposed to poisoning.
                 comparison = compare_mechanisms(epsilon, None if kind == "strings" else d, **shared)

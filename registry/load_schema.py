@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from . import numeric
 from .values_file import MAX_VALUES
 
 #: A registry is configuration, not data: refuse anything absurdly large before parsing it.
@@ -39,7 +40,7 @@ DEFAULT_MIN_REPORTS = 0
 NAME_PATTERN = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 PRIVACY_KEYS = ("epsilon", "mode", "f_star", "tracked_count", "hash_range", "mechanism", "lifetime_epsilon")
-DOMAIN_KEYS = ("categories", "integers", "strings")
+DOMAIN_KEYS = ("categories", "integers", "strings", numeric.KEY)
 METRIC_KEYS = ("name", "description", "owner", "unit", *DOMAIN_KEYS, "tracked", "bucket", "retention", "rollup",
                "watch", "top_k", "min_reports", "versions", "discovery", *PRIVACY_KEYS)
 VERSION_KEYS = ("version", *PRIVACY_KEYS, "add_categories", "retired", "note")

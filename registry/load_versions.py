@@ -6,6 +6,7 @@ appended, so a value's id never changes).
 
 from __future__ import annotations
 
+from . import numeric
 from .files import YamlMap, YamlSeq
 from .load_checks import Checker, is_int, item_line, key_line, parse_domain_size, show
 from .load_schema import (DOMAIN_KEYS, MAX_CATEGORIES, MAX_INTEGER_DOMAIN, MAX_VALUE_LENGTH, MAX_VERSION_NUMBER,
@@ -32,6 +33,8 @@ class VersionsReader:
             return None
         kind = given[0]
         value, vline = entry[kind], key_line(entry, kind)
+        if kind == numeric.KEY:  # issue 40: an integer metric over the bucket indices (registry/numeric.py)
+            return numeric.parse(self.check, entry, metric, vline)
         if kind == "categories":
             names = self.names(entry, "categories", metric, None, set())
             if names is None:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from cms_core.errors import InvalidParameterError
 
+from . import numeric
 from .errors import FileRefusedError, Problem, RegistryFileError, RegistryValidationError
 from .files import YamlMap, YamlSeq, compose, read_regular_file
 from .load_checks import Checker, Field, item_line, key_line, node_line, parse_domain_size, parse_duration, show
@@ -188,7 +189,8 @@ class _Loader:
             metric=label, version=vnum, params=params, domain=kind,
             value_names=tuple(names) if kind == "categories" else None, tracked=tracked,
             watch=(), retired=bool(retired), note=note, line=vline, discovery=discoverable,
-            mechanism_note=self.params.mechanism_notes.get((label, vnum)), longitudinal=memoized, **exposure)
+            mechanism_note=self.params.mechanism_notes.get((label, vnum)), longitudinal=memoized,
+            numeric=numeric.spec_for(self.check, label), **exposure)
 
     def metric_name(self, entry, line, seen) -> str | None:
         if "name" not in entry:

@@ -124,7 +124,8 @@ def compare(registry: Registry, locked: dict[str, dict], against: str = "the loc
             what.append(f"fingerprint {old['fingerprint']} in {against}, {entry['fingerprint']} now"
                         + _difference(old, entry))
         if old["definition_sha256"] != entry["definition_sha256"]:
-            what.append("its category names changed (renamed, reordered or removed)")
+            what.append("its category names changed (renamed, reordered or removed)" if version.numeric is None else
+                        "its bucket bounds changed (numeric: lower, upper, buckets)")
         if old.get("lifetime_epsilon") != entry.get("lifetime_epsilon"):  # issue 38: what devices are charged
             what.append(f"lifetime_epsilon {old.get('lifetime_epsilon')} in {against}, {entry.get('lifetime_epsilon')} now")
         if what:

@@ -70,6 +70,8 @@ class MetricVersion:
     mechanism_note: str | None = None
     #: cms_core.longitudinal.LongitudinalParams when the version declares lifetime_epsilon (issue 38), else None.
     longitudinal: object = None
+    #: registry.numeric.NumericSpec of a numeric metric (issue 40): its values are the bucket indices.
+    numeric: object = None
     _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------ identity
@@ -101,7 +103,8 @@ class MetricVersion:
 
     @property
     def definition_digest(self) -> str:
-        """SHA-256 of what a report's meaning depends on beyond the fingerprint: the category names.
+        """SHA-256 of what a report's meaning depends on beyond the fingerprint: the category names (a numeric
+        metric: its bucket bounds).
 
         The fingerprint covers the dictionary size but not the names of the ids; renaming or
         reordering categories in place would silently relabel published counts, so the lock
@@ -111,7 +114,10 @@ class MetricVersion:
         digest = cache.get("definition_digest")
         if digest is None:
             names = list(self.value_names) if self.value_names is not None else None
-            text = json.dumps({"domain": self.domain, "categories": names}, separators=(",", ":"), ensure_ascii=False)
+            definition = {"domain": self.domain, "categories": names}
+            if self.numeric is not None:  # issue 40: the bounds give the bucket indices their meaning
+                definition["numeric"] = self.numeric.layout.to_config()
+            text = json.dumps(definition, separators=(",", ":"), ensure_ascii=False)
             digest = cache.setdefault("definition_digest", hashlib.sha256(text.encode("utf-8")).hexdigest())
         return digest
 
@@ -222,6 +228,7 @@ class MetricVersion:
             "params": self.params.describe(),
             **({"discovery": self.discovery.describe()} if self.discovery is not None else {}),
             **({"longitudinal": self.longitudinal.describe()} if self.longitudinal is not None else {}),
+            **({"numeric": self.numeric.describe()} if self.numeric is not None else {}),
         }
 
 

@@ -152,6 +152,8 @@ class Naming:
             out["estimate"] = None if withheld else self._record(doc["estimate"])
         if "top" in doc:
             out["top"] = [] if withheld else [self._record(r) for r in doc["top"]]
+        if "histogram" in doc:  # a numeric metric's answer (issue 40)
+            out["histogram"] = None if withheld else doc["histogram"]
         if "points" in doc:
             out["value"] = self.name_of(doc["value"])
             out["withheld"] = False  # a trend withholds point by point

@@ -27,6 +27,7 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
     "estimates": _ESTIMATE_PARAMETERS,
     "estimate_value": _ESTIMATE_PARAMETERS,
     "topk": _ESTIMATE_PARAMETERS + ("k",),
+    "histogram": _ESTIMATE_PARAMETERS + ("q",),  # a numeric metric's (issue 40): q=0.95,0.999 adds quantiles
     "trend": ("params", "value", "from", "to", "step", "confidence", "interval", "postprocess"),
     "params": (),
     "healthz": (),
@@ -115,6 +116,30 @@ def parse_int(name: str, raw: str, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise ApiError(name, f"{value} must be in [{lo}, {hi}]")
     return value
+
+
+#: Quantiles one numeric answer may add (``q``).
+MAX_QUANTILES = 32
+
+
+def parse_quantiles(raw: str | None) -> tuple[float, ...]:
+    """``q``: comma-separated quantiles in (0, 1) (``0.5,0.95,0.999``); a bad one is a 400 naming ``q``."""
+    if raw is None:
+        return ()
+    parts = [part.strip() for part in raw.split(",")]
+    if len(parts) > MAX_QUANTILES:
+        raise ApiError("q", f"{len(parts)} quantiles; at most {MAX_QUANTILES}")
+    out = []
+    for part in parts:
+        try:
+            q = float(part)
+        except ValueError:
+            raise ApiError("q", f"{show(part)} is not a number (give quantiles in (0, 1), comma-separated: "
+                                "q=0.5,0.95)") from None
+        if not 0.0 < q < 1.0:  # NaN fails too
+            raise ApiError("q", f"{show(part)} must be a number in (0, 1)")
+        out.append(q)
+    return tuple(out)
 
 
 def parse_options(query: Mapping[str, str]) -> EstimateOptions:

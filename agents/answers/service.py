@@ -25,7 +25,6 @@ floor); the privacy rules are :mod:`agents.answers.privacy`'s and the encoding :
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -44,7 +43,10 @@ from ..state import TOTAL_WIDTH, bucket_start
 from ..view import CountsView, shuffle_of, sum_states, sum_states_at
 from .encode import Naming, json_answer, records
 from .privacy import POINT_CENTRAL_FIELDS, central_cost, central_privacy
-from .request import ApiError, check_query, iso, parse_duration, parse_int, parse_options, parse_time, show
+from . import windows
+from .histogram import numeric_answer
+from .request import ApiError, check_query, parse_duration, parse_int, parse_options, parse_quantiles, show
+from .windows import Window
 
 MAX_TREND_POINTS = 10_000
 
@@ -67,25 +69,6 @@ MAX_WORK = 4_000_000_000
 
 
 @dataclass(frozen=True)
-class Window:
-    """Which counts an answer sums: the cumulative keys, or buckets in [start, stop)."""
-
-    kind: str  # "total" | "latest_bucket" | "range"
-    width: int = TOTAL_WIDTH
-    start: int = 0
-    stop: int = 0
-
-    def as_json(self) -> dict:
-        if self.kind == "total":
-            return {"kind": "total"}
-        return {"kind": self.kind, "from": self.start, "to": self.stop, "bucket_seconds": self.width}
-
-    def bounds(self) -> tuple[int, int]:
-        """[start, stop) of the bucket starts this window reads (the cumulative key starts at 0)."""
-        return (0, 1) if self.kind == "total" else (self.start, self.stop)
-
-
-@dataclass(frozen=True)
 class WindowEstimate:
     """One window's estimates of every tracked value (:meth:`EstimateService.window_estimate`) and what it may
     claim: ``withheld`` (fewer than ``min_reports`` reports: nothing to export, no top-K) and ``central`` (the
@@ -97,6 +80,8 @@ class WindowEstimate:
     top: tuple[int, ...]  # the top-K's indices, largest first
     withheld: bool
     central: dict
+    #: A numeric metric's histogram, CDFs, quantiles and mean (:func:`numeric_answer`); None otherwise or withheld.
+    histogram: dict | None = None
 
     @property
     def noise_floor(self) -> float:
@@ -152,6 +137,9 @@ class Job:
     rename: Callable[[dict], dict] | None = None
     #: The window's central epsilon fields (:func:`central_privacy`); a trend's points carry their own.
     central: dict | None = None
+    #: kind "histogram" (a numeric metric, issue 40): its registry.numeric.NumericSpec and the quantiles asked.
+    numeric: object = None
+    quantiles: tuple = ()
 
 
 class Estimator:
@@ -201,7 +189,9 @@ class Estimator:
             return doc
         est, top = self.window(job)
         doc.update(noise_fields(est))  # every value above or under the noise of all D tracked values
-        if job.kind == "all":
+        if job.kind == "histogram":
+            doc["histogram"] = numeric_answer(job.numeric, self.sets[job.fp][0], est, job.counts, job.quantiles)
+        elif job.kind == "all":
             doc["estimates"] = records(est, job.counts)
         elif job.kind == "select":
             doc["estimate"] = records(select(est, [job.index]), job.counts[[job.index]])[0]
@@ -257,6 +247,7 @@ class EstimateService:
         self.naming = Naming(version.metric, version.version, version.mechanism, version.min_reports,
                              version.value_names)
         self.estimator = Estimator({self.fingerprint: (version.params, self.tracked)})
+        self.numeric = getattr(version, "numeric", None)  # registry.numeric.NumericSpec (issue 40), or None
 
     # -------------------------------------------------------------- pieces
     def resolve_params(self, query: Mapping[str, str]) -> str:
@@ -294,60 +285,15 @@ class EstimateService:
 
     def oldest(self, now: float) -> float:
         """The oldest time the longest-kept bucket level still holds."""
-        return now - max(retention for _, retention in self.version.levels)
+        return windows.oldest(self.version.levels, now)
 
     def time_range(self, query: Mapping[str, str], now: float, default_span: float | None = None) -> tuple[float, float]:
-        """[from, to) of the query, checked against what can exist: nothing after now plus
-        the accepted clock skew, nothing before every level's retention. Errors name the
-        parameter the user gave (or the one to add)."""
-        horizon = now + self.future_tolerance_seconds
-        skew = f"now + {self.future_tolerance_seconds} s of accepted clock skew"
-        start = stop = None
-        if "from" in query:
-            start = parse_time("from", query["from"], now)
-            if start > horizon:
-                raise ApiError("from", f"{show(query['from'])} is in the future (the latest time is {skew})")
-        if "to" in query:
-            stop = parse_time("to", query["to"], now)
-            if stop > horizon:
-                raise ApiError("to", f"{show(query['to'])} is in the future (the latest time is {skew})")
-        if stop is None:
-            stop = now
-        if start is None:
-            if default_span is None:
-                raise ApiError("from", "is required with to / window=range")
-            start = max(stop - default_span, self.oldest(now))
-        if stop <= start:
-            if "to" in query:
-                raise ApiError("to", f"{show(query['to'])} must be after from ({show(query.get('from', ''))})")
-            raise ApiError("from", f"{show(query['from'])} must be before to (now)")
-        return start, stop
+        """[from, to) of the query (:func:`agents.answers.windows.time_range`)."""
+        return windows.time_range(query, now, self.version.levels, self.future_tolerance_seconds, default_span)
 
     def range_window(self, start: float, stop: float, now: float, step: int | None = None) -> Window:
-        """Buckets covering [start, stop): the finest level whose retention reaches ``start``
-        (and whose width divides ``step``); bounds are widened to bucket edges."""
-        if stop <= start:
-            raise ApiError("to", f"must be after from ({iso(stop)} <= {iso(start)})")
-        # A level reaches ``start`` when its first bucket is not expired (processor.expired's negation),
-        # so an answer never depends on whether a retention delete has run yet.
-        levels = self.version.levels
-        widths = [w for w, _ in levels]
-        if step is not None:
-            longest = max(retention for _, retention in levels)
-            if step > longest:
-                raise ApiError("step", f"{step:,} s is longer than the longest retention ({longest:,} s)")
-            if all(step % w for w in widths):
-                raise ApiError("step", f"{step} s is not a multiple of a bucket width {widths}")
-        reaching = [w for w, retention in levels if bucket_start(start, w) + w > now - retention]
-        if not reaching:
-            raise ApiError("from", f"{iso(start)} is older than the retention of every bucket level "
-                                   f"(the oldest kept is about {iso(self.oldest(now))})")
-        for width in reaching:
-            if step is None or step % width == 0:
-                lo = bucket_start(start, width)
-                hi = -(-int(math.ceil(stop)) // width) * width
-                return Window("range", width, lo, hi)
-        raise ApiError("step", f"{step} s is not a multiple of the bucket width of a level reaching from {reaching}")
+        """Buckets covering [start, stop) (:func:`agents.answers.windows.range_window`)."""
+        return windows.range_window(self.version.levels, start, stop, now, step)
 
     def window_from_query(self, query: Mapping[str, str]) -> Window:
         now = self.clock()
@@ -442,10 +388,20 @@ class EstimateService:
             index = self.value_index(value if value is not None else "")
         elif endpoint == "topk":
             k = parse_int("k", query.get("k", "10"), 1, self.d)
+        quantiles = self._quantiles(query) if endpoint == "histogram" else ()
         window = self.window_from_query(query)
-        return lambda: self._read(endpoint, fp, options, window, index, k)
+        return lambda: self._read(endpoint, fp, options, window, index, k, quantiles)
 
-    def _read(self, endpoint: str, fp: str, options: EstimateOptions, window: Window, index: int, k: int) -> Answer:
+    def _quantiles(self, query: Mapping[str, str]) -> tuple[float, ...]:
+        """The quantiles a histogram answer holds: the metric's and the request's ``q``."""
+        if self.numeric is None:
+            v = self.version
+            raise ApiError("metric", f"{v.metric!r} version {v.version} is not numeric (its values are {v.domain}): "
+                                     "ask /estimates", status=404)
+        return tuple(sorted(set(self.numeric.quantiles) | set(parse_quantiles(query.get("q")))))
+
+    def _read(self, endpoint: str, fp: str, options: EstimateOptions, window: Window, index: int, k: int,
+              quantiles: tuple = ()) -> Answer:
         d = self.d
         snapshot, states = self._snapshot(fp, window)
         what = "this range" if window.kind == "range" else "this window"
@@ -462,6 +418,11 @@ class EstimateService:
             return Answer(self._bounded(states * STATE_COST + POINT_COST + NOISE_COST + central_work, parameter, what),
                           gather_one)
         full = states * d * SUM_COST + d * ESTIMATE_COST + NOISE_COST + central_work
+        if endpoint == "histogram":  # the CDF's k variances of O(k) each, a record per bucket and quantile
+            work = full + d * d * SUM_COST + (2 * d + len(quantiles)) * RECORD_COST
+            return Answer(self._bounded(work, parameter, what), lambda: dataclasses.replace(
+                self._window_job(snapshot, "histogram", fp, header, options), numeric=self.numeric,
+                quantiles=quantiles))
         kind, returned = {"estimates": ("all", d), "estimate_value": ("select", 1), "topk": ("top", 0)}[endpoint]
         if kind == "top":
             returned = k
@@ -486,7 +447,9 @@ class EstimateService:
         job = self._window_job(snapshot, "top", self.fingerprint, header, options, k=top_k)
         est, top = self.estimator.window(job)
         held = self.withheld(job.n)
-        return WindowEstimate(window, job.n, est, () if held else tuple(top), held, job.central)
+        histogram = None if held or self.numeric is None else numeric_answer(
+            self.numeric, self.version.params, est, job.counts, self.numeric.quantiles)
+        return WindowEstimate(window, job.n, est, () if held else tuple(top), held, job.central, histogram)
 
     def _check_trend(self, fp: str, options: EstimateOptions, query: Mapping[str, str]) -> Read:
         if "value" not in query:
@@ -580,7 +543,13 @@ class EstimateService:
             "bucket_seconds": v.bucket_seconds, "retention_seconds": v.retention_seconds,
             "levels": [{"bucket_seconds": w, "retention_seconds": r} for w, r in v.levels],
             "watch": list(v.watch), "min_reports": v.min_reports, "top_k": v.top_k,
+            **self._numeric_fields(),
         }
+
+    def _numeric_fields(self) -> dict:
+        """A numeric metric's layout (issue 40: its buckets' bounds, clipping, quantiles), for /params and the
+        listing; nothing for a frequency metric."""
+        return {} if self.numeric is None else {"numeric": self.numeric.describe()}
 
     def newest_bucket(self) -> int | None:
         """Start of the newest base bucket holding counts (freshness), None before the first report."""
@@ -623,7 +592,7 @@ class EstimateService:
             # Its values can be discovered (docs/discovery.md): the worker answers /discovered?metric=NAME.
             "discoverable": getattr(v, "discovery", None) is not None,
             "reporting": "longitudinal" if getattr(v, "longitudinal", None) is not None else "one_shot",
-            **longitudinal.version_fields(v),
+            **longitudinal.version_fields(v), **self._numeric_fields(),
         }
 
 

@@ -13,6 +13,7 @@ on a broker whose clients cannot create topics (the mock) ``WorkerProcess`` crea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -158,6 +159,26 @@ async def _send(broker, topic: str, messages: list[Message], rate: float | None)
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
+
+
+@contextlib.contextmanager
+def registry_worker(folder: Path, text: str, name: str):
+    """An embedded broker and one healthy worker serving the registry ``text`` (written to ``folder``):
+    yields (the loaded registry, the broker, the worker); the worker stops on exit."""
+    from infra.broker import EmbeddedBroker
+    from registry import load_registry
+
+    path = folder / "registry.yaml"
+    path.write_text(text, encoding="utf-8")
+    registry = load_registry(path)
+    with EmbeddedBroker() as broker:
+        worker = WorkerProcess(broker.bootstrap_servers, name, name, folder, "--registry", str(path))
+        worker.start()
+        try:
+            worker.wait_healthy()
+            yield registry, broker, worker
+        finally:
+            worker.stop()
 
 
 def send(broker, topic: str, messages: list[Message], rate: float | None = None) -> None:

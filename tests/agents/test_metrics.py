@@ -109,6 +109,9 @@ def test_family_names_and_types(families):
               "ocms_estimate_values_capped", "ocms_estimate_above_noise", "ocms_estimate_noise_floor_ratio",
               "ocms_estimate_previous_ci_upper_ratio", "ocms_central_epsilon", "ocms_central_delta",
               "ocms_latest_bucket_start_timestamp_seconds"}
+    # numeric metrics' families (issue 40, agents/numeric_export.py), described even with no numeric metric
+    names |= {"ocms_numeric_cdf_ratio", "ocms_numeric_mean", "ocms_numeric_mean_ci_lower", "ocms_numeric_mean_ci_upper",
+              "ocms_numeric_quantile", "ocms_numeric_quantile_ci_lower", "ocms_numeric_quantile_ci_upper"}
     assert set(families) == names
     assert all(f.type == "gauge" for f in families.values())
 

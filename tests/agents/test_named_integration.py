@@ -27,7 +27,7 @@ from tests.registry.helpers import screen_metric
 from tests.support.topics import consume
 from tests.support.waiting import poll_until
 
-from .harness import Scrape, WorkerProcess, report_messages, send
+from .harness import Scrape, WorkerProcess, registry_worker, report_messages, send
 
 pytestmark = pytest.mark.integration  # a broker and workers
 
@@ -61,18 +61,8 @@ COUNTS = {("screen", 1): 6000, ("screen", 2): 4000, ("screen_copy", 1): 3000, ("
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("named")
-    path = folder / "registry.yaml"
-    path.write_text(REGISTRY, encoding="utf-8")
-    registry = load_registry(path)
-    with EmbeddedBroker() as broker:
-        worker = WorkerProcess(broker.bootstrap_servers, "it-named", "it-named", folder, "--registry", str(path))
-        worker.start()
-        try:
-            worker.wait_healthy()
-            yield registry, broker, worker
-        finally:
-            worker.stop()
+    with registry_worker(tmp_path_factory.mktemp("named"), REGISTRY, "it-named") as setup:
+        yield setup
 
 
 def values_for(metric: str, version: int, n: int, seed: int) -> np.ndarray:

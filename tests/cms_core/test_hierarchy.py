@@ -142,6 +142,19 @@ def test_one_level_is_direct_rr_and_its_variance_is_the_numeric_module_s():
     assert np.allclose(cdf_sd, single)
 
 
+@pytest.mark.parametrize("mechanism", ["direct", "ocms"])
+def test_a_flat_oracle_s_cdf_variances_in_closed_form_are_the_solve_s(mechanism):
+    """flat_cdf_variances (O(k), what predicted_cdf_variances and the registry's mechanism auto use for one level)
+    equals the consistent tree's k x k solve, at uniform and skewed bucket frequencies."""
+    from cms_core.hierarchy import flat_cdf_variances
+
+    for k in (2, 12, 40):
+        params = HierarchyParams.build(k, 1.0, k, mechanism=mechanism)
+        for f in (np.full(k, 1.0 / k), np.random.default_rng(k).dirichlet(np.ones(k))):
+            solved = ConsistentTree.of(params, [5_000]).functional_variances(f, None)
+            assert np.allclose(flat_cdf_variances(params.levels[0], 5_000, f), solved, rtol=1e-12, atol=1e-18)
+
+
 def test_the_histogram_s_quantile_intervals_cover_the_median_at_their_level():
     params = HierarchyParams.build(12, 1.0, 4)
     buckets = np.repeat(np.arange(12), TRUE_12)

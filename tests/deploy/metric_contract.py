@@ -127,6 +127,19 @@ METRICS: tuple[Metric, ...] = (
         "ocms_discovery_detection_threshold_ratio":
             "the frequency a value needed to be found in the latest pass's window",
     }),
+    # Numeric metrics (issue 40; agents/numeric_export.py): gauges only, the CDF cumulative with le.
+    _m("ocms_numeric_cdf_ratio", "gauge", "metric,version,window,le", "global",
+       "estimated fraction of values <= le (the monotone CDF)"),
+    *_gauges("global", "metric,version,window,quantile", {
+        "ocms_numeric_quantile": "estimated quantile of a numeric metric",
+        "ocms_numeric_quantile_ci_lower": "lower confidence bound of the quantile",
+        "ocms_numeric_quantile_ci_upper": "upper confidence bound of the quantile",
+    }),
+    *_gauges("global", "metric,version,window", {
+        "ocms_numeric_mean": "estimated mean of the clipped, bucketized values",
+        "ocms_numeric_mean_ci_lower": "lower confidence bound of the mean",
+        "ocms_numeric_mean_ci_upper": "upper confidence bound of the mean",
+    }),
     _m("ocms_discovery_reports_received_total", "counter", "metric", "worker",
        "discovery-level reports acked (read by discovery, counted by no table)"),
 )

@@ -216,3 +216,16 @@ def test_the_estimates_dashboard_shows_discovered_values(dashboards):
     exprs = {t["expr"] for p in promql.iter_panels(dash) if p["type"] == "table" for t in p.get("targets", [])}
     assert 'sort_desc(ocms:discovered_frequency{metric="$metric"})' in exprs
     assert {'ocms:discovered_frequency_ci_low{metric="$metric"}', 'ocms:discovered_frequency_ci_high{metric="$metric"}'} <= exprs
+
+
+def test_the_estimates_dashboard_shows_numeric_metrics(dashboards):
+    """Issue 40: a heatmap of the cumulative CDF gauges (de-accumulated by le) and quantile lines, read through
+    the de-duplicated rules."""
+    (dash,) = [d for path, d in dashboards if path.name == "ocms-estimates.json"]
+    heatmaps = [p for p in _panels_reading([(None, dash)], "ocms:numeric_cdf_ratio") if p["type"] == "heatmap"]
+    assert heatmaps and all(t["format"] == "heatmap" and t["legendFormat"] == "{{le}}"
+                            for p in heatmaps for t in p["targets"])
+    lines = [p for p in _panels_reading([(None, dash)], "ocms:numeric_quantile") if p["type"] == "timeseries"]
+    assert lines and {"p{{quantile}}", "p{{quantile}} CI lower", "p{{quantile}} CI upper"} <= {
+        t["legendFormat"] for p in lines for t in p["targets"]}
+    assert _panels_reading([(None, dash)], "ocms:numeric_mean")

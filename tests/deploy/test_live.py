@@ -147,6 +147,11 @@ metrics:
     tracked: [the]
     epsilon: 4
     discovery: {alphabet: "abcdefghijklmnopqrstuvwxyz", max_length: 4}
+  - name: latency
+    description: Time to first byte, a numeric metric (docs/registry.md#numeric-metrics)
+    owner: web@example.com
+    numeric: {lower: 0, upper: 10000, buckets: [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000]}
+    epsilon: 2
 """
 #: Discovery reports of ``words`` (planted heavy hitters): the worker's periodic pass finds them.
 LIVE_WORDS = ["the"] * 6000 + ["and"] * 4000 + ["zebra"] * 2000
@@ -186,7 +191,7 @@ scrape_configs:
     )
     base = f"http://127.0.0.1:{port}"
     rng = np.random.default_rng(7)
-    sizes = {"dest": 10_000, "build": 20_000, "carrier": 2_000}
+    sizes = {"dest": 10_000, "build": 20_000, "carrier": 2_000, "latency": 10_000}
     try:
         messages = []
         now_ms = int(time.time() * 1000)
@@ -218,7 +223,10 @@ scrape_configs:
         for name in ("dest", "build"):
             values = [v for v in registry.metric(name).latest.watch]
             queries += [q for q in live_queries({"metric": name, "version": "1", "value": values})
-                        if "discover" not in q[2]]  # dest and build declare no discovery
+                        if "discover" not in q[2] and "numeric" not in q[2]]  # dest and build: neither
+        # The numeric panels, for the numeric metric (issue 40); the rules read every metric's series.
+        queries += [q for q in live_queries({"metric": "latency", "version": "1", "value": [".*"]})
+                    if q[0] == "panel" and "numeric" in q[2]]
         # The discovered-values panels, for the discoverable metric (the worker's periodic pass).
         queries += [q for q in live_queries({"metric": "words", "version": "1", "value": ["the"]})
                     if q[0] == "panel" and "discover" in q[2]]
@@ -283,7 +291,11 @@ scrape_configs:
         rule_reaches("ocms:metric_reports:total", {**{name: float(n) for name, n in sizes.items()}, "words": 0.0})
         rule_reaches("ocms:metric_reports_accepted:rate5m", set(sizes), compare=lambda got, want: set(got) == want)
         rule_reaches('ocms:metric_windows_withheld:count{window="total"}',
-                     {"dest": 0.0, "build": 0.0, "carrier": 1.0, "words": 0.0})
+                     {"dest": 0.0, "build": 0.0, "carrier": 1.0, "words": 0.0, "latency": 0.0})
+        # The numeric metric's quantile gauges, de-duplicated, hold the worker's /histogram answer (issue 40).
+        p50 = worker.get("/metrics/latency/histogram")[1]["histogram"]["quantiles"][0]
+        rule_reaches('ocms:numeric_quantile{metric="latency",window="total"}', {"0.5": p50["estimate"]},
+                     label="quantile", compare=lambda got, want: got.get("0.5") == pytest.approx(want["0.5"], rel=1e-12))
         # zebra is truncated to its first 4 letters: zebr
         rule_reaches('ocms:discovered_frequency{metric="words"}', {"the", "and"}, label="value",
                      compare=lambda got, want: want <= set(got))

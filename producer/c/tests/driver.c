@@ -9,6 +9,7 @@
  * Commands (see the Python test for their use): load, load_text, params, value, report, frame,
  * fingerprint, encode, check, blake2b, field_hash, pclmul, sample. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -546,6 +547,33 @@ static void cmd_sample(const cJSON *cmd, cJSON *reply) {
     free(buf);
 }
 
+/* Issue 40: {"metric", "value": a number or "Infinity" / "-Infinity" / "NaN"} -> {"bucket"} (the library alone,
+ * ocms_numeric_bucket, on the loaded metric's layout). */
+static void cmd_numeric_bucket(const cJSON *cmd, cJSON *reply) {
+    const ocms_cfg_metric *m = find_metric(cmd, reply);
+    const cJSON *value = cJSON_GetObjectItemCaseSensitive(cmd, "value");
+    double x;
+    uint64_t bucket = 0;
+    if (m == NULL) return;
+    if (!m->has_numeric) {
+        cJSON_AddStringToObject(reply, "error", "not a numeric metric");
+        return;
+    }
+    if (cJSON_IsNumber(value)) x = value->valuedouble;
+    else if (cJSON_IsString(value) && strcmp(value->valuestring, "Infinity") == 0) x = HUGE_VAL;
+    else if (cJSON_IsString(value) && strcmp(value->valuestring, "-Infinity") == 0) x = -HUGE_VAL;
+    else if (cJSON_IsString(value) && strcmp(value->valuestring, "NaN") == 0) x = nan("");
+    else {
+        cJSON_AddStringToObject(reply, "error", "value: a number, \"Infinity\", \"-Infinity\" or \"NaN\"");
+        return;
+    }
+    if (ocms_numeric_bucket(&m->numeric, x, &bucket) != OCMS_OK) {
+        cJSON_AddStringToObject(reply, "error", ocms_strerror(OCMS_E_VALUE));
+        return;
+    }
+    cJSON_AddNumberToObject(reply, "bucket", (double)bucket);
+}
+
 static void cmd_load(const cJSON *cmd, cJSON *reply, int from_text) {
     char err[1024];
     int rc;
@@ -600,6 +628,7 @@ int main(void) {
         else if (strcmp(op, "field_hash") == 0) cmd_field_hash(cmd, reply);
         else if (strcmp(op, "sample") == 0) cmd_sample(cmd, reply);
         else if (strcmp(op, "pclmul") == 0) cJSON_AddNumberToObject(reply, "active", ocms_pclmul_active());
+        else if (strcmp(op, "numeric_bucket") == 0) cmd_numeric_bucket(cmd, reply);
         else cJSON_AddStringToObject(reply, "error", "unknown op");
         cJSON_AddNumberToObject(reply, "pclmul_active", ocms_pclmul_active());
         text = cJSON_PrintUnformatted(reply);

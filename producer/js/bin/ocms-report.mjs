@@ -90,6 +90,12 @@ async function main() {
     if (typeof value !== "string") {
       fail(`${where}: ${JSON.stringify(value)?.slice(0, 60)} is not a JSON string (values travel as strings; integers as decimal digits, "42")`);
     }
+    if (version.numeric !== null) {
+      // A numeric metric (issue 40) takes a decimal number in the string ("12.5", "1e3", "-Infinity"), as ocms-report-c.
+      const number = /^[+-]?(Infinity|(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)$/.test(value) ? Number(value) : NaN;
+      if (Number.isNaN(number)) fail(`${where}: ${JSON.stringify(value).slice(0, 60)} is not a number (metric ${JSON.stringify(version.name)} takes a decimal number)`);
+      value = number;
+    }
     try {
       version.encode(value);
     } catch (err) {

@@ -24,6 +24,7 @@ import { Element, Field, binaryField, concat, primeField, uintBytes } from "./fi
 import { blake2b, fromHex, hex, utf8 } from "./hash.js";
 import { SmallBelow, bitLength } from "./random.js";
 import { Longitudinal } from "./longitudinal.js";
+import { NumericLayout } from "./numeric.js";
 
 export const DEVICE_CONFIG_FORMAT = 1;
 const TWO64 = 1n << 64n;
@@ -208,6 +209,8 @@ export class MetricVersion {
   readonly levelDraw: SmallBelow | null;
   /** Memoized two-round reports (issue 38, longitudinal.ts), or null for one-shot reports. */
   readonly longitudinal: Longitudinal | null;
+  /** A numeric metric's buckets (issue 40, numeric.ts): a number is reported as its bucket's index; else null. */
+  readonly numeric: NumericLayout | null;
   private readonly categoryIndex: Map<string, number> | null;
 
   constructor(entry: unknown, index: number) {
@@ -257,6 +260,13 @@ export class MetricVersion {
     });
     if (this.domain === "strings" && (this.params.field.bits !== 128 || this.params.field.kind !== "binary")) {
       throw new InvalidConfigError(`${where}.field: a string metric hashes 128-bit fingerprints in GF(2^128)`);
+    }
+    this.numeric = null;
+    if (entry.numeric !== undefined) {
+      if (this.domain !== "integers" || entry.discovery !== undefined) {
+        throw new InvalidConfigError(`${where}.numeric: a numeric metric is an integer metric over its bucket indices`);
+      }
+      this.numeric = NumericLayout.fromConfig(entry.numeric, `${where}.numeric`, dictionarySize);
     }
     this.discovery = null;
     this.levels = [];
@@ -322,7 +332,7 @@ export class MetricVersion {
       return { element: this.params.isDirect ? i : field.element(BigInt(i)), integer: BigInt(i) };
     }
     if (this.domain === "integers") {
-      const x = integerValue(value);
+      const x = this.numeric !== null ? BigInt(this.numeric.bucket(value)) : integerValue(value);
       if (x >= this.params.dictionarySize) {
         throw new InvalidValueError(`value ${x}: outside the dictionary [0, ${this.params.dictionarySize})`);
       }

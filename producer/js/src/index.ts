@@ -21,6 +21,7 @@ export type { Record3, Header } from "./wire.js";
 export { captureRecord, readCapture } from "./capture.js";
 export { hex, fromHex } from "./hash.js";
 export { VERSION } from "./version.js";
+export { NumericLayout } from "./numeric.js";
 export {
   DeliveryError, InvalidConfigError, InvalidParameterError, InvalidValueError, NoRandomnessError, OCMSError,
   PrivacyBudgetError, QueueFullError, StorageError, UnknownMetricError, WireFormatError,

@@ -32,7 +32,8 @@ def guard_web_server(app, settings, registry, answers: ErrorAnswers) -> Connecti
     """Bound the connections of ``app``'s Faust web server (before it starts); returns the guard."""
     metrics = ConnectionMetrics("ocms_http", "the worker", registry, "--web-max-connections")
     guard = ConnectionGuard(settings.web_max_connections, settings.web_header_timeout_seconds, metrics,
-                            logging.getLogger("ocms.web.connections"), answers)
+                            logging.getLogger("ocms.web.connections"), answers,
+                            idle_timeout=settings.web_idle_timeout_seconds)
     metrics.connections.set_function(lambda: len(guard))
     web = app.web
     # Faust's driver starts web._runner (faust/web/drivers/aiohttp.py: start_server): the same AppRunner with

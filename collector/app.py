@@ -595,7 +595,8 @@ class CollectorServer(StartStopContext):
         collector = self.collector
         quiet_aiohttp_server_log()
         self.guard = ConnectionGuard(settings.max_connections, settings.header_timeout_seconds, collector.metrics,
-                                     logging.getLogger("ocms.collector.connections"), collector.answers)
+                                     logging.getLogger("ocms.collector.connections"), collector.answers,
+                                     idle_timeout=settings.idle_timeout_seconds)
         collector.metrics.connections.set_function(lambda: len(self.guard))
         # keepalive_timeout: aiohttp closes a connection without a request after it (from its start too)
         self.runner = GuardedAppRunner(collector.make_app(), guard=self.guard, answers=collector.answers,

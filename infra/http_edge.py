@@ -58,6 +58,8 @@ REASONS = {
 FD_RESERVE = 64
 #: The cap's log line is written at most this often while connections are closed or refused.
 CAP_LOG_SECONDS = 10.0
+#: A connection closed idle this much short of the idle timeout still counts as closed by it.
+IDLE_SLACK_S = 0.05
 
 
 def reason_of(status: int) -> str:
@@ -335,16 +337,20 @@ class ConnectionMetrics:
                                            registry=registry)
         self.connections_closed = Counter(f"{prefix}_connections_closed",
                                           f"Connections {server} closed: evicted_idle (to make room at the cap), "
-                                          "header_timeout", ["reason"], registry=registry)
-        for reason in ("evicted_idle", "header_timeout"):
+                                          "header_timeout, idle_timeout (no request for the idle timeout)", ["reason"],
+                                          registry=registry)
+        for reason in ("evicted_idle", "header_timeout", "idle_timeout"):
             self.connections_closed.labels(reason)
 
 
 @dataclass(eq=False)
 class ConnectionGuard:
-    """Open connections of one server: a cap (closing the longest-idle one, else refusing) and a
-    header timeout. ``metrics`` has ``connections_refused`` (Counter) and ``connections_closed``
-    (Counter by reason); ``logger`` gets the cap's line."""
+    """Open connections of one server: a cap (closing the longest-idle one, else refusing), a
+    header timeout, and a count of connections closed idle: ``idle_timeout`` is the server's idle
+    (keep-alive) timeout, after which aiohttp closes a connection that sent no request; a connection
+    that closes once idle that long is counted ``idle_timeout``. ``metrics`` has ``connections_refused``
+    (Counter) and ``connections_closed`` (Counter by reason); ``logger`` gets the cap's line and, at most
+    every CAP_LOG_SECONDS, how many idle connections the timeout closed."""
 
     max_connections: int
     header_timeout: float
@@ -352,11 +358,14 @@ class ConnectionGuard:
     logger: logging.Logger
     answers: ErrorAnswers
     clock: Callable[[], float] = time.monotonic
+    idle_timeout: float | None = None
     #: the cap in force: ``max_connections`` or less, as the open-files limit allows
     cap: int = field(init=False)
     open: set = field(init=False, default_factory=set)
-    #: handler -> None, longest idle first
+    #: handler -> since when it is idle (clock), longest idle first
     idle: collections.OrderedDict = field(init=False, default_factory=collections.OrderedDict)
+    _idle_closed_since: int = field(init=False, default=0)
+    _idle_logged_at: float = field(init=False, default=-CAP_LOG_SECONDS)
     _closed_since: int = field(init=False, default=0)
     _refused_since: int = field(init=False, default=0)
     _logged_at: float = field(init=False, default=-CAP_LOG_SECONDS)
@@ -383,18 +392,30 @@ class ConnectionGuard:
                 return
             self._log_cap()
         self.open.add(handler)
-        self.idle[handler] = None
+        self.idle[handler] = self.clock()
 
     def closed(self, handler) -> None:
         self.open.discard(handler)
-        self.idle.pop(handler, None)
+        since = self.idle.pop(handler, None)
+        # aiohttp's keep-alive timer fires at the timeout: idle that long means it closed it (its deadline runs from
+        # a moment before this guard's, and the event loop's timers round to the millisecond: IDLE_SLACK_S)
+        if since is not None and self.idle_timeout is not None and \
+                self.clock() - since >= self.idle_timeout - IDLE_SLACK_S:
+            self.metrics.connections_closed.labels("idle_timeout").inc()
+            self._idle_closed_since += 1
+            now = self.clock()
+            if now - self._idle_logged_at >= CAP_LOG_SECONDS:
+                self.logger.info("%d connections closed after the idle timeout (%g s without a request) since the "
+                                 "last line", self._idle_closed_since, self.idle_timeout)
+                self._idle_logged_at = now
+                self._idle_closed_since = 0
 
     def busy(self, handler) -> None:
         self.idle.pop(handler, None)
 
     def done(self, handler) -> None:
         if handler in self.open:
-            self.idle[handler] = None
+            self.idle[handler] = self.clock()
             self.idle.move_to_end(handler)
 
     def header_timed_out(self) -> None:

@@ -183,6 +183,7 @@ def test_a_trickled_header_is_cut_and_idle_connections_are_closed(edge_collector
     assert metric_value(edge_collector.url, "ocms_collector_connections_closed_total",
                         'reason="header_timeout"') >= before + 1
     # a connection that sends nothing, and one idle after its answer: closed after --idle-timeout-seconds 2
+    idle_before = metric_value(edge_collector.url, "ocms_collector_connections_closed_total", 'reason="idle_timeout"')
     for first in (b"", b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"):
         sock = socket.create_connection(("127.0.0.1", port), timeout=15)
         started = time.monotonic()
@@ -193,6 +194,9 @@ def test_a_trickled_header_is_cut_and_idle_connections_are_closed(edge_collector
         assert sock.recv(100) == b"", "closed by the server"
         assert time.monotonic() - started < 8
         sock.close()
+    poll_until(lambda: metric_value(edge_collector.url, "ocms_collector_connections_closed_total",
+                                    'reason="idle_timeout"'), 10, "both closed at the idle timeout, counted",
+               until=lambda closed: closed >= idle_before + 2)
 
 
 # --------------------------------------------------------------------------- connection cap

@@ -12,6 +12,8 @@ import pytest
 
 from .harness import (CollectorProcess, closed_after, parse_answer, raw_exchange, read_answer, serving_worker,
                       trickle)
+from tests.support.waiting import poll_until
+
 from .test_http_edge import metric_value
 
 TOPIC = "limits-http"
@@ -95,6 +97,10 @@ def test_the_worker_closes_idle_and_slow_header_connections_at_its_bounds(limits
     assert (status, doc.get("reason")) == (408, "header_timeout") and first < 4, (first, answer[:300])
     assert metric_value(limits_worker.base_url, "ocms_http_connections_closed_total",
                         'reason="header_timeout"') >= 1
+    # both idle connections counted by their reason (the count is taken as the server closes them)
+    poll_until(lambda: metric_value(limits_worker.base_url, "ocms_http_connections_closed_total",
+                                    'reason="idle_timeout"'), 10, "2 connections closed at the idle timeout",
+               until=lambda closed: closed >= 2)
 
 
 @pytest.mark.integration

@@ -14,6 +14,8 @@ collector-only topic, ``--idempotency-topic``, default ``<source topic>-idempote
   kill left in doubt, never fencing a live collector.
 * :mod:`.repair`: how a settle learns what is final: fence, read the partition, and complete a batch
   cut short from its redo copy.
+* :mod:`.tail`: reading the log in order from its start (afresh when the broker lost it).
+* :mod:`.key`: the key of the Idempotency-Key hashes, generated once and kept in Kafka.
 
 The worker is unchanged: it reads every appended frame (``read_uncommitted``), so "appended" is
 "counted", on Apache Kafka and on the embedded Tansu broker alike (whose ``read_committed`` shows

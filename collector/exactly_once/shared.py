@@ -49,15 +49,13 @@ import time
 
 from cms_core.errors import OCMSError
 
-from .log import ListingLog, Listing, encode_lease, encode_outcome, key_hash
 from .key import key_topic, kept_key
+from .log import ListingLog, Listing, encode_lease, encode_outcome, key_hash
 from .repair import BatchRepair
+from .tail import LogTail
 
 log = logging.getLogger(__name__)
 
-#: The tail's fetch wait: Tansu does not answer a waiting fetch when records arrive (Kafka does), so a
-#: short wait is what bounds how soon a collector reads its own listing back (about 1-5 ms here).
-TAIL_FETCH_WAIT_MS = 5
 #: A collector with a transactional producer writes a lease record when it listed nothing for this long.
 LEASE_RENEW_SECONDS = 1.0
 #: A listing dated this far ahead of the reader's clock is logged: that writer's clock shortens the window.
@@ -103,7 +101,6 @@ class SharedIdempotency:
         self._awaiting: dict[bytes, asyncio.Future] = {}  # nonce -> its Listing once applied
         self._unwritten: dict[bytes, bool] = {}  # outcomes known here whose append failed: written again
         self._applied = -1  # the log is applied up to here (by the tail, or from this collector's own appends)
-        self._fetched = -1  # the greatest offset the tail read from Kafka
         self._own: dict[int, bytes] = {}  # offset -> a record this collector appended there, not applied yet
         self._highwater = 0  # the log's end as the tail last saw it
         self._waiters: list[tuple[int, asyncio.Future]] = []
@@ -174,7 +171,8 @@ class SharedIdempotency:
             await producer.stop()
             raise
         self._producer = producer
-        self._tail = asyncio.create_task(self._tail_loop(), name="ocms-collector-idempotency-tail")
+        tail = LogTail(s, self.topic, self._read, self._start_afresh, self._fetched)
+        self._tail = asyncio.create_task(tail.run(), name="ocms-collector-idempotency-tail")
         self._lease = asyncio.create_task(self._lease_loop(), name="ocms-collector-idempotency-lease")
 
     async def close(self) -> None:
@@ -329,62 +327,27 @@ class SharedIdempotency:
                         "forgotten that much before --idempotency-window-seconds; check the collectors' clocks (NTP)",
                         self.topic, ahead)
 
-    async def _tail_loop(self) -> None:
-        from aiokafka import TopicPartition
+    def _read(self, offset: int, value: bytes) -> None:
+        """A record the tail read: applied, unless this collector applied it from its own append already."""
+        if offset > self._applied:
+            self.apply(offset, value)
 
-        from infra.kafka import make_consumer
-
-        s = self.settings
-        consumer = make_consumer(s.bootstrap_servers, profile=s.broker, auto_offset_reset="earliest",
-                                 fetch_max_wait_ms=TAIL_FETCH_WAIT_MS, client_id="ocms-collector-tail",
-                                 isolation_level="read_uncommitted")
-        tp = TopicPartition(self.topic, 0)
-        try:
-            while True:
-                try:
-                    await consumer.start()
-                    break
-                except Exception as exc:
-                    log.info("idempotency log not readable yet: %s: %s", type(exc).__name__, exc)
-                    await asyncio.sleep(s.retry_after_seconds)
-            consumer.assign([tp])
-            await consumer.seek_to_beginning(tp)
-            while True:
-                got = await consumer.getmany(tp, timeout_ms=1000)
-                for message in got.get(tp, ()):
-                    if message.offset <= self._fetched:
-                        # the log starts over (a broker that lost its data): what it said is gone
-                        log.warning("idempotency log %s went back from offset %d to %d; reading it afresh",
-                                    self.topic, self._fetched, message.offset)
-                        self._start_afresh()
-                    self._fetched = message.offset
-                    if message.offset > self._applied:  # else applied from this collector's own append
-                        self.apply(message.offset, message.value)
-                highwater = consumer.highwater(tp)
-                if highwater is not None and highwater <= self._fetched:
-                    # shorter than what was read: a broker that lost its data (the embedded one keeps it in
-                    # memory); the embedded broker answers a fetch past the end with nothing, not an error
-                    log.warning("idempotency log %s ends at %d, before offset %d read earlier; reading it afresh",
-                                self.topic, highwater, self._fetched)
-                    self._start_afresh()
-                    await consumer.seek_to_beginning(tp)
-                    continue
-                if highwater is not None:
-                    self._highwater = highwater
-                if len(self.local) > 2 * len(self.state.frames) + 1000:  # outcomes never written back
-                    self.local = {n: f for n, f in self.local.items() if n in self.state.frames or not f.done()}
-                self._advance()  # own records after what the tail applied; waiters
-                if not self.ready:
-                    if highwater is not None and await consumer.position(tp) >= highwater:
-                        self.ready = True
-                        log.info("idempotency log %s read: %d keys held", self.topic, len(self.state))
-                self.metrics.idempotency_keys.set(len(self.state))
-        finally:
-            await consumer.stop()
+    def _fetched(self, highwater: int | None, caught_up: bool) -> None:
+        """After each fetch of the tail: own records that follow, waiters, readiness."""
+        if highwater is not None:
+            self._highwater = highwater
+        if len(self.local) > 2 * len(self.state.frames) + 1000:  # outcomes never written back
+            self.local = {n: f for n, f in self.local.items() if n in self.state.frames or not f.done()}
+        self._advance()  # own records after what the tail applied; waiters
+        if caught_up and not self.ready:
+            self.ready = True
+            log.info("idempotency log %s read: %d keys held", self.topic, len(self.state))
+        self.metrics.idempotency_keys.set(len(self.state))
 
     def _start_afresh(self) -> None:
+        """The broker lost what the tail read: the log's state starts over from its first record."""
         self.state = self._fresh_state()
-        self._applied = self._fetched = -1
+        self._applied = -1
         self._own.clear()
 
     # ---------------------------------------------------------------- lease

@@ -158,10 +158,49 @@ class ChildProcess:
 
 
 # ------------------------------------------------------------------ ports
+#: Where :func:`free_port` looks first: below the ephemeral range, never a well-known port.
+LISTEN_PORTS_FROM = 10_000
+_handed_out: set[int] = set()
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' source ports (Linux's default where it cannot be read)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            low, high = (int(x) for x in fh.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A port nothing listens on now, for a server started a moment later (tests, ``ocms run``, benchmarks).
+
+    Drawn at random below the ephemeral range: a port the kernel hands out for port 0 is an ephemeral one, so
+    an outgoing connection (a Kafka client's, a probe's) could take it as its source port before the server
+    binds it, and the server then failed with "Address already in use" (seen in ``make test`` under load).
+    Below that range only another listener can take it. Never the same port twice in one process."""
+    import random
+
+    low, _ = ephemeral_ports()
+    draw = random.SystemRandom()
+    if low - LISTEN_PORTS_FROM >= 1000:
+        for _ in range(100):
+            port = draw.randrange(LISTEN_PORTS_FROM, low)
+            if port in _handed_out:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # no room below the range: the kernel's pick
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port = s.getsockname()[1]
+    _handed_out.add(port)
+    return port
 
 
 def check_port_free(port: int, flag: str = "--web-port", host: str = "127.0.0.1") -> None:

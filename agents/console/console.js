@@ -271,10 +271,26 @@
     return text + ", tuned for " + (v.mode === "l2" ? "L2 loss" : v.mode === "mse" ? "worst-case MSE" : v.mode);
   }
 
-  /** Display name of a value: its name; with a truth file naming it otherwise (a legacy
-   *  worker's integer ids), "ATL (4)". */
+  /** A number for a label: at most 4 significant digits, no trailing zeros. */
+  function shortNumber(x) { return String(Number(Number(x).toPrecision(4))); }
+
+  /** A numeric metric's bucket (its values are bucket indices) as the range it holds, Prometheus-style
+   *  "(5, 10] ms"; null for any other metric or a value that is not a bucket index. */
+  function bucketRange(value) {
+    var m = current(), v = currentVersion(), layout = v && v.numeric;
+    var i = Number(value);
+    if (!layout || !Array.isArray(layout.bounds) || !Number.isInteger(i) || i < 0 || i > layout.bounds.length) return null;
+    var edges = [layout.lower].concat(layout.bounds, [layout.upper]);
+    var unit = m && m.unit ? " " + m.unit : "";
+    return (i === 0 ? "[" : "(") + shortNumber(edges[i]) + ", " + shortNumber(edges[i + 1]) + "]" + unit;
+  }
+
+  /** Display name of a value: its name; a numeric metric's bucket, its range; with a truth file naming it
+   *  otherwise (a legacy worker's integer ids), "ATL (4)". */
   function valueLabel(value) {
     var v = str(value);
+    var range = bucketRange(value);
+    if (range != null) return range;
     var t = truthFor(current());
     if (t && t.labels[v] != null && t.labels[v] !== v) return t.labels[v] + " (" + v + ")";
     return v;

@@ -887,6 +887,24 @@ def test_non_ascii_values_show_as_the_api_writes_them(chrome, stub):
     assert browser_errors(chrome) == []
 
 
+@pytest.mark.integration
+def test_a_numeric_metrics_buckets_show_as_the_ranges_they_hold(chrome, stub):
+    """Issue 40: a numeric metric's values are bucket indices; the console names each by its range of values,
+    Prometheus-style ("(5, 10] ms"; the first bucket holds the lower bound, and what clipping put there),
+    keeping the index as the row's value."""
+    layout = {"lower": 0, "upper": 100, "bounds": [5, 10, 50], "buckets": 4, "scheme": "explicit", "scale": None,
+              "answers": ["histogram"], "quantiles": [0.5], "clipping": "..."}
+    listing = {"metrics": [metric_doc(unit="ms", domain="integers", versions=[
+        version_doc(domain="integers", domain_size="4", tracked_values=4, numeric=layout)])]}
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, listing), TOPK: (200, TOPK_3),
+                         "/console/truth": (200, NO_TRUTH), TREND: (200, {"points": [], "step": 60, "confidence": 0.95})})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == ["2", "0", "1"], "the buckets")
+    assert [r["cells"]["value"]["text"] for r in table_rows(chrome, "topk-data")] == \
+        ["(10, 50] ms", "[0, 5] ms", "(5, 10] ms"]
+    assert browser_errors(chrome) == []
+
+
 # ------------------------------------------------------ first screen, labels, noise (stub)
 def records(shares: dict[str, float], n: int, **fields) -> list[dict]:
     """Top-K records of a stub answer: each value's frequency with a ±0.01 interval."""

@@ -276,10 +276,12 @@
 
   /** A numeric metric's bucket (its values are bucket indices) as the range it holds, Prometheus-style
    *  "(5, 10] ms"; null for any other metric or a value that is not a bucket index. */
+  function numericLayout() { var v = currentVersion(); return v && v.numeric && Array.isArray(v.numeric.bounds) ? v.numeric : null; }
+
   function bucketRange(value) {
-    var m = current(), v = currentVersion(), layout = v && v.numeric;
+    var m = current(), layout = numericLayout();
     var i = Number(value);
-    if (!layout || !Array.isArray(layout.bounds) || !Number.isInteger(i) || i < 0 || i > layout.bounds.length) return null;
+    if (!layout || !Number.isInteger(i) || i < 0 || i > layout.bounds.length) return null;
     var edges = [layout.lower].concat(layout.bounds, [layout.upper]);
     var unit = m && m.unit ? " " + m.unit : "";
     return (i === 0 ? "[" : "(") + shortNumber(edges[i]) + ", " + shortNumber(edges[i + 1]) + "]" + unit;
@@ -548,7 +550,9 @@
   function refreshMetric() {
     var m = current(), v = currentVersion();
     if (!m || !v) { metricState("empty", "This worker serves no metric."); drawTop(null); return Promise.resolve(); }
-    var k = Math.min(Number($("k").value), num(v.tracked_values) || 10);
+    // a numeric metric's distribution: every bucket, in bucket order (drawTop); else the K most frequent values
+    var k = numericLayout() ? num(v.tracked_values) || 10 : Math.min(Number($("k").value), num(v.tracked_values) || 10);
+    $("topk-h").textContent = numericLayout() ? "Distribution over its buckets" : "Most frequent values";
     return Promise.all([fetchTop(m, k), fetchTruth(m)]).then(function (answers) {
       var top = answers[0];
       if (top.status === 503 && state.top) {
@@ -881,7 +885,9 @@
   function topRows(doc) {
     var p = current(), t = truthFor(p), processed = doc.postprocess && doc.postprocess !== "none";
     var floor = noiseFloor(doc);
-    return (doc.top || []).map(function (r) {
+    var ordered = (doc.top || []).slice();
+    if (numericLayout()) ordered.sort(function (a, b) { return Number(a.value) - Number(b.value); });  // the histogram
+    return ordered.map(function (r) {
       var v = str(r.value);
       var estimate = num(processed ? r.processed : r.frequency);
       // Whiskers belong to the bar: a processed answer's own interval when it gives one.
@@ -929,7 +935,8 @@
     if (doc && rows.length && hasTruth) legend.push({ color: TRUTH_COLOR, text: "true frequency (%)", shape: "diamond" });
     renderLegend("topk-legend", legend);
     container.setAttribute("aria-label", rows.length
-      ? "Bar chart of the " + rows.length + " most frequent values; the largest is " + rows[0].label + " at " + pct(rows[0].estimate) +
+      ? (numericLayout() ? "Bar chart of the distribution over " + rows.length + " buckets, lowest first; the first is " :
+         "Bar chart of the " + rows.length + " most frequent values; the largest is ") + rows[0].label + " at " + pct(rows[0].estimate) +
         (floor != null ? "; " + below + " below the noise floor of " + pct(floor) : "") + ". Use “Show as table” for all numbers."
       : "No estimates to chart");
     container.setAttribute("data-values", rows.map(function (r) { return r.value; }).join("\n"));

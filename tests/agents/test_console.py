@@ -465,7 +465,9 @@ def test_page_speaks_the_registry_names(chrome, registry_worker, tmp_path):
         assert float(row["cells"]["truth"]["raw"]) == pytest.approx(TYPED_SHARES[rec["value"]], abs=0.02)
     assert f"{found['reports']:,} discovery reports" in chrome.find_element("id", "discovered-summary").text
     assert chrome.find_element("id", "discovered-card").is_displayed()
-    assert "discovery reports instead" in chrome.find_element("id", "metric-state").text  # no ordinary report
+    # no ordinary report: said once typed's own estimates answer came (the panel can fill first)
+    wait_until(chrome, lambda d: "discovery reports instead" in d.find_element("id", "metric-state").text,
+               "the hint that typed's devices send discovery reports")
     chrome.save_screenshot(str(tmp_path / "console-discovered.png"))
     # a metric with no discovery block has no panel
     Select(chrome.find_element("id", "metric-select")).select_by_value("flight_dest")
@@ -889,9 +891,9 @@ def test_non_ascii_values_show_as_the_api_writes_them(chrome, stub):
 
 @pytest.mark.integration
 def test_a_numeric_metrics_buckets_show_as_the_ranges_they_hold(chrome, stub):
-    """Issue 40: a numeric metric's values are bucket indices; the console names each by its range of values,
-    Prometheus-style ("(5, 10] ms"; the first bucket holds the lower bound, and what clipping put there),
-    keeping the index as the row's value."""
+    """Issue 40: a numeric metric's values are bucket indices; the console draws its distribution: every bucket
+    in bucket order, each named by its range of values, Prometheus-style ("(5, 10] ms"; the first bucket holds
+    the lower bound, and what clipping put there), keeping the index as the row's value."""
     layout = {"lower": 0, "upper": 100, "bounds": [5, 10, 50], "buckets": 4, "scheme": "explicit", "scale": None,
               "answers": ["histogram"], "quantiles": [0.5], "clipping": "..."}
     listing = {"metrics": [metric_doc(unit="ms", domain="integers", versions=[
@@ -899,9 +901,12 @@ def test_a_numeric_metrics_buckets_show_as_the_ranges_they_hold(chrome, stub):
     stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, listing), TOPK: (200, TOPK_3),
                          "/console/truth": (200, NO_TRUTH), TREND: (200, {"points": [], "step": 60, "confidence": 0.95})})
     open_stub(chrome, stub)
-    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == ["2", "0", "1"], "the buckets")
+    # the distribution in bucket order (not by frequency), every bucket asked for
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == ["0", "1", "2"], "the buckets")
     assert [r["cells"]["value"]["text"] for r in table_rows(chrome, "topk-data")] == \
-        ["(10, 50] ms", "[0, 5] ms", "(5, 10] ms"]
+        ["[0, 5] ms", "(5, 10] ms", "(10, 50] ms"]
+    assert chrome.find_element("id", "topk-h").text == "Distribution over its buckets"
+    assert [q["k"] for path, q in stub.requests if path == TOPK][-1] == ["4"]
     assert browser_errors(chrome) == []
 
 

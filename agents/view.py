@@ -56,7 +56,7 @@ from cms_core.errors import OCMSError
 
 from infra.kafka import KAFKA, BrokerProfile, make_consumer, stop_client
 
-from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, _HEAD_SIZE, _I8, _U4, NO_OFFSET, TOTAL_WIDTH, BucketKey,
+from .state import (_CODEC, _CODEC_SHUFFLED, _HEAD_SIZE, _I8, COUNT_DTYPES, NO_OFFSET, SHUFFLED_VERSIONS, TOTAL_WIDTH, BucketKey,
                     PartialCounts, StateKey, decode_bundle, read_codec, smallest_batch)
 
 
@@ -104,7 +104,7 @@ class BucketSum:
         for raw in states:
             header = _CODEC.unpack_from(raw)  # magic, version, count width, n, last_offset, D
             n += header[3]
-            if header[1] == _CODEC_VERSION_SHUFFLED:
+            if header[1] in SHUFFLED_VERSIONS:
                 state_shuffled, state_min, state_max = _CODEC_SHUFFLED.unpack_from(raw, _CODEC.size)
                 shuffled += state_shuffled
                 shuffle_min = smallest_batch(shuffle_min, state_min)  # a minimum: taken over the partitions
@@ -120,7 +120,7 @@ class BucketSum:
             # its columns in one call into a fresh int64 array.
             width = first[2]
             head = _HEAD_SIZE[first[1]]
-            rows = np.frombuffer(b"".join(states), _U4 if width == 4 else _I8).reshape(len(states), -1)
+            rows = np.frombuffer(b"".join(states), COUNT_DTYPES[width]).reshape(len(states), -1)
             counts = np.add.reduce(rows[:, head // width:], 0, _I8)
         else:
             counts = np.zeros(self.tracked_count, _I8)
@@ -136,7 +136,7 @@ class BucketSum:
 def _stored_counts(raw: bytes) -> np.ndarray:
     """The counts of a changelog value already validated by read_codec (a view of its bytes)."""
     _, version, width, _, _, d = _CODEC.unpack_from(raw)
-    return np.frombuffer(raw, _U4 if width == 4 else _I8, d, _HEAD_SIZE[version])
+    return np.frombuffer(raw, COUNT_DTYPES[width], d, _HEAD_SIZE[version])
 
 
 class CountsView:

@@ -50,7 +50,11 @@ def test_the_versions_in_the_table_are_the_codecs():
         assert BY_KEY[key].writes == BY_KEY[key].reads == str(version), key
     assert (wire.MAGIC, state._BUNDLE_MAGIC, state._CODEC_MAGIC, sketch._MAGIC) == (b"OC", b"SB", b"PC", b"OCMS")
     assert (state._CODEC_VERSION, state._CODEC_VERSION_UNSIGNED, state._CODEC_VERSION_SHUFFLED) == (1, 2, 3)
-    assert BY_KEY["table_member"].reads.startswith("1, 2 ") and BY_KEY["table_member"].reads.endswith(", 3")
+    assert (state._CODEC_VERSION_NARROW, state._CODEC_VERSION_NARROW_SHUFFLED) == (4, 5)
+    assert BY_KEY["table_member"].reads.startswith("1, 2 ") and BY_KEY["table_member"].reads.endswith(", 3, 4, 5")
+    assert sorted(state._HEAD_SIZE) == [1, 2, 3, 4, 5]
+    assert BY_KEY["table_member"].writes.startswith("4 (") and "`--upgrade-from 0.2`: 1 and 3" in BY_KEY["table_member"].writes
+    assert state.UPGRADE_FROM == ("0.2",)
     kinds = (idempotency_log.LISTING, idempotency_log.BATCH_LISTING, idempotency_log.STORED, idempotency_log.FAILED)
     assert kinds == (b"F", b"B", b"S", b"X")
     assert BY_KEY["idempotency_log"].writes == ", ".join(f"`{k.decode()}`" for k in kinds)

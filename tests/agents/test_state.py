@@ -5,7 +5,7 @@ import struct
 import numpy as np
 import pytest
 
-from agents.state import (NO_OFFSET, BucketKey, OpenBundle, PartialCounts, already_counted, bucket_start, decode_bundle,
+from agents.state import (NO_OFFSET, members_written_for, BucketKey, OpenBundle, PartialCounts, already_counted, bucket_start, decode_bundle,
                           encode_bundle, fold, total)
 from cms_core import InvalidParameterError, OCMSParams, TrackedValues, kernel
 from cms_core.errors import SerializationError
@@ -85,8 +85,11 @@ def test_shuffle_accounting_folds_a_sum_a_minimum_and_a_maximum_and_keeps_the_v1
     for state in (a, b, c):
         assert PartialCounts.from_bytes(state.to_bytes()) == state == PartialCounts.from_json(state.to_json())
     plain = fold(None, np.array([1, 2]), 5, 3)
-    assert plain.to_bytes()[2] == 1 and len(plain.to_bytes()) == 24 + 2 * 4, "unshuffled states keep the v1 codec"
-    assert c.to_bytes()[2] == 3 and len(c.to_bytes()) == 24 + 24 + 2 * 4
+    assert plain.to_bytes()[2] == 4 and len(plain.to_bytes()) == 24 + 2 * 2, "unshuffled states keep the v4 codec"
+    assert c.to_bytes()[2] == 5 and len(c.to_bytes()) == 24 + 24 + 2 * 2
+    with members_written_for("0.2"):  # what release 0.2.0 reads: v1 and v3, 4-byte counts
+        assert plain.to_bytes()[2] == 1 and len(plain.to_bytes()) == 24 + 2 * 4, "unshuffled states keep the v1 codec"
+        assert c.to_bytes()[2] == 3 and len(c.to_bytes()) == 24 + 24 + 2 * 4
     with pytest.raises(InvalidParameterError):
         fold(None, np.array([1, 2]), 5, 3, shuffled=6, shuffle_min=10)  # more shuffled than reports
     with pytest.raises(InvalidParameterError):
@@ -107,8 +110,10 @@ def test_a_value_written_before_claims_were_signed_holds_no_shuffled_report():
     bundle.fold(FPS[1], np.array([1, 1]), 2, 4, shuffled=2, shuffle_min=50, shuffle_max=70)
     from agents.state import decode_bundle
     members = {fp: PartialCounts.from_bytes(raw) for fp, raw in decode_bundle(bundle.encode()).items()}
-    assert members[FPS[0]] == PartialCounts(7, [1, 3], 4) and members[FPS[0]].to_bytes()[2] == 1
-    assert members[FPS[1]] == PartialCounts(7, [2, 3], 4, 2, 50, 70) and members[FPS[1]].to_bytes()[2] == 3
+    assert members[FPS[0]] == PartialCounts(7, [1, 3], 4) and members[FPS[0]].to_bytes()[2] == 4
+    assert members[FPS[1]] == PartialCounts(7, [2, 3], 4, 2, 50, 70) and members[FPS[1]].to_bytes()[2] == 5
+    with members_written_for("0.2"):
+        assert members[FPS[0]].to_bytes()[2] == 1 and members[FPS[1]].to_bytes()[2] == 3
 
 
 def test_partial_counts_codec_refuses_garbage():

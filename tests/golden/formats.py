@@ -228,8 +228,9 @@ class _captured:
 
 
 # ------------------------------------------------------------------ the writer: this release's samples
-def _samples() -> list[tuple[str, str, bytes, dict | None]]:
-    """(format, file name, bytes, refused) of every sample; refused: None, or the error a reader raises."""
+def _samples(upgrade_from: str | None) -> list[tuple[str, str, bytes, dict | None]]:
+    """(format, file name, bytes, refused) of every sample; refused: None, or the error a reader raises. Table
+    members are written as a worker started with ``--upgrade-from upgrade_from`` writes them (None: without)."""
     from agents import state
     from cms_core import OCMSSketch, Report, ReportBatch, TrackedValues, wire
     from collector.exactly_once import log as idem
@@ -256,8 +257,9 @@ def _samples() -> list[tuple[str, str, bytes, dict | None]]:
     member = members[ocms.fingerprint.hex()]
     out.append(("table_value", "table_value_version2_refused.bin", bundle[:2] + b"\x02" + bundle[3:],
                 {"error": "SerializationError", "match": "not a counts bundle v1"}))
-    bad_member = state.encode_bundle({ocms.fingerprint.hex(): member[:2] + b"\x04" + member[3:]})
-    out.append(("table_member", "table_member_version4_refused.bin", bad_member,
+    unknown = 4 if upgrade_from == "0.2" else 6  # 0.2.0's control named version 4, which later code reads (LEARNED)
+    bad_member = state.encode_bundle({ocms.fingerprint.hex(): member[:2] + bytes([unknown]) + member[3:]})
+    out.append(("table_member", f"table_member_version{unknown}_refused.bin", bad_member,
                 {"error": "SerializationError", "match": "not a PartialCounts v1/v2/v3"}))
     keys = [state.StateKey(f"g3-{ocms.fingerprint.hex()}", 2, 60, 3600, 1_700_000_040),
             state.StateKey("g1", 0, state.TOTAL_WIDTH, 0, 0)]
@@ -350,16 +352,32 @@ def _ledger_js_sample(directory: Path) -> list[tuple[str, str, dict | None]]:
 NOT_BYTE_EXACT = {"ledger.sqlite", "ledger_js.json", "ledger_js_format2_refused.json"}
 
 
+#: The directory of what this code writes beyond the last release (no --upgrade-from): the next release renames
+#: it to its version (scripts/write_golden.py; docs/compatibility.md, Golden files).
+UNRELEASED = "unreleased"
+#: The --upgrade-from with which this code writes a release's samples byte for byte (the first rolling bounce
+#: writes exactly what the previous release wrote); the unreleased directory is written without one.
+UPGRADE_FROM = {"0.2.0": "0.2", UNRELEASED: None}
+#: Negative controls of an earlier release that this code reads, and why: each names a version that release did
+#: not know and a later one defined (test_golden reads them as samples: they must decode).
+LEARNED = {("0.2.0", "table_member_version4_refused.bin"):
+           "member codec v4 (2-byte counts) is read since the release after 0.2.0 (CHANGELOG.md, Unreleased)"}
+
+
 def write_release(directory: Path, release: str, with_node: bool = True) -> dict:
     """Write this code's samples of every format and ``manifest.json`` into ``directory`` (replaced whole: written
-    beside it first, so a failed run leaves no half directory). ``with_node=False`` leaves out the samples
-    that node writes (the JS ledger's)."""
+    beside it first, so a failed run leaves no half directory), as it writes them for ``release``
+    (``UPGRADE_FROM``). ``with_node=False`` leaves out the samples that node writes (the JS ledger's)."""
+    from agents.state import members_written_for
+
     final, directory = directory, directory.with_name(directory.name + ".partial")
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
     entries = []
-    for fmt, name, data, refused in _samples():
+    with members_written_for(UPGRADE_FROM[release]):
+        written = _samples(UPGRADE_FROM[release])
+    for fmt, name, data, refused in written:
         (directory / name).write_bytes(data)
         entries.append((fmt, name, refused))
     entries += _registry_samples(directory)

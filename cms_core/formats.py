@@ -87,7 +87,9 @@ BY_KEY = {f.key: f for f in FORMATS}
 RELEASES: tuple[tuple[str, str], ...] = (
     ("unreleased", "member codec versions 4 and 5 (2-byte counts while a member holds fewer than 65,536 reports), "
                    "which 0.2.0 refuses: written only without `--upgrade-from 0.2` (CHANGELOG.md, Unreleased: two "
-                   "rolling bounces); golden `tests/golden/unreleased/`"),
+                   "rolling bounces); a device configuration may name a metric's `min_client_version` (still format "
+                   "1: 0.2.0's clients ignore the key, later ones refuse the metric when older); golden "
+                   "`tests/golden/unreleased/`"),
     (__version__, "first versioned release: every format above at the version in the table"),
     ("0.1.0", "never tagged: the package said 0.1.0 at every commit before 0.2.0. The last (06baef7) writes every "
               "format above at the same version, so 0.2.0 reads its state; commits before issue 30's bundled "

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from cms_core.errors import InvalidParameterError
 from cms_core.params import MAX_HASH_RANGE, MECHANISM_CHOICES, OCMSParams, check_epsilon, compare_mechanisms
+from cms_core.version import release_tuple
 
 from .errors import FileRefusedError, Problem, RegistryFileError, RegistryValidationError
 from .files import MAX_INTEGER_DIGITS, YamlMap, YamlSeq, compose, read_regular_file
@@ -76,7 +77,7 @@ NAME_PATTERN = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 PRIVACY_KEYS = ("epsilon", "mode", "f_star", "tracked_count", "hash_range", "mechanism", "lifetime_epsilon")
 DOMAIN_KEYS = ("categories", "integers", "strings")
 METRIC_KEYS = ("name", "description", "owner", "unit", *DOMAIN_KEYS, "tracked", "bucket", "retention", "rollup",
-               "watch", "top_k", "min_reports", "versions", "discovery", *PRIVACY_KEYS)
+               "watch", "top_k", "min_reports", "min_client_version", "versions", "discovery", *PRIVACY_KEYS)
 VERSION_KEYS = ("version", *PRIVACY_KEYS, "add_categories", "retired", "note")
 ROLLUP_KEYS = ("bucket", "retention")
 TOP_KEYS = ("metrics",)
@@ -549,11 +550,25 @@ class _Loader:
                                  f"got {rollup_retention} s", metric, "rollup.retention")
         top_k = self.integer(entry, "top_k", metric, DEFAULT_TOP_K, 0, MAX_TOP_K)
         min_reports = self.integer(entry, "min_reports", metric, DEFAULT_MIN_REPORTS, 0, MAX_MIN_REPORTS)
+        min_client = self.release(entry, "min_client_version", metric)
         if self.problem_count > before:
             return None
         return {"bucket_seconds": bucket, "retention_seconds": retention, "rollup_seconds": rollup_seconds,
                 "rollup_retention_seconds": rollup_retention if rollup_seconds is not None else None,
-                "top_k": top_k, "min_reports": min_reports}
+                "top_k": top_k, "min_reports": min_reports, "min_client_version": min_client}
+
+    def release(self, mapping, key, metric) -> str | None:
+        """A release ``X.Y.Z`` (the oldest device client release that may report the metric), or None."""
+        if key not in mapping:
+            return None
+        value = mapping[key]
+        try:
+            release_tuple(value if isinstance(value, str) else "")
+        except ValueError:
+            self.problem(_key_line(mapping, key), f"must be a release X.Y.Z in quotes (e.g. \"0.3.0\"), got "
+                         f"{_show(value)}", metric, key)
+            return None
+        return value.strip()
 
     def duration(self, mapping, key, metric, default, minimum, maximum, field=None) -> int | None:
         field = field or key

@@ -70,6 +70,8 @@ class MetricVersion:
     mechanism_note: str | None = None
     #: cms_core.longitudinal.LongitudinalParams when the version declares lifetime_epsilon (issue 38), else None.
     longitudinal: object = None
+    #: The oldest device client release that may report it (registry key ``min_client_version``), or None: any.
+    min_client_version: str | None = None
     _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------ identity
@@ -222,6 +224,7 @@ class MetricVersion:
             "params": self.params.describe(),
             **({"discovery": self.discovery.describe()} if self.discovery is not None else {}),
             **({"longitudinal": self.longitudinal.describe()} if self.longitudinal is not None else {}),
+            **({"min_client_version": self.min_client_version} if self.min_client_version else {}),
         }
 
 

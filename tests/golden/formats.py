@@ -163,8 +163,10 @@ def read_device_config(data: bytes) -> dict:
     doc = json.loads(data)
     if doc.get("format") != DEVICE_CONFIG_FORMAT:
         raise ValueError(f"device config format {doc.get('format')!r}: this release reads {DEVICE_CONFIG_FORMAT}")
-    return {"format": doc["format"], "metrics": {f"{m['name']}@{m['version']}": m["fingerprint"]
-                                                 for m in doc["metrics"]}}
+    fields = {"format": doc["format"], "metrics": {f"{m['name']}@{m['version']}": m["fingerprint"]
+                                                   for m in doc["metrics"]}}
+    needs = {m["name"]: m["min_client_version"] for m in doc["metrics"] if "min_client_version" in m}
+    return {**fields, "min_client_version": needs} if needs else fields  # the key is newer than 0.2.0
 
 
 def read_ledger_python(data: bytes, path: Path) -> dict:
@@ -300,14 +302,19 @@ def _samples(upgrade_from: str | None) -> list[tuple[str, str, bytes, dict | Non
     return out
 
 
-def _registry_samples(directory: Path) -> list[tuple[str, str, dict | None]]:
-    """registry.yaml, its lock and device config, written by this release's code in ``directory``."""
+#: What the registry language has said since 0.2.0 (the unreleased samples' registry says it too).
+MIN_CLIENT_YAML = '    min_client_version: "0.2.0"\n'
+
+
+def _registry_samples(directory: Path, upgrade_from: str | None) -> list[tuple[str, str, dict | None]]:
+    """registry.yaml, its lock and device config, written by this release's code in ``directory`` (in the
+    language of release ``upgrade_from``: without ``min_client_version`` for 0.2)."""
     from registry import load_registry
     from registry.device import device_config
     from registry.lock import write_lock
 
     path = directory / "registry.yaml"
-    path.write_text(REGISTRY_YAML, encoding="utf-8")
+    path.write_text(REGISTRY_YAML + (MIN_CLIENT_YAML if upgrade_from is None else ""), encoding="utf-8")
     registry = load_registry(path)
     write_lock(registry, directory / "registry.lock")
     (directory / "device_config.json").write_text(json.dumps(device_config(registry), indent=1) + "\n")
@@ -380,7 +387,7 @@ def write_release(directory: Path, release: str, with_node: bool = True) -> dict
     for fmt, name, data, refused in written:
         (directory / name).write_bytes(data)
         entries.append((fmt, name, refused))
-    entries += _registry_samples(directory)
+    entries += _registry_samples(directory, UPGRADE_FROM[release])
     entries += _ledger_sample(directory)
     if with_node:
         entries += _ledger_js_sample(directory)

@@ -25,6 +25,7 @@ typedef struct {
     ocms_metric metric; /* points into this struct: do not copy a loaded metric */
     int longitudinal;   /* issue 38: the config gives a longitudinal mode: memoized two-round reports */
     ocms_longitudinal longitudinal_params; /* its parameters (params points at this struct's params) */
+    unsigned min_client[3]; /* min_client_version: the oldest client release that may report it; 0.0.0: any */
 } ocms_cfg_metric;
 
 typedef struct {
@@ -40,6 +41,9 @@ int ocms_cfg_load_text(const char *text, size_t len, ocms_cfg *cfg, char *err, s
 int ocms_cfg_load_file(const char *path, ocms_cfg *cfg, char *err, size_t errlen);
 void ocms_cfg_free(ocms_cfg *cfg);
 const ocms_cfg_metric *ocms_cfg_find(const ocms_cfg *cfg, const char *name);
+/* 0 when the linked library (ocms_version()) may report the metric; -1 with err naming the release to upgrade
+ * to when the config's min_client_version is newer (issue 39). */
+int ocms_cfg_client_too_old(const ocms_cfg_metric *m, char *err, size_t errlen);
 
 /* A value as the library takes it: an integer (integers, category index) or string bytes. */
 typedef struct {

@@ -22,6 +22,6 @@ export { captureRecord, readCapture } from "./capture.js";
 export { hex, fromHex } from "./hash.js";
 export { VERSION } from "./version.js";
 export {
-  DeliveryError, InvalidConfigError, InvalidParameterError, InvalidValueError, NoRandomnessError, OCMSError,
+  ClientTooOldError, DeliveryError, InvalidConfigError, InvalidParameterError, InvalidValueError, NoRandomnessError, OCMSError,
   PrivacyBudgetError, QueueFullError, StorageError, UnknownMetricError, WireFormatError,
 } from "./errors.js";

@@ -7,8 +7,8 @@ The previous release is its real code: commit b078575 (release 0.2.0) of this cl
 3 workers and 2 collectors of 0.2.0 sharing one consumer group and one idempotency log; devices uploading
 through the collectors with retries and a ledger of every 202, a query loop asking every worker for every
 metric, /healthz polls (benchmarks.faults.traffic). Then, under that load, the two bounces of CHANGELOG.md
-(Unreleased, Upgrading): each worker in turn replaced by this code with ``--upgrade-from 0.2`` (waiting for its
-/healthz ok), each collector replaced by this code, then each worker restarted without ``--upgrade-from``.
+(Unreleased, Upgrading): each worker, then each collector, in turn replaced by this code with ``--upgrade-from
+0.2`` (waiting for its /healthz ok), then each restarted without ``--upgrade-from``.
 Uploads stop, those under way are retried until answered, and every worker must answer every metric with the
 ledger's counts (benchmarks.faults.checker: no 200 smaller than an earlier one, none above what was sent).
 
@@ -197,11 +197,11 @@ class Cluster:
         self.processes[name] = child.start()
         return child
 
-    def start_collector(self, name: str, old: bool) -> CollectorChild:
+    def start_collector(self, name: str, old: bool, *flags: str) -> CollectorChild:
         release = PREVIOUS_RELEASE if old else "new"
         child = CollectorChild(str(self.registry), self.broker.bootstrap_servers, TOPIC, self.ports[name],
                                log=self._log(name, release), root=self.old_root if old else ROOT,
-                               extra=("--broker", "embedded", "--idempotency-window-seconds", "60"))
+                               extra=("--broker", "embedded", "--idempotency-window-seconds", "60", *flags))
         self.processes[name] = child.start()
         return child
 
@@ -246,12 +246,18 @@ async def _run(seed: int, workdir: Path, old_root: Path, warm_s: float, pause_s:
             f"load for {warm_s:g} s")
         await asyncio.sleep(warm_s)
 
-        async def replace_worker(name: str, flags: tuple[str, ...], what: str, writes: str | None) -> None:
+        async def replace(name: str, bounce: int) -> None:
+            """Stop ``name`` and start this code in its place (the first bounce with --upgrade-from), then wait for
+            its /healthz to say so (a worker: ok; a collector: ready)."""
+            flags = ("--upgrade-from", UPGRADE_FROM) if bounce == 1 else ()
+            what = f"{name} -> new{' --upgrade-from ' + UPGRADE_FROM if flags else ''}"
             began = time.time()
             await asyncio.to_thread(cluster.processes[name].stop, 30)
-            child = cluster.start_worker(name, False, *flags)
-            doc = await asyncio.to_thread(child.wait_healthy, START_S)
-            if doc.get("version") != __version__ or doc.get("upgrade_from") != writes:
+            if name in workers:
+                doc = await asyncio.to_thread(cluster.start_worker(name, False, *flags).wait_healthy, START_S)
+            else:
+                doc = await asyncio.to_thread(cluster.start_collector(name, False, *flags).wait_ready, START_S)
+            if doc.get("version") != __version__ or doc.get("upgrade_from") != (UPGRADE_FROM if flags else None):
                 raise RuntimeError(f"{name} answered {doc.get('version')}, upgrade_from {doc.get('upgrade_from')}")
             ended = time.time()
             down.setdefault(name, []).append((began, ended))
@@ -259,18 +265,9 @@ async def _run(seed: int, workdir: Path, old_root: Path, warm_s: float, pause_s:
             log(f"{what}: {ended - began:.1f} s")
             await asyncio.sleep(pause_s)
 
-        for name in workers:  # the first bounce
-            await replace_worker(name, ("--upgrade-from", UPGRADE_FROM), f"{name} -> new --upgrade-from {UPGRADE_FROM}",
-                                 UPGRADE_FROM)
-        for name in collectors:  # collectors: their formats did not change; replaced one at a time
-            began = time.time()
-            await asyncio.to_thread(cluster.processes[name].stop, 30)
-            await asyncio.to_thread(cluster.start_collector(name, False).wait_ready, START_S)
-            steps.append(Step(f"{name} -> new", began, time.time()))
-            log(f"{name} -> new: {time.time() - began:.1f} s")
-            await asyncio.sleep(pause_s)
-        for name in workers:  # the second bounce
-            await replace_worker(name, (), f"{name} -> new", None)
+        for bounce in (1, 2):  # each bounce: the workers one at a time, then the collectors
+            for name in workers + collectors:
+                await replace(name, bounce)
         last_step_end = time.time()
         await asyncio.sleep(pause_s)
         uploaders.stop_new()

@@ -51,9 +51,10 @@ FORMATS: tuple[Format, ...] = (
            "layout must fail this parse", "the one layout", "the one layout", "agents/state.py (`StateKey`)",
            "the worker's changelog topic and table store"),
     Format("idempotency_log", "Idempotency log record",
-           "type byte, naming kind and layout: `F` listing (a lease: `F` with no keys), `B` batch listing, "
-           "`S`/`X` outcome; a new layout takes a new type byte", "`F`, `B`, `S`, `X`",
-           "`F`, `B`, `S`, `X` (others skipped, counted, logged)", "collector/exactly_once/log.py",
+           "type byte, naming kind and layout: `F` listing, `B` batch listing, `S`/`X` outcome, `L` lease (0.2.0: "
+           "a lease is an `F` with no keys); a new layout takes a new type byte", "`F`, `B`, `S`, `X`, `L`; with "
+           "`--upgrade-from 0.2`: `F`, `B`, `S`, `X` (a lease as an `F` with no keys), what 0.2.0 reads",
+           "`F`, `B`, `S`, `X`, `L` (others skipped, counted, logged)", "collector/exactly_once/log.py",
            "partition 0 of the collectors' idempotency topic"),
     Format("redo_record", "Redo record (a shuffled batch's frame, copied before it is produced)",
            "value: a wire message; `ocms-frame` header: 16 bytes a frame's nonce, 24 bytes a batch's "
@@ -86,8 +87,8 @@ BY_KEY = {f.key: f for f in FORMATS}
 #: The releases and what each part of one speaks (docs/compatibility.md, "Releases").
 RELEASES: tuple[tuple[str, str], ...] = (
     ("unreleased", "member codec versions 4 and 5 (2-byte counts while a member holds fewer than 65,536 reports), "
-                   "which 0.2.0 refuses: written only without `--upgrade-from 0.2` (CHANGELOG.md, Unreleased: two "
-                   "rolling bounces); a device configuration may name a metric's `min_client_version` (still format "
+                   "which 0.2.0 refuses, and the collectors' `L` lease record, which 0.2.0 skips: written only "
+                   "without `--upgrade-from 0.2` (CHANGELOG.md, Unreleased: two rolling bounces); a device configuration may name a metric's `min_client_version` (still format "
                    "1: 0.2.0's clients ignore the key, later ones refuse the metric when older); golden "
                    "`tests/golden/unreleased/`"),
     (__version__, "first versioned release: every format above at the version in the table"),

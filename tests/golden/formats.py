@@ -109,6 +109,9 @@ def read_idempotency_log(data: bytes) -> dict:
                             "incarnation": listing.incarnation.hex(), "partition": listing.partition,
                             "lower": listing.lower, "time": listing.time, "keys": [k.hex() for k in listing.keys],
                             "batch": listing.batch, "redo_lower": listing.redo_lower})
+        elif value[:1] == idem.LEASE:
+            owner, incarnation, time_s = idem.decode_lease(value)
+            records.append({"kind": "L", "owner": owner, "incarnation": incarnation.hex(), "time": time_s})
         else:
             records.append({"kind": value[:1].decode(), "nonce": value[1:].hex()})
     statuses = {nonce.hex(): listing.status for nonce, listing in listings.frames.items()}
@@ -273,8 +276,10 @@ def _samples(upgrade_from: str | None) -> list[tuple[str, str, bytes, dict | Non
     key_b = idem.key_hash(b"s" * 32, "golden", "upload-2")
     records = [idem.encode_listing(nonce_a, "collector-1", incarnation, 3, 100, 1_700_000_000, [key_a]),
                idem.encode_batch_listing(nonce_b, "collector-1", incarnation, 1, 50, 7, 1_700_000_001, [key_b]),
-               idem.encode_listing(nonce_c, "collector-2", incarnation, 0, 9, 1_700_000_002, []),  # a lease
+               idem.encode_listing(nonce_c, "collector-2", incarnation, 0, 9, 1_700_000_002, []),  # a 0.2.0 lease
                idem.encode_outcome(nonce_a, True), idem.encode_outcome(nonce_b, False)]
+    if upgrade_from is None:  # a lease record of its own (L) since 0.2.0
+        records.append(idem.encode_lease_record("collector-2", incarnation, 1_700_000_003))
     out.append(("idempotency_log", "idempotency_log.json",
                 json.dumps({"records": [r.hex() for r in records]}, indent=1).encode(), None))
     out.append(("idempotency_log", "idempotency_log_unknown_kind_refused.json",

@@ -206,3 +206,23 @@ def test_the_newest_bundle_keeps_each_member_s_newer_state_whoever_wrote_it():
     mixed = newest_bundle(owner, encode_bundle({a: PartialCounts(12, [5, 7], 130).to_bytes()}))
     assert member_offsets(mixed) == {a: 130, b: 118}
     assert newest_bundle(owner, b"garbage") == b"garbage" and newest_bundle(b"garbage", owner) == owner
+
+
+@pytest.mark.parametrize("upgrade_from, widths", [(None, (2, 4, 4, 8)), ("0.2", (4, 4, 4, 8))])
+def test_a_member_widens_its_counts_as_n_crosses_2_16_and_2_32_and_stays_exact(upgrade_from, widths):
+    """Codec v4 holds 2-byte counts while n < 2^16, then 4, then 8 (v1 with --upgrade-from 0.2: 4, then 8); the
+    in-place fold of OpenBundle re-encodes a member whose width changes, with the reference fold's bytes."""
+    steps = (65_535, 1, 2**32 - 65_537, 1)  # n after each: 2^16 - 1, 2^16, 2^32 - 1, 2^32
+    seen = []
+    with members_written_for(upgrade_from):
+        bundle, reference = OpenBundle(None), None
+        for offset, n in enumerate(steps, 1):
+            counts = np.array([n, n // 2, 0])
+            bundle.fold(FPS[0], counts, n, offset)
+            reference = fold(reference, counts, n, offset)
+            raw = decode_bundle(bundle.encode())[FPS[0]]
+            assert raw == reference.to_bytes() and PartialCounts.from_bytes(raw) == reference
+            seen.append(raw[3])
+            bundle = OpenBundle(bundle.encode())
+    assert tuple(seen) == widths
+    assert reference.n == 2**32 and reference.counts.tolist() == [2**32, sum(n // 2 for n in steps), 0]

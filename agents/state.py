@@ -414,8 +414,9 @@ class PartialCounts:
 
     @classmethod
     def from_bytes(cls, data: bytes, *, copy: bool = True) -> "PartialCounts":
-        """The state a table value holds; ``copy=False`` leaves the counts a read-only view of ``data``
-        (as stored: uint32 while n < 2^32), for a reader that only adds them up (agents.view)."""
+        """The state a table value holds; ``copy=False`` leaves the counts a read-only view of ``data`` (as
+        stored: uint16 while n < 2^16 in codec v4/v5, uint32 while n < 2^32), for a reader that only adds them up
+        (agents.view)."""
         _, width, n, last_offset, d, shuffled, shuffle_min, shuffle_max, head = _codec_header(data, 0, len(data))
         counts = np.frombuffer(data, COUNT_DTYPES[width], d, head)
         if copy:

@@ -17,13 +17,14 @@ keeps one entry per member state.
 
 Memory: per bucket, one summed int64 array of the D tracked counts (what queries
 read: one state per bucket, not one per partition) plus each writing partition's
-latest state as it arrived on the changelog (uint32 counts while n < 2^32). The
-partition states are what keeps the sum exact: a changelog record *replaces* its
+latest state as it arrived on the changelog (uint16 or uint32 counts: agents.state.member_layout).
+The partition states are what keeps the sum exact: a changelog record *replaces* its
 partition's cumulative state (replay after kill -9, a new owner after a rebalance,
 a late report into an old bucket all rewrite it), and a tombstone deletes it, so the
 sum is that of the partitions' latest states, taken again when the bucket is next
 read after a change (BucketSum). About ``buckets x D x (8 + 4 x partitions)`` bytes
-per metric version (docs/operating.md).
+per metric version at most (docs/operating.md; 2 bytes a count instead of 4 in a state of fewer than
+65,536 reports: codec v4/v5).
 
 Cost of applying a record (issue 30: a 300-metric worker's checkpoint is 128 records
 holding 2,400 changed member states, read back by every worker on its event loop): what

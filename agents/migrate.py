@@ -131,6 +131,10 @@ async def migrate(bootstrap: str, from_app_id: str, to_app_id: str, partitions: 
                 records = [r for r in (await consumer.getmany(tp, timeout_ms=5_000, max_records=batch)).get(tp, [])
                            if r.offset < ends[tp]]
                 if not records:
+                    # Past the last record below the end already (the offsets left are control records, which a
+                    # fetch skips: a changelog written by a transactional producer), or nothing came yet.
+                    if await consumer.position(tp) >= ends[tp]:
+                        break
                     continue
                 sent = []
                 for record in records:

@@ -4,7 +4,8 @@ killed halfway and resumed, and the new group's answers exactly the old group's.
 One worker of group ``mig-old`` counts 20,000 reports (4 partitions, 1-minute buckets over ten minutes). The
 migration runs slowly (``--rate``, ``--batch-records``) and is SIGKILLed once it printed half of its records;
 the old worker keeps answering, and counts 5,000 more reports; the resumed run goes on after the last record
-the killed one copied. Then the new changelog holds, key for key, the old one's latest states (their members
+the killed one copied, while the old worker counts 2,000 more, and a third run copies what it wrote since the
+second began. Then the new changelog holds, key for key, the old one's latest states (their members
 decoded); a worker of group ``mig-new`` on the same source topic recovers it and answers what the old one
 answers, every window (the reports of the migrated states skipped by their offsets, the later ones counted).
 """
@@ -15,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -97,10 +99,19 @@ def test_a_migration_killed_halfway_and_resumed_gives_the_new_group_exactly_the_
                                             timestamps_ms=[now_ms - 30_000] * 50))
         old.wait_for_n(25_000)
 
-        # 3. resumed: goes on after the killed run's last record, to the old changelog's new end
-        resumed = subprocess.run(migrate_command(broker), cwd=ROOT, capture_output=True, text=True, timeout=300)
+        # 3. resumed: goes on after the killed run's last record, to the old changelog's end when it started,
+        # while the old group counts 2,000 more (what it writes past that end is left for the next run)
+        writing = threading.Thread(target=send, args=(broker, TOPIC, report_messages(
+            PARAMS, zipf_values(2_000, 35), 20, seed=36, timestamps_ms=[now_ms - 10_000] * 100), 40))
+        writing.start()
+        resumed = subprocess.run(migrate_command(broker, "--rate", "200", "--batch-records", "10"), cwd=ROOT,
+                                 capture_output=True, text=True, timeout=300)
+        writing.join()
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert "resumed after old offsets {" in resumed.stdout and "0 refused" in resumed.stdout, resumed.stdout
+        old.wait_for_n(27_000)
+        again = subprocess.run(migrate_command(broker), cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0 and "resumed after old offsets {" in again.stdout, again.stdout + again.stderr
         old_states, new_states = latest_states(broker, "mig-old"), latest_states(broker, "mig-new")
         assert new_states == old_states and len(new_states) >= 8
         assert all(dict(r.headers).get(MIGRATED_FROM) for r in consume(broker, changelog_topic("mig-new")))
@@ -108,10 +119,10 @@ def test_a_migration_killed_halfway_and_resumed_gives_the_new_group_exactly_the_
         # 4. a worker of the new group answers exactly what the old one answers
         new = worker(broker, "mig-new", tmp_path).start()
         new.wait_healthy()
-        new.wait_for_n(25_000)
+        new.wait_for_n(27_000)
         now_s = int(time.time())
         assert answers(new, now_s) == answers(old, now_s)
-        assert new.get("/estimates")[1]["n"] == 25_000
+        assert new.get("/estimates")[1]["n"] == 27_000
     finally:
         for w in (new, old):
             if w is not None:

@@ -44,6 +44,7 @@ from .rebalance import GroupCollector, GroupWatch
 from .retention import Retention, expiry_interval
 from .shards import Router, Share
 from .settings import TABLE_NAME, WorkerSettings
+from .state import write_members_for
 from .status import WorkerStatus, owned_partitions
 from .trust import ClaimCheck
 from .view import ChangelogReader, CountsView
@@ -109,6 +110,7 @@ class OCMSWorker:
     def __init__(self, settings: WorkerSettings, metrics: Registry):
         self.settings = settings
         kafka_security.use(settings.kafka_config_file)  # SASL and TLS of every Kafka client of this process
+        write_members_for(settings.upgrade_from)  # the table member codecs this process writes (--upgrade-from)
         self.source_topic = settings.source_topic  # read by agents.intake
         self.view = CountsView()
         # Every metric version served, by name and fingerprint (a registry, or the single-metric flags').

@@ -388,7 +388,7 @@ def decode_segments(jobs: list) -> None:
     counts = kernel.match_counts_many([(params, batch, tracked) for params, batch, tracked, _ in jobs])
     for (_, _, _, segment), job_counts in zip(jobs, counts):
         # Checked once here, not at every key the counts are folded into (agents.state.OpenBundle adds
-        # them in place into 4-byte counts: a count outside [0, n] must never get there). One reduction:
+        # them in place into 2- or 4-byte counts: a count outside [0, n] must never get there). One reduction:
         # read as unsigned, a negative count is above any n.
         job_counts = np.ascontiguousarray(job_counts, np.int64)  # (no copy: every backend returns int64)
         if job_counts.size and int(job_counts.view(np.uint64).max()) > segment[0]:

@@ -28,6 +28,7 @@ from infra.kafka import DEFAULT_SOURCE_TOPIC, EMBEDDED, KAFKA, PROFILES, BrokerP
 from infra.settings import (LOG_LEVELS, Setting, check_fields, choice, existing_file, integer, markdown_table, number, resolve,
                             table_main, text, topic)
 from registry import Registry
+from .state import UPGRADE_FROM
 from registry.flags import METRIC_SETTINGS, REGISTRY, metrics_from_args
 
 TABLE_NAME = "ocms-counts"
@@ -107,6 +108,11 @@ WORKER_ROWS: tuple[Setting, ...] = (
             metavar="N"),
     Setting("store", "table store: memory:// or rocksdb://PATH (production; extra rocksdb)", store,
             default="memory://", metavar="URL"),
+    Setting("upgrade_from", "the first of an upgrade's two rolling bounces (CHANGELOG.md, Upgrading): in a group "
+            "that still has workers of this earlier release, write only the stored formats they read (table member "
+            "codec v1/v3) while reading this release's too; bounce each worker again without it once none of that "
+            "release is left", choice(*UPGRADE_FROM), metavar="RELEASE", choices=UPGRADE_FROM,
+            default_text="off: this release's formats"),
     Setting("view", "counts this worker's view holds: share (the metrics of its assigned partitions; queries for "
             "others are forwarded to their holder; docs/capacity.md) or all (every worker answers from its own view)",
             choice("all", "share"), default="share", choices=("all", "share")),
@@ -164,6 +170,8 @@ class WorkerSettings:
     web_idle_timeout_seconds: float
     web_max_connections: int
     store: str
+    #: The earlier release whose workers may share the group (agents.state.write_members_for); None: none.
+    upgrade_from: str | None
     #: "all": the view holds every metric; "share": the metrics of the assigned partitions (agents.shards).
     view: str
     discovery_window_seconds: int

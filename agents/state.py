@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from contextlib import contextmanager
 from typing import Iterable, Mapping, NamedTuple
 
 import numpy as np
@@ -304,9 +305,59 @@ _CODEC_VERSION_SHUFFLED = 3
 #: read, never written; its claims were not verified, so its reports count as not shuffled.
 _CODEC_VERSION_UNSIGNED = 2
 _UNSIGNED_SIZE = 16
+#: Versions 4 and 5 (after release 0.2.0): the layouts of versions 1 and 3 with counts as narrow as n allows,
+#: 2 bytes while n < 2^16 (most minute and hour buckets: their changelog records are about half as large), else
+#: 4 while n < 2^32, else 8. A 0.2.0 worker refuses them, so a worker writes them only without --upgrade-from.
+_CODEC_VERSION_NARROW = 4
+_CODEC_VERSION_NARROW_SHUFFLED = 5
 #: Header bytes per codec version.
 _HEAD_SIZE = {_CODEC_VERSION: _CODEC.size, _CODEC_VERSION_UNSIGNED: _CODEC.size + _UNSIGNED_SIZE,
-              _CODEC_VERSION_SHUFFLED: _CODEC.size + _CODEC_SHUFFLED.size}
+              _CODEC_VERSION_SHUFFLED: _CODEC.size + _CODEC_SHUFFLED.size,
+              _CODEC_VERSION_NARROW: _CODEC.size, _CODEC_VERSION_NARROW_SHUFFLED: _CODEC.size + _CODEC_SHUFFLED.size}
+#: The versions whose header carries shuffled, shuffle_min, shuffle_max (checked, read).
+SHUFFLED_VERSIONS = frozenset((_CODEC_VERSION_SHUFFLED, _CODEC_VERSION_NARROW_SHUFFLED))
+#: The count widths each version may hold, and their dtypes.
+_WIDTHS = {_CODEC_VERSION: (4, 8), _CODEC_VERSION_UNSIGNED: (4, 8), _CODEC_VERSION_SHUFFLED: (4, 8),
+           _CODEC_VERSION_NARROW: (2, 4, 8), _CODEC_VERSION_NARROW_SHUFFLED: (2, 4, 8)}
+COUNT_DTYPES = {2: np.dtype("<u2"), 4: _U4, 8: _I8}
+
+#: The releases a worker of this code can share a consumer group with (``ocms worker --upgrade-from``): it then
+#: writes only member versions that release reads (1 and 3), while reading every version above.
+UPGRADE_FROM = ("0.2",)
+_narrow = True  # write versions 4 and 5 (no --upgrade-from); set once per process by write_members_for
+
+
+def write_members_for(upgrade_from: str | None) -> None:
+    """Write the member versions every worker of release ``upgrade_from`` reads (1 and 3), or this code's own
+    (4 and 5) when None: the first and the second rolling bounce of an upgrade (CHANGELOG.md, Upgrading)."""
+    global _narrow
+    if upgrade_from is not None and upgrade_from not in UPGRADE_FROM:
+        raise InvalidParameterError("upgrade_from", upgrade_from, f"expected one of {', '.join(UPGRADE_FROM)}")
+    _narrow = upgrade_from is None
+
+
+def writes_for() -> str | None:
+    """The release whose workers this process writes for (None: this code's own member versions)."""
+    return None if _narrow else UPGRADE_FROM[0]
+
+
+@contextmanager
+def members_written_for(upgrade_from: str | None):
+    """``write_members_for`` inside the block, then what was written before (tests, golden samples)."""
+    before = writes_for()
+    write_members_for(upgrade_from)
+    try:
+        yield
+    finally:
+        write_members_for(before)
+
+
+def member_layout(n: int, shuffled: int) -> tuple[int, int]:
+    """(codec version, count width) of a member of ``n`` reports, ``shuffled`` of them through a shuffle."""
+    if _narrow:
+        return (_CODEC_VERSION_NARROW_SHUFFLED if shuffled else _CODEC_VERSION_NARROW,
+                2 if n < 2**16 else 4 if n < 2**32 else 8)
+    return (_CODEC_VERSION_SHUFFLED if shuffled else _CODEC_VERSION), (4 if n < 2**32 else 8)
 
 
 def smallest_batch(a: int, b: int) -> int:
@@ -353,20 +404,21 @@ class PartialCounts:
 
     def to_bytes(self) -> bytes:
         """Compact table value: 24-byte header (+ 24 bytes of shuffle accounting when some report was
-        shuffled: version 3) + counts (uint32 while n < 2^32)."""
-        width = 4 if self.n < 2**32 else 8
-        version = _CODEC_VERSION_SHUFFLED if self.shuffled else _CODEC_VERSION
+        shuffled: version 3 or 5) + counts (``member_layout``: uint16 while n < 2^16 in versions 4 and 5,
+        uint32 while n < 2^32)."""
+        version, width = member_layout(self.n, self.shuffled)
         header = _CODEC.pack(_CODEC_MAGIC, version, width, self.n, self.last_offset, self.counts.shape[0])
         if self.shuffled:
             header += _CODEC_SHUFFLED.pack(self.shuffled, self.shuffle_min, self.shuffle_max)
-        return header + self.counts.astype("<u4" if width == 4 else "<i8").tobytes()
+        return header + self.counts.astype(COUNT_DTYPES[width]).tobytes()
 
     @classmethod
     def from_bytes(cls, data: bytes, *, copy: bool = True) -> "PartialCounts":
-        """The state a table value holds; ``copy=False`` leaves the counts a read-only view of ``data``
-        (as stored: uint32 while n < 2^32), for a reader that only adds them up (agents.view)."""
+        """The state a table value holds; ``copy=False`` leaves the counts a read-only view of ``data`` (as
+        stored: uint16 while n < 2^16 in codec v4/v5, uint32 while n < 2^32), for a reader that only adds them up
+        (agents.view)."""
         _, width, n, last_offset, d, shuffled, shuffle_min, shuffle_max, head = _codec_header(data, 0, len(data))
-        counts = np.frombuffer(data, _U4 if width == 4 else _I8, d, head)
+        counts = np.frombuffer(data, COUNT_DTYPES[width], d, head)
         if copy:
             return cls(n, counts, last_offset, shuffled, shuffle_min, shuffle_max)
         state = cls.__new__(cls)
@@ -388,7 +440,7 @@ class PartialCounts:
 def read_codec(data: bytes) -> tuple[int, np.ndarray, int, int, int]:
     """(n, counts as a read-only view of ``data``, last_offset, shuffled, shuffle_min) of a table value, checked."""
     _, width, n, last_offset, d, shuffled, shuffle_min, _, head = _codec_header(data, 0, len(data))
-    counts = np.frombuffer(data, _U4 if width == 4 else _I8, d, head)  # positional: twice as fast as keywords
+    counts = np.frombuffer(data, COUNT_DTYPES[width], d, head)  # positional: twice as fast as keywords
     return n, counts, last_offset, shuffled, shuffle_min
 
 
@@ -399,12 +451,14 @@ def _codec_header(data, start: int, length: int) -> tuple[int, int, int, int, in
     if length < _CODEC.size:
         raise SerializationError(f"table value of {length} bytes is shorter than its header")
     magic, version, width, n, last_offset, d = _CODEC.unpack_from(data, start)
-    if magic != _CODEC_MAGIC or version not in _HEAD_SIZE or width not in (4, 8):
-        raise SerializationError("not a PartialCounts v1/v2/v3 table value")
+    if magic != _CODEC_MAGIC or version not in _HEAD_SIZE:
+        raise SerializationError("not a PartialCounts v1/v2/v3/v4/v5 table value")
+    if width not in _WIDTHS[version]:
+        raise SerializationError(f"PartialCounts v{version} table value with {width}-byte counts")
     head, shuffled, shuffle_min, shuffle_max = _HEAD_SIZE[version], 0, 0, 0
     if length < head:
         raise SerializationError(f"table value of {length} bytes is shorter than its v{version} header")
-    if version == _CODEC_VERSION_SHUFFLED:
+    if version in SHUFFLED_VERSIONS:
         shuffled, shuffle_min, shuffle_max = _CODEC_SHUFFLED.unpack_from(data, start + _CODEC.size)
         if not 0 < shuffled <= n or not 1 <= shuffle_min <= shuffle_max:
             raise SerializationError(f"table value says {shuffled} of {n} reports shuffled in batches of "
@@ -514,8 +568,7 @@ class OpenBundle:
         if header is not None:
             start, version, width, stored_n, stored_offset, d, stored_shuffled, stored_min, stored_max, counts_at = header
             new_n, new_shuffled = stored_n + int(n), stored_shuffled + int(shuffled)
-            same_size = (width == 4) == (new_n < 2**32) and (
-                version == (_CODEC_VERSION_SHUFFLED if new_shuffled else _CODEC_VERSION))
+            same_size = (version, width) == member_layout(new_n, new_shuffled)
             if same_size and d == counts.shape[0] and last_offset > stored_offset and n >= 0 and (
                     0 <= shuffled <= n and (1 <= shuffle_min <= shuffle_max or not shuffled)):
                 _CODEC.pack_into(self._buffer, start, _CODEC_MAGIC, version, width, new_n, int(last_offset), d)
@@ -523,8 +576,8 @@ class OpenBundle:
                     _CODEC_SHUFFLED.pack_into(self._buffer, start + _CODEC.size, new_shuffled,
                                               smallest_batch(stored_min, int(shuffle_min) if shuffled else 0),
                                               max(stored_max, int(shuffle_max) if shuffled else 0))
-                stored = np.frombuffer(self._buffer, _U4 if width == 4 else _I8, d, counts_at)  # positional: 2x faster
-                np.add(stored, counts, out=stored, casting="unsafe")  # fits: each count <= new_n, < 2^32 at width 4
+                stored = np.frombuffer(self._buffer, COUNT_DTYPES[width], d, counts_at)  # positional: 2x faster
+                np.add(stored, counts, out=stored, casting="unsafe")  # fits: each count <= new_n, < 2^(8 width)
                 return
         # A new member, or one whose size changes (or a bad argument: fold raises, naming it).
         self._replaced[fingerprint] = fold(self.state(fingerprint), counts, n, last_offset, shuffled,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from faust.types import TP
 
 from cms_core.version import __version__
+from .state import writes_for
 
 if TYPE_CHECKING:  # types only
     from .metrics import PipelineMetrics
@@ -106,6 +107,7 @@ class WorkerStatus:
         return {
             "status": status,
             "version": __version__,  # issue 39 (cms_core/version.py)
+            "upgrade_from": writes_for(),  # the earlier release whose stored formats it writes (--upgrade-from)
             "failed": self.failure,
             "group": group,
             "view_caught_up": caught_up,

@@ -17,13 +17,14 @@ keeps one entry per member state.
 
 Memory: per bucket, one summed int64 array of the D tracked counts (what queries
 read: one state per bucket, not one per partition) plus each writing partition's
-latest state as it arrived on the changelog (uint32 counts while n < 2^32). The
-partition states are what keeps the sum exact: a changelog record *replaces* its
+latest state as it arrived on the changelog (uint16 or uint32 counts: agents.state.member_layout).
+The partition states are what keeps the sum exact: a changelog record *replaces* its
 partition's cumulative state (replay after kill -9, a new owner after a rebalance,
 a late report into an old bucket all rewrite it), and a tombstone deletes it, so the
 sum is that of the partitions' latest states, taken again when the bucket is next
 read after a change (BucketSum). About ``buckets x D x (8 + 4 x partitions)`` bytes
-per metric version (docs/operating.md).
+per metric version at most (docs/operating.md; 2 bytes a count instead of 4 in a state of fewer than
+65,536 reports: codec v4/v5).
 
 Cost of applying a record (issue 30: a 300-metric worker's checkpoint is 128 records
 holding 2,400 changed member states, read back by every worker on its event loop): what
@@ -56,7 +57,7 @@ from cms_core.errors import OCMSError
 
 from infra.kafka import KAFKA, BrokerProfile, make_consumer, stop_client
 
-from .state import (_CODEC, _CODEC_SHUFFLED, _CODEC_VERSION_SHUFFLED, _HEAD_SIZE, _I8, _U4, NO_OFFSET, TOTAL_WIDTH, BucketKey,
+from .state import (_CODEC, _CODEC_SHUFFLED, _HEAD_SIZE, _I8, COUNT_DTYPES, NO_OFFSET, SHUFFLED_VERSIONS, TOTAL_WIDTH, BucketKey,
                     PartialCounts, StateKey, decode_bundle, read_codec, smallest_batch)
 
 
@@ -104,7 +105,7 @@ class BucketSum:
         for raw in states:
             header = _CODEC.unpack_from(raw)  # magic, version, count width, n, last_offset, D
             n += header[3]
-            if header[1] == _CODEC_VERSION_SHUFFLED:
+            if header[1] in SHUFFLED_VERSIONS:
                 state_shuffled, state_min, state_max = _CODEC_SHUFFLED.unpack_from(raw, _CODEC.size)
                 shuffled += state_shuffled
                 shuffle_min = smallest_batch(shuffle_min, state_min)  # a minimum: taken over the partitions
@@ -120,7 +121,7 @@ class BucketSum:
             # its columns in one call into a fresh int64 array.
             width = first[2]
             head = _HEAD_SIZE[first[1]]
-            rows = np.frombuffer(b"".join(states), _U4 if width == 4 else _I8).reshape(len(states), -1)
+            rows = np.frombuffer(b"".join(states), COUNT_DTYPES[width]).reshape(len(states), -1)
             counts = np.add.reduce(rows[:, head // width:], 0, _I8)
         else:
             counts = np.zeros(self.tracked_count, _I8)
@@ -136,7 +137,7 @@ class BucketSum:
 def _stored_counts(raw: bytes) -> np.ndarray:
     """The counts of a changelog value already validated by read_codec (a view of its bytes)."""
     _, version, width, _, _, d = _CODEC.unpack_from(raw)
-    return np.frombuffer(raw, _U4 if width == 4 else _I8, d, _HEAD_SIZE[version])
+    return np.frombuffer(raw, COUNT_DTYPES[width], d, _HEAD_SIZE[version])
 
 
 class CountsView:

@@ -54,3 +54,9 @@ class InvalidReportError(OCMSError, ValueError):
 
 class PrivacyBudgetError(OCMSError):
     """A device would spend more epsilon than its budget allows."""
+
+
+class ClientTooOldError(OCMSError):
+    """The registry or device configuration asks for a newer client release than this one (``min_client_version``);
+    the message names the release to upgrade to."""
+

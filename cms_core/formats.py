@@ -42,17 +42,19 @@ FORMATS: tuple[Format, ...] = (
     Format("table_value", "Table value (changelog record): counts bundle", "magic `SB`, version byte", "1", "1",
            "agents/state.py (`encode_bundle`)", "the worker's changelog topic and table store"),
     Format("table_member", "Member counts inside a bundle", "magic `PC`, version byte",
-           "1 (no shuffled report), 3 (some report shuffled under a verified claim)",
-           "1, 2 (its shuffle claims unverified: read as not shuffled), 3", "agents/state.py (`PartialCounts`)",
+           "4 (no shuffled report), 5 (some report shuffled under a verified claim): counts of 2 bytes while n < 2^16, "
+           "else 4, else 8; with `--upgrade-from 0.2`: 1 and 3 (counts of 4 or 8 bytes), what 0.2.0 reads",
+           "1, 2 (its shuffle claims unverified: read as not shuffled), 3, 4, 5", "agents/state.py (`PartialCounts`)",
            "inside each table value"),
     Format("table_key", "Table key (changelog record key)",
            "no version: text `GROUP:PARTITION:WIDTH:RETENTION:BUCKET_START`, group `g<N>[-FINGERPRINT]`; a new "
            "layout must fail this parse", "the one layout", "the one layout", "agents/state.py (`StateKey`)",
            "the worker's changelog topic and table store"),
     Format("idempotency_log", "Idempotency log record",
-           "type byte, naming kind and layout: `F` listing (a lease: `F` with no keys), `B` batch listing, "
-           "`S`/`X` outcome; a new layout takes a new type byte", "`F`, `B`, `S`, `X`",
-           "`F`, `B`, `S`, `X` (others skipped, counted, logged)", "collector/exactly_once/log.py",
+           "type byte, naming kind and layout: `F` listing, `B` batch listing, `S`/`X` outcome, `L` lease (0.2.0: "
+           "a lease is an `F` with no keys); a new layout takes a new type byte", "`F`, `B`, `S`, `X`, `L`; with "
+           "`--upgrade-from 0.2`: `F`, `B`, `S`, `X` (a lease as an `F` with no keys), what 0.2.0 reads",
+           "`F`, `B`, `S`, `X`, `L` (others skipped, counted, logged)", "collector/exactly_once/log.py",
            "partition 0 of the collectors' idempotency topic"),
     Format("redo_record", "Redo record (a shuffled batch's frame, copied before it is produced)",
            "value: a wire message; `ocms-frame` header: 16 bytes a frame's nonce, 24 bytes a batch's "
@@ -84,6 +86,11 @@ BY_KEY = {f.key: f for f in FORMATS}
 
 #: The releases and what each part of one speaks (docs/compatibility.md, "Releases").
 RELEASES: tuple[tuple[str, str], ...] = (
+    ("unreleased", "member codec versions 4 and 5 (2-byte counts while a member holds fewer than 65,536 reports), "
+                   "which 0.2.0 refuses, and the collectors' `L` lease record, which 0.2.0 skips: written only "
+                   "without `--upgrade-from 0.2` (CHANGELOG.md, Unreleased: two rolling bounces); a device configuration may name a metric's `min_client_version` (still format "
+                   "1: 0.2.0's clients ignore the key, later ones refuse the metric when older); golden "
+                   "`tests/golden/unreleased/`"),
     (__version__, "first versioned release: every format above at the version in the table"),
     ("0.1.0", "never tagged: the package said 0.1.0 at every commit before 0.2.0. The last (06baef7) writes every "
               "format above at the same version, so 0.2.0 reads its state; commits before issue 30's bundled "
@@ -105,8 +112,8 @@ def _row(cells) -> str:
 
 def formats_table() -> str:
     """The formats table of docs/compatibility.md (markdown)."""
-    lines = [_row(("format", "told apart by", f"{__version__} writes", f"{__version__} reads", "code", "stored in",
-                   "golden")),
+    lines = [_row(("format", "told apart by", f"this code ({__version__} + Unreleased) writes", "this code reads",
+                   "code", "stored in", "golden")),
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for f in FORMATS:
         lines.append(_row((f.name, f.told_apart_by, f.writes, f.reads, f.code, f.stored_in,

@@ -49,6 +49,7 @@ from .guard import (
     AuthError, Authenticator, IDEMPOTENCY_KEY, IdempotencyCache, KeyReusedError, RateLimiter, body_digest, load_tokens,
 )
 from .exactly_once.commit import KeyHeld
+from .exactly_once.log import leases_written_for, write_leases_for
 from .exactly_once.shared import IdempotencyPending, SharedIdempotency
 from .lanes import Lane, ShuffleLane
 from .outlet import KafkaOutlet
@@ -213,6 +214,7 @@ class Collector:
         self.registry = registry
         self.clock = clock
         kafka_security.use(settings.kafka_config_file)  # SASL and TLS of every Kafka client of this process
+        write_leases_for(settings.upgrade_from)  # the idempotency log's lease records this process writes
         self.metrics = CollectorMetrics()
         self.parser = UploadParser(registry, settings.max_upload_reports)
         self.auth = Authenticator(load_tokens(settings.tokens_file) if settings.tokens_file else None)
@@ -301,6 +303,7 @@ class Collector:
         healthy = self.outlet.available and (shared is None or shared.ready)
         doc = {"kafka": "available" if self.outlet.available else "unavailable", "queued_reports": self.outlet.queued,
                "metrics": len(self.registry.metrics), "version": __version__,  # issue 39 (cms_core/version.py)
+               "upgrade_from": leases_written_for(),  # the earlier release whose log records it writes
                "idempotency": ("shared" if shared.ready else "reading") if shared is not None else "per-process"}
         if self.outlet.last_error:
             doc["error"] = self.outlet.last_error

@@ -25,6 +25,8 @@ from infra.kafka import DEFAULT_SOURCE_TOPIC, KAFKA, PROFILES, BrokerProfile, br
 from infra.settings import (LOG_LEVELS, Setting, check_fields, choice, existing_file, integer, markdown_table, number,
                             resolve, switch, table_main, text, topic)
 
+from .exactly_once.log import UPGRADE_FROM
+
 #: The event loop ``ocms collector`` runs on: uvloop (libuv) unless turned off.
 EVENT_LOOPS = ("uvloop", "asyncio")
 #: Settings whose variable is the worker's (the same value for both processes).
@@ -131,6 +133,11 @@ SETTINGS: tuple[Setting, ...] = (
          "the replicas: keys the hash of each Idempotency-Key in that topic; without it, the key kept in Kafka "
          "(docs/collector.md, Retries)", _secret_file, metavar="FILE",
          default_text="off: a key generated and kept in <idempotency topic>-key"),
+    _row("upgrade_from", "the first of an upgrade's two rolling bounces (CHANGELOG.md, Upgrading): while collectors "
+         "of this earlier release share the idempotency topic, write only the records they read (a lease as a "
+         "listing of no keys) while reading this release's too; restart each collector again without it once none "
+         "of that release is left", choice(*UPGRADE_FROM), metavar="RELEASE", choices=UPGRADE_FROM,
+         default_text="off: this release's records"),
     _row("instance_id", "this collector's identity across restarts (its transactional id), unique among live "
          "collectors", _instance_id, metavar="ID", default_text="host:port"),
     _row("access_log_client_addresses", "log client addresses and user agents (off by default: privacy at the edge)",
@@ -191,6 +198,8 @@ class CollectorSettings:
     idempotency_max_keys: int
     idempotency_topic: str | None
     idempotency_secret_file: str | None
+    #: The earlier release whose collectors may share the idempotency log (exactly_once.log.write_leases_for).
+    upgrade_from: str | None
     instance_id: str | None
     access_log_client_addresses: bool
     access_log: bool

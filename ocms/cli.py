@@ -17,6 +17,7 @@ import sys
 
 from agents.cli import add_worker_parser
 from agents.discover_cli import add_discover_parser
+from agents.migrate import add_migrate_parser
 from cms_core.errors import InvalidParameterError, OCMSError
 from collector.cli import add_collector_parser
 from fleet.cli import add_fleet_commands
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parser(sub)  # ocms/run.py
     add_registry_commands(sub)  # `ocms registry ...` (registry/cli.py)
     add_discover_parser(sub)  # issue 15: `ocms discover` (agents/discover_cli.py)
+    add_migrate_parser(sub)  # issue 39: `ocms migrate` (agents/migrate.py)
     add_collector_parser(sub)  # issue 13: the collector owns its flags
     return parser
 

@@ -35,12 +35,13 @@ class WorkerChild(ChildProcess):
     dead letters to ``TOPIC-dlq`` and answers HTTP on ``web_port``. ``flags`` describe the metric
     (``--registry PATH``, or the single-metric flags) and any other worker setting. ``log``
     receives stdout and stderr (default: inherited). OCMS_* variables of this process are dropped
-    unless ``env`` is given, so a caller's environment cannot change the worker's settings.
+    unless ``env`` is given, so a caller's environment cannot change the worker's settings. ``root`` is the
+    source tree it runs (another release's checkout: tests/upgrade; it runs from there, first on sys.path).
     """
 
     def __init__(self, topic: str, *flags: str, bootstrap: str, web_port: int, app_id: str | None = None,
                  broker: str = "embedded", log_level: str = "warning", log: str | os.PathLike | None = None,
-                 env: Mapping[str, str] | None = None):
+                 env: Mapping[str, str] | None = None, root: Path = ROOT):
         self.topic = topic
         self.web_port = web_port
         self.args = ["--bootstrap-servers", bootstrap, "--broker", broker, "--app-id", app_id or topic,
@@ -48,6 +49,9 @@ class WorkerChild(ChildProcess):
                      "--log-level", log_level, *flags]
         self.log = Path(log) if log is not None else None
         self.env = dict(env) if env is not None else {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
+        self.root = Path(root)
+        if self.root != ROOT:
+            self.env["PYTHONPATH"] = str(self.root)
         self.process: subprocess.Popen | None = None
 
     @property
@@ -61,7 +65,7 @@ class WorkerChild(ChildProcess):
     def start(self) -> "WorkerChild":
         out = open(self.log, "wb") if self.log is not None else None
         try:
-            self.process = spawn(self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
+            self.process = spawn(self.command, cwd=self.root, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
                                  stderr=subprocess.STDOUT if out is not None else None)
         finally:
             if out is not None:

@@ -58,7 +58,7 @@ class CollectorChild(ChildProcess):
     taken are produced and answered first, then it exits."""
 
     def __init__(self, registry: str, bootstrap_servers: str, topic: str, port: int, *, log: Path,
-                 frame_size: int = 1, extra: tuple[str, ...] = ()):
+                 frame_size: int = 1, extra: tuple[str, ...] = (), root: Path = ROOT):
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log = Path(log)
@@ -66,11 +66,14 @@ class CollectorChild(ChildProcess):
             registry, bootstrap_servers, port, "--source-topic", topic, "--host", "127.0.0.1",
             "--log-level", "warning", "--access-log", "false", *upload_limits(frame_size), *extra)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("OCMS_")}
+        self.root = Path(root)  # the source tree it runs (another release's: as ocms.process.WorkerChild's root)
+        if self.root != ROOT:
+            self.env["PYTHONPATH"] = str(self.root)
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "CollectorChild":
         with open(self.log, "wb") as out:
-            self.process = spawn(self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
+            self.process = spawn(self.command, cwd=self.root, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
                                  stderr=subprocess.STDOUT)
         return self
 

@@ -65,11 +65,12 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from cms_core.errors import InvalidParameterError, OCMSError
+from cms_core.errors import ClientTooOldError, InvalidParameterError, OCMSError
 from cms_core.params import OCMSParams
 from cms_core.privatize import privatize
 from cms_core.values import encode_value
 from cms_core.wire import encode_report
+from cms_core.version import too_old_for
 
 from infra.kafka import KAFKA, BrokerProfile, aiokafka_producer, is_retriable
 from infra.kafka import producer_config as kafka_producer_config
@@ -357,7 +358,8 @@ class DeviceReporter:
     # ---------------------------------------------------------------- reports
     def resolve(self, *args) -> tuple[OCMSParams, str, Any]:
         """(params, ledger account, dictionary value) for ``submit``'s arguments; raises
-        UnknownMetricError / InvalidValueError / InvalidParameterError before any charge."""
+        UnknownMetricError / InvalidValueError / InvalidParameterError, or ClientTooOldError for a metric whose
+        registry entry asks for a newer client release (``min_client_version``), before any charge."""
         if self.one_metric:  # report(value): the one metric's dictionary value
             if len(args) != 1:
                 raise InvalidParameterError("report", f"{len(args)} arguments",
@@ -371,6 +373,9 @@ class DeviceReporter:
         version = self._versions.get(metric) if isinstance(metric, str) else None
         if version is None:
             version = self.registry.live_version(metric, self._versions)
+        refusal = too_old_for(version.min_client_version, f"metric {version.metric!r}")
+        if refusal is not None:
+            raise ClientTooOldError(refusal)
         if version.numeric is not None:  # issue 40: the number, clipped, as its bucket's index (cms_core.numeric)
             return version.params, version.metric, version.numeric.bucket(name)
         return version.params, version.metric, version.value_from_name(name)

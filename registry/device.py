@@ -5,7 +5,9 @@ threshold T of the randomized response (decimal digits; :func:`cms_core.privatiz
 so every device client keeps with the same integer as the Python device instead of
 recomputing exp(ε) with its own libm), the field, the value domain, and the categories
 (or d for integers); nothing else: no owner, description, tracked values or exposure
-settings, which a device has no use for.
+settings, which a device has no use for. ``min_client_version`` (when the registry gives one): the oldest
+client release that may report the metric; clients of that release or later refuse it when older, naming
+the release to upgrade to (a client of 0.2.0 does not know the key and ignores it).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def version_config(version: MetricVersion) -> dict:
     }
     if version.mechanism != "ocms":
         out["mechanism"] = version.mechanism
+    if version.min_client_version is not None:  # a client of an older release refuses the metric (issue 39)
+        out["min_client_version"] = version.min_client_version
     if version.domain == "categories":
         out["categories"] = list(version.value_names)
     elif version.domain == "integers":

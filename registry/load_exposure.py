@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from cms_core.version import release_tuple
+
 from .files import YamlMap
 from .load_checks import Checker, key_line, show
 from .load_schema import (DEFAULT_BUCKET_SECONDS, DEFAULT_MIN_REPORTS, DEFAULT_RETENTION_SECONDS,
@@ -43,9 +45,24 @@ def read_exposure(check: Checker, entry, metric) -> dict | None:
                               f"got {rollup_retention} s", metric, "rollup.retention")
     top_k = check.integer(entry, "top_k", metric, DEFAULT_TOP_K, 0, MAX_TOP_K)
     min_reports = check.integer(entry, "min_reports", metric, DEFAULT_MIN_REPORTS, 0, MAX_MIN_REPORTS)
+    min_client = release(check, entry, "min_client_version", metric)
     if check.problem_count > before:
         return None
     return {"bucket_seconds": bucket, "retention_seconds": retention, "rollup_seconds": rollup_seconds,
             "rollup_retention_seconds": rollup_retention if rollup_seconds is not None else None,
-            "top_k": top_k, "min_reports": min_reports}
+            "top_k": top_k, "min_reports": min_reports, "min_client_version": min_client}
+
+
+def release(check: Checker, mapping, key, metric) -> str | None:
+    """A release ``X.Y.Z`` (the oldest device client release that may report the metric), or None."""
+    if key not in mapping:
+        return None
+    value = mapping[key]
+    try:
+        release_tuple(value if isinstance(value, str) else "")
+    except ValueError:
+        check.problem(key_line(mapping, key), f"must be a release X.Y.Z in quotes (e.g. \"0.3.0\"), got "
+                      f"{show(value)}", metric, key)
+        return None
+    return value.strip()
 

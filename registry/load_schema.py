@@ -42,7 +42,7 @@ NAME_PATTERN = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 PRIVACY_KEYS = ("epsilon", "mode", "f_star", "tracked_count", "hash_range", "mechanism", "lifetime_epsilon")
 DOMAIN_KEYS = ("categories", "integers", "strings", numeric.KEY)
 METRIC_KEYS = ("name", "description", "owner", "unit", *DOMAIN_KEYS, "tracked", "bucket", "retention", "rollup",
-               "watch", "top_k", "min_reports", "versions", "discovery", *PRIVACY_KEYS)
+               "watch", "top_k", "min_reports", "min_client_version", "versions", "discovery", *PRIVACY_KEYS)
 VERSION_KEYS = ("version", *PRIVACY_KEYS, "add_categories", "retired", "note")
 ROLLUP_KEYS = ("bucket", "retention")
 TOP_KEYS = ("metrics",)

@@ -72,6 +72,8 @@ class MetricVersion:
     longitudinal: object = None
     #: registry.numeric.NumericSpec of a numeric metric (issue 40): its values are the bucket indices.
     numeric: object = None
+    #: The oldest device client release that may report it (registry key ``min_client_version``), or None: any.
+    min_client_version: str | None = None
     _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------ identity
@@ -229,6 +231,7 @@ class MetricVersion:
             **({"discovery": self.discovery.describe()} if self.discovery is not None else {}),
             **({"longitudinal": self.longitudinal.describe()} if self.longitudinal is not None else {}),
             **({"numeric": self.numeric.describe()} if self.numeric is not None else {}),
+            **({"min_client_version": self.min_client_version} if self.min_client_version else {}),
         }
 
 

@@ -3,9 +3,13 @@
 
     .venv/bin/python scripts/write_golden.py 0.2.0
 
+    .venv/bin/python scripts/write_golden.py unreleased --force
+
 Run once per release, for the release being made (RELEASE must be cms_core.version.__version__): an
 earlier release's directory is never written again, it is what the current code must still read
-(tests/golden/test_golden.py, pytest -m upgrade; docs/compatibility.md).
+(tests/golden/test_golden.py, pytest -m upgrade; docs/compatibility.md). ``unreleased`` is what this code
+writes beyond its release (a format changed since: CHANGELOG.md, Unreleased); written again at each such
+change, and renamed to the next release's version when it is made.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cms_core.version import __version__  # noqa: E402
-from tests.golden.formats import write_release  # noqa: E402
+from tests.golden.formats import UNRELEASED, write_release  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("release", help=f"the release being made (this code is {__version__})")
     parser.add_argument("--force", action="store_true", help="write it again although it exists (before the tag only)")
     args = parser.parse_args(argv)
-    if args.release != __version__:
+    if args.release not in (__version__, UNRELEASED):
         parser.error(f"this code is release {__version__}, not {args.release}: an earlier release's samples are "
                      "never rewritten")
     directory = ROOT / "tests" / "golden" / args.release

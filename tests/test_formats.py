@@ -50,10 +50,17 @@ def test_the_versions_in_the_table_are_the_codecs():
         assert BY_KEY[key].writes == BY_KEY[key].reads == str(version), key
     assert (wire.MAGIC, state._BUNDLE_MAGIC, state._CODEC_MAGIC, sketch._MAGIC) == (b"OC", b"SB", b"PC", b"OCMS")
     assert (state._CODEC_VERSION, state._CODEC_VERSION_UNSIGNED, state._CODEC_VERSION_SHUFFLED) == (1, 2, 3)
-    assert BY_KEY["table_member"].reads.startswith("1, 2 ") and BY_KEY["table_member"].reads.endswith(", 3")
-    kinds = (idempotency_log.LISTING, idempotency_log.BATCH_LISTING, idempotency_log.STORED, idempotency_log.FAILED)
-    assert kinds == (b"F", b"B", b"S", b"X")
-    assert BY_KEY["idempotency_log"].writes == ", ".join(f"`{k.decode()}`" for k in kinds)
+    assert (state._CODEC_VERSION_NARROW, state._CODEC_VERSION_NARROW_SHUFFLED) == (4, 5)
+    assert BY_KEY["table_member"].reads.startswith("1, 2 ") and BY_KEY["table_member"].reads.endswith(", 3, 4, 5")
+    assert sorted(state._HEAD_SIZE) == [1, 2, 3, 4, 5]
+    assert BY_KEY["table_member"].writes.startswith("4 (") and "`--upgrade-from 0.2`: 1 and 3" in BY_KEY["table_member"].writes
+    assert state.UPGRADE_FROM == ("0.2",)
+    kinds = (idempotency_log.LISTING, idempotency_log.BATCH_LISTING, idempotency_log.STORED, idempotency_log.FAILED,
+             idempotency_log.LEASE)
+    assert kinds == (b"F", b"B", b"S", b"X", b"L")
+    assert BY_KEY["idempotency_log"].writes.startswith(", ".join(f"`{k.decode()}`" for k in kinds) + "; with ")
+    assert BY_KEY["idempotency_log"].reads.startswith(", ".join(f"`{k.decode()}`" for k in kinds) + " (")
+    assert idempotency_log.UPGRADE_FROM == state.UPGRADE_FROM
     # The device clients read the device config format the registry writes, and the C example its ledger.
     assert _js_constant("producer/js/src/config.ts", "DEVICE_CONFIG_FORMAT") == device.DEVICE_CONFIG_FORMAT
     assert "format->valuedouble != 1" in (ROOT / "producer/c/example/config.c").read_text()

@@ -112,6 +112,53 @@ async def _wait(predicate, timeout: float, interval: float = 0.5) -> bool:
     return False
 
 
+async def every_metric_answered(queries: Queries, workers: dict[str, str], metrics: list[str], timeout: float) -> bool:
+    """Whether every worker answered every metric 200 in one round, within ``timeout``."""
+    async def all_answer() -> bool:
+        answers = [await queries.ask(w, u, m) for w, u in workers.items() for m in metrics]
+        return all(a.status == 200 for a in answers)
+
+    return await _wait(all_answer, timeout)
+
+
+def metric_shapes(registry, seed: int) -> dict:
+    """name -> (params, categories, weights) of every metric of METRICS: what the devices (Uploaders) send."""
+    shapes = {}
+    for name, _, categories, _, _ in METRICS:
+        weights = np.random.default_rng(seed).dirichlet(np.ones(categories))
+        shapes[name] = (registry.metric(name).version(1).params, categories, weights)
+    return shapes
+
+
+def ledger_counts(uploaders: Uploaders, registry, metrics: list[str]) -> tuple[dict, dict]:
+    """(expected: metric -> (n, match counts) of the offline decode of every body answered 202, sent: metric ->
+    reports ever sent)."""
+    by_metric: dict[str, list[bytes]] = {m: [] for m in metrics}
+    sent: dict[str, int] = {m: 0 for m in metrics}
+    for u in uploaders.uploads:
+        sent[u.metric] += u.reports
+    for u in uploaders.acked():
+        by_metric[u.metric].append(u.body)
+    decoders = _decoders(registry)
+    return {m: decoders[m](bodies) for m, bodies in by_metric.items()}, sent
+
+
+async def settle(queries: Queries, workers: dict[str, str], metrics: list[str], expected: dict, timeout: float) -> dict:
+    """Ask every worker for every metric until all answer the ledger's counts or ``timeout`` passes; the last
+    answers, (worker, metric) -> Answer (also kept in the history: they are real queries)."""
+    final: dict = {}
+
+    async def settled() -> bool:
+        for w, u in workers.items():
+            for m in metrics:
+                final[(w, m)] = answer = await queries.ask(w, u, m)
+                queries.answers.append(answer)  # real queries: the history (and recovery time) holds them
+        return all(a.status == 200 and (a.n, a.counts) == expected[a.metric] for a in final.values())
+
+    await _wait(settled, timeout, 1.0)
+    return final
+
+
 def run_schedule(seed: int, seconds: float, broker: str = "embedded", keep_logs: Path | None = None,
                  log=print, kinds: tuple[str, ...] = ()) -> ScheduleResult:
     workdir = Path(tempfile.mkdtemp(prefix="ocms-faults-"))
@@ -151,18 +198,9 @@ async def _run(seed: int, seconds: float, broker: str, workdir: Path, log, kinds
         metrics = [m[0] for m in METRICS]
         queries = Queries(workers, metrics)
         await queries.start()
-
-        async def all_answer() -> bool:
-            answers = [await queries.ask(w, u, m) for w, u in workers.items() for m in metrics]
-            return all(a.status == 200 for a in answers)
-
-        if not await _wait(all_answer, STARTUP_S):
+        if not await every_metric_answered(queries, workers, metrics, STARTUP_S):
             raise RuntimeError(f"the deployment did not answer every metric within {STARTUP_S:g} s (logs: {workdir})")
-        shapes = {}
-        for name, _, categories, _, _ in METRICS:
-            weights = np.random.default_rng(seed).dirichlet(np.ones(categories))
-            shapes[name] = (registry.metric(name).version(1).params, categories, weights)
-        uploaders = Uploaders(collectors, shapes, seed)
+        uploaders = Uploaders(collectors, metric_shapes(registry, seed), seed)
         health = Health(workers)
         await uploaders.start()
         await health.start()
@@ -177,24 +215,8 @@ async def _run(seed: int, seconds: float, broker: str, workdir: Path, log, kinds
         uploaders.stop_new()
         drained = await uploaders.drained(DRAIN_S)
         acked = uploaders.acked()
-        by_metric: dict[str, list[bytes]] = {m: [] for m in metrics}
-        sent: dict[str, int] = {m: 0 for m in metrics}
-        for u in uploaders.uploads:
-            sent[u.metric] += u.reports
-        for u in acked:
-            by_metric[u.metric].append(u.body)
-        decoders = _decoders(registry)
-        expected = {m: decoders[m](bodies) for m, bodies in by_metric.items()}
-        final: dict = {}
-
-        async def settled() -> bool:
-            for w, u in workers.items():
-                for m in metrics:
-                    final[(w, m)] = answer = await queries.ask(w, u, m)
-                    queries.answers.append(answer)  # real queries: the history (and recovery time) holds them
-            return all(a.status == 200 and (a.n, a.counts) == expected[a.metric] for a in final.values())
-
-        await _wait(settled, SETTLE_S, 1.0)
+        expected, sent = ledger_counts(uploaders, registry, metrics)
+        final = await settle(queries, workers, metrics, expected, SETTLE_S)
         await queries.close()
         await health.close()
         _write_history(workdir / "history.jsonl", nemesis.done, queries.answers, health.samples, expected, final)

@@ -14,6 +14,9 @@ restricts to the collectors (a Kafka ACL; docs/privacy.md, "Trust model"):
    secret file) wrote them, and may still be running: a key now would make a retry that crosses from one
    of them to this one count twice. The hashes stay unkeyed (said in a warning, with how to switch).
 
+With ``--upgrade-from 0.2`` (the first bounce of an upgrade, while 0.2.0 collectors may share the log) a
+collector hashes as 0.2.0 does, unkeyed without a secret file, whatever the key topic holds.
+
 A collector that generates a key writes it *before* its first log record, and one that finds the log not
 empty reads the key topic again after, so a key that exists then is found: no collector ends up unkeyed
 beside a keyed one because of when it started. The key is stored as 64 hex characters, the same bytes a

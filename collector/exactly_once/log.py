@@ -8,7 +8,10 @@ Records (partition 0 of ``--idempotency-topic``; the formats are stored, so they
 * **batch listing** (``B``): the same for a shuffled batch (a key maps to its batch, never to a frame),
   and where its redo copy starts; its frames' ``ocms-frame`` header is the nonce, the frame's index and
   the batch's frame count (:func:`batch_frame_id`). A plain frame is a batch of one: index 0 of 1.
-* **lease**: a listing without keys. It holds nothing; it says its collector was alive at its time.
+* **lease** (``L``, after release 0.2.0): its collector's time, incarnation and name: it holds nothing; it
+  says its collector was alive at its time. Release 0.2.0 wrote (and this code reads) a lease as a listing
+  without keys (``F``); it skips ``L`` as unknown, so a collector started with ``--upgrade-from 0.2`` writes
+  leases as ``F`` while a 0.2.0 collector shares the log (:func:`write_leases_for`).
 * **outcome**: the listed frame or batch was stored (``S``) or never will be (``X``).
 
 **Time.** A listing's time is its collector's wall clock (whole seconds) when it wrote the listing, never
@@ -45,6 +48,13 @@ _LISTING = struct.Struct(">c16sIQQ8sH")
 _BATCH_LISTING = struct.Struct(">c16sIQQ8sHQ")
 _OUTCOME = struct.Struct(">c16s")
 LISTING, BATCH_LISTING, STORED, FAILED = b"F", b"B", b"S", b"X"
+#: lease: kind, time (s), incarnation, owner length; then owner (28 bytes fewer than a listing of no keys: no
+#: nonce, partition or offset, which mean nothing for a lease).
+_LEASE = struct.Struct(">cQ8sH")
+LEASE = b"L"
+#: The releases whose collectors may share the log with this one (``ocms collector --upgrade-from``).
+UPGRADE_FROM = ("0.2",)
+_lease_kind = LEASE  # set once per process by write_leases_for
 #: The ``ocms-frame`` header of a shuffled batch's frame: the batch nonce, the frame's index, the frame count.
 _BATCH_FRAME = struct.Struct(">16sII")
 
@@ -69,11 +79,41 @@ def encode_batch_listing(nonce: bytes, owner: str, incarnation: bytes, partition
                                redo_lower) + name + b"".join(keys)
 
 
+def write_leases_for(upgrade_from: str | None) -> None:
+    """Write leases as every collector of release ``upgrade_from`` reads them (a listing of no keys, ``F``), or as
+    ``L`` records when None: the first and the second rolling bounce of an upgrade (CHANGELOG.md, Upgrading)."""
+    global _lease_kind
+    if upgrade_from is not None and upgrade_from not in UPGRADE_FROM:
+        raise ValueError(f"--upgrade-from {upgrade_from!r}: expected one of {', '.join(UPGRADE_FROM)}")
+    _lease_kind = LEASE if upgrade_from is None else LISTING
+
+
+def leases_written_for() -> str | None:
+    """The release whose collectors this process writes leases for (None: this code's ``L`` records)."""
+    return None if _lease_kind == LEASE else UPGRADE_FROM[0]
+
+
 def encode_lease(owner: str, incarnation: bytes, lower: int, time_s: int) -> bytes:
-    """A lease renewal: a listing of no keys (its nonce is in no frame; ``lower`` is an offset at or below the
-    end of partition 0, so a collector of before this record kind, which takes it for a listing to settle,
-    reads little of the partition for it)."""
-    return encode_listing(os.urandom(NONCE_BYTES), owner, incarnation, 0, lower, time_s, [])
+    """A lease renewal: an ``L`` record, or with ``--upgrade-from 0.2`` a listing of no keys (its nonce is in no
+    frame; ``lower`` is an offset at or below the end of partition 0, so a collector of before leases, which takes
+    it for a listing to settle, reads little of the partition for it)."""
+    if _lease_kind == LISTING:
+        return encode_listing(os.urandom(NONCE_BYTES), owner, incarnation, 0, lower, time_s, [])
+    return encode_lease_record(owner, incarnation, time_s)
+
+
+def encode_lease_record(owner: str, incarnation: bytes, time_s: int) -> bytes:
+    """An ``L`` lease record (what ``encode_lease`` writes without ``--upgrade-from``)."""
+    name = owner.encode()
+    return _LEASE.pack(LEASE, time_s, incarnation, len(name)) + name
+
+
+def decode_lease(value: bytes) -> tuple[str, bytes, int]:
+    """(owner, incarnation, time) of an ``L`` record."""
+    _, time_s, incarnation, size = _LEASE.unpack_from(value)
+    if len(value) != _LEASE.size + size:
+        raise ValueError(f"lease of {len(value)} bytes names an owner of {size}")
+    return value[_LEASE.size:].decode(), incarnation, time_s
 
 
 def batch_frame_id(nonce: bytes, index: int, count: int) -> bytes:
@@ -206,6 +246,11 @@ class ListingLog:
             elif kind in (STORED, FAILED):
                 _, nonce = _OUTCOME.unpack(value)
                 return self._outcome(nonce, kind == STORED)
+            elif kind == LEASE:
+                owner, _, time_s = decode_lease(value)
+                self._advance(time_s)
+                self._heard(owner, time_s)
+                return None
             else:
                 raise ValueError(f"unknown record kind {kind!r}")
         except (ValueError, struct.error, UnicodeDecodeError) as exc:
@@ -214,9 +259,7 @@ class ListingLog:
             return None
         if listing.nonce in self.frames:
             return None  # a duplicate append (a producer retry): the first one counts
-        if listing.time > self.clock_s:
-            self.clock_s = listing.time
-            self._expire()
+        self._advance(listing.time)
         if listing.keys:
             for key in listing.keys:
                 holder = self.holders.get(key)
@@ -230,6 +273,12 @@ class ListingLog:
         while self.held > self.max_keys and self.frames:
             self._drop(next(iter(self.frames)))
         return listing if listing.keys else None
+
+    def _advance(self, time_s: int) -> None:
+        """The log's clock after a listing or lease of ``time_s``: the greatest so far; what it leaves behind expires."""
+        if time_s > self.clock_s:
+            self.clock_s = time_s
+            self._expire()
 
     def _heard(self, owner: str, time_s: int) -> None:
         """``owner`` wrote a listing or a lease at ``time_s`` (its clock)."""

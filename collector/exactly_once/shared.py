@@ -159,7 +159,10 @@ class SharedIdempotency:
                     break
                 log.info("idempotency topic %s not created yet: %s: %s", self.topic, type(exc).__name__, exc)
                 await asyncio.sleep(s.retry_after_seconds)
-        if self._secret is None:  # no --idempotency-secret-file: the key kept in Kafka (before any listing)
+        if self._secret is None and getattr(s, "upgrade_from", None):
+            # --upgrade-from 0.2: collectors of 0.2.0 share the log, and they hash unkeyed without a secret file
+            self._secret = b""
+        elif self._secret is None:  # no --idempotency-secret-file: the key kept in Kafka (before any listing)
             self._secret = await kept_key(s, self.topic)
         producer = make_producer(s.bootstrap_servers, profile, idempotent=False, linger_ms=0,
                                  client_id="ocms-collector-log", request_timeout_ms=s.kafka_timeout_ms)

@@ -5,7 +5,7 @@ import struct
 import numpy as np
 import pytest
 
-from agents.state import (NO_OFFSET, BucketKey, OpenBundle, PartialCounts, already_counted, bucket_start, decode_bundle,
+from agents.state import (NO_OFFSET, members_written_for, BucketKey, OpenBundle, PartialCounts, already_counted, bucket_start, decode_bundle,
                           encode_bundle, fold, total)
 from cms_core import InvalidParameterError, OCMSParams, TrackedValues, kernel
 from cms_core.errors import SerializationError
@@ -85,8 +85,11 @@ def test_shuffle_accounting_folds_a_sum_a_minimum_and_a_maximum_and_keeps_the_v1
     for state in (a, b, c):
         assert PartialCounts.from_bytes(state.to_bytes()) == state == PartialCounts.from_json(state.to_json())
     plain = fold(None, np.array([1, 2]), 5, 3)
-    assert plain.to_bytes()[2] == 1 and len(plain.to_bytes()) == 24 + 2 * 4, "unshuffled states keep the v1 codec"
-    assert c.to_bytes()[2] == 3 and len(c.to_bytes()) == 24 + 24 + 2 * 4
+    assert plain.to_bytes()[2] == 4 and len(plain.to_bytes()) == 24 + 2 * 2, "unshuffled states keep the v4 codec"
+    assert c.to_bytes()[2] == 5 and len(c.to_bytes()) == 24 + 24 + 2 * 2
+    with members_written_for("0.2"):  # what release 0.2.0 reads: v1 and v3, 4-byte counts
+        assert plain.to_bytes()[2] == 1 and len(plain.to_bytes()) == 24 + 2 * 4, "unshuffled states keep the v1 codec"
+        assert c.to_bytes()[2] == 3 and len(c.to_bytes()) == 24 + 24 + 2 * 4
     with pytest.raises(InvalidParameterError):
         fold(None, np.array([1, 2]), 5, 3, shuffled=6, shuffle_min=10)  # more shuffled than reports
     with pytest.raises(InvalidParameterError):
@@ -107,8 +110,10 @@ def test_a_value_written_before_claims_were_signed_holds_no_shuffled_report():
     bundle.fold(FPS[1], np.array([1, 1]), 2, 4, shuffled=2, shuffle_min=50, shuffle_max=70)
     from agents.state import decode_bundle
     members = {fp: PartialCounts.from_bytes(raw) for fp, raw in decode_bundle(bundle.encode()).items()}
-    assert members[FPS[0]] == PartialCounts(7, [1, 3], 4) and members[FPS[0]].to_bytes()[2] == 1
-    assert members[FPS[1]] == PartialCounts(7, [2, 3], 4, 2, 50, 70) and members[FPS[1]].to_bytes()[2] == 3
+    assert members[FPS[0]] == PartialCounts(7, [1, 3], 4) and members[FPS[0]].to_bytes()[2] == 4
+    assert members[FPS[1]] == PartialCounts(7, [2, 3], 4, 2, 50, 70) and members[FPS[1]].to_bytes()[2] == 5
+    with members_written_for("0.2"):
+        assert members[FPS[0]].to_bytes()[2] == 1 and members[FPS[1]].to_bytes()[2] == 3
 
 
 def test_partial_counts_codec_refuses_garbage():
@@ -201,3 +206,23 @@ def test_the_newest_bundle_keeps_each_member_s_newer_state_whoever_wrote_it():
     mixed = newest_bundle(owner, encode_bundle({a: PartialCounts(12, [5, 7], 130).to_bytes()}))
     assert member_offsets(mixed) == {a: 130, b: 118}
     assert newest_bundle(owner, b"garbage") == b"garbage" and newest_bundle(b"garbage", owner) == owner
+
+
+@pytest.mark.parametrize("upgrade_from, widths", [(None, (2, 4, 4, 8)), ("0.2", (4, 4, 4, 8))])
+def test_a_member_widens_its_counts_as_n_crosses_2_16_and_2_32_and_stays_exact(upgrade_from, widths):
+    """Codec v4 holds 2-byte counts while n < 2^16, then 4, then 8 (v1 with --upgrade-from 0.2: 4, then 8); the
+    in-place fold of OpenBundle re-encodes a member whose width changes, with the reference fold's bytes."""
+    steps = (65_535, 1, 2**32 - 65_537, 1)  # n after each: 2^16 - 1, 2^16, 2^32 - 1, 2^32
+    seen = []
+    with members_written_for(upgrade_from):
+        bundle, reference = OpenBundle(None), None
+        for offset, n in enumerate(steps, 1):
+            counts = np.array([n, n // 2, 0])
+            bundle.fold(FPS[0], counts, n, offset)
+            reference = fold(reference, counts, n, offset)
+            raw = decode_bundle(bundle.encode())[FPS[0]]
+            assert raw == reference.to_bytes() and PartialCounts.from_bytes(raw) == reference
+            seen.append(raw[3])
+            bundle = OpenBundle(bundle.encode())
+    assert tuple(seen) == widths
+    assert reference.n == 2**32 and reference.counts.tolist() == [2**32, sum(n // 2 for n in steps), 0]

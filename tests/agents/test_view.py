@@ -177,8 +177,8 @@ def test_one_summed_state_per_bucket_whatever_the_partitions():
     assert start == B and len(states) == 1  # queries add one array per bucket, not one per partition
     assert states[0].n == sum(10 + p for p in range(8)) and states[0].counts.tolist() == [28, 8, 16]
     assert view.keys() == 8
-    # Memory: one int64 sum (3 x 8) + 8 partition states as they arrived (24-byte header + 3 x uint32).
-    assert view.memory_bytes() == 3 * 8 + 8 * (24 + 3 * 4)
+    # Memory: one int64 sum (3 x 8) + 8 partition states as they arrived (24-byte header + 3 x uint16: codec v4).
+    assert view.memory_bytes() == 3 * 8 + 8 * (24 + 3 * 2)
 
 
 def test_summed_view_equals_the_sum_of_latest_states_under_random_rewrites_and_tombstones():
@@ -366,7 +366,7 @@ def test_a_bundle_member_replacing_a_held_state_with_garbage_or_another_size_cha
         assert view.rejected == rejected + 1
         assert view.sum(FP, 60, B, 2)[0] == 5 and view.sum(FP, 60, B, 2)[1].tolist() == [1, 2]
         assert view.sum(FP_OTHER, 60, B, 3)[1].tolist() == [1, 7, 0]
-    assert view.keys() == 2 and view.memory_bytes() == (2 + 3) * 8 + len(other) + 24 + 2 * 4
+    assert view.keys() == 2 and view.memory_bytes() == (2 + 3) * 8 + len(other) + 24 + 2 * 2
 
 
 def test_a_key_spelled_another_way_is_the_same_table_key():

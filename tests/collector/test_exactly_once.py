@@ -20,7 +20,7 @@ import pytest
 
 from cms_core import wire
 from collector.exactly_once.log import (FAILED, FRAME_HEADER, STORED, ListingLog, batch_frame_id, encode_batch_listing,
-                                        encode_lease, encode_listing, encode_outcome, key_hash)
+                                        encode_lease, encode_listing, encode_outcome, key_hash, write_leases_for)
 from collector.kafka_internals import drift
 from infra.broker import EmbeddedBroker
 from registry import load_registry
@@ -124,7 +124,27 @@ def lease(owner: str, time_s: int) -> bytes:
     return encode_lease(owner, b"incarnat", 0, time_s)
 
 
-def test_an_owner_is_silent_only_between_the_observers_own_listings_after_its_latest_record():
+@pytest.fixture(params=[None, "0.2"], ids=["L-leases", "upgrade-from-0.2"])
+def lease_kind(request):
+    """Leases as this code writes them (``L``), and as it writes them with ``--upgrade-from 0.2`` (``F``)."""
+    write_leases_for(request.param)
+    yield request.param
+    write_leases_for(None)
+
+
+def test_a_lease_record_is_28_bytes_shorter_than_a_listing_of_no_keys_and_says_the_same(lease_kind):
+    record = lease("ocms-collector-b", 10_000)
+    assert record[:1] == (b"L" if lease_kind is None else b"F")
+    assert len(record) == len("ocms-collector-b") + (19 if lease_kind is None else 47)
+    log = ListingLog(window_s=900, max_keys=1000)
+    assert log.apply(0, record) is None and log.clock_s == 10_000 and not log.frames and log.bad_records == 0
+    assert log.apply(1, record[:-1] + b"\xff") is None and log.bad_records == 1  # not UTF-8: skipped, counted
+    assert log.apply(2, record[:12]) is None and log.bad_records == 2  # cut short
+    with pytest.raises(ValueError, match="expected one of 0.2"):
+        write_leases_for("0.1")
+
+
+def test_an_owner_is_silent_only_between_the_observers_own_listings_after_its_latest_record(lease_kind):
     """The lease (issue 35, defect 5b): how long an owner of pending listings has said nothing is measured on
     the observer's clock alone, between its own records that follow the owner's latest one in the log, so
     the owner's clock (here 300 s behind) and how late the observer reads never matter."""

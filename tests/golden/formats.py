@@ -109,6 +109,9 @@ def read_idempotency_log(data: bytes) -> dict:
                             "incarnation": listing.incarnation.hex(), "partition": listing.partition,
                             "lower": listing.lower, "time": listing.time, "keys": [k.hex() for k in listing.keys],
                             "batch": listing.batch, "redo_lower": listing.redo_lower})
+        elif value[:1] == idem.LEASE:
+            owner, incarnation, time_s = idem.decode_lease(value)
+            records.append({"kind": "L", "owner": owner, "incarnation": incarnation.hex(), "time": time_s})
         else:
             records.append({"kind": value[:1].decode(), "nonce": value[1:].hex()})
     statuses = {nonce.hex(): listing.status for nonce, listing in listings.frames.items()}
@@ -163,8 +166,10 @@ def read_device_config(data: bytes) -> dict:
     doc = json.loads(data)
     if doc.get("format") != DEVICE_CONFIG_FORMAT:
         raise ValueError(f"device config format {doc.get('format')!r}: this release reads {DEVICE_CONFIG_FORMAT}")
-    return {"format": doc["format"], "metrics": {f"{m['name']}@{m['version']}": m["fingerprint"]
-                                                 for m in doc["metrics"]}}
+    fields = {"format": doc["format"], "metrics": {f"{m['name']}@{m['version']}": m["fingerprint"]
+                                                   for m in doc["metrics"]}}
+    needs = {m["name"]: m["min_client_version"] for m in doc["metrics"] if "min_client_version" in m}
+    return {**fields, "min_client_version": needs} if needs else fields  # the key is newer than 0.2.0
 
 
 def read_ledger_python(data: bytes, path: Path) -> dict:
@@ -228,8 +233,9 @@ class _captured:
 
 
 # ------------------------------------------------------------------ the writer: this release's samples
-def _samples() -> list[tuple[str, str, bytes, dict | None]]:
-    """(format, file name, bytes, refused) of every sample; refused: None, or the error a reader raises."""
+def _samples(upgrade_from: str | None) -> list[tuple[str, str, bytes, dict | None]]:
+    """(format, file name, bytes, refused) of every sample; refused: None, or the error a reader raises. Table
+    members are written as a worker started with ``--upgrade-from upgrade_from`` writes them (None: without)."""
     from agents import state
     from cms_core import OCMSSketch, Report, ReportBatch, TrackedValues, wire
     from collector.exactly_once import log as idem
@@ -256,8 +262,9 @@ def _samples() -> list[tuple[str, str, bytes, dict | None]]:
     member = members[ocms.fingerprint.hex()]
     out.append(("table_value", "table_value_version2_refused.bin", bundle[:2] + b"\x02" + bundle[3:],
                 {"error": "SerializationError", "match": "not a counts bundle v1"}))
-    bad_member = state.encode_bundle({ocms.fingerprint.hex(): member[:2] + b"\x04" + member[3:]})
-    out.append(("table_member", "table_member_version4_refused.bin", bad_member,
+    unknown = 4 if upgrade_from == "0.2" else 6  # 0.2.0's control named version 4, which later code reads (LEARNED)
+    bad_member = state.encode_bundle({ocms.fingerprint.hex(): member[:2] + bytes([unknown]) + member[3:]})
+    out.append(("table_member", f"table_member_version{unknown}_refused.bin", bad_member,
                 {"error": "SerializationError", "match": "not a PartialCounts v1/v2/v3"}))
     keys = [state.StateKey(f"g3-{ocms.fingerprint.hex()}", 2, 60, 3600, 1_700_000_040),
             state.StateKey("g1", 0, state.TOTAL_WIDTH, 0, 0)]
@@ -269,8 +276,10 @@ def _samples() -> list[tuple[str, str, bytes, dict | None]]:
     key_b = idem.key_hash(b"s" * 32, "golden", "upload-2")
     records = [idem.encode_listing(nonce_a, "collector-1", incarnation, 3, 100, 1_700_000_000, [key_a]),
                idem.encode_batch_listing(nonce_b, "collector-1", incarnation, 1, 50, 7, 1_700_000_001, [key_b]),
-               idem.encode_listing(nonce_c, "collector-2", incarnation, 0, 9, 1_700_000_002, []),  # a lease
+               idem.encode_listing(nonce_c, "collector-2", incarnation, 0, 9, 1_700_000_002, []),  # a 0.2.0 lease
                idem.encode_outcome(nonce_a, True), idem.encode_outcome(nonce_b, False)]
+    if upgrade_from is None:  # a lease record of its own (L) since 0.2.0
+        records.append(idem.encode_lease_record("collector-2", incarnation, 1_700_000_003))
     out.append(("idempotency_log", "idempotency_log.json",
                 json.dumps({"records": [r.hex() for r in records]}, indent=1).encode(), None))
     out.append(("idempotency_log", "idempotency_log_unknown_kind_refused.json",
@@ -298,14 +307,19 @@ def _samples() -> list[tuple[str, str, bytes, dict | None]]:
     return out
 
 
-def _registry_samples(directory: Path) -> list[tuple[str, str, dict | None]]:
-    """registry.yaml, its lock and device config, written by this release's code in ``directory``."""
+#: What the registry language has said since 0.2.0 (the unreleased samples' registry says it too).
+MIN_CLIENT_YAML = '    min_client_version: "0.2.0"\n'
+
+
+def _registry_samples(directory: Path, upgrade_from: str | None) -> list[tuple[str, str, dict | None]]:
+    """registry.yaml, its lock and device config, written by this release's code in ``directory`` (in the
+    language of release ``upgrade_from``: without ``min_client_version`` for 0.2)."""
     from registry import load_registry
     from registry.device import device_config
     from registry.lock import write_lock
 
     path = directory / "registry.yaml"
-    path.write_text(REGISTRY_YAML, encoding="utf-8")
+    path.write_text(REGISTRY_YAML + (MIN_CLIENT_YAML if upgrade_from is None else ""), encoding="utf-8")
     registry = load_registry(path)
     write_lock(registry, directory / "registry.lock")
     (directory / "device_config.json").write_text(json.dumps(device_config(registry), indent=1) + "\n")
@@ -350,19 +364,35 @@ def _ledger_js_sample(directory: Path) -> list[tuple[str, str, dict | None]]:
 NOT_BYTE_EXACT = {"ledger.sqlite", "ledger_js.json", "ledger_js_format2_refused.json"}
 
 
+#: The directory of what this code writes beyond the last release (no --upgrade-from): the next release renames
+#: it to its version (scripts/write_golden.py; docs/compatibility.md, Golden files).
+UNRELEASED = "unreleased"
+#: The --upgrade-from with which this code writes a release's samples byte for byte (the first rolling bounce
+#: writes exactly what the previous release wrote); the unreleased directory is written without one.
+UPGRADE_FROM = {"0.2.0": "0.2", UNRELEASED: None}
+#: Negative controls of an earlier release that this code reads, and why: each names a version that release did
+#: not know and a later one defined (test_golden reads them as samples: they must decode).
+LEARNED = {("0.2.0", "table_member_version4_refused.bin"):
+           "member codec v4 (2-byte counts) is read since the release after 0.2.0 (CHANGELOG.md, Unreleased)"}
+
+
 def write_release(directory: Path, release: str, with_node: bool = True) -> dict:
     """Write this code's samples of every format and ``manifest.json`` into ``directory`` (replaced whole: written
-    beside it first, so a failed run leaves no half directory). ``with_node=False`` leaves out the samples
-    that node writes (the JS ledger's)."""
+    beside it first, so a failed run leaves no half directory), as it writes them for ``release``
+    (``UPGRADE_FROM``). ``with_node=False`` leaves out the samples that node writes (the JS ledger's)."""
+    from agents.state import members_written_for
+
     final, directory = directory, directory.with_name(directory.name + ".partial")
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
     entries = []
-    for fmt, name, data, refused in _samples():
+    with members_written_for(UPGRADE_FROM[release]):
+        written = _samples(UPGRADE_FROM[release])
+    for fmt, name, data, refused in written:
         (directory / name).write_bytes(data)
         entries.append((fmt, name, refused))
-    entries += _registry_samples(directory)
+    entries += _registry_samples(directory, UPGRADE_FROM[release])
     entries += _ledger_sample(directory)
     if with_node:
         entries += _ledger_js_sample(directory)

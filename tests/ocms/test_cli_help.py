@@ -69,6 +69,7 @@ REQUIRED = {
     "ocms registry device-config": {"file": "argparse"},
     "ocms discover": {"inputs": "argparse", "--registry": "argparse"},
     "ocms collector": {"--registry": "required", "--bootstrap-servers": "required"},
+    "ocms migrate": {"--bootstrap-servers": "argparse", "--from-app-id": "argparse", "--to-app-id": "argparse"},
 }
 
 

@@ -343,6 +343,32 @@ def test_cli_flag_and_config_errors_exit_2_with_one_line(config, tmp_path):
     assert run_cli(["--help"]).returncode == 0
 
 
+def test_cli_refuses_a_metric_that_needs_a_newer_client_naming_the_release(config, tmp_path):
+    """min_client_version (issue 39): the linked library's release (ocms_version()) older than the config asks for is
+    refused before anything is drawn or written; one it is new enough for reports as before."""
+    from cms_core.version import __version__, release_tuple
+
+    major, minor, _ = release_tuple(__version__)
+    newer = f"{major}.{minor + 1}.0"
+    doc = json.loads(config.read_text(encoding="utf-8"))
+    for i, (needs, ok) in enumerate(((newer, False), (__version__, True), ("0.1.0", True), ("0.3", None), ("0.03.0", None))):
+        doc["metrics"][0]["min_client_version"] = needs
+        path = tmp_path / "needs.json"
+        path.write_text(json.dumps(doc), encoding="utf-8")
+        out = tmp_path / f"c-{i}.capture"
+        done = run_cli(["--config", path, "--metric", doc["metrics"][0]["name"], "--out", out], ['"home"'])
+        err = done.stderr.decode()
+        if ok:
+            assert done.returncode == 0, (needs, err)
+            continue
+        assert done.returncode == 2 and not out.exists(), (needs, err)
+        if ok is None:
+            assert "min_client_version: expected a release \"X.Y.Z\"" in err, (needs, err)
+        else:
+            assert err.strip().endswith(f'metric "{doc["metrics"][0]["name"]}" needs an ocms client of release {newer} or '
+                                        f"later; this client is {__version__}: upgrade it to {newer} or later"), err
+
+
 def test_cli_default_timeout_outlasts_a_shuffling_collectors_default_wait(built):
     """An upload to a shuffling collector is answered once its batch is in Kafka (60 s + the acknowledgement by
     default): the example's delivery deadline, 60 s, gave up on a quiet metric whose reports still got counted."""

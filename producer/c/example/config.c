@@ -351,6 +351,34 @@ static int parse_discovery(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     return 0;
 }
 
+/* A release "X.Y.Z" (no leading zeros, no pre-release) into out[3]; 0, or -1 when it is not one. */
+static int parse_release(const char *text, unsigned out[3]) {
+    int part;
+    for (part = 0; part < 3; part++) {
+        unsigned long v = 0;
+        const char *start = text;
+        while (*text >= '0' && *text <= '9') {
+            v = v * 10 + (unsigned long)(*text++ - '0');
+            if (v > 999999) return -1;
+        }
+        if (text == start || (*start == '0' && text - start > 1)) return -1;
+        out[part] = (unsigned)v;
+        if (*text != (part < 2 ? '.' : '\0')) return -1;
+        if (part < 2) text++;
+    }
+    return 0;
+}
+
+int ocms_cfg_client_too_old(const ocms_cfg_metric *m, char *err, size_t errlen) {
+    unsigned have[3];
+    const unsigned *need = m->min_client;
+    if (parse_release(ocms_version(), have) != 0) return ocms_cfg_problem(err, errlen, "library version %s", ocms_version());
+    if (have[0] != need[0] ? have[0] > need[0] : have[1] != need[1] ? have[1] > need[1] : have[2] >= need[2]) return 0;
+    return ocms_cfg_problem(err, errlen, "metric \"%s\" needs an ocms client of release %u.%u.%u or later; this client "
+                            "is %s: upgrade it to %u.%u.%u or later", m->name, need[0], need[1], need[2], ocms_version(),
+                            need[0], need[1], need[2]);
+}
+
 static int parse_metric(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     const char *name, *domain, *mechanism = "ocms";
     const cJSON *mech = member(obj, "mechanism");
@@ -364,6 +392,11 @@ static int parse_metric(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     strcpy(m->name, name);
     if (get_uint(c, obj, "version", 1, 0xffffffffu, &version)) return -1;
     m->version = (uint32_t)version;
+    if (member(obj, "min_client_version") != NULL) {
+        const cJSON *need = member(obj, "min_client_version");
+        if (!cJSON_IsString(need) || parse_release(need->valuestring, m->min_client) != 0)
+            return ocms_cfg_problem(c->err, c->errlen, "%s.min_client_version: expected a release \"X.Y.Z\"", c->path);
+    }
     if (mech != NULL) {
         if (!cJSON_IsString(mech) || (strcmp(mech->valuestring, "direct") != 0 && strcmp(mech->valuestring, "ocms") != 0))
             return ocms_cfg_problem(c->err, c->errlen, "%s.mechanism: must be \"ocms\" or \"direct\"", c->path);

@@ -28,6 +28,7 @@ typedef struct {
     int has_numeric;      /* issue 40: a numeric metric: a value is a number, reported as its bucket index */
     ocms_numeric numeric; /* its layout (bounds points at this struct's bounds) */
     double *bounds;
+    unsigned min_client[3]; /* min_client_version: the oldest client release that may report it; 0.0.0: any */
 } ocms_cfg_metric;
 
 typedef struct {
@@ -43,6 +44,9 @@ int ocms_cfg_load_text(const char *text, size_t len, ocms_cfg *cfg, char *err, s
 int ocms_cfg_load_file(const char *path, ocms_cfg *cfg, char *err, size_t errlen);
 void ocms_cfg_free(ocms_cfg *cfg);
 const ocms_cfg_metric *ocms_cfg_find(const ocms_cfg *cfg, const char *name);
+/* 0 when the linked library (ocms_version()) may report the metric; -1 with err naming the release to upgrade
+ * to when the config's min_client_version is newer (issue 39). */
+int ocms_cfg_client_too_old(const ocms_cfg_metric *m, char *err, size_t errlen);
 
 /* A value as the library takes it: an integer (integers, category index) or string bytes. */
 typedef struct {

@@ -240,6 +240,7 @@ int main(int argc, char **argv) {
             o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", k ? ", " : "", cfg.metrics[k].name);
         die(EXIT_USAGE, "--metric %s: not in %s (it has: %s)", metric_name, config_path, cfg.count ? names : "no metrics");
     }
+    if (ocms_cfg_client_too_old(metric, err, sizeof err) != 0) die(EXIT_USAGE, "--metric %s: %s", metric_name, err);
     if (metric->longitudinal && ledger_path == NULL) /* the secret and the lifetime charges live in the ledger */
         die(EXIT_USAGE, "--metric %s: longitudinal (memoized two-round reports): give --ledger FILE --budget EPSILON "
             "(it keeps the device secret and charges lifetime_epsilon once per hashed value)", metric_name);

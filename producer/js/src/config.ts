@@ -18,7 +18,8 @@
  *   cms_core's polynomials.
  */
 
-import { InvalidConfigError, InvalidValueError, UnknownMetricError } from "./errors.js";
+import { ClientTooOldError, InvalidConfigError, InvalidValueError, UnknownMetricError } from "./errors.js";
+import { VERSION } from "./version.js";
 import { DiscoveryDomain, STRING_PREFIX_BITS, isWellFormed } from "./discovery.js";
 import { Element, Field, binaryField, concat, primeField, uintBytes } from "./fields.js";
 import { blake2b, fromHex, hex, utf8 } from "./hash.js";
@@ -211,6 +212,8 @@ export class MetricVersion {
   readonly longitudinal: Longitudinal | null;
   /** A numeric metric's buckets (issue 40, numeric.ts): a number is reported as its bucket's index; else null. */
   readonly numeric: NumericLayout | null;
+  /** The oldest client release that may report the metric (`min_client_version`), or null: any. */
+  readonly minClientVersion: string | null;
   private readonly categoryIndex: Map<string, number> | null;
 
   constructor(entry: unknown, index: number) {
@@ -227,6 +230,10 @@ export class MetricVersion {
       throw new InvalidConfigError(`${where}.epsilon: expected a number in (0, ${MAX_EPSILON}], got ${JSON.stringify(entry.epsilon)}`);
     }
     this.epsilon = entry.epsilon;
+    if (entry.min_client_version !== undefined && releaseTuple(entry.min_client_version) === null) {
+      throw new InvalidConfigError(`${where}.min_client_version: expected a release "X.Y.Z", got ${JSON.stringify(entry.min_client_version)}`);
+    }
+    this.minClientVersion = (entry.min_client_version as string | undefined) ?? null;
     const mechanism = entry.mechanism === undefined ? "ocms" : entry.mechanism;
     if (mechanism !== "ocms" && mechanism !== "direct") {
       throw new InvalidConfigError(`${where}.mechanism: expected "ocms" or "direct", got ${JSON.stringify(mechanism)}`);
@@ -423,6 +430,24 @@ export class DeviceConfig {
       const known = [...this.metrics.keys()].join(", ") || "none";
       throw new UnknownMetricError(`unknown metric ${JSON.stringify(name)}: this device config holds ${known}`);
     }
+    const needed = found.minClientVersion;
+    if (needed !== null && compareReleases(VERSION, needed) < 0) {
+      throw new ClientTooOldError(`metric ${JSON.stringify(name)} needs an ocms client of release ${needed} or later; `
+        + `this client is ${VERSION}: upgrade it to ${needed} or later`);
+    }
     return found;
   }
+}
+
+/** [major, minor, patch] of a release "X.Y.Z" (semantic versioning, no pre-release), or null. */
+export function releaseTuple(v: unknown): [number, number, number] | null {
+  if (typeof v !== "string" || !/^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$/.test(v)) return null;
+  const [major, minor, patch] = v.split(".").map(Number);
+  return [major, minor, patch];
+}
+
+/** <0, 0, >0 as release a is older than, the same as, newer than release b (both valid). */
+export function compareReleases(a: string, b: string): number {
+  const x = releaseTuple(a)!, y = releaseTuple(b)!;
+  return x[0] - y[0] || x[1] - y[1] || x[2] - y[2];
 }

@@ -22,6 +22,12 @@ export class InvalidValueError extends OCMSError {
   override name = "InvalidValueError";
 }
 
+/** The device config asks for a newer client release for this metric (`min_client_version`): names the release
+ *  to upgrade to. Nothing was drawn, charged or queued. */
+export class ClientTooOldError extends OCMSError {
+  override name = "ClientTooOldError";
+}
+
 /** A metric the configuration does not hold. */
 export class UnknownMetricError extends OCMSError {
   override name = "UnknownMetricError";

@@ -23,6 +23,6 @@ export { hex, fromHex } from "./hash.js";
 export { VERSION } from "./version.js";
 export { NumericLayout } from "./numeric.js";
 export {
-  DeliveryError, InvalidConfigError, InvalidParameterError, InvalidValueError, NoRandomnessError, OCMSError,
+  ClientTooOldError, DeliveryError, InvalidConfigError, InvalidParameterError, InvalidValueError, NoRandomnessError, OCMSError,
   PrivacyBudgetError, QueueFullError, StorageError, UnknownMetricError, WireFormatError,
 } from "./errors.js";

@@ -98,3 +98,22 @@ test("strings: lone surrogates are refused (they have no UTF-8), bytes are accep
   assert.equal(bytes.length, 16);
   assert.throws(() => config.metric("words").encode(42), /the string domain takes strings/);
 });
+
+test("a metric needing a newer client release is refused naming it; one this client is new enough for is not", async () => {
+  const { ClientTooOldError, OcmsClient, VERSION } = await import("../dist/index.js");
+  const [major, minor] = VERSION.split(".").map(Number);
+  const next = `${major}.${minor + 1}.0`;
+  const config = new DeviceConfig(tampered("cat_small", (m) => { m.min_client_version = next; }));
+  assert.throws(() => config.metric("cat_small"), (err) => err instanceof ClientTooOldError && err.message ===
+    `metric "cat_small" needs an ocms client of release ${next} or later; this client is ${VERSION}: upgrade it to ${next} or later`);
+  const client = new OcmsClient(config, { budget: 100 });
+  await assert.rejects(client.report("cat_small", base.metrics.find((m) => m.name === "cat_small").categories[0]),
+                       ClientTooOldError);
+  assert.equal(await client.ledger.spent("cat_small"), 0); // nothing charged
+  for (const enough of [VERSION, "0.1.0"]) {
+    new DeviceConfig(tampered("cat_small", (m) => { m.min_client_version = enough; })).metric("cat_small");
+  }
+  for (const bad of ["0.3", 3, "v0.3.0", "0.03.0", "0.3.0-rc1"]) {
+    refused(tampered("cat_small", (m) => { m.min_client_version = bad; }), /metric "cat_small".min_client_version: expected a release "X.Y.Z"/);
+  }
+});

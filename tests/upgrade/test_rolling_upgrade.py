@@ -1,0 +1,66 @@
+"""A rolling upgrade from the previous release's real code under load (issue 39; pytest -m upgrade).
+
+benchmarks/bench_rolling_upgrade.py runs it: release 0.2.0 (commit b078575 of this clone, materialised with
+``git archive``) and this code in one consumer group on the embedded broker and one idempotency log, the two
+bounces of CHANGELOG.md (Unreleased, Upgrading) under uploads and a query loop against every worker. Every
+acknowledged report counted once, no answer smaller than an earlier one or above what was sent, the ledger's
+counts at the end, and no metric unavailable longer than one rebalance.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from benchmarks.bench_rolling_upgrade import RELEASE_MISSING, departure_rebalance, longest_gap
+from ocms.process import ROOT
+
+# Like the fault schedules: five processes and a broker for about two minutes, run alone after the rest (make test).
+pytestmark = [pytest.mark.upgrade]
+
+
+@pytest.mark.integration
+@pytest.mark.fault_schedules
+@pytest.mark.timeout(1200)
+def test_a_rolling_upgrade_from_0_2_0_under_load_keeps_every_count_and_every_answer_exact():
+    seed = random.SystemRandom().randrange(1, 1 << 30)
+    print(f"rolling upgrade: seed {seed}", flush=True)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.bench_rolling_upgrade", "--seed", str(seed),
+                           "--warm-seconds", "5", "--pause-seconds", "2", "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1100)
+    if done.returncode == RELEASE_MISSING:
+        pytest.fail(done.stderr.strip().splitlines()[-1])
+    assert done.returncode in (0, 1) and done.stdout.strip(), f"seed {seed}: exit {done.returncode}\n{done.stderr[-4000:]}"
+    summary = json.loads(done.stdout)
+    replay = f"seed {seed}: python -m benchmarks.bench_rolling_upgrade --seed {seed} --keep-logs DIR\n"
+    names = ["worker1", "worker2", "worker3", "collector1", "collector2"]
+    assert summary["steps"] == [f"{n} -> new --upgrade-from 0.2" for n in names] + [f"{n} -> new" for n in names]
+    assert summary["acked"] > 0 and summary["acked"] == summary["counted"], replay + json.dumps(summary)
+    assert (summary["lost"], summary["doubled"], summary["wrong_answers"]) == (0, 0, 0), replay + json.dumps(summary)
+    assert summary["answers_checked"] > 0
+    assert summary["within_one_rebalance"], replay + json.dumps(summary)
+    assert summary["ok"], replay + json.dumps(summary) + done.stderr[-3000:]
+
+
+def test_a_gap_runs_from_one_answers_end_to_the_next_ones_question():
+    assert longest_gap([(0, 1), (1.5, 2), (6, 6.5)], 0, 7) == 4.0  # (began, ended) of each 200
+    assert longest_gap([(0, 5), (1, 2)], 0, 6) == 1.0  # an answer that waited covers its wait
+    assert longest_gap([], 3, 5) == 2.0
+
+
+def health(worker: str, at: float, status: str | None):
+    return SimpleNamespace(worker=worker, at=at, status=None if status is None else 200, doc={"status": status})
+
+
+def test_a_departures_rebalance_runs_until_every_answering_worker_is_ok_again():
+    samples = [health("w1", 1.0, "ok"), health("w2", 1.0, None),  # w2 stopped at 0.5: left out
+               health("w1", 4.0, "rebalancing"), health("w2", 4.5, "starting"),  # noticed
+               health("w1", 6.0, "ok"), health("w2", 6.0, "starting"),  # w2's join is the same rebalance
+               health("w1", 7.0, "ok"), health("w2", 7.5, "ok")]
+    assert departure_rebalance(samples, 0.5, 20) == 7.0
+    assert departure_rebalance([health("w1", 1.0, "ok")], 0.5, 20) == 0.0

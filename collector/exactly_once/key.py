@@ -52,9 +52,11 @@ def parse_key_record(value: bytes | None) -> bytes | None:
 
 async def kept_key(settings, log_topic: str) -> bytes:
     """The key every collector of ``log_topic`` hashes Idempotency-Keys with (b"": unkeyed, case 3)."""
-    from infra.kafka import TopicMismatchError, create_topics
+    from infra.kafka import TopicMismatchError, create_topics, wait_for_late_batches
 
     topic = key_topic(log_topic)
+    if settings.broker.late_batches:  # a key another collector wrote first must not be read past (infra.kafka)
+        wait_for_late_batches(topic)
     try:
         await create_topics(settings.bootstrap_servers, {topic: 1}, settings.broker,
                             configs={topic: {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}})
@@ -76,8 +78,9 @@ async def kept_key(settings, log_topic: str) -> bytes:
                     "uploads in the last --idempotency-window-seconds may then count twice)", log_topic, topic,
                     log_topic)
         return b""
-    await _write_key(settings, topic, os.urandom(KEY_HEX_CHARS // 2).hex().encode("ascii"))
-    key = await _first_key(settings, topic)
+    written_at = await _write_key(settings, topic, os.urandom(KEY_HEX_CHARS // 2).hex().encode("ascii"))
+    # read up to this key at least: the broker's end offset can lag what it acknowledged (the embedded one does)
+    key = await _first_key(settings, topic, read_to=written_at + 1)
     if key is None:  # what was just acknowledged is not readable: the broker lost it; retried by the caller
         raise ConnectionError(f"the idempotency key written to {topic} cannot be read back")
     log.info("Idempotency-Key hashes are keyed with a key generated now and kept in %s (restrict that topic to "
@@ -85,8 +88,8 @@ async def kept_key(settings, log_topic: str) -> bytes:
     return key
 
 
-async def _first_key(settings, topic: str) -> bytes | None:
-    """The first key record of ``topic`` up to its end, or None."""
+async def _first_key(settings, topic: str, read_to: int = 0) -> bytes | None:
+    """The first key record of ``topic`` up to its end (and at least up to offset ``read_to``), or None."""
     from aiokafka import TopicPartition
 
     from infra.kafka import make_consumer
@@ -97,7 +100,7 @@ async def _first_key(settings, topic: str) -> bytes | None:
     await consumer.start()
     try:
         consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
+        end = max((await consumer.end_offsets([tp]))[tp], read_to)
         await consumer.seek_to_beginning(tp)
         while await consumer.position(tp) < end:
             got = await consumer.getmany(tp, timeout_ms=500)
@@ -128,13 +131,14 @@ async def _holds_records(settings, topic: str) -> bool:
         await consumer.stop()
 
 
-async def _write_key(settings, topic: str, key: bytes) -> None:
+async def _write_key(settings, topic: str, key: bytes) -> int:
+    """Write a key record; its offset once acknowledged."""
     from infra.kafka import make_producer
 
     producer = make_producer(settings.bootstrap_servers, settings.broker, idempotent=False, linger_ms=0,
                              client_id="ocms-collector-key", request_timeout_ms=settings.kafka_timeout_ms)
     await producer.start()
     try:
-        await (await producer.send(topic, KEY_RECORD + key, partition=0))
+        return (await (await producer.send(topic, KEY_RECORD + key, partition=0))).offset
     finally:
         await producer.stop()

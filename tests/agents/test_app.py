@@ -410,8 +410,10 @@ def test_batches_grow_with_the_state_a_checkpoint_rewrites(worker, monkeypatch):
     journal, _ = held_worker(worker, monkeypatch)
     monkeypatch.setattr(checkpoint_module, "BATCH_REPORTS_PER_STATE_BYTE", 1)
     checkpoint = worker.checkpoint
-    checkpoint.pending = PendingBatch(100)
-    base, most = checkpoint_module.BATCH_GROWTH_UNDER_LOAD * 100, checkpoint_module.BATCH_GROWTH_FOR_LARGE_STATE * 100
+    # the two table keys below rewrite ~490 bytes (member codec v4: 2-byte counts while n < 65,536), between
+    # 8 and 16 batches of 50
+    checkpoint.pending = PendingBatch(50)
+    base, most = checkpoint_module.BATCH_GROWTH_UNDER_LOAD * 50, checkpoint_module.BATCH_GROWTH_FOR_LARGE_STATE * 50
     assert checkpoint.growth_limit() == base  # nothing written yet
     for m in deliveries(0, range(3)):
         worker.receive(m)

@@ -85,10 +85,13 @@ GOALS = (("shared_keyed / process_unkeyed", "shared_keyed", "process_unkeyed", 0
 
 def servers(broker, tmp: Path) -> tuple[dict[str, tuple[str, int]], list]:
     """Start the four servers; their upload URLs and pids, and the processes (to stop)."""
-    common = ("--source-topic", TOPIC, "--access-log", "false", "--log-level", "warning", "--max-connections", "4096",
+    common = ("--access-log", "false", "--log-level", "warning", "--max-connections", "4096",
               "--max-upload-reports", "100")
-    extra = {"shared": (), "process": ("--idempotency-topic", "off"),
-             "shuffled": ("--shuffle-min-reports", str(SHUFFLE_N), "--shuffle-max-seconds", "2")}
+    # each collector on its own topic, so each has its own idempotency log: a collector sharing another's log
+    # is its replica, and applies every record the other one writes (here: CPU taken from the one measured)
+    extra = {"shared": ("--source-topic", TOPIC), "process": ("--source-topic", TOPIC, "--idempotency-topic", "off"),
+             "shuffled": ("--source-topic", TOPIC + "-shuffled", "--shuffle-min-reports", str(SHUFFLE_N),
+                          "--shuffle-max-seconds", "2")}
     urls, processes = {}, {}
     port = free_port()
     processes["bare"] = spawn([sys.executable, "-m", "benchmarks.bench_collector", "--bare-server", str(port),
@@ -167,7 +170,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {name: [] for name in chosen}
     processes = []
     with EmbeddedBroker(log_path=tmp / "broker.log") as broker:
-        broker.create_topics({TOPIC: 4})
+        broker.create_topics({TOPIC: 4, TOPIC + "-shuffled": 4})
         try:
             urls, processes = servers(broker, tmp)
             for name in chosen:  # warm-up: first calls, allocations, the idempotency log read

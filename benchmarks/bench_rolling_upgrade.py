@@ -41,8 +41,7 @@ from pathlib import Path
 
 from benchmarks.faults.checker import check
 from benchmarks.faults.release import PREVIOUS_COMMIT, PREVIOUS_RELEASE, ReleaseMissing, materialise
-from benchmarks.faults.schedule import (METRICS, _write_history, every_metric_answered, ledger_counts,
-                                       metric_shapes, registry_text, settle)
+from benchmarks.faults.schedule import METRICS, every_metric_answered, metric_shapes, registry_text, wind_down
 from benchmarks.faults.traffic import Health, Queries, Uploaders
 from cms_core.version import __version__
 from infra.broker import EmbeddedBroker
@@ -59,8 +58,6 @@ APP_ID = "ocms-upgrade"
 TOPIC = "ocms-upgrade-reports"
 UPGRADE_FROM = ".".join(PREVIOUS_RELEASE.split(".")[:2])  # "0.2"
 START_S = 180.0  # a process's start on a busy 2-core machine
-DRAIN_S = 120.0
-SETTLE_S = 120.0
 HEALTH_POLL_S = 0.5  # benchmarks.faults.traffic.Health's interval
 #: How closely the two are measured: a rebalance's end to within a /healthz poll, a metric's outage between
 #: answers (the last 200 before a stop ended up to a round of the query loop before it, the first after a
@@ -305,14 +302,8 @@ async def _run(seed: int, workdir: Path, old_root: Path, warm_s: float, pause_s:
                 await replace(name, bounce)
         last_step_end = time.time()
         await asyncio.sleep(pause_s)
-        uploaders.stop_new()
-        drained = await uploaders.drained(DRAIN_S)
-        load_ended = time.time()
-        expected, sent = ledger_counts(uploaders, registry, metrics)
-        final = await settle(queries, urls, metrics, expected, SETTLE_S)
-        await queries.close()
-        await health.close()
-        _write_history(workdir / "history.jsonl", [], queries.answers, health.samples, expected, final)
+        drained, load_ended, expected, sent, final = await wind_down(uploaders, queries, health, registry, metrics,
+                                                                     urls, workdir, [])
         findings = check(uploads=uploaders.uploads, answers=queries.answers, final_answers=final,
                          health=health.samples, expected=expected, workers=workers, metrics=metrics,
                          sent_by_metric=sent, last_fault_end=last_step_end)

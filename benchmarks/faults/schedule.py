@@ -143,6 +143,22 @@ def ledger_counts(uploaders: Uploaders, registry, metrics: list[str]) -> tuple[d
     return {m: decoders[m](bodies) for m, bodies in by_metric.items()}, sent
 
 
+async def wind_down(uploaders: Uploaders, queries: Queries, health, registry, metrics: list[str],
+                    workers: dict[str, str], workdir: Path, faults_done) -> tuple[bool, float, dict, dict, dict]:
+    """End a run's load: no new uploads and those in flight drained, the ledger's counts, every worker asked until it
+    answers them (or SETTLE_S), the query and health loops closed, the history written. Returns (drained, when the
+    draining ended, expected, sent, final answers)."""
+    uploaders.stop_new()
+    drained = await uploaders.drained(DRAIN_S)
+    drained_at = time.time()
+    expected, sent = ledger_counts(uploaders, registry, metrics)
+    final = await settle(queries, workers, metrics, expected, SETTLE_S)
+    await queries.close()
+    await health.close()
+    _write_history(workdir / "history.jsonl", faults_done, queries.answers, health.samples, expected, final)
+    return drained, drained_at, expected, sent, final
+
+
 async def settle(queries: Queries, workers: dict[str, str], metrics: list[str], expected: dict, timeout: float) -> dict:
     """Ask every worker for every metric until all answer the ledger's counts or ``timeout`` passes; the last
     answers, (worker, metric) -> Answer (also kept in the history: they are real queries)."""
@@ -212,14 +228,9 @@ async def _run(seed: int, seconds: float, broker: str, workdir: Path, log, kinds
         await nemesis.run()
         await nemesis.heal_all()
         last_fault_end = time.time()
-        uploaders.stop_new()
-        drained = await uploaders.drained(DRAIN_S)
+        drained, _, expected, sent, final = await wind_down(uploaders, queries, health, registry, metrics, workers,
+                                                           workdir, nemesis.done)
         acked = uploaders.acked()
-        expected, sent = ledger_counts(uploaders, registry, metrics)
-        final = await settle(queries, workers, metrics, expected, SETTLE_S)
-        await queries.close()
-        await health.close()
-        _write_history(workdir / "history.jsonl", nemesis.done, queries.answers, health.samples, expected, final)
         if any(a.status == 200 and (a.n, a.counts) != expected[a.metric] for a in final.values()):
             from .autopsy import examine
 

@@ -35,7 +35,7 @@ from registry import Registry
 from .catalog import Catalog
 from .checkpoint import Checkpoint, CountsTable, FoldInputs, TableWriter
 from .console import add_console
-from .faust_internals import request_rejoin, warnings_at_start
+from .faust_internals import AlignedPartitionAssignor, request_rejoin, warnings_at_start
 from .intake import IntakeApp
 from .metrics import EstimatesCollector, PipelineMetrics
 from .discovery import WorkerDiscovery
@@ -84,6 +84,7 @@ def faust_settings(settings: WorkerSettings) -> dict:
         # replica bound to 0.0.0.0 advertised http://0.0.0.0:6066 and the partition-to-worker map collapsed).
         web_host=settings.advertised_web_host,
         autodiscover=False,
+        PartitionAssignor=AlignedPartitionAssignor,  # a source partition and its changelog's on one worker
     )
     if profile.one_record_batches:
         conf["producer_max_batch_size"] = 1  # any record exceeds 1 byte: one record per batch

@@ -40,6 +40,10 @@ The worker needs these things Faust and aiokafka offer no public way to do (why:
    (``IntakeConsumerThread.seek_to_committed``: aiokafka leaves it where its fetcher is), and a source
    partition whose next message lies past the lowest one dropped, including what aiokafka returned
    and Faust's getmany never handed over, is sought back to it (``IntakeConsumer.getmany``).
+10. keep a source partition and its changelog partition on one worker (``AlignedPartitionAssignor``):
+   Faust groups copartitioned topics by their subscribers; a worker stopped while it started joined
+   with the source topic alone, the two were assigned apart, and a worker counted onto a table
+   partition it had not recovered (issue 35: 12,645 acknowledged reports lost).
 
 It also checks behaviour the worker relies on through public names: the checkpoint
 (``agents.checkpoint.CountsTable``) waits for the futures ``send_changelog`` returns, so every
@@ -72,6 +76,7 @@ from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.group import HeartbeatRequest
+from faust.assignor import PartitionAssignor
 from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TP, Message
@@ -510,6 +515,20 @@ async def nudge_group(coordinator: GroupCoordinator, connections: int = NUDGE_CO
             conn.close()
 
 
+# ----------------------------------------------------------------- 10. one worker per partition
+class AlignedPartitionAssignor(PartitionAssignor):
+    """Faust's assignor, with the topics of one partition count assigned as one copartitioned group
+    (10.): the members that subscribe to all of them share them partition by partition; one that lacks
+    a topic gets none until its subscription is whole. Where no member subscribes to all, Faust's way."""
+
+    @classmethod
+    def _group_co_subscribed(cls, topics, subscriptions):
+        topics = set(topics)
+        if any(topics.issubset(subscription) for subscription in subscriptions.values()):
+            return [topics]
+        return super()._group_co_subscribed(topics, subscriptions)
+
+
 # ----------------------------------------------------------------- drift check
 #: (owner, private name, parameters after self or None for an attribute, coroutine?) used above.
 _METHODS = (
@@ -597,6 +616,13 @@ _USES = (
      "await self._coordinator._send_req(request)"),
     ("aiokafka.consumer.group_coordinator.CoordinatorGroupRebalance", "_send_sync_group_request",
      "await self._coordinator._send_req(request)"),
+    # 10.: Faust groups copartitioned topics through _group_co_subscribed (AlignedPartitionAssignor)
+    ("faust.assignor.partition_assignor.PartitionAssignor", "_get_copartitioned_groups",
+     "cls._group_co_subscribed(topics, subscriptions)"),
+    ("faust.assignor.partition_assignor.PartitionAssignor", "_perform_assignment",
+     "self._get_copartitioned_groups("),
+    ("faust.assignor.cluster_assignment.ClusterAssignment", "copartitioned_assignments",
+     "if copartitioned_topics.issubset(sub)"),
     # a member id of "" makes the next JoinGroup ask the broker for a new one
     ("aiokafka.consumer.group_coordinator.GroupCoordinator", "reset_generation",
      "self.member_id = JoinGroupRequest.UNKNOWN_MEMBER_ID"),

@@ -99,3 +99,54 @@ def test_the_embedded_broker_gets_a_short_fetch_wait(broker, wait_ms):
             await consumer.stop()
 
     assert asyncio.run(fetch_wait()) == wait_ms
+
+
+# ---------------------------------------------------------------- 10. a source partition and its changelog's
+def _assign(assignor_class, subscriptions: dict[str, list[str]]) -> tuple[str, dict[str, dict[str, list[int]]]]:
+    """What the group's leader sends each member: Faust's real assignor over 4-partition topics."""
+    import faust
+    from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
+    from faust.assignor.client_assignment import ClientAssignment, ClientMetadata
+
+    class Cluster:
+        def partitions_for_topic(self, topic):
+            return {0, 1, 2, 3}
+
+    app = faust.App("aligned-test", broker="kafka://localhost:1")
+    changelog = app.Table("counts", partitions=4).changelog_topic.get_topic_name()
+    members = {}
+    for member, topics in subscriptions.items():
+        metadata = ClientMetadata(assignment=ClientAssignment(actives={}, standbys={}), url=f"http://{member}",
+                                  changelog_distribution={})
+        topics = [changelog if t == "changelog" else t for t in topics]
+        members[member] = ConsumerProtocolMemberMetadata(0, sorted(topics), metadata.dumps())
+    assigned = assignor_class(app, replicas=0)._perform_assignment(Cluster(), members)
+    return changelog, {m: dict(a.assignment) for m, a in assigned.items()}
+
+
+def test_a_member_subscribed_to_the_source_alone_does_not_split_it_from_the_changelog():
+    """Issue 35 (seed 3077): a worker stopped while it started joined with the source topic alone, and
+    Faust assigned the source and the changelog apart: a worker counted source partition 1 onto a table
+    partition it had not recovered. With the aligned assignor each member's source partitions are its
+    changelog partitions, and the partial member gets nothing; Faust's own assignor is the control."""
+    subscriptions = {"w1": ["src", "changelog"], "w2": ["src", "changelog"], "w3": ["src"]}
+    changelog, faust_way = _assign(faust_internals.PartitionAssignor, subscriptions)
+    assert any(a.get("src", []) != a.get(changelog, []) for a in faust_way.values()), faust_way  # the defect
+    changelog, aligned = _assign(faust_internals.AlignedPartitionAssignor, subscriptions)
+    assert aligned["w3"] == {}
+    assert sorted(aligned["w1"]["src"] + aligned["w2"]["src"]) == [0, 1, 2, 3]
+    for member in ("w1", "w2"):
+        assert aligned[member]["src"] == aligned[member][changelog], aligned
+
+
+def test_members_that_all_lack_a_topic_are_assigned_as_faust_does():
+    subscriptions = {"w1": ["src"], "w2": ["src"]}
+    assert _assign(faust_internals.AlignedPartitionAssignor, subscriptions)[1] == \
+        _assign(faust_internals.PartitionAssignor, subscriptions)[1]
+
+
+def test_the_worker_app_uses_the_aligned_assignor():
+    from agents.app import faust_settings
+
+    settings = WorkerSettings.build(broker="embedded", bootstrap_servers="127.0.0.1:1", app_id="unit-assignor")
+    assert faust_settings(settings)["PartitionAssignor"] is faust_internals.AlignedPartitionAssignor

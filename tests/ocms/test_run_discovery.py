@@ -69,7 +69,7 @@ def test_the_truth_file_holds_every_simulated_metric(tmp_path):
     status, answer = read_truth(str(path))
     assert status == 200
     by_metric = {t["metric"]: t for t in answer["truths"]}
-    assert list(by_metric) == ["flight_dest", "carrier", "flight_tailnum", "typed_words"]
+    assert list(by_metric) == ["flight_dest", "carrier", "flight_tailnum", "flight_air_time", "typed_words"]
     assert by_metric["flight_dest"]["fingerprint"] == named.version.fingerprint.hex()
     assert {c["label"]: c["count"] for c in by_metric["flight_dest"]["counts"]} == {"ATL": 6, "ORD": 4}
     for companion, _ in others:  # each companion's truth under its own version's fingerprint, values by name

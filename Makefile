@@ -24,7 +24,7 @@ TEST_PROCESSES ?= 3
 test: $(STAMP)
 	./scripts/ensure_system_packages.sh
 	OCMS_REQUIRE_KERNEL=1 OCMS_REQUIRE_SYSTEM_TOOLS=1 $(PY) -m pytest tests -m "not fault_schedules" --durations=20 -n $(TEST_PROCESSES) --dist loadfile
-	OCMS_REQUIRE_KERNEL=1 OCMS_REQUIRE_SYSTEM_TOOLS=1 $(PY) -m pytest tests -m fault_schedules -rA
+	OCMS_REQUIRE_KERNEL=1 OCMS_REQUIRE_SYSTEM_TOOLS=1 $(PY) -m pytest tests -m fault_schedules -rA --durations=5
 
 run: $(STAMP)
 	$(VENV)/bin/ocms run $(RUN_ARGS)

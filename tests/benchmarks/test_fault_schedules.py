@@ -40,7 +40,9 @@ def run_schedules(broker: str, schedules: int, seconds: int) -> dict:
 
 
 def test_short_fault_schedules_on_the_embedded_broker_hold_every_rule():
-    run_schedules("embedded", 2, 20)
+    # One schedule of 25 s (two of 20 s before): make test's whole run stays within CI's 15 minutes; the
+    # schedules that count toward the goals run with the benchmark (docs/faults.md).
+    run_schedules("embedded", 1, 25)
 
 
 def test_a_short_fault_schedule_on_the_mock_cluster_holds_every_rule():

@@ -31,7 +31,7 @@ def test_a_rolling_upgrade_from_0_2_0_under_load_keeps_every_count_and_every_ans
     seed = random.SystemRandom().randrange(1, 1 << 30)
     print(f"rolling upgrade: seed {seed}", flush=True)
     done = subprocess.run([sys.executable, "-m", "benchmarks.bench_rolling_upgrade", "--seed", str(seed),
-                           "--warm-seconds", "5", "--pause-seconds", "2", "--json"],
+                           "--warm-seconds", "4", "--pause-seconds", "1.5", "--json"],
                           cwd=ROOT, capture_output=True, text=True, timeout=1100)
     if done.returncode == RELEASE_MISSING:
         pytest.fail(done.stderr.strip().splitlines()[-1])

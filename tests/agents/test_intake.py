@@ -254,3 +254,54 @@ def test_messages_dropped_while_the_flow_is_held_are_fetched_again_if_the_seek_m
 async def _aiter(messages):
     for m in messages:
         yield m.tp, m
+
+
+class TableHoldingIntake(RecordingIntake):
+    """An intake that holds the table partitions ``held`` (``OCMSWorker.holds_table_partition``)."""
+
+    def __init__(self, held):
+        super().__init__()
+        self.held = set(held)
+        self.asked: list = []
+
+    def holds_table_partition(self, partition: int) -> bool:
+        self.asked.append(partition)
+        return partition in self.held
+
+
+def test_a_source_partition_without_its_table_partition_is_dropped_until_it_is_held(monkeypatch):
+    """Issue 35 (seed 3077): a leader that assigned the source topic and the changelog apart gave a worker source
+    partition 1 with changelog partitions {0, 3}; it counted partition 1 onto a table partition it had not
+    recovered. The intake takes nothing of a partition whose table partition is not held here, and fetches it
+    again once it is."""
+    tp = TP(SOURCE, 1)
+    sink = TableHoldingIntake(held={0, 3})
+    batch = [message(SOURCE, 0, 7), message(SOURCE, 1, 20), message(SOURCE, 1, 21)]
+    consumer = consumer_with(monkeypatch, batch, sink, fresh_offsets())
+    drain(consumer)
+    assert sink.received == [batch[0]] and consumer.tracked == [batch[0]]
+    assert consumer._dropped_from == {tp: 20} and consumer._read_offset[tp] is None
+    sink.held.add(1)  # the next generation's assignment gives it both
+    monkeypatch.setattr(aiokafka_driver.Consumer, "getmany", lambda self, timeout: _aiter(batch[1:]))
+    drain(consumer)
+    assert sink.received == batch and consumer._dropped_from == {}
+
+
+def test_the_worker_says_which_table_partitions_its_generation_holds_and_rejoins_once(monkeypatch):
+    from agents.app import OCMSWorker
+
+    rejoins = []
+    monkeypatch.setattr("agents.app.request_rejoin", lambda app: rejoins.append(app) or True)
+    changelog = "app-counts-changelog"
+    assignment = {TP(SOURCE, 1), TP(SOURCE, 3), TP(changelog, 0), TP(changelog, 3)}
+    worker = object.__new__(OCMSWorker)  # no broker: only the assignment is read
+    worker.settings = SimpleNamespace(changelog_topic=changelog)
+    worker.app = SimpleNamespace(consumer_generation_id=3, consumer=SimpleNamespace(assignment=lambda: assignment))
+    worker._tables_held = (None, frozenset(), set())
+    assert worker.holds_table_partition(3) and worker.holds_table_partition(0)
+    assert not worker.holds_table_partition(1) and not worker.holds_table_partition(1)
+    assert len(rejoins) == 1  # once a generation
+    assignment = {TP(SOURCE, 1), TP(changelog, 1)}
+    worker.app.consumer_generation_id = 4
+    assert worker.holds_table_partition(1) and not worker.holds_table_partition(3)
+    assert len(rejoins) == 2

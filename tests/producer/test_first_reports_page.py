@@ -74,6 +74,10 @@ def test_the_first_reports_page_reports_through_ocms_run(chrome, js_client, tmp_
         assert run.poll() is None, run.stderr.read().decode()[-3000:]
         poll_until(lambda: get_json(f"http://127.0.0.1:{collector_port}/healthz")[0] == 200, 120, "its collector")
         chrome.get(origin + "/")
+        # The page's module installs the button's handler after OcmsClient.create (a fetch of the device config
+        # from the collector): a click before that does nothing (it failed a busy make test: never reported).
+        poll_until(lambda: chrome.execute_script("return typeof document.getElementById('buy').onclick;") == "function",
+                   120, "the page's client to be ready (the button's handler installed)")
         for _ in range(CLICKS):
             chrome.execute_script("delete document.body.dataset.reported; document.getElementById('buy').click();")
             poll_until(lambda: chrome.execute_script("return document.body.dataset.reported;") == "yes", 120,

@@ -86,6 +86,7 @@ class UpgradeResult:
     max_unavailable_at_worker_s: float  # a metric without a 200 from a worker that was up
     longest_rebalance_s: float
     seconds: float
+    outage: dict = field(default_factory=dict)  # longest_outage: where the longest time without a 200 was
 
     @property
     def wrong_answers(self) -> int:
@@ -107,7 +108,7 @@ class UpgradeResult:
                 "wrong_200": f.wrong_200, "lost": f.lost, "doubled": f.doubled, "final_mismatch": f.final_mismatch[:5],
                 "max_unavailable_s": round(self.max_unavailable_s, 2),
                 "max_unavailable_at_worker_s": round(self.max_unavailable_at_worker_s, 2),
-                "longest_rebalance_s": round(self.longest_rebalance_s, 2),
+                "longest_rebalance_s": round(self.longest_rebalance_s, 2), "longest_outage": self.outage,
                 "within_one_rebalance": self.within_one_rebalance, "seconds": round(self.seconds, 1), "ok": self.ok}
 
 
@@ -154,20 +155,24 @@ def longest_gap(times: list[tuple[float, float]], start: float, end: float) -> f
     """The longest stretch of [start, end] in which no 200 was answered: from the end of one 200 answer to the
     beginning of the next (the next one's question was asked then; one that waits on a forward that times out
     does not lengthen the gap by its wait)."""
-    longest, covered = 0.0, start
+    return gap_interval(times, start, end)[0]
+
+
+def gap_interval(times: list[tuple[float, float]], start: float, end: float) -> tuple[float, float, float]:
+    """:func:`longest_gap` with where it is: (seconds, from, to)."""
+    longest, covered = (0.0, start, start), start
     for began, ended in sorted(t for t in times if start <= t[1] and t[0] <= end):
-        longest = max(longest, began - covered)
+        if began - covered > longest[0]:
+            longest = (began - covered, covered, began)
         covered = max(covered, ended)
-    return max(longest, end - covered)
+    return max(longest, (end - covered, covered, end))
 
 
 def unavailability(answers, workers: list[str], metrics: list[str], down: dict[str, list[tuple[float, float]]],
                    start: float, end: float) -> tuple[float, float]:
     """(the longest time a metric had no 200 from any worker, ... from a worker outside its own restart)."""
-    any_worker = 0.0
-    for metric in metrics:
-        any_worker = max(any_worker, longest_gap([(a.began, a.ended) for a in answers
-                                                  if a.metric == metric and a.status == 200], start, end))
+    any_worker = max((longest_gap([(a.began, a.ended) for a in answers if a.metric == metric and a.status == 200],
+                                  start, end) for metric in metrics), default=0.0)
     at_worker = 0.0
     for worker in workers:
         for metric in metrics:
@@ -184,6 +189,33 @@ def unavailability(answers, workers: list[str], metrics: list[str], down: dict[s
                 elif bad_since is None:
                     bad_since = a.began
     return any_worker, at_worker
+
+
+def longest_outage(answers, health, steps, metrics: list[str], start: float, end: float) -> dict:
+    """Where the longest time without a 200 was, for the closing note and for finding its cause: the metric, its
+    bounds relative to the step it fell in (the stop, the replacement's start, its ok), the answers asked in it
+    by worker and status (with the errors), and each worker's /healthz statuses in it in order."""
+    worst = max(((gap_interval([(a.began, a.ended) for a in answers if a.metric == metric and a.status == 200],
+                               start, end), metric) for metric in metrics), default=((0.0, start, start), None))
+    (seconds, lo, hi), metric = worst
+    step = next((s for s in steps if s.began - 1 <= hi and lo <= s.ended + 1), None)
+    origin = step.began if step is not None else start
+    asked: dict[str, dict[str, int]] = {}
+    for a in answers:
+        if a.metric == metric and lo <= a.began < hi:
+            label = str(a.status) + (f" {a.error}" if a.error and a.status != 200 else "")
+            row = asked.setdefault(a.worker, {})
+            row[label[:80]] = row.get(label[:80], 0) + 1
+    seen: dict[str, list[str]] = {}
+    for sample in sorted((s for s in health if lo - 1 <= s.at <= hi + 1), key=lambda s: s.at):
+        status = (sample.doc or {}).get("status") if sample.status is not None else "no answer"
+        states = seen.setdefault(sample.worker, [])
+        if not states or states[-1].split("@")[0] != str(status):
+            states.append(f"{status}@{sample.at - origin:+.1f}")
+    return {"metric": metric, "seconds": round(seconds, 2), "step": step.what if step else None,
+            "from_s": round(lo - origin, 2), "to_s": round(hi - origin, 2),
+            "replacement_started_s": round(step.started - origin, 2) if step and step.started else None,
+            "step_ended_s": round(step.ended - origin, 2) if step else None, "asked": asked, "health": seen}
 
 
 class Cluster:
@@ -316,7 +348,8 @@ async def _run(seed: int, workdir: Path, old_root: Path, warm_s: float, pause_s:
                         default=0.0)
         return UpgradeResult(seed, steps, findings, len(uploaders.uploads),
                              sum(1 for a in queries.answers if a.status == 200), any_worker, at_worker, rebalance,
-                             time.time() - started)
+                             time.time() - started,
+                             longest_outage(queries.answers, health.samples, steps, metrics, load_began, load_ended))
     finally:
         for closing in (uploaders, queries, health):
             if closing is not None:
@@ -368,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{summary['max_unavailable_at_worker_s']} s at a worker that was up; longest rebalance "
               f"{summary['longest_rebalance_s']} s (goal: no longer than one rebalance: "
               f"{'met' if result.within_one_rebalance else 'NOT met'})")
+        print(f"the longest outage: {json.dumps(summary['longest_outage'])}")
     return 0 if result.ok else 1
 
 

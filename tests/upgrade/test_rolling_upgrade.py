@@ -17,7 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.bench_rolling_upgrade import RELEASE_MISSING, departure_rebalance, longest_gap
+from benchmarks.bench_rolling_upgrade import (RELEASE_MISSING, Step, departure_rebalance, gap_interval, longest_gap,
+                                              longest_outage)
 from ocms.process import ROOT
 
 # Like the fault schedules: five processes and a broker for about two minutes, run alone after the rest (make test).
@@ -55,6 +56,25 @@ def test_a_gap_runs_from_one_answers_end_to_the_next_ones_question():
     assert longest_gap([(0, 1), (1.5, 2), (6, 6.5)], 0, 7) == 4.0  # (began, ended) of each 200
     assert longest_gap([(0, 5), (1, 2)], 0, 6) == 1.0  # an answer that waited covers its wait
     assert longest_gap([], 3, 5) == 2.0
+    assert gap_interval([(0, 1), (1.5, 2), (6, 6.5)], 0, 7) == (4.0, 2, 6)  # where it is
+    assert gap_interval([(0, 1)], 0, 7) == (6.0, 1, 7)
+
+
+def test_the_longest_outage_is_placed_in_its_step_with_what_was_asked_and_answered():
+    def answer(worker, metric, began, status, error=None):
+        return SimpleNamespace(worker=worker, metric=metric, began=began, ended=began + 0.1, status=status,
+                               error=error)
+
+    answers = [answer("w1", "m", 0.0, 200), answer("w1", "m", 11.0, 503, "shard_moving"),
+               answer("w2", "m", 12.0, None, "ClientConnectorError"), answer("w1", "m", 16.0, 200),
+               answer("w1", "other", 0.0, 200), answer("w1", "other", 15.0, 200)]
+    samples = [health("w1", 11.0, "ok"), health("w1", 12.0, "rebalancing"), health("w1", 15.5, "ok")]
+    steps = [Step("w2 -> new", 10.0, 20.0, started=14.0)]
+    outage = longest_outage(answers, samples, steps, ["m", "other"], 0.0, 30.0)
+    assert outage["metric"] == "m" and outage["seconds"] == 15.9 and outage["step"] == "w2 -> new"
+    assert (outage["from_s"], outage["to_s"], outage["replacement_started_s"]) == (-9.9, 6.0, 4.0)
+    assert outage["asked"] == {"w1": {"503 shard_moving": 1}, "w2": {"None ClientConnectorError": 1}}
+    assert outage["health"] == {"w1": ["ok@+1.0", "rebalancing@+2.0", "ok@+5.5"]}
 
 
 def health(worker: str, at: float, status: str | None):

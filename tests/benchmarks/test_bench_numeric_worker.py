@@ -1,0 +1,33 @@
+"""benchmarks.bench_numeric_worker: its registry is the one it describes and its frames are what the worker reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import bench_numeric_worker as bench
+from cms_core import wire
+from registry import parse_registry as registry_from_text
+
+
+def test_the_registry_holds_a_frequency_metric_and_two_numeric_ones_at_epsilon_2():
+    registry = registry_from_text(bench.registry_text())
+    domains = {name: registry.metric(name).live_versions[-1] for name in bench.METRICS}
+    assert domains["frequency"].numeric is None and domains["frequency"].params.dictionary_size == 105
+    assert domains["numeric_21"].numeric.buckets == 21 and domains["numeric_40"].numeric.buckets == 40
+    assert {v.params.epsilon for v in domains.values()} == {2.0}
+
+
+def test_frames_decode_with_the_metrics_parameters_and_hold_every_report():
+    version = registry_from_text(bench.registry_text()).metric("numeric_40").live_versions[-1]
+    frames = bench.payloads_of(version, 2_500, seed=1)
+    assert len(frames) == 3
+    batches = [wire.decode_message(frame, {version.fingerprint: version.params})[1] for frame in frames]
+    assert sum(len(b) for b in batches) == 2_500
+
+
+@pytest.mark.parametrize("argv, message", [(["--reports", "10"], "--reports must be >= 1,000"),
+                                           (["--rounds", "0"], "--rounds must be >= 1")])
+def test_bad_flags_are_refused_by_name(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(argv)
+    assert message in capsys.readouterr().err

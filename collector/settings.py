@@ -94,7 +94,8 @@ SETTINGS: tuple[Setting, ...] = (
     _row("max_queued_reports", "reports held in memory waiting for Kafka; beyond: 503", integer(1, 1 << 34),
          1_000_000, metavar="N"),
     _row("frame_max_reports", "most reports per Kafka frame", integer(1, 1 << 20), 10_000, metavar="N"),
-    _row("frame_max_latency_ms", "longest a report waits for its frame", number(), 5.0, metavar="MS"),
+    _row("frame_max_latency_ms", "longest a report waits for its frame while the previous frame of its metric "
+         "version is held (group commit: otherwise it leaves at once)", number(), 5.0, metavar="MS"),
     _row("kafka_timeout_ms", "Kafka request timeout; an upload waits at most twice this for its frame's "
          "acknowledgement (one request and one re-send), else 503",
          integer(100, 600_000), 5000, metavar="MS"),

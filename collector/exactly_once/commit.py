@@ -172,6 +172,8 @@ class Committer:
                 await self._wake.wait()
                 continue
             group = [self.units.popleft() for _ in range(min(len(self.units), GROUP_MAX_UNITS))]
+            for unit in group:
+                unit.release()  # its lane may send the next frame: it waits for the next group anyway
             self._committing = True
             try:
                 await self.commit(group)

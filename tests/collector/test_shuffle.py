@@ -356,10 +356,11 @@ def test_the_worker_states_the_central_epsilon_of_the_smallest_batch_and_null_on
     key_file.write_text(secrets.token_hex(32) + "\n")
     key_flag = ("--shuffle-claim-key-file", str(key_file))
     with serving_worker(registry_path, broker.bootstrap_servers, COUNTED, tmp_path, *key_flag) as worker:
-        # --shuffle-max-seconds 3: the 50 uploads fill their batch before it (at a load average of 15 on 2 CPUs
-        # they took over 0.5 s, and a batch of 48 then one of 2 closed by time)
+        # --shuffle-max-seconds 8: the 50 uploads fill their batch before it (at a load average of 15 on 2 CPUs
+        # they took over 0.5 s, and a batch of 48 then one of 2 closed by time; with 3 s it failed once beside
+        # the fault schedules and two more test processes); the batch of 20 waits it out
         with CollectorProcess(registry_path, broker.bootstrap_servers, COUNTED, tmp_path, "--shuffle-min-reports",
-                              "50", "--shuffle-max-seconds", "3", *key_flag) as c:
+                              "50", "--shuffle-max-seconds", "8", *key_flag) as c:
             assert upload_in_order(c, [indexed_report(dest, i) for i in range(50)]) == [202] * 50
             assert request(c.url + "/v1/reports", b"".join(indexed_report(dest, 50 + i) for i in range(20)))[0] == 202
         doc = worker.wait_for_n(70)

@@ -388,25 +388,26 @@ async def companion_lines(base: str, extra: list, final: bool = False) -> str:
                 await asyncio.sleep(0.2)
     lines = []
     for companion, result, _, _ in extra:
-        if companion.numeric is not None:  # its quantiles and mean beside the true ones (issue 40)
-            if result.counts is None:
-                continue
-            try:
-                doc = await asyncio.to_thread(_get, f"{base}/metrics/{companion.name}/histogram")
-            except OSError:
-                continue
-            lines.append(numeric_companion_line(companion, result.counts, result.reports, doc))
-            continue
-        names = companion_values(companion, result.counts)
         try:
-            docs = {name: await asyncio.to_thread(
-                _get, f"{base}/metrics/{companion.name}/estimates/{urllib.parse.quote(name, safe='')}")
-                for name in names}
-        except OSError:
+            line = await _companion_line(base, companion, result)
+        except OSError:  # the worker did not answer: the table goes on without this line
             continue
-        if docs:
-            lines.append(companion_line(companion, result.counts, result.reports, docs))
+        if line:
+            lines.append(line)
     return "".join(line + "\n" for line in lines)
+
+
+async def _companion_line(base: str, companion, result) -> str | None:
+    """One companion's line from the worker's answers (OSError when the worker does not answer)."""
+    if companion.numeric is not None:  # its quantiles and mean beside the true ones (issue 40)
+        if result.counts is None:
+            return None
+        doc = await asyncio.to_thread(_get, f"{base}/metrics/{companion.name}/histogram")
+        return numeric_companion_line(companion, result.counts, result.reports, doc)
+    docs = {name: await asyncio.to_thread(
+        _get, f"{base}/metrics/{companion.name}/estimates/{urllib.parse.quote(name, safe='')}")
+        for name in companion_values(companion, result.counts)}
+    return companion_line(companion, result.counts, result.reports, docs) if docs else None
 
 
 def cors_flags(args) -> tuple[str, ...]:

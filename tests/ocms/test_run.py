@@ -357,3 +357,29 @@ def test_collector_killed_mid_run_ends_the_run_with_its_reason(tmp_path):
             os.killpg(process.pid, signal.SIGKILL)
         kill_all(tree)
         shutil.rmtree(logs, ignore_errors=True)
+
+
+def test_a_companion_whose_worker_does_not_answer_leaves_its_line_out(monkeypatch):
+    """companion_lines: an OSError from the worker (numeric /histogram or a category's /estimates) drops that
+    companion's line; the others are printed and nothing raises."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from ocms import run as run_module
+
+    asked = []
+
+    def refusing(url):
+        asked.append(url)
+        raise ConnectionRefusedError(url)
+
+    monkeypatch.setattr(run_module, "_get", refusing)
+    dataset = SimpleNamespace(label=lambda i: f"v{i}")
+    numeric = SimpleNamespace(name="latency", numeric=object())
+    category = SimpleNamespace(name="dest", numeric=None, dataset=dataset)
+    result = SimpleNamespace(counts=np.array([3, 1]), reports=4)
+    extra = [(numeric, result, None, None), (category, result, None, None)]
+    assert asyncio.run(run_module.companion_lines("http://127.0.0.1:9", extra)) == ""
+    assert asked == ["http://127.0.0.1:9/metrics/latency/histogram", "http://127.0.0.1:9/metrics/dest/estimates/v0"]

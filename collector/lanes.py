@@ -346,7 +346,13 @@ class Lane:
         if self.group_commit:
             self.unreleased += 1
             unit.on_release = self._released
-        self.outlet.send(unit)
+        try:
+            self.outlet.send(unit)
+        except BaseException:
+            if unit.on_release is not None:  # never sent: nothing will release it
+                unit.on_release = None
+                self.unreleased -= 1
+            raise
 
     async def close(self) -> None:
         while self.drains:

@@ -102,3 +102,26 @@ def test_frames_keep_the_wire_header_of_their_metric(dest):
         assert len(wire.decode_message(frame, {dest.fingerprint: dest.params})[1]) == 1
 
     asyncio.run(main())
+
+
+def test_a_frame_the_outlet_refused_does_not_hold_back_the_next_one(dest):
+    class RefusingOnce(HoldingOutlet):
+        refused = False
+
+        def send(self, unit):
+            if not self.refused:
+                self.refused = True
+                raise RuntimeError("outlet closed")
+            super().send(unit)
+
+    async def main():
+        outlet = RefusingOnce()
+        lane = Lane(dest, outlet, 1000, 60.0, 60)
+        first = await submit(lane, dest, [0])
+        assert first[0].done() and first[0].exception() is not None and lane.unreleased == 0
+        await submit(lane, dest, [1])
+        assert [indices(u) for u in outlet.units] == [[1]], "sent at once, not after the 60 s bound"
+        outlet.units[0].answer(None)
+        await lane.close()
+
+    asyncio.run(main())

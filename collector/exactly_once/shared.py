@@ -52,7 +52,7 @@ from cms_core.errors import OCMSError
 from .key import key_topic, kept_key
 from .log import ListingLog, Listing, encode_lease, encode_outcome, key_hash
 from .repair import BatchRepair
-from .tail import LogTail
+from .tail import TAIL_IDLE_SECONDS, LogTail
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,11 @@ class SharedIdempotency:
         self._applied = -1  # the log is applied up to here (by the tail, or from this collector's own appends)
         self._own: dict[int, bytes] = {}  # offset -> a record this collector appended there, not applied yet
         self._highwater = 0  # the log's end as the tail last saw it
+        self._own_max = -1  # the greatest offset of a record this collector appended (applied from its ack or not)
+        self._tail_applied = False  # the tail applied a record since its last fetch (one this process did not)
+        self._tail_wake = asyncio.Event()  # ends the tail's pause (:meth:`_pace`)
+        self._fetches = 0  # fetches the tail completed
+        self._fetch_waiters: list[tuple[int, asyncio.Future]] = []  # (fetch count awaited, future)
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._settling: dict[bytes, asyncio.Task] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -174,7 +179,7 @@ class SharedIdempotency:
             await producer.stop()
             raise
         self._producer = producer
-        tail = LogTail(s, self.topic, self._read, self._start_afresh, self._fetched)
+        tail = LogTail(s, self.topic, self._read, self._start_afresh, self._fetched, pace=self._pace)
         self._tail = asyncio.create_task(tail.run(), name="ocms-collector-idempotency-tail")
         self._lease = asyncio.create_task(self._lease_loop(), name="ocms-collector-idempotency-lease")
 
@@ -219,6 +224,7 @@ class SharedIdempotency:
         for offset, value in zip(offsets, values):
             if offset > self._applied:
                 self._own[offset] = value
+                self._own_max = max(self._own_max, offset)
         self._advance()
 
     def _advance(self) -> None:
@@ -232,6 +238,8 @@ class SharedIdempotency:
         if len(own) > 10_000:  # acknowledged records the tail applied first: never needed again
             self._own = {offset: value for offset, value in own.items() if offset > self._applied}
         self._release_waiters()
+        if self._waiters or self._own_max > self._applied:
+            self._tail_wake.set()  # a record before an own one is not applied yet: the tail reads it now
 
     def _release_waiters(self) -> None:
         if self._waiters:
@@ -309,6 +317,7 @@ class SharedIdempotency:
             return
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((offset, future))
+        self._tail_wake.set()
         await future
 
     # ----------------------------------------------------------------- tail
@@ -333,12 +342,55 @@ class SharedIdempotency:
     def _read(self, offset: int, value: bytes) -> None:
         """A record the tail read: applied, unless this collector applied it from its own append already."""
         if offset > self._applied:
+            self._tail_applied = True
             self.apply(offset, value)
+
+    async def _pace(self) -> None:
+        """Between two fetches of the tail (:class:`LogTail`): pause up to :data:`TAIL_IDLE_SECONDS` while the
+        tail only reads back what this collector applied from its own appends already (no other collector
+        writes), so a lone collector does not fetch its own records back from the broker 100-200 times a
+        second (a fetch's cost grows with the log on the embedded broker: issue 41).
+
+        The order records are applied in does not change: an own record is still applied only once every
+        offset before it is (:meth:`_apply_own`), and the pause ends at once when one waits for an earlier
+        offset (another collector's record: :meth:`_advance` wakes the tail), when the log is awaited
+        (:meth:`applied`), and while a settle runs (it reads the log to its end: :meth:`_read_to_end`).
+        What the pause delays is only how soon this collector sees another's records while it appends
+        nothing after them (at most TAIL_IDLE_SECONDS more); a fetch that applied any record, an empty one,
+        and every fetch until the log is read once, are followed at once by the next."""
+        applied, self._tail_applied = self._tail_applied, False
+        if (applied or not self.ready or self._waiters or self._settling or self._fetch_waiters
+                or self._own_max > self._applied):
+            return
+        self._tail_wake.clear()
+        try:
+            await asyncio.wait_for(self._tail_wake.wait(), TAIL_IDLE_SECONDS)
+        except TimeoutError:
+            pass
+
+    async def _read_to_end(self) -> None:
+        """Return once the tail applied the log up to its end as a fetch that started after this call saw it."""
+        if self._tail is not None and not self._tail.done():
+            future = asyncio.get_running_loop().create_future()
+            self._fetch_waiters.append((self._fetches + 2, future))  # the next fetch may have started before
+            self._tail_wake.set()
+            await future
+        await self.applied(self._highwater - 1)
 
     def _fetched(self, highwater: int | None, caught_up: bool) -> None:
         """After each fetch of the tail: own records that follow, waiters, readiness."""
         if highwater is not None:
             self._highwater = highwater
+        self._fetches += 1
+        if self._fetch_waiters:
+            waiting = []
+            for count, future in self._fetch_waiters:
+                if count <= self._fetches:
+                    if not future.done():
+                        future.set_result(None)
+                elif not future.done():
+                    waiting.append((count, future))
+            self._fetch_waiters = waiting
         if len(self.local) > 2 * len(self.state.frames) + 1000:  # outcomes never written back
             self.local = {n: f for n, f in self.local.items() if n in self.state.frames or not f.done()}
         self._advance()  # own records after what the tail applied; waiters
@@ -352,6 +404,7 @@ class SharedIdempotency:
         self.state = self._fresh_state()
         self._applied = -1
         self._own.clear()
+        self._own_max = -1
 
     # ---------------------------------------------------------------- lease
     async def _lease_loop(self) -> None:
@@ -398,6 +451,7 @@ class SharedIdempotency:
         task = self._settling.get(listing.nonce)
         if task is None:
             task = self._settling[listing.nonce] = asyncio.create_task(self._settle(listing))
+            self._tail_wake.set()  # no pause of the tail while a settle runs
             task.add_done_callback(lambda _t, n=listing.nonce: self._settling.pop(n, None))
         return await asyncio.shield(task)
 
@@ -424,7 +478,7 @@ class SharedIdempotency:
         else:
             # 3. another collector's, once its lease lapsed (read the log to its end, then look again)
             self._check_lapsed(listing)
-            await asyncio.wait_for(self.applied(self._highwater - 1), timeout)
+            await asyncio.wait_for(self._read_to_end(), timeout)
             self._check_lapsed(listing)
             stored = await asyncio.wait_for(self.repair.fence_and_complete(listing), timeout * 12)
         await self.append([encode_outcome(listing.nonce, stored)])  # before a new listing of the key

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from typing import Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
 #: The tail's fetch wait: Tansu does not answer a waiting fetch when records arrive (Kafka does), so a
 #: short wait is what bounds how soon a collector reads another collector's listing (about 1-5 ms here).
 TAIL_FETCH_WAIT_MS = 5
+#: The longest pause between two fetches while the tail only reads back this collector's own records
+#: (:meth:`collector.exactly_once.shared.SharedIdempotency._pace`).
+TAIL_IDLE_SECONDS = 0.05
 
 
 class LogTail:
@@ -26,10 +29,11 @@ class LogTail:
     each fetch (``caught_up``: the tail has reached the log's end once since it started or was reset)."""
 
     def __init__(self, settings, topic: str, on_record: Callable[[int, bytes], None], on_reset: Callable[[], None],
-                 on_fetched: Callable[[int | None, bool], None]):
+                 on_fetched: Callable[[int | None, bool], None], pace: Callable[[], Awaitable[None]] | None = None):
         self.settings = settings
         self.topic = topic
         self.on_record, self.on_reset, self.on_fetched = on_record, on_reset, on_fetched
+        self.pace = pace  # awaited after each fetch that read records
         self.fetched = -1  # the greatest offset read from Kafka
         self.caught_up = False
 
@@ -80,5 +84,7 @@ class LogTail:
                 if not self.caught_up and highwater is not None and await consumer.position(tp) >= highwater:
                     self.caught_up = True
                 self.on_fetched(highwater, self.caught_up)
+                if self.pace is not None and got.get(tp):
+                    await self.pace()
         finally:
             await consumer.stop()

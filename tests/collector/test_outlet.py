@@ -360,3 +360,61 @@ def test_a_settle_never_fences_a_live_owner_whose_transaction_stays_open_past_th
     pending, alive, fenced, stored, status = asyncio.run(main())
     assert pending == 20 and alive == [], "a live owner must never be fenced"
     assert fenced == [owner] and stored and status == "stored", "a silent owner is fenced and its listing settled"
+
+
+def test_a_lone_collectors_tail_pauses_and_wakes_when_an_earlier_record_is_missing(registry_path, monkeypatch):
+    """Issue 41: while the tail reads back only this collector's own records it pauses between fetches; it reads
+    at once when an own record waits for an earlier offset (another collector's record), when the log is awaited,
+    after a fetch that applied a record, and before the log is read once; a settle's read to the end waits for a
+    fetch that started after it."""
+    import collector.exactly_once.shared as shared_module
+    from collector.exactly_once.log import encode_lease_record
+
+    monkeypatch.setattr(shared_module, "TAIL_IDLE_SECONDS", 30)
+    lease = encode_lease_record("ocms-collector-other", b"i" * 8, 100)
+
+    async def paused(shared) -> asyncio.Task:
+        task = asyncio.create_task(shared._pace())
+        await asyncio.sleep(0.01)
+        return task
+
+    async def main():
+        shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
+        assert (await paused(shared)).done()  # the log is not read yet
+        shared.ready = True
+        shared._read(0, lease)  # a fetch that applied a record: the next one at once
+        assert (await paused(shared)).done()
+        shared._apply_own([1], [lease])  # read back from its own append: applied in order, no fetch needed
+        assert shared._applied == 1
+        task = await paused(shared)
+        assert not task.done()
+        shared._apply_own([3], [lease])  # offset 2 (another collector's) is missing: the tail reads now
+        await asyncio.sleep(0.01)
+        assert task.done() and shared._applied == 1
+        assert (await paused(shared)).done()  # still missing: no pause
+        shared._read(2, lease)
+        shared._fetched(4, True)
+        assert shared._applied == 3
+        task = await paused(shared)  # the fetch applied offset 2: no pause; then nothing new
+        assert task.done()
+        task = await paused(shared)
+        assert not task.done()
+        waiter = asyncio.create_task(shared.applied(4))  # the log awaited past what is applied
+        await asyncio.sleep(0.01)
+        assert task.done() and not waiter.done()
+        shared._read(4, lease)
+        shared._fetched(5, True)
+        await asyncio.sleep(0)
+        assert waiter.done()
+        shared._tail = asyncio.create_task(asyncio.Event().wait())  # a running tail
+        end = asyncio.create_task(shared._read_to_end())
+        await asyncio.sleep(0.01)
+        shared._fetched(5, True)  # may have started before the call
+        await asyncio.sleep(0.01)
+        assert not end.done()
+        shared._fetched(5, True)
+        await asyncio.sleep(0.01)
+        assert end.done()
+        shared._tail.cancel()
+
+    asyncio.run(main())

@@ -32,6 +32,8 @@ of ``bare``; ``shuffled_100`` at least 80% of ``unshuffled_100``.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import json
 import os
 import shutil
@@ -39,6 +41,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -117,19 +120,42 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def log_end(bootstrap: str, topic: str) -> int:
+    """The end offset of partition 0 of ``topic`` (the idempotency log): records written so far."""
+    from aiokafka import TopicPartition
+
+    from infra.kafka import EMBEDDED, make_consumer
+
+    async def end() -> int:
+        consumer = make_consumer(bootstrap, profile=EMBEDDED, client_id="bench-exactly-once-log")
+        await consumer.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            return (await consumer.end_offsets([tp]))[tp]
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(end())
+
+
 def run(url: str, pid: int, body: Path, lua: Path, keyed: bool, duration: float, connections: int,
-        broker_pid: int | None = None) -> dict:
+        broker_pid: int | None = None, log_records: Callable[[], int] | None = None) -> dict:
     """One wrk run; with the server's and the broker's CPU per upload (less moved by the machine's other load than
-    the rate: on 2 cores the broker's share is CPU the collector does not get)."""
+    the rate: on 2 cores the broker's share is CPU the collector does not get) and, for a collector with the
+    shared log, the log records it wrote per upload (listings, outcomes and leases: each costs the broker and
+    every replica's tail)."""
     os.environ["OCMS_BENCH_KEYS"] = "1" if keyed else "0"
     try:
         before = cpu_seconds(pid)
         broker_before = cpu_seconds(broker_pid) if broker_pid else 0.0
+        records_before = log_records() if log_records else 0
         result = wrk(url, body, lua, duration=duration, connections=connections)
         requests = max(1, result["requests"])
         result["cpu_us"] = (cpu_seconds(pid) - before) / requests * 1e6
         if broker_pid:
             result["broker_cpu_us"] = (cpu_seconds(broker_pid) - broker_before) / requests * 1e6
+        if log_records:
+            result["log_records"] = (log_records() - records_before) / requests
         return result
     finally:
         os.environ.pop("OCMS_BENCH_KEYS", None)
@@ -142,7 +168,12 @@ def summarize(runs: list[dict]) -> dict:
             "server_cpu_us_per_upload": round(statistics.median(r["cpu_us"] for r in runs), 1),
             "broker_cpu_us_per_upload": round(statistics.median(r.get("broker_cpu_us", 0.0) for r in runs), 1),
             "non_2xx": sum(r["non2xx"] + r["socket_errors"] for r in runs),
-            "rounds": [round(r["rate"], 1) for r in runs]}
+            "rounds": [round(r["rate"], 1) for r in runs],
+            # per round, in order: a cost that grows round by round grows with what the collector keeps
+            "rounds_server_cpu_us": [round(r["cpu_us"], 1) for r in runs],
+            "rounds_broker_cpu_us": [round(r.get("broker_cpu_us", 0.0), 1) for r in runs],
+            **({"log_records_per_upload": round(statistics.median(r["log_records"] for r in runs), 4)}
+               if all("log_records" in r for r in runs) else {})}
 
 
 def main() -> None:
@@ -154,6 +185,8 @@ def main() -> None:
                                                                      "runs (default 256)")
     parser.add_argument("--only", default="", help="comma-separated configurations to run (default all: "
                                                    + ", ".join(CONFIGURATIONS) + ")")
+    parser.add_argument("--keep-logs", default="", metavar="DIR",
+                        help="copy the broker's and the servers' logs to DIR before the run's files are removed")
     parser.add_argument("--collector-flags", default="", metavar="FLAGS",
                         help="more flags for every collector, as one string (e.g. '--frame-max-latency-ms 1')")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -184,6 +217,7 @@ def main() -> None:
         broker.create_topics({TOPIC: 4, TOPIC + "-shuffled": 4})
         try:
             urls, processes = servers(broker, tmp, tuple(args.collector_flags.split()))
+            log_topics = {"shared": TOPIC + "-idempotency", "shuffled": TOPIC + "-shuffled-idempotency"}
             for name in chosen:  # warm-up: first calls, allocations, the idempotency log read
                 server, keyed, body, connections = CONFIGURATIONS[name]
                 run(*urls[server], bodies[body], lua, keyed, 2, connections or args.connections, broker.process.pid)
@@ -191,11 +225,17 @@ def main() -> None:
                 shift = round_index % len(chosen)
                 for name in chosen[shift:] + chosen[:shift]:
                     server, keyed, body, connections = CONFIGURATIONS[name]
+                    records = (functools.partial(log_end, broker.bootstrap_servers, log_topics[server])
+                               if server in log_topics else None)
                     runs[name].append(run(*urls[server], bodies[body], lua, keyed, args.duration,
-                                          connections or args.connections, broker.process.pid))
+                                          connections or args.connections, broker.process.pid, records))
         finally:
             for process in reversed(processes):
                 stop(process)
+    if args.keep_logs:
+        Path(args.keep_logs).mkdir(parents=True, exist_ok=True)
+        for path in tmp.glob("*.log"):
+            shutil.copy(path, Path(args.keep_logs) / path.name)
     shutil.rmtree(tmp, ignore_errors=True)
     results = {name: summarize(r) for name, r in runs.items()}
     ratios, met = {}, {}

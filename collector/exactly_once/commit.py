@@ -172,8 +172,6 @@ class Committer:
                 await self._wake.wait()
                 continue
             group = [self.units.popleft() for _ in range(min(len(self.units), GROUP_MAX_UNITS))]
-            for unit in group:
-                unit.release()  # its lane may send the next frame: it waits for the next group anyway
             self._committing = True
             try:
                 await self.commit(group)
@@ -185,6 +183,11 @@ class Committer:
                 self._fail(group, KafkaUnavailableError(f"{type(exc).__name__}: {exc}"))
             finally:
                 self._committing = False
+                # Its lane may send the next frame once this group is listed and sent (not when the group is
+                # taken): what comes meanwhile makes one frame for the next group, so a busy lane lists and
+                # sends one frame per round trip of the log instead of a small one right behind each group.
+                for unit in group:
+                    unit.release()
 
     def _fail(self, units: list[Unit], error: BaseException) -> None:
         for unit in units:
@@ -307,7 +310,7 @@ class Committer:
         """Step 5: answer each unit once every frame of it is acknowledged (503 if one is not; its listing is then
         settled after renewing the producer, completed from the redo copy if cut short)."""
         timeout = self.settings.kafka_timeout_ms / 1000
-        unsure, missing, first_error = [], 0, None
+        unsure, missing, first_error, stored = [], 0, None, []
         for unit, acks, expected, error in sent:
             acked = 0
             for future in acks:
@@ -323,7 +326,8 @@ class Committer:
                 unit.frames = expected
                 self.outlet.finish(unit, None)
                 if unit.listing is not None:
-                    self.log.record_outcome(unit.nonce, True)
+                    self.log.resolve_outcome(unit.nonce, True)
+                    stored.append(unit.nonce)
                 continue
             error = error or KafkaUnavailableError(f"{expected - acked} of {expected} frames not acknowledged")
             self.outlet.finish(unit, KafkaUnavailableError(f"{type(error).__name__}: {error}"))
@@ -331,6 +335,8 @@ class Committer:
             first_error = first_error or error
             if unit.listing is not None:
                 unsure.append(unit)
+        if stored:  # one append for the group's stored listings: one produce request, not one per unit
+            self.log.record_outcomes([(nonce, True) for nonce in stored])
         if first_error is not None:
             log.warning("%d of %d frames not acknowledged: %s: %s", missing, sum(s[2] for s in sent),
                         type(first_error).__name__, first_error)

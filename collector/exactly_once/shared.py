@@ -52,7 +52,7 @@ from cms_core.errors import OCMSError
 from .key import key_topic, kept_key
 from .log import ListingLog, Listing, encode_lease, encode_outcome, key_hash
 from .repair import BatchRepair
-from .tail import TAIL_IDLE_SECONDS, LogTail
+from .tail import TAIL_GAP_SECONDS, TAIL_IDLE_SECONDS, LogTail
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,7 @@ class SharedIdempotency:
         self._own: dict[int, bytes] = {}  # offset -> a record this collector appended there, not applied yet
         self._highwater = 0  # the log's end as the tail last saw it
         self._own_max = -1  # the greatest offset of a record this collector appended (applied from its ack or not)
+        self._appending = 0  # appends of this collector sent and not yet acknowledged (they may fill a gap)
         self._tail_applied = False  # the tail applied a record since its last fetch (one this process did not)
         self._tail_wake = asyncio.Event()  # ends the tail's pause (:meth:`_pace`)
         self._fetches = 0  # fetches the tail completed
@@ -179,7 +180,8 @@ class SharedIdempotency:
             await producer.stop()
             raise
         self._producer = producer
-        tail = LogTail(s, self.topic, self._read, self._start_afresh, self._fetched, pace=self._pace)
+        tail = LogTail(s, self.topic, self._read, self._start_afresh, self._fetched, pace=self._pace,
+                       applied=self.applied_offset)
         self._tail = asyncio.create_task(tail.run(), name="ocms-collector-idempotency-tail")
         self._lease = asyncio.create_task(self._lease_loop(), name="ocms-collector-idempotency-lease")
 
@@ -205,8 +207,14 @@ class SharedIdempotency:
         producer = self._producer
         if producer is None:
             raise ConnectionError("the idempotency log is closed")
-        futures = [await producer.send(self.topic, value, partition=0) for value in values]
-        offsets = [(await f).offset for f in futures]
+        self._appending += 1
+        try:
+            futures = [await producer.send(self.topic, value, partition=0) for value in values]
+            offsets = [(await f).offset for f in futures]
+        finally:
+            self._appending -= 1
+            if not self._appending:
+                self._wake_tail_for_gap()  # a failed append leaves its gap to the tail
         self._apply_own(offsets, values)
         return offsets
 
@@ -238,8 +246,18 @@ class SharedIdempotency:
         if len(own) > 10_000:  # acknowledged records the tail applied first: never needed again
             self._own = {offset: value for offset, value in own.items() if offset > self._applied}
         self._release_waiters()
-        if self._waiters or self._own_max > self._applied:
-            self._tail_wake.set()  # a record before an own one is not applied yet: the tail reads it now
+        self._wake_tail_for_gap()
+
+    def _gap(self) -> bool:
+        """A record before an own one, or before an awaited offset, is not applied yet."""
+        return bool(self._waiters) or self._own_max > self._applied
+
+    def _wake_tail_for_gap(self) -> None:
+        """The tail reads now when a gap is left that no own append in flight may fill (another collector's
+        record: only the tail reads it). While own appends are in flight the gap is usually theirs, and the tail
+        waits for them (at most TAIL_GAP_SECONDS) rather than fetch the log back."""
+        if self._gap() and not self._appending:
+            self._tail_wake.set()
 
     def _release_waiters(self) -> None:
         if self._waiters:
@@ -286,21 +304,29 @@ class SharedIdempotency:
 
     def record_outcome(self, nonce: bytes, stored: bool) -> None:
         """This process knows a listing's outcome: tell waiters here, and the log (in the background)."""
-        self._resolve(nonce, stored)
-        self._spawn(self._append_outcome(nonce, stored))
+        self.resolve_outcome(nonce, stored)
+        self.record_outcomes([(nonce, stored)])
 
-    def _resolve(self, nonce: bytes, stored: bool) -> None:
+    def record_outcomes(self, outcomes: list[tuple[bytes, bool]]) -> None:
+        """Write outcomes ((nonce, stored) each, waiters here told already: :meth:`resolve_outcome`) to the log
+        in one append, in the background."""
+        self._spawn(self._append_outcomes(outcomes))
+
+    def resolve_outcome(self, nonce: bytes, stored: bool) -> None:
+        """Tell this process's waiters a listing's outcome (the log is told by :meth:`record_outcomes`)."""
         future = self.local.get(nonce)  # dropped when the tail applies the outcome
         if future is not None and not future.done():
             future.set_result(stored)
 
-    async def _append_outcome(self, nonce: bytes, stored: bool) -> None:
+    async def _append_outcomes(self, outcomes: list[tuple[bytes, bool]]) -> None:
         try:
-            await self.append([encode_outcome(nonce, stored)])
-            self._unwritten.pop(nonce, None)
+            await self.append([encode_outcome(nonce, stored) for nonce, stored in outcomes])
+            for nonce, _ in outcomes:
+                self._unwritten.pop(nonce, None)
         except Exception as exc:  # written again at the next lease renewal while the listing is pending
-            self._unwritten[nonce] = stored
-            log.debug("outcome not written to the idempotency log: %s: %s", type(exc).__name__, exc)
+            for nonce, stored in outcomes:
+                self._unwritten[nonce] = stored
+            log.debug("outcomes not written to the idempotency log: %s: %s", type(exc).__name__, exc)
 
     def _spawn(self, coroutine) -> None:
         task = asyncio.create_task(coroutine)
@@ -317,7 +343,7 @@ class SharedIdempotency:
             return
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((offset, future))
-        self._tail_wake.set()
+        self._wake_tail_for_gap()
         await future
 
     # ----------------------------------------------------------------- tail
@@ -346,27 +372,33 @@ class SharedIdempotency:
             self.apply(offset, value)
 
     async def _pace(self) -> None:
-        """Between two fetches of the tail (:class:`LogTail`): pause up to :data:`TAIL_IDLE_SECONDS` while the
-        tail only reads back what this collector applied from its own appends already (no other collector
-        writes), so a lone collector does not fetch its own records back from the broker 100-200 times a
-        second (a fetch's cost grows with the log on the embedded broker: issue 41).
+        """Between two fetches of the tail (:class:`LogTail`, which pauses its partition meanwhile and then skips
+        what is applied): wait up to :data:`TAIL_IDLE_SECONDS` while the tail would only read back what this
+        collector applied from its own appends already (no other collector writes), so a lone collector does
+        not fetch its own records back from the broker 100-200 times a second (on the embedded broker a fetch
+        that returns records costs more as the log grows: issue 41).
 
         The order records are applied in does not change: an own record is still applied only once every
-        offset before it is (:meth:`_apply_own`), and the pause ends at once when one waits for an earlier
-        offset (another collector's record: :meth:`_advance` wakes the tail), when the log is awaited
+        offset before it is (:meth:`_apply_own`), and the wait ends at once when one waits for an earlier
+        offset that no own append in flight may fill (another collector's record: :meth:`_wake_tail_for_gap`;
+        at most :data:`TAIL_GAP_SECONDS` while own appends are in flight), when the log is awaited
         (:meth:`applied`), and while a settle runs (it reads the log to its end: :meth:`_read_to_end`).
-        What the pause delays is only how soon this collector sees another's records while it appends
-        nothing after them (at most TAIL_IDLE_SECONDS more); a fetch that applied any record, an empty one,
-        and every fetch until the log is read once, are followed at once by the next."""
+        What the wait delays is only how soon this collector sees another's records while it appends
+        nothing after them (at most TAIL_IDLE_SECONDS more); a fetch that applied any record, and every
+        fetch until the log is read once, are followed at once by the next."""
         applied, self._tail_applied = self._tail_applied, False
-        if (applied or not self.ready or self._waiters or self._settling or self._fetch_waiters
-                or self._own_max > self._applied):
+        gap = self._gap()
+        if applied or not self.ready or self._settling or self._fetch_waiters or (gap and not self._appending):
             return
         self._tail_wake.clear()
         try:
-            await asyncio.wait_for(self._tail_wake.wait(), TAIL_IDLE_SECONDS)
+            await asyncio.wait_for(self._tail_wake.wait(), TAIL_GAP_SECONDS if gap else TAIL_IDLE_SECONDS)
         except TimeoutError:
             pass
+
+    def applied_offset(self) -> int:
+        """The log is applied up to here (the tail need not fetch what is at or before it)."""
+        return self._applied
 
     async def _read_to_end(self) -> None:
         """Return once the tail applied the log up to its end as a fetch that started after this call saw it."""
@@ -377,11 +409,13 @@ class SharedIdempotency:
             await future
         await self.applied(self._highwater - 1)
 
-    def _fetched(self, highwater: int | None, caught_up: bool) -> None:
-        """After each fetch of the tail: own records that follow, waiters, readiness."""
+    def _fetched(self, highwater: int | None, caught_up: bool, answered: bool = True) -> None:
+        """After each fetch of the tail (``answered``: a fetch response came since the last call): own records
+        that follow, waiters, readiness."""
         if highwater is not None:
             self._highwater = highwater
-        self._fetches += 1
+        if answered:
+            self._fetches += 1
         if self._fetch_waiters:
             waiting = []
             for count, future in self._fetch_waiters:
@@ -421,12 +455,15 @@ class SharedIdempotency:
                                          self.listing_time())
                     await asyncio.wait_for(self.append([lease]), self.settings.kafka_timeout_ms / 1000)
                     self._listed_at = self.clock()
+                rewrite = []
                 for nonce, stored in list(self._unwritten.items()):
                     listing = self.state.frames.get(nonce)
                     if listing is None or listing.status != "pending":
                         self._unwritten.pop(nonce, None)
                     else:
-                        await self._append_outcome(nonce, stored)
+                        rewrite.append((nonce, stored))
+                if rewrite:
+                    await self._append_outcomes(rewrite)
             except Exception as exc:  # the next round tries again; a lease that lapses meanwhile may be fenced
                 if not self._lease_failing:
                     log.warning("idempotency lease not renewed: %s: %s; retrying every %.1f s",
@@ -482,7 +519,7 @@ class SharedIdempotency:
             self._check_lapsed(listing)
             stored = await asyncio.wait_for(self.repair.fence_and_complete(listing), timeout * 12)
         await self.append([encode_outcome(listing.nonce, stored)])  # before a new listing of the key
-        self._resolve(listing.nonce, stored)
+        self.resolve_outcome(listing.nonce, stored)
         self.metrics.idempotency_settled.labels("stored" if stored else "failed").inc()
         log.info("settled an in-doubt frame of %s: %s", listing.owner, "stored" if stored else "never stored")
         return stored

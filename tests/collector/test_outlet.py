@@ -418,3 +418,66 @@ def test_a_lone_collectors_tail_pauses_and_wakes_when_an_earlier_record_is_missi
         shared._tail.cancel()
 
     asyncio.run(main())
+
+
+def test_a_keyed_group_is_released_once_listed_and_sent_and_its_outcomes_go_to_the_log_in_one_append(registry_path,
+                                                                                                       dest):
+    """Issue 41: a lane's next frame waits until the exactly-once commit has listed and sent the group holding its
+    previous one (not merely taken it), so a busy lane lists one frame per round trip of the log; and the
+    outcomes of a group's stored listings are written in one append (one produce request, not one per unit)."""
+    from cms_core import wire
+
+    class BlockingLogProducer(ScriptedProducer):
+        def __init__(self):
+            super().__init__()
+            self.listed = asyncio.Event()
+
+        async def send(self, topic, value, **kwargs):
+            if value[:1] == b"F":
+                await self.listed.wait()
+            return await super().send(topic, value, **kwargs)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        settings = _settings(registry_path, instance_id="me")
+        shared = SharedIdempotency(settings, CollectorMetrics())
+        shared.ready, shared._producer = True, BlockingLogProducer()
+        appends: list[list[bytes]] = []
+        append = shared.append
+
+        async def counted(values):
+            appends.append([v[:1] for v in values])
+            return await append(values)
+
+        shared.append = counted
+        outlet = KafkaOutlet(settings, CollectorMetrics(), log=shared)
+        outlet.producer, outlet.available, outlet.committer.partitions = ScriptedProducer(), True, [0]
+        released, units = [], []
+        for i in range(2):
+            frame = wire.encode_frame(dest.params, reports(dest, 3, seed=i))
+            members = [Member(j + 1, loop.create_future(), j, key=bytes([i, j]) * 8) for j in range(3)]
+            unit = Unit.of_frame(dest, frame, members, 0, 0, wire.record_size(dest.params))
+            unit.on_release = lambda unit=unit: released.append(unit)
+            units.append(unit)
+            outlet.committer.put(unit)
+        outlet.queued = sum(unit.queued for unit in units)
+        committer = outlet.committer
+        committer._task = asyncio.create_task(committer._run())
+        await asyncio.sleep(0.05)
+        held = list(released)  # the group is taken, its listing not yet acknowledged
+        shared._producer.listed.set()
+        await asyncio.gather(*(m.future for unit in units for m in unit.members))
+        for _ in range(100):
+            if any(kinds[:1] == [b"S"] for kinds in appends):
+                break
+            await asyncio.sleep(0.01)
+        committer._closing = True
+        committer._wake.set()
+        await asyncio.wait_for(committer._task, 5)
+        return held, released, units, appends
+
+    held, released, units, appends = asyncio.run(main())
+    assert held == [], "no unit is released while its group's listing is not in the log"
+    assert released == units, "both are released once the group is listed and sent"
+    assert [kinds for kinds in appends if kinds[0] == b"S"] == [[b"S", b"S"]], appends
+    assert [kinds for kinds in appends if kinds[0] == b"F"] == [[b"F", b"F"]], "one listing append for the group"

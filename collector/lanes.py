@@ -160,8 +160,8 @@ class Unit:
         self.release()
 
     def release(self) -> None:
-        """Its lane may send the next frame: this one was answered, or the exactly-once commit took it into a
-        group (whose listing and sends are under way: the next frame waits for the next group anyway)."""
+        """Its lane may send the next frame: this one was answered, or the exactly-once commit listed and sent
+        the group holding it (the next frame goes to a later group, listed after this one)."""
         callback, self.on_release = self.on_release, None
         if callback is not None:
             callback()
@@ -269,7 +269,7 @@ class Lane:
     #: Whether ``_add_locked`` wants the uploads' validated raw records too (a shuffling lane keeps them).
     keeps_records = False
     #: Group commit (issue 41): a frame leaves as soon as the lane's previous one is released (acknowledged;
-    #: with exactly-once retries, taken into a commit group), holding every upload validated meanwhile;
+    #: with exactly-once retries, listed and sent in a commit group), holding every upload validated meanwhile;
     #: ``max_latency_s`` only bounds the wait while one is not. Alone, an upload waits for no timer; under
     #: load the frames grow with the round trip. (A frame at every loop turn instead cost 10-15 us more per
     #: upload in small frames.)

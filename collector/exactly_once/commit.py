@@ -36,7 +36,9 @@ producer fenced the killed one) or by another replica once the owner's lease lap
 
 Group commit: the committer takes up to GROUP_MAX_UNITS queued units at a time; one append lists them
 all (step 1) and one read-back serves them (step 2); steps 3-4 follow in queue order, and their step 5
-runs beside the next groups. Every group's frames go into one transaction, committed within
+runs beside the next groups, and writes the group's outcomes in one append. A unit's lane sends its next
+frame only once the group is listed and sent, so a busy lane makes one frame per group. Every group's
+frames go into one transaction, committed within
 TRANSACTION_SECONDS and when the queue runs dry. The argument holds per unit: a later group's listing
 is in the log after this group's, so the rule of step 2 sees this group's listings first.
 """

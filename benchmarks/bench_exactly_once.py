@@ -1,7 +1,7 @@
 """What exactly-once retries cost the collector: keyed uploads with the shared log and without it.
 
     .venv/bin/python -m benchmarks.bench_exactly_once [--duration S] [--rounds R] [--connections C]
-        [--only CONFIGS] [--collector-flags FLAGS] [--json]
+        [--only CONFIGS] [--collector-flags FLAGS] [--keep-logs DIR] [--json]
 
 One embedded broker (Tansu, memory) and these servers on it (metric flight_dest of deploy/registry.yaml):
 
@@ -25,7 +25,9 @@ of ``bare``; ``shuffled_100`` at least 80% of ``unshuffled_100``.
 ``--json`` prints one object: per configuration ``max_uploads_per_s``, ``p50_ms``, ``p99_ms``,
 ``server_cpu_us_per_upload`` (the server process's CPU per upload: what the load moves least),
 ``broker_cpu_us_per_upload`` (the embedded broker's, which shares the 2 cores),
-``non_2xx`` and each round's rate; ``bare`` (the bare handler's max uploads/s); ``ratios`` and
+``non_2xx``, each round's rate and CPU per upload (``rounds``, ``rounds_server_cpu_us``,
+``rounds_broker_cpu_us``: a cost that grows round by round grows with what the servers keep) and, for the
+collectors with the shared log, ``log_records_per_upload`` (listings, outcomes and leases it wrote); ``bare`` (the bare handler's max uploads/s); ``ratios`` and
 ``goals_met``. This is a benchmark, not a test: it prints numbers and never fails on speed.
 """
 

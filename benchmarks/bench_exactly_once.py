@@ -53,6 +53,7 @@ from benchmarks.experiments.common import cpu_model
 from cms_core import wire
 from cms_core.privatize import simulate_reports
 from infra.broker import EmbeddedBroker
+from infra.mock_cluster import BROKER_KINDS, MockCluster
 from infra.process import free_port
 from ocms.run_collector import collector_command
 
@@ -122,14 +123,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def log_end(bootstrap: str, topic: str) -> int:
+def log_end(bootstrap: str, topic: str, profile: str = "embedded") -> int:
     """The end offset of partition 0 of ``topic`` (the idempotency log): records written so far."""
     from aiokafka import TopicPartition
 
-    from infra.kafka import EMBEDDED, make_consumer
+    from infra.kafka import PROFILES, make_consumer
 
     async def end() -> int:
-        consumer = make_consumer(bootstrap, profile=EMBEDDED, client_id="bench-exactly-once-log")
+        consumer = make_consumer(bootstrap, profile=PROFILES[profile], client_id="bench-exactly-once-log")
         await consumer.start()
         try:
             tp = TopicPartition(topic, 0)
@@ -187,6 +188,10 @@ def main() -> None:
                                                                      "runs (default 256)")
     parser.add_argument("--only", default="", help="comma-separated configurations to run (default all: "
                                                    + ", ".join(CONFIGURATIONS) + ")")
+    parser.add_argument("--broker", choices=BROKER_KINDS, default="embedded",
+                        help="embedded: Tansu (memory), the default; mock: librdkafka's mock cluster (one broker): "
+                             "a fetch's cost there does not grow with the partition, which separates the broker's "
+                             "cost from the collector's")
     parser.add_argument("--keep-logs", default="", metavar="DIR",
                         help="copy the broker's and the servers' logs to DIR before the run's files are removed")
     parser.add_argument("--collector-flags", default="", metavar="FLAGS",
@@ -215,22 +220,28 @@ def main() -> None:
     lua.write_text(LUA)
     runs: dict[str, list[dict]] = {name: [] for name in chosen}
     processes = []
-    with EmbeddedBroker(log_path=tmp / "broker.log") as broker:
-        broker.create_topics({TOPIC: 4, TOPIC + "-shuffled": 4})
+    broker = EmbeddedBroker(log_path=tmp / "broker.log") if args.broker == "embedded" else MockCluster(1)
+    with broker:
+        topics = {TOPIC: 4, TOPIC + "-shuffled": 4}
+        if args.broker == "mock":  # the mock's clients cannot create topics: the collectors' logs too
+            topics.update({f"{t}-idempotency{suffix}": 1 for t in (TOPIC, TOPIC + "-shuffled") for suffix in ("", "-redo")})
+            args.collector_flags = f"--broker mock {args.collector_flags}"
+        broker.create_topics(topics)
+        broker_pid = broker.process.pid if args.broker == "embedded" else broker.pid
         try:
             urls, processes = servers(broker, tmp, tuple(args.collector_flags.split()))
             log_topics = {"shared": TOPIC + "-idempotency", "shuffled": TOPIC + "-shuffled-idempotency"}
             for name in chosen:  # warm-up: first calls, allocations, the idempotency log read
                 server, keyed, body, connections = CONFIGURATIONS[name]
-                run(*urls[server], bodies[body], lua, keyed, 2, connections or args.connections, broker.process.pid)
+                run(*urls[server], bodies[body], lua, keyed, 2, connections or args.connections, broker_pid)
             for round_index in range(args.rounds):
                 shift = round_index % len(chosen)
                 for name in chosen[shift:] + chosen[:shift]:
                     server, keyed, body, connections = CONFIGURATIONS[name]
-                    records = (functools.partial(log_end, broker.bootstrap_servers, log_topics[server])
+                    records = (functools.partial(log_end, broker.bootstrap_servers, log_topics[server], args.broker)
                                if server in log_topics else None)
                     runs[name].append(run(*urls[server], bodies[body], lua, keyed, args.duration,
-                                          connections or args.connections, broker.process.pid, records))
+                                          connections or args.connections, broker_pid, records))
         finally:
             for process in reversed(processes):
                 stop(process)
@@ -245,7 +256,7 @@ def main() -> None:
         if top in results and bottom in results:
             ratios[label] = round(results[top]["max_uploads_per_s"] / results[bottom]["max_uploads_per_s"], 3)
             met[label] = ratios[label] >= goal
-    machine = {"cpu": cpu_model(), "cpus": os.cpu_count(), "load_average_at_end": round(os.getloadavg()[0], 2),
+    machine = {"broker": args.broker, "cpu": cpu_model(), "cpus": os.cpu_count(), "load_average_at_end": round(os.getloadavg()[0], 2),
                "duration_s": args.duration, "rounds": args.rounds, "connections": args.connections,
                "collector_flags": args.collector_flags,
                "shuffle_connections": SHUFFLE_CONNECTIONS, "shuffle_min_reports": SHUFFLE_N}

@@ -190,6 +190,11 @@ class MockCluster:
         self.topics: dict[str, int] = {}  # created here: name -> partitions
 
     @property
+    def pid(self) -> int | None:
+        """The cluster's child process (its CPU is the brokers')."""
+        return self._process.pid if self._process is not None else None
+
+    @property
     def bootstrap_servers(self) -> str:
         if self._bootstrap is None:
             raise MockClusterError("the mock cluster is not running")

@@ -136,3 +136,19 @@ def test_bucket_nodes_are_the_levels_values(tmp_path):
     for level in range(1, t.height + 1):
         nodes = t.node(np.arange(t.buckets), level)
         assert nodes.max() == t.sizes[level - 1] - 1 and np.all(np.diff(nodes) >= 0)
+
+
+def test_ocms_plan_shows_a_tree_and_how_to_report_a_more_accurate_one(tmp_path, capsys):
+    from .helpers import run, write
+
+    path = write(tmp_path, numeric(*EXPLICIT, epsilon="epsilon: 2", extra=("mechanism: hierarchy",)))
+    code, out, _ = run(capsys, "plan", "--registry", str(path), "--n", "100000")
+    best = choose_numeric_mechanism(11, 2.0, PLANNING_REPORTS)["best_hierarchy"]
+    assert code == 0 and f"reported with {best}: the CDF at the median" in out
+    assert [line.split()[3] for line in out.splitlines() if line.startswith("latency_ms  ")] == ["hierarchy"]
+    assert "flat oracles only" not in out
+    # a flat version where a tree is more accurate: the plan says how to report it (negative control of the above)
+    path = write(tmp_path, numeric(*EXPLICIT, epsilon="epsilon: 1", extra=("mechanism: direct",)))
+    code, out, _ = run(capsys, "plan", "--registry", str(path), "--n", "100000")
+    assert code == 0 and "reported with direct-rr" in out
+    assert "would be more accurate at this resolution: 'mechanism: auto'" in out and "in a new version" in out

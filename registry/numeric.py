@@ -18,9 +18,11 @@ In a registry file the value domain is a ``numeric:`` mapping::
 
 The version's parameters are an integer metric's over the ``k`` bucket indices (:class:`cms_core.numeric.BucketLayout`,
 ``k = len(bounds) + 1``), so the device clients, the wire format and the worker's decode path are the ones
-frequencies use; every bucket is tracked. ``mechanism: auto`` picks the flat frequency oracle (direct RR or OCMS+RR)
-with the smaller predicted CDF variance (:func:`cms_core.planning.choose_numeric_oracle`); ``ocms plan`` also
-shows where a hierarchical histogram would be more accurate (:func:`cms_core.planning.choose_numeric_mechanism`).
+frequencies use; every bucket is tracked. ``mechanism: auto`` picks, among the flat oracles (direct RR, OCMS+RR)
+and the hierarchical histograms of :mod:`cms_core.hierarchy`, the one with the smallest predicted CDF variance
+(:func:`cms_core.planning.choose_numeric_mechanism`, :func:`tree_params`); ``mechanism: hierarchy`` (with
+``numeric.branching: B``, optional) pins a tree. A tree version's ``params`` are its finest level's and
+``MetricVersion.tree_levels()`` its levels, each a parameter set of its own (binding ``name@version/level<l>``).
 Validation names the metric, the field and the line, as the rest of the loader does.
 """
 

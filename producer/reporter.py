@@ -384,9 +384,6 @@ class DeviceReporter:
         refusal = too_old_for(version.min_client_version, f"metric {version.metric!r}")
         if refusal is not None:
             raise ClientTooOldError(refusal)
-        if version.hierarchy is not None:  # issue 40: a tree; one level per report, drawn here (CSPRNG)
-            level, node = draw_node(version.hierarchy, version.numeric.bucket(name), self._random)
-            return version.tree_levels()[level - 1].params, version.metric, node
         if version.numeric is not None:  # issue 40: the number, clipped, as its bucket's index (cms_core.numeric)
             return version.params, version.metric, version.numeric.bucket(name)
         return version.params, version.metric, version.value_from_name(name)
@@ -412,13 +409,13 @@ class DeviceReporter:
                                                        ledger=self.ledger, secret=self.device_secret)
             memoized = epsilon == 0.0
         elif self.ledger is not None:
-            message = encode_report(params, privatize(params, value, self._random))
-            key = value_key(params, element) if self.memoize else None
+            message = self._message(params, value, version)
+            key = value_key(params, element) if self.memoize else None  # a tree's: its bucket, whatever the level
             outcome = await asyncio.to_thread(self.ledger.charge_or_reuse, account, params.epsilon, key, message)
             message, memoized = outcome.report, outcome.memoized
             epsilon = 0.0 if memoized else params.epsilon
         else:
-            message = encode_report(params, privatize(params, value, self._random))
+            message = self._message(params, value, version)
             epsilon = params.epsilon
         if not self._running:
             raise ReporterClosedError("the reporter closed while this report was being prepared (epsilon stays charged)")
@@ -427,6 +424,15 @@ class DeviceReporter:
         if self._sender is None and not future.done():  # closed while we waited for queue space
             future.set_exception(ReporterClosedError("the reporter closed before this report was sent"))
         return future
+
+    def _message(self, params: OCMSParams, value, version) -> bytes:
+        """One privatized wire message. A tree's (issue 40: ``params`` its finest level's, ``value`` the bucket): the
+        level drawn first (:func:`cms_core.hierarchy.draw_node`), the node reported with that level's parameters."""
+        if version is not None and version.tree_level is not None:
+            tree = self.registry.metric(version.metric).version(version.version).hierarchy
+            level, value = draw_node(tree, value, self._random)
+            params = tree.levels[level - 1]
+        return encode_report(params, privatize(params, value, self._random))
 
     async def report(self, *args) -> ReportDelivery:
         """Privatize, charge, send and wait for the broker's acknowledgement:

@@ -154,3 +154,21 @@ def test_a_gateway_frames_each_level_apart(tmp_path):
         level = levels[peek_header(frame)[1]]
         framed[level.binding] += len(decode_message(frame, {level.fingerprint: level.params})[1])
     assert framed == Counter(v.binding for v in versions)  # nothing lost, nothing mixed
+
+
+def test_memoization_reuses_a_trees_report_of_the_same_bucket_whatever_its_level(tmp_path):
+    """memoize=True: the same bucket again in the period is the same message (its level included), free; another
+    bucket is a new report, charged (the key is the bucket, not the level drawn)."""
+    fake, ledger = FakeProducer(), PrivacyLedger(tmp_path / "ledger.db", budget=100.0)
+
+    async def go():
+        async with DeviceReporter(REGISTRY, bootstrap_servers="fake:9092", topic="t", device_key=b"d",
+                                  ledger=ledger, memoize=True, producer_factory=fake) as reporter:
+            first = [await reporter.report("latency_tree", 42.0) for _ in range(8)]
+            other = await reporter.report("latency_tree", 4000.0)
+            return first, other
+
+    first, other = asyncio.run(go())
+    assert len({d.message for d in first}) == 1 and [d.memoized for d in first] == [False] + [True] * 7
+    assert not other.memoized and other.message != first[0].message
+    assert ledger.spent("latency_tree") == pytest.approx(2 * 2.0)

@@ -10,8 +10,8 @@ entry in the device config), takes its bucket's node there, ``bucket // span``, 
 parameters (its ``m``, ``keep_threshold``, ``field``, ``mechanism``) exactly as any report is made
 (tests/vectors/privatize_v1.json) and frames it with that level's ``fingerprint``. Each case gives the random bytes
 drawn (all of them, none more), the bucket, level, node, report and wire message. The Python client
-(tests/producer/test_numeric_hierarchy_client.py) replays every case through DeviceReporter; producer/js and
-producer/c are to follow the same file.
+(tests/producer/test_numeric_hierarchy_client.py) replays every case through DeviceReporter, producer/js through
+privatizeWith (producer/js/test/numeric_hierarchy.test.mjs); producer/c is to follow the same file.
 """
 
 from __future__ import annotations

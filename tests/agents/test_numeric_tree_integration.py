@@ -19,6 +19,7 @@ from fleet.datasets import Dataset
 from infra.kafka import EMBEDDED
 from producer.reporter import DeviceReporter, HttpTransport, new_device_key
 from tests.collector.harness import CollectorProcess
+from tests.support.trees import cdf_z
 from tests.support.waiting import poll_until
 
 from .harness import Scrape, registry_worker
@@ -95,6 +96,7 @@ def test_quantiles_and_mean_are_inside_the_trees_intervals(fed):
     assert not p50["ci_low"] <= _quantile_from_cdf(layout.edges, np.cumsum(slower), 0.5) <= p50["ci_high"]
     mean = float(f @ layout.points)
     assert h["mean"]["ci_low"] <= mean <= h["mean"]["ci_high"]
+    assert np.abs(cdf_z(h, version.hierarchy, f)).max() < 4.5  # every edge, in sd of the tree's exact noise
     assert not h["mean"]["ci_low"] <= float(slower @ layout.points) <= h["mean"]["ci_high"]
 
 

@@ -11,7 +11,8 @@ parameters (its ``m``, ``keep_threshold``, ``field``, ``mechanism``) exactly as 
 (tests/vectors/privatize_v1.json) and frames it with that level's ``fingerprint``. Each case gives the random bytes
 drawn (all of them, none more), the bucket, level, node, report and wire message. The Python client
 (tests/producer/test_numeric_hierarchy_client.py) replays every case through DeviceReporter, producer/js through
-privatizeWith (producer/js/test/numeric_hierarchy.test.mjs); producer/c is to follow the same file.
+privatizeWith (producer/js/test/numeric_hierarchy.test.mjs), producer/c through ocms_tree_draw + ocms_privatize and
+ocms_report_tree (tests/producer/test_c_numeric_hierarchy.py).
 """
 
 from __future__ import annotations

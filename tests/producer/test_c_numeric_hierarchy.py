@@ -98,3 +98,18 @@ def test_tree_vectors_and_damaged_trees_under_the_sanitizers(config):
         code, err = driver.close()
     _clean(err)
     assert code == 0, err[-4000:]
+
+
+def test_the_cli_memoizes_a_trees_report_by_its_bucket_level_included(config, tmp_path):
+    """--memoize: a number of a bucket seen this period re-sends that report (its level too), free; another bucket
+    is a new report (latency_tree at epsilon 2: two charges)."""
+    from infra.capture import CaptureReader
+
+    out, ledger = tmp_path / "t.capture", tmp_path / "ledger.txt"
+    values = ["42", "45.5", "4000", "42", "49", "4000"]  # buckets 4, 4, 9, 4, 4, 9
+    done = run_cli(["--config", config, "--metric", "latency_tree", "--out", out, "--ledger", ledger, "--budget",
+                    "100", "--memoize"], [json.dumps(v) for v in values])
+    assert done.returncode == 0, done.stderr
+    messages = list(CaptureReader(out))
+    assert messages[0] == messages[1] == messages[3] == messages[4] and messages[2] == messages[5]
+    assert " 4000000000 2\n" in ledger.read_text()  # two charges of epsilon 2: bucket 9 is a report of its own

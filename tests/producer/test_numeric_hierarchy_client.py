@@ -170,5 +170,5 @@ def test_memoization_reuses_a_trees_report_of_the_same_bucket_whatever_its_level
 
     first, other = asyncio.run(go())
     assert len({d.message for d in first}) == 1 and [d.memoized for d in first] == [False] + [True] * 7
-    assert not other.memoized and other.message != first[0].message
+    assert not other.memoized  # a report of its own (its bytes may equal the first's by chance: same level and z)
     assert ledger.spent("latency_tree") == pytest.approx(2 * 2.0)

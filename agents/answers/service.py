@@ -558,9 +558,12 @@ class EstimateService:
         }
 
     def _numeric_fields(self) -> dict:
-        """A numeric metric's layout (issue 40: its buckets' bounds, clipping, quantiles), for /params and the
-        listing; nothing for a frequency metric."""
-        return {} if self.numeric is None else {"numeric": self.numeric.describe()}
+        """A numeric metric's layout (issue 40: its buckets' bounds, clipping, quantiles) and a tree's levels (their
+        fingerprints and parameters), for /params and the listing; nothing for a frequency metric."""
+        if self.numeric is None:
+            return {}
+        return {"numeric": self.numeric.describe(),
+                **({} if self.tree is None else {"hierarchy": self.version.describe_tree()})}
 
     def newest_bucket(self) -> int | None:
         """Start of the newest base bucket holding counts (freshness), None before the first report."""

@@ -79,6 +79,9 @@ def test_every_level_is_counted_under_its_own_fingerprint(world):
     listing = {m["name"]: m for m in catalog.describe()["metrics"]}
     assert listing["latency_tree"]["reports"] == N  # every level's reports
     assert listing["latency_tree"]["versions"][0]["mechanism"] == "hierarchy"
+    params = catalog.estimator.finish(catalog.prepare("latency_tree", "params", {}.items()).gather())
+    assert [row["fingerprint"] for row in params["hierarchy"]["levels"]] == fingerprints
+    assert listing["latency_tree"]["versions"][0]["hierarchy"]["branching"] == 3
 
 
 def test_quantiles_and_mean_hold_the_truth_and_exclude_a_twice_slower_fleet(world):

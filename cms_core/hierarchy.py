@@ -352,29 +352,28 @@ class ConsistentTree:
                 x += a @ np.asarray(y, dtype=np.float64)
         return x
 
-    def functional_variances(self, f: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    def functional_variances(self, f: np.ndarray, weights: np.ndarray | str | None) -> np.ndarray:
         """The variance of ``w . x`` for every row ``w`` of ``weights`` when the buckets' distribution is ``f``
-        (module docstring, Utility); ``weights=None``: of the CDF at every bucket's upper edge (the prefix sums,
-        without a k x k product)."""
+        (module docstring, Utility); ``weights=None``: of the CDF at every bucket's upper edge (the prefix sums),
+        ``"buckets"``: of every leaf (the identity's rows), both without a k x k product."""
         f = np.clip(np.asarray(f, dtype=np.float64), 0.0, None)
         f = f / f.sum() if f.sum() > 0 else np.full(f.size, 1.0 / f.size)
-        rows = self.params.buckets if weights is None else None
-        if weights is not None:
+        if weights is None:
+            rows_of, cdf = (lambda a: np.cumsum(a, axis=0)), np.cumsum(f)
+            own = cdf * (1.0 - cdf)
+        elif isinstance(weights, str) and weights == "buckets":
+            rows_of, own = (lambda a: a), f * (1.0 - f)
+        else:
             weights = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-            rows = weights.shape[0]
-        total = np.zeros(rows)
+            rows_of, own = weights.__matmul__, (weights * weights) @ f - (weights @ f) ** 2
+        total = np.zeros(own.size)
         for p, a, level_matrix, r in zip(self.params.levels, self.maps, _level_matrices(self.params), self.reports):
             if not r:
                 continue
             d, u = _level_terms(p, level_matrix @ f)
-            g = np.cumsum(a, axis=0) if weights is None else weights @ a
+            g = rows_of(a)
             total += ((g * g) @ d - (g @ u) ** 2) / r
         # less the devices' own spread: the answer is about these devices (module docstring, Utility)
-        if weights is None:
-            cdf = np.cumsum(f)
-            own = cdf * (1.0 - cdf)
-        else:
-            own = (weights * weights) @ f - (weights @ f) ** 2
         return np.maximum(total - own / sum(self.reports), 0.0)
 
 
@@ -394,7 +393,7 @@ class HierarchyNoise:
 
     def bucket_variances(self, f: np.ndarray) -> np.ndarray:
         """The variance of every consistent leaf (bucket) frequency: ``w`` each bucket's indicator."""
-        return self.tree.functional_variances(f, np.eye(self.tree.params.buckets))
+        return self.tree.functional_variances(f, "buckets")
 
 
 def estimate(params: HierarchyParams, batches: Sequence[ReportBatch]) -> tuple[np.ndarray, HierarchyNoise]:

@@ -284,3 +284,14 @@ def test_the_window_summary_of_a_tree_holds_its_levels_and_each_buckets_interval
     assert any(not b["ci_low"] <= 1 / 12 <= b["ci_high"] for b in doc["buckets"])
     empty = [(0, np.zeros(size, np.int64)) for size in params.sizes]
     assert tree_window_summary(layout, params, empty, 0.95) is None
+
+
+def test_every_leafs_variance_without_the_k_by_k_product_is_the_identitys():
+    """functional_variances(f, "buckets") (what /histogram's per-bucket intervals use) equals the general formula
+    with the identity's rows as weights."""
+    params = HierarchyParams.build(40, 1.0, 4)
+    tree = ConsistentTree.of(params, [900, 1000, 1100])
+    f = np.random.default_rng(41).dirichlet(np.ones(40))
+    np.testing.assert_allclose(tree.functional_variances(f, "buckets"), tree.functional_variances(f, np.eye(40)),
+                               rtol=1e-12, atol=1e-18)
+    assert not np.allclose(tree.functional_variances(f, "buckets"), tree.functional_variances(f, None))  # control

@@ -95,8 +95,9 @@ def test_quantiles_and_mean_are_inside_the_trees_intervals(fed):
     p50 = h["quantiles"][0]
     assert not p50["ci_low"] <= _quantile_from_cdf(layout.edges, np.cumsum(slower), 0.5) <= p50["ci_high"]
     mean = float(f @ layout.points)
-    assert h["mean"]["ci_low"] <= mean <= h["mean"]["ci_high"]
-    assert np.abs(cdf_z(h, version.hierarchy, f)).max() < 4.5  # every edge, in sd of the tree's exact noise
+    assert h["mean"]["ci_low"] <= mean <= h["mean"]["ci_high"], (h["mean"], mean, h["levels"])
+    z = cdf_z(h, version.hierarchy, f)
+    assert np.abs(z).max() < 4.5, (z, h["levels"])  # every edge, in sd of the tree's exact noise
     assert not h["mean"]["ci_low"] <= float(slower @ layout.points) <= h["mean"]["ci_high"]
 
 

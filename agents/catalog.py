@@ -112,6 +112,13 @@ class Catalog:
             raise InvalidParameterError("--registry", registry.path, "holds no live metric version to serve")
         self.metrics: dict[str, MetricEntry] = {e.name: e for e in entries}
         self.by_fingerprint: dict[str, EstimateService] = {s.fingerprint: s for e in entries for s in e.services}
+        # A tree version's coarser levels (issue 40) are counted as versions of their own (every node tracked),
+        # answered only through the version's histogram: not in its entry's services, not exported.
+        for e in entries:
+            for s in e.services:
+                for level in s.version.tree_levels()[:-1]:
+                    self.by_fingerprint[level.fingerprint.hex()] = EstimateService(level, view, clock,
+                                                                                   future_tolerance_seconds)
         #: Finishes every answer of the worker (any fingerprint it serves), here or in the answer process.
         self.estimator = Estimator({fp: (s.version.params, s.tracked) for fp, s in self.by_fingerprint.items()})
 

@@ -262,6 +262,8 @@ class EstimatesCollector:
         options = EstimateOptions()
         budget, over = self.max_values, 0
         for service in self.catalog.by_fingerprint.values():
+            if getattr(service.version, "tree_level", None) is not None:
+                continue  # a tree's coarser level (issue 40): exported through its version's histogram
             if self.serves(service.fingerprint):
                 budget, over = self._export_version(service, out, options, budget, over)
         out.capped.add_metric([], float(over))

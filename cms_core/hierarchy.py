@@ -210,36 +210,64 @@ def _check_bucket(params: HierarchyParams, bucket) -> int:
 def privatize_bucket(params: HierarchyParams, bucket: int, random: RandomBytes = os.urandom) -> HierarchyReport:
     """Device path: one epsilon-LDP report of ``bucket``: the level ``draw_below(h) + 1`` first, then the level's
     report of the bucket's node (:func:`cms_core.privatize.privatize`, CSPRNG randomness only)."""
+    level, node = draw_node(params, bucket, random)
+    return HierarchyReport(level, privatize(params.levels[level - 1], node, random))
+
+
+def draw_node(params: HierarchyParams, bucket: int, random: RandomBytes = os.urandom) -> tuple[int, int]:
+    """The device's first step: its level ``draw_below(h) + 1`` (independent of the value) and its bucket's node
+    there; a client reports the node with ``params.levels[level - 1]`` (framed with that level's fingerprint)."""
     bucket = _check_bucket(params, bucket)
     level = draw_below(random, params.height) + 1
-    return HierarchyReport(level, privatize(params.levels[level - 1], params.node(bucket, level), random))
+    return level, int(params.node(bucket, level))
 
 
 def simulate(params: HierarchyParams, buckets: np.ndarray, rng: np.random.Generator) -> list[ReportBatch]:
     """Simulation path (seeded, never on a device): each device's level uniformly, then its level's reports;
     one :class:`ReportBatch` per level."""
+    return simulate_levels(params, buckets, rng)[1]
+
+
+def simulate_levels(params: HierarchyParams, buckets: np.ndarray,
+                    rng: np.random.Generator) -> tuple[np.ndarray, list[ReportBatch]]:
+    """:func:`simulate` and each device's level (1..h): level ``l``'s batch holds the devices with
+    ``levels == l``, in order (a simulated fleet keys each report by its device)."""
     buckets = np.asarray(buckets, dtype=np.int64)
     if buckets.size and (buckets.min() < 0 or buckets.max() >= params.buckets):
         raise InvalidParameterError("buckets", f"[{buckets.min()}, {buckets.max()}]",
                                     f"must lie in [0, {params.buckets})")
     levels = rng.integers(1, params.height + 1, buckets.size)
-    return [simulate_reports(p, params.node(buckets[levels == level], level).astype(np.uint64), rng)
-            for level, p in enumerate(params.levels, start=1)]
+    return levels, [simulate_reports(p, params.node(buckets[levels == level], level).astype(np.uint64), rng)
+                    for level, p in enumerate(params.levels, start=1)]
 
 
 def level_estimates(params: HierarchyParams, batches: Sequence[ReportBatch]) -> list[np.ndarray]:
     """Each level's unbiased node frequencies from its own reports (NaN for a level without reports)."""
     if len(batches) != params.height:
         raise InvalidParameterError("batches", len(batches), f"needs one batch per level ({params.height})")
-    out = []
+    counted = []
     for p, size, batch in zip(params.levels, params.sizes, batches):
-        n = len(batch)
-        if n == 0:
-            out.append(np.full(size, np.nan))
-            continue
-        batch.validate(p)
-        counts = kernel.match_counts(p, batch, TrackedValues.range(p, 0, size))
-        out.append(theory.estimate_frequencies(p.estimator_coefficients, counts, n))
+        if len(batch):
+            batch.validate(p)
+            counted.append((len(batch), kernel.match_counts(p, batch, TrackedValues.range(p, 0, size))))
+        else:
+            counted.append((0, np.zeros(size, dtype=np.int64)))
+    return estimates_from_counts(params, counted)
+
+
+def estimates_from_counts(params: HierarchyParams, level_counts: Sequence[tuple[int, np.ndarray]]) -> list[np.ndarray]:
+    """Each level's unbiased node frequencies from its report count ``n_l`` and its nodes' match counts (what the
+    worker stores per level: every node tracked); NaN for a level without reports."""
+    if len(level_counts) != params.height:
+        raise InvalidParameterError("level_counts", len(level_counts), f"needs one (n, counts) per level "
+                                                                       f"({params.height})")
+    out = []
+    for p, size, (n, counts) in zip(params.levels, params.sizes, level_counts):
+        counts = np.asarray(counts)
+        if counts.shape != (size,):
+            raise InvalidParameterError("level_counts", f"shape {counts.shape}", f"needs one count per node ({size})")
+        out.append(np.full(size, np.nan) if n == 0 else theory.estimate_frequencies(p.estimator_coefficients,
+                                                                                    counts, n))
     return out
 
 
@@ -324,29 +352,28 @@ class ConsistentTree:
                 x += a @ np.asarray(y, dtype=np.float64)
         return x
 
-    def functional_variances(self, f: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    def functional_variances(self, f: np.ndarray, weights: np.ndarray | str | None) -> np.ndarray:
         """The variance of ``w . x`` for every row ``w`` of ``weights`` when the buckets' distribution is ``f``
-        (module docstring, Utility); ``weights=None``: of the CDF at every bucket's upper edge (the prefix sums,
-        without a k x k product)."""
+        (module docstring, Utility); ``weights=None``: of the CDF at every bucket's upper edge (the prefix sums),
+        ``"buckets"``: of every leaf (the identity's rows), both without a k x k product."""
         f = np.clip(np.asarray(f, dtype=np.float64), 0.0, None)
         f = f / f.sum() if f.sum() > 0 else np.full(f.size, 1.0 / f.size)
-        rows = self.params.buckets if weights is None else None
-        if weights is not None:
+        if weights is None:
+            rows_of, cdf = (lambda a: np.cumsum(a, axis=0)), np.cumsum(f)
+            own = cdf * (1.0 - cdf)
+        elif isinstance(weights, str) and weights == "buckets":
+            rows_of, own = (lambda a: a), f * (1.0 - f)
+        else:
             weights = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-            rows = weights.shape[0]
-        total = np.zeros(rows)
+            rows_of, own = weights.__matmul__, (weights * weights) @ f - (weights @ f) ** 2
+        total = np.zeros(own.size)
         for p, a, level_matrix, r in zip(self.params.levels, self.maps, _level_matrices(self.params), self.reports):
             if not r:
                 continue
             d, u = _level_terms(p, level_matrix @ f)
-            g = np.cumsum(a, axis=0) if weights is None else weights @ a
+            g = rows_of(a)
             total += ((g * g) @ d - (g @ u) ** 2) / r
         # less the devices' own spread: the answer is about these devices (module docstring, Utility)
-        if weights is None:
-            cdf = np.cumsum(f)
-            own = cdf * (1.0 - cdf)
-        else:
-            own = (weights * weights) @ f - (weights @ f) ** 2
         return np.maximum(total - own / sum(self.reports), 0.0)
 
 
@@ -364,13 +391,28 @@ class HierarchyNoise:
         """The variance of the CDF at every bucket's upper edge (the last is 0: the total is fixed at 1)."""
         return self.tree.functional_variances(f, None)
 
+    def bucket_variances(self, f: np.ndarray) -> np.ndarray:
+        """The variance of every consistent leaf (bucket) frequency: ``w`` each bucket's indicator."""
+        return self.tree.functional_variances(f, "buckets")
+
 
 def estimate(params: HierarchyParams, batches: Sequence[ReportBatch]) -> tuple[np.ndarray, HierarchyNoise]:
     """The consistent bucket frequencies (sum 1) from one batch of reports per level, and their noise (for
     :meth:`cms_core.numeric.Histogram.of`: ``Histogram.of(layout, leaves, n, noise)``)."""
-    estimates = level_estimates(params, batches)
-    tree = ConsistentTree.of(params, [len(b) for b in batches])
+    return consistent_leaves(params, [len(b) for b in batches], level_estimates(params, batches))
+
+
+def consistent_leaves(params: HierarchyParams, reports: Sequence[int],
+                      estimates: Sequence[np.ndarray]) -> tuple[np.ndarray, HierarchyNoise]:
+    """The consistent tree of the levels' ``estimates`` from ``reports`` reports per level: its leaves and noise."""
+    tree = ConsistentTree.of(params, reports)
     return tree.leaves(estimates), HierarchyNoise(tree)
+
+
+def estimate_counts(params: HierarchyParams,
+                    level_counts: Sequence[tuple[int, np.ndarray]]) -> tuple[np.ndarray, HierarchyNoise]:
+    """:func:`estimate` from what a worker stores per level: ``(n_l, match counts of the level's nodes)``."""
+    return consistent_leaves(params, [int(n) for n, _ in level_counts], estimates_from_counts(params, level_counts))
 
 
 def predicted_cdf_variances(params: HierarchyParams, n: int, f: np.ndarray | None = None) -> np.ndarray:

@@ -408,6 +408,28 @@ def window_summary(layout: BucketLayout, params, frequency, n: int, confidence: 
     return summary(Histogram.of(layout, frequency, n, oracle_noise(params), confidence), quantiles)
 
 
+def tree_window_summary(layout: BucketLayout, hierarchy, level_counts, confidence: float,
+                        quantiles: Sequence[float] = DEFAULT_QUANTILES) -> dict | None:
+    """:func:`window_summary` of a hierarchical histogram (:class:`cms_core.hierarchy.HierarchyParams`) from each
+    level's ``(n_l, node match counts)``: the consistent tree's leaves as the raw bucket frequencies, its exact
+    noise (:class:`cms_core.hierarchy.HierarchyNoise`) for every interval, and per bucket its standard deviation
+    (``sd``); ``n`` is every level's reports. None without reports."""
+    from .hierarchy import estimate_counts
+
+    n = sum(int(count) for count, _ in level_counts)
+    if n == 0:
+        return None
+    leaves, noise = estimate_counts(hierarchy, level_counts)
+    histogram = Histogram.of(layout, leaves, n, noise, confidence)
+    doc = summary(histogram, quantiles)
+    half = normal_z(confidence) * np.sqrt(noise.bucket_variances(histogram.consistent))
+    for bucket, estimate, width in zip(doc["buckets"], leaves, half):
+        bucket.update(estimate=float(estimate), ci_low=float(estimate - width), ci_high=float(estimate + width))
+    doc["levels"] = [{"level": level, "nodes": size, "reports": int(count)}
+                     for level, (size, (count, _)) in enumerate(zip(hierarchy.sizes, level_counts), start=1)]
+    return doc
+
+
 def true_summary(layout: BucketLayout, counts, quantiles: Sequence[float]) -> dict:
     """What a numeric answer estimates, computed from known bucket counts (a simulated fleet's truth): each
     quantile as :meth:`Histogram.quantile` reads it (linear inside a bucket) and the bucketized mean."""

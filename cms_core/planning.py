@@ -389,8 +389,9 @@ FLAT_NUMERIC_MECHANISMS = {"direct-rr": "direct", "ocms-rr": "ocms"}
 
 @functools.lru_cache(maxsize=256)
 def choose_numeric_oracle(buckets: int, epsilon: float) -> str:
-    """``mechanism: auto`` of a numeric metric in the pipeline: ``"direct"`` or ``"ocms"``, the flat frequency
-    oracle over the ``buckets`` bucket indices with the smaller mean CDF variance (the objective of
+    """The better flat oracle of a numeric metric (what ``mechanism: auto`` picked before it weighed trees, and
+    picks above :data:`registry.numeric.MAX_PLANNED_HIERARCHY_BUCKETS`): ``"direct"`` or ``"ocms"``, the flat
+    frequency oracle over the ``buckets`` bucket indices with the smaller mean CDF variance (the objective of
     :func:`choose_numeric_mechanism`, restricted to one-level trees; both variances scale as 1/n, so the pick
     does not depend on n). Its parameters: ``OCMSParams.build(epsilon, buckets, mode="l2",
     tracked_count=buckets, mechanism=...)`` (:func:`cms_core.hierarchy.level_oracle`'s)."""

@@ -17,6 +17,9 @@ coefficients do not fit a JSON number); a JSON number there is refused (``malfor
 is a ``"version"`` that is not the fingerprint's (``version_mismatch``).
 The JSON reports are written as a wire-v1 frame and decoded like binary uploads.
 
+The fingerprint of a level of a numeric metric's hierarchical histogram (``MetricVersion.tree_levels``) is
+accepted as a version of its metric: each upload carries one level, as it carries one version.
+
 The fingerprint of a discovery level of a discoverable metric (``registry.discovery``) is
 accepted like a version's: its reports are produced to the source topic for discovery.
 
@@ -71,6 +74,9 @@ class UploadParser:
             live = {v.version for v in spec.live_versions}
             for v in spec.versions:
                 self.versions[v.fingerprint] = (v, v.version in live)
+                # a tree version's levels (issue 40) are parameter versions of it, each a fingerprint of its own
+                for level in v.tree_levels():
+                    self.versions[level.fingerprint] = (level, v.version in live)
         # Discovery levels (docs/discovery.md) are parameter versions of their metric: accepted and
         # produced to the source topic like any report (the worker leaves them to discovery).
         from registry.discovery import discovery_levels
@@ -238,6 +244,9 @@ class UploadParser:
         if "version" in doc and metric is not None:
             spec = self.metric(metric)
             for v in spec.versions:
+                if v.version == number and v.hierarchy is not None:  # issue 40: which level is in the reports
+                    raise _bad("level_needed", f"{v.binding} is a hierarchical histogram: give the reports' "
+                                               "level's \"fingerprint\" (GET /v1/metrics lists them)")
                 if v.version == number:
                     return self._version(v.fingerprint, metric, None)
             raise _bad("unknown_version", f"metric {metric!r} has no version {number}")
@@ -273,7 +282,7 @@ class UploadParser:
 
 
 def _name(version) -> str:
-    return version.binding  # metric@version, or metric@version/levelL for a discovery level
+    return version.binding  # metric@version, or metric@version/levelL for a discovery or a tree's level
 
 
 def _shown(value) -> str:

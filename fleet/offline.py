@@ -257,6 +257,27 @@ def named_document(version, doc: dict) -> dict:
     return {"metric": version.metric, "version": version.version, **doc}
 
 
+def numeric_histogram(version, result: DecodeResult, paths, options: EstimateOptions) -> dict | None:
+    """A numeric version's /histogram answer from captures: its flat oracle's bucket estimates, or a tree's
+    consistent histogram of every level (each level decoded with its own parameters; ``result`` is the finest's)."""
+    from cms_core.numeric import tree_window_summary, window_summary
+
+    spec, tree = version.numeric, getattr(version, "hierarchy", None)
+    if tree is None:
+        estimates = result.sketch.estimate(confidence=options.confidence)
+        doc = window_summary(spec.layout, version.params, estimates.frequency, estimates.n, options.confidence,
+                             spec.quantiles)
+    else:
+        paths = list(paths)
+        levels = [decode_captures(level.params, level.tracked_values(), paths).sketch
+                  for level in version.tree_levels()[:-1]] + [result.sketch]
+        doc = tree_window_summary(spec.layout, tree, [(s.n, s.counts) for s in levels], options.confidence,
+                                  spec.quantiles)
+    if doc is not None:
+        doc["layout"] = spec.describe()
+    return doc
+
+
 def run_estimate(version, registry, paths: Iterable[str | Path], options: EstimateOptions, *, strict: bool = False,
                  err: TextIO | None = None, prog: str = "ocms estimate") -> int:
     """``ocms estimate`` of one metric version (the flags' metric or a registry's): JSON on stdout, warnings on
@@ -270,17 +291,16 @@ def run_estimate(version, registry, paths: Iterable[str | Path], options: Estima
     from registry.flags import FLAGS_PATH
 
     err = sys.stderr if err is None else err
+    paths = list(paths)
     result = decode_captures(version.params, version.tracked_values(), paths)
+    for level in getattr(version, "tree_levels", tuple)()[:-1]:  # a tree's coarser levels: counted, not refused
+        refused = result.unknown_fingerprints.pop(level.fingerprint, 0)
+        result.unknown_reports.pop(level.fingerprint, None)
+        result.rejected[wire.UnknownFingerprintError.reason] -= refused
+        result.rejected += Counter()  # drops a reason left at zero
     doc = named_document(version, estimate_document(version.params, result, options))
     if getattr(version, "numeric", None) is not None:  # issue 40: the quantiles and the mean, as /histogram
-        from cms_core.numeric import window_summary
-
-        spec = version.numeric
-        estimates = result.sketch.estimate(confidence=options.confidence)
-        doc["histogram"] = window_summary(spec.layout, version.params, estimates.frequency, estimates.n,
-                                          options.confidence, spec.quantiles)
-        if doc["histogram"] is not None:
-            doc["histogram"]["layout"] = spec.describe()
+        doc["histogram"] = numeric_histogram(version, result, paths, options)
     write_stdout(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     flags = registry.path == FLAGS_PATH
     for line in diagnose(version, registry, result, flags=flags) + [noise_line(doc)]:

@@ -46,6 +46,8 @@ def plan_record(version, args, targets: dict) -> dict:
         from registry.numeric import plan_fields as numeric_fields
 
         record["numeric"] = numeric_fields(version, n, confidence)
+    if getattr(version, "hierarchy", None) is not None:  # a tree: the figures above are its finest level's
+        record["hierarchy"] = version.describe_tree()
     if targets:
         record["reports_needed"] = planning.reports_needed(params, confidence=confidence, tracked_count=tracked,
                                                            **targets)
@@ -130,7 +132,8 @@ def _plan_table(path: str, records: list[dict], args, targets: dict) -> str:
         p, pr = r["params"], r["prediction"]
         eps = f"{p['epsilon']:g}" + (f" (life {r['longitudinal']['lifetime_epsilon']:g})" if "longitudinal" in r else "")
         row = [r["metric"], str(r["version"]) + ("" if r["live"] else " (retired)"), eps,
-               p["mechanism"], f"{p['hash_range']:,}", p["field"] if p["mechanism"] == "ocms" else "-",
+               "hierarchy" if "hierarchy" in r else p["mechanism"], f"{p['hash_range']:,}",
+               p["field"] if p["mechanism"] == "ocms" else "-",
                str(p["report_bytes"]), f"{pr['ci_half_width']:.4g}", f"{pr['ci_half_width_count']:,.0f}",
                _objectives(r["mechanisms"])]
         if targets:
@@ -139,6 +142,8 @@ def _plan_table(path: str, records: list[dict], args, targets: dict) -> str:
         rows.append(row)
     target_text = "".join(f"; reports needed for {k.replace('target_', '')} <= {v:g}" for k, v in targets.items())
     target_text += "; objective: worst-case MSE (l2 loss in mode l2) of each mechanism, * the lower"
+    if any("hierarchy" in r for r in records):
+        target_text += "; a hierarchy's m, field and figures are its finest level's (the buckets)"
     notes = [f"note: {r['metric']} version {r['version']}: {r['poisoning']['note']}" for r in records
              if r["poisoning"]["note"]]
     if any("longitudinal" in r for r in records):

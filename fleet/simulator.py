@@ -27,6 +27,7 @@ import numpy as np
 
 from cms_core import OCMSParams, wire
 from cms_core.errors import InvalidParameterError
+from cms_core.hierarchy import simulate_levels
 from cms_core.privatize import simulate_reports
 from cms_core.reports import ReportBatch
 from cms_core.values import elements_to_array, encode_value, limbs_for, value_to_json
@@ -50,6 +51,9 @@ class SimulationSettings:
     frame_size: int = 1000
     seed: int = 0
     gateways: int = 16
+    #: cms_core.hierarchy.HierarchyParams of a numeric metric reported as a tree (issue 40; ``params`` are its finest
+    #: level's): each device reports one level drawn uniformly, framed with that level's fingerprint.
+    tree: object = None
 
     def __post_init__(self):
         if (self.reports is None) == (self.duration_s is None):
@@ -157,14 +161,37 @@ def generate(settings: SimulationSettings) -> Iterator[tuple[np.ndarray, np.ndar
         devices = rng.integers(0, settings.devices, k)
         table = settings.element_table
         elements = values if table is None else table[values.astype(np.int64)]
-        yield values, devices, simulate_reports(settings.params, elements, rng)
+        if settings.tree is not None:
+            yield values, devices, LevelBatches(*simulate_levels(settings.tree, elements, rng))
+        else:
+            yield values, devices, simulate_reports(settings.params, elements, rng)
         if remaining is not None:
             remaining -= k
 
 
-def messages_for(settings: SimulationSettings, batch: ReportBatch, devices: np.ndarray, first_frame: int) -> list[tuple[bytes, bytes]]:
-    """(key, value) pairs for one chunk."""
-    params = settings.params
+@dataclass(frozen=True)
+class LevelBatches:
+    """One chunk of a tree metric's reports: each device's level and one batch per level (its devices in order)."""
+
+    levels: np.ndarray
+    batches: list
+
+    def __len__(self) -> int:
+        return int(self.levels.size)
+
+
+def messages_for(settings: SimulationSettings, batch, devices: np.ndarray, first_frame: int) -> list[tuple[bytes, bytes]]:
+    """(key, value) pairs for one chunk (a tree's: each level's messages with that level's parameters)."""
+    if isinstance(batch, LevelBatches):
+        out = []
+        for level, (params, level_batch) in enumerate(zip(settings.tree.levels, batch.batches), start=1):
+            out += _messages(settings, params, level_batch, devices[batch.levels == level], first_frame + len(out))
+        return out
+    return _messages(settings, settings.params, batch, devices, first_frame)
+
+
+def _messages(settings: SimulationSettings, params: OCMSParams, batch: ReportBatch, devices: np.ndarray,
+              first_frame: int) -> list[tuple[bytes, bytes]]:
     if settings.frame_size == 1:
         return [(b"dev-%d" % d, m) for d, m in zip(devices.tolist(), wire.encode_reports(params, batch))]
     out = []

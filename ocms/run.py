@@ -145,14 +145,15 @@ async def _estimates(base: str) -> dict:
     return await asyncio.to_thread(_get, base + "/estimates")
 
 
-async def _caught_up(base: str, sent: int, timeout: float) -> dict | None:
-    """The worker's estimates once it has counted ``sent`` reports, or None after ``timeout``."""
+async def _caught_up(base: str, sent: int, timeout: float, tree: bool = False) -> dict | None:
+    """The worker's estimates once it has counted ``sent`` reports, or None after ``timeout``. A tree metric's
+    (``tree``, issue 40): its /estimates count the finest level alone, its /histogram every level."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            doc = await _estimates(base)
-            if doc.get("n", 0) >= sent:
-                return doc
+            counted = await asyncio.to_thread(_get, base + "/histogram") if tree else await _estimates(base)
+            if counted.get("n", 0) >= sent:
+                return await _estimates(base) if tree else counted
         except OSError:
             pass
         await asyncio.sleep(0.2)
@@ -327,7 +328,7 @@ async def _tables(args, settings, base: str, fleets: Fleets, truth_path: Path | 
 async def _final_table(args, settings, base: str, fleets: Fleets) -> None:
     """The last table, once the worker counted every report (bounded wait), and what each fleet sent."""
     live, via = fleets.live, fleets.via
-    doc = await _caught_up(base, live.reports, CATCH_UP_TIMEOUT_S)
+    doc = await _caught_up(base, live.reports, CATCH_UP_TIMEOUT_S, tree=settings.tree is not None)
     if doc is None:
         say(f"(the worker did not count all {live.reports:,} reports within {CATCH_UP_TIMEOUT_S:.0f} s)")
     else:
@@ -446,7 +447,7 @@ def run(args) -> int:
     named = named.written(logs)  # a registry written for the run lives beside the logs
     settings = simulator.SimulationSettings(params=named.version.params, dataset=dataset,
                                             duration_s=args.duration or 10.0**9, rate=args.rate,
-                                            frame_size=args.frame_size, seed=seed)
+                                            frame_size=args.frame_size, seed=seed, tree=named.version.hierarchy)
     broker = worker = collector = None
     failed = True
     stopper = Stopper().install()

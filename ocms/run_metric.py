@@ -206,7 +206,8 @@ class Companion:
         """Simulation settings beside the main fleet's (same duration, frames and seed)."""
         from dataclasses import replace
 
-        return replace(main, params=self.version.params, dataset=self.dataset, rate=self.rate,
+        return replace(main, params=self.version.params, tree=self.version.hierarchy, dataset=self.dataset,
+                       rate=self.rate,
                        seed=main.seed + 1 + COMPANIONS.index(next(c for c in COMPANIONS if c[0] == self.name)))
 
 

@@ -18,7 +18,9 @@ every metric of the registry, each report naming its metric and its value::
 A registry reporter looks the metric up (UnknownMetricError), maps the value name with
 :meth:`registry.MetricVersion.value_from_name` (InvalidValueError naming the metric; a numeric
 metric's number is clipped and mapped to its bucket's index, ``reporter.report("latency_ms", 12.5)``:
-registry/numeric.py, an InvalidParameterError naming ``value`` for NaN or a non-number),
+registry/numeric.py, an InvalidParameterError naming ``value`` for NaN or a non-number; a numeric metric
+reported as a hierarchical histogram draws one level per report and reports its bucket's node there with that
+level's parameters and fingerprint: :func:`cms_core.hierarchy.draw_node`),
 and charges the metric's name in the ledger: every version of one metric shares one
 budget, and distinct metrics are accounted apart -- both before anything is charged.
 
@@ -60,15 +62,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import secrets
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from cms_core.errors import ClientTooOldError, InvalidParameterError, OCMSError
+from cms_core.hierarchy import draw_node
 from cms_core.params import OCMSParams
 from cms_core.privatize import privatize
 from cms_core.values import encode_value
+from cms_core import wire
 from cms_core.wire import encode_report
 from cms_core.version import too_old_for
 
@@ -286,6 +291,9 @@ class DeviceReporter:
                                                       request_timeout_ms=int(request_timeout_s * 1000),
                                                       **(producer_config or {}))
         self.transport = transport
+        #: The randomness every report draws from (cms_core.privatize's contract): the CSPRNG; tests replace it to
+        #: replay the shared vectors (tests/vectors), never a deployment.
+        self._random = os.urandom
         self._producer = None
         self._queue: asyncio.Queue[_Item] | None = None
         self._sender: asyncio.Task | None = None
@@ -401,13 +409,13 @@ class DeviceReporter:
                                                        ledger=self.ledger, secret=self.device_secret)
             memoized = epsilon == 0.0
         elif self.ledger is not None:
-            message = encode_report(params, privatize(params, value))
-            key = value_key(params, element) if self.memoize else None
+            message = self._message(params, value, version)
+            key = value_key(params, element) if self.memoize else None  # a tree's: its bucket, whatever the level
             outcome = await asyncio.to_thread(self.ledger.charge_or_reuse, account, params.epsilon, key, message)
             message, memoized = outcome.report, outcome.memoized
             epsilon = 0.0 if memoized else params.epsilon
         else:
-            message = encode_report(params, privatize(params, value))
+            message = self._message(params, value, version)
             epsilon = params.epsilon
         if not self._running:
             raise ReporterClosedError("the reporter closed while this report was being prepared (epsilon stays charged)")
@@ -416,6 +424,15 @@ class DeviceReporter:
         if self._sender is None and not future.done():  # closed while we waited for queue space
             future.set_exception(ReporterClosedError("the reporter closed before this report was sent"))
         return future
+
+    def _message(self, params: OCMSParams, value, version) -> bytes:
+        """One privatized wire message. A tree's (issue 40: ``params`` its finest level's, ``value`` the bucket): the
+        level drawn first (:func:`cms_core.hierarchy.draw_node`), the node reported with that level's parameters."""
+        if version is not None and version.tree_level is not None:
+            tree = self.registry.metric(version.metric).version(version.version).hierarchy
+            level, value = draw_node(tree, value, self._random)
+            params = tree.levels[level - 1]
+        return encode_report(params, privatize(params, value, self._random))
 
     async def report(self, *args) -> ReportDelivery:
         """Privatize, charge, send and wait for the broker's acknowledgement:
@@ -461,23 +478,29 @@ class DeviceReporter:
     async def _upload(self, items: list[_Item]) -> None:
         attempts = 0
         try:
-            attempts = await self.transport.upload([item.message for item in items], self._backoff)
-            self.sent += len(items)
+            # One upload per parameter set (the collector takes one per upload): a tree's levels, or several
+            # metrics, queued together go as several uploads.
+            groups: dict[bytes, list[_Item]] = {}
             for item in items:
-                if not item.future.done():
-                    item.future.set_result(ReportDelivery(
-                        topic=self.transport.url, partition=-1, offset=-1, message=item.message,
-                        memoized=item.memoized, epsilon_charged=item.epsilon, attempts=attempts))
+                groups.setdefault(wire.HEADER.unpack_from(item.message)[3], []).append(item)
+            for group in groups.values():
+                attempts = await self.transport.upload([item.message for item in group], self._backoff)
+                self.sent += len(group)
+                for item in group:
+                    if not item.future.done():
+                        item.future.set_result(ReportDelivery(
+                            topic=self.transport.url, partition=-1, offset=-1, message=item.message,
+                            memoized=item.memoized, epsilon_charged=item.epsilon, attempts=attempts))
         except asyncio.CancelledError:
             for item in items:
                 if not item.future.done():
                     item.future.set_exception(ReporterClosedError("the reporter closed while this upload was in flight"))
             raise
         except DeliveryError as exc:
-            self.failed += len(items)
-            for item in items:
-                if not item.future.done():
-                    item.future.set_exception(exc)
+            undelivered = [item for item in items if not item.future.done()]
+            self.failed += len(undelivered)
+            for item in undelivered:
+                item.future.set_exception(exc)
         finally:
             self._slots.release()
             for _ in items:

@@ -7,7 +7,9 @@ recomputing exp(ε) with its own libm), the field, the value domain, and the cat
 (or d for integers); nothing else: no owner, description, tracked values or exposure
 settings, which a device has no use for. ``min_client_version`` (when the registry gives one): the oldest
 client release that may report the metric; clients of that release or later refuse it when older, naming
-the release to upgrade to (a client of 0.2.0 does not know the key and ignores it).
+the release to upgrade to (a client of 0.2.0 does not know the key and ignores it). A numeric version
+reported as a hierarchical histogram (issue 40) has ``"mechanism": "hierarchy"`` and ``hierarchy``: its
+levels, each with the parameters above; its top-level parameters are its finest level's.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def version_config(version: MetricVersion) -> dict:
         out["dictionary_size"] = value_to_json(version.params.dictionary_size)
     if version.numeric is not None:  # issue 40: the device clips its number and reports the bucket index
         out["numeric"] = version.numeric.device_config()
+    if version.hierarchy is not None:  # issue 40: a tree; the device draws one level per report (docs/device.md)
+        out["hierarchy"] = tree_config(version)
     if version.longitudinal is not None:  # issue 38: memoized two-round reports (cms_core.longitudinal)
         from cms_core.longitudinal import memo_threshold, report_threshold
 
@@ -69,6 +73,22 @@ def version_config(version: MetricVersion) -> dict:
                        for level, p in enumerate(spec.params_by_level, 1)],
         }
     return out
+
+
+def tree_config(version: MetricVersion) -> dict:
+    """A tree version's levels as a device reports them: level ``l`` = ``draw_below(h) + 1``, the bucket's node
+    ``bucket // span``, privatized with the level's parameters and framed with its fingerprint."""
+    tree = version.hierarchy
+    levels = []
+    for level in version.tree_levels():
+        p = level.params
+        row = {"level": level.tree_level, "fingerprint": p.fingerprint.hex(), "span": tree.span(level.tree_level),
+               "m": p.hash_range, "keep_threshold": str(keep_threshold(p)), "field": _field(p.field),
+               "dictionary_size": value_to_json(p.dictionary_size)}
+        if p.mechanism != "ocms":
+            row["mechanism"] = p.mechanism
+        levels.append(row)
+    return {"buckets": tree.buckets, "branching": tree.branching, "levels": levels}
 
 
 def device_config(registry: Registry, metrics: list[str] | None = None) -> dict:

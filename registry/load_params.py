@@ -22,6 +22,9 @@ class ParamsReader:
     def __init__(self, check: Checker):
         self.check = check
         self.mechanism_notes: dict[tuple, str] = {}  # (metric, version) -> what mechanism auto's pick costs
+        #: (metric, version) -> the hierarchical histogram (cms_core.hierarchy.HierarchyParams) of a numeric version
+        #: reported as a tree (issue 40); its ``params`` are the tree's finest level's
+        self.hierarchies: dict[tuple, object] = {}
 
     def build(self, entry, vmap, kind, d, tracked: TrackedSpec, metric, version, vline) -> OCMSParams | None:
         before = self.check.problem_count
@@ -31,14 +34,23 @@ class ParamsReader:
         f_star = self.f_star(f["f_star"], mode, f["hash_range"].present, metric)
         tracked_count = self.tracked_count(f["tracked_count"], tracked, d, metric)
         hash_range = self.hash_range(f["hash_range"], metric)
-        mechanism = self.mechanism(f["mechanism"], f["hash_range"], hash_range, metric)
+        mechanism = self.mechanism(f["mechanism"], f["hash_range"], hash_range, metric, numeric.KEY in entry)
+        spec = numeric.spec_for(self.check, metric) if numeric.KEY in entry else None
+        if spec is not None and spec.branching is not None and mechanism != numeric.HIERARCHY:
+            self.check.problem(f["mechanism"].line if f["mechanism"].present else vline,
+                               f"numeric.branching shapes a hierarchical histogram: give 'mechanism: "
+                               f"{numeric.HIERARCHY}' (this version's is {mechanism!r}) or drop branching", metric,
+                               "mechanism", version)
         if self.check.problem_count > before:
             return None
         shared = {"mode": mode, "f_star": f_star, "tracked_count": tracked_count,
                   "value_domain": "string" if kind == "strings" else "integer", "binding": f"{metric}@{version}"}
         try:
-            if mechanism == "auto" and numeric.KEY in entry:  # issue 40: by CDF accuracy (registry/numeric.py)
-                return numeric.auto_params(epsilon, d, f"{metric}@{version}")
+            if mechanism in ("auto", numeric.HIERARCHY) and spec is not None:  # issue 40: by CDF accuracy
+                params, tree = numeric.tree_params(spec, epsilon, mechanism, f"{metric}@{version}")
+                if tree is not None:
+                    self.hierarchies[(metric, version)] = tree
+                return params
             if mechanism == "auto":  # no hash_range here (checked above)
                 # The comparison auto picks with also says when the pick is much more exposed to poisoning.
                 comparison = compare_mechanisms(epsilon, None if kind == "strings" else d, **shared)
@@ -115,13 +127,19 @@ class ParamsReader:
             return None
         return int(field.value)
 
-    def mechanism(self, field: Field, hash_range_field: Field, hash_range, metric) -> str:
-        # An explicit m only exists for OCMS+RR.
+    def mechanism(self, field: Field, hash_range_field: Field, hash_range, metric, is_numeric: bool = False) -> str:
+        # An explicit m only exists for OCMS+RR; a hierarchical histogram only for a numeric metric (issue 40).
         mechanism = "auto" if hash_range is None else "ocms"
+        choices = MECHANISM_CHOICES + (numeric.HIERARCHY,) if is_numeric else MECHANISM_CHOICES
         if field.present:
-            if field.value not in MECHANISM_CHOICES:
-                self.wrong(field, "mechanism", metric,
-                           f"must be one of {', '.join(MECHANISM_CHOICES)}, got {show(field.value)}")
+            if field.value == numeric.HIERARCHY and not is_numeric:
+                self.wrong(field, "mechanism", metric, "'hierarchy' (a hierarchical histogram) is for numeric "
+                                                       "metrics only: give 'numeric:' or another mechanism")
+            elif field.value not in choices:
+                self.wrong(field, "mechanism", metric, f"must be one of {', '.join(choices)}, got {show(field.value)}")
+            elif field.value == numeric.HIERARCHY and hash_range is not None:
+                self.wrong(hash_range_field, "hash_range", metric, "fixes OCMS+RR's m; a tree's levels choose "
+                                                                   "their own (drop hash_range)")
             elif field.value == "auto" and hash_range is not None:
                 self.wrong(hash_range_field, "hash_range", metric,
                            "fixes OCMS+RR's m; give 'mechanism: ocms' (or drop hash_range)")

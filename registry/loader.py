@@ -190,7 +190,8 @@ class _Loader:
             value_names=tuple(names) if kind == "categories" else None, tracked=tracked,
             watch=(), retired=bool(retired), note=note, line=vline, discovery=discoverable,
             mechanism_note=self.params.mechanism_notes.get((label, vnum)), longitudinal=memoized,
-            numeric=numeric.spec_for(self.check, label), **exposure)
+            numeric=numeric.spec_for(self.check, label), hierarchy=self.params.hierarchies.get((label, vnum)),
+            **exposure)
 
     def metric_name(self, entry, line, seen) -> str | None:
         if "name" not in entry:

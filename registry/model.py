@@ -74,6 +74,11 @@ class MetricVersion:
     numeric: object = None
     #: The oldest device client release that may report it (registry key ``min_client_version``), or None: any.
     min_client_version: str | None = None
+    #: cms_core.hierarchy.HierarchyParams of a numeric version reported as a hierarchical histogram (issue 40):
+    #: ``params`` are then its finest level's (the buckets), and :meth:`tree_levels` every level's.
+    hierarchy: object = None
+    #: Set on a level of a tree version (:meth:`tree_levels`): its level, 1 (coarsest) .. h (the buckets).
+    tree_level: int | None = None
     _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------ identity
@@ -83,7 +88,9 @@ class MetricVersion:
 
     @property
     def binding(self) -> str:
-        return f"{self.metric}@{self.version}"
+        """``name@version``; a tree version's level: ``name@version/level<l>`` (its parameters' binding)."""
+        level = "" if self.tree_level is None else f"/level{self.tree_level}"
+        return f"{self.metric}@{self.version}{level}"
 
     @property
     def live(self) -> bool:
@@ -100,8 +107,24 @@ class MetricVersion:
 
     @property
     def mechanism(self) -> str:
-        """The report mechanism: "ocms" (OCMS+RR) or "direct" (randomized response over the d values)."""
-        return self.params.mechanism
+        """The report mechanism: "ocms" (OCMS+RR), "direct" (randomized response over the d values) or
+        "hierarchy" (a hierarchical histogram, each level's report through its own oracle: :meth:`tree_levels`)."""
+        return "hierarchy" if self.hierarchy is not None else self.params.mechanism
+
+    def tree_levels(self) -> tuple["MetricVersion", ...]:
+        """A tree version's levels as parameter versions of the metric, level 1 first and the buckets last: each its
+        own parameters (binding ``name@version/level<l>``), fingerprint and every node tracked; counted and framed
+        like any version's reports, answered together (the version's histogram). Empty for any other version."""
+        if self.hierarchy is None:
+            return ()
+        levels = self._cache.get("tree_levels")
+        if levels is None:
+            levels = tuple(dataclasses.replace(
+                self, params=params, hierarchy=None, tree_level=level, numeric=None, tracked=TrackedSpec("all"),
+                watch=(), value_names=None, domain="integers", mechanism_note=None)
+                for level, params in enumerate(self.hierarchy.levels, start=1))
+            levels = self._cache.setdefault("tree_levels", levels)
+        return levels
 
     @property
     def definition_digest(self) -> str:
@@ -119,9 +142,20 @@ class MetricVersion:
             definition = {"domain": self.domain, "categories": names}
             if self.numeric is not None:  # issue 40: the bounds give the bucket indices their meaning
                 definition["numeric"] = self.numeric.layout.to_config()
+            if self.hierarchy is not None:  # a tree's shape and every level (the fingerprint is its finest level's;
+                # two branchings can give levels of equal sizes, so equal fingerprints, grouping buckets differently)
+                definition["hierarchy"] = {"branching": self.hierarchy.branching,
+                                           "levels": [p.fingerprint.hex() for p in self.hierarchy.levels]}
             text = json.dumps(definition, separators=(",", ":"), ensure_ascii=False)
             digest = cache.setdefault("definition_digest", hashlib.sha256(text.encode("utf-8")).hexdigest())
         return digest
+
+    def describe_tree(self) -> dict:
+        """A tree version's shape and levels (binding, fingerprint, nodes, oracle), JSON-ready."""
+        doc = self.hierarchy.describe()
+        for row, level in zip(doc["levels"], self.tree_levels()):
+            row.update(level=level.tree_level, binding=level.params.binding, fingerprint=level.fingerprint.hex())
+        return doc
 
     def _names_cache(self) -> dict:
         """Where results that depend only on ``value_names`` (and the domain) are kept: a dict the loader
@@ -231,6 +265,7 @@ class MetricVersion:
             **({"discovery": self.discovery.describe()} if self.discovery is not None else {}),
             **({"longitudinal": self.longitudinal.describe()} if self.longitudinal is not None else {}),
             **({"numeric": self.numeric.describe()} if self.numeric is not None else {}),
+            **({"hierarchy": self.describe_tree()} if self.hierarchy is not None else {}),
             **({"min_client_version": self.min_client_version} if self.min_client_version else {}),
         }
 
@@ -277,6 +312,8 @@ class Registry:
     def __post_init__(self):
         self._by_name.update((m.name, m) for m in self.metrics)
         self._by_fingerprint.update((v.fingerprint, v) for v in self.versions())
+        # a tree version's levels are its parameter versions (its own fingerprint is its finest level's)
+        self._by_fingerprint.update((level.fingerprint, level) for v in self.versions() for level in v.tree_levels())
 
     def metric(self, name: str) -> MetricSpec:
         try:

@@ -18,9 +18,11 @@ In a registry file the value domain is a ``numeric:`` mapping::
 
 The version's parameters are an integer metric's over the ``k`` bucket indices (:class:`cms_core.numeric.BucketLayout`,
 ``k = len(bounds) + 1``), so the device clients, the wire format and the worker's decode path are the ones
-frequencies use; every bucket is tracked. ``mechanism: auto`` picks the flat frequency oracle (direct RR or OCMS+RR)
-with the smaller predicted CDF variance (:func:`cms_core.planning.choose_numeric_oracle`); ``ocms plan`` also
-shows where a hierarchical histogram would be more accurate (:func:`cms_core.planning.choose_numeric_mechanism`).
+frequencies use; every bucket is tracked. ``mechanism: auto`` picks, among the flat oracles (direct RR, OCMS+RR)
+and the hierarchical histograms of :mod:`cms_core.hierarchy`, the one with the smallest predicted CDF variance
+(:func:`cms_core.planning.choose_numeric_mechanism`, :func:`tree_params`); ``mechanism: hierarchy`` (with
+``numeric.branching: B``, optional) pins a tree. A tree version's ``params`` are its finest level's and
+``MetricVersion.tree_levels()`` its levels, each a parameter set of its own (binding ``name@version/level<l>``).
 Validation names the metric, the field and the line, as the rest of the loader does.
 """
 
@@ -35,7 +37,9 @@ from cms_core.numeric import DEFAULT_QUANTILES, BucketLayout
 from cms_core.params import OCMSParams
 
 KEY = "numeric"
-KEYS = ("lower", "upper", "buckets", "exponential", "answers", "quantiles")
+#: The registry's mechanism of a numeric version reported as a hierarchical histogram (cms_core.hierarchy).
+HIERARCHY = "hierarchy"
+KEYS = ("lower", "upper", "buckets", "exponential", "answers", "quantiles", "branching")
 ANSWERS = ("histogram", "quantiles", "mean")
 #: Keys of an integer metric that a numeric one sets itself (every bucket is tracked) or does not carry yet
 #: (longitudinal mode: the histogram's intervals are those of one-shot reports).
@@ -44,6 +48,12 @@ MAX_QUANTILES = 32
 #: ``ocms plan`` weighs hierarchical histograms up to this many buckets (their k x k solve: 15 s at 1,024 buckets,
 #: growing as k^3); above, the flat oracles alone, and the plan says so.
 MAX_PLANNED_HIERARCHY_BUCKETS = 1024
+#: The reports ``mechanism: auto`` plans a numeric version for (issue 40's smallest benchmark n). Every candidate's
+#: CDF variance scales as 1/n (n / h reports per level), so the pick does not depend on it beyond rounding n / h.
+PLANNING_REPORTS = 100_000
+#: ``mechanism: hierarchy`` without ``branching`` above MAX_PLANNED_HIERARCHY_BUCKETS (not planned there): Cormode
+#: et al. (2019) find 4..8 best for range queries.
+DEFAULT_BRANCHING = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +66,8 @@ class NumericSpec:
     scale: int | None = None
     answers: tuple[str, ...] = ANSWERS
     quantiles: tuple[float, ...] = DEFAULT_QUANTILES
+    #: The tree's branching of ``mechanism: hierarchy`` (None: the planner's best)
+    branching: int | None = None
 
     @property
     def buckets(self) -> int:
@@ -122,6 +134,7 @@ def parse(loader, entry, metric, line):
                               "'exponential: {scale: S}' (OpenTelemetry's base-2 buckets)", metric, f"{KEY}.buckets")
     answers = _answers(loader, value, metric)
     quantiles = _quantiles(loader, value, metric)
+    branching = _branching(loader, value, metric)
     if loader.problem_count > before:
         return None
     lower, upper = value["lower"], value["upper"]
@@ -145,7 +158,12 @@ def parse(loader, entry, metric, line):
         field = f"{KEY}.exponential.scale" if key == "scale" else f"{KEY}.{key}"
         loader.problem(_line(where, key), f"{exc.reason}, got {exc.value!r}", metric, field)
         return None
-    specs[metric] = NumericSpec(layout, scheme, scale, answers, quantiles)
+    if branching is not None and branching >= layout.buckets:
+        loader.problem(_line(value, "branching"), f"must be below the {layout.buckets} buckets (a tree of one level "
+                                                  "is a flat oracle: mechanism direct or ocms)", metric,
+                       f"{KEY}.branching")
+        return None
+    specs[metric] = NumericSpec(layout, scheme, scale, answers, quantiles, branching)
     return "integers", None, layout.buckets
 
 
@@ -172,28 +190,76 @@ def _quantiles(loader, value, metric) -> tuple[float, ...]:
     return tuple(sorted(set(float(q) for q in raw)))
 
 
+def _branching(loader, value, metric) -> int | None:
+    from cms_core.hierarchy import MAX_BRANCHING, MIN_BRANCHING
+
+    if "branching" not in value:
+        return None
+    raw = value["branching"]
+    if isinstance(raw, bool) or not isinstance(raw, int) or not MIN_BRANCHING <= raw <= MAX_BRANCHING:
+        loader.problem(_line(value, "branching"), f"must be an integer in [{MIN_BRANCHING}, {MAX_BRANCHING}] (the "
+                                                  f"hierarchical histogram's fan-out), got {raw!r}", metric,
+                       f"{KEY}.branching")
+        return None
+    return raw
+
+
 def spec_for(loader, metric) -> NumericSpec | None:
     """The numeric description :func:`parse` kept for ``metric`` (None: a frequency metric)."""
     return loader.__dict__.get("numeric_specs", {}).get(metric)
 
 
-def auto_params(epsilon: float, k: int, binding: str) -> OCMSParams:
-    """``mechanism: auto`` of a numeric version: the flat oracle over its ``k`` buckets with the smaller
-    predicted CDF variance (:func:`cms_core.planning.choose_numeric_oracle`)."""
-    mechanism = planning.choose_numeric_oracle(k, epsilon)
-    return OCMSParams.build(epsilon, k, mode="l2", tracked_count=k, binding=binding, mechanism=mechanism)
+def tree_params(spec: NumericSpec, epsilon: float, mechanism: str, binding: str):
+    """The parameters of a numeric version whose mechanism is ``auto`` or ``hierarchy``: ``(params, tree)``, the
+    flat oracle over the buckets and no tree, or a hierarchical histogram (:class:`cms_core.hierarchy.HierarchyParams`,
+    binding ``<binding>/level<l>`` per level) and its finest level's parameters. ``auto``: the mechanism with the
+    smallest predicted mean CDF variance (:func:`cms_core.planning.choose_numeric_mechanism` at
+    :data:`PLANNING_REPORTS`; above :data:`MAX_PLANNED_HIERARCHY_BUCKETS` buckets the flat oracles alone);
+    ``hierarchy``: the tree of the spec's ``branching``, else the planner's best tree (else
+    :data:`DEFAULT_BRANCHING` above the planned size)."""
+    from cms_core.hierarchy import HierarchyParams
+
+    k = spec.buckets
+    planned = k <= MAX_PLANNED_HIERARCHY_BUCKETS
+    branching = spec.branching if mechanism == "hierarchy" else None
+    if branching is None and (planned or mechanism == "auto"):
+        choice = planning.choose_numeric_mechanism(k, epsilon, PLANNING_REPORTS, flat_only=not planned)
+        best = choice["chosen"] if mechanism == "auto" else choice["best_hierarchy"]
+        if best is None:
+            raise InvalidParameterError("mechanism", mechanism, f"needs at least 3 buckets for a tree (got {k}: a "
+                                                                "tree over 2 is a flat oracle, direct or ocms)")
+        if best in planning.FLAT_NUMERIC_MECHANISMS:
+            flat = planning.FLAT_NUMERIC_MECHANISMS[best]
+            return OCMSParams.build(epsilon, k, mode="l2", tracked_count=k, binding=binding, mechanism=flat), None
+        branching = choice["candidates"][best]["branching"]
+    tree = HierarchyParams.build(k, epsilon, branching or DEFAULT_BRANCHING, binding=binding)
+    return tree.levels[-1], tree
+
+
+def audited_epsilon(version) -> float:
+    """The realised epsilon of one report of a numeric version, exactly (the largest probability ratio of any output
+    over every pair of buckets, from the integer keep thresholds the device path uses): a tree's through
+    :func:`cms_core.hierarchy.exact_privacy_loss` (the level is drawn apart from the value), a flat oracle's through
+    :func:`cms_core.audit.exact_privacy_loss`. Small fields only (InvalidParameterError above
+    :data:`cms_core.audit.MAX_EXACT_OUTPUTS` outputs a level); O(k^2 x outputs) with exact rationals."""
+    from cms_core import audit, hierarchy
+
+    tree = getattr(version, "hierarchy", None)
+    ratio = hierarchy.exact_privacy_loss(tree) if tree is not None else audit.exact_privacy_loss(version.params)
+    return math.log(ratio)
 
 
 def plan_fields(version, n: int, confidence: float = 0.95) -> dict:
     """What ``ocms plan`` prints of a numeric version at n reports: every candidate's predicted CDF error (the
-    standard deviation of the CDF at the median edge, uniform buckets), the version's own mechanism and, when a
-    hierarchical histogram would be more accurate, that (the pipeline carries flat oracles only)."""
+    standard deviation of the CDF at the median edge, uniform buckets), the version's own mechanism (a flat oracle
+    or its tree) and the most accurate one."""
     from cms_core.theory import normal_z
 
     spec = of(version)
     flat_only = spec.buckets > MAX_PLANNED_HIERARCHY_BUCKETS
     choice = planning.choose_numeric_mechanism(spec.buckets, version.params.epsilon, n, flat_only=flat_only)
-    own = "direct-rr" if version.params.is_direct else "ocms-rr"
+    tree = getattr(version, "hierarchy", None)
+    own = tree.name if tree is not None else ("direct-rr" if version.params.is_direct else "ocms-rr")
     z = normal_z(confidence)
     rows = {name: {"median_cdf_sd": c["median_cdf_sd"], "mean_cdf_variance": c["mean_cdf_variance"],
                    "median_rank_error_ci": z * c["median_cdf_sd"], "branching": c["branching"],
@@ -201,15 +267,17 @@ def plan_fields(version, n: int, confidence: float = 0.95) -> dict:
     best_tree = choice["best_hierarchy"]
     return {"buckets": spec.buckets, "n": n, "confidence": confidence, "mechanism": own, "candidates": rows,
             "most_accurate": choice["chosen"], "best_hierarchy": best_tree, "hierarchies_weighed": not flat_only,
-            "predicted_median_rank_error_ci": rows[own]["median_rank_error_ci"]}
+            "predicted_median_rank_error_ci": rows[own]["median_rank_error_ci"] if own in rows else None}
 
 
 def plan_lines(fields: dict) -> list[str]:
     """Human lines of :func:`plan_fields`."""
-    own = fields["candidates"][fields["mechanism"]]
-    lines = [f"numeric: {fields['buckets']} buckets, reported with {fields['mechanism']}: the CDF at the "
-             f"median +-{own['median_rank_error_ci']:.3%} in rank ({fields['confidence']:.0%}, uniform buckets, "
-             f"n={fields['n']:,})"]
+    own = fields["candidates"].get(fields["mechanism"])
+    error = ("its CDF error is not predicted above "  # a tree the registry pins above the planned size
+             f"{MAX_PLANNED_HIERARCHY_BUCKETS:,} buckets" if own is None else
+             f"the CDF at the median +-{own['median_rank_error_ci']:.3%} in rank ({fields['confidence']:.0%}, "
+             f"uniform buckets, n={fields['n']:,})")
+    lines = [f"numeric: {fields['buckets']} buckets, reported with {fields['mechanism']}: {error}"]
     for name in ("direct-rr", "ocms-rr", fields["best_hierarchy"]):
         if name is None or name == fields["mechanism"]:
             continue
@@ -219,10 +287,12 @@ def plan_lines(fields: dict) -> list[str]:
     if not fields["hierarchies_weighed"]:
         lines.append(f"  hierarchical histograms not weighed above {MAX_PLANNED_HIERARCHY_BUCKETS:,} buckets "
                      "(their k x k solve grows as k^3)")
-    elif best not in ("direct-rr", "ocms-rr"):
-        lines.append(f"  {best} would be more accurate at this resolution; the pipeline reports flat oracles only "
-                     "(cms_core.hierarchy: benchmarks/bench_numeric.py)")
+    elif best != fields["mechanism"]:
+        how = ("'mechanism: auto' picks it" if best in planning.FLAT_NUMERIC_MECHANISMS else
+               f"'mechanism: auto' (or '{HIERARCHY}', numeric.branching {fields['candidates'][best]['branching']}) "
+               "reports it")
+        lines.append(f"  {best} would be more accurate at this resolution: {how} in a new version")
     return lines
 
 
-__all__ = ["KEY", "NumericSpec", "auto_params", "of", "parse", "plan_fields", "plan_lines", "spec_for"]
+__all__ = ["HIERARCHY", "KEY", "NumericSpec", "audited_epsilon", "tree_params", "of", "parse", "plan_fields", "plan_lines", "spec_for"]

@@ -44,7 +44,7 @@ from ..view import CountsView, shuffle_of, sum_states, sum_states_at
 from .encode import Naming, json_answer, records
 from .privacy import POINT_CENTRAL_FIELDS, central_cost, central_privacy
 from . import windows
-from .histogram import numeric_answer
+from .histogram import TreeLevels, numeric_answer
 from .request import ApiError, check_query, parse_duration, parse_int, parse_options, parse_quantiles, show
 from .windows import Window
 
@@ -140,6 +140,9 @@ class Job:
     #: kind "histogram" (a numeric metric, issue 40): its registry.numeric.NumericSpec and the quantiles asked.
     numeric: object = None
     quantiles: tuple = ()
+    #: A tree version's (issue 40): its cms_core.hierarchy.HierarchyParams and each level's summed (n, counts).
+    tree: object = None
+    levels: tuple = ()
 
 
 class Estimator:
@@ -190,7 +193,10 @@ class Estimator:
         est, top = self.window(job)
         doc.update(noise_fields(est))  # every value above or under the noise of all D tracked values
         if job.kind == "histogram":
-            doc["histogram"] = numeric_answer(job.numeric, self.sets[job.fp][0], est, job.counts, job.quantiles)
+            doc["histogram"] = numeric_answer(job.numeric, self.sets[job.fp][0], est, job.counts, job.quantiles,
+                                              job.tree, job.levels)
+            if job.tree is not None:  # a tree's answer is about every level's reports
+                doc["n"] = sum(n for n, _ in job.levels)
         elif job.kind == "all":
             doc["estimates"] = records(est, job.counts)
         elif job.kind == "select":
@@ -248,6 +254,7 @@ class EstimateService:
                              version.value_names)
         self.estimator = Estimator({self.fingerprint: (version.params, self.tracked)})
         self.numeric = getattr(version, "numeric", None)  # registry.numeric.NumericSpec (issue 40), or None
+        self.tree = TreeLevels.of(version, view)  # a tree version's levels (issue 40), or None
 
     # -------------------------------------------------------------- pieces
     def resolve_params(self, query: Mapping[str, str]) -> str:
@@ -420,9 +427,11 @@ class EstimateService:
         full = states * d * SUM_COST + d * ESTIMATE_COST + NOISE_COST + central_work
         if endpoint == "histogram":  # the CDF's k variances of O(k) each, a record per bucket and quantile
             work = full + d * d * SUM_COST + (2 * d + len(quantiles)) * RECORD_COST
+            levels = None if self.tree is None else self.tree.snapshots(window)
+            work += 0 if self.tree is None else self.tree.work
             return Answer(self._bounded(work, parameter, what), lambda: dataclasses.replace(
                 self._window_job(snapshot, "histogram", fp, header, options), numeric=self.numeric,
-                quantiles=quantiles))
+                quantiles=quantiles, **({} if levels is None else self.tree.job_fields(levels))))
         kind, returned = {"estimates": ("all", d), "estimate_value": ("select", 1), "topk": ("top", 0)}[endpoint]
         if kind == "top":
             returned = k
@@ -446,9 +455,10 @@ class EstimateService:
         header = self._header(self.fingerprint, window, 0, options)
         job = self._window_job(snapshot, "top", self.fingerprint, header, options, k=top_k)
         est, top = self.estimator.window(job)
-        held = self.withheld(job.n)
+        tree = {} if self.tree is None else self.tree.job_fields(self.tree.snapshots(window))
+        held = self.withheld(sum(n for n, _ in tree["levels"]) if tree else job.n)
         histogram = None if held or self.numeric is None else numeric_answer(
-            self.numeric, self.version.params, est, job.counts, self.numeric.quantiles)
+            self.numeric, self.version.params, est, job.counts, self.numeric.quantiles, **tree)
         return WindowEstimate(window, job.n, est, () if held else tuple(top), held, job.central, histogram)
 
     def _check_trend(self, fp: str, options: EstimateOptions, query: Mapping[str, str]) -> Read:
@@ -528,8 +538,9 @@ class EstimateService:
         return self.estimator.finish(self.prepare(endpoint, query, value).gather())
 
     def reports(self) -> int:
-        """Reports counted by this version (all time): O(partitions), no counts summed."""
-        return sum(state.n for _, states in self.view.snapshot(self.fingerprint, TOTAL_WIDTH, 0, 1)
+        """Reports counted by this version (all time; a tree's: every level's): O(partitions), no counts summed."""
+        fingerprints = (self.fingerprint,) if self.tree is None else self.tree.fingerprints
+        return sum(state.n for fp in fingerprints for _, states in self.view.snapshot(fp, TOTAL_WIDTH, 0, 1)
                    for state in states)
 
     def params_doc(self) -> dict:
@@ -547,9 +558,12 @@ class EstimateService:
         }
 
     def _numeric_fields(self) -> dict:
-        """A numeric metric's layout (issue 40: its buckets' bounds, clipping, quantiles), for /params and the
-        listing; nothing for a frequency metric."""
-        return {} if self.numeric is None else {"numeric": self.numeric.describe()}
+        """A numeric metric's layout (issue 40: its buckets' bounds, clipping, quantiles) and a tree's levels (their
+        fingerprints and parameters), for /params and the listing; nothing for a frequency metric."""
+        if self.numeric is None:
+            return {}
+        return {"numeric": self.numeric.describe(),
+                **({} if self.tree is None else {"hierarchy": self.version.describe_tree()})}
 
     def newest_bucket(self) -> int | None:
         """Start of the newest base bucket holding counts (freshness), None before the first report."""

@@ -35,10 +35,12 @@ metrics:
     epsilon: 2
     mechanism: direct
   - name: latency_ocms
-    description: The same at epsilon 1 (mechanism auto picks OCMS+RR)
+    description: The same at epsilon 1 through OCMS+RR (a flat oracle; mechanism auto picks a tree here)
     owner: web@example.com
     numeric: {lower: 0, upper: 10000, buckets: [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000]}
     epsilon: 1
+    mechanism: ocms
+    mode: l2
     min_reports: 1000
   - name: screen
     description: a frequency metric

@@ -35,6 +35,7 @@ metrics:
       buckets: [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000]
       quantiles: [0.5, 0.9, 0.99]
     epsilon: 2
+    mechanism: direct
 """
 SIMULATED, FROM_CLIENT = 40_000, 400
 

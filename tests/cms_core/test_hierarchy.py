@@ -235,3 +235,63 @@ def test_the_planner_validates_its_inputs(kwargs, name):
     with pytest.raises(InvalidParameterError) as err:
         choose_numeric_mechanism(**kwargs)
     assert err.value.name == name
+
+
+def test_the_estimate_from_stored_counts_is_the_estimate_from_the_reports():
+    """What the worker stores per level (its report count and every node's match count) gives the same consistent
+    leaves as the reports themselves; a level's counts of the wrong size are refused by name."""
+    from cms_core import kernel
+    from cms_core.values import TrackedValues
+
+    params = HierarchyParams.build(40, 1.0, 4)
+    rng = np.random.default_rng(404)
+    batches = hierarchy.simulate(params, rng.integers(0, 40, 20_000), rng)
+    counted = [(len(b), kernel.match_counts(p, b, TrackedValues.range(p, 0, size)))
+               for p, size, b in zip(params.levels, params.sizes, batches)]
+    leaves, noise = hierarchy.estimate(params, batches)
+    stored, stored_noise = hierarchy.estimate_counts(params, counted)
+    np.testing.assert_allclose(stored, leaves, rtol=0, atol=1e-12)
+    assert stored_noise.tree.reports == noise.tree.reports
+    with pytest.raises(InvalidParameterError) as info:
+        hierarchy.estimate_counts(params, [counted[0], counted[1], (counted[2][0], counted[2][1][:-1])])
+    assert info.value.name == "level_counts"
+    with pytest.raises(InvalidParameterError):
+        hierarchy.estimate_counts(params, counted[:2])
+
+
+def test_the_window_summary_of_a_tree_holds_its_levels_and_each_buckets_interval():
+    """cms_core.numeric.tree_window_summary: the consistent leaves as the buckets, each with the interval of its
+    exact variance (a bucket's estimate within 4 sd of the truth), n = every level's reports; None without any."""
+    from cms_core import kernel
+    from cms_core.numeric import tree_window_summary
+    from cms_core.values import TrackedValues
+
+    layout = BucketLayout.explicit(list(range(1, 12)), 0, 12)
+    params = HierarchyParams.build(12, 2.0, 3)
+    rng = np.random.default_rng(12)
+    f = np.arange(1, 13) / np.arange(1, 13).sum()
+    buckets = rng.choice(12, 30_000, p=f)
+    batches = hierarchy.simulate(params, buckets, rng)
+    counted = [(len(b), kernel.match_counts(p, b, TrackedValues.range(p, 0, size)))
+               for p, size, b in zip(params.levels, params.sizes, batches)]
+    doc = tree_window_summary(layout, params, counted, 0.95)
+    assert [level["reports"] for level in doc["levels"]] == [len(b) for b in batches]
+    truth = np.bincount(buckets, minlength=12) / buckets.size
+    for bucket, true in zip(doc["buckets"], truth):
+        sd = (bucket["ci_high"] - bucket["estimate"]) / 1.959964
+        assert abs(bucket["estimate"] - true) < 4 * sd, bucket
+    # negative control: the intervals are tight enough to tell this f from the uniform distribution somewhere
+    assert any(not b["ci_low"] <= 1 / 12 <= b["ci_high"] for b in doc["buckets"])
+    empty = [(0, np.zeros(size, np.int64)) for size in params.sizes]
+    assert tree_window_summary(layout, params, empty, 0.95) is None
+
+
+def test_every_leafs_variance_without_the_k_by_k_product_is_the_identitys():
+    """functional_variances(f, "buckets") (what /histogram's per-bucket intervals use) equals the general formula
+    with the identity's rows as weights."""
+    params = HierarchyParams.build(40, 1.0, 4)
+    tree = ConsistentTree.of(params, [900, 1000, 1100])
+    f = np.random.default_rng(41).dirichlet(np.ones(40))
+    np.testing.assert_allclose(tree.functional_variances(f, "buckets"), tree.functional_variances(f, np.eye(40)),
+                               rtol=1e-12, atol=1e-18)
+    assert not np.allclose(tree.functional_variances(f, "buckets"), tree.functional_variances(f, None))  # control

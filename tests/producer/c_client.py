@@ -68,6 +68,29 @@ def run_cli(args, lines=None, *, binary: Path = CLI, env=None, timeout: float = 
                           timeout=timeout, env=env)
 
 
+def vector_fixtures(doc: dict, tag: str):
+    """The module fixtures ``config`` (the library, the CLI and the driver built; the device configuration of the
+    vector file ``doc`` written to a directory named ``tag``) and ``driver`` (one that loaded it, checked to exit
+    cleanly): ``config, driver = vector_fixtures(DOC, "c-numeric")``."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def config(tmp_path_factory):
+        make("all", "test-tools")
+        path = tmp_path_factory.mktemp(tag) / "device-config.json"
+        path.write_text(json.dumps(doc["device_config"], ensure_ascii=False), encoding="utf-8")
+        return path
+
+    @pytest.fixture(scope="module")
+    def driver(config):
+        d = Driver(C_DIR / "build" / "ocms-c-driver")
+        assert d.ask(op="load", path=str(config))["metrics"] == len(doc["device_config"]["metrics"])
+        yield d
+        assert d.close()[0] == 0
+
+    return config, driver
+
+
 def device_config_file(directory: Path) -> Path:
     """The vectors' device configuration as a file."""
     path = directory / "device-config.json"

@@ -14,27 +14,14 @@ from infra.capture import read_report_batch
 from registry.loader import parse_registry
 from tests.vectors.make_numeric_vectors import REGISTRY
 
-from .c_client import C_DIR, VECTORS, Driver, make, run_cli
+from .c_client import VECTORS, run_cli, vector_fixtures
 
 pytestmark = pytest.mark.integration  # builds and runs the C driver and CLI
 
 DOC = json.loads((VECTORS / "numeric_v1.json").read_text(encoding="utf-8"))
 
 
-@pytest.fixture(scope="module")
-def config(tmp_path_factory):
-    make("all", "test-tools")
-    path = tmp_path_factory.mktemp("c-numeric") / "device-config.json"
-    path.write_text(json.dumps(DOC["device_config"], ensure_ascii=False), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def driver(config):
-    d = Driver(C_DIR / "build" / "ocms-c-driver")
-    assert d.ask(op="load", path=str(config))["metrics"] == len(DOC["device_config"]["metrics"])
-    yield d
-    assert d.close()[0] == 0
+config, driver = vector_fixtures(DOC, "c-numeric")
 
 
 def test_every_vector_maps_to_its_bucket(driver):

@@ -36,3 +36,19 @@ def test_the_cli_reports_numbers_as_bucket_indices(js_client, tmp_path):
                 input=b'"21.5"\n"warm"\n', check=False)
     assert done.returncode == 2 and b'line 2: "warm" is not a number' in done.stderr
     assert not (tmp_path / "x.ocap").exists()
+
+
+def test_the_cli_reports_a_tree_metric_that_ocms_estimate_reads_back(js_client, tmp_path, capsys):
+    """A tree (size_tree of tests/vectors/numeric_hierarchy_v1.json: 40 buckets, three levels): 6,000 numbers through
+    the JS CLI (its CSPRNG: no seed), each report framed with its level's fingerprint; ``ocms estimate`` decodes every
+    level, the raw CDF at every edge and the mean within 4.5 sd of the truth (the tree's exact noise); the negative
+    control, a fleet twice as large, more than 6 sd away."""
+    from tests.support.trees import check_capture_of_size_tree
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "vectors" / "numeric_hierarchy_v1.json").read_text("utf-8"))
+    config, out = tmp_path / "config.json", tmp_path / "reports.ocap"
+    config.write_text(json.dumps(doc["device_config"]), encoding="utf-8")
+    values = np.random.default_rng(5).lognormal(math.log(8), 0.8, 6000)
+    node(CLI, "--config", config, "--metric", "size_tree", "--out", out,
+         input="".join(f'"{float(v)!r}"\n' for v in values).encode())
+    check_capture_of_size_tree(capsys, tmp_path, out, values)

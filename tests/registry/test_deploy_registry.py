@@ -99,6 +99,9 @@ def test_the_editor_schema_accepts_the_registry_and_knows_every_key():
     assert set(metric) == set(METRIC_KEYS)
     assert set(schema["$defs"]["version"]["properties"]) == set(VERSION_KEYS)
     assert set(metric["rollup"]["properties"]) == set(ROLLUP_KEYS)
+    from registry.numeric import KEYS as NUMERIC_KEYS
+
+    assert set(metric["numeric"]["properties"]) == set(NUMERIC_KEYS)
     bad = json.loads(json.dumps(document))
     bad["metrics"][0]["epsilom"] = 2
     with pytest.raises(jsonschema.ValidationError, match="epsilom"):

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from cms_core.planning import choose_numeric_mechanism
+from cms_core.planning import FLAT_NUMERIC_MECHANISMS, choose_numeric_mechanism
+from registry.numeric import PLANNING_REPORTS
 from registry import RegistryValidationError
 from registry.device import device_config
 
@@ -42,16 +43,28 @@ def test_exponential_buckets_follow_opentelemetry_base_2(tmp_path):
     assert spec.scheme == "exponential" and spec.scale == 0
 
 
-def test_mechanism_auto_picks_the_flat_oracle_with_the_smaller_cdf_variance(tmp_path):
+def test_mechanism_auto_picks_the_mechanism_with_the_smaller_cdf_variance(tmp_path):
+    """Flat oracles and hierarchical histograms alike, at the registry's planning n (PLANNING_REPORTS)."""
+    picks = set()
     for epsilon in (0.5, 4):
         version = load(tmp_path, numeric(*EXPLICIT, epsilon=f"epsilon: {epsilon}")).metric("latency_ms").latest
-        candidates = choose_numeric_mechanism(11, epsilon, 10_000)["candidates"]
-        best = min(("direct-rr", "ocms-rr"), key=lambda name: candidates[name]["mean_cdf_variance"])
-        assert version.mechanism == {"direct-rr": "direct", "ocms-rr": "ocms"}[best]
-    # and a negative control: the two differ somewhere in that range, so the test can fail
-    picks = {load(tmp_path, numeric(*EXPLICIT, epsilon=f"epsilon: {e}")).metric("latency_ms").latest.mechanism
-             for e in (0.5, 4)}
-    assert picks == {"direct", "ocms"}
+        choice = choose_numeric_mechanism(11, epsilon, PLANNING_REPORTS)
+        best = min(choice["candidates"], key=lambda name: choice["candidates"][name]["mean_cdf_variance"])
+        if best in FLAT_NUMERIC_MECHANISMS:
+            assert version.mechanism == FLAT_NUMERIC_MECHANISMS[best] and version.hierarchy is None
+        else:
+            assert version.mechanism == "hierarchy" and version.hierarchy.name == best
+            assert version.hierarchy.branching == choice["candidates"][best]["branching"]
+        picks.add(version.mechanism)
+    # and a negative control: a tree at epsilon 0.5, direct RR over the 11 buckets at 4 (the test can fail)
+    assert picks == {"hierarchy", "direct"}
+
+
+def test_the_pick_does_not_depend_on_the_planning_n():
+    """Every candidate's CDF variance scales as 1/n: the ranking at 10^4 and 10^7 is the one at PLANNING_REPORTS."""
+    for k, epsilon in ((11, 0.5), (11, 4), (40, 1), (200, 2)):
+        picks = {choose_numeric_mechanism(k, epsilon, n)["chosen"] for n in (10_000, PLANNING_REPORTS, 10_000_000)}
+        assert len(picks) == 1, (k, epsilon, picks)
 
 
 def test_a_pinned_mechanism_is_kept(tmp_path):

@@ -7,7 +7,9 @@ metric's ``numeric`` entry of the device config (``lower``, ``upper``, ``bounds`
 recomputed from a scale), clips the number into [lower, upper] and reports the index of the first bound >= it
 (a value equal to a bound is in the bucket that bound closes; k = len(bounds) + 1 buckets, the last for values above
 every bound). NaN is refused; +-Infinity (written "Infinity", "-Infinity") are clipped. Python
-(tests/producer/test_numeric_client.py), producer/js and producer/c replay every case.
+(tests/producer/test_numeric_client.py), producer/js and producer/c replay every case. Each metric pins the flat
+oracle ``mechanism: auto`` picked when the file was written (auto now picks hierarchical histograms for most of them,
+whose levels are tests/vectors/numeric_hierarchy_v1.json's).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ metrics:
     owner: vectors
     numeric: {lower: 0, upper: 10000, buckets: [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000]}
     epsilon: 1
+    mechanism: ocms
+    mode: l2
   - name: temperature_c
     description: explicit buckets around 0, negative and fractional bounds
     owner: vectors
@@ -37,11 +41,14 @@ metrics:
     owner: vectors
     numeric: {lower: 1, upper: 1048576, exponential: {scale: 0}}
     epsilon: 1
+    mechanism: ocms
+    mode: l2
   - name: duration_s
     description: OpenTelemetry base-2 exponential buckets at scale 3 (9% a bucket), bounds irrational
     owner: vectors
     numeric: {lower: 0.001, upper: 30, exponential: {scale: 3}}
     epsilon: 4
+    mechanism: direct
 """
 
 

@@ -261,13 +261,36 @@ static long utf8_code_points(const char *text, uint32_t *out) {
     return n;
 }
 
+/* A level's parameters (a discovery level's, a tree's): its mechanism and domain already in *lp; its dictionary from
+ * "dictionary_size" (2^64 allowed with allow_2_64), its epsilon the metric's (the level carries none), its binding
+ * NAME@VERSION/levelL. */
+static int parse_level_params(ctx_t *c, const cJSON *level, const ocms_cfg_metric *m, size_t index, int allow_2_64,
+                              ocms_params *lp) {
+    uint64_t v;
+    int is_2_64 = 0, rc;
+    char binding[256];
+    cJSON *copy;
+    if (get_decimal(c, level, "dictionary_size", &v, &is_2_64)) return -1;
+    if ((is_2_64 && !allow_2_64) || (!is_2_64 && v < 1))
+        return ocms_cfg_problem(c->err, c->errlen, "%s.dictionary_size: must be >= 1", c->path);
+    lp->max_value = is_2_64 ? UINT64_MAX : v - 1;
+    lp->epsilon = m->params.epsilon;
+    copy = cJSON_Duplicate(level, 1);
+    if (copy == NULL) return ocms_cfg_problem(c->err, c->errlen, "out of memory");
+    cJSON_DeleteItemFromObjectCaseSensitive(copy, "epsilon");
+    cJSON_AddNumberToObject(copy, "epsilon", m->params.epsilon);
+    snprintf(binding, sizeof binding, "%s@%u/level%zu", m->name, (unsigned)m->version, index + 1);
+    rc = parse_params(c, copy, lp, binding);
+    cJSON_Delete(copy);
+    return rc ? -1 : 0;
+}
+
 static int parse_discovery(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     const cJSON *disc = member(obj, "discovery"), *levels, *level;
     ocms_discovery *d = &m->discovery;
     const char *kind, *rule = NULL;
     uint64_t v;
     size_t n = strlen(c->path), i;
-    char binding[256];
     if (!cJSON_IsObject(disc)) return ocms_cfg_problem(c->err, c->errlen, "%s.discovery: not an object", c->path);
     snprintf(c->path + n, sizeof c->path - n, ".discovery");
     memset(d, 0, sizeof *d);
@@ -319,28 +342,12 @@ static int parse_discovery(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     cJSON_ArrayForEach(level, levels) {
         ocms_params *lp = &m->levels[i];
         size_t k = strlen(c->path);
-        int is_2_64 = 0;
         snprintf(c->path + k, sizeof c->path - k, ".levels[%zu]", i);
         if (!cJSON_IsObject(level)) return ocms_cfg_problem(c->err, c->errlen, "%s: not an object", c->path);
         if (get_uint(c, level, "level", i + 1, i + 1, &v)) return -1;
-        lp->epsilon = m->params.epsilon;
         lp->mechanism = OCMS_MECHANISM_OCMS;
         lp->domain = OCMS_DOMAIN_INTEGERS;
-        if (get_decimal(c, level, "dictionary_size", &v, &is_2_64)) return -1;
-        if (!is_2_64 && v < 1) return ocms_cfg_problem(c->err, c->errlen, "%s.dictionary_size: must be >= 1", c->path);
-        lp->max_value = is_2_64 ? UINT64_MAX : v - 1;
-        {
-            /* the level carries no epsilon: it is the metric's */
-            cJSON *copy = cJSON_Duplicate(level, 1);
-            int rc;
-            if (copy == NULL) return ocms_cfg_problem(c->err, c->errlen, "out of memory");
-            cJSON_DeleteItemFromObjectCaseSensitive(copy, "epsilon");
-            cJSON_AddNumberToObject(copy, "epsilon", m->params.epsilon);
-            snprintf(binding, sizeof binding, "%s@%u/level%zu", m->name, (unsigned)m->version, i + 1);
-            rc = parse_params(c, copy, lp, binding);
-            cJSON_Delete(copy);
-            if (rc) return -1;
-        }
+        if (parse_level_params(c, level, m, i, 1, lp)) return -1;
         c->path[k] = '\0';
         i++;
     }
@@ -348,6 +355,52 @@ static int parse_discovery(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     if (ocms_discovery_check(d, &rule) != OCMS_OK) return ocms_cfg_problem(c->err, c->errlen, "%s: %s", c->path, rule);
     c->path[n] = '\0';
     m->has_discovery = 1;
+    return 0;
+}
+
+/* The "hierarchy" entry of a tree metric (issue 40): each level's parameters (its binding NAME@VERSION/levelL, the
+ * metric's epsilon), checked by ocms_tree_check; the finest level's are the metric's own (parsed with them). */
+static int parse_tree(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
+    const cJSON *tree = member(obj, "hierarchy"), *levels, *level;
+    const char *rule = NULL;
+    uint64_t v;
+    size_t i = 0, n = strlen(c->path);
+    snprintf(c->path + n, sizeof c->path - n, ".hierarchy");
+    if (!cJSON_IsObject(tree)) return ocms_cfg_problem(c->err, c->errlen, "%s: not an object", c->path);
+    if (get_uint(c, tree, "buckets", 3, 4096, &v)) return -1;
+    m->tree.buckets = v;
+    if (get_uint(c, tree, "branching", 2, 16, &v)) return -1;
+    m->tree.branching = (uint32_t)v;
+    levels = member(tree, "levels");
+    if (!cJSON_IsArray(levels) || cJSON_GetArraySize(levels) < 1 || cJSON_GetArraySize(levels) > 64)
+        return ocms_cfg_problem(c->err, c->errlen, "%s.levels: must be an array of 1..64 levels", c->path);
+    m->tree.levels = (uint32_t)cJSON_GetArraySize(levels);
+    m->tree_levels = calloc(m->tree.levels, sizeof *m->tree_levels);
+    if (m->tree_levels == NULL) return ocms_cfg_problem(c->err, c->errlen, "out of memory");
+    cJSON_ArrayForEach(level, levels) {
+        ocms_params *lp = &m->tree_levels[i];
+        const cJSON *mech = cJSON_IsObject(level) ? member(level, "mechanism") : NULL;
+        size_t k = strlen(c->path);
+        snprintf(c->path + k, sizeof c->path - k, ".levels[%zu]", i);
+        if (!cJSON_IsObject(level)) return ocms_cfg_problem(c->err, c->errlen, "%s: not an object", c->path);
+        if (get_uint(c, level, "level", i + 1, i + 1, &v)) return -1;
+        if (mech != NULL && (!cJSON_IsString(mech) || (strcmp(mech->valuestring, "direct") != 0
+                                                       && strcmp(mech->valuestring, "ocms") != 0)))
+            return ocms_cfg_problem(c->err, c->errlen, "%s.mechanism: must be \"ocms\" or \"direct\"", c->path);
+        lp->mechanism = mech != NULL && strcmp(mech->valuestring, "direct") == 0 ? OCMS_MECHANISM_DIRECT
+                                                                                 : OCMS_MECHANISM_OCMS;
+        lp->domain = OCMS_DOMAIN_INTEGERS;
+        if (parse_level_params(c, level, m, i, 0, lp)) return -1;
+        c->path[k] = '\0';
+        i++;
+    }
+    m->tree.level_params = m->tree_levels;
+    if (ocms_tree_check(&m->tree, &rule) != OCMS_OK) return ocms_cfg_problem(c->err, c->errlen, "%s: %s", c->path, rule);
+    if (memcmp(m->tree_levels[m->tree.levels - 1].fingerprint, m->params.fingerprint, 8) != 0
+        || m->tree.buckets != m->params.max_value + 1)
+        return ocms_cfg_problem(c->err, c->errlen, "%s: the finest level must be the metric's own parameters", c->path);
+    c->path[n] = '\0';
+    m->has_tree = 1;
     return 0;
 }
 
@@ -383,6 +436,7 @@ static int parse_metric(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     const char *name, *domain, *mechanism = "ocms";
     const cJSON *mech = member(obj, "mechanism");
     uint64_t version;
+    int tree_levels;
     char binding[256];
     if (!cJSON_IsObject(obj)) return ocms_cfg_problem(c->err, c->errlen, "%s: not an object", c->path);
     if (get_string(c, obj, "name", &name)) return -1;
@@ -398,9 +452,18 @@ static int parse_metric(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
             return ocms_cfg_problem(c->err, c->errlen, "%s.min_client_version: expected a release \"X.Y.Z\"", c->path);
     }
     if (mech != NULL) {
-        if (!cJSON_IsString(mech) || (strcmp(mech->valuestring, "direct") != 0 && strcmp(mech->valuestring, "ocms") != 0))
-            return ocms_cfg_problem(c->err, c->errlen, "%s.mechanism: must be \"ocms\" or \"direct\"", c->path);
+        if (!cJSON_IsString(mech) || (strcmp(mech->valuestring, "direct") != 0 && strcmp(mech->valuestring, "ocms") != 0
+                                      && strcmp(mech->valuestring, "hierarchy") != 0))
+            return ocms_cfg_problem(c->err, c->errlen, "%s.mechanism: must be \"ocms\", \"direct\" or \"hierarchy\"", c->path);
         mechanism = mech->valuestring;
+    }
+    tree_levels = cJSON_GetArraySize(member(member(obj, "hierarchy"), "levels"));
+    if ((strcmp(mechanism, "hierarchy") == 0) != (member(obj, "hierarchy") != NULL) || (member(obj, "hierarchy") != NULL
+        && (member(obj, "numeric") == NULL || tree_levels < 1)))
+        return ocms_cfg_problem(c->err, c->errlen, "%s.hierarchy: a numeric metric's levels, with mechanism \"hierarchy\"", c->path);
+    if (tree_levels > 0) { /* the metric's own parameters are its finest level's */
+        const cJSON *finest = cJSON_GetArrayItem(member(member(obj, "hierarchy"), "levels"), tree_levels - 1);
+        mechanism = cJSON_IsString(member(finest, "mechanism")) ? member(finest, "mechanism")->valuestring : "ocms";
     }
     m->params.mechanism = strcmp(mechanism, "direct") == 0 ? OCMS_MECHANISM_DIRECT : OCMS_MECHANISM_OCMS;
     if (get_string(c, obj, "domain", &domain)) return -1;
@@ -440,10 +503,12 @@ static int parse_metric(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     } else {
         return ocms_cfg_problem(c->err, c->errlen, "%s.domain: must be \"categories\", \"integers\" or \"strings\"", c->path);
     }
-    snprintf(binding, sizeof binding, "%s@%u", m->name, (unsigned)m->version);
+    if (tree_levels > 0) snprintf(binding, sizeof binding, "%s@%u/level%d", m->name, (unsigned)m->version, tree_levels);
+    else snprintf(binding, sizeof binding, "%s@%u", m->name, (unsigned)m->version);
     if (parse_params(c, obj, &m->params, binding)) return -1;
     if (member(obj, "discovery") != NULL && parse_discovery(c, obj, m)) return -1;
     if (member(obj, "numeric") != NULL && parse_numeric(c, obj, m)) return -1;
+    if (tree_levels > 0 && parse_tree(c, obj, m)) return -1;
     m->metric.name = m->name;
     m->metric.params = &m->params;
     m->metric.discovery = m->has_discovery ? &m->discovery : NULL;
@@ -466,6 +531,7 @@ void ocms_cfg_free(ocms_cfg *cfg) {
         free(m->levels);
         free(m->alphabet);
         free(m->bounds);
+        free(m->tree_levels);
     }
     free(cfg->metrics);
     cfg->metrics = NULL;

@@ -28,6 +28,9 @@ typedef struct {
     int has_numeric;      /* issue 40: a numeric metric: a value is a number, reported as its bucket index */
     ocms_numeric numeric; /* its layout (bounds points at this struct's bounds) */
     double *bounds;
+    int has_tree;       /* issue 40: a numeric metric reported as a hierarchical histogram ("mechanism": "hierarchy") */
+    ocms_tree tree;     /* its levels (level_params points at tree_levels); params are its finest level's */
+    ocms_params *tree_levels;
     unsigned min_client[3]; /* min_client_version: the oldest client release that may report it; 0.0.0: any */
 } ocms_cfg_metric;
 

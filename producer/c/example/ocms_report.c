@@ -286,6 +286,9 @@ int main(int argc, char **argv) {
         uint8_t *out = messages + produced * OCMS_MAX_REPORT_MESSAGE;
         ocms_sent sent;
         int rc = metric->longitudinal ? longitudinal_report(metric, e, arena, &rng, ledger, out, &sent.length)
+                 : metric->has_tree /* issue 40: the level drawn per report, its node reported (the bucket memoized) */
+                     ? ocms_report_tree(&device_metric, &metric->tree, e->integer, &rng, ledger ? &ledger_if : NULL, out,
+                                        OCMS_MAX_REPORT_MESSAGE, &sent)
                  : e->is_string
                      ? ocms_report_string(&device_metric, arena + e->offset, e->len, &rng, ledger ? &ledger_if : NULL,
                                           out, OCMS_MAX_REPORT_MESSAGE, &sent)
@@ -331,7 +334,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, PROG ": wrote %zu reports of %s@%u to %s\n", produced, metric->name, (unsigned)metric->version,
                 out_path);
     } else if (produced > 0) {
-        uint8_t (*seen)[8] = malloc((metric->has_discovery ? metric->discovery.levels : 1) * 8 + 8);
+        uint8_t (*seen)[8] = malloc((metric->has_discovery ? metric->discovery.levels
+                                     : metric->has_tree ? metric->tree.levels : 1) * 8 + 8);
         uint8_t *body = malloc((size_t)upload_reports * OCMS_MAX_REPORT_MESSAGE);
         size_t nseen = 0, k, uploads = 0;
         if (seen == NULL || body == NULL) die(EXIT_FAILED, "out of memory");
@@ -339,7 +343,7 @@ int main(int argc, char **argv) {
         upload.token = token;
         upload.deadline = upload_now() + timeout;
         if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) die(EXIT_FAILED, "libcurl could not start");
-        /* one parameter set per upload (the collector refuses mixed bodies): a discovery metric's
+        /* one parameter set per upload (the collector refuses mixed bodies): a discovery or tree metric's
            levels go in separate uploads; each upload keeps the input order of its reports */
         for (k = 0; k < produced; k++) {
             const uint8_t *fp = messages + k * OCMS_MAX_REPORT_MESSAGE + 4;

@@ -237,7 +237,7 @@ typedef struct {
 /* What ocms_report_* produced. */
 typedef struct {
     size_t length;  /* bytes of the wire message in out */
-    uint32_t level; /* discovery level of the message (0: not a discovery metric) */
+    uint32_t level; /* discovery or tree level of the message (0: neither) */
     int memoized;   /* 1: the ledger re-sent this period's report of the same value (nothing charged) */
 } ocms_sent;
 
@@ -266,6 +266,31 @@ typedef struct {
 OCMS_API int ocms_numeric_check(const ocms_numeric *numeric, const char **rule);
 /* The bucket index of value (+-infinity clipped too); OCMS_E_VALUE for NaN. The layout must pass ocms_numeric_check. */
 OCMS_API int ocms_numeric_bucket(const ocms_numeric *numeric, double value, uint64_t *bucket);
+
+/* ------------------------------------------------------------------ hierarchical histograms (issue 40) */
+/* A numeric metric reported as a hierarchical histogram (cms_core/hierarchy.py, docs/device.md "Numeric metrics"):
+ * the device config's "hierarchy" entry. Level L (1..levels) has its own parameters (binding NAME@VERSION/levelL)
+ * over ceil(buckets / span) nodes, span = branching^(levels - L); the finest level (span 1) is the metric version's
+ * parameters. A report draws its level first (below(levels) + 1), then reports its bucket's node, bucket / span,
+ * with that level's parameters. Shared vectors: tests/vectors/numeric_hierarchy_v1.json. Caller-owned memory. */
+typedef struct {
+    uint64_t buckets;                /* k: the numeric layout's count + 1 */
+    uint32_t branching;              /* B in [2, 16], below buckets */
+    uint32_t levels;                 /* the smallest h with B^h >= buckets */
+    const ocms_params *level_params; /* levels entries; entry L - 1 is level L */
+} ocms_tree;
+
+/* OCMS_OK, or OCMS_E_PARAMS with *rule naming what is wrong (rule may be NULL). */
+OCMS_API int ocms_tree_check(const ocms_tree *tree, const char **rule);
+/* The first draw of a tree report: *level (1..levels) and the bucket's *node there. OCMS_E_VALUE (nothing drawn)
+ * unless bucket < buckets. */
+OCMS_API int ocms_tree_draw(const ocms_tree *tree, uint64_t bucket, ocms_rng *rng, uint32_t *level, uint64_t *node);
+/* ocms_report_integer of a tree metric's bucket (metric->params: its finest level's; discovery NULL): the level
+ * and node drawn, the node privatized with the level's parameters, encoded (its fingerprint), charged once
+ * (sent->level: the level). With memoize the ledger's key is the bucket (as the finest level encodes it), so a
+ * repeat of the bucket in the period re-sends the same message, its level included. */
+OCMS_API int ocms_report_tree(const ocms_metric *metric, const ocms_tree *tree, uint64_t bucket, ocms_rng *rng,
+                              const ocms_ledger *ledger, uint8_t *out, size_t capacity, ocms_sent *sent);
 
 /* ------------------------------------------------------------------ longitudinal reports (issue 38) */
 /* A metric version's longitudinal mode (device config "longitudinal"; src/longitudinal.c, docs/device.md):

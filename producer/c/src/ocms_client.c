@@ -714,3 +714,40 @@ int ocms_report_string(const ocms_metric *metric, const void *value, size_t len,
     v.len = len;
     return report_value(metric, &v, rng, ledger, out, capacity, sent);
 }
+
+/* A tree metric's report (issue 40; include/ocms_client.h): the memo key is the bucket, the level drawn after it. */
+int ocms_report_tree(const ocms_metric *metric, const ocms_tree *tree, uint64_t bucket, ocms_rng *rng,
+                     const ocms_ledger *ledger, uint8_t *out, size_t capacity, ocms_sent *sent) {
+    ocms_report report;
+    ocms_u128 element;
+    uint8_t key[OCMS_VALUE_KEY_BYTES];
+    size_t key_len = 0;
+    uint32_t level = 0, i;
+    uint64_t node = 0;
+    int rc;
+    if (sent != NULL) memset(sent, 0, sizeof *sent);
+    if (metric == NULL || metric->params == NULL || metric->name == NULL || metric->discovery != NULL || tree == NULL
+        || tree->level_params == NULL || tree->levels < 1 || out == NULL || sent == NULL || rng == NULL
+        || memcmp(metric->params->fingerprint, tree->level_params[tree->levels - 1].fingerprint, 8) != 0)
+        return OCMS_E_PARAMS;
+    memset(&report, 0, sizeof report);
+    if ((rc = ocms_element_integer(metric->params, bucket, &element)) != OCMS_OK) return rc; /* nothing drawn */
+    if (ledger != NULL && metric->memoize) key_len = value_key(metric->params, &element, key);
+    rc = ocms_tree_draw(tree, bucket, rng, &level, &node);
+    if (rc == OCMS_OK) rc = ocms_element_integer(&tree->level_params[level - 1], node, &element);
+    if (rc == OCMS_OK) rc = ocms_privatize(&tree->level_params[level - 1], &element, rng, &report);
+    if (rc == OCMS_OK) {
+        report.level = level;
+        rc = finish(metric, &report, key_len ? key : NULL, key_len, ledger, out, capacity, sent);
+    }
+    if (rc == OCMS_OK && sent->memoized) { /* the stored message's level, from its fingerprint */
+        for (i = 0; i < tree->levels; i++) {
+            if (memcmp(tree->level_params[i].fingerprint, out + 4, 8) == 0) sent->level = i + 1;
+        }
+    }
+    ocms_wipe(key, sizeof key);
+    ocms_wipe(&element, sizeof element);
+    ocms_wipe(&node, sizeof node);
+    ocms_wipe(&report, sizeof report);
+    return rc;
+}

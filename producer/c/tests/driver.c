@@ -183,6 +183,17 @@ static int value_of_line(const ocms_cfg_metric *m, const char *line, uint8_t *bu
 }
 
 static int privatize_value(const ocms_cfg_metric *m, const ocms_cfg_value *v, ocms_rng *rng, ocms_report *r) {
+    if (m->has_tree) { /* issue 40: the level and node drawn (ocms_tree_draw), the node privatized with its level's */
+        uint32_t level = 0;
+        uint64_t node = 0;
+        ocms_u128 element;
+        int rc = ocms_tree_draw(&m->tree, v->integer, rng, &level, &node);
+        memset(r, 0, sizeof *r);
+        if (rc == OCMS_OK) rc = ocms_element_integer(&m->tree_levels[level - 1], node, &element);
+        if (rc == OCMS_OK) rc = ocms_privatize(&m->tree_levels[level - 1], &element, rng, r);
+        r->level = rc == OCMS_OK ? level : 0;
+        return rc;
+    }
     return v->is_string ? ocms_privatize_string(&m->metric, v->bytes, v->len, rng, r)
                         : ocms_privatize_integer(&m->metric, v->integer, rng, r);
 }
@@ -264,8 +275,9 @@ static void cmd_report(const cJSON *cmd, cJSON *reply) {
         free(hex);
         /* the one-call device path on the same bytes gives the same message */
         recorded_init(&rec2, bytes, n, buffered);
-        rc = v.is_string ? ocms_report_string(&m->metric, v.bytes, v.len, &rec2.rng, NULL, again, sizeof again, &sent)
-                         : ocms_report_integer(&m->metric, v.integer, &rec2.rng, NULL, again, sizeof again, &sent);
+        rc = m->has_tree ? ocms_report_tree(&m->metric, &m->tree, v.integer, &rec2.rng, NULL, again, sizeof again, &sent)
+             : v.is_string ? ocms_report_string(&m->metric, v.bytes, v.len, &rec2.rng, NULL, again, sizeof again, &sent)
+                           : ocms_report_integer(&m->metric, v.integer, &rec2.rng, NULL, again, sizeof again, &sent);
         hex = rc == OCMS_OK ? to_hex(again, sent.length) : NULL;
         cJSON_AddStringToObject(reply, "device_path_hex", hex ? hex : ocms_strerror(rc));
         cJSON_AddNumberToObject(reply, "device_path_level", sent.level);

@@ -25,7 +25,7 @@ import { Element, Field, binaryField, concat, primeField, uintBytes } from "./fi
 import { blake2b, fromHex, hex, utf8 } from "./hash.js";
 import { SmallBelow, bitLength } from "./random.js";
 import { Longitudinal } from "./longitudinal.js";
-import { NumericLayout } from "./numeric.js";
+import { NumericLayout, NumericTree } from "./numeric.js";
 
 export const DEVICE_CONFIG_FORMAT = 1;
 const TWO64 = 1n << 64n;
@@ -206,12 +206,14 @@ export class MetricVersion {
   readonly categories: readonly string[] | null;
   readonly discovery: DiscoveryDomain | null;
   readonly levels: readonly ReportParams[];
-  /** below(levels) of the discovery level draw. */
+  /** below(levels) of the discovery or tree level draw. */
   readonly levelDraw: SmallBelow | null;
   /** Memoized two-round reports (issue 38, longitudinal.ts), or null for one-shot reports. */
   readonly longitudinal: Longitudinal | null;
   /** A numeric metric's buckets (issue 40, numeric.ts): a number is reported as its bucket's index; else null. */
   readonly numeric: NumericLayout | null;
+  /** A numeric metric reported as a hierarchical histogram (numeric.ts NumericTree): its levels; else null. */
+  readonly tree: NumericTree<ReportParams> | null;
   /** The oldest client release that may report the metric (`min_client_version`), or null: any. */
   readonly minClientVersion: string | null;
   private readonly categoryIndex: Map<string, number> | null;
@@ -235,8 +237,11 @@ export class MetricVersion {
     }
     this.minClientVersion = (entry.min_client_version as string | undefined) ?? null;
     const mechanism = entry.mechanism === undefined ? "ocms" : entry.mechanism;
-    if (mechanism !== "ocms" && mechanism !== "direct") {
-      throw new InvalidConfigError(`${where}.mechanism: expected "ocms" or "direct", got ${JSON.stringify(mechanism)}`);
+    if (mechanism !== "ocms" && mechanism !== "direct" && mechanism !== "hierarchy") {
+      throw new InvalidConfigError(`${where}.mechanism: expected "ocms", "direct" or "hierarchy", got ${JSON.stringify(mechanism)}`);
+    }
+    if ((mechanism === "hierarchy") !== (entry.hierarchy !== undefined) || (mechanism === "hierarchy" && entry.numeric === undefined)) {
+      throw new InvalidConfigError(`${where}.hierarchy: a hierarchical histogram is a numeric metric's, with mechanism "hierarchy"`);
     }
     if (entry.domain !== "categories" && entry.domain !== "integers" && entry.domain !== "strings") {
       throw new InvalidConfigError(`${where}.domain: expected "categories", "integers" or "strings", got ${JSON.stringify(entry.domain)}`);
@@ -260,10 +265,16 @@ export class MetricVersion {
       dictionarySize = 1n << 128n;
     }
     const binding = `${this.name}@${this.version}`;
-    this.params = buildParams(where, {
+    this.tree = mechanism !== "hierarchy" ? null : NumericTree.fromConfig(entry.hierarchy, `${where}.hierarchy`,
+      Number(dictionarySize), binding,
+      (at, spec) => buildParams(at, { ...spec, epsilon: this.epsilon, valueDomain: "integer" }));
+    if (this.tree !== null && entry.fingerprint !== this.tree.levels[this.tree.levels.length - 1].fingerprintHex) {
+      throw new InvalidConfigError(`${where}.fingerprint: a hierarchical histogram's is its finest level's`);
+    }
+    this.params = this.tree !== null ? this.tree.levels[this.tree.levels.length - 1] : buildParams(where, {
       fingerprint: entry.fingerprint, epsilon: this.epsilon, m: entry.m, keep_threshold: entry.keep_threshold,
       field: entry.field, dictionarySize, valueDomain: this.domain === "strings" ? "string" : "integer",
-      mechanism, binding,
+      mechanism: mechanism as Mechanism, binding,
     });
     if (this.domain === "strings" && (this.params.field.bits !== 128 || this.params.field.kind !== "binary")) {
       throw new InvalidConfigError(`${where}.field: a string metric hashes 128-bit fingerprints in GF(2^128)`);
@@ -277,7 +288,7 @@ export class MetricVersion {
     }
     this.discovery = null;
     this.levels = [];
-    this.levelDraw = null;
+    this.levelDraw = this.tree === null ? null : new SmallBelow(this.tree.levels.length);
     this.longitudinal = entry.longitudinal === undefined ? null
       : new Longitudinal(entry.longitudinal, this.params, `${where}.longitudinal`, checkKeepThreshold);
     if (this.longitudinal !== null && entry.discovery !== undefined) {
@@ -419,6 +430,7 @@ export class DeviceConfig {
       metrics.set(version.name, version);
       prints.set(version.params.fingerprintHex, { version, level: null, params: version.params });
       version.levels.forEach((params, l) => prints.set(params.fingerprintHex, { version, level: l + 1, params }));
+      version.tree?.levels.forEach((params, l) => prints.set(params.fingerprintHex, { version, level: l + 1, params }));
     });
     this.metrics = metrics;
     this.byFingerprint = prints;

@@ -57,3 +57,80 @@ export class NumericLayout {
     return lo;
   }
 }
+
+/** What a tree level's parameters are built from (config.ts buildParams checks them and their fingerprint). */
+export interface TreeLevelSpec {
+  readonly fingerprint: unknown;
+  readonly m: unknown;
+  readonly keep_threshold: unknown;
+  readonly field: unknown;
+  readonly dictionarySize: bigint;
+  readonly mechanism: "ocms" | "direct";
+  readonly binding: string;
+}
+
+const MIN_BRANCHING = 2;
+const MAX_BRANCHING = 16;
+
+/**
+ * A numeric metric reported as a hierarchical histogram (issue 40; cms_core/hierarchy.py, docs/device.md "Numeric
+ * metrics"): the device config's "hierarchy" entry gives the branching B and one entry per level l = 1..h (h the
+ * smallest with B^h >= buckets), each with its own parameters (binding NAME@VERSION/level<l>) and its span
+ * B^(h - l), the buckets under one node. A report draws its level first, below(h) + 1, then reports its bucket's
+ * node bucket // span with that level's parameters. Shared vectors: tests/vectors/numeric_hierarchy_v1.json.
+ */
+export class NumericTree<P> {
+  readonly levels: readonly P[];
+  readonly spans: readonly number[];
+
+  private constructor(levels: P[], spans: number[]) {
+    this.levels = Object.freeze(levels);
+    this.spans = Object.freeze(spans);
+  }
+
+  static fromConfig<P>(entry: unknown, where: string, buckets: number, binding: string,
+                       build: (at: string, spec: TreeLevelSpec) => P): NumericTree<P> {
+    if (typeof entry !== "object" || entry === null || Array.isArray(entry)) {
+      throw new InvalidConfigError(`${where}: expected {"buckets", "branching", "levels"}`);
+    }
+    const { buckets: given, branching, levels } = entry as { buckets: unknown; branching: unknown; levels: unknown };
+    if (given !== buckets) throw new InvalidConfigError(`${where}.buckets: expected ${buckets}, got ${JSON.stringify(given)}`);
+    if (typeof branching !== "number" || !Number.isInteger(branching) || branching < MIN_BRANCHING
+        || branching > MAX_BRANCHING || branching >= buckets) {
+      throw new InvalidConfigError(`${where}.branching: expected an integer in [${MIN_BRANCHING}, ${MAX_BRANCHING}] `
+        + `below the ${buckets} buckets, got ${JSON.stringify(branching)}`);
+    }
+    let height = 1;
+    while (branching ** height < buckets) height++;
+    if (!Array.isArray(levels) || levels.length !== height) {
+      throw new InvalidConfigError(`${where}.levels: expected ${height} levels (branching ${branching}, ${buckets} buckets)`);
+    }
+    const spans: number[] = [];
+    const params = levels.map((level: unknown, i: number) => {
+      const at = `${where}.levels[${i}]`;
+      const row = level as Record<string, unknown>;
+      if (typeof level !== "object" || level === null || row.level !== i + 1) {
+        throw new InvalidConfigError(`${at}: expected {"level": ${i + 1}, ...}`);
+      }
+      const span = branching ** (height - i - 1);
+      if (row.span !== span) throw new InvalidConfigError(`${at}.span: expected ${span}, got ${JSON.stringify(row.span)}`);
+      const nodes = BigInt(Math.ceil(buckets / span));
+      if (row.dictionary_size !== String(nodes)) {
+        throw new InvalidConfigError(`${at}.dictionary_size: expected "${nodes}", got ${JSON.stringify(row.dictionary_size)}`);
+      }
+      const mechanism = row.mechanism === undefined ? "ocms" : row.mechanism;
+      if (mechanism !== "ocms" && mechanism !== "direct") {
+        throw new InvalidConfigError(`${at}.mechanism: expected "ocms" or "direct", got ${JSON.stringify(mechanism)}`);
+      }
+      spans.push(span);
+      return build(at, { fingerprint: row.fingerprint, m: row.m, keep_threshold: row.keep_threshold, field: row.field,
+                         dictionarySize: nodes, mechanism, binding: `${binding}/level${i + 1}` });
+    });
+    return new NumericTree(params, spans);
+  }
+
+  /** The node of `level` (1..h) holding `bucket`. */
+  node(bucket: bigint, level: number): bigint {
+    return bucket / BigInt(this.spans[level - 1]);
+  }
+}

@@ -2,7 +2,7 @@
  * The device path (cms_core.privatize.privatize): one epsilon-LDP report of a value, as a wire-v1
  * single-report message, every draw in the order of the randomness contract:
  *
- *   discovery only: level = below(levels) + 1
+ *   discovery, tree only: level = below(levels) + 1 (a tree: then the bucket's node at that level is the value)
  *   OCMS+RR only:   a0 = below(order), a1 = below(order), y = (a0 + a1 x) mod m   (direct RR: y = x)
  *   keep:           bits64() < T  -> z = y
  *   otherwise:      other = below(m - 1), z = other < y ? other : other + 1
@@ -20,7 +20,7 @@ export interface PrivateReport {
   /** The metric's name and version. */
   readonly metric: string;
   readonly version: number;
-  /** The discovery level (1..levels) the report describes, or null for a plain metric. */
+  /** The discovery or tree level (1..levels) the report describes, or null for a plain metric. */
   readonly level: number | null;
   /** The parameter set's fingerprint (hex): the metric version's, or the level's. */
   readonly fingerprint: string;
@@ -77,6 +77,11 @@ export function privatizeEncoded(stream: ByteStream, version: MetricVersion, enc
     level = version.levelDraw!.draw(stream) + 1;
     params = version.levels[level - 1];
     element = params.field.element(version.levelElement(encoded, level));
+  } else if (version.tree !== null) { // issue 40: the level first, then its node of the bucket (numeric.ts)
+    level = version.levelDraw!.draw(stream) + 1;
+    params = version.tree.levels[level - 1];
+    const node = version.tree.node(encoded.integer!, level);
+    element = params.isDirect ? Number(node) : params.field.element(node);
   }
   if (keepThresholds !== undefined) {
     const threshold = keepThresholds.get(params.fingerprintHex);

@@ -367,10 +367,10 @@ def test_a_lone_collectors_tail_pauses_and_wakes_when_an_earlier_record_is_missi
     at once when an own record waits for an earlier offset (another collector's record), when the log is awaited,
     after a fetch that applied a record, and before the log is read once; a settle's read to the end waits for a
     fetch that started after it."""
-    import collector.exactly_once.shared as shared_module
+    import collector.exactly_once.follow as follow_module
     from collector.exactly_once.log import encode_lease_record
 
-    monkeypatch.setattr(shared_module, "TAIL_IDLE_SECONDS", 30)
+    monkeypatch.setattr(follow_module, "TAIL_IDLE_SECONDS", 30)
     lease = encode_lease_record("ocms-collector-other", b"i" * 8, 100)
 
     async def paused(shared) -> asyncio.Task:

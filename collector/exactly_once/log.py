@@ -59,10 +59,20 @@ _lease_kind = LEASE  # set once per process by write_leases_for
 _BATCH_FRAME = struct.Struct(">16sII")
 
 
+#: BLAKE2b states keyed with each secret seen (one per deployment; a copy is cheaper than keying afresh).
+_KEYED_STATES: dict[bytes, object] = {}
+
+
 def key_hash(secret: bytes, application: str, key: str) -> bytes:
     """The keyed hash of an upload's Idempotency-Key that the log holds (never the key itself)."""
-    return hashlib.blake2b(f"{application}\x00{key}".encode(), key=secret, digest_size=KEY_HASH_BYTES,
-                           person=b"ocms-idem-v1").digest()
+    state = _KEYED_STATES.get(secret)
+    if state is None:
+        state = hashlib.blake2b(key=secret, digest_size=KEY_HASH_BYTES, person=b"ocms-idem-v1")
+        if len(_KEYED_STATES) < 16:  # a process uses one or two (tests: a few)
+            _KEYED_STATES[secret] = state
+    digest = state.copy()
+    digest.update(f"{application}\x00{key}".encode())
+    return digest.digest()
 
 
 def encode_listing(nonce: bytes, owner: str, incarnation: bytes, partition: int, lower: int, time_s: int,

@@ -60,6 +60,9 @@ log = logging.getLogger(__name__)
 
 #: A collector with a transactional producer writes a lease record when it listed nothing for this long.
 LEASE_RENEW_SECONDS = 1.0
+#: Outcomes known here wait up to this long to ride in the next listing append (one produce request for both
+#: under load); then they are appended alone.
+OUTCOME_RIDE_SECONDS = 0.005
 
 
 class IdempotencyPending(OCMSError):
@@ -100,6 +103,8 @@ class SharedIdempotency(LogFollower):
         self.local: dict[bytes, asyncio.Future] = {}  # nonce -> stored? (listings of this process)
         self._awaiting: dict[bytes, asyncio.Future] = {}  # nonce -> its Listing once applied
         self._unwritten: dict[bytes, bool] = {}  # outcomes known here whose append failed: written again
+        self._due_outcomes: list[tuple[bytes, bool]] = []  # outcomes to ride in the next listing append
+        self._due_flush: asyncio.TimerHandle | None = None  # ... or to be appended alone, then
         self._applied = -1  # the log is applied up to here (by the tail, or from this collector's own appends)
         self._own: dict[int, bytes] = {}  # offset -> a record this collector appended there, not applied yet
         self._highwater = 0  # the log's end as the tail last saw it
@@ -186,6 +191,12 @@ class SharedIdempotency(LogFollower):
         self._lease = asyncio.create_task(self._lease_loop(), name="ocms-collector-idempotency-lease")
 
     async def close(self) -> None:
+        outcomes = self._take_due_outcomes()
+        if outcomes and self._producer is not None:  # else the restart or another replica settles them
+            try:
+                await asyncio.wait_for(self._append_outcomes(outcomes), self.settings.kafka_timeout_ms / 1000)
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
         tasks = [t for t in [self._tail, self._lease, self._predecessors, *self._settling.values(),
                              *self.repair.running(), *self._tasks] if t is not None]
         for task in tasks:
@@ -228,15 +239,26 @@ class SharedIdempotency(LogFollower):
             self.local[nonce] = loop.create_future()
             applied.append(loop.create_future())
             self._awaiting[nonce] = applied[-1]
+        riding = self._take_due_outcomes()  # earlier listings' outcomes, in the same produce request
         try:
-            offsets = await asyncio.wait_for(self.append([record for _, record in listings]), timeout)
+            try:
+                offsets = await asyncio.wait_for(self.append(
+                    [encode_outcome(nonce, stored) for nonce, stored in riding]
+                    + [record for _, record in listings]), timeout)
+            except Exception:
+                for nonce, stored in riding:  # written again at the next lease renewal while pending
+                    self._unwritten[nonce] = stored
+                raise
+            for nonce, _ in riding:
+                self._unwritten.pop(nonce, None)
             self._listed_at = self.clock()
             await asyncio.wait_for(self.applied(max(offsets)), timeout)
             return [await asyncio.wait_for(future, timeout) for future in applied]
         except Exception:
             for nonce, _ in listings:
                 self._awaiting.pop(nonce, None)
-                self.record_outcome(nonce, False)  # never produced
+                self.resolve_outcome(nonce, False)
+            self.record_outcomes([(nonce, False) for nonce, _ in listings])  # never produced
             raise
 
     async def append_redo(self, records: list[tuple[bytes, list, int]]) -> None:
@@ -256,9 +278,24 @@ class SharedIdempotency(LogFollower):
         self.record_outcomes([(nonce, stored)])
 
     def record_outcomes(self, outcomes: list[tuple[bytes, bool]]) -> None:
-        """Write outcomes ((nonce, stored) each, waiters here told already: :meth:`resolve_outcome`) to the log
-        in one append, in the background."""
-        self._spawn(self._append_outcomes(outcomes))
+        """Write outcomes ((nonce, stored) each, waiters here told already: :meth:`resolve_outcome`) to the log:
+        in the next listing append when one comes within OUTCOME_RIDE_SECONDS, else in one append of their own.
+        Nothing waits for them but other collectors' view (a retry there is answered 503 pending until then)."""
+        self._due_outcomes.extend(outcomes)
+        if self._due_flush is None:
+            self._due_flush = asyncio.get_running_loop().call_later(OUTCOME_RIDE_SECONDS, self._flush_outcomes)
+
+    def _take_due_outcomes(self) -> list[tuple[bytes, bool]]:
+        if self._due_flush is not None:
+            self._due_flush.cancel()
+            self._due_flush = None
+        outcomes, self._due_outcomes = self._due_outcomes, []
+        return outcomes
+
+    def _flush_outcomes(self) -> None:
+        outcomes = self._take_due_outcomes()
+        if outcomes:
+            self._spawn(self._append_outcomes(outcomes))
 
     def resolve_outcome(self, nonce: bytes, stored: bool) -> None:
         """Tell this process's waiters a listing's outcome (the log is told by :meth:`record_outcomes`)."""

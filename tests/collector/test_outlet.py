@@ -300,7 +300,9 @@ def test_a_frame_of_a_1_hour_bucket_is_listed_at_the_collectors_clock_and_its_ke
         outlet.queued += minutely.queued
         await outlet.committer.commit([minutely])
         await asyncio.gather(*outlet.committer.acks)
-        await asyncio.gather(*shared._tasks)  # the outcomes' appends
+        while shared._due_flush is not None:  # the outcomes wait a moment to ride in a listing append
+            await asyncio.sleep(0.001)
+        await asyncio.gather(*shared._tasks)  # then are appended alone
         answers = [m.future.exception() for unit in (hourly, minutely) for m in unit.members]
         return log.records, shared, answers
 
@@ -481,3 +483,32 @@ def test_a_keyed_group_is_released_once_listed_and_sent_and_its_outcomes_go_to_t
     assert released == units, "both are released once the group is listed and sent"
     assert [kinds for kinds in appends if kinds[0] == b"S"] == [[b"S", b"S"]], appends
     assert [kinds for kinds in appends if kinds[0] == b"F"] == [[b"F", b"F"]], "one listing append for the group"
+
+
+def test_outcomes_ride_in_the_next_listing_append_or_go_alone_after_a_moment(registry_path):
+    """Issue 41: a group's outcomes and the next group's listing go to the log in one produce request; with no
+    listing to ride in, the outcomes are appended alone once OUTCOME_RIDE_SECONDS passed."""
+    from collector.exactly_once.log import encode_listing
+
+    async def main():
+        shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
+        shared.ready, shared._producer = True, ScriptedProducer()
+        appends: list[list[bytes]] = []
+        append = shared.append
+
+        async def counted(values):
+            appends.append([v[:1] for v in values])
+            return await append(values)
+
+        shared.append = counted
+        shared.record_outcomes([(b"a" * 16, True), (b"b" * 16, False)])
+        nonce = b"n" * 16
+        await shared.write_listings([(nonce, encode_listing(nonce, shared.owner, b"i" * 8, 0, 0, 100, [b"k" * 16]))])
+        shared.record_outcomes([(nonce, True)])
+        await asyncio.sleep(0.05)
+        await asyncio.gather(*shared._tasks)
+        return appends, shared
+
+    appends, shared = asyncio.run(main())
+    assert appends == [[b"S", b"X", b"F"], [b"S"]], appends
+    assert shared.state.holder(b"k" * 16).status == "stored"

@@ -422,6 +422,19 @@ def test_a_lone_collectors_tail_pauses_and_wakes_when_an_earlier_record_is_missi
     asyncio.run(main())
 
 
+def count_appends(shared) -> list[list[bytes]]:
+    """The kinds of records of each of ``shared``'s appends to the log, as they are made."""
+    appends: list[list[bytes]] = []
+    append = shared.append
+
+    async def counted(values):
+        appends.append([v[:1] for v in values])
+        return await append(values)
+
+    shared.append = counted
+    return appends
+
+
 def test_a_keyed_group_is_released_once_listed_and_sent_and_its_outcomes_go_to_the_log_in_one_append(registry_path,
                                                                                                        dest):
     """Issue 41: a lane's next frame waits until the exactly-once commit has listed and sent the group holding its
@@ -444,14 +457,7 @@ def test_a_keyed_group_is_released_once_listed_and_sent_and_its_outcomes_go_to_t
         settings = _settings(registry_path, instance_id="me")
         shared = SharedIdempotency(settings, CollectorMetrics())
         shared.ready, shared._producer = True, BlockingLogProducer()
-        appends: list[list[bytes]] = []
-        append = shared.append
-
-        async def counted(values):
-            appends.append([v[:1] for v in values])
-            return await append(values)
-
-        shared.append = counted
+        appends = count_appends(shared)
         outlet = KafkaOutlet(settings, CollectorMetrics(), log=shared)
         outlet.producer, outlet.available, outlet.committer.partitions = ScriptedProducer(), True, [0]
         released, units = [], []
@@ -493,14 +499,7 @@ def test_outcomes_ride_in_the_next_listing_append_or_go_alone_after_a_moment(reg
     async def main():
         shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
         shared.ready, shared._producer = True, ScriptedProducer()
-        appends: list[list[bytes]] = []
-        append = shared.append
-
-        async def counted(values):
-            appends.append([v[:1] for v in values])
-            return await append(values)
-
-        shared.append = counted
+        appends = count_appends(shared)
         shared.record_outcomes([(b"a" * 16, True), (b"b" * 16, False)])
         nonce = b"n" * 16
         await shared.write_listings([(nonce, encode_listing(nonce, shared.owner, b"i" * 8, 0, 0, 100, [b"k" * 16]))])

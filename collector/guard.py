@@ -117,7 +117,7 @@ class IdempotencyCache:
                 break  # not expired, or still in flight: never dropped under a retry
             entries.popitem(last=False)
 
-    def lookup(self, key: tuple, body_hash: bytes) -> asyncio.Future | None:
+    def lookup(self, key: tuple, body_hash: int) -> asyncio.Future | None:
         """A future of the earlier answer (status, document) for ``key``, or None (then call ``begin``).
 
         Raises KeyReusedError when the key came with a different body."""
@@ -138,7 +138,7 @@ class IdempotencyCache:
         done.set_result((202, accepted_doc(entry[_ACCEPTED])))
         return done
 
-    def begin(self, key: tuple, body_hash) -> None:
+    def begin(self, key: tuple, body_hash: int) -> None:
         """The first attempt of ``key`` starts (its answer: :meth:`finish`)."""
         entries = self._entries
         entries[key] = (body_hash, self.clock() + self.window, IN_FLIGHT, None)

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 #: short wait is what bounds how soon a collector reads another collector's listing (about 1-5 ms here).
 TAIL_FETCH_WAIT_MS = 5
 #: The longest pause between two fetches while the tail would only read back this collector's own records
-#: (:meth:`collector.exactly_once.shared.SharedIdempotency._pace`): how late a lone collector may see another's
+#: (:meth:`collector.exactly_once.follow.LogFollower._pace`): how late a lone collector may see another's
 #: records that follow its own latest (what comes before an own record is read at once).
 TAIL_IDLE_SECONDS = 0.25
 #: ... and while an own record waits for an earlier offset that an own append in flight may fill.

@@ -12,7 +12,7 @@ import pytest
 from cms_core import wire
 from cms_core.errors import InvalidParameterError
 from collector.guard import (AuthError, Authenticator, IdempotencyCache, KeyReusedError, RateLimiter, TokenBucket,
-                             TokensFileError, load_tokens)
+                             TokensFileError, body_digest, load_tokens)
 from collector.settings import CollectorSettings
 from collector.uploads import UploadParser, UploadRejected
 from producer.reporter import DeliveryError, DeviceReporter, HttpTransport
@@ -301,7 +301,7 @@ def test_idempotency_cache_remembers_accepted_answers_for_the_window():
     async def go():
         clock = Clock()
         cache = IdempotencyCache(window=60, max_keys=3, clock=clock)
-        key, digest = ("", "k" * 16), b"d"
+        key, digest = ("", "k" * 16), body_digest(b"d")
         assert cache.lookup(key, digest) is None
         cache.begin(key, digest)
         pending = cache.lookup(key, digest)
@@ -311,7 +311,7 @@ def test_idempotency_cache_remembers_accepted_answers_for_the_window():
         assert (await pending) == (202, doc)
         assert (await cache.lookup(key, digest)) == (202, doc)
         with pytest.raises(KeyReusedError):
-            cache.lookup(key, b"other body")
+            cache.lookup(key, body_digest(b"other body"))
         clock.now += 61
         assert cache.lookup(key, digest) is None  # the window is over
         # a refused upload is forgotten at once: its retry is tried afresh

@@ -65,24 +65,24 @@ def test_goal_sorts_the_checks_and_reads_the_median_goal():
         paired = {str(q): {"best_other": "peer", "mean_difference": 0.0, "standard_error": 0.001,
                            "not_less_accurate": ok} for q, ok in zip(bench.QUANTILES, verdicts)}
         return {"buckets": k, "epsilon": epsilon, "n": 10**5, "ours": "x", "rank_error": {"x": [0.008, 0, 0]},
-                "mean_rank_error": {"x": [0.012, 0, 0]}, "paired": paired}
+                "mean_rank_error": {"x": [0.012, 0, 0]}, "mean_rank_error_se": {"x": [0.001, 0, 0]}, "paired": paired}
 
     summary = bench.goal([cell(12, 1.0, [True, True, True]), cell(40, 2.0, [True, False, True])])
     assert summary["checks"] == 6 and len(summary["holds"]) == 5
     assert [(f["buckets"], f["epsilon"], f["q"]) for f in summary["fails"]] == [(40, 2.0, 0.9)]
     goal = summary["median_goal"]
     assert goal["median_over_seeds"] == 0.008 and goal["mean_over_seeds"] == 0.012 and goal["holds"] is True
+    assert goal["mean_standard_error"] == 0.001
 
 
-def test_a_tiny_run_keeps_the_issues_keys_and_adds_the_paired_verdicts(monkeypatch, capsys):
+def test_a_tiny_run_keeps_the_issues_keys_and_adds_the_paired_verdicts(capsys):
     # 12 buckets only (the 1,024-bucket planner takes seconds); n = 10^5 as --quick runs it; no peer
-    monkeypatch.setattr(bench, "layouts", lambda: {12: bench.BucketLayout.explicit(
-        [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000], 0, bench.UPPER_MS)})
-    assert bench.main(["--quick", "--seeds", "3", "--no-peer", "--json"]) == 0
+    assert bench.main(["--quick", "--buckets", "12", "--seeds", "3", "--no-peer", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [(c["buckets"], c["epsilon"], c["n"]) for c in out["cells"]] == [(12, e, 10**5) for e in (1.0, 2.0, 4.0)]
     for c in out["cells"]:
-        assert {"buckets", "epsilon", "n", "ours", "rank_error", "mean_rank_error", "paired"} <= set(c)
+        assert {"buckets", "epsilon", "n", "ours", "rank_error", "mean_rank_error", "mean_rank_error_se",
+                "paired"} <= set(c)
         assert c["ours"] in c["rank_error"] and {"direct-rr", "direct-rr+isotonic"} <= set(c["rank_error"])
         assert all(len(v) == 3 for v in c["rank_error"].values()) and c["seeds"] == 3
         assert set(c["paired"]) == {"0.5", "0.9", "0.99"}
@@ -93,7 +93,16 @@ def test_a_tiny_run_keeps_the_issues_keys_and_adds_the_paired_verdicts(monkeypat
     assert out["goal"]["median_goal"]["buckets"] == 12 and out["goal"]["median_goal"]["ours"] == out["cells"][0]["ours"]
 
 
-def test_fewer_than_two_seeds_are_refused(capsys):
+@pytest.mark.parametrize("argv, message", [(["--quick", "--seeds", "1"], "--seeds must be >= 2"),
+                                           (["--quick", "--n", "1000000"], "--quick is --n 100000"),
+                                           (["--n", "5"], "invalid choice"), (["--buckets", "13"], "invalid choice")])
+def test_bad_flags_are_refused_by_name(argv, message, capsys):
     with pytest.raises(SystemExit):
-        bench.main(["--quick", "--seeds", "1"])
-    assert "--seeds must be >= 2" in capsys.readouterr().err
+        bench.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_n_and_buckets_pick_a_subset_and_quick_is_n_10_to_5():
+    assert bench.parse_args([]).sizes == (10**5, 10**6) and bench.parse_args(["--quick"]).sizes == (10**5,)
+    args = bench.parse_args(["--n", "1000000", "--buckets", "12", "40"])
+    assert args.sizes == (10**6,) and args.buckets == [12, 40] and args.seeds == 30

@@ -40,10 +40,10 @@ verdict per q, and, with ``--json``, one object: ``cells``, one per (buckets, ep
 figures against every other method); and ``goal``: the (cell, q) where the check holds and where it fails,
 and ours' median rank error at q = 0.5 for 12 buckets at epsilon = 1, n = 10^5 (goal: at most 1.0%; judged
 on its median over the seeds, as ``rank_error``, with the mean and its SE beside it). ``--quick`` runs
-n = 10^5 only; ``--n`` and ``--buckets`` run a subset (the peer reports one device at a time in Python: 1-3 s
-a seed at n = 10^5, about 30 s at 10^6). Not a test: figures for the closing note.
+n = 10^5 only; ``--n``, ``--buckets`` and ``--epsilon`` run a subset (the peer reports one device at a time
+in Python: 1-3 s of CPU a seed at n = 10^5, about 10 s at 10^6). Not a test: figures for the closing note.
 
-    python -m benchmarks.bench_numeric [--quick] [--seeds 30] [--n N ...] [--buckets K ...] [--json]
+    python -m benchmarks.bench_numeric [--quick] [--seeds 30] [--n N ...] [--buckets K ...] [--epsilon E ...] [--json]
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from cms_core.planning import choose_numeric_mechanism
 from cms_core.theory import rr_keep_probability
 
 QUANTILES = (0.5, 0.9, 0.99)
+EPSILONS = (1.0, 2.0, 4.0)
 DIRECT = "direct-rr+isotonic"
 #: Not a method: the true histogram's own rank error against the raw values (the part no method can remove).
 BUCKETING = "bucketing"
@@ -245,10 +246,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="n = 10^5 only")
     parser.add_argument("--seeds", type=int, default=30, help="seeds per cell (at least 2: the paired check's SE)")
     parser.add_argument("--no-peer", action="store_true", help="leave out ldp-hierarchical-mechanism (slow)")
-    # the peer reports one device at a time in Python (about 30 s a seed at n = 10^6): these split a long run
+    # the peer reports one device at a time in Python (about 10 s of CPU a seed at n = 10^6): these split a long run
     # into pieces that can run side by side
     parser.add_argument("--n", type=int, nargs="+", choices=(10**5, 10**6), help="only these n")
     parser.add_argument("--buckets", type=int, nargs="+", choices=sorted(layouts()), help="only these bucket counts")
+    parser.add_argument("--epsilon", type=float, nargs="+", choices=EPSILONS, help="only these epsilons")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.seeds < 2:
@@ -276,9 +278,9 @@ def main(argv=None) -> int:
     cells = []
     started = time.monotonic()
     for k, layout in layouts().items():
-        for epsilon in (1.0, 2.0, 4.0):
+        for epsilon in EPSILONS:
             for n in args.sizes:
-                if args.buckets and k not in args.buckets:
+                if (args.buckets and k not in args.buckets) or (args.epsilon and epsilon not in args.epsilon):
                     continue
                 cells.append(cell(k, layout, epsilon, n, args.seeds, not args.no_peer))
                 if not args.json:

@@ -95,14 +95,17 @@ def test_a_tiny_run_keeps_the_issues_keys_and_adds_the_paired_verdicts(capsys):
 
 @pytest.mark.parametrize("argv, message", [(["--quick", "--seeds", "1"], "--seeds must be >= 2"),
                                            (["--quick", "--n", "1000000"], "--quick is --n 100000"),
-                                           (["--n", "5"], "invalid choice"), (["--buckets", "13"], "invalid choice")])
+                                           (["--n", "5"], "invalid choice"), (["--buckets", "13"], "invalid choice"),
+                                           (["--epsilon", "3"], "invalid choice")])
 def test_bad_flags_are_refused_by_name(argv, message, capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(argv)
     assert message in capsys.readouterr().err
 
 
-def test_n_and_buckets_pick_a_subset_and_quick_is_n_10_to_5():
+def test_n_buckets_and_epsilon_pick_a_subset_and_quick_is_n_10_to_5(capsys):
     assert bench.parse_args([]).sizes == (10**5, 10**6) and bench.parse_args(["--quick"]).sizes == (10**5,)
-    args = bench.parse_args(["--n", "1000000", "--buckets", "12", "40"])
-    assert args.sizes == (10**6,) and args.buckets == [12, 40] and args.seeds == 30
+    args = bench.parse_args(["--n", "1000000", "--buckets", "12", "40", "--epsilon", "2"])
+    assert args.sizes == (10**6,) and args.buckets == [12, 40] and args.epsilon == [2.0] and args.seeds == 30
+    assert bench.main(["--quick", "--buckets", "12", "--epsilon", "4", "--seeds", "2", "--no-peer", "--json"]) == 0
+    assert [(c["buckets"], c["epsilon"]) for c in json.loads(capsys.readouterr().out)["cells"]] == [(12, 4.0)]

@@ -449,11 +449,15 @@ def rank_error(true_values, q: float, estimate: float) -> float:
 def wasserstein(true_values, histogram: Histogram) -> float:
     """The 1-Wasserstein distance between the clipped true values and the processed histogram (values spread
     uniformly inside each bucket), computed on the bucket edges and the true values."""
-    layout = histogram.layout
+    return wasserstein_of_cdf(true_values, histogram.layout, histogram.cdf())
+
+
+def wasserstein_of_cdf(true_values, layout: BucketLayout, cdf) -> float:
+    """:func:`wasserstein` for any estimated CDF given at the upper edge of each bucket (a peer's, say)."""
     values = np.clip(np.sort(np.asarray(true_values, dtype=np.float64)), layout.lower, layout.upper)
     edges = layout.edges
     grid = np.unique(np.concatenate((edges, values)))
     true_cdf = np.searchsorted(values, grid, side="right") / values.size
-    cdf_at_edges = np.concatenate(([0.0], histogram.cdf()))
+    cdf_at_edges = np.concatenate(([0.0], np.asarray(cdf, dtype=np.float64)))
     est_cdf = np.interp(grid, edges, cdf_at_edges)
     return float(np.sum(np.abs(true_cdf[:-1] - est_cdf[:-1]) * np.diff(grid)))

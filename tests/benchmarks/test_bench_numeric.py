@@ -91,6 +91,34 @@ def test_a_tiny_run_keeps_the_issues_keys_and_adds_the_paired_verdicts(capsys):
             assert check["standard_error"] >= 0 and isinstance(check["not_less_accurate"], bool)
     assert out["goal"]["checks"] == 9 == len(out["goal"]["holds"]) + len(out["goal"]["fails"])
     assert out["goal"]["median_goal"]["buckets"] == 12 and out["goal"]["median_goal"]["ours"] == out["cells"][0]["ours"]
+    for c in out["cells"]:  # every method's Wasserstein distance; the mean's coverage of each histogram method
+        assert set(c["wasserstein"]) == set(c["rank_error"]) - {"bucketing"}
+        assert all(0 < d < bench.UPPER_MS for d in c["wasserstein"].values())
+        assert c["ours"] in c["mean_coverage"] and all(0 <= v <= 1 for v in c["mean_coverage"].values())
+    assert out["goal"]["mean_goal"]["seeds"] == 9
+
+
+def test_the_mean_goal_pools_every_seed_and_fails_well_below_95_percent():
+    def cells(coverage: float, seeds: int = 300) -> list[dict]:
+        return [{"ours": "x", "seeds": seeds, "mean_coverage": {"x": coverage}} for _ in range(3)]
+
+    held = bench.mean_goal(cells(0.95))
+    assert held["holds"] and held["seeds"] == 900 and held["coverage"] == pytest.approx(0.95)
+    assert bench.mean_goal(cells(0.94))["holds"]  # within 2 binomial standard errors (0.73 points at 900 seeds)
+    assert not bench.mean_goal(cells(0.90))["holds"]  # the negative control: 7 standard errors short
+    assert bench.mean_goal([]) is None
+
+
+def test_the_wasserstein_distance_of_a_cdf_is_the_histograms():
+    from cms_core.numeric import BucketLayout, DirectRRNoise, Histogram, wasserstein, wasserstein_of_cdf
+
+    rng = np.random.default_rng(5)
+    layout = BucketLayout.explicit([10, 100, 1000], 0, 5000)
+    values = bench.latencies(2000, rng)
+    raw = np.bincount(layout.index(values), minlength=4) / 2000
+    histogram = Histogram.of(layout, raw, 2000, DirectRRNoise(1.0, 4))
+    assert wasserstein_of_cdf(values, layout, histogram.cdf()) == wasserstein(values, histogram)
+    assert wasserstein_of_cdf(values, layout, np.array([0.0, 0.0, 0.0, 1.0])) > wasserstein(values, histogram)
 
 
 @pytest.mark.parametrize("argv, message", [(["--quick", "--seeds", "1"], "--seeds must be >= 2"),

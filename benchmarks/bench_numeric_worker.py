@@ -12,7 +12,9 @@ metrics, each at epsilon 2 with ``mechanism: auto``:
 * ``numeric_40``: 40 buckets, OpenTelemetry's base-2 exponential ones at scale 1 over [1, 2^20] ms.
 
 A numeric metric is an integer metric over its bucket indices, so the worker decodes it on the frequency
-path's code; what differs is the domain and the mechanism ``auto`` picks for it (``mechanism`` in the output).
+path's code; what differs is the domain and the mechanism ``auto`` picks for it (``mechanism`` in the output:
+a hierarchical histogram for both numeric metrics at epsilon 2, whose devices each report one level drawn
+uniformly, framed with that level's parameters; ``levels``).
 After each run the worker answers the metric's window ``ANSWERS`` times (/estimates for the frequency metric,
 /histogram for a numeric one: bucket frequencies, CDFs, quantiles and the mean) and the mean time is printed.
 Each round runs every metric once, on a fresh broker, the order rotating between rounds; medians are printed
@@ -24,6 +26,7 @@ object. This is a benchmark, not a test: it prints numbers and never fails on sp
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -37,6 +40,7 @@ import numpy as np
 from benchmarks import bench_worker
 from benchmarks.experiments.common import cpu_model
 from cms_core import wire
+from cms_core.hierarchy import simulate_levels
 from cms_core.privatize import simulate_reports
 from infra.mock_cluster import start_broker
 from registry import load_registry
@@ -61,23 +65,32 @@ def registry_text() -> str:
     return "\n".join(out) + "\n"
 
 
-def payloads_of(version, n: int, seed: int) -> list[bytes]:
-    """Frames of ``n`` reports of ``version``: values on a Zipf-like prior over its domain (for a numeric metric
-    its bucket indices, as a device's client sends them)."""
+def payloads_of(version, n: int, seed: int) -> tuple[list[bytes], list[int]]:
+    """Frames of ``n`` reports of ``version`` and their report counts: values on a Zipf-like prior over its domain
+    (for a numeric metric its bucket indices, as a device's client sends them). A hierarchical histogram's devices
+    each report one level drawn uniformly, framed with that level's parameters (frames of the levels in turn)."""
     rng = np.random.default_rng(seed)
-    d = version.params.dictionary_size
+    hierarchy = getattr(version, "hierarchy", None)
+    d = hierarchy.buckets if hierarchy is not None else version.params.dictionary_size
     elements = ((rng.zipf(1.3, n) - 1) % d).astype(np.uint64)
-    batch = simulate_reports(version.params, elements, rng)
-    return [wire.encode_frame(version.params, batch.slice(i, min(i + FRAME, n))) for i in range(0, n, FRAME)]
+    if hierarchy is None:
+        parts = [(version.params, simulate_reports(version.params, elements, rng))]
+    else:
+        parts = list(zip(hierarchy.levels, simulate_levels(hierarchy, elements, rng)[1]))
+    frames = [[(wire.encode_frame(params, batch.slice(i, min(i + FRAME, len(batch)))), min(FRAME, len(batch) - i))
+               for i in range(0, len(batch), FRAME)] for params, batch in parts]
+    mixed = [frame for turn in itertools.zip_longest(*frames) for frame in turn if frame is not None]
+    return [payload for payload, _ in mixed], [count for _, count in mixed]
 
 
-def one_run(bootstrap: str, log_dir: Path, path: Path, metric: str, payloads: list[bytes], total: int) -> dict:
+def one_run(bootstrap: str, log_dir: Path, path: Path, metric: str, payloads: tuple[list[bytes], list[int]],
+            total: int) -> dict:
     worker = bench_worker.Worker(bootstrap, f"bench-numeric-{metric.replace('_', '-')}", log_dir,
                                  metric=("--registry", str(path)))
     try:
         worker.wait_healthy(120)
-        run = bench_worker.paced_run(worker, bootstrap, payloads, [FRAME] * len(payloads), worker.view_reports,
-                                     metric)
+        frames, counts = payloads
+        run = bench_worker.paced_run(worker, bootstrap, frames, counts, worker.view_reports, metric)
         answer = "estimates" if metric == "frequency" else "histogram"
         started = time.perf_counter()
         for _ in range(ANSWERS):
@@ -127,9 +140,11 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"round {round_ + 1}, {name}: {bench_worker.run_text(r)}")
     results = {}
     for name, rs in runs.items():
-        params = versions[name].params
+        params, hierarchy = versions[name].params, getattr(versions[name], "hierarchy", None)
         results[name] = {
-            "mechanism": params.mechanism, "domain": params.dictionary_size,
+            "mechanism": "hierarchy" if hierarchy is not None else params.mechanism,
+            "domain": hierarchy.buckets if hierarchy is not None else params.dictionary_size,
+            **({"levels": len(hierarchy.levels)} if hierarchy is not None else {}),
             "reports_per_s": round(statistics.median(r["reports_per_s"] for r in rs)),
             "worker_cpu_us_per_report": round(statistics.median(r["worker_cpu_seconds"] / r["reports"] for r in rs)
                                               * 1e6, 3),

@@ -18,11 +18,28 @@ def test_the_registry_holds_a_frequency_metric_and_two_numeric_ones_at_epsilon_2
 
 
 def test_frames_decode_with_the_metrics_parameters_and_hold_every_report():
-    version = registry_from_text(bench.registry_text()).metric("numeric_40").live_versions[-1]
-    frames = bench.payloads_of(version, 2_500, seed=1)
-    assert len(frames) == 3
+    version = registry_from_text(bench.registry_text()).metric("frequency").live_versions[-1]
+    frames, counts = bench.payloads_of(version, 2_500, seed=1)
+    assert len(frames) == 3 and counts == [1_000, 1_000, 500]
     batches = [wire.decode_message(frame, {version.fingerprint: version.params})[1] for frame in frames]
-    assert sum(len(b) for b in batches) == 2_500
+    assert [len(b) for b in batches] == counts
+
+
+def test_a_trees_devices_report_every_level_framed_with_its_parameters():
+    """Issue 40: ``mechanism: auto`` picks a hierarchical histogram for both numeric metrics at epsilon 2; their
+    frames spread the reports over the levels, each decoded with its level's parameters (none with the finest
+    level's alone, which measured only that level before)."""
+    version = registry_from_text(bench.registry_text()).metric("numeric_40").live_versions[-1]
+    assert version.hierarchy is not None
+    frames, counts = bench.payloads_of(version, 6_000, seed=1)
+    by_fingerprint = {level.fingerprint: level.params for level in version.tree_levels()}
+    seen = {}
+    for frame, count in zip(frames, counts):
+        params, batch = wire.decode_message(frame, by_fingerprint)
+        assert len(batch) == count
+        seen[params.binding] = seen.get(params.binding, 0) + count
+    assert sum(seen.values()) == 6_000 and set(seen) == {level.binding for level in version.tree_levels()}
+    assert min(seen.values()) > 6_000 / len(seen) * 0.8  # uniform levels: ~3,000 each at 2 levels
 
 
 @pytest.mark.parametrize("argv, message", [(["--reports", "10"], "--reports must be >= 1,000"),

@@ -50,9 +50,9 @@ import time
 
 from cms_core.errors import OCMSError
 
+from .follow import LogFollower
 from .key import key_topic, kept_key
 from .log import ListingLog, Listing, encode_lease, encode_outcome, key_hash
-from .follow import LogFollower
 from .repair import BatchRepair
 from .tail import LogTail
 

@@ -70,14 +70,7 @@ class LogFollower:
 
     def _release_waiters(self) -> None:
         if self._waiters:
-            waiting = []
-            for offset, future in self._waiters:
-                if offset <= self._applied:
-                    if not future.done():
-                        future.set_result(None)
-                else:
-                    waiting.append((offset, future))
-            self._waiters = waiting
+            self._waiters = _released(self._waiters, self._applied)
 
     async def applied(self, offset: int) -> None:
         """Return once the tail applied the log up to ``offset``."""
@@ -159,14 +152,7 @@ class LogFollower:
         if answered:
             self._fetches += 1
         if self._fetch_waiters:
-            waiting = []
-            for count, future in self._fetch_waiters:
-                if count <= self._fetches:
-                    if not future.done():
-                        future.set_result(None)
-                elif not future.done():
-                    waiting.append((count, future))
-            self._fetch_waiters = waiting
+            self._fetch_waiters = _released(self._fetch_waiters, self._fetches)
         if len(self.local) > 2 * len(self.state.frames) + 1000:  # outcomes never written back
             self.local = {n: f for n, f in self.local.items() if n in self.state.frames or not f.done()}
         self._advance()  # own records after what the tail applied; waiters
@@ -181,3 +167,16 @@ class LogFollower:
         self._applied = -1
         self._own.clear()
         self._own_max = -1
+
+
+def _released(waiters: list[tuple[int, asyncio.Future]], reached: int) -> list[tuple[int, asyncio.Future]]:
+    """Resolve the waiters whose mark is at or below ``reached``; the ones still waiting (cancelled ones dropped)."""
+    waiting = []
+    for mark, future in waiters:
+        if future.done():
+            continue
+        if mark <= reached:
+            future.set_result(None)
+        else:
+            waiting.append((mark, future))
+    return waiting

@@ -436,7 +436,7 @@ class Collector:
             cache_key = (app.name if app is not None else "", key)
             digest = body_digest(body)
             try:
-                earlier = self.idempotency.lookup(cache_key, digest)
+                earlier = self.idempotency.claim(cache_key, digest)
             except KeyReusedError as exc:
                 return _answer(422, exc.reason, str(exc))
             if earlier is not None:
@@ -445,7 +445,7 @@ class Collector:
                 if status == 202:
                     return _json(status, doc, headers={"Idempotent-Replayed": "true"})
                 # the first attempt failed (its key is forgotten): try this one afresh
-            self.idempotency.begin(cache_key, digest)
+                self.idempotency.begin(cache_key, digest)
         status, doc, headers = 500, {}, None
         try:
             status, doc, headers = await self._accept(body, ctype, metric, app, shared_key)

@@ -59,19 +59,24 @@ _lease_kind = LEASE  # set once per process by write_leases_for
 _BATCH_FRAME = struct.Struct(">16sII")
 
 
-#: BLAKE2b states keyed with each secret seen (one per deployment; a copy is cheaper than keying afresh).
-_KEYED_STATES: dict[bytes, object] = {}
+#: BLAKE2b states keyed with a secret and fed an application's prefix, per (secret, application) seen (a
+#: deployment has one secret and a few applications; a copy is cheaper than keying and feeding the prefix afresh).
+_KEYED_STATES: dict[tuple[bytes, str], object] = {}
+_KEYED_STATES_MAX = 1024
 
 
 def key_hash(secret: bytes, application: str, key: str) -> bytes:
-    """The keyed hash of an upload's Idempotency-Key that the log holds (never the key itself)."""
-    state = _KEYED_STATES.get(secret)
+    """The keyed hash of an upload's Idempotency-Key that the log holds (never the key itself): BLAKE2b keyed with
+    the deployment's secret over ``application NUL key``."""
+    state = _KEYED_STATES.get((secret, application))
     if state is None:
         state = hashlib.blake2b(key=secret, digest_size=KEY_HASH_BYTES, person=b"ocms-idem-v1")
-        if len(_KEYED_STATES) < 16:  # a process uses one or two (tests: a few)
-            _KEYED_STATES[secret] = state
+        state.update(f"{application}\x00".encode())
+        if len(_KEYED_STATES) >= _KEYED_STATES_MAX:  # a bound, not a cache policy: applications are few
+            _KEYED_STATES.clear()
+        _KEYED_STATES[(secret, application)] = state
     digest = state.copy()
-    digest.update(f"{application}\x00{key}".encode())
+    digest.update(key.encode())
     return digest.digest()
 
 

@@ -140,7 +140,7 @@ class SharedIdempotency(LogFollower):
         return key_hash(self._secret, application, key)
 
     def holder(self, key: bytes) -> Listing | None:
-        return self.state.holder(key)
+        return self.state.holders.get(key)  # ListingLog.holder without its call: asked once per keyed upload
 
     def listing_time(self) -> int:
         """The time of this collector's next listing: its wall clock, never before the log's clock."""

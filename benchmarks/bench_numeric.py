@@ -8,7 +8,8 @@ each (what any method over these buckets can know); ``bucketing`` is the true hi
 the raw values, the part no private method can remove. Methods:
 
 * ``direct-rr+monotone``: direct RR over the bucket index, the raw CDF made monotone by
-  :func:`cms_core.numeric.monotone_cdf` (isotonic regression with absorbing bounds, :class:`cms_core.numeric.Histogram`);
+  :func:`cms_core.numeric.monotone_cdf` (isotonic regression with absorbing bounds, as
+  :class:`cms_core.numeric.Histogram` does);
 * ``hierarchy-B<b>+monotone`` (ours, :mod:`cms_core.hierarchy`): the hierarchical histogram at the branching the
   planner finds best among trees (each device one uniform level at the full epsilon, each level's oracle direct
   RR or OCMS+RR, the weighted least-squares consistent tree), its CDF made monotone the same way;

@@ -7,16 +7,18 @@ estimates differ. The rank error is measured against the devices' buckets with t
 each (what any method over these buckets can know); ``bucketing`` is the true histogram's own rank error against
 the raw values, the part no private method can remove. Methods:
 
-* ``direct-rr+isotonic``: direct RR over the bucket index, the raw CDF made monotone by isotonic regression
-  (:class:`cms_core.numeric.Histogram`);
-* ``hierarchy-B<b>+isotonic`` (ours, :mod:`cms_core.hierarchy`): the hierarchical histogram at the branching the
+* ``direct-rr+monotone``: direct RR over the bucket index, the raw CDF made monotone by
+  :func:`cms_core.numeric.monotone_cdf` (isotonic regression with absorbing bounds, as
+  :class:`cms_core.numeric.Histogram` does);
+* ``hierarchy-B<b>+monotone`` (ours, :mod:`cms_core.hierarchy`): the hierarchical histogram at the branching the
   planner finds best among trees (each device one uniform level at the full epsilon, each level's oracle direct
   RR or OCMS+RR, the weighted least-squares consistent tree), its CDF made monotone the same way;
-* ``ocms-rr+isotonic``: OCMS+RR over the bucket index, when the planner picks it;
+* ``ocms-rr+monotone``: OCMS+RR over the bucket index, when the planner picks it;
 * ``direct-rr`` (baseline): the same reports, raw cumulative sums made monotone by a running maximum;
 * ``hierarchical`` (peer, PyPI ``ldp-hierarchical-mechanism``: Cormode, Kulkarni, Srivastava's hierarchical
   method, branching 4, each device reports one random level at the full epsilon, with Hay et al.'s
-  consistency), when installed (the ``bench`` extra).
+  consistency; its CDF divided by its total and made monotone by a running maximum, as the baseline's), when
+  installed (the ``bench`` extra).
 
 ``ours`` is the planner's pick per cell (:func:`cms_core.planning.choose_numeric_mechanism`: the smallest
 predicted CDF variance over the bucket edges, from the variance formulas alone, never from these results).
@@ -69,7 +71,7 @@ from cms_core.theory import rr_keep_probability
 
 QUANTILES = (0.5, 0.9, 0.99)
 EPSILONS = (1.0, 2.0, 4.0)
-DIRECT = "direct-rr+isotonic"
+DIRECT = "direct-rr+monotone"
 #: Not a method: the true histogram's own rank error against the raw values (the part no method can remove).
 BUCKETING = "bucketing"
 #: The paired check's allowance in standard errors (one-sided, about 2.3% false failures for equal methods).
@@ -202,9 +204,9 @@ def cell(k: int, layout: BucketLayout, epsilon: float, n: int, seeds: int, with_
     plan = choose_numeric_mechanism(k, epsilon, n)
     trees = {plan["candidates"][name]["branching"]: name for name in {plan["chosen"], plan["best_hierarchy"]}
              if name is not None and name != "direct-rr"}
-    tree_params = {f"{name}+isotonic": hierarchy.HierarchyParams.build(
+    tree_params = {f"{name}+monotone": hierarchy.HierarchyParams.build(
         k, epsilon, branching, mechanism="ocms" if name == "ocms-rr" else "auto") for branching, name in trees.items()}
-    ours = f"{plan['chosen']}+isotonic"
+    ours = f"{plan['chosen']}+monotone"
     errors: dict[str, list] = {}
     distances: dict[str, list] = {}
     covered: dict[str, list] = {}

@@ -22,7 +22,8 @@ accuracy of differentially private histograms through consistency", PVLDB 2010):
   (different oracles and device counts), so the same projection is solved with per-level weights. The CDF at
   bucket edge ``j`` is ``x_0 + .. + x_j`` (the range ``[0, j]``, which the raw tree answers with at most ``B - 1``
   nodes per level: :func:`cms_core.theory.range_node_counts`), then made monotone by
-  :class:`cms_core.numeric.Histogram` (isotonic regression).
+  :class:`cms_core.numeric.Histogram` (isotonic regression with absorbing bounds:
+  :func:`cms_core.numeric.monotone_cdf`).
 
 **Privacy guarantee.** Each report is epsilon-LDP: the level is drawn independently of the value (so it is
 public and costs nothing), and the node goes through one epsilon-LDP report of that level's parameters

@@ -83,7 +83,7 @@ def test_a_tiny_run_keeps_the_issues_keys_and_adds_the_paired_verdicts(capsys):
     for c in out["cells"]:
         assert {"buckets", "epsilon", "n", "ours", "rank_error", "mean_rank_error", "mean_rank_error_se",
                 "paired"} <= set(c)
-        assert c["ours"] in c["rank_error"] and {"direct-rr", "direct-rr+isotonic"} <= set(c["rank_error"])
+        assert c["ours"] in c["rank_error"] and {"direct-rr", "direct-rr+monotone"} <= set(c["rank_error"])
         assert all(len(v) == 3 for v in c["rank_error"].values()) and c["seeds"] == 3
         assert set(c["paired"]) == {"0.5", "0.9", "0.99"}
         for check in c["paired"].values():

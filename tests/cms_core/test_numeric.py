@@ -11,7 +11,7 @@ import pytest
 
 from cms_core.errors import InvalidParameterError
 from cms_core.numeric import (BoundedNoise, BucketLayout, DirectRRNoise, Histogram, direct_rr_functional_variance,
-                              rank_error, wasserstein)
+                              isotonic_cdf, monotone_cdf, rank_error, wasserstein, wasserstein_of_cdf)
 from cms_core.theory import rr_keep_probability
 
 LATENCY = BucketLayout.explicit([5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000], lower=0, upper=20000)
@@ -134,6 +134,36 @@ def test_the_processed_cdf_is_monotone_and_ends_at_one_when_raw_estimates_go_neg
     low, high = histogram.cdf_interval()
     assert np.all(low <= cdf + 1e-12) and np.all(cdf <= high + 1e-12)
     assert np.all(np.diff(low) >= 0) and np.all(np.diff(high) >= 0)
+
+
+def test_the_bounds_absorb_where_the_least_squares_fit_leaves_a_plateau_inside_them():
+    # a raw CDF that touches 1 at 1 s and wanders just below it beyond, and touches 0 at 10 ms
+    raw = np.array([-0.01, 0.02, -0.005, 0.3, 0.7, 0.85, 0.97, 1.004, 0.993, 0.996, 0.992, 1.0])
+    least_squares, processed = isotonic_cdf(raw), monotone_cdf(raw)
+    assert np.all(processed[7:] == 1.0) and np.all(processed[:3] == 0.0)
+    assert np.allclose(processed[3:7], least_squares[3:7])  # in between, the least-squares fit
+    # the old behaviour (negative control): the pooled plateau stays below 1 across the tail, and above 0 at 10 ms
+    assert np.allclose(least_squares[7:11], (1.004 + 0.993 + 0.996 + 0.992) / 4) and least_squares[2] > 0
+    histogram = Histogram.of(LATENCY, np.diff(raw, prepend=0.0), 100, DirectRRNoise(1.0, 12))
+    assert np.array_equal(histogram.cdf(), processed) and np.allclose(histogram.cdf(processed=False), raw)
+
+
+def test_a_trees_wasserstein_distance_over_a_wide_empty_tail_is_not_the_plateaus():
+    """256 buckets of 78 ms up to 20 s, latencies around 120 ms, a B2 tree at eps 1 (its CDF's sd about 0.019,
+    eight times the mass beyond 2 s): over 10 fixed seeds the processed CDF's median distance is about half the
+    least-squares fit's (measured 23.4 against 46.6 ms: 37-201 ms where the fit's plateau sat below 1)."""
+    from cms_core import hierarchy
+
+    layout = BucketLayout.explicit(np.linspace(0, 20_000, 257)[1:-1], 0, 20_000)
+    params = hierarchy.HierarchyParams.build(256, 1.0, 2)
+    processed, least_squares = [], []
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        values = np.clip(rng.lognormal(np.log(120.0), 1.0, 100_000), 0, 20_000)
+        leaves, noise = hierarchy.estimate(params, hierarchy.simulate(params, layout.index(values), rng))
+        processed.append(wasserstein(values, Histogram.of(layout, leaves, values.size, noise)))
+        least_squares.append(wasserstein_of_cdf(values, layout, isotonic_cdf(np.cumsum(leaves))))
+    assert np.median(processed) < 0.7 * np.median(least_squares), (processed, least_squares)
 
 
 def test_the_bound_for_correlated_oracles_is_never_below_the_independent_sum():

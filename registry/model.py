@@ -79,6 +79,8 @@ class MetricVersion:
     hierarchy: object = None
     #: Set on a level of a tree version (:meth:`tree_levels`): its level, 1 (coarsest) .. h (the buckets).
     tree_level: int | None = None
+    #: registry.numeric.MeanSplit of a numeric version whose mean is the Hybrid mechanism's (issue 40), else None.
+    mean: object = None
     _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------ identity
@@ -121,7 +123,7 @@ class MetricVersion:
         if levels is None:
             levels = tuple(dataclasses.replace(
                 self, params=params, hierarchy=None, tree_level=level, numeric=None, tracked=TrackedSpec("all"),
-                watch=(), value_names=None, domain="integers", mechanism_note=None)
+                watch=(), value_names=None, domain="integers", mechanism_note=None, mean=None)
                 for level, params in enumerate(self.hierarchy.levels, start=1))
             levels = self._cache.setdefault("tree_levels", levels)
         return levels
@@ -146,6 +148,8 @@ class MetricVersion:
                 # two branchings can give levels of equal sizes, so equal fingerprints, grouping buckets differently)
                 definition["hierarchy"] = {"branching": self.hierarchy.branching,
                                            "levels": [p.fingerprint.hex() for p in self.hierarchy.levels]}
+            if self.mean is not None:  # a Hybrid mean: its reports' parameters and the devices' split
+                definition["mean"] = {"fingerprint": self.mean.fingerprint.hex(), "parts": self.mean.parts}
             text = json.dumps(definition, separators=(",", ":"), ensure_ascii=False)
             digest = cache.setdefault("definition_digest", hashlib.sha256(text.encode("utf-8")).hexdigest())
         return digest
@@ -266,6 +270,7 @@ class MetricVersion:
             **({"longitudinal": self.longitudinal.describe()} if self.longitudinal is not None else {}),
             **({"numeric": self.numeric.describe()} if self.numeric is not None else {}),
             **({"hierarchy": self.describe_tree()} if self.hierarchy is not None else {}),
+            **({"mean": self.mean.describe()} if self.mean is not None else {}),
             **({"min_client_version": self.min_client_version} if self.min_client_version else {}),
         }
 

@@ -289,6 +289,19 @@ def privatize_value(params: HybridParams, value, random: RandomBytes = os.urando
     return params.cells + int(draw_bits64(random) < params.duchi_low + j * params.duchi_step)
 
 
+def draw_mean_message(params: HybridParams, parts: int, carrier, value, random: RandomBytes = os.urandom) -> bytes | None:
+    """A device of a numeric version with a Hybrid mean (registry.numeric.MeanSplit): ``draw_below(parts)``
+    first, apart from the value (no byte when ``parts`` is 1); part 0 is a Hybrid report of ``value``
+    (:func:`privatize_value`) framed as one wire message of the ``carrier`` parameters (z alone, as direct RR's), any
+    other part None: the caller reports the histogram's, drawing on from the same ``random``."""
+    from . import wire
+    from .reports import Report
+
+    if draw_below(random, parts) != 0:
+        return None
+    return wire.encode_report(carrier, Report(0, 1, privatize_value(params, value, random)))
+
+
 def simulate(params: HybridParams, values, rng: np.random.Generator) -> np.ndarray:
     """Simulation path (seeded, vectorized; never on a device): one report per value, distributed exactly as
     :func:`privatize_value`'s up to float64 probabilities."""
@@ -323,6 +336,16 @@ def fold(params: HybridParams, z, into: MeanFold = MeanFold()) -> MeanFold:
     """``into`` with the reports ``z`` added."""
     e = params.estimates(z)
     return into.merge(MeanFold(int(e.size), float(e.sum()), float(e @ e)))
+
+
+def fold_counts(params: HybridParams, counts) -> MeanFold:
+    """The fold of reports given as how many of each report value ``z`` there were (``counts[z]``, z in
+    [0, M + 2): what a worker counting the reports as direct RR's values keeps per window)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.shape != (params.outputs,) or (counts < 0).any():
+        raise InvalidParameterError("counts", f"shape {counts.shape}", f"needs {params.outputs} counts >= 0")
+    e = params.estimates(np.arange(params.outputs))
+    return MeanFold(int(round(counts.sum())), float(counts @ e), float(counts @ (e * e)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -406,6 +429,6 @@ def exact_privacy_loss(params: HybridParams, points=None) -> Fraction:
     return max(Fraction(h, l) for h, l in zip(high, low) if h)  # an output no input gives (alpha = 0) is no loss
 
 
-__all__ = ["EPS_STAR", "GRID", "HybridParams", "MeanEstimate", "MeanFold", "exact_privacy_loss", "fold",
-           "mean_interval", "mean_variance", "paper_alpha", "paper_duchi_variance", "paper_hm_worst_variance",
+__all__ = ["EPS_STAR", "GRID", "HybridParams", "MeanEstimate", "MeanFold", "exact_privacy_loss", "fold", "fold_counts",
+           "draw_mean_message", "mean_interval", "mean_variance", "paper_alpha", "paper_duchi_variance", "paper_hm_worst_variance",
            "paper_pm_variance", "privatize_value", "simulate"]

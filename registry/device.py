@@ -55,6 +55,10 @@ def version_config(version: MetricVersion) -> dict:
         out["numeric"] = version.numeric.device_config()
     if version.hierarchy is not None:  # issue 40: a tree; the device draws one level per report (docs/device.md)
         out["hierarchy"] = tree_config(version)
+    if version.mean is not None:  # issue 40: a Hybrid mean; the device draws its part first (docs/device.md)
+        from .numeric import mean_config
+
+        out["mean"] = mean_config(version.mean)
     if version.longitudinal is not None:  # issue 38: memoized two-round reports (cms_core.longitudinal)
         from cms_core.longitudinal import memo_threshold, report_threshold
 

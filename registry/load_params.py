@@ -69,7 +69,7 @@ class ParamsReader:
 
     def with_mean(self, spec, epsilon: float, params: OCMSParams, tree, metric, version) -> OCMSParams:
         """``params``, keeping the version's Hybrid mean when its ``numeric.mean_mechanism`` asks for one."""
-        split = numeric.mean_split(spec, epsilon, params, tree)
+        split = numeric.mean_split(spec, epsilon, params, tree, f"{metric}@{version}/mean")
         if split is not None:
             self.means[(metric, version)] = split
         return params

@@ -94,6 +94,10 @@ class NumericSpec:
         """A device's number -> its bucket index (clipped; :meth:`cms_core.numeric.BucketLayout.bucket`)."""
         return self.layout.bucket(value)
 
+    def measure(self, value) -> "Measured":
+        """:meth:`bucket`, remembering the number: a version with a Hybrid mean reports the number itself."""
+        return Measured(self.layout.bucket(value), float(value))
+
     def describe(self) -> dict:
         return {"lower": self.layout.lower, "upper": self.layout.upper, "bounds": list(self.layout.bounds),
                 "buckets": self.buckets, "scheme": self.scheme, "scale": self.scale, "answers": list(self.answers),
@@ -103,6 +107,18 @@ class NumericSpec:
     def device_config(self) -> dict:
         """What a device needs to bucketize (the device config's ``numeric``)."""
         return self.layout.to_config()
+
+
+class Measured(int):
+    """A number's bucket index (what the histogram's report takes) that keeps the ``number`` (what a Hybrid mean's
+    report takes, :func:`cms_core.hybrid.privatize_value`)."""
+
+    number: float
+
+    def __new__(cls, bucket: int, number: float) -> "Measured":
+        measured = super().__new__(cls, bucket)
+        measured.number = number
+        return measured
 
 
 def of(version) -> NumericSpec | None:
@@ -276,16 +292,29 @@ class MeanSplit:
     hybrid: object  # cms_core.hybrid.HybridParams
     parts: int
     choice: dict
+    #: How the reports travel: direct RR's parameters over the ``M + 2`` report values (binding
+    #: ``name@version/mean``), so the wire format, the collector and the worker's counts are the integer path's
+    #: (a record is z alone; the worker counts each z, and the mean is a fold of those counts,
+    #: :func:`cms_core.hybrid.fold_counts`). Its keep threshold is never used: the device runs
+    #: :func:`cms_core.hybrid.privatize_value`.
+    carrier: object = None
 
     @property
     def fingerprint(self) -> bytes:
-        """What a frame of this version's Hybrid reports carries (:attr:`cms_core.hybrid.HybridParams.fingerprint`)."""
-        return self.hybrid.fingerprint
+        """What a frame of this version's Hybrid reports carries (the carrier's)."""
+        return self.carrier.fingerprint
 
     def describe(self) -> dict:
         return {"mechanism": "hybrid", "parts": self.parts, "fingerprint": self.fingerprint.hex(),
+                "hybrid_fingerprint": self.hybrid.fingerprint.hex(),
                 "params": {"epsilon": self.hybrid.epsilon, **self.hybrid.to_config()},
                 "predicted_sd": {"hybrid": self.choice["hybrid_sd"], "histogram": self.choice["histogram_sd"]}}
+
+
+def mean_config(split: MeanSplit) -> dict:
+    """What a device needs of a Hybrid mean (the device config's ``mean``, docs/device.md "Numeric means"): the
+    carrier's ``fingerprint`` its reports are framed with, ``parts`` and the mechanism's integer thresholds."""
+    return {"fingerprint": split.fingerprint.hex(), "parts": split.parts, **split.hybrid.to_config()}
 
 
 def mean_parts(spec: NumericSpec, tree) -> int:
@@ -294,11 +323,12 @@ def mean_parts(spec: NumericSpec, tree) -> int:
     return 1 if spec.answers == ("mean",) else (tree.height if tree is not None else 1) + 1
 
 
-def mean_split(spec: NumericSpec, epsilon: float, params, tree) -> MeanSplit | None:
+def mean_split(spec: NumericSpec, epsilon: float, params, tree, binding: str) -> MeanSplit | None:
     """The version's Hybrid mean, or None when its mean is read from the histogram: ``mean_mechanism: hybrid``
     always, ``auto`` when :func:`cms_core.planning.choose_mean_mechanism` predicts the smaller variance (uniform
     buckets, :data:`PLANNING_REPORTS` devices, the histogram from all of them against the Hybrid mechanism from
-    ``1 / parts`` of them). InvalidParameterError (naming epsilon) when the Hybrid mechanism cannot be built."""
+    ``1 / parts`` of them); ``binding`` is the carrier's (``name@version/mean``). InvalidParameterError (naming
+    epsilon) when the Hybrid mechanism cannot be built."""
     from cms_core.hybrid import HybridParams
 
     if spec.mean_mechanism == "histogram" or "mean" not in spec.answers:
@@ -308,7 +338,9 @@ def mean_split(spec: NumericSpec, epsilon: float, params, tree) -> MeanSplit | N
     choice = planning.choose_mean_mechanism(spec.layout, hybrid, params, tree, PLANNING_REPORTS, parts)
     if spec.mean_mechanism == "auto" and choice["chosen"] != "hybrid":
         return None
-    return MeanSplit(hybrid, parts, choice)
+    carrier = OCMSParams.build(epsilon, hybrid.outputs, mode="l2", tracked_count=hybrid.outputs, mechanism="direct",
+                               binding=binding)
+    return MeanSplit(hybrid, parts, choice, carrier)
 
 
 def audited_epsilon(version) -> float:

@@ -39,7 +39,8 @@ def test_the_reporter_reproduces_every_vector_byte_for_byte(tmp_path, monkeypatc
 
 def hybrid_from_config(entry: dict, value: float, random) -> int | None:
     """The contract (make_numeric_mean_vectors' docstring) from the device config's ``mean`` alone."""
-    mean = {k: int(v) if isinstance(v, str) else v for k, v in entry["mean"].items() if k != "fingerprint"}
+    mean = {k: int(v) if isinstance(v, str) else v for k, v in entry["mean"].items()
+            if k in ("parts", "lower", "upper", "grid", "window", "pm_share", "pm_keep", "duchi_low", "duchi_step")}
 
     def bits64():
         return int.from_bytes(random(8), "big")

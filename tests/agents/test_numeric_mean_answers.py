@@ -160,3 +160,32 @@ def test_a_mean_only_version_exports_no_distribution(world):
                             ("ocms_numeric_mean", True)):
         metrics = {s.labels["metric"] for s in families[family].samples}
         assert ("latency_mean" in metrics) == present and "latency_split" in metrics
+
+
+def test_a_tree_with_a_hybrid_mean_answers_both(tmp_path):
+    """A tree version (three levels) with a Hybrid mean: four parts; the tree's histogram from its levels, the mean
+    from the Hybrid part, both parts' reports in n."""
+    from cms_core import hierarchy
+
+    text = TEXT.replace("mean_mechanism: hybrid}\n    epsilon: 1\n    mechanism: direct",
+                        "branching: 3, mean_mechanism: hybrid}\n    epsilon: 1\n    mechanism: hierarchy", 1)
+    registry, view, rng = load(tmp_path, text), CountsView(), np.random.default_rng(40_043)
+    version = registry.metric("latency_split").latest
+    assert version.hierarchy.height == 2 and version.mean.parts == 3
+    catalog = Catalog(registry, view, clock=lambda: NOW)
+    values = latencies(rng, N)
+    parts = rng.integers(0, version.mean.parts, size=N)
+    mean_part = version.mean_parts()[0]
+    z = hybrid.simulate(version.mean.hybrid, values[parts == 0], rng).astype(np.uint32)
+    put(view, catalog.state_layout(1), mean_part, z.size,
+        kernel.match_counts(mean_part.params, ReportBatch(*identity_coefficients(z.size), z), mean_part.tracked_values()))
+    buckets = version.numeric.layout.index(values[parts != 0])
+    for level, batch in zip(version.tree_levels(), hierarchy.simulate(version.hierarchy, buckets, rng)):
+        put(view, catalog.state_layout(1), level, len(batch),
+            kernel.match_counts(level.params, batch, level.tracked_values()))
+    doc = histogram(catalog, "latency_split")
+    assert doc["n"] == N and doc["histogram"]["mechanism"].startswith("hierarchy")
+    mean, truth = doc["histogram"]["mean"], float(np.clip(values[parts == 0], 0, 2000).mean())
+    assert mean["mechanism"] == "hybrid" and mean["reports"] == z.size
+    assert mean["ci_low"] <= truth <= mean["ci_high"]
+    assert sum(level["reports"] for level in doc["histogram"]["levels"]) == N - z.size

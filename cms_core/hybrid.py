@@ -385,6 +385,20 @@ def mean_interval(params: HybridParams, folded: MeanFold, confidence: float = 0.
     return MeanEstimate(centre, centre - half, centre + half, sd, n, float(confidence))
 
 
+def with_mean(doc: dict | None, params: HybridParams, counts, confidence: float, empty: dict) -> dict | None:
+    """A numeric answer ``doc`` (None: no bucket reports) with its ``mean`` the Hybrid one of the report ``counts``
+    (:func:`fold_counts`, :func:`mean_interval`) and the histogram's own kept as ``histogram_mean``; without bucket
+    reports, ``empty`` (the answer's fields of a distribution with no bucket) holds the mean. ``doc`` unchanged
+    without Hybrid reports. The worker's /histogram and ``ocms estimate`` both answer through it."""
+    mean = mean_interval(params, fold_counts(params, counts), confidence)
+    if mean is None:
+        return doc
+    doc = dict(empty) if doc is None else doc
+    doc["histogram_mean"] = doc.get("mean")
+    doc["mean"] = mean.to_json()
+    return doc
+
+
 def mean_variance(params: HybridParams, n: int, values=None) -> float:
     """The variance of the mean of ``n`` reports in the metric's units: at the given ``values`` (one per device,
     ``n`` ignored) exactly, or the worst case over every value (the planner's figure, before any data)."""
@@ -430,5 +444,5 @@ def exact_privacy_loss(params: HybridParams, points=None) -> Fraction:
 
 
 __all__ = ["EPS_STAR", "GRID", "HybridParams", "MeanEstimate", "MeanFold", "exact_privacy_loss", "fold", "fold_counts",
-           "draw_mean_message", "mean_interval", "mean_variance", "paper_alpha", "paper_duchi_variance", "paper_hm_worst_variance",
+           "draw_mean_message", "mean_interval", "mean_variance", "with_mean", "paper_alpha", "paper_duchi_variance", "paper_hm_worst_variance",
            "paper_pm_variance", "privatize_value", "simulate"]

@@ -104,6 +104,12 @@ class NumericSpec:
                 "quantiles": list(self.quantiles), "mean_mechanism": self.mean_mechanism,
                 "clipping": "a value below lower counts in the first bucket, one above upper in the last"}
 
+    def mean_only_answer(self, confidence: float) -> dict:
+        """The answer's fields when every report is a Hybrid mean's: no bucket, CDF or quantile
+        (:func:`cms_core.hybrid.with_mean` adds the mean)."""
+        return {"buckets": [], "cdf": [], "quantiles": [], "confidence": confidence, "layout": self.describe(),
+                "clipped_to": [self.layout.lower, self.layout.upper], "n": 0}
+
     def device_config(self) -> dict:
         """What a device needs to bucketize (the device config's ``numeric``)."""
         return self.layout.to_config()

@@ -22,16 +22,8 @@ def numeric_answer(spec, params: OCMSParams, est: Estimates, counts, quantiles, 
     doc = histogram_answer(spec, params, est, counts, quantiles, tree, levels)
     if mean_part is None:
         return doc
-    hybrid, (n, mean_counts) = mean_part
-    mean = hybrid_core.mean_interval(hybrid, hybrid_core.fold_counts(hybrid, mean_counts), est.confidence)
-    if mean is None:
-        return doc
-    if doc is None:
-        doc = {"buckets": [], "cdf": [], "quantiles": [], "confidence": est.confidence, "layout": spec.describe(),
-               "clipped_to": [spec.layout.lower, spec.layout.upper], "n": 0}
-    doc["histogram_mean"] = doc.get("mean")
-    doc["mean"] = mean.to_json()
-    return doc
+    hybrid, (_, mean_counts) = mean_part
+    return hybrid_core.with_mean(doc, hybrid, mean_counts, est.confidence, spec.mean_only_answer(est.confidence))
 
 
 def histogram_answer(spec, params: OCMSParams, est: Estimates, counts, quantiles, tree=None, levels=()) -> dict | None:

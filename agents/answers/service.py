@@ -546,8 +546,10 @@ class EstimateService:
         return self.estimator.finish(self.prepare(endpoint, query, value).gather())
 
     def reports(self) -> int:
-        """Reports counted by this version (all time; a tree's: every level's): O(partitions), no counts summed."""
+        """Reports counted by this version (all time; a tree's: every level's; and a Hybrid mean's part's):
+        O(partitions), no counts summed."""
         fingerprints = (self.fingerprint,) if self.tree is None else self.tree.fingerprints
+        fingerprints += () if self.mean_part is None else (self.mean_part.fingerprint,)
         return sum(state.n for fp in fingerprints for _, states in self.view.snapshot(fp, TOTAL_WIDTH, 0, 1)
                    for state in states)
 
@@ -566,12 +568,14 @@ class EstimateService:
         }
 
     def _numeric_fields(self) -> dict:
-        """A numeric metric's layout (issue 40: its buckets' bounds, clipping, quantiles) and a tree's levels (their
-        fingerprints and parameters), for /params and the listing; nothing for a frequency metric."""
+        """A numeric metric's layout (issue 40: its buckets' bounds, clipping, quantiles), a tree's levels (their
+        fingerprints and parameters) and a Hybrid mean's part, for /params and the listing; nothing for a frequency
+        metric."""
         if self.numeric is None:
             return {}
         return {"numeric": self.numeric.describe(),
-                **({} if self.tree is None else {"hierarchy": self.version.describe_tree()})}
+                **({} if self.tree is None else {"hierarchy": self.version.describe_tree()}),
+                **({} if self.mean_part is None else {"mean": self.version.mean.describe()})}  # its fingerprint
 
     def newest_bucket(self) -> int | None:
         """Start of the newest base bucket holding counts (freshness), None before the first report."""

@@ -189,3 +189,10 @@ def test_a_tree_with_a_hybrid_mean_answers_both(tmp_path):
     assert mean["mechanism"] == "hybrid" and mean["reports"] == z.size
     assert mean["ci_low"] <= truth <= mean["ci_high"]
     assert sum(level["reports"] for level in doc["histogram"]["levels"]) == N - z.size
+
+
+def test_the_listing_counts_both_parts_reports(world):
+    catalog, _, _ = world
+    listing = {m["name"]: m for m in catalog.describe()["metrics"]}
+    assert listing["latency_split"]["reports"] == listing["latency_mean"]["reports"] == N
+    assert listing["latency_mean"]["versions"][0]["mean"]["parts"] == 1

@@ -31,6 +31,7 @@ import time
 import weakref
 
 from aiohttp import hdrs, web
+from multidict import istr
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
@@ -55,6 +56,9 @@ from .lanes import Lane, ShuffleLane
 from .outlet import KafkaOutlet
 from .shuffle import shuffle_claim_key
 from .uploads import BINARY_CONTENT_TYPES, JSON_CONTENT_TYPE, UploadParser, UploadRejected
+
+#: The retry header, as an ``istr`` (case-insensitive headers look it up without folding its case per request).
+IDEMPOTENCY_KEY_HEADER = istr("Idempotency-Key")
 
 log = logging.getLogger(__name__)
 
@@ -389,7 +393,7 @@ class Collector:
 
     async def _upload(self, request: web.BaseRequest, metric: str | None) -> web.Response:
         try:
-            app = self.auth.identify(request.headers.get("Authorization"))
+            app = self.auth.identify(request.headers.get(hdrs.AUTHORIZATION))
         except AuthError as exc:
             return _answer(401, exc.reason, str(exc), headers={"WWW-Authenticate": 'Bearer realm="ocms"'})
         if metric is not None:
@@ -414,7 +418,7 @@ class Collector:
         if ctype not in BINARY_CONTENT_TYPES and ctype != JSON_CONTENT_TYPE:
             return _answer(415, "unsupported_content_type",
                            f"Content-Type {ctype!r}: use {BINARY_CONTENT_TYPES[0]} (wire-v1 messages) or {JSON_CONTENT_TYPE}")
-        key = request.headers.get("Idempotency-Key")
+        key = request.headers.get(IDEMPOTENCY_KEY_HEADER)
         if key is not None and not IDEMPOTENCY_KEY.fullmatch(key):
             return _answer(400, "bad_idempotency_key", "Idempotency-Key: 16-128 characters of [A-Za-z0-9_-], "
                            "random per upload")
@@ -436,7 +440,7 @@ class Collector:
             cache_key = (app.name if app is not None else "", key)
             digest = body_digest(body)
             try:
-                earlier = self.idempotency.lookup(cache_key, digest)
+                earlier = self.idempotency.claim(cache_key, digest)
             except KeyReusedError as exc:
                 return _answer(422, exc.reason, str(exc))
             if earlier is not None:
@@ -445,7 +449,7 @@ class Collector:
                 if status == 202:
                     return _json(status, doc, headers={"Idempotent-Replayed": "true"})
                 # the first attempt failed (its key is forgotten): try this one afresh
-            self.idempotency.begin(cache_key, digest)
+                self.idempotency.begin(cache_key, digest)
         status, doc, headers = 500, {}, None
         try:
             status, doc, headers = await self._accept(body, ctype, metric, app, shared_key)

@@ -21,8 +21,10 @@ dropped silently.
             await batcher.add(report)            # Report, ReportBatch, [Report...] or a wire message
 
 Named metrics: ``FrameBatcher.for_metric(registry, "flight_dest", send=sink)`` batches one
-registry metric (its newest live version, or "name@N"). The collector's lanes, the fleet simulator
-and a device-side gateway (``producer.gateway.RegistryGateway``) batch with it. A batcher sees no
+registry metric (its newest live version, or "name@N"); a tree version's (issue 40) is a
+:class:`TreeFrameBatcher`, a batcher per level routed by each message's fingerprint (or "name@N/level<l>",
+one level). The collector's lanes, the fleet simulator and a device-side gateway
+(``producer.gateway.RegistryGateway``, a :class:`FrameBatchers` of its versions) batch with it. A batcher sees no
 values, only privatized reports; it must not attach device identifiers to frames (the frame key is
 None or a gateway id). See docs/device.md.
 """
@@ -36,7 +38,8 @@ from typing import Any, Awaitable, Callable, Iterable, Self
 from cms_core.errors import InvalidParameterError, InvalidReportError, OCMSError
 from cms_core.params import OCMSParams
 from cms_core.reports import Report, ReportBatch
-from cms_core.wire import HEADER_SIZE, MAX_FRAME_RECORDS, decode_message, encode_frame, record_size
+from cms_core.wire import (HEADER_SIZE, MAX_FRAME_RECORDS, UnknownFingerprintError, decode_message, encode_frame,
+                           peek_header, record_size)
 
 from .kafka import KAFKA, BrokerProfile, aiokafka_producer
 from .kafka import producer_config as kafka_producer_config
@@ -143,11 +146,22 @@ class FrameBatcher:
         return self._count
 
     @classmethod
-    def for_metric(cls, registry, metric: str, **kwargs) -> "FrameBatcher":
-        """A batcher of one registry metric: "name" (its newest live version) or "name@N".
+    def for_metric(cls, registry, metric: str, **kwargs) -> "FrameBatcher | TreeFrameBatcher":
+        """A batcher of one registry metric: "name" (its newest live version), "name@N", or one level of a tree
+        version, "name@N/level<l>" (a batcher of that level's parameters).
 
-        UnknownMetricError names an unknown metric or version (and a retired one)."""
-        batcher = cls(registry.live_version(metric).params, **kwargs)
+        A tree version (issue 40: a numeric metric as a hierarchical histogram) named "name" or "name@N" gets a
+        :class:`TreeFrameBatcher`: its reports come a level each, every level with its own parameters and
+        fingerprint, and one batcher of the finest level's would refuse the other levels' messages and frame
+        their bare Reports as buckets. UnknownMetricError names an unknown metric or version (and a retired one);
+        InvalidParameterError a level the version does not have."""
+        name, slash, level = metric.partition("/")
+        version = registry.live_version(name)
+        if slash:
+            version = tree_level(version, level, metric)
+        elif version.hierarchy is not None:
+            return TreeFrameBatcher(version, metric, **kwargs)
+        batcher = cls(version.params, **kwargs)
         batcher.metric = metric
         return batcher
 
@@ -265,6 +279,105 @@ class FrameBatcher:
                         self._no_error.clear()
 
 
+class FrameBatchers:
+    """A :class:`FrameBatcher` per parameter set, each wire message buffered in its fingerprint's: a frame carries
+    one fingerprint, so parameter sets never mix. A registry's served versions (producer.gateway.RegistryGateway)
+    and a tree version's levels (:class:`TreeFrameBatcher`) are batched so. Same limits for all
+    (``**batcher_kwargs``), every frame to the one ``send``."""
+
+    def __init__(self, params_sets: Iterable[OCMSParams], *, send: Callable[[bytes], Awaitable[Any]],
+                 **batcher_kwargs):
+        self.batchers = {p.fingerprint: FrameBatcher(p, send=send, **batcher_kwargs) for p in params_sets}
+
+    def batcher_for(self, message) -> tuple[bytes, FrameBatcher | None]:
+        """(the fingerprint of a wire message, its batcher or None when no set here has it). Raises
+        InvalidReportError for what is not bytes and WireFormatError for a damaged header."""
+        if not isinstance(message, (bytes, bytearray, memoryview)):
+            raise InvalidReportError(f"expected a wire message (bytes), not a {type(message).__name__}")
+        _, fingerprint, _ = peek_header(bytes(message))
+        return fingerprint, self.batchers.get(fingerprint)
+
+    async def start(self) -> Self:
+        for batcher in self.batchers.values():
+            await batcher.start()
+        return self
+
+    async def flush(self) -> int:
+        """Send every set's buffered reports; returns the frames sent."""
+        return sum([await b.flush() for b in self.batchers.values()])
+
+    async def close(self) -> None:
+        errors = []
+        for batcher in self.batchers.values():
+            try:
+                await batcher.close()
+            except Exception as exc:  # close every batcher; raise the first failure after
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    @property
+    def frames_sent(self) -> int:
+        return sum(b.frames_sent for b in self.batchers.values())
+
+    @property
+    def records_sent(self) -> int:
+        return sum(b.records_sent for b in self.batchers.values())
+
+    @property
+    def buffered(self) -> int:
+        return sum(b.buffered for b in self.batchers.values())
+
+
+class TreeFrameBatcher(FrameBatchers):
+    """What :meth:`FrameBatcher.for_metric` gives for a tree version (issue 40): a batcher per level, each device
+    message framed with its level's parameters and fingerprint, as the collector and the worker count them (a
+    level is a parameter version of the metric). ``params`` are the finest level's, the version's fingerprint.
+
+    It takes wire messages only: a bare Report or ReportBatch carries no level, and framing it with a wrong one
+    would count it as other nodes, so it is refused, pointing to ``for_metric(registry, "name@N/level<l>")``."""
+
+    def __init__(self, version, metric: str, **kwargs):
+        self.version, self.metric, self.levels = version, metric, version.tree_levels()
+        self.params = version.params
+        super().__init__([level.params for level in self.levels], **kwargs)
+
+    async def add(self, message) -> int:
+        """Buffer one wire message (a report or a frame) of any level; returns its level (1 the coarsest)."""
+        if not isinstance(message, (bytes, bytearray, memoryview)):
+            raise InvalidReportError(
+                f"{self.version.binding} is a hierarchical histogram: a {type(message).__name__} carries no level; "
+                f"add each report's wire message (it carries its level's fingerprint), or batch one level with "
+                f"FrameBatcher.for_metric(registry, '{self.version.binding}/level<l>')")
+        fingerprint, batcher = self.batcher_for(message)
+        if batcher is None:
+            levels = ", ".join(f"{level.binding} {level.fingerprint.hex()}" for level in self.levels)
+            raise UnknownFingerprintError(f"parameter fingerprint {fingerprint.hex()} is of no level of "
+                                          f"{self.version.binding} (its levels: {levels})")
+        await batcher.add(message)
+        return next(level.tree_level for level in self.levels if level.fingerprint == fingerprint)
+
+
+def tree_level(version, level: str, metric: str):
+    """The level ``level`` ("level<l>") of the tree ``version`` as a parameter version of its own; ``metric`` is
+    the name asked for (InvalidParameterError names it, and the version's levels)."""
+    levels = version.tree_levels()
+    if not levels:
+        raise InvalidParameterError("metric", metric, f"{version.binding} is not a hierarchical histogram: "
+                                    "only a tree version has levels (name@N/level<l>)")
+    for candidate in levels:
+        if f"level{candidate.tree_level}" == level:
+            return candidate
+    raise InvalidParameterError("metric", metric, f"{version.binding} has the levels "
+                                f"{', '.join(f'level{c.tree_level}' for c in levels)}")
+
+
 def frame_len(frame: bytes, params: OCMSParams) -> int:
     return (len(frame) - HEADER_SIZE) // record_size(params)
 
@@ -327,4 +440,5 @@ class KafkaFrameSink(StartStopContext):
         return await self._producer.send_and_wait(self.topic, frame, key=self.key)
 
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameBatcher", "FrameSendError", "KafkaFrameSink", "StartStopContext"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameBatcher", "FrameBatchers", "FrameSendError", "KafkaFrameSink",
+           "StartStopContext", "TreeFrameBatcher"]

@@ -45,8 +45,8 @@ from .process import WorkerChild, WorkerNotHealthy
 from .run_collector import CollectorChild
 from .run_discovery import DiscoveryFleetResult, discovery_fleet, discovery_line
 from .run_metric import RunMetric, companions, fleet_dataset, run_metric
-from .run_table import (companion_line, companion_values, fleet_line, numeric_companion_line, numeric_line,
-                        table)
+from .run_table import (companion_line, companion_values, fleet_line, numeric_companion_line, numeric_line, table,
+                        tree_estimates)
 
 #: Signals that stop ``ocms run`` the way Ctrl-C does.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -141,19 +141,23 @@ def _get_status(url: str) -> tuple[int, dict]:
             return exc.code, {"error": f"HTTP {exc.code}"}
 
 
-async def _estimates(base: str) -> dict:
+async def _estimates(base: str, tree: bool = False) -> dict:
+    """The main metric's estimates for the table; a tree metric's (``tree``, issue 40) from its /histogram, the
+    consistent tree of every level (:func:`tree_estimates`): its /estimates answer the finest level alone."""
+    if tree:
+        return tree_estimates(await asyncio.to_thread(_get, base + "/histogram"))
     return await asyncio.to_thread(_get, base + "/estimates")
 
 
 async def _caught_up(base: str, sent: int, timeout: float, tree: bool = False) -> dict | None:
-    """The worker's estimates once it has counted ``sent`` reports, or None after ``timeout``. A tree metric's
-    (``tree``, issue 40): its /estimates count the finest level alone, its /histogram every level."""
+    """The worker's estimates (:func:`_estimates`) once it has counted ``sent`` reports, or None after
+    ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            counted = await asyncio.to_thread(_get, base + "/histogram") if tree else await _estimates(base)
+            counted = await _estimates(base, tree)
             if counted.get("n", 0) >= sent:
-                return await _estimates(base) if tree else counted
+                return counted
         except OSError:
             pass
         await asyncio.sleep(0.2)
@@ -317,7 +321,7 @@ async def _tables(args, settings, base: str, fleets: Fleets, truth_path: Path | 
         if truth_path is not None:  # the console's true-frequency markers (worker --truth)
             fleets.write_truths(truth_path, settings, metric)
         try:
-            doc = await _estimates(base)
+            doc = await _estimates(base, tree=settings.tree is not None)
         except OSError as exc:
             say(f"(worker API not answering: {exc})")
             continue

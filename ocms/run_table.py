@@ -62,11 +62,24 @@ def table(dataset, truth: np.ndarray, sent: int, doc: dict, show: int, confidenc
     legend = noise_legend(doc, confidence)
     if legend:
         lines.append(legend)
+    if doc.get("tree_levels"):
+        lines.append(f"  estimates of the consistent tree of its {doc['tree_levels']} levels, every level's reports")
     inside, total = coverage(truth, records, scale, dataset)
     if total:
         lines.append(f"  {inside:,} of {total:,} values inside their {confidence:.0%} CI "
                      f"(about {confidence:.0%} expected: one in {1 / (1 - confidence):.0f} outside is normal)")
     return "\n".join(lines)
+
+
+def tree_estimates(doc: dict) -> dict:
+    """A tree version's /histogram answer ``doc`` (issue 40) as the estimates :func:`table` reads: each bucket's
+    count and interval from the consistent tree of every level (its /estimates answer the finest level alone, a
+    level's share of the reports). No noise floor: the answer's is its finest level's, not the tree's."""
+    n, h = doc.get("n", 0), doc.get("histogram")
+    records = [] if h is None else [
+        {"value": str(i), "count": b["estimate"] * n, "count_ci_low": b["ci_low"] * n, "count_ci_high": b["ci_high"] * n}
+        for i, b in enumerate(h["buckets"])]
+    return {"n": n, "estimates": records, "tree_levels": len(h["levels"]) if h is not None else None}
 
 
 def fleet_line(live, via: str, companions=()) -> str:

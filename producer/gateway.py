@@ -1,8 +1,8 @@
 """A gateway in front of many devices: their wire messages, of any live metric version, batched into frames.
 
 :class:`RegistryGateway` takes the wire messages of devices reporting any live metric version of a
-registry and keeps one :class:`infra.framing.FrameBatcher` per version (a frame carries one
-fingerprint: versions never mix)::
+registry and keeps one :class:`infra.framing.FrameBatcher` per version, and per level of a tree version
+(:class:`infra.framing.FrameBatchers`: a frame carries one fingerprint, so versions never mix)::
 
     async with KafkaFrameSink(servers, "ocms-reports") as sink:
         async with RegistryGateway(load_registry("deploy/registry.yaml"), send=sink) as gateway:
@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable
 
 from cms_core.errors import InvalidReportError
-from cms_core.wire import UnknownFingerprintError, peek_header
-from infra.framing import FrameBatcher
+from cms_core.wire import UnknownFingerprintError
+from infra.framing import FrameBatchers
 
 
 class RegistryGateway:
@@ -38,21 +38,20 @@ class RegistryGateway:
         # a tree version's levels (issue 40) are its parameter versions: a frame per level
         self.versions = {level.fingerprint: level for v in registry.live_versions() if v.metric in selected
                          for level in (v.tree_levels() or (v,)) + v.mean_parts()}  # and a Hybrid mean's part
-        self.batchers = {fp: FrameBatcher(v.params, send=send, **batcher_kwargs) for fp, v in self.versions.items()}
+        self.frames = FrameBatchers([v.params for v in self.versions.values()], send=send, **batcher_kwargs)
         self.records_by_metric: dict[str, int] = {v.binding: 0 for v in self.versions.values()}
 
     async def add(self, message: bytes):
         """Buffer one device message (a report or a frame); returns its MetricVersion."""
         if not isinstance(message, (bytes, bytearray, memoryview)):
             raise InvalidReportError(f"a registry gateway takes wire messages (bytes), not a {type(message).__name__}")
-        _, fingerprint, _ = peek_header(bytes(message))  # WireFormatError for a damaged header
+        fingerprint, batcher = self.frames.batcher_for(message)  # WireFormatError for a damaged header
         version = self.versions.get(fingerprint)
-        if version is None:
+        if batcher is None:
             known = self.registry.by_fingerprint(fingerprint)
             why = (f"is {known.binding}, which is retired or not served here" if known is not None
                    else f"belongs to no metric of the registry {self.registry.path}")
             raise UnknownFingerprintError(f"parameter fingerprint {fingerprint.hex()} {why}")
-        batcher = self.batchers[fingerprint]
         before = batcher.records_sent + batcher.buffered
         try:
             await batcher.add(message)
@@ -62,21 +61,13 @@ class RegistryGateway:
 
     async def flush(self) -> int:
         """Send every version's buffered reports; returns the frames sent."""
-        return sum([await b.flush() for b in self.batchers.values()])
+        return await self.frames.flush()
 
     async def close(self) -> None:
-        errors = []
-        for batcher in self.batchers.values():
-            try:
-                await batcher.close()
-            except Exception as exc:  # close every batcher; raise the first failure after
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        await self.frames.close()
 
     async def __aenter__(self) -> "RegistryGateway":
-        for batcher in self.batchers.values():
-            await batcher.start()
+        await self.frames.start()
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -84,7 +75,7 @@ class RegistryGateway:
 
     @property
     def frames_sent(self) -> int:
-        return sum(b.frames_sent for b in self.batchers.values())
+        return self.frames.frames_sent
 
 
 __all__ = ["RegistryGateway"]

@@ -228,6 +228,9 @@
   function versionsOf(m) { return (m && m.versions) || []; }
   function newest(m) { var v = versionsOf(m); return v.length ? v[v.length - 1] : null; }
   function isCombined() { return state.version === COMBINED; }
+  /** A version reported as a hierarchical histogram (issue 40: the listing holds its hierarchy): its distribution is
+   *  its /histogram, the consistent tree of every level; its /topk and /estimates answer its finest level alone. */
+  function isTree() { var v = currentVersion(); return !isCombined() && !!(v && v.hierarchy); }
 
   /** The version document shown: the chosen one; for "combined" the newest (what trends read). */
   function currentVersion() {
@@ -519,6 +522,7 @@
   /** The top values of the shown metric and version: /topk, or for "combined" the combined
    *  /estimates sorted by estimate (the API answers combined estimates, not a combined top-K). */
   function fetchTop(m, k) {
+    if (isTree()) return fetchTreeTop(m);
     if (!isCombined()) {
       return api(metricPath(m, "topk") + "?" + query({ version: state.version, k: k,
         postprocess: $("postprocess").value, window: $("window").value }));
@@ -532,6 +536,27 @@
         Object.keys(doc).forEach(function (key) { if (key !== "estimates") top[key] = doc[key]; });
         top.top = records.slice(0, k);
         top.k = k;
+        return { status: 200, doc: top };
+      });
+  }
+
+  /** A tree version's buckets as a top-K document: /histogram's estimate and interval of each bucket, the
+   *  consistent tree of every level (n: every level's reports), largest first as /topk gives them. The answer's
+   *  noise floor is its finest level's, not the tree's, so none is drawn. */
+  function fetchTreeTop(m) {
+    return api(metricPath(m, "histogram") + "?" + query({ version: state.version, window: $("window").value }))
+      .then(function (answer) {
+        if (answer.status !== 200 || !answer.doc) return answer;
+        var doc = answer.doc, h = doc.histogram, top = {};
+        Object.keys(doc).forEach(function (key) {
+          if (["histogram", "noise_floor", "processed_noise_floor"].indexOf(key) < 0) top[key] = doc[key];
+        });
+        top.top = (h ? h.buckets : []).map(function (b, i) {
+          return { value: String(i), frequency: b.estimate, ci_low: b.ci_low, ci_high: b.ci_high,
+                   count: num(b.estimate) * num(doc.n) };
+        });
+        top.top.sort(function (a, b) { return b.frequency - a.frequency; });
+        top.tree_levels = h ? h.levels.length : null;
         return { status: 200, doc: top };
       });
   }
@@ -734,8 +759,10 @@
     select.disabled = options.length < 2;
     // Combined estimates are the unbiased ones (the API combines no post-processed estimate).
     var pp = $("postprocess");
-    pp.disabled = isCombined();
-    if (isCombined()) pp.value = "none";
+    // A tree's histogram has one post-processing, its consistency (in the CDF and quantiles): the bars are its raw
+    // estimates, which its intervals are about.
+    pp.disabled = isCombined() || isTree();
+    if (pp.disabled) pp.value = "none";
     $("combined-note").hidden = !isCombined();
   }
 
@@ -915,6 +942,7 @@
     $("topk-summary").textContent = doc
       ? "n = " + int(doc.n) + " reports counted · " + Math.round(num(doc.confidence) * 100) + " % " + str(doc.interval) +
         " confidence intervals (whiskers) · " + (doc.postprocess === "none" || !doc.postprocess ? "raw unbiased estimates" : "post-processed (" + doc.postprocess + ")") +
+        (doc.tree_levels ? " of the consistent tree of its " + int(doc.tree_levels) + " levels (n: every level's reports)" : "") +
         (hasTruth ? " · ◆ true frequency of the simulated fleet" : "")
       : "";
     var note = $("noise-note");

@@ -910,6 +910,44 @@ def test_a_numeric_metrics_buckets_show_as_the_ranges_they_hold(chrome, stub):
     assert browser_errors(chrome) == []
 
 
+@pytest.mark.integration
+def test_a_tree_versions_bars_are_its_histogram_of_every_level(chrome, stub):
+    """Issue 40: a version reported as a hierarchical histogram shows the consistent tree of every level (its
+    /histogram: each bucket's estimate and interval, n every level's reports), not its finest level's /topk (a
+    level's share of the reports); the answer's noise floor, its finest level's, is not drawn."""
+    layout = {"lower": 0, "upper": 100, "bounds": [5, 10, 50], "buckets": 4, "scheme": "explicit", "scale": None,
+              "answers": ["histogram"], "quantiles": [0.5], "clipping": "..."}
+    tree = {"buckets": 4, "branching": 2, "levels": [{"level": 1, "nodes": 2}, {"level": 2, "nodes": 4}]}
+    listing = {"metrics": [metric_doc(unit="ms", domain="integers", versions=[
+        version_doc(domain="integers", domain_size="4", tracked_values=4, numeric=layout, mechanism="hierarchy",
+                    hierarchy=tree)])]}
+    edges = [0, 5, 10, 50, 100]
+    shares = [0.1, 0.4, 0.45, 0.05]
+    buckets = [{"lower": edges[i], "le": edges[i + 1], "raw": f, "consistent": f, "estimate": f,
+                "ci_low": f - 0.03, "ci_high": f + 0.031} for i, f in enumerate(shares)]
+    histogram = dict(EMPTY_TOPK, mechanism="hierarchy", n=3000, noise_floor=0.3, processed_noise_floor=0.3,
+                     histogram={"buckets": buckets, "levels": [{"level": 1, "nodes": 2, "reports": 1500},
+                                                               {"level": 2, "nodes": 4, "reports": 1500}]})
+    del histogram["top"], histogram["k"]
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, listing), TOPK: (200, TOPK_3),
+                         "/metrics/screen/histogram": (200, histogram), "/console/truth": (200, NO_TRUTH),
+                         TREND: (200, {"points": [], "step": 60, "confidence": 0.95})})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == ["0", "1", "2", "3"],
+               "every bucket of the tree, in bucket order")
+    for row, bucket in zip(table_rows(chrome, "topk-data"), buckets):
+        for cls, key in (("est", "estimate"), ("ci-low", "ci_low"), ("ci-high", "ci_high")):
+            assert float(row["cells"][cls]["raw"]) == bucket[key], (cls, row)
+    assert "3,000 reports" in chrome.find_element("css selector", "#topk-data caption").get_attribute("textContent")
+    assert "of the consistent tree of its 2 levels" in chrome.find_element("id", "topk-summary").text
+    asked = [(path, q) for path, q in stub.requests if path.startswith("/metrics/screen/")]
+    assert ("/metrics/screen/histogram", {"version": ["1"], "window": ["total"]}) in asked
+    assert TOPK not in [path for path, _ in asked]
+    assert chrome.find_element("id", "noise-note").get_attribute("hidden") is not None  # the finest level's floor
+    assert not chrome.find_element("id", "postprocess").is_enabled()
+    assert browser_errors(chrome) == []
+
+
 # ------------------------------------------------------ first screen, labels, noise (stub)
 def records(shares: dict[str, float], n: int, **fields) -> list[dict]:
     """Top-K records of a stub answer: each value's frequency with a ±0.01 interval."""

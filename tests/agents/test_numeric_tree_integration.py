@@ -2,8 +2,9 @@
 each device one level, framed per level) straight to the embedded broker, and devices' numbers through the Python
 client (level drawn, node privatized with the level's parameters) over HTTP to an ``ocms collector``, which takes
 each level's fingerprint as a version of the metric -> a worker counting every level -> /metrics/NAME/histogram and
-the Prometheus scrape, with p50 / p90 / p99 and the mean inside their intervals (the tree's noise). The negative
-control: a fleet twice as slow is outside the p50 and mean intervals.
+the Prometheus scrape, with p50 / p90 / p99 inside their intervals and the mean and the CDF within 4.5 sd of the
+tree's noise (the client's reports come from a CSPRNG). The negative control: a fleet twice as slow is outside the p50
+and mean intervals.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from fleet.datasets import Dataset
 from infra.kafka import EMBEDDED
 from producer.reporter import DeviceReporter, HttpTransport, new_device_key
 from tests.collector.harness import CollectorProcess
-from tests.support.trees import cdf_z
+from tests.support.trees import cdf_z, mean_z
 from tests.support.waiting import poll_until
 
 from .harness import Scrape, registry_worker
@@ -95,7 +96,10 @@ def test_quantiles_and_mean_are_inside_the_trees_intervals(fed):
     p50 = h["quantiles"][0]
     assert not p50["ci_low"] <= _quantile_from_cdf(layout.edges, np.cumsum(slower), 0.5) <= p50["ci_high"]
     mean = float(f @ layout.points)
-    assert h["mean"]["ci_low"] <= mean <= h["mean"]["ci_high"], (h["mean"], mean, h["levels"])
+    # In sd of its stated interval, as the CDF below: the seeded fleet puts the mean about 1.7 sd from the truth and
+    # the 600 client reports, drawn from the CSPRNG, move it by about 0.12 sd, past its 95% interval in 10 of 400
+    # offline replicas of this answer; 4.5 sd misses about once in 10^5.
+    assert abs(mean_z(h, mean)) < 4.5, (h["mean"], mean, h["levels"])
     z = cdf_z(h, version.hierarchy, f)
     assert np.abs(z).max() < 4.5, (z, h["levels"])  # every edge, in sd of the tree's exact noise
     assert not h["mean"]["ci_low"] <= float(slower @ layout.points) <= h["mean"]["ci_high"]

@@ -327,6 +327,55 @@ def test_idempotency_cache_remembers_accepted_answers_for_the_window():
     asyncio.run(go())
 
 
+def test_idempotency_cache_claim_is_lookup_then_begin():
+    async def go():
+        clock = Clock()
+        cache = IdempotencyCache(window=60, max_keys=2, clock=clock)
+        key, digest = ("", "k" * 16), body_digest(b"d")
+        assert cache.claim(key, digest) is None  # begun
+        pending = cache.claim(key, digest)
+        assert pending is not None and not pending.done()  # a concurrent retry waits for the first answer
+        with pytest.raises(KeyReusedError):
+            cache.claim(key, body_digest(b"other body"))
+        doc = {"status": 202, "reason": "accepted", "accepted": 1, "metric": "dest", "version": 1}
+        cache.finish(key, 202, dict(doc))
+        assert (await pending) == (202, doc)
+        clock.now += 30
+        cache.claim(("", "o" * 16), digest)  # in flight
+        clock.now += 31
+        assert cache.claim(key, digest) is None  # expired: begun afresh, as the newest key
+        cache.claim(("", "p" * 16), digest)  # over max_keys: the oldest goes, and that is no longer ``key``
+        assert cache.lookup(key, digest) is not None and cache.lookup(("", "o" * 16), digest) is None
+
+    asyncio.run(go())
+
+
+def test_idempotency_cache_sweeps_expired_answers_at_most_once_a_second():
+    clock = Clock()
+    cache = IdempotencyCache(window=10, max_keys=100, clock=clock)
+    digest = body_digest(b"d")
+    doc = {"status": 202, "reason": "accepted", "accepted": 1, "metric": "dest", "version": 1}
+    for i in range(3):
+        cache.claim(("", f"{i}" * 16), digest)
+        cache.finish(("", f"{i}" * 16), 202, doc)
+    clock.now += 10.5
+    assert cache.lookup(("", "0" * 16), digest) is None  # expired for a lookup at once ...
+    assert len(cache) == 0  # ... and swept: the last sweep was over a second ago
+    cache.claim(("", "a" * 16), digest)
+    cache.finish(("", "a" * 16), 202, doc)
+    clock.now += 10.5
+    cache.claim(("", "b" * 16), digest)
+    assert len(cache) == 1  # swept again
+    cache.finish(("", "b" * 16), 202, doc)  # expires 10 s from now
+    clock.now += 9.9
+    cache.lookup(("", "x" * 16), digest)  # a sweep: nothing expired yet
+    clock.now += 0.6
+    assert cache.lookup(("", "b" * 16), digest) is None and len(cache) == 1  # expired, not swept before a second
+    clock.now += 0.5
+    cache.lookup(("", "x" * 16), digest)
+    assert len(cache) == 0
+
+
 # -------------------------------------------------------------------------------------- parsing
 
 

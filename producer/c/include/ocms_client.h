@@ -282,6 +282,10 @@ typedef struct {
 
 /* OCMS_OK, or OCMS_E_PARAMS with *rule naming what is wrong (rule may be NULL). */
 OCMS_API int ocms_tree_check(const ocms_tree *tree, const char **rule);
+/* *span = branching^(levels - level), the buckets one node of level (1..levels) holds (the device config states it
+ * per level; a reader checks it against this). OCMS_E_PARAMS (*span 0) for a level outside 1..levels or a shape
+ * ocms_tree_check refuses. */
+OCMS_API int ocms_tree_span(const ocms_tree *tree, uint32_t level, uint64_t *span);
 /* The first draw of a tree report: *level (1..levels) and the bucket's *node there. OCMS_E_VALUE (nothing drawn)
  * unless bucket < buckets. */
 OCMS_API int ocms_tree_draw(const ocms_tree *tree, uint64_t bucket, ocms_rng *rng, uint32_t *level, uint64_t *node);

@@ -37,15 +37,25 @@ int ocms_tree_check(const ocms_tree *tree, const char **rule) {
     return OCMS_OK;
 }
 
+int ocms_tree_span(const ocms_tree *tree, uint32_t level, uint64_t *span) {
+    *span = 0;
+    if (tree == NULL || tree->levels < 1 || tree->levels > 64 || tree->branching < 2 || tree->branching > 16)
+        return OCMS_E_PARAMS;
+    if (level < 1 || level > tree->levels) return OCMS_E_PARAMS;
+    *span = power_of(tree->branching, tree->levels - level);
+    return *span == 0 ? OCMS_E_PARAMS : OCMS_OK;
+}
+
 int ocms_tree_draw(const ocms_tree *tree, uint64_t bucket, ocms_rng *rng, uint32_t *level, uint64_t *node) {
-    uint64_t drawn = 0;
+    uint64_t drawn = 0, span = 0;
     int rc;
     *level = 0;
     *node = 0;
     if (tree == NULL || tree->levels < 1 || tree->levels > 64 || tree->branching < 2) return OCMS_E_PARAMS;
     if (bucket >= tree->buckets) return OCMS_E_VALUE;
     if ((rc = draw_below(rng, tree->levels, &drawn)) != OCMS_OK) return rc;
+    if ((rc = ocms_tree_span(tree, (uint32_t)drawn + 1, &span)) != OCMS_OK) return rc;
     *level = (uint32_t)drawn + 1;
-    *node = bucket / power_of(tree->branching, tree->levels - *level);
+    *node = bucket / span;
     return OCMS_OK;
 }

@@ -116,7 +116,7 @@ class Catalog:
         # answered only through the version's histogram: not in its entry's services, not exported.
         for e in entries:
             for s in e.services:
-                for level in s.version.tree_levels()[:-1]:
+                for level in s.version.tree_levels()[:-1] + s.version.mean_parts():  # and a Hybrid mean's part
                     self.by_fingerprint[level.fingerprint.hex()] = EstimateService(level, view, clock,
                                                                                    future_tolerance_seconds)
         #: Finishes every answer of the worker (any fingerprint it serves), here or in the answer process.

@@ -262,8 +262,8 @@ class EstimatesCollector:
         options = EstimateOptions()
         budget, over = self.max_values, 0
         for service in self.catalog.by_fingerprint.values():
-            if getattr(service.version, "tree_level", None) is not None:
-                continue  # a tree's coarser level (issue 40): exported through its version's histogram
+            if getattr(service.version, "tree_level", None) is not None or getattr(service.version, "report_part", None):
+                continue  # a tree's coarser level or a Hybrid mean's part (issue 40): through its version's histogram
             if self.serves(service.fingerprint):
                 budget, over = self._export_version(service, out, options, budget, over)
         out.capped.add_metric([], float(over))
@@ -308,11 +308,11 @@ class EstimatesCollector:
             out.central_epsilon.add_metric(labels, read.central["central_epsilon"])
             out.central_delta.add_metric(labels, read.central["central_delta"])
         out.withheld.add_metric(labels, 1.0 if read.withheld else 0.0)
+        if read.histogram is not None and not read.withheld:  # a numeric metric (issue 40): CDF, quantiles, mean
+            out.numeric.add(labels, read.histogram)  # (a version asking only for a Hybrid mean has no bucket reports)
         if not read.n or read.withheld:
             return 0
         out.floor.add_metric(labels, read.noise_floor)  # +Inf: a bound that says nothing
-        if read.histogram is not None:  # a numeric metric (issue 40): its CDF, quantiles and mean as gauges
-            out.numeric.add(labels, read.histogram)
         for record in select(read.estimates, chosen).as_records():  # O(exported), not O(D)
             value_labels = names + [service.name_of(value_to_json(record["value"])), window]
             for suffix, field, _ in ESTIMATE_FIELDS:

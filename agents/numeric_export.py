@@ -9,7 +9,8 @@ reads a decreasing counter as a reset.
   (prometheus/prometheus #2610). ``le`` is each bucket's upper bound, the clipping ``upper``, and ``+Inf``
   (every value is clipped to at most ``upper``: both are 1).
 * ``ocms_numeric_quantile{...,quantile}`` with ``_ci_lower`` / ``_ci_upper``: the metric's configured quantiles.
-* ``ocms_numeric_mean`` with ``_ci_lower`` / ``_ci_upper``.
+* ``ocms_numeric_mean`` with ``_ci_lower`` / ``_ci_upper``: the Hybrid mechanism's where the version has one
+  (``numeric.mean_mechanism``), else the histogram's.
 
 Label values come from the configured set only: the layout's bounds and the registry's quantiles, never a
 request's. The exporter holds no estimation logic: every number is one of the answer's.
@@ -43,7 +44,8 @@ class NumericFamilies:
         """One window's series from its numeric answer (:func:`agents.answers.service.numeric_answer`)."""
         for row in histogram["cdf"]:
             self.cdf.add_metric(labels + [floatToGoString(row["le"])], row["monotone"])
-        self.cdf.add_metric(labels + ["+Inf"], 1.0)
+        if histogram["cdf"]:  # a version asking only for a Hybrid mean has no distribution
+            self.cdf.add_metric(labels + ["+Inf"], 1.0)
         for row in histogram["quantiles"]:
             quantile = labels + [floatToGoString(row["q"])]
             for suffix, field in (("", "estimate"), ("_ci_lower", "ci_low"), ("_ci_upper", "ci_high")):

@@ -399,3 +399,51 @@ def choose_numeric_oracle(buckets: int, epsilon: float) -> str:
         raise InvalidParameterError("buckets", buckets, "must be an integer >= 2")
     choice = _numeric_choice(buckets, check_epsilon(epsilon), 1_000_000, None, flat_only=True)
     return FLAT_NUMERIC_MECHANISMS[choice["chosen"]]
+
+
+# --- A numeric metric's mean (issue 40): read from the histogram, or the Hybrid mechanism's own reports ---
+
+def histogram_mean_variance(layout, params: OCMSParams, tree, n: int, f=None) -> float:
+    """The variance, in the metric's units squared, of the mean read from the histogram (each bucket at its midpoint,
+    :meth:`cms_core.numeric.Histogram.mean`) of ``n`` reports of the flat oracle ``params`` or of the hierarchical
+    histogram ``tree`` (``n / h`` reports a level), at the bucket distribution ``f`` (uniform when omitted): the
+    functional variance of the bucket midpoints, :func:`cms_core.numeric.oracle_noise`'s or
+    :meth:`cms_core.hierarchy.ConsistentTree.functional_variances`'. Its bucketization bias (up to half the widest
+    bucket) is not in it."""
+    from .hierarchy import ConsistentTree
+    from .numeric import oracle_noise
+
+    k = layout.buckets
+    f = np.full(k, 1.0 / k) if f is None else np.asarray(f, dtype=np.float64)
+    if tree is None:
+        return float(oracle_noise(params).variance(f, layout.points, n))
+    reports = [max(1, round(n / tree.height))] * tree.height
+    return float(ConsistentTree.of(tree, reports).functional_variances(f, layout.points)[0])
+
+
+def hybrid_mean_variance(layout, hybrid, n: int, f=None) -> float:
+    """The variance, in the metric's units squared, of the Hybrid mechanism's mean of ``n`` reports
+    (:meth:`cms_core.hybrid.HybridParams.variance`, exact) when the values sit at the bucket midpoints with the
+    bucket distribution ``f`` (uniform when omitted), the figure :func:`histogram_mean_variance` is compared with."""
+    k = layout.buckets
+    f = np.full(k, 1.0 / k) if f is None else np.asarray(f, dtype=np.float64)
+    f = f / f.sum()
+    return float(f @ hybrid.variance(layout.points)) / n * hybrid.unit_scale ** 2
+
+
+def choose_mean_mechanism(layout, hybrid, params: OCMSParams, tree, n: int, parts: int, f=None) -> dict:
+    """Which of the two gives the more accurate mean of ``n`` devices: the histogram's mean from all of them
+    (:func:`histogram_mean_variance`), or the Hybrid mechanism's from the ``n / parts`` devices that draw a mean
+    report (:func:`hybrid_mean_variance`; ``parts`` = 1 when only the mean is asked, else the histogram's levels
+    plus one, each device drawing one part: the histogram then hears ``n (parts - 1) / parts``, its CDF variances
+    times ``parts / (parts - 1)``, the ``cdf_variance_factor``). Returns both standard deviations (metric's units),
+    the pick (``"hybrid"`` or ``"histogram"``) and the factor."""
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise InvalidParameterError("parts", parts, "must be an integer >= 1")
+    if isinstance(n, bool) or not isinstance(n, int) or n < parts:
+        raise InvalidParameterError("n", n, f"must be an integer >= parts ({parts})")
+    histogram_sd = math.sqrt(histogram_mean_variance(layout, params, tree, n, f))
+    hybrid_sd = math.sqrt(hybrid_mean_variance(layout, hybrid, n // parts, f))
+    return {"n": n, "parts": parts, "histogram_sd": histogram_sd, "hybrid_sd": hybrid_sd,
+            "chosen": "hybrid" if hybrid_sd < histogram_sd else "histogram",
+            "cdf_variance_factor": parts / (parts - 1) if parts > 1 else None}

@@ -18,7 +18,9 @@ is a ``"version"`` that is not the fingerprint's (``version_mismatch``).
 The JSON reports are written as a wire-v1 frame and decoded like binary uploads.
 
 The fingerprint of a level of a numeric metric's hierarchical histogram (``MetricVersion.tree_levels``) is
-accepted as a version of its metric: each upload carries one level, as it carries one version.
+accepted as a version of its metric: each upload carries one level, as it carries one version. So is the
+fingerprint of a numeric version's Hybrid mean (``MetricVersion.mean_parts``; its reports are z alone, as direct
+RR's).
 
 The fingerprint of a discovery level of a discoverable metric (``registry.discovery``) is
 accepted like a version's: its reports are produced to the source topic for discovery.
@@ -75,7 +77,7 @@ class UploadParser:
             for v in spec.versions:
                 self.versions[v.fingerprint] = (v, v.version in live)
                 # a tree version's levels (issue 40) are parameter versions of it, each a fingerprint of its own
-                for level in v.tree_levels():
+                for level in v.tree_levels() + v.mean_parts():  # and a Hybrid mean's part: the same
                     self.versions[level.fingerprint] = (level, v.version in live)
         # Discovery levels (docs/discovery.md) are parameter versions of their metric: accepted and
         # produced to the source topic like any report (the worker leaves them to discovery).

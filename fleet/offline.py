@@ -275,6 +275,11 @@ def numeric_histogram(version, result: DecodeResult, paths, options: EstimateOpt
                                   spec.quantiles)
     if doc is not None:
         doc["layout"] = spec.describe()
+    for part in getattr(version, "mean_parts", tuple)():  # a Hybrid mean: from its own reports (cms_core.hybrid)
+        from cms_core.hybrid import with_mean
+
+        counts = decode_captures(part.params, part.tracked_values(), paths).sketch.counts
+        doc = with_mean(doc, version.mean.hybrid, counts, options.confidence, spec.mean_only_answer(options.confidence))
     return doc
 
 
@@ -293,7 +298,8 @@ def run_estimate(version, registry, paths: Iterable[str | Path], options: Estima
     err = sys.stderr if err is None else err
     paths = list(paths)
     result = decode_captures(version.params, version.tracked_values(), paths)
-    for level in getattr(version, "tree_levels", tuple)()[:-1]:  # a tree's coarser levels: counted, not refused
+    parts = getattr(version, "tree_levels", tuple)()[:-1] + getattr(version, "mean_parts", tuple)()
+    for level in parts:  # a tree's coarser levels and a Hybrid mean's part: counted, not refused
         refused = result.unknown_fingerprints.pop(level.fingerprint, 0)
         result.unknown_reports.pop(level.fingerprint, None)
         result.rejected[wire.UnknownFingerprintError.reason] -= refused

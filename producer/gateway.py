@@ -37,7 +37,7 @@ class RegistryGateway:
         self.registry = registry
         # a tree version's levels (issue 40) are its parameter versions: a frame per level
         self.versions = {level.fingerprint: level for v in registry.live_versions() if v.metric in selected
-                         for level in (v.tree_levels() or (v,))}
+                         for level in (v.tree_levels() or (v,)) + v.mean_parts()}  # and a Hybrid mean's part
         self.frames = FrameBatchers([v.params for v in self.versions.values()], send=send, **batcher_kwargs)
         self.records_by_metric: dict[str, int] = {v.binding: 0 for v in self.versions.values()}
 

@@ -70,6 +70,7 @@ from typing import Any, Callable
 
 from cms_core.errors import ClientTooOldError, InvalidParameterError, OCMSError
 from cms_core.hierarchy import draw_node
+from cms_core.hybrid import draw_mean_message
 from cms_core.params import OCMSParams
 from cms_core.privatize import privatize
 from cms_core.values import encode_value
@@ -385,7 +386,7 @@ class DeviceReporter:
         if refusal is not None:
             raise ClientTooOldError(refusal)
         if version.numeric is not None:  # issue 40: the number, clipped, as its bucket's index (cms_core.numeric)
-            return version.params, version.metric, version.numeric.bucket(name)
+            return version.params, version.metric, version.numeric.measure(name)
         return version.params, version.metric, version.value_from_name(name)
 
     async def submit(self, *args) -> asyncio.Future:
@@ -428,10 +429,15 @@ class DeviceReporter:
     def _message(self, params: OCMSParams, value, version) -> bytes:
         """One privatized wire message. A tree's (issue 40: ``params`` its finest level's, ``value`` the bucket): the
         level drawn first (:func:`cms_core.hierarchy.draw_node`), the node reported with that level's parameters."""
+        whole = None if version is None else self.registry.metric(version.metric).version(version.version)
+        if whole is not None and whole.mean is not None:  # a Hybrid mean: its part drawn first, apart from the value
+            mean = whole.mean
+            message = draw_mean_message(mean.hybrid, mean.parts, mean.carrier, value.number, self._random)
+            if message is not None:
+                return message
         if version is not None and version.tree_level is not None:
-            tree = self.registry.metric(version.metric).version(version.version).hierarchy
-            level, value = draw_node(tree, value, self._random)
-            params = tree.levels[level - 1]
+            level, value = draw_node(whole.hierarchy, value, self._random)
+            params = whole.hierarchy.levels[level - 1]
         return encode_report(params, privatize(params, value, self._random))
 
     async def report(self, *args) -> ReportDelivery:

@@ -55,6 +55,13 @@ def version_config(version: MetricVersion) -> dict:
         out["numeric"] = version.numeric.device_config()
     if version.hierarchy is not None:  # issue 40: a tree; the device draws one level per report (docs/device.md)
         out["hierarchy"] = tree_config(version)
+    if version.mean is not None:  # issue 40: a Hybrid mean; the device draws its part first (docs/device.md)
+        from .numeric import mean_config
+
+        carrier = version.mean.carrier  # its parameters, so a client can check the fingerprint it frames with
+        out["mean"] = {**mean_config(version.mean), "m": carrier.hash_range, "field": _field(carrier.field),
+                       "keep_threshold": str(keep_threshold(carrier)), "mechanism": carrier.mechanism,
+                       "dictionary_size": value_to_json(carrier.dictionary_size)}
     if version.longitudinal is not None:  # issue 38: memoized two-round reports (cms_core.longitudinal)
         from cms_core.longitudinal import memo_threshold, report_threshold
 

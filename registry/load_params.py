@@ -25,6 +25,9 @@ class ParamsReader:
         #: (metric, version) -> the hierarchical histogram (cms_core.hierarchy.HierarchyParams) of a numeric version
         #: reported as a tree (issue 40); its ``params`` are the tree's finest level's
         self.hierarchies: dict[tuple, object] = {}
+        #: (metric, version) -> the Hybrid mean (registry.numeric.MeanSplit) of a numeric version whose
+        #: ``numeric.mean_mechanism`` asks for it (issue 40)
+        self.means: dict[tuple, object] = {}
 
     def build(self, entry, vmap, kind, d, tracked: TrackedSpec, metric, version, vline) -> OCMSParams | None:
         before = self.check.problem_count
@@ -50,18 +53,26 @@ class ParamsReader:
                 params, tree = numeric.tree_params(spec, epsilon, mechanism, f"{metric}@{version}")
                 if tree is not None:
                     self.hierarchies[(metric, version)] = tree
-                return params
+                return self.with_mean(spec, epsilon, params, tree, metric, version)
             if mechanism == "auto":  # no hash_range here (checked above)
                 # The comparison auto picks with also says when the pick is much more exposed to poisoning.
                 comparison = compare_mechanisms(epsilon, None if kind == "strings" else d, **shared)
                 if comparison.poisoning_note is not None:
                     self.mechanism_notes[(metric, version)] = comparison.poisoning_note
                 return comparison.chosen
-            return OCMSParams.build(epsilon, None if kind == "strings" else d, hash_range=hash_range,
-                                    mechanism=mechanism, **shared)
+            params = OCMSParams.build(epsilon, None if kind == "strings" else d, hash_range=hash_range,
+                                      mechanism=mechanism, **shared)
+            return params if spec is None else self.with_mean(spec, epsilon, params, None, metric, version)
         except InvalidParameterError as exc:
             self.refused(exc, f, kind, mechanism, metric, version, vline)
             return None
+
+    def with_mean(self, spec, epsilon: float, params: OCMSParams, tree, metric, version) -> OCMSParams:
+        """``params``, keeping the version's Hybrid mean when its ``numeric.mean_mechanism`` asks for one."""
+        split = numeric.mean_split(spec, epsilon, params, tree, f"{metric}@{version}/mean")
+        if split is not None:
+            self.means[(metric, version)] = split
+        return params
 
     def refused(self, exc: InvalidParameterError, fields: dict, kind, mechanism, metric, version, vline) -> None:
         """The parameters cannot be built: name the key (on its line) whose value they refuse."""

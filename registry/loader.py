@@ -191,6 +191,7 @@ class _Loader:
             watch=(), retired=bool(retired), note=note, line=vline, discovery=discoverable,
             mechanism_note=self.params.mechanism_notes.get((label, vnum)), longitudinal=memoized,
             numeric=numeric.spec_for(self.check, label), hierarchy=self.params.hierarchies.get((label, vnum)),
+            mean=self.params.means.get((label, vnum)),
             **exposure)
 
     def metric_name(self, entry, line, seen) -> str | None:

@@ -125,7 +125,8 @@ def compare(registry: Registry, locked: dict[str, dict], against: str = "the loc
                         + _difference(old, entry))
         if old["definition_sha256"] != entry["definition_sha256"]:
             what.append("its category names changed (renamed, reordered or removed)" if version.numeric is None else
-                        "its bucket bounds changed (numeric: lower, upper, buckets)")
+                        "its bucket bounds changed (numeric: lower, upper, buckets) or its mean's mechanism "
+                        "(numeric.mean_mechanism)")
         if old.get("lifetime_epsilon") != entry.get("lifetime_epsilon"):  # issue 38: what devices are charged
             what.append(f"lifetime_epsilon {old.get('lifetime_epsilon')} in {against}, {entry.get('lifetime_epsilon')} now")
         if what:

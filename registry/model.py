@@ -79,6 +79,10 @@ class MetricVersion:
     hierarchy: object = None
     #: Set on a level of a tree version (:meth:`tree_levels`): its level, 1 (coarsest) .. h (the buckets).
     tree_level: int | None = None
+    #: registry.numeric.MeanSplit of a numeric version whose mean is the Hybrid mechanism's (issue 40), else None.
+    mean: object = None
+    #: Set on the Hybrid mean's part of a numeric version (:meth:`mean_parts`): ``"mean"``.
+    report_part: str | None = None
     _cache: dict = dataclass_field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------ identity
@@ -90,7 +94,8 @@ class MetricVersion:
     def binding(self) -> str:
         """``name@version``; a tree version's level: ``name@version/level<l>`` (its parameters' binding)."""
         level = "" if self.tree_level is None else f"/level{self.tree_level}"
-        return f"{self.metric}@{self.version}{level}"
+        part = "" if self.report_part is None else f"/{self.report_part}"
+        return f"{self.metric}@{self.version}{level}{part}"
 
     @property
     def live(self) -> bool:
@@ -121,10 +126,25 @@ class MetricVersion:
         if levels is None:
             levels = tuple(dataclasses.replace(
                 self, params=params, hierarchy=None, tree_level=level, numeric=None, tracked=TrackedSpec("all"),
-                watch=(), value_names=None, domain="integers", mechanism_note=None)
+                watch=(), value_names=None, domain="integers", mechanism_note=None, mean=None)
                 for level, params in enumerate(self.hierarchy.levels, start=1))
             levels = self._cache.setdefault("tree_levels", levels)
         return levels
+
+    def mean_parts(self) -> tuple["MetricVersion", ...]:
+        """A version with a Hybrid mean (issue 40): its mean's part as a parameter version of the metric (binding
+        ``name@version/mean``, the carrier's parameters and fingerprint, every report value tracked), counted and
+        framed like a tree's level and answered through the version's histogram. Empty for any other version."""
+        if self.mean is None:
+            return ()
+        parts = self._cache.get("mean_parts")
+        if parts is None:
+            parts = (dataclasses.replace(
+                self, params=self.mean.carrier, hierarchy=None, tree_level=None, numeric=None, mean=None,
+                report_part="mean", tracked=TrackedSpec("all"), watch=(), value_names=None, domain="integers",
+                mechanism_note=None),)
+            parts = self._cache.setdefault("mean_parts", parts)
+        return parts
 
     @property
     def definition_digest(self) -> str:
@@ -146,6 +166,9 @@ class MetricVersion:
                 # two branchings can give levels of equal sizes, so equal fingerprints, grouping buckets differently)
                 definition["hierarchy"] = {"branching": self.hierarchy.branching,
                                            "levels": [p.fingerprint.hex() for p in self.hierarchy.levels]}
+            if self.mean is not None:  # a Hybrid mean: its reports' parameters and the devices' split
+                definition["mean"] = {"fingerprint": self.mean.fingerprint.hex(), "parts": self.mean.parts,
+                                      "hybrid": self.mean.hybrid.fingerprint.hex()}
             text = json.dumps(definition, separators=(",", ":"), ensure_ascii=False)
             digest = cache.setdefault("definition_digest", hashlib.sha256(text.encode("utf-8")).hexdigest())
         return digest
@@ -266,6 +289,7 @@ class MetricVersion:
             **({"longitudinal": self.longitudinal.describe()} if self.longitudinal is not None else {}),
             **({"numeric": self.numeric.describe()} if self.numeric is not None else {}),
             **({"hierarchy": self.describe_tree()} if self.hierarchy is not None else {}),
+            **({"mean": self.mean.describe()} if self.mean is not None else {}),
             **({"min_client_version": self.min_client_version} if self.min_client_version else {}),
         }
 
@@ -314,6 +338,7 @@ class Registry:
         self._by_fingerprint.update((v.fingerprint, v) for v in self.versions())
         # a tree version's levels are its parameter versions (its own fingerprint is its finest level's)
         self._by_fingerprint.update((level.fingerprint, level) for v in self.versions() for level in v.tree_levels())
+        self._by_fingerprint.update((part.fingerprint, part) for v in self.versions() for part in v.mean_parts())
 
     def metric(self, name: str) -> MetricSpec:
         try:

@@ -13,6 +13,8 @@ In a registry file the value domain is a ``numeric:`` mapping::
         # or   exponential: {scale: 2}   OpenTelemetry's base-2 exponential buckets (lower > 0)
         answers: [histogram, quantiles, mean]   # what is asked (default: all three)
         quantiles: [0.5, 0.9, 0.99]             # default; any q in (0, 1)
+        mean_mechanism: auto    # the mean from the histogram (default: histogram), the Hybrid mechanism (hybrid),
+                                # or whichever predicts the smaller variance (auto)
       epsilon: 1
       mechanism: auto
 
@@ -24,6 +26,17 @@ and the hierarchical histograms of :mod:`cms_core.hierarchy`, the one with the s
 ``numeric.branching: B``, optional) pins a tree. A tree version's ``params`` are its finest level's and
 ``MetricVersion.tree_levels()`` its levels, each a parameter set of its own (binding ``name@version/level<l>``).
 Validation names the metric, the field and the line, as the rest of the loader does.
+
+**The mean.** Read from the histogram (each bucket at its midpoint) unless ``mean_mechanism`` says otherwise:
+``hybrid`` sends Wang et al.'s Hybrid mechanism's reports of the clipped value (:mod:`cms_core.hybrid`), ``auto``
+does where it predicts the smaller variance of the mean than the histogram's
+(:func:`cms_core.planning.choose_mean_mechanism`, uniform buckets, at :data:`PLANNING_REPORTS`). A version with a
+Hybrid mean (:class:`MeanSplit`, ``MetricVersion.mean``) splits its devices: each report first draws one of
+``parts`` parts, ``draw_below(parts)``, independently of its value; part 0 is a Hybrid report, the others the
+histogram's (a tree then draws its level as before). ``parts`` is the histogram's levels plus one (1 for a flat
+oracle: 2 parts), or 1 when only the mean is asked (every report a Hybrid one, no draw). The default stays
+``histogram`` so that a published version keeps its meaning; ``ocms plan`` says when the Hybrid one is more
+accurate.
 """
 
 from __future__ import annotations
@@ -39,7 +52,9 @@ from cms_core.params import OCMSParams
 KEY = "numeric"
 #: The registry's mechanism of a numeric version reported as a hierarchical histogram (cms_core.hierarchy).
 HIERARCHY = "hierarchy"
-KEYS = ("lower", "upper", "buckets", "exponential", "answers", "quantiles", "branching")
+KEYS = ("lower", "upper", "buckets", "exponential", "answers", "quantiles", "branching", "mean_mechanism")
+#: ``numeric.mean_mechanism``: where the mean comes from (module docstring, The mean); the first is the default.
+MEAN_MECHANISMS = ("histogram", "hybrid", "auto")
 ANSWERS = ("histogram", "quantiles", "mean")
 #: Keys of an integer metric that a numeric one sets itself (every bucket is tracked) or does not carry yet
 #: (longitudinal mode: the histogram's intervals are those of one-shot reports).
@@ -68,6 +83,8 @@ class NumericSpec:
     quantiles: tuple[float, ...] = DEFAULT_QUANTILES
     #: The tree's branching of ``mechanism: hierarchy`` (None: the planner's best)
     branching: int | None = None
+    #: Where the mean comes from: one of :data:`MEAN_MECHANISMS`
+    mean_mechanism: str = "histogram"
 
     @property
     def buckets(self) -> int:
@@ -77,15 +94,37 @@ class NumericSpec:
         """A device's number -> its bucket index (clipped; :meth:`cms_core.numeric.BucketLayout.bucket`)."""
         return self.layout.bucket(value)
 
+    def measure(self, value) -> "Measured":
+        """:meth:`bucket`, remembering the number: a version with a Hybrid mean reports the number itself."""
+        return Measured(self.layout.bucket(value), float(value))
+
     def describe(self) -> dict:
         return {"lower": self.layout.lower, "upper": self.layout.upper, "bounds": list(self.layout.bounds),
                 "buckets": self.buckets, "scheme": self.scheme, "scale": self.scale, "answers": list(self.answers),
-                "quantiles": list(self.quantiles),
+                "quantiles": list(self.quantiles), "mean_mechanism": self.mean_mechanism,
                 "clipping": "a value below lower counts in the first bucket, one above upper in the last"}
+
+    def mean_only_answer(self, confidence: float) -> dict:
+        """The answer's fields when every report is a Hybrid mean's: no bucket, CDF or quantile
+        (:func:`cms_core.hybrid.with_mean` adds the mean)."""
+        return {"buckets": [], "cdf": [], "quantiles": [], "confidence": confidence, "layout": self.describe(),
+                "clipped_to": [self.layout.lower, self.layout.upper], "n": 0}
 
     def device_config(self) -> dict:
         """What a device needs to bucketize (the device config's ``numeric``)."""
         return self.layout.to_config()
+
+
+class Measured(int):
+    """A number's bucket index (what the histogram's report takes) that keeps the ``number`` (what a Hybrid mean's
+    report takes, :func:`cms_core.hybrid.privatize_value`)."""
+
+    number: float
+
+    def __new__(cls, bucket: int, number: float) -> "Measured":
+        measured = super().__new__(cls, bucket)
+        measured.number = number
+        return measured
 
 
 def of(version) -> NumericSpec | None:
@@ -135,6 +174,7 @@ def parse(loader, entry, metric, line):
     answers = _answers(loader, value, metric)
     quantiles = _quantiles(loader, value, metric)
     branching = _branching(loader, value, metric)
+    mean_mechanism = _mean_mechanism(loader, value, metric, answers)
     if loader.problem_count > before:
         return None
     lower, upper = value["lower"], value["upper"]
@@ -163,7 +203,7 @@ def parse(loader, entry, metric, line):
                                                   "is a flat oracle: mechanism direct or ocms)", metric,
                        f"{KEY}.branching")
         return None
-    specs[metric] = NumericSpec(layout, scheme, scale, answers, quantiles, branching)
+    specs[metric] = NumericSpec(layout, scheme, scale, answers, quantiles, branching, mean_mechanism)
     return "integers", None, layout.buckets
 
 
@@ -204,6 +244,19 @@ def _branching(loader, value, metric) -> int | None:
     return raw
 
 
+def _mean_mechanism(loader, value, metric, answers) -> str:
+    raw = value.get("mean_mechanism", MEAN_MECHANISMS[0])
+    if not isinstance(raw, str) or raw not in MEAN_MECHANISMS:
+        loader.problem(_line(value, "mean_mechanism"), f"must be one of {', '.join(MEAN_MECHANISMS)} (where the mean "
+                                                       f"comes from), got {raw!r}", metric, f"{KEY}.mean_mechanism")
+        return MEAN_MECHANISMS[0]
+    if raw != MEAN_MECHANISMS[0] and "mean" not in answers:
+        loader.problem(_line(value, "mean_mechanism"), f"{raw!r} reports a mean, which answers {list(answers)!r} "
+                                                       "does not ask for: add mean to answers or drop "
+                                                       "mean_mechanism", metric, f"{KEY}.mean_mechanism")
+    return raw
+
+
 def spec_for(loader, metric) -> NumericSpec | None:
     """The numeric description :func:`parse` kept for ``metric`` (None: a frequency metric)."""
     return loader.__dict__.get("numeric_specs", {}).get(metric)
@@ -236,16 +289,80 @@ def tree_params(spec: NumericSpec, epsilon: float, mechanism: str, binding: str)
     return tree.levels[-1], tree
 
 
+@dataclasses.dataclass(frozen=True)
+class MeanSplit:
+    """A version's Hybrid mean (module docstring, The mean): the mechanism's parameters, how many parts a device
+    draws from (part 0: a Hybrid report) and the planner's comparison that chose it
+    (:func:`cms_core.planning.choose_mean_mechanism` at :data:`PLANNING_REPORTS`)."""
+
+    hybrid: object  # cms_core.hybrid.HybridParams
+    parts: int
+    choice: dict
+    #: How the reports travel: direct RR's parameters over the ``M + 2`` report values (binding
+    #: ``name@version/mean``), so the wire format, the collector and the worker's counts are the integer path's
+    #: (a record is z alone; the worker counts each z, and the mean is a fold of those counts,
+    #: :func:`cms_core.hybrid.fold_counts`). Its keep threshold is never used: the device runs
+    #: :func:`cms_core.hybrid.privatize_value`.
+    carrier: object = None
+
+    @property
+    def fingerprint(self) -> bytes:
+        """What a frame of this version's Hybrid reports carries (the carrier's)."""
+        return self.carrier.fingerprint
+
+    def describe(self) -> dict:
+        return {"mechanism": "hybrid", "parts": self.parts, "fingerprint": self.fingerprint.hex(),
+                "hybrid_fingerprint": self.hybrid.fingerprint.hex(),
+                "params": {"epsilon": self.hybrid.epsilon, **self.hybrid.to_config()},
+                "predicted_sd": {"hybrid": self.choice["hybrid_sd"], "histogram": self.choice["histogram_sd"]}}
+
+
+def mean_config(split: MeanSplit) -> dict:
+    """What a device needs of a Hybrid mean (the device config's ``mean``, docs/device.md "Numeric means"): the
+    carrier's ``fingerprint`` its reports are framed with, ``parts`` and the mechanism's integer thresholds."""
+    return {"fingerprint": split.fingerprint.hex(), "parts": split.parts, **split.hybrid.to_config()}
+
+
+def mean_parts(spec: NumericSpec, tree) -> int:
+    """The parts a device of a version with a Hybrid mean draws from: 1 when only the mean is asked, else the
+    histogram's levels (1 for a flat oracle) plus the mean's."""
+    return 1 if spec.answers == ("mean",) else (tree.height if tree is not None else 1) + 1
+
+
+def mean_split(spec: NumericSpec, epsilon: float, params, tree, binding: str) -> MeanSplit | None:
+    """The version's Hybrid mean, or None when its mean is read from the histogram: ``mean_mechanism: hybrid``
+    always, ``auto`` when :func:`cms_core.planning.choose_mean_mechanism` predicts the smaller variance (uniform
+    buckets, :data:`PLANNING_REPORTS` devices, the histogram from all of them against the Hybrid mechanism from
+    ``1 / parts`` of them); ``binding`` is the carrier's (``name@version/mean``). InvalidParameterError (naming
+    epsilon) when the Hybrid mechanism cannot be built."""
+    from cms_core.hybrid import HybridParams
+
+    if spec.mean_mechanism == "histogram" or "mean" not in spec.answers:
+        return None
+    hybrid = HybridParams.build(epsilon, spec.layout.lower, spec.layout.upper)
+    parts = mean_parts(spec, tree)
+    choice = planning.choose_mean_mechanism(spec.layout, hybrid, params, tree, PLANNING_REPORTS, parts)
+    if spec.mean_mechanism == "auto" and choice["chosen"] != "hybrid":
+        return None
+    carrier = OCMSParams.build(epsilon, hybrid.outputs, mode="l2", tracked_count=hybrid.outputs, mechanism="direct",
+                               binding=binding)
+    return MeanSplit(hybrid, parts, choice, carrier)
+
+
 def audited_epsilon(version) -> float:
     """The realised epsilon of one report of a numeric version, exactly (the largest probability ratio of any output
     over every pair of buckets, from the integer keep thresholds the device path uses): a tree's through
     :func:`cms_core.hierarchy.exact_privacy_loss` (the level is drawn apart from the value), a flat oracle's through
-    :func:`cms_core.audit.exact_privacy_loss`. Small fields only (InvalidParameterError above
+    :func:`cms_core.audit.exact_privacy_loss`; a Hybrid mean's (the larger of the two) through
+    :func:`cms_core.hybrid.exact_privacy_loss`. Small fields only (InvalidParameterError above
     :data:`cms_core.audit.MAX_EXACT_OUTPUTS` outputs a level); O(k^2 x outputs) with exact rationals."""
-    from cms_core import audit, hierarchy
+    from cms_core import audit, hierarchy, hybrid
 
     tree = getattr(version, "hierarchy", None)
     ratio = hierarchy.exact_privacy_loss(tree) if tree is not None else audit.exact_privacy_loss(version.params)
+    mean = getattr(version, "mean", None)
+    if mean is not None:  # a report is one part's, the part drawn apart from the value: the larger loss of the two
+        ratio = max(ratio, hybrid.exact_privacy_loss(mean.hybrid))
     return math.log(ratio)
 
 
@@ -257,7 +374,9 @@ def plan_fields(version, n: int, confidence: float = 0.95) -> dict:
 
     spec = of(version)
     flat_only = spec.buckets > MAX_PLANNED_HIERARCHY_BUCKETS
-    choice = planning.choose_numeric_mechanism(spec.buckets, version.params.epsilon, n, flat_only=flat_only)
+    mean = getattr(version, "mean", None)
+    heard = n * (mean.parts - 1) // mean.parts if mean is not None and mean.parts > 1 else n  # the histogram's share
+    choice = planning.choose_numeric_mechanism(spec.buckets, version.params.epsilon, max(heard, 1), flat_only=flat_only)
     tree = getattr(version, "hierarchy", None)
     own = tree.name if tree is not None else ("direct-rr" if version.params.is_direct else "ocms-rr")
     z = normal_z(confidence)
@@ -267,7 +386,26 @@ def plan_fields(version, n: int, confidence: float = 0.95) -> dict:
     best_tree = choice["best_hierarchy"]
     return {"buckets": spec.buckets, "n": n, "confidence": confidence, "mechanism": own, "candidates": rows,
             "most_accurate": choice["chosen"], "best_hierarchy": best_tree, "hierarchies_weighed": not flat_only,
-            "predicted_median_rank_error_ci": rows[own]["median_rank_error_ci"] if own in rows else None}
+            "predicted_median_rank_error_ci": rows[own]["median_rank_error_ci"] if own in rows else None,
+            "histogram_reports": heard, **({"mean": _mean_plan(version, n, z)} if "mean" in spec.answers else {})}
+
+
+def _mean_plan(version, n: int, z: float) -> dict | None:
+    """The mean's two predicted errors at ``n`` devices (:func:`cms_core.planning.choose_mean_mechanism`), which
+    one the version uses and which is more accurate; None when ``n`` is below the parts."""
+    from cms_core.hybrid import HybridParams
+
+    spec, tree, mean = of(version), getattr(version, "hierarchy", None), getattr(version, "mean", None)
+    parts = mean.parts if mean is not None else mean_parts(spec, tree)
+    if n < parts:
+        return None
+    hybrid = mean.hybrid if mean is not None else HybridParams.build(version.params.epsilon, spec.layout.lower,
+                                                                     spec.layout.upper)
+    choice = planning.choose_mean_mechanism(spec.layout, hybrid, version.params, tree, n, parts)
+    return {"mechanism": "hybrid" if mean is not None else "histogram", "setting": spec.mean_mechanism,
+            "parts": parts, "more_accurate": choice["chosen"], "histogram_sd": choice["histogram_sd"],
+            "hybrid_sd": choice["hybrid_sd"], "histogram_ci": z * choice["histogram_sd"],
+            "hybrid_ci": z * choice["hybrid_sd"], "cdf_variance_factor": choice["cdf_variance_factor"]}
 
 
 def plan_lines(fields: dict) -> list[str]:
@@ -292,7 +430,28 @@ def plan_lines(fields: dict) -> list[str]:
                f"'mechanism: auto' (or '{HIERARCHY}', numeric.branching {fields['candidates'][best]['branching']}) "
                "reports it")
         lines.append(f"  {best} would be more accurate at this resolution: {how} in a new version")
+    return lines + _mean_lines(fields)
+
+
+def _mean_lines(fields: dict) -> list[str]:
+    mean = fields.get("mean")
+    if mean is None:
+        return []
+    how = (f"1 device in {mean['parts']} draws a Hybrid report" if mean["parts"] > 1 else "every report a Hybrid one")
+    hybrid = f"Hybrid mechanism +-{mean['hybrid_ci']:.4g} ({how})"
+    histogram = f"from the histogram +-{mean['histogram_ci']:.4g}"
+    used, other = (hybrid, histogram) if mean["mechanism"] == "hybrid" else (histogram, hybrid)
+    lines = [f"  mean: {used} ({fields['confidence']:.0%}, metric's units, uniform buckets, n={fields['n']:,}); "
+             f"{other}"]
+    if mean["mechanism"] == "hybrid" and mean["cdf_variance_factor"]:
+        lines.append(f"    the histogram hears {fields['histogram_reports']:,} of them (CDF variances x"
+                     f"{mean['cdf_variance_factor']:.3g})")
+    if mean["more_accurate"] != mean["mechanism"]:
+        setting = "hybrid' or 'auto" if mean["more_accurate"] == "hybrid" else "histogram"
+        lines.append(f"    the {mean['more_accurate']} mean would be more accurate: 'numeric.mean_mechanism: "
+                     f"{setting}' in a new version")
     return lines
 
 
-__all__ = ["HIERARCHY", "KEY", "NumericSpec", "audited_epsilon", "tree_params", "of", "parse", "plan_fields", "plan_lines", "spec_for"]
+__all__ = ["HIERARCHY", "KEY", "MEAN_MECHANISMS", "MeanSplit", "NumericSpec", "audited_epsilon", "mean_parts",
+           "mean_split", "tree_params", "of", "parse", "plan_fields", "plan_lines", "spec_for"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from cms_core import OCMSParams
+from cms_core import hybrid as hybrid_core
 from cms_core import numeric as numeric_core
 from cms_core.sketch import Estimates
 
@@ -12,7 +13,20 @@ from ..view import sum_states
 from .encode import records
 
 
-def numeric_answer(spec, params: OCMSParams, est: Estimates, counts, quantiles, tree=None, levels=()) -> dict | None:
+def numeric_answer(spec, params: OCMSParams, est: Estimates, counts, quantiles, tree=None, levels=(),
+                   mean_part=None) -> dict | None:
+    """:func:`histogram_answer`, its ``mean`` the Hybrid mechanism's when the version has one (``mean_part``: its
+    cms_core.hybrid.HybridParams and the window's summed (n, counts of each report value)): the histogram's own is
+    kept as ``histogram_mean``. A version asking only for the mean (no histogram reports) answers the mean alone
+    (no bucket, CDF or quantile). None without reports."""
+    doc = histogram_answer(spec, params, est, counts, quantiles, tree, levels)
+    if mean_part is None:
+        return doc
+    hybrid, (_, mean_counts) = mean_part
+    return hybrid_core.with_mean(doc, hybrid, mean_counts, est.confidence, spec.mean_only_answer(est.confidence))
+
+
+def histogram_answer(spec, params: OCMSParams, est: Estimates, counts, quantiles, tree=None, levels=()) -> dict | None:
     """A numeric metric's window (issue 40) from its bucket estimates (the frequency answer of the bucket
     indices, so the noise floor and each bucket's interval are the frequencies'): the histogram, the raw and the
     monotone CDF, the quantiles and the mean with their intervals (:func:`cms_core.numeric.summary`); None
@@ -33,6 +47,30 @@ def numeric_answer(spec, params: OCMSParams, est: Estimates, counts, quantiles, 
         bucket.update(record, bucket=int(record.pop("value")))
     doc["layout"] = spec.describe()
     return doc
+
+
+@dataclasses.dataclass(frozen=True)
+class MeanPart:
+    """Where a version's Hybrid mean (issue 40) is counted: its part is a parameter version of its own (the
+    carrier's fingerprint, every report value tracked), read with the version's histogram."""
+
+    hybrid: object  # cms_core.hybrid.HybridParams
+    fingerprint: str
+    view: object  # agents.view.CountsView
+
+    @classmethod
+    def of(cls, version, view) -> "MeanPart | None":
+        parts = version.mean_parts() if hasattr(version, "mean_parts") else ()
+        return cls(version.mean.hybrid, parts[0].fingerprint.hex(), view) if parts else None
+
+    def snapshot(self, window):
+        """The part's states in ``window`` (references, taken where the view is: the event loop)."""
+        start, stop = window.bounds()
+        return self.view.snapshot(self.fingerprint, window.width, start, stop)
+
+    def job_fields(self, snapshot) -> dict:
+        """The summed (n, counts) of the part (any thread), for the answer's job."""
+        return {"mean_part": (self.hybrid, sum_states(snapshot, self.hybrid.outputs))}
 
 
 @dataclasses.dataclass(frozen=True)

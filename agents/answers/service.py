@@ -44,7 +44,7 @@ from ..view import CountsView, shuffle_of, sum_states, sum_states_at
 from .encode import Naming, json_answer, records
 from .privacy import POINT_CENTRAL_FIELDS, central_cost, central_privacy
 from . import windows
-from .histogram import TreeLevels, numeric_answer
+from .histogram import MeanPart, TreeLevels, numeric_answer
 from .request import ApiError, check_query, parse_duration, parse_int, parse_options, parse_quantiles, show
 from .windows import Window
 
@@ -143,6 +143,8 @@ class Job:
     #: A tree version's (issue 40): its cms_core.hierarchy.HierarchyParams and each level's summed (n, counts).
     tree: object = None
     levels: tuple = ()
+    #: A version's Hybrid mean (issue 40): (its cms_core.hybrid.HybridParams, the part's summed (n, counts)).
+    mean_part: tuple | None = None
 
 
 class Estimator:
@@ -194,9 +196,10 @@ class Estimator:
         doc.update(noise_fields(est))  # every value above or under the noise of all D tracked values
         if job.kind == "histogram":
             doc["histogram"] = numeric_answer(job.numeric, self.sets[job.fp][0], est, job.counts, job.quantiles,
-                                              job.tree, job.levels)
+                                              job.tree, job.levels, job.mean_part)
             if job.tree is not None:  # a tree's answer is about every level's reports
                 doc["n"] = sum(n for n, _ in job.levels)
+            doc["n"] += job.mean_part[1][0] if job.mean_part else 0  # and its Hybrid mean's
         elif job.kind == "all":
             doc["estimates"] = records(est, job.counts)
         elif job.kind == "select":
@@ -255,6 +258,7 @@ class EstimateService:
         self.estimator = Estimator({self.fingerprint: (version.params, self.tracked)})
         self.numeric = getattr(version, "numeric", None)  # registry.numeric.NumericSpec (issue 40), or None
         self.tree = TreeLevels.of(version, view)  # a tree version's levels (issue 40), or None
+        self.mean_part = MeanPart.of(version, view)  # a version's Hybrid mean (issue 40), or None
 
     # -------------------------------------------------------------- pieces
     def resolve_params(self, query: Mapping[str, str]) -> str:
@@ -429,9 +433,11 @@ class EstimateService:
             work = full + d * d * SUM_COST + (2 * d + len(quantiles)) * RECORD_COST
             levels = None if self.tree is None else self.tree.snapshots(window)
             work += 0 if self.tree is None else self.tree.work
+            part = None if self.mean_part is None else self.mean_part.snapshot(window)
             return Answer(self._bounded(work, parameter, what), lambda: dataclasses.replace(
                 self._window_job(snapshot, "histogram", fp, header, options), numeric=self.numeric,
-                quantiles=quantiles, **({} if levels is None else self.tree.job_fields(levels))))
+                quantiles=quantiles, **({} if levels is None else self.tree.job_fields(levels)),
+                **({} if part is None else self.mean_part.job_fields(part))))
         kind, returned = {"estimates": ("all", d), "estimate_value": ("select", 1), "topk": ("top", 0)}[endpoint]
         if kind == "top":
             returned = k
@@ -456,9 +462,11 @@ class EstimateService:
         job = self._window_job(snapshot, "top", self.fingerprint, header, options, k=top_k)
         est, top = self.estimator.window(job)
         tree = {} if self.tree is None else self.tree.job_fields(self.tree.snapshots(window))
-        held = self.withheld(sum(n for n, _ in tree["levels"]) if tree else job.n)
+        mean = {} if self.mean_part is None else self.mean_part.job_fields(self.mean_part.snapshot(window))
+        held = self.withheld((sum(n for n, _ in tree["levels"]) if tree else job.n)
+                             + (mean["mean_part"][1][0] if mean else 0))
         histogram = None if held or self.numeric is None else numeric_answer(
-            self.numeric, self.version.params, est, job.counts, self.numeric.quantiles, **tree)
+            self.numeric, self.version.params, est, job.counts, self.numeric.quantiles, **tree, **mean)
         return WindowEstimate(window, job.n, est, () if held else tuple(top), held, job.central, histogram)
 
     def _check_trend(self, fp: str, options: EstimateOptions, query: Mapping[str, str]) -> Read:
@@ -538,8 +546,10 @@ class EstimateService:
         return self.estimator.finish(self.prepare(endpoint, query, value).gather())
 
     def reports(self) -> int:
-        """Reports counted by this version (all time; a tree's: every level's): O(partitions), no counts summed."""
+        """Reports counted by this version (all time; a tree's: every level's; and a Hybrid mean's part's):
+        O(partitions), no counts summed."""
         fingerprints = (self.fingerprint,) if self.tree is None else self.tree.fingerprints
+        fingerprints += () if self.mean_part is None else (self.mean_part.fingerprint,)
         return sum(state.n for fp in fingerprints for _, states in self.view.snapshot(fp, TOTAL_WIDTH, 0, 1)
                    for state in states)
 
@@ -558,12 +568,14 @@ class EstimateService:
         }
 
     def _numeric_fields(self) -> dict:
-        """A numeric metric's layout (issue 40: its buckets' bounds, clipping, quantiles) and a tree's levels (their
-        fingerprints and parameters), for /params and the listing; nothing for a frequency metric."""
+        """A numeric metric's layout (issue 40: its buckets' bounds, clipping, quantiles), a tree's levels (their
+        fingerprints and parameters) and a Hybrid mean's part, for /params and the listing; nothing for a frequency
+        metric."""
         if self.numeric is None:
             return {}
         return {"numeric": self.numeric.describe(),
-                **({} if self.tree is None else {"hierarchy": self.version.describe_tree()})}
+                **({} if self.tree is None else {"hierarchy": self.version.describe_tree()}),
+                **({} if self.mean_part is None else {"mean": self.version.mean.describe()})}  # its fingerprint
 
     def newest_bucket(self) -> int | None:
         """Start of the newest base bucket holding counts (freshness), None before the first report."""

@@ -60,3 +60,46 @@ def test_percentages_and_epsilons_are_written_for_people():
 
     assert [_percent(f) for f in (15.7, 0.123, 0.00457, 1.72e-8, 0.0)] == ["1,570%", "12.3%", "0.457%", "0.00000172%", "0%"]
     assert likelihood_factor(0.05302) == "1.05x" and likelihood_factor(2.0) == "7.39x"
+
+
+# --- the mean of a numeric metric (issue 40): the histogram's against the Hybrid mechanism's
+
+def _mean_setting(epsilon: float):
+    from cms_core.hybrid import HybridParams
+    from cms_core.numeric import BucketLayout
+    from cms_core.params import OCMSParams
+
+    layout = BucketLayout.explicit(list(range(1, 40)), 0, 40)
+    params = OCMSParams.build(epsilon, 40, mode="l2", tracked_count=40, mechanism="direct")
+    return layout, HybridParams.build(epsilon, 0, 40), params
+
+
+def test_the_mean_variances_are_the_mechanisms_own_formulas():
+    import numpy as np
+
+    from cms_core import hybrid
+    from cms_core.numeric import DirectRRNoise
+    from cms_core.planning import histogram_mean_variance, hybrid_mean_variance
+
+    layout, hybrid_params, params = _mean_setting(1.0)
+    f = np.full(40, 1 / 40)
+    assert histogram_mean_variance(layout, params, None, 10_000) == pytest.approx(
+        DirectRRNoise(1.0, 40).variance(f, layout.points, 10_000))
+    # a device per bucket midpoint: hybrid.mean_variance of those values, with n = 40 devices scaled to 10,000
+    assert hybrid_mean_variance(layout, hybrid_params, 10_000) == pytest.approx(
+        hybrid.mean_variance(hybrid_params, 0, layout.points) * 40 / 10_000)
+
+
+def test_choose_mean_mechanism_splits_and_validates():
+    from cms_core.planning import choose_mean_mechanism
+
+    layout, hybrid_params, params = _mean_setting(1.0)
+    alone = choose_mean_mechanism(layout, hybrid_params, params, None, 100_000, 1)
+    split = choose_mean_mechanism(layout, hybrid_params, params, None, 100_000, 2)
+    assert split["hybrid_sd"] == pytest.approx(alone["hybrid_sd"] * 2 ** 0.5)
+    assert split["histogram_sd"] == alone["histogram_sd"] and split["cdf_variance_factor"] == 2
+    assert alone["chosen"] == "hybrid"  # 40 fine buckets at eps 1: the histogram's mean is 7x as noisy
+    for bad in ({"parts": 0}, {"parts": True}, {"n": 1, "parts": 2}):
+        args = {"n": 100_000, "parts": 2, **bad}
+        with pytest.raises(InvalidParameterError, match=next(iter(bad))):
+            choose_mean_mechanism(layout, hybrid_params, params, None, args["n"], args["parts"])

@@ -77,13 +77,24 @@ def case(version, value, seed: str) -> dict:
             "message_hex": message.hex()}
 
 
+def repeated_cases(registry, values: dict, repeats: int, case) -> list[dict]:
+    """``case(version, value, seed)`` of every value of every metric, ``repeats`` times with distinct seeds."""
+    cases = []
+    for name, numbers in values.items():
+        version = registry.metric(name).latest
+        for repeat in range(repeats):
+            cases += [case(version, value, f"{name}/{repeat}/{i}") for i, value in enumerate(numbers)]
+    return cases
+
+
+def write_vectors(path: Path, doc: dict) -> None:
+    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {path}")
+
+
 def build() -> dict:
     registry = parse_registry(REGISTRY, "<numeric hierarchy vectors>")
-    cases = []
-    for name, values in VALUES.items():
-        version = registry.metric(name).latest
-        for repeat in range(REPEATS):
-            cases += [case(version, value, f"{name}/{repeat}/{i}") for i, value in enumerate(values)]
+    cases = repeated_cases(registry, VALUES, REPEATS, case)
     return {"format": "ocms numeric hierarchy v1",
             "contract": "cms_core/hierarchy.py draw_node, then cms_core/privatize.py; docs/device.md 'Numeric metrics'",
             "device_config": device_config(registry), "cases": cases}
@@ -93,8 +104,7 @@ PATH = Path(__file__).with_name("numeric_hierarchy_v1.json")
 
 
 def main() -> None:
-    PATH.write_text(json.dumps(build(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"wrote {PATH}")
+    write_vectors(PATH, build())
 
 
 if __name__ == "__main__":

@@ -296,6 +296,28 @@ OCMS_API int ocms_tree_draw(const ocms_tree *tree, uint64_t bucket, ocms_rng *rn
 OCMS_API int ocms_report_tree(const ocms_metric *metric, const ocms_tree *tree, uint64_t bucket, ocms_rng *rng,
                               const ocms_ledger *ledger, uint8_t *out, size_t capacity, ocms_sent *sent);
 
+/* ------------------------------------------------------------------ Hybrid means (issue 40) */
+/* A numeric metric's mean by Wang et al.'s Hybrid mechanism (cms_core/hybrid.py, docs/device.md "Numeric means"):
+ * the device config's "mean" entry. A report draws its part first, below(parts); part 0 is a Hybrid report z of the
+ * number, framed as a direct-RR report over grid + window + 2 values with the entry's fingerprint; any other part
+ * is the histogram's report, drawn on from the same rng. Shared vectors: tests/vectors/numeric_mean_v1.json. */
+typedef struct {
+    double lower, upper;    /* the numeric layout's clipping bounds */
+    uint32_t parts;         /* >= 1 (1: every report a Hybrid one, nothing drawn for the part) */
+    uint32_t grid;          /* K: even, in [2, 2^20] */
+    uint32_t window;        /* W in [1, K] */
+    uint64_t pm_share;      /* the Piecewise Mechanism's branch when bits64() < pm_share */
+    uint64_t pm_keep;       /* its window kept when bits64() < pm_keep */
+    uint64_t duchi_low;     /* Duchi's "+" at grid point j when bits64() < duchi_low + j duchi_step */
+    uint64_t duchi_step;
+} ocms_mean;
+
+/* OCMS_OK, or OCMS_E_PARAMS with *rule naming what is wrong (rule may be NULL). */
+OCMS_API int ocms_mean_check(const ocms_mean *mean, const char **rule);
+/* The part, then for part 0 the Hybrid report of value: *is_mean 1 and *z in [0, grid + window + 2); any other
+ * part: *is_mean 0, nothing more drawn. OCMS_E_VALUE (nothing drawn) for NaN; +-infinity is clipped. */
+OCMS_API int ocms_mean_draw(const ocms_mean *mean, double value, ocms_rng *rng, int *is_mean, uint32_t *z);
+
 /* ------------------------------------------------------------------ longitudinal reports (issue 38) */
 /* A metric version's longitudinal mode (device config "longitudinal"; src/longitudinal.c, docs/device.md):
  * the hash of (device, metric version) and the memoized first round are derived from a device secret

@@ -586,6 +586,50 @@ static void cmd_numeric_bucket(const cJSON *cmd, cJSON *reply) {
     cJSON_AddNumberToObject(reply, "bucket", (double)bucket);
 }
 
+/* Issue 40: {"mean": the device config's mean entry, "value": a number or "Infinity" / "-Infinity" / "NaN",
+ * "random_hex", "buffered"} -> {"is_mean", "z", "used"} (the library alone, ocms_mean_draw, on recorded bytes). */
+static void cmd_mean(const cJSON *cmd, cJSON *reply) {
+    const cJSON *entry = cJSON_GetObjectItemCaseSensitive(cmd, "mean"), *value = cJSON_GetObjectItemCaseSensitive(cmd, "value");
+    const char *names[] = {"pm_share", "pm_keep", "duchi_low", "duchi_step"}, *rule = NULL;
+    uint64_t *slots[4];
+    ocms_mean mean;
+    recorded_t rec;
+    uint8_t *bytes;
+    size_t n, i;
+    double x;
+    uint32_t z = 0;
+    int is_mean = 0, rc;
+    memset(&mean, 0, sizeof mean);
+    slots[0] = &mean.pm_share, slots[1] = &mean.pm_keep, slots[2] = &mean.duchi_low, slots[3] = &mean.duchi_step;
+    if (!cJSON_IsObject(entry)) {
+        cJSON_AddStringToObject(reply, "error", "mean: expected the device config's mean entry");
+        return;
+    }
+    mean.lower = cJSON_GetObjectItemCaseSensitive(entry, "lower")->valuedouble;
+    mean.upper = cJSON_GetObjectItemCaseSensitive(entry, "upper")->valuedouble;
+    mean.parts = (uint32_t)cJSON_GetObjectItemCaseSensitive(entry, "parts")->valuedouble;
+    mean.grid = (uint32_t)cJSON_GetObjectItemCaseSensitive(entry, "grid")->valuedouble;
+    mean.window = (uint32_t)cJSON_GetObjectItemCaseSensitive(entry, "window")->valuedouble;
+    for (i = 0; i < 4; i++) *slots[i] = strtoull(cJSON_GetObjectItemCaseSensitive(entry, names[i])->valuestring, NULL, 10);
+    if (ocms_mean_check(&mean, &rule) != OCMS_OK) {
+        cJSON_AddStringToObject(reply, "error", rule);
+        return;
+    }
+    if (cJSON_IsNumber(value)) x = value->valuedouble;
+    else if (cJSON_IsString(value) && strcmp(value->valuestring, "Infinity") == 0) x = HUGE_VAL;
+    else if (cJSON_IsString(value) && strcmp(value->valuestring, "-Infinity") == 0) x = -HUGE_VAL;
+    else x = nan("");
+    bytes = from_hex(str(cmd, "random_hex"), &n);
+    recorded_init(&rec, bytes, n, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cmd, "buffered")));
+    rc = ocms_mean_draw(&mean, x, &rec.rng, &is_mean, &z);
+    if (rc != OCMS_OK) cJSON_AddStringToObject(reply, "error", ocms_strerror(rc));
+    cJSON_AddBoolToObject(reply, "is_mean", is_mean);
+    cJSON_AddNumberToObject(reply, "z", (double)z);
+    cJSON_AddNumberToObject(reply, "used", (double)recorded_used(&rec));
+    ocms_rng_wipe(&rec.rng);
+    free(bytes);
+}
+
 static void cmd_load(const cJSON *cmd, cJSON *reply, int from_text) {
     char err[1024];
     int rc;
@@ -641,6 +685,7 @@ int main(void) {
         else if (strcmp(op, "sample") == 0) cmd_sample(cmd, reply);
         else if (strcmp(op, "pclmul") == 0) cJSON_AddNumberToObject(reply, "active", ocms_pclmul_active());
         else if (strcmp(op, "numeric_bucket") == 0) cmd_numeric_bucket(cmd, reply);
+        else if (strcmp(op, "mean") == 0) cmd_mean(cmd, reply);
         else cJSON_AddStringToObject(reply, "error", "unknown op");
         cJSON_AddNumberToObject(reply, "pclmul_active", ocms_pclmul_active());
         text = cJSON_PrintUnformatted(reply);

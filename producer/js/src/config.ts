@@ -25,7 +25,7 @@ import { Element, Field, binaryField, concat, primeField, uintBytes } from "./fi
 import { blake2b, fromHex, hex, utf8 } from "./hash.js";
 import { SmallBelow, bitLength } from "./random.js";
 import { Longitudinal } from "./longitudinal.js";
-import { NumericLayout, NumericTree } from "./numeric.js";
+import { HybridMean, NumericLayout, NumericTree } from "./numeric.js";
 
 export const DEVICE_CONFIG_FORMAT = 1;
 const TWO64 = 1n << 64n;
@@ -193,6 +193,8 @@ export interface EncodedValue {
   readonly integer: bigint | null;
   /** Strings: the 16-byte value fingerprint (big-endian; the element's integer). */
   readonly fingerprint?: Uint8Array;
+  /** A numeric metric: the number itself (a Hybrid mean's report takes it, numeric.ts HybridMean). */
+  readonly number?: number;
   /** Discovery: the string's symbols or the integer, to cut into a level's prefix. */
   readonly symbols?: number[];
 }
@@ -214,6 +216,8 @@ export class MetricVersion {
   readonly numeric: NumericLayout | null;
   /** A numeric metric reported as a hierarchical histogram (numeric.ts NumericTree): its levels; else null. */
   readonly tree: NumericTree<ReportParams> | null;
+  /** A numeric metric's mean by the Hybrid mechanism (numeric.ts HybridMean): its part and carrier; else null. */
+  readonly mean: HybridMean<ReportParams> | null;
   /** The oldest client release that may report the metric (`min_client_version`), or null: any. */
   readonly minClientVersion: string | null;
   private readonly categoryIndex: Map<string, number> | null;
@@ -286,6 +290,11 @@ export class MetricVersion {
       }
       this.numeric = NumericLayout.fromConfig(entry.numeric, `${where}.numeric`, dictionarySize);
     }
+    if (entry.mean !== undefined && this.numeric === null) {
+      throw new InvalidConfigError(`${where}.mean: a Hybrid mean is a numeric metric's`);
+    }
+    this.mean = entry.mean === undefined ? null : HybridMean.fromConfig(entry.mean, `${where}.mean`, this.numeric!,
+      binding, (at, spec) => buildParams(at, { ...spec, epsilon: this.epsilon, valueDomain: "integer" }));
     this.discovery = null;
     this.levels = [];
     this.levelDraw = this.tree === null ? null : new SmallBelow(this.tree.levels.length);
@@ -355,7 +364,8 @@ export class MetricVersion {
         throw new InvalidValueError(`value ${x}: outside the dictionary [0, ${this.params.dictionarySize})`);
       }
       if (this.discovery) this.discovery.integerElement(x, 1);
-      return { element: this.params.isDirect ? Number(x) : field.element(x), integer: x };
+      return { element: this.params.isDirect ? Number(x) : field.element(x), integer: x,
+               ...(this.numeric !== null ? { number: value as number } : {}) };
     }
     let bytes: Uint8Array;
     let symbols: number[] | undefined;
@@ -431,6 +441,7 @@ export class DeviceConfig {
       prints.set(version.params.fingerprintHex, { version, level: null, params: version.params });
       version.levels.forEach((params, l) => prints.set(params.fingerprintHex, { version, level: l + 1, params }));
       version.tree?.levels.forEach((params, l) => prints.set(params.fingerprintHex, { version, level: l + 1, params }));
+      if (version.mean !== null) prints.set(version.mean.params.fingerprintHex, { version, level: null, params: version.mean.params });
     });
     this.metrics = metrics;
     this.byFingerprint = prints;

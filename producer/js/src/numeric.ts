@@ -5,6 +5,7 @@
 // metric over the len(bounds) + 1 bucket indices: the report and the wire shape are every integer metric's.
 // Shared vectors: tests/vectors/numeric_v1.json.
 import { InvalidConfigError, InvalidValueError } from "./errors.js";
+import { ByteStream, SmallBelow, drawBits64 } from "./random.js";
 
 export class NumericLayout {
   readonly lower: number;
@@ -132,5 +133,101 @@ export class NumericTree<P> {
   /** The node of `level` (1..h) holding `bucket`. */
   node(bucket: bigint, level: number): bigint {
     return bucket / BigInt(this.spans[level - 1]);
+  }
+}
+
+/** What a Hybrid mean's carrier parameters are built from (config.ts buildParams checks them and their fingerprint). */
+export interface MeanCarrierSpec {
+  readonly fingerprint: unknown;
+  readonly m: unknown;
+  readonly keep_threshold: unknown;
+  readonly field: unknown;
+  readonly dictionarySize: bigint;
+  readonly mechanism: "direct";
+  readonly binding: string;
+}
+
+const TWO64 = 1n << 64n;
+const MAX_GRID = 2 ** 20;
+const MAX_PARTS = 2 ** 16;
+
+function threshold64(v: unknown, where: string): bigint {
+  if (typeof v !== "string" || !/^[0-9]{1,20}$/.test(v) || BigInt(v) >= TWO64) {
+    throw new InvalidConfigError(`${where}: expected a decimal string below 2^64, got ${JSON.stringify(v)}`);
+  }
+  return BigInt(v);
+}
+
+function count(v: unknown, where: string, min: number, max: number): number {
+  if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) {
+    throw new InvalidConfigError(`${where}: expected an integer in [${min}, ${max}], got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+/**
+ * A numeric metric's mean by Wang et al.'s Hybrid mechanism (issue 40; cms_core/hybrid.py, docs/device.md "Numeric
+ * means"): the device config's "mean" entry gives the parts, the grid, the window and the integer thresholds, and
+ * the carrier parameters (direct RR over the grid + window + 2 report values, binding NAME@VERSION/mean) its reports
+ * are framed with. A report draws its part first, below(parts); part 0 is a Hybrid report of the number (`draw`),
+ * any other the histogram's. Shared vectors: tests/vectors/numeric_mean_v1.json.
+ */
+export class HybridMean<P> {
+  private readonly partDraw: SmallBelow;
+  private readonly gridDraw: SmallBelow;
+  private readonly windowDraw: SmallBelow;
+
+  private constructor(readonly params: P, readonly parts: number, readonly lower: number, readonly upper: number,
+                      readonly grid: number, readonly window: number, readonly pmShare: bigint,
+                      readonly pmKeep: bigint, readonly duchiLow: bigint, readonly duchiStep: bigint) {
+    this.partDraw = new SmallBelow(parts);
+    this.gridDraw = new SmallBelow(grid);
+    this.windowDraw = new SmallBelow(window);
+  }
+
+  static fromConfig<P>(entry: unknown, where: string, layout: NumericLayout, binding: string,
+                       build: (at: string, spec: MeanCarrierSpec) => P): HybridMean<P> {
+    if (typeof entry !== "object" || entry === null || Array.isArray(entry)) {
+      throw new InvalidConfigError(`${where}: expected {"fingerprint", "parts", "grid", "window", ...}`);
+    }
+    const row = entry as Record<string, unknown>;
+    if (row.lower !== layout.lower || row.upper !== layout.upper) {
+      throw new InvalidConfigError(`${where}: lower and upper must be the numeric entry's (${layout.lower}, ${layout.upper})`);
+    }
+    const parts = count(row.parts, `${where}.parts`, 1, MAX_PARTS);
+    const grid = count(row.grid, `${where}.grid`, 2, MAX_GRID);
+    if (grid % 2 !== 0) throw new InvalidConfigError(`${where}.grid: must be even, got ${grid}`);
+    const window = count(row.window, `${where}.window`, 1, grid);
+    const m = grid + window + 2;
+    if (row.m !== m || row.dictionary_size !== String(m) || row.mechanism !== "direct") {
+      throw new InvalidConfigError(`${where}: the carrier is direct RR over grid + window + 2 = ${m} report values`);
+    }
+    const duchiLow = threshold64(row.duchi_low, `${where}.duchi_low`);
+    const duchiStep = threshold64(row.duchi_step, `${where}.duchi_step`);
+    if (duchiLow + BigInt(grid) * duchiStep >= TWO64) {
+      throw new InvalidConfigError(`${where}: duchi_low + grid * duchi_step must be below 2^64`);
+    }
+    const params = build(where, { fingerprint: row.fingerprint, m: row.m, keep_threshold: row.keep_threshold,
+                                  field: row.field, dictionarySize: BigInt(m), mechanism: "direct",
+                                  binding: `${binding}/mean` });
+    return new HybridMean(params, parts, layout.lower, layout.upper, grid, window,
+                          threshold64(row.pm_share, `${where}.pm_share`), threshold64(row.pm_keep, `${where}.pm_keep`),
+                          duchiLow, duchiStep);
+  }
+
+  /** The part (below(parts)), then for part 0 the Hybrid report z of `value` (a number; NaN refused before);
+   *  null for any other part: the caller reports the histogram, drawing on from the same stream. */
+  draw(stream: ByteStream, value: number): number | null {
+    if (this.partDraw.draw(stream) !== 0) return null;
+    const x = Math.min(Math.max(value, this.lower), this.upper);
+    const s = (x - this.lower) / (this.upper - this.lower) * this.grid;
+    let j = Math.min(Math.floor(s), this.grid);
+    if (drawBits64(stream) < BigInt(Math.floor((s - j) * 2 ** 64))) j += 1; // exact: an integer-valued double
+    if (drawBits64(stream) < this.pmShare) {
+      if (drawBits64(stream) < this.pmKeep) return j + this.windowDraw.draw(stream);
+      const other = this.gridDraw.draw(stream);
+      return other < j ? other : other + this.window;
+    }
+    return this.grid + this.window + (drawBits64(stream) < this.duchiLow + BigInt(j) * this.duchiStep ? 1 : 0);
   }
 }

@@ -2,6 +2,8 @@
  * The device path (cms_core.privatize.privatize): one epsilon-LDP report of a value, as a wire-v1
  * single-report message, every draw in the order of the randomness contract:
  *
+ *   a Hybrid mean only: part = below(parts); part 0 is a Hybrid report (numeric.ts HybridMean), framed with its
+ *                   carrier's fingerprint; any other part goes on below with the histogram's report
  *   discovery, tree only: level = below(levels) + 1 (a tree: then the bucket's node at that level is the value)
  *   OCMS+RR only:   a0 = below(order), a1 = below(order), y = (a0 + a1 x) mod m   (direct RR: y = x)
  *   keep:           bits64() < T  -> z = y
@@ -73,6 +75,14 @@ export function privatizeEncoded(stream: ByteStream, version: MetricVersion, enc
   let params = version.params;
   let level: number | null = null;
   let element = encoded.element;
+  const z = version.mean === null ? null : version.mean.draw(stream, encoded.number!); // issue 40: the part first
+  if (z !== null) {
+    const carrier = version.mean!.params;
+    const message = new Uint8Array(HEADER_SIZE + carrier.recordBytes);
+    message.set(carrier.header);
+    writeZ(message, HEADER_SIZE, carrier.zBytes, z);
+    return { metric: version.name, version: version.version, level: null, fingerprint: carrier.fingerprintHex, message };
+  }
   if (version.discovery !== null) {
     level = version.levelDraw!.draw(stream) + 1;
     params = version.levels[level - 1];

@@ -22,9 +22,10 @@ dropped silently.
 
 Named metrics: ``FrameBatcher.for_metric(registry, "flight_dest", send=sink)`` batches one
 registry metric (its newest live version, or "name@N"); a tree version's (issue 40) is a
-:class:`TreeFrameBatcher`, a batcher per level routed by each message's fingerprint (or "name@N/level<l>",
-one level). The collector's lanes, the fleet simulator and a device-side gateway
-(``producer.gateway.RegistryGateway``, a :class:`FrameBatchers` of its versions) batch with it. A batcher sees no
+:class:`PartsFrameBatcher`, a batcher per level routed by each message's fingerprint (or "name@N/level<l>",
+one level), as is a version with a Hybrid mean's part ("name@N/mean"). The collector's lanes, the fleet
+simulator and a device-side gateway (``producer.gateway.RegistryGateway``, a :class:`FrameBatchers` of its
+versions) batch with it. A batcher sees no
 values, only privatized reports; it must not attach device identifiers to frames (the frame key is
 None or a gateway id). See docs/device.md.
 """
@@ -146,21 +147,22 @@ class FrameBatcher:
         return self._count
 
     @classmethod
-    def for_metric(cls, registry, metric: str, **kwargs) -> "FrameBatcher | TreeFrameBatcher":
-        """A batcher of one registry metric: "name" (its newest live version), "name@N", or one level of a tree
-        version, "name@N/level<l>" (a batcher of that level's parameters).
+    def for_metric(cls, registry, metric: str, **kwargs) -> "FrameBatcher | PartsFrameBatcher":
+        """A batcher of one registry metric: "name" (its newest live version), "name@N", or one part of a version
+        given by its binding: a tree version's level, "name@N/level<l>", or a Hybrid mean's part, "name@N/mean"
+        (a batcher of that part's parameters).
 
-        A tree version (issue 40: a numeric metric as a hierarchical histogram) named "name" or "name@N" gets a
-        :class:`TreeFrameBatcher`: its reports come a level each, every level with its own parameters and
-        fingerprint, and one batcher of the finest level's would refuse the other levels' messages and frame
-        their bare Reports as buckets. UnknownMetricError names an unknown metric or version (and a retired one);
-        InvalidParameterError a level the version does not have."""
-        name, slash, level = metric.partition("/")
+        A version reported in parts (issue 40: a numeric metric as a hierarchical histogram, or with a Hybrid mean)
+        named "name" or "name@N" gets a :class:`PartsFrameBatcher`: its reports come a part each, every part with
+        its own parameters and fingerprint, and one batcher of the version's own would refuse the other parts'
+        messages and frame their bare Reports as buckets. UnknownMetricError names an unknown metric or version
+        (and a retired one); InvalidParameterError a part the version does not have."""
+        name, slash, part = metric.partition("/")
         version = registry.live_version(name)
         if slash:
-            version = tree_level(version, level, metric)
-        elif version.hierarchy is not None:
-            return TreeFrameBatcher(version, metric, **kwargs)
+            version = version_part(version, part, metric)
+        elif version.hierarchy is not None or version.mean_parts():
+            return PartsFrameBatcher(version, metric, **kwargs)
         batcher = cls(version.params, **kwargs)
         batcher.metric = metric
         return batcher
@@ -282,7 +284,7 @@ class FrameBatcher:
 class FrameBatchers:
     """A :class:`FrameBatcher` per parameter set, each wire message buffered in its fingerprint's: a frame carries
     one fingerprint, so parameter sets never mix. A registry's served versions (producer.gateway.RegistryGateway)
-    and a tree version's levels (:class:`TreeFrameBatcher`) are batched so. Same limits for all
+    and a version's parts (:class:`PartsFrameBatcher`: a tree's levels, a Hybrid mean's) are batched so. Same limits for all
     (``**batcher_kwargs``), every frame to the one ``send``."""
 
     def __init__(self, params_sets: Iterable[OCMSParams], *, send: Callable[[bytes], Awaitable[Any]],
@@ -335,33 +337,53 @@ class FrameBatchers:
         return sum(b.buffered for b in self.batchers.values())
 
 
-class TreeFrameBatcher(FrameBatchers):
-    """What :meth:`FrameBatcher.for_metric` gives for a tree version (issue 40): a batcher per level, each device
-    message framed with its level's parameters and fingerprint, as the collector and the worker count them (a
-    level is a parameter version of the metric). ``params`` are the finest level's, the version's fingerprint.
+class PartsFrameBatcher(FrameBatchers):
+    """What :meth:`FrameBatcher.for_metric` gives for a version reported in parts (issue 40): a tree version's
+    levels, and a Hybrid mean's part, each a parameter version of the metric (its binding ``name@N/level<l>`` or
+    ``name@N/mean``). Each device message is framed with its part's parameters and fingerprint, as the collector
+    and the worker count them. ``params`` are the version's own (a tree's: its finest level's).
 
-    It takes wire messages only: a bare Report or ReportBatch carries no level, and framing it with a wrong one
-    would count it as other nodes, so it is refused, pointing to ``for_metric(registry, "name@N/level<l>")``."""
+    It takes wire messages only: a bare Report or ReportBatch carries no part, and framing it with a wrong one
+    would count it as other nodes or values, so it is refused, pointing to ``for_metric(registry, "name@N/<part>")``."""
 
     def __init__(self, version, metric: str, **kwargs):
         self.version, self.metric, self.levels = version, metric, version.tree_levels()
+        self.parts = (self.levels or (version,)) + version.mean_parts()
         self.params = version.params
-        super().__init__([level.params for level in self.levels], **kwargs)
+        super().__init__([part.params for part in self.parts], **kwargs)
 
-    async def add(self, message) -> int:
-        """Buffer one wire message (a report or a frame) of any level; returns its level (1 the coarsest)."""
+    async def add(self, message) -> int | str | None:
+        """Buffer one wire message (a report or a frame) of any part; returns its part: a tree's level (1 the
+        coarsest), ``"mean"`` for the Hybrid mean's, None for a flat version's own reports."""
         if not isinstance(message, (bytes, bytearray, memoryview)):
+            kind, one = ("a hierarchical histogram", "level<l>") if self.levels else \
+                ("reported in parts (a Hybrid mean's and its own)", "mean")
+            names = ", ".join(part.binding for part in self.parts)
             raise InvalidReportError(
-                f"{self.version.binding} is a hierarchical histogram: a {type(message).__name__} carries no level; "
-                f"add each report's wire message (it carries its level's fingerprint), or batch one level with "
-                f"FrameBatcher.for_metric(registry, '{self.version.binding}/level<l>')")
+                f"{self.version.binding} is {kind}: a {type(message).__name__} carries no level; "
+                f"add each report's wire message (it carries its part's fingerprint), or batch one part with "
+                f"FrameBatcher.for_metric(registry, '{self.version.binding}/{one}') (its parts: {names})")
         fingerprint, batcher = self.batcher_for(message)
         if batcher is None:
-            levels = ", ".join(f"{level.binding} {level.fingerprint.hex()}" for level in self.levels)
-            raise UnknownFingerprintError(f"parameter fingerprint {fingerprint.hex()} is of no level of "
-                                          f"{self.version.binding} (its levels: {levels})")
+            word = "level" if len(self.parts) == len(self.levels) else "part"  # a tree's parts are its levels
+            parts = ", ".join(f"{part.binding} {part.fingerprint.hex()}" for part in self.parts)
+            raise UnknownFingerprintError(f"parameter fingerprint {fingerprint.hex()} is of no {word} of "
+                                          f"{self.version.binding} (its {word}s: {parts})")
         await batcher.add(message)
-        return next(level.tree_level for level in self.levels if level.fingerprint == fingerprint)
+        part = next(part for part in self.parts if part.fingerprint == fingerprint)
+        return part.tree_level if part.tree_level is not None else part.report_part
+
+
+def version_part(version, part: str, metric: str):
+    """The part ``part`` of ``version``: a tree's level ("level<l>", :func:`tree_level`) or its Hybrid mean's
+    ("mean"); ``metric`` is the name asked for (InvalidParameterError names it)."""
+    if part == "mean":
+        parts = version.mean_parts()
+        if not parts:
+            raise InvalidParameterError("metric", metric, f"{version.binding} has no Hybrid mean part "
+                                        "(numeric.mean_mechanism: hybrid gives one)")
+        return parts[0]
+    return tree_level(version, part, metric)
 
 
 def tree_level(version, level: str, metric: str):
@@ -441,4 +463,4 @@ class KafkaFrameSink(StartStopContext):
 
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameBatcher", "FrameBatchers", "FrameSendError", "KafkaFrameSink",
-           "StartStopContext", "TreeFrameBatcher"]
+           "StartStopContext", "PartsFrameBatcher"]

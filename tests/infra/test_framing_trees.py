@@ -12,7 +12,7 @@ from cms_core.errors import InvalidParameterError, InvalidReportError
 from cms_core.hierarchy import draw_node
 from cms_core.privatize import privatize
 from cms_core.wire import UnknownFingerprintError, decode_message, encode_report
-from infra.framing import FrameBatcher, TreeFrameBatcher
+from infra.framing import FrameBatcher, PartsFrameBatcher
 from registry.loader import parse_registry
 from tests.producer.test_reporter_registry import REGISTRY as FLAT_REGISTRY
 from tests.vectors.make_numeric_hierarchy_vectors import REGISTRY as VECTOR_REGISTRY
@@ -52,7 +52,7 @@ def test_a_trees_reports_are_framed_with_their_own_levels_parameters():
     messages = device_messages(300)
     frames, batcher, answers = run(lambda sink: FrameBatcher.for_metric(REGISTRY, "size_tree", send=sink,
                                                                         max_records=40), [m for _, m in messages])
-    assert isinstance(batcher, TreeFrameBatcher) and batcher.params.fingerprint == TREE.fingerprint
+    assert isinstance(batcher, PartsFrameBatcher) and batcher.params.fingerprint == TREE.fingerprint
     assert answers == [level for level, _ in messages]  # add says the level each message was framed with
     levels = {level.fingerprint: level for level in TREE.tree_levels()}
     framed = Counter()
@@ -86,3 +86,36 @@ def test_a_message_of_no_level_and_a_level_the_tree_lacks_are_refused_naming_the
         FrameBatcher.for_metric(REGISTRY, "size_tree@1/level4", send=print)
     with pytest.raises(InvalidParameterError, match="app_launches@1 is not a hierarchical histogram"):
         FrameBatcher.for_metric(FLAT_REGISTRY, "app_launches@1/level1", send=print)
+
+
+def test_a_versions_hybrid_mean_part_is_framed_with_its_own_parameters():
+    """A flat version with a Hybrid mean (numeric.mean_mechanism: hybrid): its mean's reports carry the part's
+    fingerprint (name@N/mean), and one batcher of the version's own parameters refused them as unknown."""
+    from cms_core.hybrid import draw_mean_message
+    from tests.vectors.make_numeric_mean_vectors import REGISTRY as MEAN_REGISTRY
+
+    registry = parse_registry(MEAN_REGISTRY, "<numeric mean vectors>")
+    version = registry.metric("latency_split").latest
+    (part,) = version.mean_parts()
+    split = version.mean
+    messages = []
+    for i in range(200):
+        message = draw_mean_message(split.hybrid, split.parts, part.params, float(i * 37 % 10_000), os.urandom)
+        messages.append(("mean", message) if message is not None else
+                        (None, encode_report(version.params, privatize(version.params, i % 11, os.urandom))))
+    frames, batcher, answers = run(lambda sink: FrameBatcher.for_metric(registry, "latency_split", send=sink),
+                                   [m for _, m in messages])
+    assert isinstance(batcher, PartsFrameBatcher) and answers == [kind for kind, _ in messages]
+    framed = Counter()
+    for frame in frames:
+        params, batch = decode_message(frame, {p.fingerprint: p for p in (version.params, part.params)})
+        framed["mean" if params.fingerprint == part.fingerprint else None] += len(batch)
+    assert framed == Counter(kind for kind, _ in messages) and framed["mean"] > 50 and framed[None] > 50
+    with pytest.raises(InvalidReportError, match=r"latency_split@1/mean"):
+        run(lambda sink: FrameBatcher.for_metric(registry, "latency_split", send=sink),
+            [privatize(version.params, 3, os.urandom)])
+    frames, batcher, _ = run(lambda sink: FrameBatcher.for_metric(registry, "latency_split@1/mean", send=sink),
+                             [m for kind, m in messages if kind == "mean"])
+    assert batcher.params == part.params and batcher.records_sent == framed["mean"]
+    with pytest.raises(InvalidParameterError, match=r"size_tree@1 has no Hybrid mean part"):
+        FrameBatcher.for_metric(REGISTRY, "size_tree@1/mean", send=None)

@@ -38,7 +38,7 @@ int ocms_mean_draw(const ocms_mean *mean, double value, ocms_rng *rng, int *is_m
     x = value < mean->lower ? mean->lower : value > mean->upper ? mean->upper : value;
     s = (x - mean->lower) / (mean->upper - mean->lower) * (double)mean->grid; /* in this order: every client's */
     j = s >= (double)mean->grid ? mean->grid : (uint32_t)floor(s);
-    threshold = (uint64_t)floor(ldexp(s - (double)j, 64)); /* s - j in [0, 1): below 2^64, exact */
+    threshold = (uint64_t)floor((s - (double)j) * 18446744073709551616.0); /* times 2^64: exact, below 2^64; no libm */
     if ((rc = draw_bits64(rng, &drawn)) != OCMS_OK) return rc;
     j += drawn < threshold;
     if ((rc = draw_bits64(rng, &drawn)) != OCMS_OK) return rc;

@@ -186,9 +186,10 @@ def test_the_cli_refuses_a_nan_before_anything_is_drawn(config, tmp_path):
     assert done.returncode == 2 and b"line 2" in done.stderr and not (tmp_path / "x.ocap").exists()
 
 
-def test_mean_vectors_and_damaged_means_under_the_sanitizers(config):
-    """AddressSanitizer and UBSan over every mean vector (both paths) and 300 seeded damaged ``mean`` entries (each
-    loaded or refused with a one-line reason, never a crash)."""
+def test_mean_vectors_and_damaged_means_under_the_sanitizers(config, tmp_path):
+    """AddressSanitizer and UBSan over every mean vector (both paths), 300 seeded damaged ``mean`` entries (each
+    loaded or refused with a one-line reason, never a crash), and ocms-report-c's memoized reports of a tree with a
+    mean (payload_tree_mean: 4 parts)."""
     from .test_c_client_sanitizers import _clean
 
     make("sanitize")
@@ -213,3 +214,9 @@ def test_mean_vectors_and_damaged_means_under_the_sanitizers(config):
         code, err = driver.close()
     _clean(err)
     assert code == 0, err[-4000:]
+    done = run_cli(["--config", config, "--metric", "payload_tree_mean", "--out", tmp_path / "t.ocap", "--ledger",
+                    tmp_path / "ledger", "--budget", "1000", "--memoize"],
+                   [json.dumps(str(v)) for v in [0.5, 3, 3, 1e6, "Infinity", 700.25] * 20],
+                   binary=C_DIR / "build-asan" / "ocms-report-c", env=sanitizer_env())
+    _clean(done.stderr.decode())
+    assert done.returncode == 0 and b"wrote 120 reports" in done.stderr, done.stderr

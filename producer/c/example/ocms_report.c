@@ -340,7 +340,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, PROG ": wrote %zu reports of %s@%u to %s\n", produced, metric->name, (unsigned)metric->version,
                 out_path);
     } else if (produced > 0) {
-        uint8_t (*seen)[8] = malloc((metric->has_discovery ? metric->discovery.levels /* + 1: a Hybrid mean's part */
+        uint8_t (*seen)[8] = malloc((metric->has_discovery ? metric->discovery.levels /* + 8: a Hybrid mean's part */
                                      : metric->has_tree ? metric->tree.levels : 1) * 8 + 8);
         uint8_t *body = malloc((size_t)upload_reports * OCMS_MAX_REPORT_MESSAGE);
         size_t nseen = 0, k, uploads = 0;

@@ -261,28 +261,81 @@ static long utf8_code_points(const char *text, uint32_t *out) {
     return n;
 }
 
-/* A level's parameters (a discovery level's, a tree's): its mechanism and domain already in *lp; its dictionary from
- * "dictionary_size" (2^64 allowed with allow_2_64), its epsilon the metric's (the level carries none), its binding
- * NAME@VERSION/levelL. */
-static int parse_level_params(ctx_t *c, const cJSON *level, const ocms_cfg_metric *m, size_t index, int allow_2_64,
-                              ocms_params *lp) {
+/* A part's parameters (a discovery level's, a tree level's, a Hybrid mean's carrier): its mechanism and domain already
+ * in *lp; its dictionary from "dictionary_size" (2^64 allowed with allow_2_64), its epsilon the metric's (the part
+ * carries none), its fingerprint checked under binding. */
+static int parse_part_params(ctx_t *c, const cJSON *part, const ocms_cfg_metric *m, const char *binding, int allow_2_64,
+                             ocms_params *lp) {
     uint64_t v;
     int is_2_64 = 0, rc;
-    char binding[256];
     cJSON *copy;
-    if (get_decimal(c, level, "dictionary_size", &v, &is_2_64)) return -1;
+    if (get_decimal(c, part, "dictionary_size", &v, &is_2_64)) return -1;
     if ((is_2_64 && !allow_2_64) || (!is_2_64 && v < 1))
         return ocms_cfg_problem(c->err, c->errlen, "%s.dictionary_size: must be >= 1", c->path);
     lp->max_value = is_2_64 ? UINT64_MAX : v - 1;
     lp->epsilon = m->params.epsilon;
-    copy = cJSON_Duplicate(level, 1);
+    copy = cJSON_Duplicate(part, 1);
     if (copy == NULL) return ocms_cfg_problem(c->err, c->errlen, "out of memory");
     cJSON_DeleteItemFromObjectCaseSensitive(copy, "epsilon");
     cJSON_AddNumberToObject(copy, "epsilon", m->params.epsilon);
-    snprintf(binding, sizeof binding, "%s@%u/level%zu", m->name, (unsigned)m->version, index + 1);
     rc = parse_params(c, copy, lp, binding);
     cJSON_Delete(copy);
     return rc ? -1 : 0;
+}
+
+/* A level's parameters (a discovery level's, a tree's): binding NAME@VERSION/levelL. */
+static int parse_level_params(ctx_t *c, const cJSON *level, const ocms_cfg_metric *m, size_t index, int allow_2_64,
+                              ocms_params *lp) {
+    char binding[256];
+    snprintf(binding, sizeof binding, "%s@%u/level%zu", m->name, (unsigned)m->version, index + 1);
+    return parse_part_params(c, level, m, binding, allow_2_64, lp);
+}
+
+/* The "mean" entry of a numeric metric with a Hybrid mean (issue 40; docs/device.md "Numeric means"): the split and
+ * the Hybrid thresholds (ocms_mean, checked by ocms_mean_check), its bounds the numeric entry's, and its carrier's
+ * parameters: direct RR over grid + window + 2 values at the metric's epsilon, fingerprint bound NAME@VERSION/mean. */
+static int parse_mean(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
+    const cJSON *entry = member(obj, "mean"), *lower, *upper, *mech;
+    ocms_mean *mean = &m->mean;
+    const char *rule = NULL;
+    char binding[256];
+    uint64_t v;
+    size_t n = strlen(c->path);
+    snprintf(c->path + n, sizeof c->path - n, ".mean");
+    if (!cJSON_IsObject(entry) || !m->has_numeric)
+        return ocms_cfg_problem(c->err, c->errlen, "%s: an object, on a numeric metric", c->path);
+    lower = member(entry, "lower");
+    upper = member(entry, "upper");
+    if (!cJSON_IsNumber(lower) || !cJSON_IsNumber(upper) || lower->valuedouble != m->numeric.lower
+        || upper->valuedouble != m->numeric.upper)
+        return ocms_cfg_problem(c->err, c->errlen, "%s.lower, upper: must be the numeric entry's (%.17g, %.17g)", c->path,
+                                m->numeric.lower, m->numeric.upper);
+    mean->lower = m->numeric.lower;
+    mean->upper = m->numeric.upper;
+    if (get_uint(c, entry, "parts", 1, 65536, &v)) return -1;
+    mean->parts = (uint32_t)v;
+    if (get_uint(c, entry, "grid", 2, UINT32_C(1) << 20, &v)) return -1;
+    mean->grid = (uint32_t)v;
+    if (get_uint(c, entry, "window", 1, mean->grid, &v)) return -1;
+    mean->window = (uint32_t)v;
+    if (get_decimal(c, entry, "pm_share", &mean->pm_share, NULL) || get_decimal(c, entry, "pm_keep", &mean->pm_keep, NULL)
+        || get_decimal(c, entry, "duchi_low", &mean->duchi_low, NULL)
+        || get_decimal(c, entry, "duchi_step", &mean->duchi_step, NULL))
+        return -1;
+    if (ocms_mean_check(mean, &rule) != OCMS_OK) return ocms_cfg_problem(c->err, c->errlen, "%s: %s", c->path, rule);
+    mech = member(entry, "mechanism");
+    if (!cJSON_IsString(mech) || strcmp(mech->valuestring, "direct") != 0)
+        return ocms_cfg_problem(c->err, c->errlen, "%s.mechanism: must be \"direct\" (z alone)", c->path);
+    m->mean_params.mechanism = OCMS_MECHANISM_DIRECT;
+    m->mean_params.domain = OCMS_DOMAIN_INTEGERS;
+    snprintf(binding, sizeof binding, "%s@%u/mean", m->name, (unsigned)m->version);
+    if (parse_part_params(c, entry, m, binding, 0, &m->mean_params)) return -1;
+    if (m->mean_params.m != mean->grid + mean->window + 2 || m->mean_params.max_value != m->mean_params.m - 1)
+        return ocms_cfg_problem(c->err, c->errlen, "%s.m, dictionary_size: the carrier is direct RR over grid + window "
+                                "+ 2 = %lu report values", c->path, (unsigned long)mean->grid + mean->window + 2);
+    c->path[n] = '\0';
+    m->has_mean = 1;
+    return 0;
 }
 
 static int parse_discovery(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
@@ -535,6 +588,7 @@ static int parse_metric(ctx_t *c, const cJSON *obj, ocms_cfg_metric *m) {
     if (member(obj, "discovery") != NULL && parse_discovery(c, obj, m)) return -1;
     if (member(obj, "numeric") != NULL && parse_numeric(c, obj, m)) return -1;
     if (tree_levels > 0 && parse_tree(c, obj, m)) return -1;
+    if (member(obj, "mean") != NULL && parse_mean(c, obj, m)) return -1;
     m->metric.name = m->name;
     m->metric.params = &m->params;
     m->metric.discovery = m->has_discovery ? &m->discovery : NULL;
@@ -712,6 +766,7 @@ int ocms_cfg_value_of(const ocms_cfg_metric *m, const uint8_t *name, size_t len,
         if (end != text + len || isspace((unsigned char)text[0]) || ocms_numeric_bucket(&m->numeric, x, &value->integer) != OCMS_OK)
             return ocms_cfg_problem(err, errlen, "\"%s\" is not a number (metric %s takes a decimal number, not NaN)", shown,
                                     m->name);
+        value->number = x;
         return 0;
     }
     if (m->params.domain == OCMS_DOMAIN_INTEGERS) {

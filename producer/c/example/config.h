@@ -31,6 +31,9 @@ typedef struct {
     int has_tree;       /* issue 40: a numeric metric reported as a hierarchical histogram ("mechanism": "hierarchy") */
     ocms_tree tree;     /* its levels (level_params points at tree_levels); params are its finest level's */
     ocms_params *tree_levels;
+    int has_mean;           /* issue 40: a numeric metric with a Hybrid mean (the config's "mean" entry) */
+    ocms_mean mean;         /* its split and thresholds (lower, upper: the numeric entry's) */
+    ocms_params mean_params; /* its carrier: direct RR over grid + window + 2 values, binding NAME@VERSION/mean */
     unsigned min_client[3]; /* min_client_version: the oldest client release that may report it; 0.0.0: any */
 } ocms_cfg_metric;
 
@@ -55,6 +58,7 @@ int ocms_cfg_client_too_old(const ocms_cfg_metric *m, char *err, size_t errlen);
 typedef struct {
     int is_string;
     uint64_t integer;
+    double number; /* a numeric metric's number, as read (integer: its bucket); a Hybrid mean reports it */
     const uint8_t *bytes;
     size_t len;
 } ocms_cfg_value;

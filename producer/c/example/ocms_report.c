@@ -78,6 +78,7 @@ static void die(int code, const char *fmt, ...) {
 typedef struct {
     int is_string;
     uint64_t integer;
+    double number;      /* a numeric metric's number (a Hybrid mean reports it; integer is its bucket) */
     size_t offset, len; /* string bytes in the arena */
 } entry;
 
@@ -263,6 +264,7 @@ int main(int argc, char **argv) {
         entries = grow(entries, &capentries, nentries + 1, sizeof *entries);
         entries[nentries].is_string = value.is_string;
         entries[nentries].integer = value.integer;
+        entries[nentries].number = value.number;
         entries[nentries].offset = arena_len;
         entries[nentries].len = outlen;
         nentries++;
@@ -286,6 +288,10 @@ int main(int argc, char **argv) {
         uint8_t *out = messages + produced * OCMS_MAX_REPORT_MESSAGE;
         ocms_sent sent;
         int rc = metric->longitudinal ? longitudinal_report(metric, e, arena, &rng, ledger, out, &sent.length)
+                 : metric->has_mean /* issue 40: the part drawn first; part 0 a Hybrid report (the bucket memoized) */
+                     ? ocms_report_mean(&device_metric, &metric->numeric, metric->has_tree ? &metric->tree : NULL,
+                                        &metric->mean, &metric->mean_params, e->number, &rng, ledger ? &ledger_if : NULL,
+                                        out, OCMS_MAX_REPORT_MESSAGE, &sent)
                  : metric->has_tree /* issue 40: the level drawn per report, its node reported (the bucket memoized) */
                      ? ocms_report_tree(&device_metric, &metric->tree, e->integer, &rng, ledger ? &ledger_if : NULL, out,
                                         OCMS_MAX_REPORT_MESSAGE, &sent)
@@ -334,7 +340,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, PROG ": wrote %zu reports of %s@%u to %s\n", produced, metric->name, (unsigned)metric->version,
                 out_path);
     } else if (produced > 0) {
-        uint8_t (*seen)[8] = malloc((metric->has_discovery ? metric->discovery.levels
+        uint8_t (*seen)[8] = malloc((metric->has_discovery ? metric->discovery.levels /* + 8: a Hybrid mean's part */
                                      : metric->has_tree ? metric->tree.levels : 1) * 8 + 8);
         uint8_t *body = malloc((size_t)upload_reports * OCMS_MAX_REPORT_MESSAGE);
         size_t nseen = 0, k, uploads = 0;
@@ -344,7 +350,7 @@ int main(int argc, char **argv) {
         upload.deadline = upload_now() + timeout;
         if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) die(EXIT_FAILED, "libcurl could not start");
         /* one parameter set per upload (the collector refuses mixed bodies): a discovery or tree metric's
-           levels go in separate uploads; each upload keeps the input order of its reports */
+           levels, and a Hybrid mean's part, go in separate uploads; each upload keeps the input order of its reports */
         for (k = 0; k < produced; k++) {
             const uint8_t *fp = messages + k * OCMS_MAX_REPORT_MESSAGE + 4;
             size_t s, j, body_len = 0, in_body = 0, first_line = 0;

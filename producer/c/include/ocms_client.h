@@ -317,6 +317,17 @@ OCMS_API int ocms_mean_check(const ocms_mean *mean, const char **rule);
 /* The part, then for part 0 the Hybrid report of value: *is_mean 1 and *z in [0, grid + window + 2); any other
  * part: *is_mean 0, nothing more drawn. OCMS_E_VALUE (nothing drawn) for NaN; +-infinity is clipped. */
 OCMS_API int ocms_mean_draw(const ocms_mean *mean, double value, ocms_rng *rng, int *is_mean, uint32_t *z);
+/* The whole device path of a number of a numeric metric with a Hybrid mean (metric->params: the histogram's, a
+ * tree's finest level's; tree NULL unless the metric is one; numeric as ocms_numeric_check passes it; carrier: the
+ * mean entry's direct-RR parameters over grid + window + 2 values, its binding NAME@VERSION/mean): the value
+ * bucketed (OCMS_E_VALUE for NaN: nothing drawn or charged), the part drawn (ocms_mean_draw), then part 0's z
+ * framed with the carrier's fingerprint, or the histogram's report of the bucket (ocms_report_integer's, or
+ * ocms_report_tree's level and node) from the same rng; encoded, charged once (the metric's epsilon, whatever the
+ * part). With memoize the ledger's key is the bucket (as metric->params encodes it), so a number of a bucket seen
+ * this period re-sends that report, a Hybrid one included. sent->level: the tree level (0 for a Hybrid report). */
+OCMS_API int ocms_report_mean(const ocms_metric *metric, const ocms_numeric *numeric, const ocms_tree *tree,
+                              const ocms_mean *mean, const ocms_params *carrier, double value, ocms_rng *rng,
+                              const ocms_ledger *ledger, uint8_t *out, size_t capacity, ocms_sent *sent);
 
 /* ------------------------------------------------------------------ longitudinal reports (issue 38) */
 /* A metric version's longitudinal mode (device config "longitudinal"; src/longitudinal.c, docs/device.md):

@@ -715,6 +715,34 @@ int ocms_report_string(const ocms_metric *metric, const void *value, size_t len,
     return report_value(metric, &v, rng, ledger, out, capacity, sent);
 }
 
+/* A tree metric's level and node drawn, the node privatized with the level's parameters (report.level set). */
+static int tree_privatize(const ocms_tree *tree, uint64_t bucket, ocms_rng *rng, ocms_report *report) {
+    ocms_u128 element;
+    uint32_t level = 0;
+    uint64_t node = 0;
+    int rc = ocms_tree_draw(tree, bucket, rng, &level, &node);
+    if (rc == OCMS_OK) rc = ocms_element_integer(&tree->level_params[level - 1], node, &element);
+    if (rc == OCMS_OK) rc = ocms_privatize(&tree->level_params[level - 1], &element, rng, report);
+    if (rc == OCMS_OK) report->level = level;
+    ocms_wipe(&element, sizeof element);
+    ocms_wipe(&node, sizeof node);
+    return rc;
+}
+
+/* A memoized message's tree level, from its fingerprint (0: not a tree level's, e.g. a Hybrid mean's). */
+static uint32_t tree_level_of(const ocms_tree *tree, const uint8_t *message) {
+    uint32_t i;
+    for (i = 0; tree != NULL && i < tree->levels; i++) {
+        if (memcmp(tree->level_params[i].fingerprint, message + 4, 8) == 0) return i + 1;
+    }
+    return 0;
+}
+
+static int tree_usable(const ocms_metric *metric, const ocms_tree *tree) {
+    return tree->level_params != NULL && tree->levels >= 1
+           && memcmp(metric->params->fingerprint, tree->level_params[tree->levels - 1].fingerprint, 8) == 0;
+}
+
 /* A tree metric's report (issue 40; include/ocms_client.h): the memo key is the bucket, the level drawn after it. */
 int ocms_report_tree(const ocms_metric *metric, const ocms_tree *tree, uint64_t bucket, ocms_rng *rng,
                      const ocms_ledger *ledger, uint8_t *out, size_t capacity, ocms_sent *sent) {
@@ -722,32 +750,60 @@ int ocms_report_tree(const ocms_metric *metric, const ocms_tree *tree, uint64_t 
     ocms_u128 element;
     uint8_t key[OCMS_VALUE_KEY_BYTES];
     size_t key_len = 0;
-    uint32_t level = 0, i;
-    uint64_t node = 0;
     int rc;
     if (sent != NULL) memset(sent, 0, sizeof *sent);
     if (metric == NULL || metric->params == NULL || metric->name == NULL || metric->discovery != NULL || tree == NULL
-        || tree->level_params == NULL || tree->levels < 1 || out == NULL || sent == NULL || rng == NULL
-        || memcmp(metric->params->fingerprint, tree->level_params[tree->levels - 1].fingerprint, 8) != 0)
+        || !tree_usable(metric, tree) || out == NULL || sent == NULL || rng == NULL)
         return OCMS_E_PARAMS;
     memset(&report, 0, sizeof report);
     if ((rc = ocms_element_integer(metric->params, bucket, &element)) != OCMS_OK) return rc; /* nothing drawn */
     if (ledger != NULL && metric->memoize) key_len = value_key(metric->params, &element, key);
-    rc = ocms_tree_draw(tree, bucket, rng, &level, &node);
-    if (rc == OCMS_OK) rc = ocms_element_integer(&tree->level_params[level - 1], node, &element);
-    if (rc == OCMS_OK) rc = ocms_privatize(&tree->level_params[level - 1], &element, rng, &report);
-    if (rc == OCMS_OK) {
-        report.level = level;
-        rc = finish(metric, &report, key_len ? key : NULL, key_len, ledger, out, capacity, sent);
-    }
-    if (rc == OCMS_OK && sent->memoized) { /* the stored message's level, from its fingerprint */
-        for (i = 0; i < tree->levels; i++) {
-            if (memcmp(tree->level_params[i].fingerprint, out + 4, 8) == 0) sent->level = i + 1;
-        }
-    }
+    rc = tree_privatize(tree, bucket, rng, &report);
+    if (rc == OCMS_OK) rc = finish(metric, &report, key_len ? key : NULL, key_len, ledger, out, capacity, sent);
+    if (rc == OCMS_OK && sent->memoized) sent->level = tree_level_of(tree, out); /* the stored message's level */
     ocms_wipe(key, sizeof key);
     ocms_wipe(&element, sizeof element);
-    ocms_wipe(&node, sizeof node);
+    ocms_wipe(&report, sizeof report);
+    return rc;
+}
+
+/* A numeric metric with a Hybrid mean (issue 40; include/ocms_client.h): the value checked and its bucket's memo key
+ * taken before any draw, then the part (ocms_mean_draw), then z framed with the carrier or the histogram's report
+ * from the same rng; one charge of the metric's epsilon (finish), whatever the part. */
+int ocms_report_mean(const ocms_metric *metric, const ocms_numeric *numeric, const ocms_tree *tree,
+                     const ocms_mean *mean, const ocms_params *carrier, double value, ocms_rng *rng,
+                     const ocms_ledger *ledger, uint8_t *out, size_t capacity, ocms_sent *sent) {
+    ocms_report report;
+    ocms_u128 element;
+    uint8_t key[OCMS_VALUE_KEY_BYTES];
+    size_t key_len = 0;
+    uint64_t bucket = 0;
+    uint32_t z = 0;
+    int rc, is_mean = 0;
+    if (sent != NULL) memset(sent, 0, sizeof *sent);
+    if (metric == NULL || metric->params == NULL || metric->name == NULL || metric->discovery != NULL
+        || numeric == NULL || mean == NULL || ocms_mean_check(mean, NULL) != OCMS_OK || carrier == NULL
+        || carrier->mechanism != OCMS_MECHANISM_DIRECT
+        || carrier->m != mean->grid + mean->window + 2 || (tree != NULL && !tree_usable(metric, tree)) || out == NULL
+        || sent == NULL || rng == NULL)
+        return OCMS_E_PARAMS;
+    memset(&report, 0, sizeof report);
+    if ((rc = ocms_numeric_bucket(numeric, value, &bucket)) != OCMS_OK) return rc; /* NaN: nothing drawn */
+    if ((rc = ocms_element_integer(metric->params, bucket, &element)) != OCMS_OK) return rc;
+    if (ledger != NULL && metric->memoize) key_len = value_key(metric->params, &element, key);
+    rc = ocms_mean_draw(mean, value, rng, &is_mean, &z);
+    if (rc == OCMS_OK && is_mean) {
+        report.params = carrier; /* direct RR's record: z alone */
+        report.z = z;
+    } else if (rc == OCMS_OK) {
+        rc = tree != NULL ? tree_privatize(tree, bucket, rng, &report) : ocms_privatize(metric->params, &element, rng, &report);
+    }
+    if (rc == OCMS_OK) rc = finish(metric, &report, key_len ? key : NULL, key_len, ledger, out, capacity, sent);
+    if (rc == OCMS_OK && sent->memoized) sent->level = tree_level_of(tree, out);
+    ocms_wipe(key, sizeof key);
+    ocms_wipe(&element, sizeof element);
+    ocms_wipe(&bucket, sizeof bucket);
+    ocms_wipe(&z, sizeof z);
     ocms_wipe(&report, sizeof report);
     return rc;
 }

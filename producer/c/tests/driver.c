@@ -183,6 +183,17 @@ static int value_of_line(const ocms_cfg_metric *m, const char *line, uint8_t *bu
 }
 
 static int privatize_value(const ocms_cfg_metric *m, const ocms_cfg_value *v, ocms_rng *rng, ocms_report *r) {
+    if (m->has_mean) { /* issue 40: the part first (ocms_mean_draw); part 0's z framed with the mean's carrier */
+        int is_mean = 0, rc;
+        uint32_t z = 0;
+        memset(r, 0, sizeof *r);
+        rc = ocms_mean_draw(&m->mean, v->number, rng, &is_mean, &z);
+        if (rc != OCMS_OK || is_mean) {
+            r->params = &m->mean_params;
+            r->z = z;
+            return rc;
+        }
+    }
     if (m->has_tree) { /* issue 40: the level and node drawn (ocms_tree_draw), the node privatized with its level's */
         uint32_t level = 0;
         uint64_t node = 0;
@@ -275,7 +286,9 @@ static void cmd_report(const cJSON *cmd, cJSON *reply) {
         free(hex);
         /* the one-call device path on the same bytes gives the same message */
         recorded_init(&rec2, bytes, n, buffered);
-        rc = m->has_tree ? ocms_report_tree(&m->metric, &m->tree, v.integer, &rec2.rng, NULL, again, sizeof again, &sent)
+        rc = m->has_mean ? ocms_report_mean(&m->metric, &m->numeric, m->has_tree ? &m->tree : NULL, &m->mean,
+                                            &m->mean_params, v.number, &rec2.rng, NULL, again, sizeof again, &sent)
+             : m->has_tree ? ocms_report_tree(&m->metric, &m->tree, v.integer, &rec2.rng, NULL, again, sizeof again, &sent)
              : v.is_string ? ocms_report_string(&m->metric, v.bytes, v.len, &rec2.rng, NULL, again, sizeof again, &sent)
                            : ocms_report_integer(&m->metric, v.integer, &rec2.rng, NULL, again, sizeof again, &sent);
         hex = rc == OCMS_OK ? to_hex(again, sent.length) : NULL;
@@ -648,6 +661,11 @@ static void cmd_load(const cJSON *cmd, cJSON *reply, int from_text) {
     }
     loaded = 1;
     cJSON_AddNumberToObject(reply, "metrics", (double)config.count);
+    {
+        size_t i, means = 0;
+        for (i = 0; i < config.count; i++) means += (size_t)config.metrics[i].has_mean;
+        cJSON_AddNumberToObject(reply, "means", (double)means); /* issue 40: metrics whose "mean" entry was read */
+    }
 }
 
 int main(void) {

@@ -5,23 +5,18 @@
 
 #include "draw.h"
 
-static int fail(const char **rule, const char *why) {
-    if (rule != NULL) *rule = why;
-    return OCMS_E_PARAMS;
-}
-
 int ocms_mean_check(const ocms_mean *mean, const char **rule) {
     if (rule != NULL) *rule = NULL;
-    if (mean == NULL) return fail(rule, "mean: missing");
+    if (mean == NULL) return fail_rule(rule, "mean: missing");
     if (!isfinite(mean->lower) || !isfinite(mean->upper) || !(mean->lower < mean->upper))
-        return fail(rule, "mean: lower and upper must be finite, lower < upper");
-    if (mean->parts < 1) return fail(rule, "mean: parts must be at least 1");
+        return fail_rule(rule, "mean: lower and upper must be finite, lower < upper");
+    if (mean->parts < 1) return fail_rule(rule, "mean: parts must be at least 1");
     if (mean->grid < 2 || mean->grid > (UINT32_C(1) << 20) || mean->grid % 2 != 0)
-        return fail(rule, "mean: grid must be even, in [2, 2^20]");
-    if (mean->window < 1 || mean->window > mean->grid) return fail(rule, "mean: window must be in [1, grid]");
+        return fail_rule(rule, "mean: grid must be even, in [2, 2^20]");
+    if (mean->window < 1 || mean->window > mean->grid) return fail_rule(rule, "mean: window must be in [1, grid]");
     /* duchi_low + grid * duchi_step must stay below 2^64: the comparison is one 64-bit one */
     if (mean->duchi_step > (UINT64_MAX - mean->duchi_low) / mean->grid)
-        return fail(rule, "mean: duchi_low + grid * duchi_step must be below 2^64");
+        return fail_rule(rule, "mean: duchi_low + grid * duchi_step must be below 2^64");
     return OCMS_OK;
 }
 

@@ -54,4 +54,10 @@ void ocms_clmul64_portable(uint64_t a, uint64_t b, uint64_t *hi, uint64_t *lo);
 size_t ocms_coefficient_bytes(const ocms_params *params);
 size_t ocms_z_bytes(uint32_t m);
 
+/* A parameter check's refusal: the rule broken (a static string) for the caller, OCMS_E_PARAMS. */
+static inline int fail_rule(const char **rule, const char *why) {
+    if (rule != NULL) *rule = why;
+    return OCMS_E_PARAMS;
+}
+
 #endif

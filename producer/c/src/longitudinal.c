@@ -84,33 +84,28 @@ static int respond(ocms_rng *rng, uint64_t threshold, uint32_t m, uint32_t y, ui
     return OCMS_OK;
 }
 
-static int fail(const char **rule, const char *text) {
-    if (rule != NULL) *rule = text;
-    return OCMS_E_PARAMS;
-}
-
 /* No libm here (the library's rule): T2 is checked against the keep threshold of the report parameters, which
  * belongs to eps_1 and m (the device config's loader checks T and T1 against exp, as for every keep threshold). */
 int ocms_longitudinal_check(const ocms_longitudinal *l, const char **rule) {
     long double two64 = 18446744073709551616.0L, g, p1, p2, q2, keep, ratio, memo_ratio, target;
     if (rule != NULL) *rule = NULL;
-    if (l == NULL || l->params == NULL) return fail(rule, "no parameters");
+    if (l == NULL || l->params == NULL) return fail_rule(rule, "no parameters");
     if (ocms_params_check(l->params, rule) != OCMS_OK) return OCMS_E_PARAMS;
     if (!(l->lifetime_epsilon > l->params->epsilon) || !(l->lifetime_epsilon <= 100.0))
-        return fail(rule, "lifetime_epsilon must be above epsilon and at most 100");
-    if (l->memo_threshold == 0 || l->report_threshold == 0) return fail(rule, "thresholds must be >= 1");
+        return fail_rule(rule, "lifetime_epsilon must be above epsilon and at most 100");
+    if (l->memo_threshold == 0 || l->report_threshold == 0) return fail_rule(rule, "thresholds must be >= 1");
     g = (long double)l->params->m;
     target = (long double)l->params->keep_threshold / two64;
     target = target * (g - 1) / (1 - target); /* e^eps_1 as the one-shot threshold realises it */
     p1 = (long double)l->memo_threshold / two64;
     memo_ratio = p1 * (g - 1) / (1 - p1);
-    if (!(memo_ratio > target)) return fail(rule, "memo_threshold keeps less often than one report's threshold");
+    if (!(memo_ratio > target)) return fail_rule(rule, "memo_threshold keeps less often than one report's threshold");
     p2 = (long double)l->report_threshold / two64;
     q2 = (1 - p2) / (g - 1);
     keep = p1 * p2 + (1 - p1) * q2;
     ratio = keep / ((1 - keep) / (g - 1));
     if (ratio > target * (1 + 1e-9L) || ratio < target * (1 - 1e-9L))
-        return fail(rule, "report_threshold with memo_threshold does not give one report the ratio e^epsilon");
+        return fail_rule(rule, "report_threshold with memo_threshold does not give one report the ratio e^epsilon");
     return OCMS_OK;
 }
 

@@ -21,33 +21,28 @@ const char *ocms_strerror(int code) {
 }
 
 /* ------------------------------------------------------------------ parameters */
-static int fail(const char **rule, const char *text) {
-    if (rule != NULL) *rule = text;
-    return OCMS_E_PARAMS;
-}
-
 int ocms_params_check(const ocms_params *p, const char **rule) {
     if (rule != NULL) *rule = NULL;
-    if (p == NULL) return fail(rule, "no parameters");
-    if (!(p->epsilon > 0.0 && p->epsilon <= 100.0)) return fail(rule, "epsilon must be in (0, 100]");
-    if (p->m < 2) return fail(rule, "the hash range m must be >= 2");
-    if (p->keep_threshold == 0) return fail(rule, "keep_threshold must be > 0");
+    if (p == NULL) return fail_rule(rule, "no parameters");
+    if (!(p->epsilon > 0.0 && p->epsilon <= 100.0)) return fail_rule(rule, "epsilon must be in (0, 100]");
+    if (p->m < 2) return fail_rule(rule, "the hash range m must be >= 2");
+    if (p->keep_threshold == 0) return fail_rule(rule, "keep_threshold must be > 0");
     if (p->field != OCMS_FIELD_PRIME && p->field != OCMS_FIELD_GF2_64 && p->field != OCMS_FIELD_GF2_128)
-        return fail(rule, "unknown field kind");
+        return fail_rule(rule, "unknown field kind");
     if (p->field == OCMS_FIELD_PRIME && (p->prime < 3 || p->prime > OCMS_P64 || (p->prime & 1) == 0))
-        return fail(rule, "a prime field needs an odd prime order in [3, 2^64 - 59]");
-    if (p->domain != OCMS_DOMAIN_INTEGERS && p->domain != OCMS_DOMAIN_STRINGS) return fail(rule, "unknown value domain");
+        return fail_rule(rule, "a prime field needs an odd prime order in [3, 2^64 - 59]");
+    if (p->domain != OCMS_DOMAIN_INTEGERS && p->domain != OCMS_DOMAIN_STRINGS) return fail_rule(rule, "unknown value domain");
     if (p->mechanism == OCMS_MECHANISM_DIRECT) {
-        if (p->domain != OCMS_DOMAIN_INTEGERS) return fail(rule, "direct randomized response needs integer values");
-        if (p->field != OCMS_FIELD_PRIME) return fail(rule, "direct randomized response uses a prime field");
-        if (p->max_value != (uint64_t)p->m - 1) return fail(rule, "direct randomized response has m = d");
+        if (p->domain != OCMS_DOMAIN_INTEGERS) return fail_rule(rule, "direct randomized response needs integer values");
+        if (p->field != OCMS_FIELD_PRIME) return fail_rule(rule, "direct randomized response uses a prime field");
+        if (p->max_value != (uint64_t)p->m - 1) return fail_rule(rule, "direct randomized response has m = d");
         return OCMS_OK;
     }
-    if (p->mechanism != OCMS_MECHANISM_OCMS) return fail(rule, "unknown mechanism");
+    if (p->mechanism != OCMS_MECHANISM_OCMS) return fail_rule(rule, "unknown mechanism");
     if (p->domain == OCMS_DOMAIN_STRINGS && p->field != OCMS_FIELD_GF2_128)
-        return fail(rule, "string values need the field GF(2^128)");
+        return fail_rule(rule, "string values need the field GF(2^128)");
     if (p->field == OCMS_FIELD_PRIME && p->max_value > p->prime - 2)
-        return fail(rule, "the prime field cannot hold the dictionary (needs p >= d + 1)");
+        return fail_rule(rule, "the prime field cannot hold the dictionary (needs p >= d + 1)");
     return OCMS_OK;
 }
 
@@ -175,44 +170,44 @@ void ocms_string_fingerprint(const void *bytes, size_t len, ocms_u128 *element) 
 int ocms_discovery_check(const ocms_discovery *d, const char **rule) {
     uint32_t i, length, step, expected_levels;
     if (rule != NULL) *rule = NULL;
-    if (d == NULL) return fail(rule, "no discovery domain");
+    if (d == NULL) return fail_rule(rule, "no discovery domain");
     if (d->kind == OCMS_DISCOVERY_STRINGS) {
         uint64_t branching = 0, power = 1;
         if (d->alphabet != NULL && (d->alphabet_size < 1 || d->alphabet_size > 65535))
-            return fail(rule, "the alphabet must hold 1..65535 characters");
-        if (d->max_length < 1 || d->max_length > 4096) return fail(rule, "max_length must be in [1, 4096]");
+            return fail_rule(rule, "the alphabet must hold 1..65535 characters");
+        if (d->max_length < 1 || d->max_length > 4096) return fail_rule(rule, "max_length must be in [1, 4096]");
         if (d->symbols_per_level < 1 || d->symbols_per_level > d->max_length)
-            return fail(rule, "symbols_per_level must be in [1, max_length]");
+            return fail_rule(rule, "symbols_per_level must be in [1, max_length]");
         for (i = 0; i <= d->symbols_per_level; i++) { /* branching(1) = sum of A^j, j = 0..k */
             branching += power;
-            if (branching > 65536) return fail(rule, "more than 65,536 candidates per prefix per level");
+            if (branching > 65536) return fail_rule(rule, "more than 65,536 candidates per prefix per level");
             power *= d->alphabet != NULL ? d->alphabet_size : 256;
         }
         length = d->max_length;
         step = d->symbols_per_level;
     } else if (d->kind == OCMS_DISCOVERY_INTEGERS) {
-        if (d->bits < 1 || d->bits > 64) return fail(rule, "bits must be in [1, 64]");
+        if (d->bits < 1 || d->bits > 64) return fail_rule(rule, "bits must be in [1, 64]");
         if (d->bits_per_level < 1 || d->bits_per_level > d->bits || d->bits_per_level > 16)
-            return fail(rule, "bits_per_level must be in [1, min(bits, 16)]");
+            return fail_rule(rule, "bits_per_level must be in [1, min(bits, 16)]");
         length = d->bits;
         step = d->bits_per_level;
     } else {
-        return fail(rule, "unknown discovery kind");
+        return fail_rule(rule, "unknown discovery kind");
     }
     expected_levels = (length + step - 1) / step;
-    if (d->levels != expected_levels || d->levels > 256) return fail(rule, "levels must be ceil(length / step) <= 256");
-    if (d->level_params == NULL) return fail(rule, "no level parameters");
+    if (d->levels != expected_levels || d->levels > 256) return fail_rule(rule, "levels must be ceil(length / step) <= 256");
+    if (d->level_params == NULL) return fail_rule(rule, "no level parameters");
     for (i = 0; i < d->levels; i++) {
         const ocms_params *lp = &d->level_params[i];
         if (ocms_params_check(lp, rule) != OCMS_OK) return OCMS_E_PARAMS;
         if (lp->mechanism != OCMS_MECHANISM_OCMS || lp->domain != OCMS_DOMAIN_INTEGERS)
-            return fail(rule, "discovery levels use OCMS+RR over integers");
+            return fail_rule(rule, "discovery levels use OCMS+RR over integers");
         if (d->kind == OCMS_DISCOVERY_STRINGS && lp->max_value != (1ULL << 63) - 1)
-            return fail(rule, "string discovery levels have the dictionary [0, 2^63)");
+            return fail_rule(rule, "string discovery levels have the dictionary [0, 2^63)");
         if (d->kind == OCMS_DISCOVERY_INTEGERS) {
             uint32_t plen = (i + 1) * step < length ? (i + 1) * step : length;
             uint64_t expect = plen == 64 ? ~0ULL : ((1ULL << plen) - 1);
-            if (lp->max_value != expect) return fail(rule, "integer discovery level L has the dictionary [0, 2^prefix_length)");
+            if (lp->max_value != expect) return fail_rule(rule, "integer discovery level L has the dictionary [0, 2^prefix_length)");
         }
     }
     return OCMS_OK;

@@ -3,11 +3,6 @@
  * tests/vectors/numeric_hierarchy_v1.json the shared cases). */
 #include "draw.h"
 
-static int fail(const char **rule, const char *why) {
-    if (rule != NULL) *rule = why;
-    return OCMS_E_PARAMS;
-}
-
 /* branching^power, or 0 above 2^63 (no tree reaches it: levels <= 64) */
 static uint64_t power_of(uint32_t branching, uint32_t power) {
     uint64_t out = 1;
@@ -21,18 +16,18 @@ static uint64_t power_of(uint32_t branching, uint32_t power) {
 int ocms_tree_check(const ocms_tree *tree, const char **rule) {
     uint32_t height = 1, i;
     if (rule != NULL) *rule = NULL;
-    if (tree == NULL || tree->level_params == NULL) return fail(rule, "hierarchy: no level parameters");
-    if (tree->buckets < 3 || tree->buckets > 4096) return fail(rule, "hierarchy: buckets must be in [3, 4096]");
+    if (tree == NULL || tree->level_params == NULL) return fail_rule(rule, "hierarchy: no level parameters");
+    if (tree->buckets < 3 || tree->buckets > 4096) return fail_rule(rule, "hierarchy: buckets must be in [3, 4096]");
     if (tree->branching < 2 || tree->branching > 16 || tree->branching >= tree->buckets)
-        return fail(rule, "hierarchy: branching must be in [2, 16], below buckets");
+        return fail_rule(rule, "hierarchy: branching must be in [2, 16], below buckets");
     while (power_of(tree->branching, height) < tree->buckets) height++;
-    if (tree->levels != height) return fail(rule, "hierarchy: levels must be the smallest h with branching^h >= buckets");
+    if (tree->levels != height) return fail_rule(rule, "hierarchy: levels must be the smallest h with branching^h >= buckets");
     for (i = 0; i < tree->levels; i++) {
         const ocms_params *p = &tree->level_params[i];
         uint64_t span = power_of(tree->branching, tree->levels - 1 - i);
         if (ocms_params_check(p, rule) != OCMS_OK) return OCMS_E_PARAMS;
         if (p->domain != OCMS_DOMAIN_INTEGERS || p->max_value != (tree->buckets + span - 1) / span - 1)
-            return fail(rule, "hierarchy: level L holds ceil(buckets / branching^(levels - L)) integer nodes");
+            return fail_rule(rule, "hierarchy: level L holds ceil(buckets / branching^(levels - L)) integer nodes");
     }
     return OCMS_OK;
 }

@@ -130,29 +130,38 @@ def test_a_bad_number_is_refused_before_any_draw_or_charge(tmp_path):
     assert drawn.at == 0 and ledger.spent("latency_tree") == 0.0 and fake.delivered == []
 
 
-def test_a_gateway_frames_each_level_apart(tmp_path):
-    """RegistryGateway takes every level of a tree version (a version each) and never mixes levels in a frame."""
+def through_gateway(registry, delivered, parts):
+    """Device messages through a RegistryGateway (16 records a frame): the version each was taken as, and the
+    reports framed per part binding (``parts``: fingerprint -> the part's version; a frame of any other fails)."""
     from collections import Counter
 
     from producer.gateway import RegistryGateway
 
-    delivered, _ = reports_of([("size_tree", float(x)) for x in range(0, 40, 2)] * 6, tmp_path)
     frames = []
 
     async def sink(frame):
         frames.append(frame)
 
     async def go():
-        async with RegistryGateway(REGISTRY, send=sink, max_records=16) as gateway:
+        async with RegistryGateway(registry, send=sink, max_records=16) as gateway:
             return [await gateway.add(m) for m in delivered]
 
     versions = asyncio.run(go())
-    levels = {lv.fingerprint: lv for lv in REGISTRY.metric("size_tree").latest.tree_levels()}
-    assert {v.binding for v in versions} == {lv.binding for lv in levels.values()}  # every level drawn
     framed = Counter()
     for frame in frames:
-        level = levels[peek_header(frame)[1]]
-        framed[level.binding] += len(decode_message(frame, {level.fingerprint: level.params})[1])
+        part = parts[peek_header(frame)[1]]
+        framed[part.binding] += len(decode_message(frame, {part.fingerprint: part.params})[1])
+    return versions, framed
+
+
+def test_a_gateway_frames_each_level_apart(tmp_path):
+    """RegistryGateway takes every level of a tree version (a version each) and never mixes levels in a frame."""
+    from collections import Counter
+
+    delivered, _ = reports_of([("size_tree", float(x)) for x in range(0, 40, 2)] * 6, tmp_path)
+    levels = {lv.fingerprint: lv for lv in REGISTRY.metric("size_tree").latest.tree_levels()}
+    versions, framed = through_gateway(REGISTRY, delivered, levels)
+    assert {v.binding for v in versions} == {lv.binding for lv in levels.values()}  # every level drawn
     assert framed == Counter(v.binding for v in versions)  # nothing lost, nothing mixed
 
 

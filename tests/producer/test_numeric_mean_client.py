@@ -101,28 +101,14 @@ def test_parts_are_drawn_uniformly_and_each_report_decodes(tmp_path, monkeypatch
 
 def test_a_gateway_frames_the_mean_part_apart(tmp_path, monkeypatch):
     """RegistryGateway takes a Hybrid mean's part as a version of its own and never mixes it with the histogram's."""
-    import asyncio
     from collections import Counter
 
-    from producer.gateway import RegistryGateway
+    from tests.producer.test_numeric_hierarchy_client import through_gateway
 
     monkeypatch.setattr("tests.producer.test_numeric_hierarchy_client.REGISTRY", REGISTRY)
     delivered, _ = reports_of([("latency_split", float(x)) for x in range(0, 4000, 20)], tmp_path)
-    frames = []
-
-    async def sink(frame):
-        frames.append(frame)
-
-    async def go():
-        async with RegistryGateway(REGISTRY, send=sink, max_records=16) as gateway:
-            return [await gateway.add(m) for m in delivered]
-
-    versions = asyncio.run(go())
     version = REGISTRY.metric("latency_split").latest
     parts = {version.fingerprint: version, version.mean.fingerprint: version.mean_parts()[0]}
+    versions, framed = through_gateway(REGISTRY, delivered, parts)
     assert {v.binding for v in versions} == {"latency_split@1", "latency_split@1/mean"}
-    framed = Counter()
-    for frame in frames:
-        part = parts[peek_header(frame)[1]]
-        framed[part.binding] += len(decode_message(frame, {part.fingerprint: part.params})[1])
     assert framed == Counter(v.binding for v in versions)  # nothing lost, nothing mixed

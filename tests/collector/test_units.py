@@ -327,6 +327,21 @@ def test_idempotency_cache_remembers_accepted_answers_for_the_window():
     asyncio.run(go())
 
 
+def test_the_keyed_hash_of_a_key_is_blake2b_over_application_nul_key_whatever_the_application():
+    """The state kept per (secret, application) with the prefix fed gives the bytes of hashing the whole
+    ``application NUL key`` (what the log holds and 0.2.0 collectors compute), non-ASCII names included."""
+    import hashlib
+
+    from collector.exactly_once.log import key_hash
+
+    for application in ("", "café", "東京", "app-🚀"):
+        for secret in (b"", b"s" * 32):
+            whole = hashlib.blake2b(f"{application}\x00upload-key-0001".encode(), key=secret, digest_size=16,
+                                    person=b"ocms-idem-v1").digest()
+            assert key_hash(secret, application, "upload-key-0001") == whole
+            assert key_hash(secret, application, "upload-key-0002") != whole
+
+
 def test_idempotency_cache_claim_is_lookup_then_begin():
     async def go():
         clock = Clock()

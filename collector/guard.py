@@ -95,6 +95,8 @@ class IdempotencyCache:
     waits for the same answer. Any other answer forgets the key, so a retry after a
     503 is tried afresh. At most ``max_keys`` keys (oldest dropped first; about 350 bytes
     each). The cache lives in one collector process: see docs/collector.md for replicas.
+    With the shared idempotency log the log answers retries instead, and this cache is used
+    only while the log is off (``--idempotency-topic off``, or a broker without transactions).
     """
 
     def __init__(self, window: float, max_keys: int, clock: Callable[[], float] = time.monotonic):
@@ -155,7 +157,7 @@ class IdempotencyCache:
 
     def _earlier(self, key: tuple, entry: tuple, body_hash: int) -> asyncio.Future:
         if entry[_BODY] != body_hash:
-            raise KeyReusedError("this Idempotency-Key was used for a different body; use a fresh random key per upload")
+            raise KeyReusedError(KEY_REUSED)
         answer = entry[_ANSWER]
         if answer is IN_FLIGHT:  # the first retry while the first attempt waits: a future for both
             answer = asyncio.get_running_loop().create_future()
@@ -192,6 +194,9 @@ class IdempotencyCache:
         # only atomic values from here on: untracked by the garbage collector at its next pass
         self._entries[key] = (entry[_BODY], self.clock() + self.window, None,
                               (doc["accepted"], str(doc["metric"]), doc["version"]))
+
+
+KEY_REUSED = "this Idempotency-Key was used for a different body; use a fresh random key per upload"
 
 
 class KeyReusedError(OCMSError):

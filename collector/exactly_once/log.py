@@ -170,6 +170,8 @@ class Listing:
     status: str = "pending"  # pending | stored | failed
     batch: bool = False  # a shuffled batch's listing (its frames carry batch_frame_id headers)
     redo_lower: int = 0  # an offset of the redo topic at or below the batch's redo copy
+    #: this process's body digests of the keys it stored under this listing (a reused key's 422; never in the log)
+    digests: dict | None = None
 
 
 def decode_listing(value: bytes, offset: int, seen_at: float) -> Listing:

@@ -258,6 +258,35 @@ def test_a_retried_upload_is_answered_once_and_produced_once(broker, collector, 
     assert (status, doc["reason"]) == (400, "bad_idempotency_key")
 
 
+def test_concurrent_attempts_of_one_key_store_it_once_and_a_different_body_is_refused(broker, collector, dest):
+    """With the shared log, attempts of one key that overlap in one process are answered by the log (the first's
+    202, or 503 while it is in doubt), and a body other than the first's is refused while this process holds the
+    first's digest: in flight and after (collector.app, _upload_shared)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    messages = single_messages(dest, 12, seed=11)
+    same, key = b"".join(messages[:4]), secrets.token_urlsafe(24)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: post(collector, same, headers={"Idempotency-Key": key}), range(8)))
+    assert all((s, d["reason"]) in ((202, "accepted"), (503, "idempotency_pending")) for s, d, _ in answers), answers
+    assert sum("Idempotent-Replayed" not in h for s, _, h in answers if s == 202) == 1, "one attempt was stored"
+    assert post(collector, same, headers={"Idempotency-Key": key})[2].get("Idempotent-Replayed") == "true"
+    other = secrets.token_urlsafe(24)
+    bodies = [b"".join(messages[4 + i:6 + i]) for i in range(8)]  # 8 different bodies under one key
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda b: post(collector, b, headers={"Idempotency-Key": other}), bodies))
+    assert sorted(s for s, _, _ in answers) == [202] + [422] * 7, answers
+    stored = bodies[[s for s, _, _ in answers].index(202)]
+    status, _, headers = post(collector, stored, headers={"Idempotency-Key": other})
+    assert status == 202 and headers.get("Idempotent-Replayed") == "true"
+    in_kafka = [raw for raw, _ in topic_records(broker, TOPIC, dest)]
+    for raw in (r for m in messages[:4] for r in records_of(m, dest)):
+        assert in_kafka.count(raw) == 1, "an overlapping attempt was produced again"
+    for i, message in enumerate(messages[4:], start=4):  # the refused bodies' reports are nowhere
+        expected = int(message in messages[4 + bodies.index(stored):6 + bodies.index(stored)])
+        assert all(in_kafka.count(raw) == expected for raw in records_of(message, dest)), i
+
+
 # -------------------------------------------------------------------------- health, metrics
 
 

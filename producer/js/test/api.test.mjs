@@ -11,8 +11,8 @@ import { VECTORS } from "./support.mjs";
 const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
 const config = new api.DeviceConfig(JSON.parse(readFileSync(`${VECTORS}/privatize_v1.json`, "utf8")).device_config);
 
-test("package.json exports the API, the Node storage and the bundle, not the test entry point", async () => {
-  assert.deepEqual(Object.keys(pkg.exports).sort(), [".", "./bundle", "./node", "./package.json"]);
+test("package.json exports the API, its core, the Node storage and the bundles, not the test entry point", async () => {
+  assert.deepEqual(Object.keys(pkg.exports).sort(), [".", "./bundle", "./core", "./core/bundle", "./node", "./package.json"]);
   for (const hidden of ["ocms-client/testing", "ocms-client/dist/testing.js", "ocms-client/dist/internal.js", "ocms-client/dist/privatize.js"]) {
     await assert.rejects(import(hidden), (err) => err.code === "ERR_PACKAGE_PATH_NOT_EXPORTED", hidden);
   }

@@ -104,8 +104,8 @@ export class OcmsClient {
     this.uploader?.kick(true); // what an earlier page or run left in the queue leaves now
   }
 
-  /** A device config document parsed: here without numeric metrics (`ocms-client/core`); the full entry point's
-   *  OcmsClient (index.ts) reads them too. */
+  /** A device config document parsed: here without numeric and discoverable metrics (`ocms-client/core`); the full
+   *  entry point's OcmsClient (index.ts) reads them too. */
   protected static parseConfig(doc: unknown): DeviceConfig {
     return new DeviceConfig(doc);
   }

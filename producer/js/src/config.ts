@@ -469,7 +469,7 @@ export class DeviceConfig {
     const prints = new Map<string, { version: MetricVersion; level: number | null; params: ReportParams }>();
     doc.metrics.forEach((entry: unknown, i: number) => {
       const extended = isObject(entry) && extensions === null ? extensionOf(entry) : null;
-      if (extended !== null && typeof (entry as Json).name === "string") {
+      if (extended !== null && typeof (entry as Json).name === "string" && (entry as Json).name !== "") {
         const name = (entry as Json).name as string;
         if (metrics.has(name) || this.leftOut.has(name)) throw new InvalidConfigError(`metric ${JSON.stringify(name)} is listed twice`);
         this.leftOut.set(name, extended);

@@ -32,11 +32,13 @@ test("the public API offers no way to choose the randomness or the keep threshol
   assert.notEqual(api.hex(a.message), api.hex(b.message));
 });
 
-test("the browser bundle holds none of the test entry point's names", () => {
-  const bundle = readFileSync(new URL("../dist/ocms-client.min.js", import.meta.url), "utf8");
-  for (const name of ["overrideRandomness", "RecordedStream", "drew past the", "recorded bytes"]) assert.ok(!bundle.includes(name), name);
-  assert.ok(bundle.includes("getRandomValues"));
-  assert.ok(!/Math\.random\(\)[^;]*(keep|thresh)/.test(bundle));
+test("the browser bundles (full and core) hold none of the test entry point's names", () => {
+  for (const file of ["ocms-client.min.js", "ocms-client.core.min.js"]) {
+    const bundle = readFileSync(new URL(`../dist/${file}`, import.meta.url), "utf8");
+    for (const name of ["overrideRandomness", "RecordedStream", "drew past the", "recorded bytes"]) assert.ok(!bundle.includes(name), `${file}: ${name}`);
+    assert.ok(bundle.includes("getRandomValues"), file);
+    assert.ok(!/Math\.random\(\)[^;]*(keep|thresh)/.test(bundle), file);
+  }
 });
 
 test("without crypto.getRandomValues the client refuses to report (never Math.random)", () => {

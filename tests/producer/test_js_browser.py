@@ -223,3 +223,42 @@ def test_the_quick_start_page_and_the_commands_of_the_docs(chrome, site, stack, 
                 assert json.loads(done.stdout)["n"] == len(values)
         in_kafka = sum(len(records_of(r.value, version)) for r in consume(broker.bootstrap_servers, DOCS_TOPIC))
         assert in_kafka == 1 + len(values), "the quick start's report and the uploaded lines"
+
+
+# ------------------------------------------------------------------ the core entry point (ocms-client/core)
+@pytest.mark.integration
+def test_the_core_bundle_reports_categories_in_chromium(chrome, js_client, tmp_path):  # noqa: F811
+    """A page that reports categories with dist/ocms-client.core.min.js alone: reports of the config's categories
+    (decoded by the full bundle on the same page), the numeric and discoverable metrics of the same config named as
+    left out, and the core's exports the full one's less the numeric and report-reading names."""
+    root = tmp_path / "core-site"
+    root.mkdir()
+    (root / "index.html").write_text((JS_DIR / "test" / "browser" / "core.html").read_text())
+    for name in ("ocms-client.core.min.js", "ocms-client.min.js"):
+        (root / name).write_bytes((JS_DIR / "dist" / name).read_bytes())
+    vectors = ROOT / "tests" / "vectors"
+    doc = json.loads((vectors / "privatize_v1.json").read_text())["device_config"]
+    numeric = json.loads((vectors / "numeric_mean_v1.json").read_text())["device_config"]["metrics"]
+    doc = {**doc, "metrics": doc["metrics"] + numeric}
+    cat = next(m for m in doc["metrics"] if m["name"] == "cat_small")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        chrome.set_script_timeout(120)
+        chrome.get(f"http://127.0.0.1:{server.server_address[1]}/index.html")
+        poll_until(lambda: chrome.execute_script("return window.ready === true;"), 30, "the core page")
+        values = [cat["categories"][i % len(cat["categories"])] for i in range(1000)]
+        out = call(chrome, "return await window.runCore(...arguments);", doc, "cat_small", values,
+                   ["latency_split", "words_disc"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert out["metrics"] == ["cat_small", "cat_direct", "int_prime64", "int_gf64", "words"]
+    assert len(out["messages"]) == 1000 and all(m[8:24] == cat["fingerprint"] for m in out["messages"])
+    assert set(out["z"]) <= set(range(cat["m"])) and len(set(out["z"])) == cat["m"], "z over [m], every value seen"
+    assert out["spent"] == 1000 * cat["epsilon"]
+    assert out["refused"][0].startswith('UnknownMetricError: metric "latency_split" is numeric'), out["refused"]
+    assert out["refused"][1].startswith('UnknownMetricError: metric "words_disc" is discoverable'), out["refused"]
+    left_out = {"NumericLayout", "decodeMessage", "encodeRecords", "frameOf", "peekHeader", "captureRecord", "readCapture"}
+    assert sorted(out["exports"]) == sorted(set(out["fullExports"]) - left_out)
+    assert browser_errors(chrome, allowed=("favicon.ico",)) == []

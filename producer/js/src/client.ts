@@ -104,6 +104,12 @@ export class OcmsClient {
     this.uploader?.kick(true); // what an earlier page or run left in the queue leaves now
   }
 
+  /** A device config document parsed: here without numeric and discoverable metrics (`ocms-client/core`); the full
+   *  entry point's OcmsClient (index.ts) reads them too. */
+  protected static parseConfig(doc: unknown): DeviceConfig {
+    return new DeviceConfig(doc);
+  }
+
   /** Parse (or fetch) the device config, then build the client. */
   static async create(options: ClientOptions): Promise<OcmsClient> {
     let config = options.config;
@@ -115,7 +121,7 @@ export class OcmsClient {
       if (!response.ok) throw new InvalidParameterError(`GET ${url}: HTTP ${response.status}`);
       config = await response.json();
     }
-    return new OcmsClient(config instanceof DeviceConfig ? config : new DeviceConfig(config), options);
+    return new this(config instanceof DeviceConfig ? config : this.parseConfig(config), options);
   }
 
   /** One report of `value` for `metric`: validated, privatized, charged, queued (module doc for the order). */

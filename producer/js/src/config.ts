@@ -20,12 +20,34 @@
 
 import { ClientTooOldError, InvalidConfigError, InvalidValueError, UnknownMetricError } from "./errors.js";
 import { VERSION } from "./version.js";
-import { DiscoveryDomain, STRING_PREFIX_BITS, isWellFormed } from "./discovery.js";
+import { STRING_PREFIX_BITS, isWellFormed } from "./discovery.js";
+import type { DiscoveryDomain } from "./discovery.js";
 import { Element, Field, binaryField, concat, primeField, uintBytes } from "./fields.js";
 import { blake2b, fromHex, hex, utf8 } from "./hash.js";
 import { SmallBelow, bitLength } from "./random.js";
 import { Longitudinal } from "./longitudinal.js";
-import { HybridMean, NumericLayout, NumericTree } from "./numeric.js";
+import type { HybridMean, NumericLayout, NumericTree } from "./numeric.js";
+
+/**
+ * The readers of what the core entry point (core.ts, `ocms-client/core`) leaves out: numeric metrics (numeric.ts:
+ * buckets, trees, the Hybrid mean) and discoverable ones (discovery.ts DiscoveryDomain). The full entry point's
+ * DeviceConfig (index.ts) hands them to config.ts; the core one has none, so no module of the core imports their
+ * code and its DeviceConfig leaves such metrics out (reporting one throws UnknownMetricError naming the full entry).
+ */
+export interface Extensions {
+  readonly layout: typeof NumericLayout.fromConfig;
+  readonly tree: typeof NumericTree.fromConfig;
+  readonly mean: typeof HybridMean.fromConfig;
+  readonly discovery: typeof DiscoveryDomain.fromConfig;
+}
+
+/** What a device config entry needs beyond the core: "numeric" (buckets, a tree, a Hybrid mean), "discoverable", or null. */
+function extensionOf(entry: Json): string | null {
+  if (entry.numeric !== undefined || entry.hierarchy !== undefined || entry.mean !== undefined || entry.mechanism === "hierarchy") {
+    return "numeric";
+  }
+  return entry.discovery !== undefined ? "discoverable" : null;
+}
 
 export const DEVICE_CONFIG_FORMAT = 1;
 const TWO64 = 1n << 64n;
@@ -222,7 +244,8 @@ export class MetricVersion {
   readonly minClientVersion: string | null;
   private readonly categoryIndex: Map<string, number> | null;
 
-  constructor(entry: unknown, index: number) {
+  /** `extensions`: how numeric and discoverable entries are read (DeviceConfig's); without them such a metric is refused. */
+  constructor(entry: unknown, index: number, extensions: Extensions | null = null) {
     let where = `metrics[${index}]`;
     if (!isObject(entry)) throw new InvalidConfigError(`${where}: expected an object`);
     if (typeof entry.name !== "string" || entry.name === "") throw new InvalidConfigError(`${where}.name: expected a non-empty string`);
@@ -269,7 +292,11 @@ export class MetricVersion {
       dictionarySize = 1n << 128n;
     }
     const binding = `${this.name}@${this.version}`;
-    this.tree = mechanism !== "hierarchy" ? null : NumericTree.fromConfig(entry.hierarchy, `${where}.hierarchy`,
+    const extended = extensionOf(entry);
+    if (extensions === null && extended !== null) {
+      throw new InvalidConfigError(`${where}: a ${extended} metric, which ocms-client/core does not read (import "ocms-client")`);
+    }
+    this.tree = mechanism !== "hierarchy" ? null : extensions!.tree(entry.hierarchy, `${where}.hierarchy`,
       Number(dictionarySize), binding,
       (at, spec) => buildParams(at, { ...spec, epsilon: this.epsilon, valueDomain: "integer" }));
     if (this.tree !== null && entry.fingerprint !== this.tree.levels[this.tree.levels.length - 1].fingerprintHex) {
@@ -288,12 +315,12 @@ export class MetricVersion {
       if (this.domain !== "integers" || entry.discovery !== undefined) {
         throw new InvalidConfigError(`${where}.numeric: a numeric metric is an integer metric over its bucket indices`);
       }
-      this.numeric = NumericLayout.fromConfig(entry.numeric, `${where}.numeric`, dictionarySize);
+      this.numeric = extensions!.layout(entry.numeric, `${where}.numeric`, dictionarySize);
     }
     if (entry.mean !== undefined && this.numeric === null) {
       throw new InvalidConfigError(`${where}.mean: a Hybrid mean is a numeric metric's`);
     }
-    this.mean = entry.mean === undefined ? null : HybridMean.fromConfig(entry.mean, `${where}.mean`, this.numeric!,
+    this.mean = entry.mean === undefined ? null : extensions!.mean(entry.mean, `${where}.mean`, this.numeric!,
       binding, (at, spec) => buildParams(at, { ...spec, epsilon: this.epsilon, valueDomain: "integer" }));
     this.discovery = null;
     this.levels = [];
@@ -307,7 +334,7 @@ export class MetricVersion {
       if (!isObject(entry.discovery) || this.domain === "categories") {
         throw new InvalidConfigError(`${where}.discovery: only string and integer metrics are discoverable`);
       }
-      const domain = DiscoveryDomain.fromConfig(entry.discovery, `${where}.discovery`);
+      const domain = extensions!.discovery(entry.discovery, `${where}.discovery`);
       if ((domain.kind === "strings") !== (this.domain === "strings")) {
         throw new InvalidConfigError(`${where}.discovery.kind: ${domain.kind} for a ${this.domain} metric`);
       }
@@ -414,12 +441,18 @@ export function integerValue(value: ReportValue): bigint {
   return BigInt(value);
 }
 
-/** A parsed, validated device configuration. */
+/**
+ * A parsed, validated device configuration. `extensions` read numeric and discoverable metrics (the full entry
+ * point's DeviceConfig passes them, index.ts); without them (`ocms-client/core`) such metrics are left out, unread
+ * and never used, and `metric(name)` of one throws UnknownMetricError naming the full entry point.
+ */
 export class DeviceConfig {
   readonly metrics: ReadonlyMap<string, MetricVersion>;
   readonly byFingerprint: ReadonlyMap<string, { version: MetricVersion; level: number | null; params: ReportParams }>;
+  /** The metrics left out (no extensions): name -> "numeric" or "discoverable". */
+  private readonly leftOut = new Map<string, string>();
 
-  constructor(doc: unknown) {
+  constructor(doc: unknown, extensions: Extensions | null = null) {
     if (typeof doc === "string") {
       try {
         doc = JSON.parse(doc);
@@ -435,8 +468,15 @@ export class DeviceConfig {
     const metrics = new Map<string, MetricVersion>();
     const prints = new Map<string, { version: MetricVersion; level: number | null; params: ReportParams }>();
     doc.metrics.forEach((entry: unknown, i: number) => {
-      const version = new MetricVersion(entry, i);
-      if (metrics.has(version.name)) throw new InvalidConfigError(`metric ${JSON.stringify(version.name)} is listed twice`);
+      const extended = isObject(entry) && extensions === null ? extensionOf(entry) : null;
+      if (extended !== null && typeof (entry as Json).name === "string" && (entry as Json).name !== "") {
+        const name = (entry as Json).name as string;
+        if (metrics.has(name) || this.leftOut.has(name)) throw new InvalidConfigError(`metric ${JSON.stringify(name)} is listed twice`);
+        this.leftOut.set(name, extended);
+        return;
+      }
+      const version = new MetricVersion(entry, i, extensions);
+      if (metrics.has(version.name) || this.leftOut.has(version.name)) throw new InvalidConfigError(`metric ${JSON.stringify(version.name)} is listed twice`);
       metrics.set(version.name, version);
       prints.set(version.params.fingerprintHex, { version, level: null, params: version.params });
       version.levels.forEach((params, l) => prints.set(params.fingerprintHex, { version, level: l + 1, params }));
@@ -449,6 +489,10 @@ export class DeviceConfig {
 
   metric(name: string): MetricVersion {
     const found = this.metrics.get(name);
+    if (found === undefined && this.leftOut.has(name)) {
+      throw new UnknownMetricError(`metric ${JSON.stringify(name)} is ${this.leftOut.get(name)}: this client was imported from `
+        + `"ocms-client/core", which leaves numeric and discoverable metrics out; import "ocms-client" to report it`);
+    }
     if (found === undefined) {
       const known = [...this.metrics.keys()].join(", ") || "none";
       throw new UnknownMetricError(`unknown metric ${JSON.stringify(name)}: this device config holds ${known}`);

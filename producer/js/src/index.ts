@@ -3,26 +3,38 @@
  *
  *   const client = await OcmsClient.create({ collector: "https://collect.example.com", budget: 8 });
  *   await client.report("flight_dest", "ATL");     // validated, privatized (CSPRNG), charged, queued, uploaded
+ *
+ * The core entry point (core.ts, `ocms-client/core`) plus numeric metrics (numeric.ts: buckets, trees, the Hybrid
+ * mean) and discoverable ones (discovery.ts), which this DeviceConfig and OcmsClient read, and the tools that read
+ * reports (wire.ts, capture.ts). Pages that report neither kind of metric can import `ocms-client/core`, whose
+ * bundle is smaller.
  */
 
-export { OcmsClient, privatize, valueKey } from "./client.js";
-export type { ClientOptions, ReportResult } from "./client.js";
-export { DeviceConfig, MetricVersion, ReportParams, integerValue } from "./config.js";
-export type { Domain, Mechanism, ReportValue } from "./config.js";
-export type { PrivateReport } from "./privatize.js";
-export { PrivacyLedger, Rational } from "./ledger.js";
-export type { Charge, LedgerOptions } from "./ledger.js";
-export { Uploader, uploadBody } from "./uploader.js";
-export type { UploaderOptions } from "./uploader.js";
-export { LocalStorage, MemoryStorage } from "./storage.js";
-export type { Storage } from "./storage.js";
-export { decodeMessage, encodeRecords, frameOf, peekHeader, HEADER_SIZE, KIND_FRAME, KIND_REPORT } from "./wire.js";
+import { OcmsClient as CoreClient } from "./client.js";
+import { DeviceConfig as CoreConfig, Extensions } from "./config.js";
+import { DiscoveryDomain } from "./discovery.js";
+import { HybridMean, NumericLayout, NumericTree } from "./numeric.js";
+
+export * from "./core.js";
+export { NumericLayout };
+export { decodeMessage, encodeRecords, frameOf, peekHeader } from "./wire.js";
 export type { Record3, Header } from "./wire.js";
 export { captureRecord, readCapture } from "./capture.js";
-export { hex, fromHex } from "./hash.js";
-export { VERSION } from "./version.js";
-export { NumericLayout } from "./numeric.js";
-export {
-  ClientTooOldError, DeliveryError, InvalidConfigError, InvalidParameterError, InvalidValueError, NoRandomnessError, OCMSError,
-  PrivacyBudgetError, QueueFullError, StorageError, UnknownMetricError, WireFormatError,
-} from "./errors.js";
+
+/** What the core leaves out: numeric metrics (buckets, trees, the Hybrid mean) and discoverable ones. */
+const EXTENSIONS: Extensions = { layout: NumericLayout.fromConfig, tree: NumericTree.fromConfig, mean: HybridMean.fromConfig,
+                                 discovery: DiscoveryDomain.fromConfig };
+
+/** A parsed, validated device configuration, numeric and discoverable metrics included (config.ts DeviceConfig). */
+export class DeviceConfig extends CoreConfig {
+  constructor(doc: unknown) {
+    super(doc, EXTENSIONS);
+  }
+}
+
+/** The device client (client.ts OcmsClient) whose `create` reads numeric and discoverable metrics too. */
+export class OcmsClient extends CoreClient {
+  protected static override parseConfig(doc: unknown): DeviceConfig {
+    return new DeviceConfig(doc);
+  }
+}

@@ -1,7 +1,7 @@
 /**
  * Internal test entry point: NOT part of the package's API (package.json "exports" leaves it out, so
- * `import "ocms-client/testing"` fails with ERR_PACKAGE_PATH_NOT_EXPORTED, and the browser bundle is built
- * from index.ts, which never imports it). The tests reach it by its file path to
+ * `import "ocms-client/testing"` fails with ERR_PACKAGE_PATH_NOT_EXPORTED, and the browser bundles are built
+ * from index.ts and core.ts, which never import it). The tests reach it by its file path to
  *
  * - replay tests/vectors/privatize_v1.json from the recorded random bytes (RecordedStream, privatizeWith);
  * - build the leaky device of the privacy audit's negative control (a client keeping with the threshold of

@@ -11,8 +11,8 @@ import { VECTORS } from "./support.mjs";
 const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
 const config = new api.DeviceConfig(JSON.parse(readFileSync(`${VECTORS}/privatize_v1.json`, "utf8")).device_config);
 
-test("package.json exports the API, the Node storage and the bundle, not the test entry point", async () => {
-  assert.deepEqual(Object.keys(pkg.exports).sort(), [".", "./bundle", "./node", "./package.json"]);
+test("package.json exports the API, its core, the Node storage and the bundles, not the test entry point", async () => {
+  assert.deepEqual(Object.keys(pkg.exports).sort(), [".", "./bundle", "./core", "./core/bundle", "./node", "./package.json"]);
   for (const hidden of ["ocms-client/testing", "ocms-client/dist/testing.js", "ocms-client/dist/internal.js", "ocms-client/dist/privatize.js"]) {
     await assert.rejects(import(hidden), (err) => err.code === "ERR_PACKAGE_PATH_NOT_EXPORTED", hidden);
   }
@@ -32,11 +32,13 @@ test("the public API offers no way to choose the randomness or the keep threshol
   assert.notEqual(api.hex(a.message), api.hex(b.message));
 });
 
-test("the browser bundle holds none of the test entry point's names", () => {
-  const bundle = readFileSync(new URL("../dist/ocms-client.min.js", import.meta.url), "utf8");
-  for (const name of ["overrideRandomness", "RecordedStream", "drew past the", "recorded bytes"]) assert.ok(!bundle.includes(name), name);
-  assert.ok(bundle.includes("getRandomValues"));
-  assert.ok(!/Math\.random\(\)[^;]*(keep|thresh)/.test(bundle));
+test("the browser bundles (full and core) hold none of the test entry point's names", () => {
+  for (const file of ["ocms-client.min.js", "ocms-client.core.min.js"]) {
+    const bundle = readFileSync(new URL(`../dist/${file}`, import.meta.url), "utf8");
+    for (const name of ["overrideRandomness", "RecordedStream", "drew past the", "recorded bytes"]) assert.ok(!bundle.includes(name), `${file}: ${name}`);
+    assert.ok(bundle.includes("getRandomValues"), file);
+    assert.ok(!/Math\.random\(\)[^;]*(keep|thresh)/.test(bundle), file);
+  }
 });
 
 test("without crypto.getRandomValues the client refuses to report (never Math.random)", () => {

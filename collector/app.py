@@ -230,7 +230,6 @@ class Collector:
         self.shared = SharedIdempotency(settings, self.metrics) \
             if settings.idempotency_topic and self.idempotency.enabled and producer_factory is None else None
         self.outlet = KafkaOutlet(settings, self.metrics, producer_factory, log=self.shared)
-        self._in_flight: dict[bytes, int] = {}  # with the shared log: keyed hash -> body digest of a first attempt
         self.claim_key = shuffle_claim_key(settings)  # signs shuffled batches' claims (cms_core.claims)
         self.lanes: dict[bytes, Lane] = {}
         self.retry_after = str(settings.retry_after_seconds)
@@ -433,8 +432,22 @@ class Collector:
         cache_key = None
         if key is not None and self.idempotency.enabled:
             shared = self._shared()
-            if shared is not None:
-                return await self._upload_shared(shared, key, body, ctype, metric, app)
+            if shared is not None:  # the log answers retries (SharedIdempotency.claim says how)
+                try:
+                    claimed = shared.claim(app.name if app is not None else "", key, body_digest(body))
+                except IdempotencyPending as exc:
+                    return _json(*self._pending(str(exc), exc.retry_after))
+                if claimed is None:
+                    return _answer(422, KeyReusedError.reason, KEY_REUSED)
+                shared_key, digest, first = claimed
+                status, doc, headers = 500, {}, None
+                try:  # inline, not a coroutine of its own: each await level cost ~1 us per upload (py-spy)
+                    status, doc, headers = await self._accept(body, ctype, metric, app, shared_key)
+                finally:
+                    shared.answered(shared_key, digest, first, status == 202 and headers is None)
+                if status == 202:
+                    return _json(status, doc, headers, self._accepted_body(doc))
+                return _json(status, doc, headers)
             cache_key = (app.name if app is not None else "", key)
             digest = body_digest(body)
             try:
@@ -457,44 +470,6 @@ class Collector:
         if status == 202:
             return _json(status, doc, headers, self._accepted_body(doc))
         return _json(status, doc, headers)
-
-    async def _upload_shared(self, shared: SharedIdempotency, key: str, body: bytes, ctype: str, metric: str | None,
-                             app) -> web.Response:
-        """A keyed upload with the shared log, which answers every retry (this process's, a restart's, another
-        replica's) from the attempt whose listing holds the key. The per-process cache would answer a retry here
-        once more, for a few microseconds per upload: 15% of the keyed path's throughput (measured, issue 41).
-        What it added is kept: a key reused with another body is refused (422) while this process holds the
-        first attempt's body digest: in flight (``_in_flight``), then on the listing that holds its key."""
-        try:
-            shared_key = shared.key_hash(app.name if app is not None else "", key)
-        except IdempotencyPending as exc:
-            return _json(*self._pending(str(exc), exc.retry_after))
-        digest = body_digest(body)
-        in_flight = self._in_flight
-        earlier = in_flight.get(shared_key)
-        first = earlier is None
-        if first:
-            holder = shared.holder(shared_key)
-            if holder is not None and holder.digests is not None:
-                earlier = holder.digests.get(shared_key)
-        if earlier is not None and earlier != digest:
-            return _answer(422, KeyReusedError.reason, KEY_REUSED)
-        if first:  # a concurrent attempt with this body: its answer comes from the log (the holder's, or 503)
-            in_flight[shared_key] = digest
-        try:
-            status, doc, headers = await self._accept(body, ctype, metric, app, shared_key)
-        finally:
-            if first:
-                del in_flight[shared_key]
-        if status != 202:
-            return _json(status, doc, headers)
-        if headers is None:  # this attempt was stored: its listing keeps the digest while it holds the key
-            holder = shared.holder(shared_key)
-            if holder is not None:
-                if holder.digests is None:
-                    holder.digests = {}
-                holder.digests[shared_key] = digest
-        return _json(status, doc, headers, self._accepted_body(doc))
 
     def _accepted_body(self, doc: dict) -> bytes:
         """The encoded 202 document (the same few for all uploads: reports, metric and version vary little)."""

@@ -104,6 +104,7 @@ class SharedIdempotency(LogFollower):
         self.ready = False
         self.committer = None  # the exactly-once Committer producing the frames (set by it)
         self.local: dict[bytes, asyncio.Future] = {}  # nonce -> stored? (listings of this process)
+        self.in_flight: dict[bytes, int] = {}  # keyed hash -> body digest of an attempt in flight here (:meth:`claim`)
         self._awaiting: dict[bytes, asyncio.Future] = {}  # nonce -> its Listing once applied
         self._unwritten: dict[bytes, bool] = {}  # outcomes known here whose append failed: written again
         self._due_outcomes: list[tuple[bytes, bool]] = []  # outcomes to ride in the next listing append
@@ -141,6 +142,43 @@ class SharedIdempotency(LogFollower):
 
     def holder(self, key: bytes) -> Listing | None:
         return self.state.holders.get(key)  # ListingLog.holder without its call: asked once per keyed upload
+
+    def claim(self, application: str, key: str, digest: int) -> tuple[bytes, int, bool] | None:
+        """An upload's key before it is accepted: (keyed hash, body digest, whether it is the key's first attempt
+        in flight here), or None when the key came with another body (answer 422). Raises IdempotencyPending
+        before the log's key is read.
+
+        The log answers every retry (this process's, a restart's, another replica's) from the attempt whose
+        listing holds the key, so the collector keeps no per-process table of answers beside it (it cost ~7 us
+        per keyed upload under load, issue 41). What that table added is kept: a key reused with another body is
+        refused while this process holds the first attempt's body digest: in flight (``in_flight``), then on the
+        listing that holds its key (:meth:`answered`). An attempt that overlaps one in flight with the same body
+        is answered by the log: the first one's 202 once it is listed, 503 while both are in one commit group."""
+        key_hash = self.key_hash(application, key)
+        in_flight = self.in_flight
+        earlier = in_flight.get(key_hash)
+        first = earlier is None
+        if first:
+            holder = self.state.holders.get(key_hash)
+            if holder is not None and holder.digests is not None:
+                earlier = holder.digests.get(key_hash)
+        if earlier is not None and earlier != digest:
+            return None
+        if first:
+            in_flight[key_hash] = digest
+        return key_hash, digest, first
+
+    def answered(self, key_hash: bytes, digest: int, first: bool, stored: bool) -> None:
+        """A claimed upload was answered; ``stored``: this attempt was stored (not a replay), and its listing, which
+        holds the key, keeps the body digest while the log remembers the key."""
+        if first:
+            del self.in_flight[key_hash]
+        if stored:
+            holder = self.state.holders.get(key_hash)
+            if holder is not None:
+                if holder.digests is None:
+                    holder.digests = {}
+                holder.digests[key_hash] = digest
 
     def listing_time(self) -> int:
         """The time of this collector's next listing: its wall clock, never before the log's clock."""

@@ -511,3 +511,27 @@ def test_outcomes_ride_in_the_next_listing_append_or_go_alone_after_a_moment(reg
     appends, shared = asyncio.run(main())
     assert appends == [[b"S", b"X", b"F"], [b"S"]], appends
     assert shared.state.holder(b"k" * 16).status == "stored"
+
+
+def test_a_key_with_another_body_is_refused_while_in_flight_and_once_its_listing_holds_it(registry_path):
+    """With the shared log there is no per-process table of answers: the body digest of a key's first attempt is
+    kept while it is in flight, then on the listing that holds the key (SharedIdempotency.claim, answered)."""
+    from collector.exactly_once.log import Listing
+
+    shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
+    shared._secret = b"s" * 32
+    key_hash, digest, first = shared.claim("app", "k" * 16, 11)
+    assert (digest, first) == (11, True)
+    assert shared.claim("app", "k" * 16, 11) == (key_hash, 11, False), "an overlapping attempt with the same body"
+    assert shared.claim("app", "k" * 16, 12) is None, "another body while the first is in flight"
+    assert shared.claim("other-app", "k" * 16, 12)[2], "the same key of another application is another key"
+    shared.answered(key_hash, 11, False, False)  # the overlapping attempt: the first one is still in flight
+    assert shared.claim("app", "k" * 16, 12) is None
+    shared.answered(key_hash, 11, True, False)  # the first attempt was not stored: the key is free again
+    assert shared.claim("app", "k" * 16, 12)[2]
+    listing = Listing(b"n" * 16, shared.owner, b"i" * 8, 0, 0, 0, (key_hash,), 0, 0.0, status="stored")
+    shared.state.holders[key_hash] = listing
+    shared.answered(key_hash, 12, True, True)  # stored: its listing keeps the digest
+    assert listing.digests == {key_hash: 12} and key_hash not in shared.in_flight
+    assert shared.claim("app", "k" * 16, 11) is None, "another body once stored"
+    assert shared.claim("app", "k" * 16, 12)[2], "a retry with the same body goes on (the log replays the 202)"

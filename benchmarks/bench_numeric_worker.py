@@ -2,18 +2,22 @@
 
     .venv/bin/python -m benchmarks.bench_numeric_worker [--reports N] [--rounds R] [--json]
 
-One ``ocms worker --registry`` counts N reports of one metric of a registry of three, produced as fast as the
+One ``ocms worker --registry`` counts N reports of one metric of a registry of four, produced as fast as the
 producer can; the clock stops when the worker's /healthz shows every report counted (bench_worker.paced_run:
 production included, a count that stops short or passes the total ends the benchmark with an error). The
 metrics, each at epsilon 2 with ``mechanism: auto``:
 
 * ``frequency``: 105 categories (flight_dest's size in deploy/registry.yaml);
 * ``numeric_21``: flight_air_time's 21 explicit buckets (deploy/registry.yaml);
-* ``numeric_40``: 40 buckets, OpenTelemetry's base-2 exponential ones at scale 1 over [1, 2^20] ms.
+* ``numeric_40``: 40 buckets, OpenTelemetry's base-2 exponential ones at scale 1 over [1, 2^20] ms;
+* ``numeric_21_mean``: ``numeric_21`` with ``mean_mechanism: hybrid``: a Hybrid mean's part beside the histogram
+  (``mean_parts`` parts, each device drawing one first: ``cms_core.hybrid.simulate_split``, as the clients do; its
+  number is its bucket's midpoint), the part's reports framed with its carrier (``name@version/mean``, direct RR's
+  records over the ``M + 2`` report values) and counted by the worker as any version's.
 
 A numeric metric is an integer metric over its bucket indices, so the worker decodes it on the frequency
 path's code; what differs is the domain and the mechanism ``auto`` picks for it (``mechanism`` in the output:
-a hierarchical histogram for both numeric metrics at epsilon 2, whose devices each report one level drawn
+a hierarchical histogram for every numeric metric at epsilon 2, whose devices each report one level drawn
 uniformly, framed with that level's parameters; ``levels``).
 After each run the worker answers the metric's window ``ANSWERS`` times (/estimates for the frequency metric,
 /histogram for a numeric one: bucket frequencies, CDFs, quantiles and the mean) and the mean time is printed.
@@ -41,7 +45,9 @@ from benchmarks import bench_worker
 from benchmarks.experiments.common import cpu_model
 from cms_core import wire
 from cms_core.hierarchy import simulate_levels
+from cms_core.hybrid import simulate_split
 from cms_core.privatize import simulate_reports
+from cms_core.reports import ReportBatch, identity_coefficients
 from infra.mock_cluster import start_broker
 from registry import load_registry
 
@@ -54,6 +60,8 @@ METRICS = {
     "numeric_21": ["    numeric:", "      lower: 20", "      upper: 700",
                    "      buckets: [" + ", ".join(map(str, AIR_TIME_BOUNDS)) + "]"],
     "numeric_40": ["    numeric:", "      lower: 1", "      upper: 1048576", "      exponential: {scale: 1}"],
+    "numeric_21_mean": ["    numeric:", "      lower: 20", "      upper: 700",
+                        "      buckets: [" + ", ".join(map(str, AIR_TIME_BOUNDS)) + "]", "      mean_mechanism: hybrid"],
 }
 
 
@@ -68,15 +76,23 @@ def registry_text() -> str:
 def payloads_of(version, n: int, seed: int) -> tuple[list[bytes], list[int]]:
     """Frames of ``n`` reports of ``version`` and their report counts: values on a Zipf-like prior over its domain
     (for a numeric metric its bucket indices, as a device's client sends them). A hierarchical histogram's devices
-    each report one level drawn uniformly, framed with that level's parameters (frames of the levels in turn)."""
+    each report one level drawn uniformly, framed with that level's parameters (frames of the levels in turn). A
+    version with a Hybrid mean: each device draws its part first, part 0 reporting its number (its bucket's
+    midpoint) framed with the part's carrier, the others the histogram's."""
     rng = np.random.default_rng(seed)
     hierarchy = getattr(version, "hierarchy", None)
     d = hierarchy.buckets if hierarchy is not None else version.params.dictionary_size
     elements = ((rng.zipf(1.3, n) - 1) % d).astype(np.uint64)
+    parts = []
+    mean = getattr(version, "mean", None)
+    if mean is not None:
+        drew, z = simulate_split(mean.hybrid, mean.parts, version.numeric.layout.points[elements.astype(np.int64)], rng)
+        parts.append((mean.carrier, ReportBatch(*identity_coefficients(z.size), z.astype(np.uint32))))
+        elements = elements[~drew]
     if hierarchy is None:
-        parts = [(version.params, simulate_reports(version.params, elements, rng))]
+        parts.append((version.params, simulate_reports(version.params, elements, rng)))
     else:
-        parts = list(zip(hierarchy.levels, simulate_levels(hierarchy, elements, rng)[1]))
+        parts += list(zip(hierarchy.levels, simulate_levels(hierarchy, elements, rng)[1]))
     frames = [[(wire.encode_frame(params, batch.slice(i, min(i + FRAME, len(batch)))), min(FRAME, len(batch) - i))
                for i in range(0, len(batch), FRAME)] for params, batch in parts]
     mixed = [frame for turn in itertools.zip_longest(*frames) for frame in turn if frame is not None]
@@ -125,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         registry = load_registry(path)
         versions = {name: registry.metric(name).live_versions[-1] for name in METRICS}
         payloads = {name: payloads_of(v, n, seed=i) for i, (name, v) in enumerate(versions.items())}
-        say(f"machine: {os.cpu_count()} CPUs ({cpu_model()}); worker: --registry of the three metrics, 4 partitions; "
+        say(f"machine: {os.cpu_count()} CPUs ({cpu_model()}); worker: --registry of the {len(METRICS)} metrics, 4 partitions; "
             f"broker: embedded; {n:,} reports per run in frames of {FRAME:,}")
         names = list(METRICS)
         for round_ in range(args.rounds):
@@ -145,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             "mechanism": "hierarchy" if hierarchy is not None else params.mechanism,
             "domain": hierarchy.buckets if hierarchy is not None else params.dictionary_size,
             **({"levels": len(hierarchy.levels)} if hierarchy is not None else {}),
+            **({"mean_parts": versions[name].mean.parts} if getattr(versions[name], "mean", None) is not None else {}),
             "reports_per_s": round(statistics.median(r["reports_per_s"] for r in rs)),
             "worker_cpu_us_per_report": round(statistics.median(r["worker_cpu_seconds"] / r["reports"] for r in rs)
                                               * 1e6, 3),
@@ -158,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(doc))
         return 0
     for name, r in results.items():
-        print(f"{name:<11} {r['mechanism']:<7} d={r['domain']:<4} {r['reports_per_s']:>12,} reports/s  "
+        print(f"{name:<15} {r['mechanism']:<7} d={r['domain']:<4} {r['reports_per_s']:>12,} reports/s  "
               f"{r['worker_cpu_us_per_report']:.3f} us CPU per report  /{r['answer']} {r['answer_ms']:.1f} ms  "
               f"rounds {r['rounds']}")
     for name, ratio in ratios.items():

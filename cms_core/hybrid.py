@@ -318,6 +318,18 @@ def simulate(params: HybridParams, values, rng: np.random.Generator) -> np.ndarr
     return np.where(pm, np.where(keep, inside, outside), params.cells + plus.astype(np.int64))
 
 
+def simulate_split(params: HybridParams, parts: int, values, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Simulation path of :func:`draw_mean_message` (seeded, vectorized; never on a device): each device draws its
+    part first, uniformly over ``parts`` and apart from its value (nothing drawn when ``parts`` is 1), and a part-0
+    device reports its value with the Hybrid mechanism (:func:`simulate`). Returns (which devices are part 0,
+    their reports ``z`` in order); the others report the histogram's."""
+    if isinstance(parts, bool) or not isinstance(parts, (int, np.integer)) or parts < 1:
+        raise InvalidParameterError("parts", parts, "must be an integer >= 1")
+    values = np.asarray(values, dtype=np.float64)
+    mean = np.ones(values.size, dtype=bool) if parts == 1 else rng.integers(0, parts, size=values.size) == 0
+    return mean, simulate(params, values[mean], rng)
+
+
 # ----------------------------------------------------------------------------- the server
 @dataclasses.dataclass(frozen=True)
 class MeanFold:
@@ -445,4 +457,4 @@ def exact_privacy_loss(params: HybridParams, points=None) -> Fraction:
 
 __all__ = ["EPS_STAR", "GRID", "HybridParams", "MeanEstimate", "MeanFold", "exact_privacy_loss", "fold", "fold_counts",
            "draw_mean_message", "mean_interval", "mean_variance", "with_mean", "paper_alpha", "paper_duchi_variance", "paper_hm_worst_variance",
-           "paper_pm_variance", "privatize_value", "simulate"]
+           "paper_pm_variance", "privatize_value", "simulate", "simulate_split"]

@@ -60,7 +60,7 @@ def cmd_simulate(args) -> int:
     reports = args.reports if args.reports is not None or args.duration is not None else 100_000
     settings = simulator.SimulationSettings(
         params=version.params, dataset=dataset, reports=reports, duration_s=args.duration, rate=args.rate,
-        devices=args.devices, frame_size=args.frame_size, seed=args.seed, tree=version.hierarchy,
+        devices=args.devices, frame_size=args.frame_size, seed=args.seed, tree=version.hierarchy, mean=version.mean,
     )
     # a collector serves registry metrics only: the flags' metric has none to upload to
     result, where = run_simulation(args, settings, metric=None if registry.path == FLAGS_PATH else version.metric)

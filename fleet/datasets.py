@@ -120,14 +120,27 @@ class Dataset:
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` i.i.d. values (int64, in ``[0, d)``); deterministic for the generator's state."""
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-            raise InvalidParameterError("n", n, "the number of values to sample must be an integer >= 0")
-        if not isinstance(rng, np.random.Generator):
-            raise InvalidParameterError("rng", rng, "must be a numpy.random.Generator (np.random.default_rng(seed))")
-        n = int(n)
+        n = _draws(n, rng)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
         return self._sampler(n, rng)
+
+    @property
+    def numbered(self) -> bool:
+        """Whether each value drawn comes with the number a device measured (a numeric metric's dataset,
+        :func:`fleet.metric_datasets.dataset_for`): what a version with a Hybrid mean reports."""
+        return hasattr(self._sampler, "numbers")
+
+    def sample_numbers(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`sample`'s ``n`` values, the number each device measured (float64)), drawing from ``rng`` exactly as
+        :meth:`sample` does, so a seed sends the same values with or without the numbers. A dataset that is not
+        :attr:`numbered` is refused naming it."""
+        n = _draws(n, rng)
+        if not self.numbered:
+            raise InvalidParameterError("dataset", self.name, "holds no numbers (a numeric metric's dataset has them)")
+        if n == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        return self._sampler.numbers(n, rng)
 
     def label(self, value: int) -> str:
         """``labels[value]`` for categorical datasets, ``str(value)`` otherwise."""
@@ -137,6 +150,15 @@ class Dataset:
         if not 0 <= value < self.dictionary_size:
             raise InvalidValueError(f"dataset {self.name}: value {value} is outside [0, {self.dictionary_size})")
         return self.labels[value] if self.labels is not None else str(value)
+
+
+def _draws(n, rng) -> int:
+    """How many values to draw, checked, with the generator."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise InvalidParameterError("n", n, "the number of values to sample must be an integer >= 0")
+    if not isinstance(rng, np.random.Generator):
+        raise InvalidParameterError("rng", rng, "must be a numpy.random.Generator (np.random.default_rng(seed))")
+    return int(n)
 
 
 def with_labels(dataset: Dataset, labels: tuple[str, ...], description: str) -> Dataset:

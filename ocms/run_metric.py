@@ -75,16 +75,19 @@ class RunMetric:
 
 
 def fleet_dataset(args, dataset):
-    """What the fleet sends: ``dataset``, except for ``--registry FILE`` without ``--dataset``, when the default
-    flights do not fit the metric (a registry of your own): a Zipf distribution over the metric's values, as
-    ``ocms simulate --registry`` sends."""
-    if getattr(args, "registry", None) is None or args.dataset != DEFAULT_DATASET:
+    """What the fleet sends: ``dataset``, except with ``--registry FILE``: without ``--dataset``, when the default
+    flights do not fit the metric (a registry of your own), a Zipf distribution over the metric's values, as
+    ``ocms simulate --registry`` sends; for a numeric metric, ``--dataset``'s numbers bucketized as its devices
+    do (and kept whole for a Hybrid mean: fleet.metric_datasets.dataset_for)."""
+    if getattr(args, "registry", None) is None:
         return dataset
     from fleet.metric_datasets import dataset_for
     from registry.flags import metrics_from_args
 
     registry = metrics_from_args(args)
     version = registry.metric(args.metric or registry.metrics[0].name).latest
+    if args.dataset != DEFAULT_DATASET:
+        return dataset_for(version, dataset) if getattr(version, "numeric", None) is not None else dataset
     return dataset if not _misfits(version, dataset, args.dataset) else dataset_for(version, None)
 
 
@@ -206,7 +209,8 @@ class Companion:
         """Simulation settings beside the main fleet's (same duration, frames and seed)."""
         from dataclasses import replace
 
-        return replace(main, params=self.version.params, tree=self.version.hierarchy, dataset=self.dataset,
+        return replace(main, params=self.version.params, tree=self.version.hierarchy, mean=self.version.mean,
+                       dataset=self.dataset,
                        rate=self.rate,
                        seed=main.seed + 1 + COMPANIONS.index(next(c for c in COMPANIONS if c[0] == self.name)))
 

@@ -121,25 +121,28 @@ def companion_line(companion: Companion, truth, sent: int, docs: dict, show: int
     return f"{head}  " + ", ".join(parts)
 
 
-def numeric_line(name: str, layout, truth, doc: dict) -> str:
+def numeric_line(name: str, layout, truth, doc: dict, true_mean: float | None = None) -> str:
     """A numeric metric's line under a table (issue 40): its quantiles and mean with their intervals (the worker's
-    /histogram answer ``doc``) beside the fleet's truth (``truth``: reports per bucket index)."""
-    return f"{name:<15} numeric  counted {doc.get('n', 0):,}  " + numeric_parts(layout, truth, doc)
+    /histogram answer ``doc``) beside the fleet's truth (``truth``: reports per bucket index; ``true_mean``: the
+    devices' clipped mean, for a version with a Hybrid mean)."""
+    return f"{name:<15} numeric  counted {doc.get('n', 0):,}  " + numeric_parts(layout, truth, doc, true_mean)
 
 
-def numeric_companion_line(companion: Companion, truth, sent: int, doc: dict) -> str:
+def numeric_companion_line(companion: Companion, truth, sent: int, doc: dict, true_mean: float | None = None) -> str:
     """A numeric companion metric's line (flight_air_time): headed as :func:`companion_line` heads the others
     (epsilon, reports sent and counted), then :func:`numeric_parts` -- its quantiles and mean beside the true ones
     of the flights sent. ``doc``: the worker's /metrics/NAME/histogram answer."""
     head = (f"{companion.name:<15} eps={companion.version.params.epsilon:g}  sent {sent:,}  "
             f"counted {doc.get('n', 0):,}")
-    return f"{head}  " + numeric_parts(companion.numeric.layout, truth, doc)
+    return f"{head}  " + numeric_parts(companion.numeric.layout, truth, doc, true_mean)
 
 
-def numeric_parts(layout, truth, doc: dict) -> str:
+def numeric_parts(layout, truth, doc: dict, true_mean: float | None = None) -> str:
     """Each quantile and the mean of a /histogram answer ``doc``, with its interval, beside the truth read from the
     true bucket counts as the answer reads its estimates (cms_core.numeric.true_summary: linear inside a bucket),
-    so an interval covers what it is compared with; or why there is no estimate yet."""
+    so an interval covers what it is compared with; or why there is no estimate yet. A Hybrid mean (the answer's
+    ``mean`` of mechanism ``hybrid``) is the devices' clipped numbers' mean: beside it ``true_mean``, the fleet's
+    clipped mean, and after it the histogram's own mean (``histogram_mean``) beside the bucketized truth."""
     from cms_core.numeric import true_summary
 
     h = doc.get("histogram")
@@ -149,10 +152,14 @@ def numeric_parts(layout, truth, doc: dict) -> str:
     true = true_summary(layout, truth, [row["q"] for row in h["quantiles"]])
     parts = [f"p{row['q'] * 100:g} {row['estimate']:,.4g} [{row['ci_low']:,.4g}, {row['ci_high']:,.4g}] "
              f"(true {true['quantiles'][row['q']]:,.4g})" for row in h["quantiles"]]
-    mean = h["mean"]
-    if mean["estimate"] is not None:
-        parts.append(f"mean {mean['estimate']:,.4g} [{mean['ci_low']:,.4g}, {mean['ci_high']:,.4g}] "
-                     f"(true {true['mean']:,.4g})")
+    means = [("mean", h["mean"], true["mean"])]
+    if h["mean"].get("mechanism") == "hybrid":
+        means = [("mean", h["mean"], true_mean, "Hybrid"), ("histogram mean", h.get("histogram_mean"), true["mean"])]
+    for name, mean, truth_of, *how in means:
+        if mean is not None and mean["estimate"] is not None:
+            beside = ", ".join([*how, *([] if truth_of is None else [f"true {truth_of:,.4g}"])])
+            parts.append(f"{name} {mean['estimate']:,.4g} [{mean['ci_low']:,.4g}, {mean['ci_high']:,.4g}]"
+                         + (f" ({beside})" if beside else ""))
     return ", ".join(parts)
 
 

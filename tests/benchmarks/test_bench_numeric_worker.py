@@ -48,3 +48,22 @@ def test_bad_flags_are_refused_by_name(argv, message, capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(argv)
     assert message in capsys.readouterr().err
+
+
+def test_a_hybrid_means_devices_send_its_part_beside_the_trees_levels():
+    """The configuration with a Hybrid mean (issue 40): 1 device in ``parts`` sends the mean's part, framed with its
+    carrier and counted as the metric's; the others a level each (``parts`` = the tree's levels + 1)."""
+    version = registry_from_text(bench.registry_text()).metric("numeric_21_mean").live_versions[-1]
+    assert version.mean is not None and version.hierarchy is not None
+    parts = version.mean.parts
+    assert parts == version.hierarchy.height + 1
+    frames, counts = bench.payloads_of(version, 12_000, seed=2)
+    by_fingerprint = {p.fingerprint: p.params for p in (*version.tree_levels(), *version.mean_parts())}
+    seen = {}
+    for frame, count in zip(frames, counts):
+        params, batch = wire.decode_message(frame, by_fingerprint)
+        assert len(batch) == count
+        seen[params.binding] = seen.get(params.binding, 0) + count
+    assert sum(seen.values()) == 12_000 and "numeric_21_mean@1/mean" in seen and len(seen) == parts
+    for binding, n in seen.items():  # uniform parts, then uniform levels: binomial(12,000, 1 / parts) each
+        assert abs(n - 12_000 / parts) <= 4.5 * (12_000 * (1 / parts) * (1 - 1 / parts)) ** 0.5, binding

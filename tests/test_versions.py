@@ -55,7 +55,9 @@ def test_the_js_client_states_the_same_version():
     assert package["version"] == lock["version"] == lock["packages"][""]["version"] == __version__
     constant = re.search(r'^export const VERSION = "([^"]+)";$', (js / "src" / "version.ts").read_text(), re.M)
     assert constant and constant.group(1) == __version__
-    assert 'export { VERSION } from "./version.js";' in (js / "src" / "index.ts").read_text()
+    # both entry points export it: the full one (index.ts) re-exports the core's (core.ts, "ocms-client/core")
+    assert 'export { VERSION } from "./version.js";' in (js / "src" / "core.ts").read_text()
+    assert 'export * from "./core.js";' in (js / "src" / "index.ts").read_text()
 
 
 def test_the_c_header_states_the_same_version():

@@ -45,7 +45,16 @@ on its median over the seeds, as ``rank_error``, with the mean and its SE beside
 ``wasserstein`` (method -> the median over the seeds of its 1-Wasserstein distance to the raw values, in ms)
 and ``mean_coverage`` (each histogram method -> the share of seeds whose stated 95% interval of the mean held
 the devices' bucketized mean); ``goal.mean_goal`` pools ours' over every seed run (goal: 95%, judged within 2
-binomial standard errors). ``--quick`` runs
+binomial standard errors). Each cell's ``mean`` sets issue 40's mean from ours' histogram (each bucket at its
+midpoint, every device) beside Wang et al.'s Hybrid mechanism (:mod:`cms_core.hybrid`) on the same devices, from
+a generator of its own (every other figure is what it was without it): ``hybrid``, every device reporting the mean
+(``mean_mechanism: hybrid`` with only the mean asked), and ``hybrid-split``, the devices that draw the mean's part
+when the histogram is asked too (one of ``parts``, the histogram's levels plus one; the histogram beside it keeps
+every device, so this favours the histogram a little); per estimate ``median_abs_error`` and ``mean_abs_error``
+(ms, against the devices' clipped mean) and ``coverage`` (the share of seeds whose 95% interval held its target:
+the bucketized mean for the histogram, the devices' mean for the Hybrid ones), ``bucketing`` the bucketized mean's
+own error, and ``auto``, what ``mean_mechanism: auto`` picks (:func:`cms_core.planning.choose_mean_mechanism`,
+uniform buckets) with its ``predicted_sd``. ``--quick`` runs
 n = 10^5 only; ``--n``, ``--buckets`` and ``--epsilon`` run a subset (the peer reports one device at a time
 in Python: 1-3 s of CPU a seed at n = 10^5, about 10 s at 10^6). Not a test: figures for the closing note.
 
@@ -63,10 +72,10 @@ import time
 
 import numpy as np
 
-from cms_core import hierarchy
+from cms_core import hierarchy, hybrid
 from cms_core.numeric import (BucketLayout, DirectRRNoise, Histogram, _quantile_from_cdf, rank_error,
                               wasserstein_of_cdf)
-from cms_core.planning import choose_numeric_mechanism
+from cms_core.planning import choose_mean_mechanism, choose_numeric_mechanism
 from cms_core.theory import rr_keep_probability
 
 QUANTILES = (0.5, 0.9, 0.99)
@@ -143,6 +152,53 @@ def tree_histogram(layout: BucketLayout, params: hierarchy.HierarchyParams, indi
     return Histogram.of(layout, leaves, indices.size, noise)
 
 
+def mean_plan(k: int, layout: BucketLayout, epsilon: float, n: int, params: hierarchy.HierarchyParams) -> dict:
+    """The Hybrid mean's parameters beside ours' histogram (``params``, a flat oracle when one level): the parts a
+    device draws from when the histogram and the mean are both asked (the histogram's levels plus one, as
+    ``registry.numeric.mean_parts``) and what ``mean_mechanism: auto`` would pick at this n
+    (:func:`cms_core.planning.choose_mean_mechanism`, uniform buckets, as the registry plans it)."""
+    mechanism = hybrid.HybridParams.build(epsilon, layout.lower, layout.upper)
+    parts = params.height + 1
+    tree = params if params.height > 1 else None
+    choice = choose_mean_mechanism(layout, mechanism, params.levels[-1], tree, n, parts)
+    return {"params": mechanism, "parts": parts, "auto": choice["chosen"],
+            "predicted_sd": {"histogram": choice["histogram_sd"], "hybrid-split": choice["hybrid_sd"]}}
+
+
+def mean_estimates(values: np.ndarray, histogram: Histogram, plan: dict, rng) -> dict[str, dict]:
+    """One seed's means with their 95% intervals (metric's units): ours' histogram mean (every device, each bucket
+    at its midpoint), the Hybrid mean of every device (``hybrid``: only the mean asked, one part) and of the
+    devices that draw its part (``hybrid-split``: ``n / parts`` of them when the histogram is asked too). Each
+    with its absolute error against the devices' mean (the clipped raw values: what a user asks for) and whether
+    its interval holds its own target (the histogram's: the bucketized mean it estimates; the Hybrid mean's: the
+    raw mean); ``bucketing``: the bucketized mean's own error, the histogram's bias that no noise adds."""
+    params = plan["params"]
+    true_mean = float(np.mean(values))
+    bucketized = float(np.bincount(histogram.layout.index(values), minlength=histogram.layout.buckets)
+                       @ histogram.layout.points) / values.size
+    own = histogram.mean()
+    out = {"histogram": (own.estimate, own.low, own.high, bucketized)}
+    split = values[rng.integers(0, plan["parts"], values.size) == 0]
+    for name, devices in (("hybrid", values), ("hybrid-split", split)):
+        mean = hybrid.mean_interval(params, hybrid.fold(params, hybrid.simulate(params, devices, rng)))
+        out[name] = (mean.estimate, mean.low, mean.high, float(np.mean(devices)))
+    errors = {name: {"error": abs(estimate - true_mean), "covered": bool(low <= target <= high)}
+              for name, (estimate, low, high, target) in out.items()}
+    return {**errors, BUCKETING: {"error": abs(bucketized - true_mean), "covered": None}}
+
+
+def mean_summary(plan: dict, seeds: list[dict]) -> dict:
+    """A cell's means over the seeds (:func:`mean_estimates`): per estimate, the median and mean absolute error
+    against the devices' mean (ms) and the share of seeds whose 95% interval held its target; the parts and the
+    planner's ``auto`` pick with its predicted standard deviations (uniform buckets)."""
+    names = list(seeds[0]) if seeds else []
+    return {"parts": plan["parts"], "auto": plan["auto"], "predicted_sd": plan["predicted_sd"],
+            "median_abs_error": {name: float(np.median([s[name]["error"] for s in seeds])) for name in names},
+            "mean_abs_error": {name: float(np.mean([s[name]["error"] for s in seeds])) for name in names},
+            "coverage": {name: float(np.mean([s[name]["covered"] for s in seeds])) for name in names
+                         if name != BUCKETING}}
+
+
 def paired(errors: dict[str, np.ndarray], ours: str) -> dict:
     """Ours against every other method per q, paired by seed (``errors``: method -> seeds x len(QUANTILES)).
 
@@ -168,11 +224,13 @@ def paired(errors: dict[str, np.ndarray], ours: str) -> dict:
 
 
 def seed_errors(k: int, layout: BucketLayout, epsilon: float, n: int, seed: int, tree_params: dict,
-                with_peer: bool, extras: dict | None = None) -> dict[str, list[float]]:
+                with_peer: bool, extras: dict | None = None, means: dict | None = None) -> dict[str, list[float]]:
     """Every method's rank errors at QUANTILES for one seed's devices (the same devices for every method);
     with ``extras`` (``{"ours": name}``), also each method's Wasserstein distance to the raw values
     (``extras["wasserstein"]``) and whether each histogram method's stated 95% interval of the mean holds the
-    devices' bucketized mean (``extras["mean_covered"]``)."""
+    devices' bucketized mean (``extras["mean_covered"]``); with ``means`` (:func:`mean_plan` and ``"ours"``),
+    the means of :func:`mean_estimates` (``extras["means"]``), from a generator of their own so that every
+    other figure is what it was without them."""
     rng = np.random.default_rng([k, int(epsilon * 10), n, seed])
     values = latencies(n, rng)
     indices = layout.index(values)
@@ -196,6 +254,9 @@ def seed_errors(k: int, layout: BucketLayout, epsilon: float, n: int, seed: int,
         true_mean = float(np.diff(np.concatenate(([0.0], true_cdf))) @ layout.points)
         extras["mean_covered"] = {name: histogram.mean().low <= true_mean <= histogram.mean().high
                                   for name, histogram in histograms.items()}
+        if means is not None:
+            extras["means"] = mean_estimates(values, histograms[means["ours"]], means,
+                                             np.random.default_rng([k, int(epsilon * 10), n, seed, 1]))
     return errors
 
 
@@ -207,13 +268,17 @@ def cell(k: int, layout: BucketLayout, epsilon: float, n: int, seeds: int, with_
     tree_params = {f"{name}+monotone": hierarchy.HierarchyParams.build(
         k, epsilon, branching, mechanism="ocms" if name == "ocms-rr" else "auto") for branching, name in trees.items()}
     ours = f"{plan['chosen']}+monotone"
+    means = {**mean_plan(k, layout, epsilon, n, tree_params.get(ours) or hierarchy.HierarchyParams.build(
+        k, epsilon, k, mechanism="direct")), "ours": ours}
     errors: dict[str, list] = {}
     distances: dict[str, list] = {}
     covered: dict[str, list] = {}
+    mean_seeds: list[dict] = []
     for seed in range(seeds):
         extras: dict = {}
-        for name, row in seed_errors(k, layout, epsilon, n, seed, tree_params, with_peer, extras).items():
+        for name, row in seed_errors(k, layout, epsilon, n, seed, tree_params, with_peer, extras, means).items():
             errors.setdefault(name, []).append(row)
+        mean_seeds.append(extras["means"])
         for name, distance in extras["wasserstein"].items():
             distances.setdefault(name, []).append(distance)
         for name, inside in extras["mean_covered"].items():
@@ -228,7 +293,9 @@ def cell(k: int, layout: BucketLayout, epsilon: float, n: int, seeds: int, with_
             # in the layout's unit (ms): the median over the seeds of the distance to the raw values
             "wasserstein": {name: float(np.median(d)) for name, d in distances.items()},
             # the share of seeds whose stated 95% interval of the mean held the devices' bucketized mean
-            "mean_coverage": {name: float(np.mean(c)) for name, c in covered.items()}}
+            "mean_coverage": {name: float(np.mean(c)) for name, c in covered.items()},
+            # ours' histogram mean beside the Hybrid mechanism's (issue 40's mean), errors in ms
+            "mean": mean_summary(means, mean_seeds)}
 
 
 def goal(cells: list[dict]) -> dict:
@@ -280,6 +347,12 @@ def text_rows(result: dict) -> list[str]:
         lines.append(f"    q={q:<4} ours {result['ours']} mean {100 * mean_ours:.3f}% - best other "
                      f"{check['best_other']}: {100 * check['mean_difference']:+.3f}% +- "
                      f"{100 * check['standard_error']:.3f}% (SE)  {verdict}")
+    mean = result.get("mean")
+    if mean:
+        lines.append("    mean: " + ", ".join(
+            f"{name} |error| median {mean['median_abs_error'][name]:.1f} ms"
+            + (f" (95% interval held {100 * mean['coverage'][name]:.0f}%)" if name in mean["coverage"] else "")
+            for name in mean["median_abs_error"]) + f"; {mean['parts']} parts, auto picks {mean['auto']}")
     return lines
 
 

@@ -157,3 +157,13 @@ def test_the_means_keys_and_their_own_generator_leave_every_other_figure_as_it_w
     summary = bench.mean_summary(plan, [means, means])
     assert set(summary["coverage"]) == {"histogram", "hybrid", "hybrid-split"}
     assert summary["median_abs_error"]["hybrid"] == means["hybrid"]["error"]
+
+
+def test_first_seed_runs_other_devices_and_is_recorded(capsys):
+    bench.main(["--quick", "--buckets", "12", "--epsilon", "4", "--seeds", "2", "--no-peer", "--json"])
+    default = json.loads(capsys.readouterr().out)["cells"][0]
+    bench.main(["--quick", "--buckets", "12", "--epsilon", "4", "--seeds", "2", "--first-seed", "2", "--no-peer",
+                "--json"])
+    later = json.loads(capsys.readouterr().out)["cells"][0]
+    assert default["first_seed"] == 0 and later["first_seed"] == 2
+    assert later["wasserstein"] != default["wasserstein"]  # seeds 2 and 3: other devices, other figures

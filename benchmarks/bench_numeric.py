@@ -120,14 +120,23 @@ def direct_rr(indices: np.ndarray, k: int, epsilon: float, rng) -> np.ndarray:
     return (counts / n - q) / (p - q)
 
 
-def hierarchical_cdf(indices: np.ndarray, k: int, epsilon: float, seed: int):
-    """The peer's CDF at each bucket index (None when the peer is not installed)."""
+def peer_tree():
+    """The peer's tree class, or None when it or pure-ldp (the ``bench`` extra, with their dependencies) is not
+    installed."""
     try:
         from benchmarks.experiments.peers import import_pure_ldp
 
         import_pure_ldp()
         from hierarchical_mechanism_LDP import Private_TreeBary
     except Exception:  # noqa: BLE001 - optional peer
+        return None
+    return Private_TreeBary
+
+
+def hierarchical_cdf(indices: np.ndarray, k: int, epsilon: float, seed: int):
+    """The peer's CDF at each bucket index (None when the peer is not installed)."""
+    Private_TreeBary = peer_tree()
+    if Private_TreeBary is None:
         return None
     np.random.seed(seed)  # the peer draws from numpy's global generator,
     random.seed(seed)  # and pure-ldp's local hashing its hash seeds from the standard library's
@@ -401,6 +410,9 @@ def print_summary(summary: dict, seeds: int, seconds: float) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if not args.no_peer and peer_tree() is None:  # said, not silent: the cells would lack "hierarchical"
+        print("ldp-hierarchical-mechanism is not installed (pip install -e '.[bench]'): running without the peer",
+              file=sys.stderr)
     cells = []
     started = time.monotonic()
     for k, layout in layouts().items():

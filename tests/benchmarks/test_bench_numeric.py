@@ -167,3 +167,10 @@ def test_first_seed_runs_other_devices_and_is_recorded(capsys):
     later = json.loads(capsys.readouterr().out)["cells"][0]
     assert default["first_seed"] == 0 and later["first_seed"] == 2
     assert later["wasserstein"] != default["wasserstein"]  # seeds 2 and 3: other devices, other figures
+
+
+def test_a_run_without_the_peer_installed_says_so(capsys, monkeypatch):
+    monkeypatch.setattr(bench, "peer_tree", lambda: None)
+    bench.main(["--quick", "--buckets", "12", "--epsilon", "4", "--seeds", "2", "--json"])
+    captured = capsys.readouterr()
+    assert "not installed" in captured.err and "hierarchical" not in json.loads(captured.out)["cells"][0]["rank_error"]

@@ -37,7 +37,9 @@ with its SE, the resolution it had. The test is on means, so mean rank errors ar
 Prints a table of median rank errors |F(q_hat) - q| at q = 0.5, 0.9, 0.99, each cell followed by its paired
 verdict per q, and, with ``--json``, one object: ``cells``, one per (buckets, epsilon, n), with ``buckets``,
 ``epsilon``, ``n``, ``ours``, ``rank_error`` (method -> [median at 0.5, 0.9, 0.99]), ``mean_rank_error``
-(method -> [mean at 0.5, 0.9, 0.99]), ``mean_rank_error_se`` (their SEs), ``seeds`` and ``paired`` (q ->
+(method -> [mean at 0.5, 0.9, 0.99]), ``mean_rank_error_se`` (their SEs), ``seeds``, ``first_seed`` (the
+seeds run are ``first_seed`` .. ``first_seed + seeds - 1``; ``--first-seed`` re-measures a check on devices the
+default run has not seen) and ``paired`` (q ->
 ``best_other``, ``mean_difference``, ``standard_error``, ``not_less_accurate``, and ``against``: the same
 figures against every other method); and ``goal``: the (cell, q) where the check holds and where it fails,
 and ours' median rank error at q = 0.5 for 12 buckets at epsilon = 1, n = 10^5 (goal: at most 1.0%; judged
@@ -45,11 +47,21 @@ on its median over the seeds, as ``rank_error``, with the mean and its SE beside
 ``wasserstein`` (method -> the median over the seeds of its 1-Wasserstein distance to the raw values, in ms)
 and ``mean_coverage`` (each histogram method -> the share of seeds whose stated 95% interval of the mean held
 the devices' bucketized mean); ``goal.mean_goal`` pools ours' over every seed run (goal: 95%, judged within 2
-binomial standard errors). ``--quick`` runs
+binomial standard errors). Each cell's ``mean`` sets issue 40's mean from ours' histogram (each bucket at its
+midpoint, every device) beside Wang et al.'s Hybrid mechanism (:mod:`cms_core.hybrid`) on the same devices, from
+a generator of its own (every other figure is what it was without it): ``hybrid``, every device reporting the mean
+(``mean_mechanism: hybrid`` with only the mean asked), and ``hybrid-split``, the devices that draw the mean's part
+when the histogram is asked too (one of ``parts``, the histogram's levels plus one; the histogram beside it keeps
+every device, so this favours the histogram a little); per estimate ``median_abs_error`` and ``mean_abs_error``
+(ms, against the devices' clipped mean) and ``coverage`` (the share of seeds whose 95% interval held its target:
+the bucketized mean for the histogram, the devices' mean for the Hybrid ones), ``bucketing`` the bucketized mean's
+own error, and ``auto``, what ``mean_mechanism: auto`` picks (:func:`cms_core.planning.choose_mean_mechanism`,
+uniform buckets) with its ``predicted_sd``. ``--quick`` runs
 n = 10^5 only; ``--n``, ``--buckets`` and ``--epsilon`` run a subset (the peer reports one device at a time
 in Python: 1-3 s of CPU a seed at n = 10^5, about 10 s at 10^6). Not a test: figures for the closing note.
 
-    python -m benchmarks.bench_numeric [--quick] [--seeds 30] [--n N ...] [--buckets K ...] [--epsilon E ...] [--json]
+    python -m benchmarks.bench_numeric [--quick] [--seeds 30] [--first-seed 0] [--n N ...] [--buckets K ...]
+                                       [--epsilon E ...] [--json]
 """
 
 from __future__ import annotations
@@ -63,10 +75,10 @@ import time
 
 import numpy as np
 
-from cms_core import hierarchy
+from cms_core import hierarchy, hybrid
 from cms_core.numeric import (BucketLayout, DirectRRNoise, Histogram, _quantile_from_cdf, rank_error,
                               wasserstein_of_cdf)
-from cms_core.planning import choose_numeric_mechanism
+from cms_core.planning import choose_mean_mechanism, choose_numeric_mechanism
 from cms_core.theory import rr_keep_probability
 
 QUANTILES = (0.5, 0.9, 0.99)
@@ -108,14 +120,23 @@ def direct_rr(indices: np.ndarray, k: int, epsilon: float, rng) -> np.ndarray:
     return (counts / n - q) / (p - q)
 
 
-def hierarchical_cdf(indices: np.ndarray, k: int, epsilon: float, seed: int):
-    """The peer's CDF at each bucket index (None when the peer is not installed)."""
+def peer_tree():
+    """The peer's tree class, or None when it or pure-ldp (the ``bench`` extra, with their dependencies) is not
+    installed."""
     try:
         from benchmarks.experiments.peers import import_pure_ldp
 
         import_pure_ldp()
         from hierarchical_mechanism_LDP import Private_TreeBary
     except Exception:  # noqa: BLE001 - optional peer
+        return None
+    return Private_TreeBary
+
+
+def hierarchical_cdf(indices: np.ndarray, k: int, epsilon: float, seed: int):
+    """The peer's CDF at each bucket index (None when the peer is not installed)."""
+    Private_TreeBary = peer_tree()
+    if Private_TreeBary is None:
         return None
     np.random.seed(seed)  # the peer draws from numpy's global generator,
     random.seed(seed)  # and pure-ldp's local hashing its hash seeds from the standard library's
@@ -143,6 +164,53 @@ def tree_histogram(layout: BucketLayout, params: hierarchy.HierarchyParams, indi
     return Histogram.of(layout, leaves, indices.size, noise)
 
 
+def mean_plan(k: int, layout: BucketLayout, epsilon: float, n: int, params: hierarchy.HierarchyParams) -> dict:
+    """The Hybrid mean's parameters beside ours' histogram (``params``, a flat oracle when one level): the parts a
+    device draws from when the histogram and the mean are both asked (the histogram's levels plus one, as
+    ``registry.numeric.mean_parts``) and what ``mean_mechanism: auto`` would pick at this n
+    (:func:`cms_core.planning.choose_mean_mechanism`, uniform buckets, as the registry plans it)."""
+    mechanism = hybrid.HybridParams.build(epsilon, layout.lower, layout.upper)
+    parts = params.height + 1
+    tree = params if params.height > 1 else None
+    choice = choose_mean_mechanism(layout, mechanism, params.levels[-1], tree, n, parts)
+    return {"params": mechanism, "parts": parts, "auto": choice["chosen"],
+            "predicted_sd": {"histogram": choice["histogram_sd"], "hybrid-split": choice["hybrid_sd"]}}
+
+
+def mean_estimates(values: np.ndarray, histogram: Histogram, plan: dict, rng) -> dict[str, dict]:
+    """One seed's means with their 95% intervals (metric's units): ours' histogram mean (every device, each bucket
+    at its midpoint), the Hybrid mean of every device (``hybrid``: only the mean asked, one part) and of the
+    devices that draw its part (``hybrid-split``: ``n / parts`` of them when the histogram is asked too). Each
+    with its absolute error against the devices' mean (the clipped raw values: what a user asks for) and whether
+    its interval holds its own target (the histogram's: the bucketized mean it estimates; the Hybrid mean's: the
+    raw mean); ``bucketing``: the bucketized mean's own error, the histogram's bias that no noise adds."""
+    params = plan["params"]
+    true_mean = float(np.mean(values))
+    bucketized = float(np.bincount(histogram.layout.index(values), minlength=histogram.layout.buckets)
+                       @ histogram.layout.points) / values.size
+    own = histogram.mean()
+    out = {"histogram": (own.estimate, own.low, own.high, bucketized)}
+    split = values[rng.integers(0, plan["parts"], values.size) == 0]
+    for name, devices in (("hybrid", values), ("hybrid-split", split)):
+        mean = hybrid.mean_interval(params, hybrid.fold(params, hybrid.simulate(params, devices, rng)))
+        out[name] = (mean.estimate, mean.low, mean.high, float(np.mean(devices)))
+    errors = {name: {"error": abs(estimate - true_mean), "covered": bool(low <= target <= high)}
+              for name, (estimate, low, high, target) in out.items()}
+    return {**errors, BUCKETING: {"error": abs(bucketized - true_mean), "covered": None}}
+
+
+def mean_summary(plan: dict, seeds: list[dict]) -> dict:
+    """A cell's means over the seeds (:func:`mean_estimates`): per estimate, the median and mean absolute error
+    against the devices' mean (ms) and the share of seeds whose 95% interval held its target; the parts and the
+    planner's ``auto`` pick with its predicted standard deviations (uniform buckets)."""
+    names = list(seeds[0]) if seeds else []
+    return {"parts": plan["parts"], "auto": plan["auto"], "predicted_sd": plan["predicted_sd"],
+            "median_abs_error": {name: float(np.median([s[name]["error"] for s in seeds])) for name in names},
+            "mean_abs_error": {name: float(np.mean([s[name]["error"] for s in seeds])) for name in names},
+            "coverage": {name: float(np.mean([s[name]["covered"] for s in seeds])) for name in names
+                         if name != BUCKETING}}
+
+
 def paired(errors: dict[str, np.ndarray], ours: str) -> dict:
     """Ours against every other method per q, paired by seed (``errors``: method -> seeds x len(QUANTILES)).
 
@@ -168,11 +236,13 @@ def paired(errors: dict[str, np.ndarray], ours: str) -> dict:
 
 
 def seed_errors(k: int, layout: BucketLayout, epsilon: float, n: int, seed: int, tree_params: dict,
-                with_peer: bool, extras: dict | None = None) -> dict[str, list[float]]:
+                with_peer: bool, extras: dict | None = None, means: dict | None = None) -> dict[str, list[float]]:
     """Every method's rank errors at QUANTILES for one seed's devices (the same devices for every method);
     with ``extras`` (``{"ours": name}``), also each method's Wasserstein distance to the raw values
     (``extras["wasserstein"]``) and whether each histogram method's stated 95% interval of the mean holds the
-    devices' bucketized mean (``extras["mean_covered"]``)."""
+    devices' bucketized mean (``extras["mean_covered"]``); with ``means`` (:func:`mean_plan` and ``"ours"``),
+    the means of :func:`mean_estimates` (``extras["means"]``), from a generator of their own so that every
+    other figure is what it was without them."""
     rng = np.random.default_rng([k, int(epsilon * 10), n, seed])
     values = latencies(n, rng)
     indices = layout.index(values)
@@ -196,10 +266,14 @@ def seed_errors(k: int, layout: BucketLayout, epsilon: float, n: int, seed: int,
         true_mean = float(np.diff(np.concatenate(([0.0], true_cdf))) @ layout.points)
         extras["mean_covered"] = {name: histogram.mean().low <= true_mean <= histogram.mean().high
                                   for name, histogram in histograms.items()}
+        if means is not None:
+            extras["means"] = mean_estimates(values, histograms[means["ours"]], means,
+                                             np.random.default_rng([k, int(epsilon * 10), n, seed, 1]))
     return errors
 
 
-def cell(k: int, layout: BucketLayout, epsilon: float, n: int, seeds: int, with_peer: bool) -> dict:
+def cell(k: int, layout: BucketLayout, epsilon: float, n: int, seeds: int, with_peer: bool,
+         first_seed: int = 0) -> dict:
     # the planner's k x k solves (seconds at 1,024 buckets) and the trees' parameters: once per cell, not per seed
     plan = choose_numeric_mechanism(k, epsilon, n)
     trees = {plan["candidates"][name]["branching"]: name for name in {plan["chosen"], plan["best_hierarchy"]}
@@ -207,13 +281,17 @@ def cell(k: int, layout: BucketLayout, epsilon: float, n: int, seeds: int, with_
     tree_params = {f"{name}+monotone": hierarchy.HierarchyParams.build(
         k, epsilon, branching, mechanism="ocms" if name == "ocms-rr" else "auto") for branching, name in trees.items()}
     ours = f"{plan['chosen']}+monotone"
+    means = {**mean_plan(k, layout, epsilon, n, tree_params.get(ours) or hierarchy.HierarchyParams.build(
+        k, epsilon, k, mechanism="direct")), "ours": ours}
     errors: dict[str, list] = {}
     distances: dict[str, list] = {}
     covered: dict[str, list] = {}
-    for seed in range(seeds):
+    mean_seeds: list[dict] = []
+    for seed in range(first_seed, first_seed + seeds):
         extras: dict = {}
-        for name, row in seed_errors(k, layout, epsilon, n, seed, tree_params, with_peer, extras).items():
+        for name, row in seed_errors(k, layout, epsilon, n, seed, tree_params, with_peer, extras, means).items():
             errors.setdefault(name, []).append(row)
+        mean_seeds.append(extras["means"])
         for name, distance in extras["wasserstein"].items():
             distances.setdefault(name, []).append(distance)
         for name, inside in extras["mean_covered"].items():
@@ -224,11 +302,13 @@ def cell(k: int, layout: BucketLayout, epsilon: float, n: int, seeds: int, with_
             "mean_rank_error": {name: [float(v) for v in np.mean(r, axis=0)] for name, r in rows.items()},
             "mean_rank_error_se": {name: [float(v) for v in np.std(r, axis=0, ddof=1) / math.sqrt(seeds)]
                                    for name, r in rows.items()} if seeds >= 2 else None,
-            "seeds": seeds, "paired": paired(rows, ours) if seeds >= 2 else None,
+            "seeds": seeds, "first_seed": first_seed, "paired": paired(rows, ours) if seeds >= 2 else None,
             # in the layout's unit (ms): the median over the seeds of the distance to the raw values
             "wasserstein": {name: float(np.median(d)) for name, d in distances.items()},
             # the share of seeds whose stated 95% interval of the mean held the devices' bucketized mean
-            "mean_coverage": {name: float(np.mean(c)) for name, c in covered.items()}}
+            "mean_coverage": {name: float(np.mean(c)) for name, c in covered.items()},
+            # ours' histogram mean beside the Hybrid mechanism's (issue 40's mean), errors in ms
+            "mean": mean_summary(means, mean_seeds)}
 
 
 def goal(cells: list[dict]) -> dict:
@@ -280,6 +360,12 @@ def text_rows(result: dict) -> list[str]:
         lines.append(f"    q={q:<4} ours {result['ours']} mean {100 * mean_ours:.3f}% - best other "
                      f"{check['best_other']}: {100 * check['mean_difference']:+.3f}% +- "
                      f"{100 * check['standard_error']:.3f}% (SE)  {verdict}")
+    mean = result.get("mean")
+    if mean:
+        lines.append("    mean: " + ", ".join(
+            f"{name} |error| median {mean['median_abs_error'][name]:.1f} ms"
+            + (f" (95% interval held {100 * mean['coverage'][name]:.0f}%)" if name in mean["coverage"] else "")
+            for name in mean["median_abs_error"]) + f"; {mean['parts']} parts, auto picks {mean['auto']}")
     return lines
 
 
@@ -287,6 +373,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="n = 10^5 only")
     parser.add_argument("--seeds", type=int, default=30, help="seeds per cell (at least 2: the paired check's SE)")
+    # a check that fails near 2 SE is re-measured on devices it has not seen (the default run's are 0..seeds-1)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--no-peer", action="store_true", help="leave out ldp-hierarchical-mechanism (slow)")
     # the peer reports one device at a time in Python (about 10 s of CPU a seed at n = 10^6): these split a long run
     # into pieces that can run side by side
@@ -322,6 +410,9 @@ def print_summary(summary: dict, seeds: int, seconds: float) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if not args.no_peer and peer_tree() is None:  # said, not silent: the cells would lack "hierarchical"
+        print("ldp-hierarchical-mechanism is not installed (pip install -e '.[bench]'): running without the peer",
+              file=sys.stderr)
     cells = []
     started = time.monotonic()
     for k, layout in layouts().items():
@@ -329,7 +420,7 @@ def main(argv=None) -> int:
             for n in args.sizes:
                 if (args.buckets and k not in args.buckets) or (args.epsilon and epsilon not in args.epsilon):
                     continue
-                cells.append(cell(k, layout, epsilon, n, args.seeds, not args.no_peer))
+                cells.append(cell(k, layout, epsilon, n, args.seeds, not args.no_peer, args.first_seed))
                 if not args.json:
                     print("\n".join(text_rows(cells[-1])), flush=True)
     summary = goal(cells)

@@ -95,6 +95,7 @@ def test_a_tiny_run_keeps_the_issues_keys_and_adds_the_paired_verdicts(capsys):
         assert set(c["wasserstein"]) == set(c["rank_error"]) - {"bucketing"}
         assert all(0 < d < bench.UPPER_MS for d in c["wasserstein"].values())
         assert c["ours"] in c["mean_coverage"] and all(0 <= v <= 1 for v in c["mean_coverage"].values())
+        assert set(c["mean"]["coverage"]) == {"histogram", "hybrid", "hybrid-split"} and c["mean"]["parts"] >= 2
     assert out["goal"]["mean_goal"]["seeds"] == 9
 
 
@@ -137,3 +138,39 @@ def test_n_buckets_and_epsilon_pick_a_subset_and_quick_is_n_10_to_5(capsys):
     assert args.sizes == (10**6,) and args.buckets == [12, 40] and args.epsilon == [2.0] and args.seeds == 30
     assert bench.main(["--quick", "--buckets", "12", "--epsilon", "4", "--seeds", "2", "--no-peer", "--json"]) == 0
     assert [(c["buckets"], c["epsilon"]) for c in json.loads(capsys.readouterr().out)["cells"]] == [(12, 4.0)]
+
+
+def test_the_means_keys_and_their_own_generator_leave_every_other_figure_as_it_was():
+    # the Hybrid mean's cells are new keys only: the rank errors of a seed are the same with and without them
+    k, epsilon, n = 12, 1.0, 20_000
+    layout = bench.layouts()[k]
+    params = {"hierarchy-B4+monotone": bench.hierarchy.HierarchyParams.build(k, epsilon, 4)}
+    plan = {**bench.mean_plan(k, layout, epsilon, n, params["hierarchy-B4+monotone"]), "ours": "hierarchy-B4+monotone"}
+    assert plan["parts"] == 3 and plan["auto"] in ("histogram", "hybrid")
+    without, with_means = {}, {}
+    plain = bench.seed_errors(k, layout, epsilon, n, 0, params, False, without)
+    meant = bench.seed_errors(k, layout, epsilon, n, 0, params, False, with_means, plan)
+    assert plain == meant and without["wasserstein"] == with_means["wasserstein"] and "means" not in without
+    means = with_means["means"]
+    assert set(means) == {"histogram", "hybrid", "hybrid-split", bench.BUCKETING}
+    assert all(0 <= m["error"] < bench.UPPER_MS for m in means.values())
+    summary = bench.mean_summary(plan, [means, means])
+    assert set(summary["coverage"]) == {"histogram", "hybrid", "hybrid-split"}
+    assert summary["median_abs_error"]["hybrid"] == means["hybrid"]["error"]
+
+
+def test_first_seed_runs_other_devices_and_is_recorded(capsys):
+    bench.main(["--quick", "--buckets", "12", "--epsilon", "4", "--seeds", "2", "--no-peer", "--json"])
+    default = json.loads(capsys.readouterr().out)["cells"][0]
+    bench.main(["--quick", "--buckets", "12", "--epsilon", "4", "--seeds", "2", "--first-seed", "2", "--no-peer",
+                "--json"])
+    later = json.loads(capsys.readouterr().out)["cells"][0]
+    assert default["first_seed"] == 0 and later["first_seed"] == 2
+    assert later["wasserstein"] != default["wasserstein"]  # seeds 2 and 3: other devices, other figures
+
+
+def test_a_run_without_the_peer_installed_says_so(capsys, monkeypatch):
+    monkeypatch.setattr(bench, "peer_tree", lambda: None)
+    bench.main(["--quick", "--buckets", "12", "--epsilon", "4", "--seeds", "2", "--json"])
+    captured = capsys.readouterr()
+    assert "not installed" in captured.err and "hierarchical" not in json.loads(captured.out)["cells"][0]["rank_error"]

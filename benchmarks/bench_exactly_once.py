@@ -121,8 +121,13 @@ def servers(broker, tmp: Path, chosen: list[str], collector_flags: tuple[str, ..
                                                       "--source-topic", topic_of(name), *extra[server]),
                                     tmp / f"collector-{name}.log")
         urls[name] = f"http://127.0.0.1:{port}"
-    for url in urls.values():
-        wait_http(url + "/healthz")
+    try:
+        for url in urls.values():
+            wait_http(url + "/healthz")
+    except BaseException:  # a server that never answered (a refused flag): none is left running
+        for process in processes.values():
+            stop(process)
+        raise
     return ({name: (url + "/v1/reports", processes[name].pid) for name, url in urls.items()},
             list(processes.values()))
 

@@ -42,6 +42,7 @@
     rates: {},             // metric name -> [{t, n}] samples for reports/s (t: the worker's clock, s)
     lastChange: {},        // metric name -> worker time (s) the report count last grew
     truth: null,           // last /console/truth answer for the shown metric
+    histogram: null,       // a numeric version's last /histogram answer (its quantiles and mean)
     truthKey: null, truthFetched: 0,
     top: null,             // last top-K document (a /topk answer, or built from a combined /estimates)
     topRows: [],
@@ -333,6 +334,12 @@
   /** The truth of the simulated fleet for metric m, indexed by value and by value name, or null.
    *  It belongs to m when its fingerprint is one of m's shown versions (combined: any of them). */
   function truthFor(m) {
+    var t = truthDocFor(m);
+    return t ? indexTruth(t) : null;
+  }
+
+  /** The truth document of the simulated fleet for metric m (as /console/truth gave it), or null. */
+  function truthDocFor(m) {
     if (!m) return null;
     var fps = isCombined() ? versionsOf(m).map(function (v) { return v.fingerprint; })
       : [currentVersion() && currentVersion().fingerprint];
@@ -342,7 +349,7 @@
       if (t.discovery) continue;
       if (t.metric && t.metric !== m.name) continue;
       if (t.fingerprint && fps.indexOf(t.fingerprint) < 0) continue;
-      return indexTruth(t);
+      return t;
     }
     return null;
   }
@@ -546,6 +553,7 @@
   function fetchTreeTop(m) {
     return api(metricPath(m, "histogram") + "?" + query({ version: state.version, window: $("window").value }))
       .then(function (answer) {
+        state.histogram = answer.status === 200 ? answer.doc : null;
         if (answer.status !== 200 || !answer.doc) return answer;
         var doc = answer.doc, h = doc.histogram, top = {};
         Object.keys(doc).forEach(function (key) {
@@ -561,6 +569,38 @@
       });
   }
 
+  /** A flat numeric version's /histogram (its quantiles and mean, drawNumericSummary); a tree's comes with its bars
+   *  (fetchTreeTop), any other metric has none. */
+  function fetchHistogram(m) {
+    if (!numericLayout() || isTree() || isCombined()) { if (!isTree()) state.histogram = null; return Promise.resolve(null); }
+    return api(metricPath(m, "histogram") + "?" + query({ version: state.version, window: $("window").value }))
+      .then(function (answer) {
+        if (answer.status !== 503) state.histogram = answer.status === 200 ? answer.doc : null;  // 503: keep the last
+        return answer;
+      });
+  }
+
+  /** One line under a numeric metric's bars: its quantiles and mean with their intervals, from /histogram (a Hybrid
+   *  mean says so), and the simulated fleet's true mean beside them when the truth file holds it. */
+  function drawNumericSummary(m) {
+    var line = $("numeric-summary"), doc = state.histogram, h = doc && !doc.withheld ? doc.histogram : null;
+    if (!numericLayout() || !h) { line.hidden = true; line.textContent = ""; return; }
+    var unit = m && m.unit ? " " + m.unit : "";
+    var interval = function (x) {
+      return shortNumber(num(x.estimate)) + unit + " [" + shortNumber(num(x.ci_low)) + ", " + shortNumber(num(x.ci_high)) + "]";
+    };
+    var parts = (h.quantiles || []).map(function (q) { return "p" + shortNumber(100 * num(q.q)) + " " + interval(q); });
+    if (h.mean && h.mean.estimate != null) {
+      parts.push("mean " + interval(h.mean) + (h.mean.mechanism === "hybrid" ? " (Hybrid mechanism)" : ""));
+    }
+    var truth = truthDocFor(m);
+    if (truth && truth.mean && truth.mean.value != null) {
+      parts.push("true mean of the simulated fleet " + shortNumber(num(truth.mean.value)) + unit);
+    }
+    line.textContent = parts.length ? Math.round(num(h.confidence) * 100) + " % intervals: " + parts.join(" · ") : "";
+    line.hidden = !parts.length;
+  }
+
   /** /console/truth for the shown metric, at most every TRUTH_REFRESH_MS (ocms run rewrites it every few s). */
   function fetchTruth(m) {
     var key = m.name;
@@ -574,12 +614,17 @@
 
   function refreshMetric() {
     var m = current(), v = currentVersion();
-    if (!m || !v) { metricState("empty", "This worker serves no metric."); drawTop(null); return Promise.resolve(); }
+    if (!m || !v) {
+      metricState("empty", "This worker serves no metric.");
+      state.histogram = null; drawNumericSummary(m); drawTop(null);
+      return Promise.resolve();
+    }
     // a numeric metric's distribution: every bucket, in bucket order (drawTop); else the K most frequent values
     var k = numericLayout() ? num(v.tracked_values) || 10 : Math.min(Number($("k").value), num(v.tracked_values) || 10);
     $("topk-h").textContent = numericLayout() ? "Distribution over its buckets" : "Most frequent values";
-    return Promise.all([fetchTop(m, k), fetchTruth(m)]).then(function (answers) {
+    return Promise.all([fetchTop(m, k), fetchTruth(m), fetchHistogram(m)]).then(function (answers) {
       var top = answers[0];
+      drawNumericSummary(m);
       if (top.status === 503 && state.top) {
         // Healthy worker, busy query thread (it turns heavy answers away with 503 + Retry-After):
         // keep the last answer on screen and say so, rather than blanking the charts.

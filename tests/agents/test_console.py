@@ -899,7 +899,8 @@ def test_a_numeric_metrics_buckets_show_as_the_ranges_they_hold(chrome, stub):
     listing = {"metrics": [metric_doc(unit="ms", domain="integers", versions=[
         version_doc(domain="integers", domain_size="4", tracked_values=4, numeric=layout)])]}
     stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, listing), TOPK: (200, TOPK_3),
-                         "/console/truth": (200, NO_TRUTH), TREND: (200, {"points": [], "step": 60, "confidence": 0.95})})
+                         "/console/truth": (200, NO_TRUTH), TREND: (200, {"points": [], "step": 60, "confidence": 0.95}),
+                         "/metrics/screen/histogram": (200, dict(EMPTY_TOPK, n=3000, histogram=None))})  # its quantiles
     open_stub(chrome, stub)
     # the distribution in bucket order (not by frequency), every bucket asked for
     wait_until(chrome, lambda d: [r["value"] for r in table_rows(d, "topk-data")] == ["0", "1", "2"], "the buckets")
@@ -907,6 +908,36 @@ def test_a_numeric_metrics_buckets_show_as_the_ranges_they_hold(chrome, stub):
         ["[0, 5] ms", "(5, 10] ms", "(10, 50] ms"]
     assert chrome.find_element("id", "topk-h").text == "Distribution over its buckets"
     assert [q["k"] for path, q in stub.requests if path == TOPK][-1] == ["4"]
+    assert browser_errors(chrome) == []
+
+
+@pytest.mark.integration
+def test_a_numeric_metric_states_its_quantiles_and_mean_beside_the_fleets_true_mean(chrome, stub):
+    """Issue 40: under a numeric metric's bars one line gives its quantiles and mean with their intervals (its
+    /histogram; a Hybrid mean says so) and, when the truth file of a simulated fleet holds it, the true mean."""
+    layout = {"lower": 0, "upper": 100, "bounds": [5, 10, 50], "buckets": 4, "scheme": "explicit", "scale": None,
+              "answers": ["histogram", "mean"], "quantiles": [0.5, 0.9], "clipping": "..."}
+    listing = {"metrics": [metric_doc(unit="ms", domain="integers", versions=[
+        version_doc(domain="integers", domain_size="4", tracked_values=4, numeric=layout)])]}
+    summary = {"quantiles": [{"q": 0.5, "estimate": 8.25, "ci_low": 7.5, "ci_high": 9.125},
+                             {"q": 0.9, "estimate": 41.5, "ci_low": 38, "ci_high": 45}],
+               "mean": {"estimate": 21.75, "ci_low": 19.5, "ci_high": 24, "mechanism": "hybrid"},
+               "histogram_mean": {"estimate": 23, "ci_low": 22, "ci_high": 24}, "confidence": 0.95}
+    histogram = dict(EMPTY_TOPK, n=3000, histogram=summary)
+    truth = {"available": True, "truths": [{"metric": "screen", "fingerprint": FP, "reports": 3000, "counts": [],
+                                            "mean": {"value": 21.0625, "clipped_to": [0, 100], "devices": 3000}}]}
+    stub.answers.update({"/healthz": (200, {"status": "ok"}), "/metrics": (200, listing), TOPK: (200, TOPK_3),
+                         "/metrics/screen/histogram": (200, histogram), "/console/truth": (200, truth),
+                         TREND: (200, {"points": [], "step": 60, "confidence": 0.95})})
+    open_stub(chrome, stub)
+    wait_until(chrome, lambda d: d.find_element("id", "numeric-summary").is_displayed(), "the quantiles' line")
+    assert chrome.find_element("id", "numeric-summary").text == (
+        "95 % intervals: p50 8.25 ms [7.5, 9.125] · p90 41.5 ms [38, 45] · mean 21.75 ms [19.5, 24] (Hybrid mechanism)"
+        " · true mean of the simulated fleet 21.06 ms")
+    assert ("/metrics/screen/histogram", {"version": ["1"], "window": ["total"]}) in stub.requests
+    stub.answers["/console/truth"] = (200, NO_TRUTH)  # without a truth file, and a window withheld: no line
+    stub.answers["/metrics/screen/histogram"] = (200, dict(histogram, withheld=True, histogram=None))
+    wait_until(chrome, lambda d: not d.find_element("id", "numeric-summary").is_displayed(), "no line when withheld")
     assert browser_errors(chrome) == []
 
 

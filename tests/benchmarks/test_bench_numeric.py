@@ -94,6 +94,9 @@ def test_a_tiny_run_keeps_the_issues_keys_and_adds_the_paired_verdicts(capsys):
     for c in out["cells"]:  # every method's Wasserstein distance; the mean's coverage of each histogram method
         assert set(c["wasserstein"]) == set(c["rank_error"]) - {"bucketing"}
         assert all(0 < d < bench.UPPER_MS for d in c["wasserstein"].values())
+        assert set(c["wasserstein_mean"]) == set(c["wasserstein"]) and 0 < c["wasserstein_bucketing"] < bench.UPPER_MS
+        assert set(c["wasserstein_paired"]) == set(c["wasserstein"]) - {c["ours"]}
+        assert all(p["standard_error"] >= 0 for p in c["wasserstein_paired"].values())
         assert c["ours"] in c["mean_coverage"] and all(0 <= v <= 1 for v in c["mean_coverage"].values())
         assert set(c["mean"]["coverage"]) == {"histogram", "hybrid", "hybrid-split"} and c["mean"]["parts"] >= 2
     assert out["goal"]["mean_goal"]["seeds"] == 9
@@ -174,3 +177,16 @@ def test_a_run_without_the_peer_installed_says_so(capsys, monkeypatch):
     bench.main(["--quick", "--buckets", "12", "--epsilon", "4", "--seeds", "2", "--json"])
     captured = capsys.readouterr()
     assert "not installed" in captured.err and "hierarchical" not in json.loads(captured.out)["cells"][0]["rank_error"]
+
+
+def test_the_wasserstein_summary_pairs_by_seed_and_keeps_the_means_beside_the_medians():
+    # a heavy-tailed method: its median is the smaller, its mean the larger; the pairing is seed by seed
+    distances = {"ours": [30.0, 31.0, 32.0, 33.0], "peer": [20.0, 21.0, 22.0, 200.0]}
+    summary = bench.wasserstein_summary(distances, "ours", [21.0, 21.5, 22.0, 21.2])
+    assert summary["wasserstein_mean"] == {"ours": 31.5, "peer": 65.75}
+    assert summary["wasserstein_bucketing"] == pytest.approx(21.35)
+    d = np.array([10.0, 10.0, 10.0, -167.0])
+    assert summary["wasserstein_paired"]["peer"]["mean_difference"] == pytest.approx(d.mean())
+    assert summary["wasserstein_paired"]["peer"]["standard_error"] == pytest.approx(d.std(ddof=1) / 2)
+    assert set(summary["wasserstein_paired"]) == {"peer"}
+    assert bench.wasserstein_summary({"ours": [1.0], "peer": [2.0]}, "ours", [0.5])["wasserstein_paired"] is None

@@ -917,7 +917,7 @@ def test_a_numeric_metric_states_its_quantiles_and_mean_beside_the_fleets_true_m
     /histogram; a Hybrid mean says so) and, when the truth file of a simulated fleet holds it, the true mean."""
     layout = {"lower": 0, "upper": 100, "bounds": [5, 10, 50], "buckets": 4, "scheme": "explicit", "scale": None,
               "answers": ["histogram", "mean"], "quantiles": [0.5, 0.9], "clipping": "..."}
-    listing = {"metrics": [metric_doc(unit="ms", domain="integers", versions=[
+    listing = {"metrics": [metric_doc(unit="µs ⏱ 東京", domain="integers", versions=[
         version_doc(domain="integers", domain_size="4", tracked_values=4, numeric=layout)])]}
     summary = {"quantiles": [{"q": 0.5, "estimate": 8.25, "ci_low": 7.5, "ci_high": 9.125},
                              {"q": 0.9, "estimate": 41.5, "ci_low": 38, "ci_high": 45}],
@@ -932,8 +932,8 @@ def test_a_numeric_metric_states_its_quantiles_and_mean_beside_the_fleets_true_m
     open_stub(chrome, stub)
     wait_until(chrome, lambda d: d.find_element("id", "numeric-summary").is_displayed(), "the quantiles' line")
     assert chrome.find_element("id", "numeric-summary").text == (
-        "95 % intervals: p50 8.25 ms [7.5, 9.125] · p90 41.5 ms [38, 45] · mean 21.75 ms [19.5, 24] (Hybrid mechanism)"
-        " · true mean of the simulated fleet 21.06 ms")
+        "95 % intervals: p50 8.25 µs ⏱ 東京 [7.5, 9.125] · p90 41.5 µs ⏱ 東京 [38, 45] · mean 21.75 µs ⏱ 東京 [19.5, 24] "
+        "(Hybrid mechanism) · true mean of the simulated fleet 21.06 µs ⏱ 東京")  # a unit not in ASCII, whole
     assert ("/metrics/screen/histogram", {"version": ["1"], "window": ["total"]}) in stub.requests
     stub.answers["/console/truth"] = (200, NO_TRUTH)  # without a truth file, and a window withheld: no line
     stub.answers["/metrics/screen/histogram"] = (200, dict(histogram, withheld=True, histogram=None))

@@ -419,6 +419,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.seeds < 2:
         parser.error("--seeds must be >= 2 (the paired check needs a standard error)")
+    if args.first_seed < 0:
+        parser.error(f"--first-seed {args.first_seed}: must be >= 0 (numpy's seeds are non-negative)")
     if args.quick and args.n:
         parser.error("--quick is --n 100000; give one of them")
     args.sizes = tuple(args.n or ((10**5,) if args.quick else (10**5, 10**6)))

@@ -190,3 +190,9 @@ def test_the_wasserstein_summary_pairs_by_seed_and_keeps_the_means_beside_the_me
     assert summary["wasserstein_paired"]["peer"]["standard_error"] == pytest.approx(d.std(ddof=1) / 2)
     assert set(summary["wasserstein_paired"]) == {"peer"}
     assert bench.wasserstein_summary({"ours": [1.0], "peer": [2.0]}, "ours", [0.5])["wasserstein_paired"] is None
+
+
+def test_a_negative_first_seed_is_refused_naming_the_flag(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--quick", "--first-seed", "-5", "--no-peer"])
+    assert exit_info.value.code == 2 and "--first-seed -5: must be >= 0" in capsys.readouterr().err

@@ -38,11 +38,12 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 COPY --from=build /wheels /wheels
 # Install from the wheels only; fail the build when the compiled decode kernel
-# is missing (the numpy fallback works but is much slower); create the user and
+# or the collector's holders table is missing (the fallbacks work but are slower); create the user and
 # the RocksDB store directory (a volume mounted there starts with its ownership).
 RUN python -m pip install --no-index --find-links /wheels "ocms-pipeline[${OCMS_EXTRAS}]" \
     && rm -rf /wheels \
     && python -c "import sys, cms_core.kernel as k; sys.exit(0 if k.BACKEND == 'compiled' else 'cms_core decode kernel was not compiled')" \
+    && python -c "import sys, collector.exactly_once.log as l; sys.exit(0 if l.KEY_TABLE_BACKEND == 'compiled' else 'the collector holders table (collector/exactly_once/_keytable.c) was not compiled')" \
     && useradd --system --uid 10001 --home-dir /var/lib/ocms --shell /usr/sbin/nologin ocms \
     && mkdir -p /var/lib/ocms \
     && chown ocms:ocms /var/lib/ocms

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.ocms-installed
 
 .PHONY: test run install bench results clean
 
-$(STAMP): pyproject.toml setup.py cms_core/_kernel.c
+$(STAMP): pyproject.toml setup.py cms_core/_kernel.c collector/exactly_once/_keytable.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet -e '.[dev,data,rocksdb]'

@@ -55,6 +55,12 @@ setup(
             sources=["cms_core/_kernel.c"],
             extra_compile_args=["-O3", "-std=c11", "-fno-strict-aliasing"],
             optional=True,
-        )
+        ),
+        Extension(
+            "collector.exactly_once._keytable",
+            sources=["collector/exactly_once/_keytable.c"],
+            extra_compile_args=["-O2", "-std=c11"],
+            optional=True,
+        ),
     ],
 )

@@ -286,7 +286,9 @@ class Committer:
     def _holding(self, members: list[Member], listing) -> list[Member]:
         """The uploads a listing holds the key of (or without a key); the others are answered: an earlier
         listing holds their key (KeyHeld: the 202 replayed when it is stored, 503 while in doubt)."""
-        valid, kept = set(listing.valid), []
+        if listing.taken is None:  # it took every key it lists: its members' keys, each once
+            return members
+        valid, kept = listing.valid, []
         for member in members:
             if member.key is None or member.key in valid:
                 valid.discard(member.key)  # one upload per key (the process cache keeps it so)

@@ -59,6 +59,70 @@ _lease_kind = LEASE  # set once per process by write_leases_for
 _BATCH_FRAME = struct.Struct(">16sII")
 
 
+
+class DictKeyTable(dict):
+    """The holders table as a dict (key hash -> listing): what :class:`KeyTable` computes, in Python. It is the
+    table when the compiled one (``collector/exactly_once/_keytable.c``, whose header says what it saves) is not
+    built, and the reference the tests compare it with. Beside each held key it keeps this process's body digest
+    of the upload stored under it, if any (never in the log; a reused key's 422): forgotten with the key."""
+
+    def __init__(self):
+        super().__init__()
+        self.digests: dict[bytes, int] = {}
+
+    def set_digest(self, key: bytes, digest: int) -> bool:
+        """Keep ``digest`` with ``key`` while it is held; whether it is."""
+        if digest == -1:
+            raise ValueError("a body digest of -1 is not one hash() gives")
+        if key not in self:
+            return False
+        self.digests[key] = digest
+        return True
+
+    def digest(self, key: bytes) -> int | None:
+        """The body digest kept with a held key, or None."""
+        return self.digests.get(key)
+
+    def take(self, key_hashes: bytes, holder) -> bytes | None:
+        """Each key not held yet becomes held by ``holder``: None when every key took, else a byte per key, 1
+        where it took (a key repeated in ``key_hashes`` takes once)."""
+        if len(key_hashes) % KEY_HASH_BYTES:
+            raise ValueError(f"key hashes are not whole: {len(key_hashes)} bytes is not a multiple of "
+                             f"{KEY_HASH_BYTES}")
+        taken = None
+        for index, start in enumerate(range(0, len(key_hashes), KEY_HASH_BYTES)):
+            key = key_hashes[start:start + KEY_HASH_BYTES]
+            took = key not in self
+            if took:
+                self[key] = holder
+            if taken is not None:
+                taken.append(took)
+            elif not took:
+                taken = bytearray(b"\x01" * index + b"\x00")
+        return None if taken is None else bytes(taken)
+
+    def release(self, key_hashes: bytes, holder) -> int:
+        """Each key held by ``holder`` (the same object) is held no more; how many were."""
+        if len(key_hashes) % KEY_HASH_BYTES:
+            raise ValueError(f"key hashes are not whole: {len(key_hashes)} bytes is not a multiple of "
+                             f"{KEY_HASH_BYTES}")
+        released = 0
+        for start in range(0, len(key_hashes), KEY_HASH_BYTES):
+            key = key_hashes[start:start + KEY_HASH_BYTES]
+            if self.get(key) is holder:
+                del self[key]
+                self.digests.pop(key, None)
+                released += 1
+        return released
+
+
+try:  # pragma: no cover - depends on the build
+    from ._keytable import KeyTable
+except ImportError:  # pragma: no cover - not compiled: the dict, same results (slower under load)
+    KeyTable = DictKeyTable
+#: Which holders table this process uses: "compiled" or "dict".
+KEY_TABLE_BACKEND = "dict" if KeyTable is DictKeyTable else "compiled"
+
 #: BLAKE2b states keyed with a secret and fed an application's prefix, per (secret, application) seen (a
 #: deployment has one secret and a few applications; a copy is cheaper than keying and feeding the prefix afresh).
 _KEYED_STATES: dict[tuple[bytes, str], object] = {}
@@ -163,15 +227,28 @@ class Listing:
     partition: int
     lower: int
     time: int  # its collector's wall clock (s) when it was written
-    keys: tuple
+    key_hashes: bytes  # its keys' hashes, KEY_HASH_BYTES each, in its record's order (one string: no object a key)
     offset: int
     seen_at: float  # this process's monotonic clock when it was applied
-    valid: set = field(default_factory=set)
+    #: which keys it took (ListingLog.apply): None for every key, else a byte per key, 1 where it took
+    taken: bytes | None = None
+    held: int = 0  # how many keys it took
     status: str = "pending"  # pending | stored | failed
     batch: bool = False  # a shuffled batch's listing (its frames carry batch_frame_id headers)
     redo_lower: int = 0  # an offset of the redo topic at or below the batch's redo copy
-    #: this process's body digests of the keys it stored under this listing (a reused key's 422; never in the log)
-    digests: dict | None = None
+
+    @property
+    def keys(self) -> tuple[bytes, ...]:
+        """Its keys' hashes, one bytes object each."""
+        blob = self.key_hashes
+        return tuple(blob[i:i + KEY_HASH_BYTES] for i in range(0, len(blob), KEY_HASH_BYTES))
+
+    @property
+    def valid(self) -> set[bytes]:
+        """The keys it took when the log applied it (held by no earlier listing then)."""
+        if self.taken is None:
+            return set(self.keys)
+        return {key for key, took in zip(self.keys, self.taken) if took}
 
 
 def decode_listing(value: bytes, offset: int, seen_at: float) -> Listing:
@@ -184,12 +261,11 @@ def decode_listing(value: bytes, offset: int, seen_at: float) -> Listing:
         _, nonce, partition, lower, time_s, incarnation, size = _LISTING.unpack_from(value)
         head = _LISTING.size
     start = head + size
-    rest = value[start:]
-    if len(rest) % KEY_HASH_BYTES:
+    key_hashes = value[start:]
+    if len(key_hashes) % KEY_HASH_BYTES:
         raise ValueError("key hashes are not whole")
-    keys = tuple(rest[i:i + KEY_HASH_BYTES] for i in range(0, len(rest), KEY_HASH_BYTES))
-    return Listing(nonce, value[head:start].decode(), incarnation, partition, lower, time_s, keys, offset, seen_at,
-                   batch=batch, redo_lower=redo_lower)
+    return Listing(nonce, value[head:start].decode(), incarnation, partition, lower, time_s, key_hashes, offset,
+                   seen_at, batch=batch, redo_lower=redo_lower)
 
 
 @dataclass
@@ -223,7 +299,7 @@ class ListingLog:
         self.clock = clock
         self.observer = observer
         self.frames: collections.OrderedDict[bytes, Listing] = collections.OrderedDict()
-        self.holders: dict[bytes, Listing] = {}
+        self.holders = KeyTable()  # key hash -> the listing holding it (.get, .take, .release, len)
         self.held = 0
         self.bad_records = 0
         self.clock_s = 0  # the greatest listing time applied
@@ -277,19 +353,18 @@ class ListingLog:
         if listing.nonce in self.frames:
             return None  # a duplicate append (a producer retry): the first one counts
         self._advance(listing.time)
-        if listing.keys:
-            for key in listing.keys:
-                holder = self.holders.get(key)
-                if holder is None or holder.status == "failed":
-                    self.holders[key] = listing
-                    listing.valid.add(key)
+        key_hashes = listing.key_hashes
+        if key_hashes:
+            # Each key no earlier listing holds: pending or stored (a failed listing released its keys, _outcome).
+            listing.taken = taken = self.holders.take(key_hashes, listing)
+            listing.held = len(key_hashes) // KEY_HASH_BYTES if taken is None else taken.count(1)
             self.frames[listing.nonce] = listing
             self.owners.setdefault(listing.owner, _Owner()).pending[listing.nonce] = listing
-            self.held += len(listing.valid)
+            self.held += listing.held
         self._heard(listing.owner, listing.time)
         while self.held > self.max_keys and self.frames:
             self._drop(next(iter(self.frames)))
-        return listing if listing.keys else None
+        return listing if key_hashes else None
 
     def _advance(self, time_s: int) -> None:
         """The log's clock after a listing or lease of ``time_s``: the greatest so far; what it leaves behind expires."""
@@ -321,9 +396,7 @@ class ListingLog:
         listing.status = "stored" if stored else "failed"
         self._settled(listing)
         if not stored:
-            for key in listing.valid:
-                if self.holders.get(key) is listing:
-                    del self.holders[key]
+            self.holders.release(listing.key_hashes, listing)
         return listing
 
     def _settled(self, listing: Listing) -> None:
@@ -342,9 +415,7 @@ class ListingLog:
 
     def _drop(self, nonce: bytes) -> None:
         listing = self.frames.pop(nonce)
-        self.held -= len(listing.valid)
+        self.held -= listing.held
         if listing.status == "pending":
             self._settled(listing)
-        for key in listing.valid:
-            if self.holders.get(key) is listing:
-                del self.holders[key]
+        self.holders.release(listing.key_hashes, listing)

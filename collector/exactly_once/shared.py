@@ -151,17 +151,15 @@ class SharedIdempotency(LogFollower):
         The log answers every retry (this process's, a restart's, another replica's) from the attempt whose
         listing holds the key, so the collector keeps no per-process table of answers beside it (it cost ~7 us
         per keyed upload under load, issue 41). What that table added is kept: a key reused with another body is
-        refused while this process holds the first attempt's body digest: in flight (``in_flight``), then on the
-        listing that holds its key (:meth:`answered`). An attempt that overlaps one in flight with the same body
+        refused while this process holds the first attempt's body digest: in flight (``in_flight``), then beside
+        the key in the log's holders table while a listing holds it (:meth:`answered`). An attempt that overlaps one in flight with the same body
         is answered by the log: the first one's 202 once it is listed, 503 while both are in one commit group."""
         key_hash = self.key_hash(application, key)
         in_flight = self.in_flight
         earlier = in_flight.get(key_hash)
         first = earlier is None
         if first:
-            holder = self.state.holders.get(key_hash)
-            if holder is not None and holder.digests is not None:
-                earlier = holder.digests.get(key_hash)
+            earlier = self.state.holders.digest(key_hash)
         if earlier is not None and earlier != digest:
             return None
         if first:
@@ -169,16 +167,12 @@ class SharedIdempotency(LogFollower):
         return key_hash, digest, first
 
     def answered(self, key_hash: bytes, digest: int, first: bool, stored: bool) -> None:
-        """A claimed upload was answered; ``stored``: this attempt was stored (not a replay), and its listing, which
-        holds the key, keeps the body digest while the log remembers the key."""
+        """A claimed upload was answered; ``stored``: this attempt was stored (not a replay), and the holders table
+        keeps its body digest beside the key while the log remembers the key."""
         if first:
             del self.in_flight[key_hash]
         if stored:
-            holder = self.state.holders.get(key_hash)
-            if holder is not None:
-                if holder.digests is None:
-                    holder.digests = {}
-                holder.digests[key_hash] = digest
+            self.state.holders.set_digest(key_hash, digest)
 
     def listing_time(self) -> int:
         """The time of this collector's next listing: its wall clock, never before the log's clock."""

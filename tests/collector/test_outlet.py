@@ -191,7 +191,7 @@ def test_settling_another_collectors_batch_stops_its_fencing_producer_when_the_s
 
     monkeypatch.setattr(infra.kafka, "make_producer", make_producer)
     shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
-    listing = Listing(b"n" * 16, "ocms-collector-other", b"i" * 8, 0, 0, 0, (), 0, 0.0, batch=True)
+    listing = Listing(b"n" * 16, "ocms-collector-other", b"i" * 8, 0, 0, 0, b"", 0, 0.0, batch=True)
     with pytest.raises(KafkaUnavailableError):
         asyncio.run(shared.repair.fence_and_complete(listing))
     assert len(made) == 1 and made[0].stopped
@@ -234,7 +234,7 @@ def test_a_settle_that_timed_out_during_a_repair_does_not_let_the_next_one_produ
             queued.append(asyncio.ensure_future(committer(records, done)))
             await done
 
-        listing = Listing(b"n" * 16, "ocms-collector-me", b"i" * 8, 0, 0, 0, (), 0, 0.0, batch=True)
+        listing = Listing(b"n" * 16, "ocms-collector-me", b"i" * 8, 0, 0, 0, b"", 0, 0.0, batch=True)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(shared.repair.complete_batch(listing, repair), 0.05)
         second = asyncio.ensure_future(shared.repair.complete_batch(listing, repair))
@@ -529,9 +529,9 @@ def test_a_key_with_another_body_is_refused_while_in_flight_and_once_its_listing
     assert shared.claim("app", "k" * 16, 12) is None
     shared.answered(key_hash, 11, True, False)  # the first attempt was not stored: the key is free again
     assert shared.claim("app", "k" * 16, 12)[2]
-    listing = Listing(b"n" * 16, shared.owner, b"i" * 8, 0, 0, 0, (key_hash,), 0, 0.0, status="stored")
-    shared.state.holders[key_hash] = listing
+    listing = Listing(b"n" * 16, shared.owner, b"i" * 8, 0, 0, 0, key_hash, 0, 0.0, status="stored")
+    shared.state.holders.take(key_hash, listing)
     shared.answered(key_hash, 12, True, True)  # stored: its listing keeps the digest
-    assert listing.digests == {key_hash: 12} and key_hash not in shared.in_flight
+    assert shared.state.holders.digest(key_hash) == 12 and key_hash not in shared.in_flight
     assert shared.claim("app", "k" * 16, 11) is None, "another body once stored"
     assert shared.claim("app", "k" * 16, 12)[2], "a retry with the same body goes on (the log replays the 202)"

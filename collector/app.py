@@ -439,12 +439,12 @@ class Collector:
                     return _json(*self._pending(str(exc), exc.retry_after))
                 if claimed is None:
                     return _answer(422, KeyReusedError.reason, KEY_REUSED)
-                shared_key, digest, first = claimed
+                shared_key, _, first = claimed
                 status, doc, headers = 500, {}, None
                 try:  # inline, not a coroutine of its own: each await level cost ~1 us per upload (py-spy)
                     status, doc, headers = await self._accept(body, ctype, metric, app, shared_key)
                 finally:
-                    shared.answered(shared_key, digest, first, status == 202 and headers is None)
+                    shared.answered(shared_key, first)
                 if status == 202:
                     return _json(status, doc, headers, self._accepted_body(doc))
                 return _json(status, doc, headers)

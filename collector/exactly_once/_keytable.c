@@ -2,15 +2,16 @@
  * collector.exactly_once._keytable: the idempotency log's holders table, compactly.
  *
  * KeyTable maps a 16-byte key hash to the listing that holds it (a strong reference to any Python
- * object), as the dict it replaces did (collector.exactly_once.keys.DictKeyTable, the fallback
+ * object), as the dict it replaces did (collector.exactly_once.log.DictKeyTable, the fallback
  * when this is not built, has the same methods and results). What it saves is the dict's Python
  * objects: a listing's keys arrive as one byte string (its record's tail) and the table copies
- * each key into an open-addressing array of {key, holder} slots, 24 bytes at most half full. The
+ * each key into an open-addressing array of {key, holder, digest} slots, at most half full. The
  * dict kept a 16-byte bytes object (~64 bytes with its header), a dict entry, a tuple slot and a
  * set entry per key, and the listing a dict of body digests (the key again, an int): with 200,000
  * keys held (the default bound) ~250 bytes a key of scattered objects, each freed when its listing
  * was forgotten, 200,000 uploads after it was allocated, cold in every cache. Here a key is one
- * 32-byte slot, its digest in it (issue 41: ~7 us of a keyed upload's ~75 us under load).
+ * 32-byte slot, its digest in it (issue 41: ~7 us of a keyed upload's ~75 us under load), and a
+ * byte of tag that probes read first (find_hashed).
  *
  * Linear probing with backward-shift deletion (no tombstones, so lookups never slow down with
  * churn). A slot's hash mixes both halves of the key with a per-table random seed (slot_hash), so
@@ -23,8 +24,9 @@
  *                         repeated in keys takes once: its repeats find it held).
  *   release(keys, holder) each key held by holder (identity) is held no more; the count released.
  *   get(key, default=None) the holder of one key.
- *   set_digest(key, d)    keep this process's body digest d (an int, Python's hash of the body) with a held key
- *                         while it is held (never in the log); whether the key is held.
+ *   set_digests(keys, holder, digests)
+ *                         keep this process's body digest (Python's hash of the body; native int64s, one a key,
+ *                         -1: none) with each key holder holds, while it holds it (never in the log); how many.
  *   digest(key)           that digest, or None (not held, or no digest kept).
  *   len(table)            keys held.
  */
@@ -48,6 +50,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     Slot *slots;
+    uint8_t *tags;       /* per slot: 0 empty, else TAG of its key's hash (a probe reads these, not the slots) */
     size_t mask;         /* capacity - 1 (a power of two) */
     size_t count;
     uint64_t seed;
@@ -73,32 +76,53 @@ static inline void load_key(const char *p, uint64_t *lo, uint64_t *hi) {
     memcpy(hi, p + 8, 8);
 }
 
-/* The slot holding the key, or the empty slot where it would go. */
-static inline size_t find(const KeyTable *t, uint64_t lo, uint64_t hi) {
-    size_t i = (size_t)slot_hash(t, lo, hi) & t->mask;
+/* A slot's tag: 7 bits of its hash the index does not use, never 0 (0 marks an empty slot). */
+#define TAG(h) ((uint8_t)(((h) >> 57) | 0x80))
+
+/* The slot holding the key, or the empty slot where it would go (tags[i] == 0). A probe reads the tags (one
+ * byte a slot, 1/32 of the slots' memory) and a slot only when its tag matches: a key not held, what every
+ * fresh upload's claim asks about, is found absent without touching the 32-byte slots, which at 200,000 keys
+ * (16 MiB) are mostly out of the CPU's caches. */
+static inline size_t find_hashed(const KeyTable *t, uint64_t h, uint64_t lo, uint64_t hi) {
+    size_t i = (size_t)h & t->mask;
+    uint8_t tag = TAG(h);
     for (;;) {
-        const Slot *s = &t->slots[i];
-        if (s->holder == NULL || (s->lo == lo && s->hi == hi))
+        uint8_t c = t->tags[i];
+        if (c == 0 || (c == tag && t->slots[i].lo == lo && t->slots[i].hi == hi))
             return i;
         i = (i + 1) & t->mask;
     }
 }
 
+static inline size_t find(const KeyTable *t, uint64_t lo, uint64_t hi) {
+    return find_hashed(t, slot_hash(t, lo, hi), lo, hi);
+}
+
 static int grow(KeyTable *t) {
     size_t old_capacity = t->mask + 1, capacity = old_capacity * 2;
     Slot *old = t->slots;
+    uint8_t *old_tags = t->tags;
     Slot *slots = PyMem_Calloc(capacity, sizeof(Slot));
-    if (slots == NULL) {
+    uint8_t *tags = PyMem_Calloc(capacity, 1);
+    if (slots == NULL || tags == NULL) {
+        PyMem_Free(slots);
+        PyMem_Free(tags);
         PyErr_NoMemory();
         return -1;
     }
     t->slots = slots;
+    t->tags = tags;
     t->mask = capacity - 1;
     for (size_t j = 0; j < old_capacity; j++) {
-        if (old[j].holder != NULL)
-            t->slots[find(t, old[j].lo, old[j].hi)] = old[j];
+        if (old_tags[j] != 0) {
+            uint64_t h = slot_hash(t, old[j].lo, old[j].hi);
+            size_t i = find_hashed(t, h, old[j].lo, old[j].hi);
+            t->slots[i] = old[j];
+            t->tags[i] = TAG(h);
+        }
     }
     PyMem_Free(old);
+    PyMem_Free(old_tags);
     return 0;
 }
 
@@ -107,9 +131,10 @@ static void remove_at(KeyTable *t, size_t i) {
     size_t j = i;
     for (;;) {
         t->slots[i].holder = NULL;
+        t->tags[i] = 0;
         for (;;) {
             j = (j + 1) & t->mask;
-            if (t->slots[j].holder == NULL)
+            if (t->tags[j] == 0)
                 return;
             size_t home = (size_t)slot_hash(t, t->slots[j].lo, t->slots[j].hi) & t->mask;
             /* slot j may move to i unless its home lies cyclically in (i, j] */
@@ -118,6 +143,7 @@ static void remove_at(KeyTable *t, size_t i) {
             break;
         }
         t->slots[i] = t->slots[j];
+        t->tags[i] = t->tags[j];
         i = j;
     }
 }
@@ -141,7 +167,8 @@ static PyObject *KeyTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     if (t == NULL)
         return NULL;
     t->slots = PyMem_Calloc(MIN_CAPACITY, sizeof(Slot));
-    if (t->slots == NULL) {
+    t->tags = PyMem_Calloc(MIN_CAPACITY, 1);
+    if (t->slots == NULL || t->tags == NULL) {
         Py_DECREF(t);
         return PyErr_NoMemory();
     }
@@ -160,6 +187,7 @@ static void KeyTable_dealloc(KeyTable *t) {
             Py_XDECREF(t->slots[j].holder);
         PyMem_Free(t->slots);
     }
+    PyMem_Free(t->tags);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
@@ -181,8 +209,10 @@ static PyObject *KeyTable_take(KeyTable *t, PyObject *const *args, Py_ssize_t na
             goto done;
         uint64_t lo, hi;
         load_key(keys + k * KEY_BYTES, &lo, &hi);
-        size_t i = find(t, lo, hi);
-        if (t->slots[i].holder == NULL) {
+        uint64_t h = slot_hash(t, lo, hi);
+        size_t i = find_hashed(t, h, lo, hi);
+        if (t->tags[i] == 0) {
+            t->tags[i] = TAG(h);
             t->slots[i].lo = lo;
             t->slots[i].hi = hi;
             Py_INCREF(holder);
@@ -229,7 +259,7 @@ static PyObject *KeyTable_release(KeyTable *t, PyObject *const *args, Py_ssize_t
         uint64_t lo, hi;
         load_key(keys + k * KEY_BYTES, &lo, &hi);
         size_t i = find(t, lo, hi);
-        if (t->slots[i].holder == holder) {
+        if (t->tags[i] != 0 && t->slots[i].holder == holder) {
             remove_at(t, i);
             t->count--;
             released++;
@@ -251,33 +281,46 @@ static PyObject *KeyTable_get(KeyTable *t, PyObject *const *args, Py_ssize_t nar
         return Py_NewRef(fallback);  /* as a dict of 16-byte keys: anything else is not in it */
     uint64_t lo, hi;
     load_key(PyBytes_AS_STRING(key), &lo, &hi);
-    PyObject *holder = t->slots[find(t, lo, hi)].holder;
-    return Py_NewRef(holder != NULL ? holder : fallback);
+    size_t i = find(t, lo, hi);
+    return Py_NewRef(t->tags[i] != 0 ? t->slots[i].holder : fallback);
 }
 
-static PyObject *KeyTable_set_digest(KeyTable *t, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "set_digest(key, digest) takes 2 arguments");
+static PyObject *KeyTable_set_digests(KeyTable *t, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "set_digests(keys, holder, digests) takes 3 arguments");
         return NULL;
     }
-    PyObject *key = args[0];
-    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != KEY_BYTES) {
-        PyErr_Format(PyExc_ValueError, "a key hash is %d bytes", KEY_BYTES);
+    Py_buffer view, digests;
+    if (key_string(args[0], &view) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[2], &digests, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&view);
         return NULL;
     }
-    long long digest = PyLong_AsLongLong(args[1]);
-    if (digest == -1) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "a body digest of -1 is not one hash() gives");
-        return NULL;
+    Py_ssize_t n = view.len / KEY_BYTES, kept = 0;
+    if (digests.len != n * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_Format(PyExc_ValueError, "%zd digests of 8 bytes for %zd keys: give one a key", digests.len, n);
+        goto done;
     }
-    uint64_t lo, hi;
-    load_key(PyBytes_AS_STRING(key), &lo, &hi);
-    Slot *s = &t->slots[find(t, lo, hi)];
-    if (s->holder == NULL)
-        Py_RETURN_FALSE;
-    s->digest = digest;
-    Py_RETURN_TRUE;
+    PyObject *holder = args[1];
+    const char *keys = view.buf;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int64_t digest;
+        memcpy(&digest, (const char *)digests.buf + k * sizeof(int64_t), sizeof(digest));
+        if (digest == NO_DIGEST)
+            continue;
+        uint64_t lo, hi;
+        load_key(keys + k * KEY_BYTES, &lo, &hi);
+        size_t i = find(t, lo, hi);
+        if (t->tags[i] != 0 && t->slots[i].holder == holder) {
+            t->slots[i].digest = digest;
+            kept++;
+        }
+    }
+done:
+    PyBuffer_Release(&digests);
+    PyBuffer_Release(&view);
+    return PyErr_Occurred() ? NULL : PyLong_FromSsize_t(kept);
 }
 
 static PyObject *KeyTable_digest(KeyTable *t, PyObject *key) {
@@ -285,10 +328,10 @@ static PyObject *KeyTable_digest(KeyTable *t, PyObject *key) {
         Py_RETURN_NONE;
     uint64_t lo, hi;
     load_key(PyBytes_AS_STRING(key), &lo, &hi);
-    const Slot *s = &t->slots[find(t, lo, hi)];
-    if (s->holder == NULL || s->digest == NO_DIGEST)
+    size_t i = find(t, lo, hi);
+    if (t->tags[i] == 0 || t->slots[i].digest == NO_DIGEST)
         Py_RETURN_NONE;
-    return PyLong_FromLongLong(s->digest);
+    return PyLong_FromLongLong(t->slots[i].digest);
 }
 
 static Py_ssize_t KeyTable_len(KeyTable *t) {
@@ -302,8 +345,8 @@ static PyMethodDef KeyTable_methods[] = {
      "release(keys, holder): drop each key held by holder; the count dropped."},
     {"get", (PyCFunction)(void (*)(void))KeyTable_get, METH_FASTCALL,
      "get(key, default=None): the holder of a 16-byte key."},
-    {"set_digest", (PyCFunction)(void (*)(void))KeyTable_set_digest, METH_FASTCALL,
-     "set_digest(key, digest): keep a body digest with a held key (forgotten with it); whether it is held."},
+    {"set_digests", (PyCFunction)(void (*)(void))KeyTable_set_digests, METH_FASTCALL,
+     "set_digests(keys, holder, digests): keep a body digest (int64, -1: none) with each key holder holds."},
     {"digest", (PyCFunction)KeyTable_digest, METH_O,
      "digest(key): the body digest kept with a held key, or None."},
     {NULL, NULL, 0, NULL},

@@ -226,6 +226,7 @@ class Committer:
             # 2. an upload whose key an earlier listing holds leaves its unit (before a batch is shuffled)
             for unit, listing in zip(keyed, listings):
                 unit.listing = listing
+                shared.keep_digests(listing, unit.keys)  # a reused key's 422 (SharedIdempotency.claim)
                 kept = self._holding(unit.members, listing)
                 if len(kept) != len(unit.members):
                     unit.keep(kept)

@@ -28,6 +28,7 @@ warns when a listing is dated well ahead of the reader's clock).
 
 from __future__ import annotations
 
+import array
 import collections
 import hashlib
 import logging
@@ -59,6 +60,10 @@ _lease_kind = LEASE  # set once per process by write_leases_for
 _BATCH_FRAME = struct.Struct(">16sII")
 
 
+def _whole(key_hashes: bytes) -> None:
+    if len(key_hashes) % KEY_HASH_BYTES:
+        raise ValueError(f"key hashes are not whole: {len(key_hashes)} bytes is not a multiple of {KEY_HASH_BYTES}")
+
 
 class DictKeyTable(dict):
     """The holders table as a dict (key hash -> listing): what :class:`KeyTable` computes, in Python. It is the
@@ -70,14 +75,20 @@ class DictKeyTable(dict):
         super().__init__()
         self.digests: dict[bytes, int] = {}
 
-    def set_digest(self, key: bytes, digest: int) -> bool:
-        """Keep ``digest`` with ``key`` while it is held; whether it is."""
-        if digest == -1:
-            raise ValueError("a body digest of -1 is not one hash() gives")
-        if key not in self:
-            return False
-        self.digests[key] = digest
-        return True
+    def set_digests(self, key_hashes: bytes, holder, digests: bytes) -> int:
+        """Keep a body digest (``digests``: native int64s, one a key, -1 for none) with each key ``holder`` holds,
+        while it holds it; how many were kept."""
+        _whole(key_hashes)
+        count = len(key_hashes) // KEY_HASH_BYTES
+        if len(digests) != 8 * count:
+            raise ValueError(f"{len(digests)} digests of 8 bytes for {count} keys: give one a key")
+        kept = 0
+        for start, digest in zip(range(0, len(key_hashes), KEY_HASH_BYTES), array.array("q", digests)):
+            key = key_hashes[start:start + KEY_HASH_BYTES]
+            if digest != -1 and self.get(key) is holder:
+                self.digests[key] = digest
+                kept += 1
+        return kept
 
     def digest(self, key: bytes) -> int | None:
         """The body digest kept with a held key, or None."""
@@ -86,9 +97,7 @@ class DictKeyTable(dict):
     def take(self, key_hashes: bytes, holder) -> bytes | None:
         """Each key not held yet becomes held by ``holder``: None when every key took, else a byte per key, 1
         where it took (a key repeated in ``key_hashes`` takes once)."""
-        if len(key_hashes) % KEY_HASH_BYTES:
-            raise ValueError(f"key hashes are not whole: {len(key_hashes)} bytes is not a multiple of "
-                             f"{KEY_HASH_BYTES}")
+        _whole(key_hashes)
         taken = None
         for index, start in enumerate(range(0, len(key_hashes), KEY_HASH_BYTES)):
             key = key_hashes[start:start + KEY_HASH_BYTES]
@@ -103,9 +112,7 @@ class DictKeyTable(dict):
 
     def release(self, key_hashes: bytes, holder) -> int:
         """Each key held by ``holder`` (the same object) is held no more; how many were."""
-        if len(key_hashes) % KEY_HASH_BYTES:
-            raise ValueError(f"key hashes are not whole: {len(key_hashes)} bytes is not a multiple of "
-                             f"{KEY_HASH_BYTES}")
+        _whole(key_hashes)
         released = 0
         for start in range(0, len(key_hashes), KEY_HASH_BYTES):
             key = key_hashes[start:start + KEY_HASH_BYTES]

@@ -42,6 +42,7 @@ keeps a settle from aborting a live collector's transaction (its uploads 503, it
 
 from __future__ import annotations
 
+import array
 import asyncio
 import logging
 import os
@@ -152,7 +153,7 @@ class SharedIdempotency(LogFollower):
         listing holds the key, so the collector keeps no per-process table of answers beside it (it cost ~7 us
         per keyed upload under load, issue 41). What that table added is kept: a key reused with another body is
         refused while this process holds the first attempt's body digest: in flight (``in_flight``), then beside
-        the key in the log's holders table while a listing holds it (:meth:`answered`). An attempt that overlaps one in flight with the same body
+        the key in the log's holders table while a listing holds it (:meth:`keep_digests`). An attempt that overlaps one in flight with the same body
         is answered by the log: the first one's 202 once it is listed, 503 while both are in one commit group."""
         key_hash = self.key_hash(application, key)
         in_flight = self.in_flight
@@ -166,13 +167,20 @@ class SharedIdempotency(LogFollower):
             in_flight[key_hash] = digest
         return key_hash, digest, first
 
-    def answered(self, key_hash: bytes, digest: int, first: bool, stored: bool) -> None:
-        """A claimed upload was answered; ``stored``: this attempt was stored (not a replay), and the holders table
-        keeps its body digest beside the key while the log remembers the key."""
+    def answered(self, key_hash: bytes, first: bool) -> None:
+        """A claimed upload was answered: its digest is no longer in flight (if it was this key's first attempt)."""
         if first:
             del self.in_flight[key_hash]
-        if stored:
-            self.state.holders.set_digest(key_hash, digest)
+
+    def keep_digests(self, listing: Listing, keys: list[bytes]) -> None:
+        """This process's listing was applied: the holders table keeps the body digest of each key it took (``keys``:
+        the listing's, in its order, each in flight here) for as long as it holds the key, so a retry with another
+        body answers 422 from then on. Kept as soon as the listing is applied, not once its upload is answered: the
+        key's slot was just written (in the CPU's caches) and every key of a listing goes in one call. A listing
+        that fails releases its keys and their digests with them."""
+        in_flight = self.in_flight
+        self.state.holders.set_digests(listing.key_hashes, listing,
+                                       array.array("q", [in_flight.get(key, -1) for key in keys]).tobytes())
 
     def listing_time(self) -> int:
         """The time of this collector's next listing: its wall clock, never before the log's clock."""

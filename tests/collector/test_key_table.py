@@ -7,6 +7,7 @@ alive while it names them and no longer, and refuse key strings that are not who
 
 from __future__ import annotations
 
+import array
 import gc
 import os
 import random
@@ -65,11 +66,10 @@ def test_the_compiled_table_agrees_with_the_dict_after_any_sequence(seed):
             assert compiled.take(keys, holder) == reference.take(keys, holder), step
         elif action < 0.8:
             assert compiled.release(keys, holder) == reference.release(keys, holder), step
-        elif keys:
-            key = keys[:KEY_HASH_BYTES]
-            digest = rng.randrange(-2**63 + 1, 2**63) if rng.random() < 0.9 else rng.randrange(-1000, 1000)
-            digest = -2 if digest == -1 else digest  # hash() never gives -1 (refused: the next test)
-            assert compiled.set_digest(key, digest) == reference.set_digest(key, digest), step
+        else:
+            digests = array.array("q", [rng.choice([-1, rng.randrange(-2**63, 2**63), rng.randrange(-9, 9)])
+                                        for _ in range(len(keys) // KEY_HASH_BYTES)]).tobytes()
+            assert compiled.set_digests(keys, holder, digests) == reference.set_digests(keys, holder, digests), step
         assert len(compiled) == len(reference), step
     for key in reference:  # every held key, its holder and digest
         assert compiled.get(key) is reference[key]
@@ -94,14 +94,16 @@ def test_a_key_repeated_in_one_take_takes_once_and_release_leaves_other_holders_
 @needs_compiled
 def test_a_digest_lives_with_its_key_and_is_forgotten_with_it():
     table, holder = CompiledKeyTable(), Holder(1)
-    key = keys_of([7])
-    assert table.set_digest(key, 12) is False and table.digest(key) is None, "no digest for a key not held"
+    key, digests = keys_of([7, 8]), array.array("q", [12, -1]).tobytes()
+    assert table.set_digests(key, holder, digests) == 0 and table.digest(key[:16]) is None, "no key held"
     table.take(key, holder)
-    assert table.digest(key) is None, "held, no digest kept yet"
-    assert table.set_digest(key, -(2**63) + 1) is True and table.digest(key) == -(2**63) + 1
+    assert table.digest(key[:16]) is None, "held, no digest kept yet"
+    assert table.set_digests(key, Holder(2), digests) == 0, "only the holder keeps digests"
+    assert table.set_digests(key, holder, digests) == 1, "-1 is no digest"
+    assert table.digest(key[:16]) == 12 and table.digest(key[16:]) is None
     table.release(key, holder)
-    table.take(key, Holder(2))
-    assert table.digest(key) is None, "a key held afresh has no digest of the earlier holder's upload"
+    table.take(key, Holder(3))
+    assert table.digest(key[:16]) is None, "a key held afresh has no digest of the earlier holder's upload"
 
 
 @needs_compiled
@@ -134,9 +136,10 @@ def test_key_strings_that_are_not_whole_are_refused_naming_the_size(table_type):
     with pytest.raises(TypeError):
         table.take(None, Holder(1))
     assert len(table) == 0
-    table.take(b"k" * 16, Holder(1))
-    with pytest.raises(ValueError, match="-1"):
-        table.set_digest(b"k" * 16, -1)
+    holder = Holder(1)
+    table.take(b"k" * 16, holder)
+    with pytest.raises(ValueError, match="12 digests of 8 bytes for 1 keys"):
+        table.set_digests(b"k" * 16, holder, b"d" * 12)
     assert table.digest(b"k" * 16) is None
 
 

@@ -515,7 +515,8 @@ def test_outcomes_ride_in_the_next_listing_append_or_go_alone_after_a_moment(reg
 
 def test_a_key_with_another_body_is_refused_while_in_flight_and_once_its_listing_holds_it(registry_path):
     """With the shared log there is no per-process table of answers: the body digest of a key's first attempt is
-    kept while it is in flight, then on the listing that holds the key (SharedIdempotency.claim, answered)."""
+    kept while it is in flight, then beside the key while this process's listing holds it (SharedIdempotency.claim,
+    keep_digests, answered)."""
     from collector.exactly_once.log import Listing
 
     shared = SharedIdempotency(_settings(registry_path, instance_id="me"), CollectorMetrics())
@@ -525,13 +526,25 @@ def test_a_key_with_another_body_is_refused_while_in_flight_and_once_its_listing
     assert shared.claim("app", "k" * 16, 11) == (key_hash, 11, False), "an overlapping attempt with the same body"
     assert shared.claim("app", "k" * 16, 12) is None, "another body while the first is in flight"
     assert shared.claim("other-app", "k" * 16, 12)[2], "the same key of another application is another key"
-    shared.answered(key_hash, 11, False, False)  # the overlapping attempt: the first one is still in flight
+    shared.answered(key_hash, False)  # the overlapping attempt: the first one is still in flight
     assert shared.claim("app", "k" * 16, 12) is None
-    shared.answered(key_hash, 11, True, False)  # the first attempt was not stored: the key is free again
+    shared.answered(key_hash, True)  # the first attempt ended unlisted (refused, 503): the key is free again
     assert shared.claim("app", "k" * 16, 12)[2]
-    listing = Listing(b"n" * 16, shared.owner, b"i" * 8, 0, 0, 0, key_hash, 0, 0.0, status="stored")
+    listing = Listing(b"n" * 16, shared.owner, b"i" * 8, 0, 0, 0, key_hash, 0, 0.0)
     shared.state.holders.take(key_hash, listing)
-    shared.answered(key_hash, 12, True, True)  # stored: its listing keeps the digest
+    other_key = shared.key_hash("app", "o" * 16)
+    shared.keep_digests(listing, [key_hash])  # its listing applied: the digest is kept beside the key
+    shared.answered(key_hash, True)
     assert shared.state.holders.digest(key_hash) == 12 and key_hash not in shared.in_flight
-    assert shared.claim("app", "k" * 16, 11) is None, "another body once stored"
+    assert shared.claim("app", "k" * 16, 11) is None, "another body once listed"
     assert shared.claim("app", "k" * 16, 12)[2], "a retry with the same body goes on (the log replays the 202)"
+    shared.answered(key_hash, True)
+    shared.state.holders.release(key_hash, listing)  # the listing failed or was forgotten: the digest with it
+    assert shared.state.holders.digest(key_hash) is None
+    assert shared.claim("app", "k" * 16, 11)[2], "a key no listing holds takes any body"
+    shared.state.holders.take(other_key, Listing(b"m" * 16, "ocms-collector-other", b"i" * 8, 0, 0, 0, other_key,
+                                                   0, 0.0))
+    late = Listing(b"l" * 16, shared.owner, b"i" * 8, 0, 0, 0, other_key, 1, 0.0)  # the key is held already
+    shared.in_flight[other_key] = 13
+    shared.keep_digests(late, [other_key])
+    assert shared.state.holders.digest(other_key) is None, "only the listing holding a key keeps its digest"

@@ -95,8 +95,23 @@ async def _serve(settings, registry) -> int:
         names = ", ".join(m.name for m in registry.metrics)
         print(f"ocms collector: {server.url}/v1/reports -> {settings.bootstrap_servers}/{settings.source_topic} "
               f"(metrics: {names}; event loop: {running_loop_name()})", flush=True)
+        warn_if_slow_key_table(settings)
         await stop.wait()
     return 0
+
+
+def warn_if_slow_key_table(settings) -> bool:
+    """With the shared idempotency log, say so when its holders table is the Python dict (the extension
+    collector/exactly_once/_keytable.c was not built): the same answers, more CPU per keyed upload."""
+    from .exactly_once.log import KEY_TABLE_BACKEND
+
+    if settings.idempotency_topic is None or KEY_TABLE_BACKEND == "compiled":
+        return False
+    logging.getLogger("ocms.collector").warning(
+        "the idempotency log's holders table is not compiled (collector/exactly_once/_keytable.c): keyed uploads "
+        "cost more CPU (about 8 us each at 200,000 keys held; docs/collector.md). Build it: pip install -e . with "
+        "a C compiler (make install)")
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:  # python -m collector

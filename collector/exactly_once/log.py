@@ -69,7 +69,7 @@ class DictKeyTable(dict):
     """The holders table as a dict (key hash -> listing): what :class:`KeyTable` computes, in Python. It is the
     table when the compiled one (``collector/exactly_once/_keytable.c``, whose header says what it saves) is not
     built, and the reference the tests compare it with. Beside each held key it keeps this process's body digest
-    of the upload stored under it, if any (never in the log; a reused key's 422): forgotten with the key."""
+    of the upload listed under it, if any (never in the log; a reused key's 422): forgotten with the key."""
 
     def __init__(self):
         super().__init__()

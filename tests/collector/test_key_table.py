@@ -179,3 +179,17 @@ def test_the_log_computes_the_same_with_either_table(seed, monkeypatch):
     assert results[0][3] > 0, "keys are held at the end"
     assert any(held < listed for _, _, held, _, listed in listings), "some listing found some of its keys held"
     assert any(status == "failed" for _, status, _, _, _ in listings), "some listing failed (its keys released)"
+
+
+def test_a_collector_without_the_compiled_table_says_so_at_start(monkeypatch, caplog):
+    from types import SimpleNamespace
+
+    from collector import cli
+
+    monkeypatch.setattr(log_module, "KEY_TABLE_BACKEND", "dict")
+    with caplog.at_level("WARNING", logger="ocms.collector"):
+        assert cli.warn_if_slow_key_table(SimpleNamespace(idempotency_topic="t-idempotency")) is True
+    assert "_keytable.c" in caplog.text and "make install" in caplog.text
+    assert cli.warn_if_slow_key_table(SimpleNamespace(idempotency_topic=None)) is False, "per process: no table"
+    monkeypatch.setattr(log_module, "KEY_TABLE_BACKEND", "compiled")
+    assert cli.warn_if_slow_key_table(SimpleNamespace(idempotency_topic="t-idempotency")) is False

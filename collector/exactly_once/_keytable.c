@@ -160,6 +160,16 @@ static int key_string(PyObject *arg, Py_buffer *view) {
     return 0;
 }
 
+/* The arguments of a method given (keys, holder[, ...]): their count checked, the key string's buffer taken. */
+static int keys_arguments(const char *signature, Py_ssize_t expected, Py_ssize_t nargs, PyObject *const *args,
+                          Py_buffer *view) {
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", signature, expected);
+        return -1;
+    }
+    return key_string(args[0], view);
+}
+
 static PyObject *KeyTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     if (!_PyArg_NoPositional("KeyTable", args) || !_PyArg_NoKeywords("KeyTable", kwds))
         return NULL;
@@ -192,21 +202,20 @@ static void KeyTable_dealloc(KeyTable *t) {
 }
 
 static PyObject *KeyTable_take(KeyTable *t, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "take(keys, holder) takes 2 arguments");
-        return NULL;
-    }
     Py_buffer view;
-    if (key_string(args[0], &view) < 0)
+    if (keys_arguments("take(keys, holder)", 2, nargs, args, &view) < 0)
         return NULL;
     PyObject *holder = args[1];
     Py_ssize_t n = view.len / KEY_BYTES;
     const char *keys = view.buf;
     char *taken = NULL;  /* allocated at the first key that does not take */
     PyObject *result = NULL;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        if ((t->count + 1) * 2 > t->mask + 1 && grow(t) < 0)
+    /* room for every key first: a table that cannot grow is left as it was, never half taken */
+    while ((t->count + (size_t)n) * 2 > t->mask + 1) {
+        if (grow(t) < 0)
             goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
         uint64_t lo, hi;
         load_key(keys + k * KEY_BYTES, &lo, &hi);
         uint64_t h = slot_hash(t, lo, hi);
@@ -245,12 +254,8 @@ done:
 }
 
 static PyObject *KeyTable_release(KeyTable *t, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "release(keys, holder) takes 2 arguments");
-        return NULL;
-    }
     Py_buffer view;
-    if (key_string(args[0], &view) < 0)
+    if (keys_arguments("release(keys, holder)", 2, nargs, args, &view) < 0)
         return NULL;
     PyObject *holder = args[1];
     Py_ssize_t n = view.len / KEY_BYTES, released = 0;
@@ -286,12 +291,8 @@ static PyObject *KeyTable_get(KeyTable *t, PyObject *const *args, Py_ssize_t nar
 }
 
 static PyObject *KeyTable_set_digests(KeyTable *t, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "set_digests(keys, holder, digests) takes 3 arguments");
-        return NULL;
-    }
     Py_buffer view, digests;
-    if (key_string(args[0], &view) < 0)
+    if (keys_arguments("set_digests(keys, holder, digests)", 3, nargs, args, &view) < 0)
         return NULL;
     if (PyObject_GetBuffer(args[2], &digests, PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&view);
